@@ -1,0 +1,38 @@
+# One venv for everything. The CPU build of torch is installed first so that resolving
+# `torch>=2.3` never pulls a CUDA build; override with `make TORCH=torch==X.Y.Z ...`.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+OUT ?= out/demo
+
+.PHONY: setup demo test test-fast lint bench clean
+
+$(BIN)/vgcsim: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(BIN)/vgcsim
+
+setup: $(BIN)/vgcsim
+
+demo: setup
+	$(BIN)/vgcsim demo -o $(OUT)
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+bench: setup
+	$(BIN)/python benchmarks/compression.py
+	$(BIN)/python benchmarks/models.py
+	$(BIN)/python benchmarks/simulator.py
+
+clean:
+	rm -rf $(VENV) out

@@ -1,0 +1,1 @@
+"""Closed-form cost models (torch-free): collectives, compute, iteration; `vgcsim predict`."""

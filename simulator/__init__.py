@@ -1,0 +1,1 @@
+"""SimPy cluster model (torch-free): topology, network, collectives, trace replay, sweeps."""

@@ -1,0 +1,1 @@
+"""Compressors and byte-honest encoders (torch): variance, strom, qsgd, hybrid, topk, dense."""

@@ -1,0 +1,1 @@
+"""Workloads (nets, datasets), the emulated data-parallel loop and the distributed hook (torch)."""

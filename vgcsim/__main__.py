@@ -1,0 +1,5 @@
+"""Allow ``python -m vgcsim``."""
+
+from vgcsim.cli import main
+
+raise SystemExit(main())

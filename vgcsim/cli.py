@@ -1,0 +1,94 @@
+"""The ``vgcsim`` command: a subcommand dispatcher.
+
+Each subcommand lives in ``vgcsim.commands.<module>`` and exposes ``HELP`` (one line),
+``add_arguments(parser)`` and ``run(args) -> int``. Command modules keep heavy imports
+(torch, simpy, matplotlib) inside ``run`` so that ``vgcsim --help`` and the torch-free
+stages start fast. User mistakes raise :class:`traces.errors.VgcsimError`: we print the
+message and exit 2. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from traces.errors import VgcsimError
+
+# name -> module under vgcsim.commands. Order is the order shown in --help.
+SUBCOMMANDS: dict[str, str] = {
+    "demo": "demo",
+    "record": "record",
+    "trace": "trace",
+    "predict": "predict",
+    "scenario": "scenario",
+    "clusters": "clusters",
+    "simulate": "simulate",
+    "sweep": "sweep",
+    "report": "report",
+    "calibrate": "calibrate",
+    "validate": "validate",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on usage errors already; keep its message short and clear."""
+
+
+def _load(module: str):
+    try:
+        return importlib.import_module(f"vgcsim.commands.{module}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"vgcsim.commands.{module}":
+            return None
+        raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from vgcsim import __version__
+
+    parser = _Parser(
+        prog="vgcsim",
+        description=(
+            "Simulate and model gradient-compressed distributed training: record real "
+            "compression traces, predict and simulate step times of dense allreduce vs "
+            "sparse allgatherv on configurable clusters, and report."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"vgcsim {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name in SUBCOMMANDS.items():
+        module = _load(module_name)
+        if module is None:
+            continue
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2),
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except VgcsimError as exc:
+        print(f"vgcsim {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"vgcsim {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Subcommand modules. Each exposes ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``; heavy imports stay inside ``run``."""
