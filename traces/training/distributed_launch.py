@@ -1,0 +1,215 @@
+"""Starting torch.distributed process groups: a local launcher and the torchrun environment.
+
+Every multi-process entry point in vgcsim (``python -m traces.training.distributed``, the
+calibration benchmark) reads the environment variables ``torchrun`` sets — ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` — so the same command runs
+under ``torchrun --nproc-per-node N ...`` on a real cluster. On one machine,
+:func:`launch_local` plays torchrun's part: it starts N copies of the command with those
+variables set (rendezvous on a free loopback port), waits for all of them, and turns a failed
+rank into a :class:`DistributedRunError` carrying that rank's last lines of output.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from traces.errors import ConfigError, VgcsimError
+
+log = logging.getLogger(__name__)
+
+#: Backends the entry points accept. gloo runs on CPU anywhere; nccl needs one GPU per rank.
+BACKENDS = ("gloo", "nccl")
+
+
+class DistributedRunError(VgcsimError):
+    """A rank of a multi-process run failed, timed out, or the process group could not start."""
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    """Where this process sits in the job, as torchrun describes it."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (the OS picks it; a race is possible but rare)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def rank_env(environ: Mapping[str, str] | None = None) -> RankEnv:
+    """Read the torchrun variables; a missing or malformed one is a :class:`ConfigError`."""
+    env = os.environ if environ is None else environ
+    missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in env]
+    if missing:
+        raise ConfigError(
+            f"not started as a distributed job: missing environment variable(s) {', '.join(missing)}; "
+            "start it with torchrun (torchrun --nproc-per-node N -m ...) or through "
+            "the --nprocs option of the vgcsim command"
+        )
+    try:
+        rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+        local = int(env.get("LOCAL_RANK", env["RANK"]))
+        port = int(env["MASTER_PORT"])
+    except ValueError as exc:
+        raise ConfigError(f"malformed torchrun environment: {exc}") from None
+    if not 0 <= rank < world:
+        raise ConfigError(f"RANK={rank} is outside 0..WORLD_SIZE-1 (WORLD_SIZE={world})")
+    return RankEnv(rank, world, local, env["MASTER_ADDR"], port)
+
+
+def check_backend(backend: str) -> str:
+    """Validate a backend name against :data:`BACKENDS` and what this torch build provides."""
+    import torch.distributed as dist
+
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    available = {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available()}
+    if not available[backend]:
+        raise ConfigError(f"backend {backend!r} is not available in this torch build")
+    return backend
+
+
+def init_process_group(backend: str, *, timeout_s: float = 300.0) -> RankEnv:
+    """Join the process group described by the environment; returns this rank's place in it.
+
+    With ``nccl`` each rank uses GPU ``LOCAL_RANK``.
+    """
+    import torch
+    import torch.distributed as dist
+
+    check_backend(backend)
+    env = rank_env()
+    if backend == "nccl":
+        torch.cuda.set_device(env.local_rank)
+    dist.init_process_group(
+        backend=backend,
+        init_method=f"tcp://{env.master_addr}:{env.master_port}",
+        rank=env.rank,
+        world_size=env.world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    return env
+
+
+def device_for(backend: str) -> str:
+    """Tensors exchanged on ``backend`` live here (gloo: CPU; nccl: this rank's GPU)."""
+    if backend == "nccl":
+        import torch
+
+        return f"cuda:{torch.cuda.current_device()}"
+    return "cpu"
+
+
+def launch_local(
+    argv: Sequence[str],
+    nprocs: int,
+    *,
+    timeout_s: float = 600.0,
+    master_addr: str = "127.0.0.1",
+    threads_per_proc: int | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+) -> None:
+    """Run ``python <argv...>`` as ``nprocs`` ranks on this machine, like torchrun does.
+
+    Each rank gets the torchrun variables and, unless ``threads_per_proc`` says otherwise,
+    ``OMP_NUM_THREADS = max(1, cpus // nprocs)`` so the ranks do not oversubscribe the cores.
+    Returns when every rank exited 0. If one fails, the others are terminated and a
+    :class:`DistributedRunError` shows the failed rank's last output lines; the whole job is
+    killed after ``timeout_s`` seconds.
+    """
+    if nprocs < 1:
+        raise ConfigError(f"nprocs must be >= 1, got {nprocs}")
+    port = free_port(master_addr)
+    threads = threads_per_proc or max(1, (os.cpu_count() or 1) // nprocs)
+    procs: list[subprocess.Popen] = []
+    logs: list[Path] = []
+    with tempfile.TemporaryDirectory(prefix="vgcsim-ranks-") as tmp:
+        for rank in range(nprocs):
+            env = dict(os.environ)
+            env.update(extra_env or {})
+            env.update(
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE=str(nprocs),
+                LOCAL_WORLD_SIZE=str(nprocs),
+                MASTER_ADDR=master_addr,
+                MASTER_PORT=str(port),
+                OMP_NUM_THREADS=str(threads),
+            )
+            log_path = Path(tmp) / f"rank{rank}.log"
+            logs.append(log_path)
+            with open(log_path, "wb") as out:
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, *argv],
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        cwd=cwd,
+                    )
+                )
+        log.info("launched %d ranks on %s:%d: %s", nprocs, master_addr, port, " ".join(argv))
+        _wait_all(procs, logs, timeout_s)
+
+
+def _wait_all(procs: list[subprocess.Popen], logs: list[Path], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    failed: int | None = None
+    try:
+        while True:
+            codes = [p.poll() for p in procs]
+            bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                failed = bad[0]
+                break
+            if all(c == 0 for c in codes):
+                return
+            if time.monotonic() > deadline:
+                raise DistributedRunError(
+                    f"distributed run timed out after {timeout_s:.0f} s;\n" + _tails(logs)
+                )
+            time.sleep(0.05)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    tail = _tail(logs[failed])
+    raise DistributedRunError(
+        f"rank {failed} exited with status {procs[failed].returncode}; its last output:\n{tail}"
+    )
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no output)"
+    return "\n".join(text.splitlines()[-lines:]) or "(no output)"
+
+
+def _tails(logs: list[Path]) -> str:
+    return "\n".join(f"--- rank {r} ---\n{_tail(p, 8)}" for r, p in enumerate(logs))
