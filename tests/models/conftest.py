@@ -1,0 +1,73 @@
+"""A tiny hand-made trace (TraceWriter) whose every number is known, for replay/predict tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from traces import schema
+from traces.io import TraceWriter, read_trace
+
+#: bits_packed32[step, worker, layer] of the tiny trace: 3 steps, 2 workers, 2 layers.
+TINY_BITS = np.array(
+    [
+        [[800, 160], [1600, 320]],
+        [[804, 0], [80, 8]],
+        [[8000, 1600], [16, 16]],
+    ],
+    dtype=np.int64,
+)
+TINY_NUMEL = (1000, 250)
+TINY_STEP = {"compute_s": 0.2, "variance_s": 0.02, "compress_s": 0.04, "encode_s": 0.02}
+
+
+def write_tiny_trace(run_dir, *, bits=TINY_BITS, numel=TINY_NUMEL, step_row=TINY_STEP):
+    steps, workers, n_layers = bits.shape
+    layers = [
+        {"index": i, "name": f"l{i}", "shape": [numel[i]], "numel": numel[i]}
+        for i in range(n_layers)
+    ]
+    header = {
+        "synthetic": True,
+        "config": {"test": True},
+        "seeds": {"seed": 0},
+        "versions": {},
+        "git_commit": None,
+        "machine": {},
+        "workers": workers,
+        "batch_size_per_worker": 8,
+        "compressor": {"name": "variance", "params": {"alpha": 2.0}},
+        "encodings": ["packed32", "coo64"],
+        "primary_encoding": "packed32",
+        "layers": layers,
+        "flops_per_sample": 1e9,
+        "dense_bytes_per_step": 4 * sum(numel),
+    }
+    with TraceWriter(run_dir, header, chunk_steps=2) as w:
+        for t in range(steps):
+            rows = {c: [] for c in [*schema.PAYLOAD_COLUMNS, "bits_packed32", "bits_coo64"]}
+            for wk in range(workers):
+                for layer in range(n_layers):
+                    b = int(bits[t, wk, layer])
+                    rows["step"].append(t)
+                    rows["worker"].append(wk)
+                    rows["layer"].append(layer)
+                    rows["numel"].append(numel[layer])
+                    rows["sent"].append(b // 32)
+                    rows["bits_packed32"].append(b)
+                    rows["bits_coo64"].append(2 * b)
+            w.add_payload_rows(rows)
+            w.add_step(
+                {"step": t, "loss": 1.0, "lr": 0.1, "grad_norm": 1.0, "density": 0.01, **step_row}
+            )
+    return run_dir
+
+
+@pytest.fixture
+def tiny_trace_dir(tmp_path):
+    return write_tiny_trace(tmp_path / "tiny")
+
+
+@pytest.fixture
+def tiny_trace(tiny_trace_dir):
+    return read_trace(tiny_trace_dir)

@@ -1,0 +1,103 @@
+"""traces.results: writing, reading and finalizing result tables."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from traces import schema
+from traces.errors import ResultsError
+from traces.results import finalize_results, read_results, results_header, write_results
+
+
+def _row(**kw):
+    base = {c: np.nan for c in schema.RESULT_COLUMNS}
+    base.update(
+        source="predicted",
+        path="closed_form",
+        trace="t",
+        compressor="variance",
+        encoding="packed32",
+        cluster="10GbE",
+        topology="star",
+        world_size=4,
+        method="compressed",
+        collective="allgatherv/ring",
+        step=-1,
+        compute_s=1.0,
+        variance_s=0.0,
+        codec_s=0.0,
+        comm_s=1.0,
+        step_s=2.0,
+        payload_bytes_max=10.0,
+        payload_bytes_mean=5.0,
+    )
+    base.update(kw)
+    return base
+
+
+def _header():
+    return results_header(
+        source="predicted",
+        traces=[{"name": "t"}],
+        cluster={"name": "10GbE"},
+        extrapolation={"rule": "modulo", "seed": None},
+        options={},
+        command=["vgcsim", "predict"],
+    )
+
+
+def test_finalize_speedup_and_efficiency():
+    df = pd.DataFrame(
+        [
+            _row(),
+            _row(method="dense", compressor="dense", collective="allreduce/ring", step_s=4.0),
+            _row(
+                method="dense", compressor="dense", collective="allreduce/binomial_tree", step_s=5.0
+            ),
+            _row(world_size=8, step_s=3.0),  # no dense row in its group
+        ]
+    )
+    out = finalize_results(df, batch_size_per_worker=32)
+    assert out.loc[0, "speedup_vs_dense"] == pytest.approx(2.0)  # fastest dense / 2.0
+    assert out.loc[1, "speedup_vs_dense"] == pytest.approx(1.0)
+    assert out.loc[2, "speedup_vs_dense"] == pytest.approx(0.8)
+    assert out.loc[0, "scaling_efficiency"] == pytest.approx(0.5)
+    assert np.isnan(out.loc[3, "speedup_vs_dense"])
+    assert out.loc[0, "throughput_samples_per_s"] == pytest.approx(4 * 32 / 2.0)
+
+
+def test_write_read_round_trip(tmp_path):
+    df = finalize_results(pd.DataFrame([_row(), _row(method="dense", step_s=3.0)]))
+    out = write_results(df, tmp_path / "res", _header())
+    back, header = read_results(out)
+    pd.testing.assert_frame_equal(back, df)
+    assert header["schema_version"] == schema.RESULTS_SCHEMA_VERSION
+    assert set(schema.RESULTS_HEADER_KEYS) <= set(header)
+    back2, _ = read_results(out / "results.parquet")
+    assert len(back2) == 2
+    assert (out / "results.csv").read_text().startswith("source,path,trace")
+
+
+def test_columns_must_match(tmp_path):
+    df = pd.DataFrame([_row()]).drop(columns=["comm_s"])
+    with pytest.raises(ResultsError, match="comm_s"):
+        write_results(df, tmp_path, _header())
+
+
+def test_unknown_version_and_corrupt(tmp_path):
+    out = write_results(pd.DataFrame([_row()]), tmp_path / "r", _header())
+    h = json.loads((out / "results.json").read_text())
+    h["schema_version"] = 99
+    (out / "results.json").write_text(json.dumps(h))
+    with pytest.raises(ResultsError, match="version"):
+        read_results(out)
+    with pytest.raises(ResultsError, match="not a result table"):
+        read_results(tmp_path / "missing")
+    out2 = write_results(pd.DataFrame([_row()]), tmp_path / "r2", _header())
+    (out2 / "results.parquet").write_bytes(b"garbage")
+    with pytest.raises(ResultsError, match="corrupt"):
+        read_results(out2)

@@ -1,0 +1,197 @@
+"""Human quantities parsed once, at the config boundary, into SI numbers.
+
+Bandwidths become bytes per second, times seconds, sizes bytes, compute rates FLOP/s.
+Bits and bytes are never confused: a lower-case ``b`` (or ``bit``) is a bit and an
+upper-case ``B`` (or ``byte``) is a byte, so ``"10Gbps"`` and ``"10Gb/s"`` are 1e10 bits/s =
+1.25e9 bytes/s while ``"12.5GB/s"`` is 1.25e10 bytes/s. Decimal prefixes (k, M, G, T, P) are
+powers of 1000; binary prefixes (Ki, Mi, Gi, Ti, Pi) powers of 1024. A bare number is
+already in SI units (bytes/s, seconds, bytes, FLOP/s).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from traces.errors import UnitError
+
+__all__ = [
+    "format_bandwidth",
+    "format_bytes",
+    "format_time",
+    "parse_bandwidth_Bps",
+    "parse_flops",
+    "parse_size_bytes",
+    "parse_time_s",
+]
+
+_PREFIXES: dict[str, float] = {
+    "": 1.0,
+    "k": 1e3,
+    "K": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+    "Pi": 2.0**50,
+}
+
+_NUMBER = r"(?P<num>[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
+_PREFIX = r"(?P<prefix>Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P|)"
+
+# bandwidth: <num><prefix><bit|byte unit><per second>
+_BANDWIDTH_RE = re.compile(
+    rf"^{_NUMBER}\s*{_PREFIX}(?P<unit>bit|bits|byte|bytes|b|B)\s*(?:ps|/s|/sec|/second)$"
+)
+_SIZE_RE = re.compile(rf"^{_NUMBER}\s*{_PREFIX}(?P<unit>bit|bits|byte|bytes|b|B)$")
+_FLOPS_RE = re.compile(rf"^{_NUMBER}\s*{_PREFIX}(?:FLOPS|FLOP/s|flops|flop/s|FLOPs/s)$")
+_TIME_RE = re.compile(
+    rf"^{_NUMBER}\s*(?P<unit>ps|ns|us|µs|μs|ms|s|sec|min|h)$",
+)
+_TIME_UNITS = {
+    "ps": 1e-12,
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "sec": 1.0,
+    "min": 60.0,
+    "h": 3600.0,
+}
+
+
+def _number(value: object, what: str) -> float | None:
+    """Return ``value`` as a float if it is a plain number (or numeric string), else None."""
+    if isinstance(value, bool):
+        raise UnitError(f"{what}: expected a number or a string with units, got {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    raise UnitError(f"{what}: expected a number or a string with units, got {value!r}")
+
+
+def _check(value: float, what: str, text: object, *, allow_zero: bool) -> float:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = "non-negative" if allow_zero else "positive"
+        raise UnitError(f"{what}: {text!r} must be a finite {bound} quantity")
+    return value
+
+
+def _is_bits(unit: str) -> bool:
+    return unit in ("b", "bit", "bits")
+
+
+def parse_bandwidth_Bps(value: str | float | int) -> float:
+    """Parse a bandwidth into bytes per second.
+
+    ``"10Gbps"``, ``"10 Gb/s"``, ``"10Gbit/s"`` are bits per second (÷ 8); ``"12.5GB/s"``,
+    ``"12.5GBps"`` are bytes per second; ``"1GiB/s"`` is 2**30 bytes per second. A bare
+    number is bytes per second. Ambiguous strings such as ``"10G"`` are rejected.
+    """
+    what = "bandwidth"
+    num = _number(value, what)
+    if num is not None:
+        return _check(num, what, value, allow_zero=False)
+    text = str(value).strip()
+    m = _BANDWIDTH_RE.match(text)
+    if not m:
+        raise UnitError(
+            f"{what}: cannot parse {text!r}; use e.g. '10Gbps' or '10Gb/s' (bits), "
+            "'12.5GB/s' (bytes), '1GiB/s' (binary bytes), or a number in bytes/s"
+        )
+    scale = _PREFIXES[m["prefix"]]
+    out = float(m["num"]) * scale
+    if _is_bits(m["unit"]):
+        out /= 8.0
+    return _check(out, what, text, allow_zero=False)
+
+
+def parse_time_s(value: str | float | int) -> float:
+    """Parse a duration into seconds: ``"5us"``, ``"5µs"``, ``"1.5ms"``, ``"100ns"``, ``"2s"``.
+
+    A bare number is seconds. Zero is allowed (e.g. a latency-free link in tests).
+    """
+    what = "time"
+    num = _number(value, what)
+    if num is not None:
+        return _check(num, what, value, allow_zero=True)
+    text = str(value).strip()
+    m = _TIME_RE.match(text)
+    if not m:
+        raise UnitError(
+            f"{what}: cannot parse {text!r}; use e.g. '5us', '1.5ms', '100ns', '2s' or seconds"
+        )
+    return _check(float(m["num"]) * _TIME_UNITS[m["unit"]], what, text, allow_zero=True)
+
+
+def parse_size_bytes(value: str | float | int) -> float:
+    """Parse a size into bytes: ``"64MiB"``, ``"1.5GB"``, ``"800Mb"`` (megabits ÷ 8).
+
+    A bare number is bytes.
+    """
+    what = "size"
+    num = _number(value, what)
+    if num is not None:
+        return _check(num, what, value, allow_zero=True)
+    text = str(value).strip()
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise UnitError(
+            f"{what}: cannot parse {text!r}; use e.g. '64MiB', '1.5GB', '800Mb' (bits) or bytes"
+        )
+    out = float(m["num"]) * _PREFIXES[m["prefix"]]
+    if _is_bits(m["unit"]):
+        out /= 8.0
+    return _check(out, what, text, allow_zero=True)
+
+
+def parse_flops(value: str | float | int) -> float:
+    """Parse a compute rate into FLOP/s: ``"15.7TFLOPS"``, ``"19.5 TFLOP/s"``, ``"160GFLOPS"``."""
+    what = "compute rate"
+    num = _number(value, what)
+    if num is not None:
+        return _check(num, what, value, allow_zero=False)
+    text = str(value).strip()
+    m = _FLOPS_RE.match(text)
+    if not m:
+        raise UnitError(
+            f"{what}: cannot parse {text!r}; use e.g. '15.7TFLOPS', '160 GFLOP/s' or FLOP/s"
+        )
+    return _check(float(m["num"]) * _PREFIXES[m["prefix"]], what, text, allow_zero=False)
+
+
+def format_bandwidth(bandwidth_Bps: float) -> str:
+    """Format bytes/s as a human bit rate (network convention), e.g. ``"10 Gb/s"``."""
+    bits = bandwidth_Bps * 8.0
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if bits >= scale:
+            return f"{bits / scale:.4g} {prefix}b/s"
+    return f"{bits:.4g} b/s"
+
+
+def format_time(seconds: float) -> str:
+    """Format seconds with a readable unit, e.g. ``"5 us"``."""
+    if seconds == 0:
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.4g} {unit}"
+    return f"{seconds / 1e-12:.4g} ps"
+
+
+def format_bytes(n_bytes: float) -> str:
+    """Format a byte count with binary prefixes, e.g. ``"97.5 MiB"``."""
+    for prefix, scale in (("Ti", 2.0**40), ("Gi", 2.0**30), ("Mi", 2.0**20), ("Ki", 2.0**10)):
+        if abs(n_bytes) >= scale:
+            return f"{n_bytes / scale:.4g} {prefix}B"
+    return f"{n_bytes:.4g} B"
