@@ -1,0 +1,338 @@
+"""Report plots: each function draws one view of a table frame on a Matplotlib Axes.
+
+Every function takes the frame produced by the matching :mod:`reports.tables` function
+and an optional Axes, draws on it and returns it; none of them saves, shows or touches
+pyplot's global state (a missing Axes is created on a fresh ``Figure``). Rendering to
+files lives in :mod:`reports.render`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
+
+#: Stacking order and colours of the step-time parts.
+PARTS = (
+    ("compute_s", "compute (forward + backward)", "#4c72b0"),
+    ("variance_s", "variance estimate", "#dd8452"),
+    ("codec_s", "compress + encode", "#937860"),
+    ("comm_s", "communication", "#c44e52"),
+)
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def _axes(ax: Axes | None, figsize: tuple[float, float] = (7.0, 4.5)) -> Axes:
+    if ax is not None:
+        return ax
+    return Figure(figsize=figsize, layout="constrained").subplots()
+
+
+def _world_size_axis(ax: Axes, sizes: Sequence[int]) -> None:
+    """Log2 x axis labelled with the world sizes themselves (1, 2, 4, … 256)."""
+    sizes = sorted({int(s) for s in sizes})
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(sizes))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("workers P (log scale)")
+
+
+def _ratio_formatter(v: float, _: object) -> str:
+    return f"{v:g}×"
+
+
+def _ratio_axis(ax: Axes, values: pd.Series) -> str:
+    """Log y axis for ratios spanning more than a decade, linear otherwise; "×" tick labels."""
+    v = values.to_numpy(dtype=float)
+    v = v[np.isfinite(v) & (v > 0)]
+    wide = v.size > 0 and v.max() / v.min() > 10
+    if wide:
+        ax.set_yscale("log")
+        if v.max() / v.min() < 1000:
+            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda _v, _: ""))
+    ax.yaxis.set_major_formatter(FuncFormatter(_ratio_formatter))
+    return ", log scale" if wide else ""
+
+
+def _prefer_source(df: pd.DataFrame, source: str | None) -> pd.DataFrame:
+    if source is not None:
+        return df[df["source"] == source]
+    if (df["source"] == "simulated").any():
+        return df[df["source"] == "simulated"]
+    return df
+
+
+def _style(keys: Sequence[str]) -> dict[str, tuple[str, str]]:
+    return {k: (_COLORS[i % len(_COLORS)], _MARKERS[i % len(_MARKERS)]) for i, k in enumerate(keys)}
+
+
+def speedup_vs_world_size(
+    what_if: pd.DataFrame, ax: Axes | None = None, *, source: str | None = None
+) -> Axes:
+    """Speedup of compressed allgatherv over dense allreduce vs P, one line per interconnect.
+
+    ``what_if`` is a :func:`reports.tables.what_if` frame; several method labels are drawn
+    with different line styles. Above the dashed line at 1× compression is faster.
+    """
+    ax = _axes(ax)
+    t = _prefer_source(what_if, source)
+    clusters = list(dict.fromkeys(t["cluster"]))
+    labels = list(dict.fromkeys(t["method_label"]))
+    styles = _style(clusters)
+    dashes = ("-", "--", ":", "-.")
+    for li, label in enumerate(labels):
+        for cluster in clusters:
+            g = t[(t["cluster"] == cluster) & (t["method_label"] == label)].sort_values(
+                "world_size"
+            )
+            if g.empty:
+                continue
+            color, marker = styles[cluster]
+            name = cluster if len(labels) == 1 else f"{cluster}, {label}"
+            ax.plot(
+                g["world_size"],
+                g["speedup"],
+                marker=marker,
+                color=color,
+                linestyle=dashes[li % len(dashes)],
+                label=name,
+            )
+    ax.axhline(1.0, color="black", linewidth=1, linestyle="--", label="break-even (dense = 1×)")
+    scale = _ratio_axis(ax, t["speedup"])
+    _world_size_axis(ax, t["world_size"])
+    ax.set_ylabel(f"speedup over dense allreduce (×{scale})")
+    what = labels[0] if len(labels) == 1 else "compressed"
+    src = ", ".join(sorted(set(t["source"])))
+    ax.set_title(f"{what} allgatherv vs dense allreduce ({src})")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(title="interconnect", fontsize="small")
+    return ax
+
+
+def step_breakdown(
+    breakdown: pd.DataFrame, ax: Axes | None = None, *, source: str | None = None
+) -> Axes:
+    """Stacked step-time parts per P: dense (hatched, left) beside compressed (right).
+
+    ``breakdown`` is a :func:`reports.tables.breakdown` frame for one cluster and one
+    trace (the caller filters); times are shown in milliseconds.
+    """
+    ax = _axes(ax, (8.0, 4.5))
+    t = _prefer_source(breakdown, source)
+    sizes = sorted(set(int(p) for p in t["world_size"]))
+    x = np.arange(len(sizes), dtype=float)
+    width = 0.38
+    for offset, method, hatch in ((-width / 2, "dense", "//"), (width / 2, "compressed", "")):
+        g = t[t["method"] == method].set_index("world_size").reindex(sizes)
+        bottom = np.zeros(len(sizes))
+        for col, name, color in PARTS:
+            vals = g[col].fillna(0.0).to_numpy(dtype=float) * 1e3
+            ax.bar(
+                x + offset,
+                vals,
+                width,
+                bottom=bottom,
+                color=color,
+                hatch=hatch,
+                edgecolor="white" if hatch else color,
+                label=name if method == "compressed" else None,
+            )
+            bottom += vals
+    ax.set_xticks(x, [str(p) for p in sizes])
+    ax.set_xlabel("workers P  (left, hatched: dense allreduce · right: compressed)")
+    ax.set_ylabel("step time (ms)")
+    cluster = ", ".join(dict.fromkeys(t["cluster"]))
+    label = ", ".join(dict.fromkeys(t.loc[t["method"] == "compressed", "method_label"]))
+    ax.set_title(f"Step-time breakdown on {cluster}: dense vs {label}")
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+    ax.grid(True, axis="y", alpha=0.3)
+    return ax
+
+
+def crossover_map(
+    crossover: pd.DataFrame,
+    ax: Axes | None = None,
+    *,
+    source: str | None = None,
+    achieved: Mapping[str, float] | None = None,
+) -> Axes:
+    """Compression ratio needed to beat dense allreduce vs P, one line per interconnect.
+
+    ``crossover`` is a :func:`reports.tables.crossover` frame for one trace; ``achieved``
+    maps method labels to their measured compression ratios, drawn as horizontal lines
+    (a method wins on a link wherever its line lies above that link's curve). Points where
+    no ratio suffices (overhead alone exceeds the dense step) are left out.
+    """
+    ax = _axes(ax)
+    t = _prefer_source(crossover, source)
+    clusters = list(dict.fromkeys(t["cluster"]))
+    styles = _style(clusters)
+    for cluster in clusters:
+        g = t[t["cluster"] == cluster].sort_values("world_size")
+        g = g[np.isfinite(g["required_ratio"].astype(float)) & (g["world_size"] > 1)]
+        color, marker = styles[cluster]
+        if g.empty:
+            ax.plot([], [], color=color, marker=marker, label=f"{cluster}: no ratio suffices")
+            continue
+        ax.plot(g["world_size"], g["required_ratio"], marker=marker, color=color, label=cluster)
+    for i, (label, ratio) in enumerate((achieved or {}).items()):
+        if not (ratio and math.isfinite(ratio)):
+            continue
+        ax.axhline(
+            ratio,
+            color="0.3",
+            linestyle=(0, (1 + i, 2)),
+            linewidth=1.2,
+            label=f"achieved: {label} ({ratio:,.0f}×)",
+        )
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(_ratio_formatter))
+    sizes = t.loc[t["world_size"] > 1, "world_size"]
+    if len(sizes):
+        _world_size_axis(ax, sizes)
+    ax.set_ylabel("compression ratio needed (×, log scale)")
+    label = ", ".join(dict.fromkeys(t["method_label"]))
+    ax.set_title(f"Compression ratio needed to beat dense allreduce\n(with {label} overheads)")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize="small", title="compression wins above a link's curve")
+    return ax
+
+
+def density_heatmap(
+    density: pd.DataFrame,
+    ax: Axes | None = None,
+    *,
+    layer_names: Sequence[str] | None = None,
+    title: str = "",
+) -> Axes:
+    """Per-layer density over steps as a heatmap (log colour scale).
+
+    ``density`` is a :func:`reports.tables.layer_density` frame (index step, columns layer).
+    Density 0 (nothing sent) shows in the lowest colour.
+    """
+    ax = _axes(ax, (8.0, 4.0))
+    values = density.to_numpy(dtype=float).T  # layers x steps
+    positive = values[values > 0]
+    vmin = float(positive.min()) if positive.size else 1e-6
+    vmax = max(float(values.max()) if values.size else 1.0, vmin * 10)
+    shown = np.where(values > 0, values, vmin)
+    steps = density.index.to_numpy()
+    extent = (
+        float(steps.min()) - 0.5 if len(steps) else 0,
+        float(steps.max()) + 0.5 if len(steps) else 1,
+        len(density.columns) - 0.5,
+        -0.5,
+    )
+    im = ax.imshow(
+        shown,
+        aspect="auto",
+        interpolation="nearest",
+        norm=LogNorm(vmin=vmin, vmax=min(vmax, 1.0) if vmin < 1 else vmax),
+        cmap="viridis",
+        extent=extent,
+    )
+    ax.figure.colorbar(im, ax=ax, label="density (elements sent / layer size, log)")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("layer (parameter tensor)")
+    n = len(density.columns)
+    if layer_names is not None and n <= 24:
+        ax.set_yticks(range(n), list(layer_names)[:n], fontsize="x-small")
+    ax.set_title(title or "Per-layer density over steps")
+    return ax
+
+
+def compression_ratio_over_steps(ratios: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """Compression ratio per step, one line per trace (log scale).
+
+    ``ratios`` is a long frame with columns label, step, compression_ratio (the
+    concatenation of :func:`reports.tables.compression_over_steps` frames).
+    """
+    ax = _axes(ax)
+    labels = list(dict.fromkeys(ratios["label"]))
+    styles = _style(labels)
+    for label in labels:
+        g = ratios[ratios["label"] == label].sort_values("step")
+        color, _ = styles[label]
+        ax.plot(g["step"], g["compression_ratio"], color=color, label=label)
+    scale = _ratio_axis(ax, ratios["compression_ratio"])
+    ax.set_xlabel("training step")
+    ax.set_ylabel(f"compression ratio (fp32 bits / bits sent{scale})")
+    ax.set_title("Compression ratio over training")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize="small")
+    return ax
+
+
+def accuracy_over_steps(curves: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """Test accuracy over steps per trace; the dense run drawn thick and black.
+
+    ``curves`` is a :func:`reports.tables.accuracy_curves` frame.
+    """
+    ax = _axes(ax)
+    labels = list(dict.fromkeys(curves["label"]))
+    styles = _style([x for x in labels if x != "dense"])
+    for label in labels:
+        g = curves[curves["label"] == label].sort_values("step")
+        if label == "dense":
+            ax.plot(g["step"], g["test_acc"] * 100, color="black", linewidth=2.5, label=label)
+        else:
+            color, marker = styles[label]
+            ax.plot(g["step"], g["test_acc"] * 100, color=color, marker=marker, label=label)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title("Accuracy vs the dense run")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    return ax
+
+
+def simulated_vs_predicted(agreement: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """Simulated vs predicted mean step time, one colour per cluster (log-log).
+
+    ``agreement`` is a :func:`reports.tables.agreement` frame. Points on the diagonal
+    agree; the grey band is ±10 %.
+    """
+    ax = _axes(ax, (5.5, 5.0))
+    clusters = list(dict.fromkeys(agreement["cluster"]))
+    styles = _style(clusters)
+    for cluster in clusters:
+        g = agreement[agreement["cluster"] == cluster]
+        color, _ = styles[cluster]
+        for method, marker in (("dense", "o"), ("compressed", "x")):
+            h = g[g["method"] == method]
+            if h.empty:
+                continue
+            ax.scatter(
+                h["predicted_step_s"] * 1e3,
+                h["simulated_step_s"] * 1e3,
+                color=color,
+                marker=marker,
+                label=f"{cluster}, {method}",
+                zorder=3,
+            )
+    vals = agreement[["predicted_step_s", "simulated_step_s"]].to_numpy(dtype=float).ravel() * 1e3
+    vals = vals[np.isfinite(vals) & (vals > 0)]
+    if vals.size:
+        lo, hi = vals.min() / 1.5, vals.max() * 1.5
+        line = np.geomspace(lo, hi, 50)
+        ax.plot(line, line, color="black", linewidth=1, label="simulated = predicted", zorder=2)
+        ax.fill_between(line, line * 0.9, line * 1.1, color="0.88", label="±10 %", zorder=1)
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("predicted step time (ms, log)")
+    ax.set_ylabel("simulated step time (ms, log)")
+    ax.set_title("Simulator vs closed-form model")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize="x-small")
+    return ax

@@ -1,0 +1,474 @@
+"""Report tables: pure transforms from result tables and traces to summary frames.
+
+Every function here maps DataFrames (or a loaded trace) to a new DataFrame and writes
+nothing; :mod:`reports.render` turns the frames into CSV, Markdown and HTML.
+
+Inputs are result tables with exactly ``traces.schema.RESULT_COLUMNS`` (from ``vgcsim
+predict`` and ``vgcsim simulate``, possibly several concatenated) and trace tables
+(payloads, steps, evals) as described in :mod:`traces.schema`.
+
+Vocabulary used in column names:
+
+* ``dense`` — fp32 gradients summed with an allreduce (the baseline rows, ``method ==
+  "dense"``).
+* ``compressed`` — the trace's encoded payloads exchanged with an allgatherv
+  (``method == "compressed"``).
+* ``speedup`` — dense step time / compressed step time at the same source, cluster and P;
+  above 1 compression wins.
+* ``compression_ratio`` — dense fp32 bytes per rank / mean compressed bytes per rank
+  (the paper's definition: bits of the uncompressed gradient over bits sent).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from traces.errors import ResultsError
+from traces.schema import BITS_PREFIX, RESULT_COLUMNS
+
+#: Columns identifying one configuration in a result table (everything but the step and
+#: the measured quantities).
+CONFIG_KEYS = (
+    "source",
+    "path",
+    "trace",
+    "compressor",
+    "encoding",
+    "cluster",
+    "topology",
+    "world_size",
+    "method",
+    "collective",
+)
+TIME_COLUMNS = ("compute_s", "variance_s", "codec_s", "comm_s", "step_s")
+MEAN_STEP = -1
+
+WHAT_IF_COLUMNS = (
+    "source",
+    "cluster",
+    "trace",
+    "method_label",
+    "world_size",
+    "dense_collective",
+    "dense_step_s",
+    "compressed_collective",
+    "compressed_step_s",
+    "speedup",
+    "dense_scaling_efficiency",
+    "compressed_scaling_efficiency",
+    "compression_ratio",
+    "winner",
+    "largest_winning_world_size",
+)
+
+
+def check_results(df: pd.DataFrame) -> pd.DataFrame:
+    """Return ``df`` if it has every result column, else raise :class:`ResultsError`."""
+    missing = [c for c in RESULT_COLUMNS if c not in df.columns]
+    if missing:
+        raise ResultsError(
+            f"result table lacks columns {missing}; expected the columns of "
+            "traces.schema.RESULT_COLUMNS (written by `vgcsim predict` / `vgcsim simulate`)"
+        )
+    return df
+
+
+def mean_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration: the mean-over-steps rows (``step == -1``).
+
+    Configurations that only have per-step rows are averaged here (arithmetic mean of
+    every numeric column), so both kinds of result tables give the same view.
+    """
+    check_results(df)
+    keys = list(CONFIG_KEYS)
+    has_mean = df[df["step"] == MEAN_STEP]
+    per_step = df[df["step"] != MEAN_STEP]
+    if not per_step.empty:
+        covered = has_mean[keys].drop_duplicates()
+        merged = per_step.merge(covered, on=keys, how="left", indicator=True)
+        missing = merged[merged["_merge"] == "left_only"].drop(columns="_merge")
+        if not missing.empty:
+            numeric = [c for c in RESULT_COLUMNS if c not in CONFIG_KEYS and c != "step"]
+            averaged = missing.groupby(keys, as_index=False, dropna=False)[numeric].mean()
+            averaged["step"] = MEAN_STEP
+            has_mean = pd.concat([has_mean, averaged[list(RESULT_COLUMNS)]], ignore_index=True)
+    out = has_mean[list(RESULT_COLUMNS)].copy()
+    out["world_size"] = out["world_size"].astype(int)
+    return out.sort_values(keys).reset_index(drop=True)
+
+
+def _label(labels: Mapping[str, str] | None, trace: str, compressor: str) -> str:
+    if labels and trace in labels:
+        return labels[trace]
+    return compressor
+
+
+def _best(rows: pd.DataFrame, method: str) -> pd.DataFrame:
+    """Per (source, cluster, trace, P): the row of ``method`` with the smallest step time."""
+    sel = rows[rows["method"] == method]
+    if sel.empty:
+        return sel
+    idx = sel.groupby(["source", "cluster", "trace", "world_size"])["step_s"].idxmin()
+    return sel.loc[idx.to_numpy()]
+
+
+def what_if(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """What-if table: dense allreduce vs compressed allgatherv per interconnect and P.
+
+    For each (source, cluster, trace, world_size) the fastest dense collective and the
+    fastest compressed collective are compared (both from the same result rows, so the
+    same measured compute). ``speedup = dense_step_s / compressed_step_s``; the winner is
+    the method with the smaller step time; ``largest_winning_world_size`` is the largest
+    P of that (source, cluster, trace) at which compression is faster (``NA`` if never).
+    Traces recorded without compression (compressor ``dense``) have no compressed side
+    and are left out.
+    """
+    rows = mean_rows(df)
+    dense = _best(rows, "dense")
+    comp = _best(rows, "compressed")
+    comp = comp[comp["compressor"] != "dense"]
+    keys = ["source", "cluster", "trace", "world_size"]
+    if dense.empty or comp.empty:
+        return pd.DataFrame(columns=list(WHAT_IF_COLUMNS))
+    d = dense[keys + ["collective", "step_s", "scaling_efficiency", "payload_bytes_mean"]]
+    c = comp[
+        keys + ["compressor", "collective", "step_s", "scaling_efficiency", "payload_bytes_mean"]
+    ]
+    m = c.merge(d, on=keys, suffixes=("_c", "_d"), how="inner")
+    out = pd.DataFrame(
+        {
+            "source": m["source"],
+            "cluster": m["cluster"],
+            "trace": m["trace"],
+            "method_label": [
+                _label(labels, t, k) for t, k in zip(m["trace"], m["compressor"], strict=True)
+            ],
+            "world_size": m["world_size"].astype(int),
+            "dense_collective": m["collective_d"],
+            "dense_step_s": m["step_s_d"],
+            "compressed_collective": m["collective_c"],
+            "compressed_step_s": m["step_s_c"],
+            "speedup": m["step_s_d"] / m["step_s_c"],
+            "dense_scaling_efficiency": m["scaling_efficiency_d"],
+            "compressed_scaling_efficiency": m["scaling_efficiency_c"],
+            "compression_ratio": m["payload_bytes_mean_d"] / m["payload_bytes_mean_c"],
+        }
+    )
+    out["winner"] = np.where(out["compressed_step_s"] < out["dense_step_s"], "compressed", "dense")
+    wins = out[out["winner"] == "compressed"]
+    largest = wins.groupby(["source", "cluster", "trace"])["world_size"].max()
+    out = out.merge(
+        largest.rename("largest_winning_world_size").reset_index(),
+        on=["source", "cluster", "trace"],
+        how="left",
+    )
+    out["largest_winning_world_size"] = out["largest_winning_world_size"].astype("Int64")
+    return out[list(WHAT_IF_COLUMNS)].sort_values(keys).reset_index(drop=True)
+
+
+def _fit_comm(points: pd.DataFrame) -> tuple[float, float]:
+    """Least-squares ``comm_s = a + b * payload_bytes`` with ``a >= 0``, ``b > 0``.
+
+    With a single payload size (or a fit that comes out with a negative intercept or
+    slope) the line goes through the origin: communication time proportional to bytes.
+    """
+    x = points["payload_bytes_mean"].to_numpy(dtype=float)
+    y = points["comm_s"].to_numpy(dtype=float)
+    if len(np.unique(x)) >= 2:
+        b, a = np.polyfit(x, y, 1)
+        if a >= 0.0 and b > 0.0:
+            return float(a), float(b)
+    total_x = float(x.sum())
+    return 0.0, (float(y.sum()) / total_x if total_x > 0 else math.inf)
+
+
+def crossover(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Compression ratio a compressed allgatherv needs to beat dense allreduce, per P.
+
+    Formula: for each (source, cluster, P, compressed collective) the compressed rows of
+    all traces give points (mean payload bytes, comm_s); a line ``comm_s = a + b·bytes``
+    is fitted (through the origin when there is one payload size). A trace's compressed
+    step at ratio ``r`` then costs ``overhead + a + b·dense_bytes / r`` with ``overhead =
+    step_s − comm_s`` of that trace (compute, variance, codec), and it ties with the
+    fastest dense step when ``r* = b·dense_bytes / (dense_step_s − overhead − a)``.
+    ``r*`` is infinite when the overhead alone exceeds the dense step (no ratio helps).
+
+    Assumptions: communication time is affine in payload bytes at fixed P (holds for the
+    α-β cost of ring/recursive-doubling allgatherv on a bandwidth-bound link); skew
+    between ranks is that of the measured traces.
+
+    Returns one row per (source, cluster, trace, world_size) with ``required_ratio``,
+    ``achieved_ratio`` (the trace's dense bytes / compressed bytes) and ``wins``.
+    """
+    rows = mean_rows(df)
+    dense = _best(rows, "dense")
+    comp = rows[(rows["method"] == "compressed") & (rows["compressor"] != "dense")]
+    cols = [
+        "source",
+        "cluster",
+        "trace",
+        "method_label",
+        "world_size",
+        "collective",
+        "dense_step_s",
+        "overhead_s",
+        "required_ratio",
+        "achieved_ratio",
+        "wins",
+    ]
+    if dense.empty or comp.empty:
+        return pd.DataFrame(columns=cols)
+    fits = {
+        k: _fit_comm(g) for k, g in comp.groupby(["source", "cluster", "world_size", "collective"])
+    }
+    d = dense.set_index(["source", "cluster", "trace", "world_size"])
+    records: list[dict[str, Any]] = []
+    for (source, cluster, trace, p), g in comp.groupby(
+        ["source", "cluster", "trace", "world_size"]
+    ):
+        if (source, cluster, trace, p) not in d.index:
+            continue
+        drow = d.loc[(source, cluster, trace, p)]
+        dense_bytes = float(drow["payload_bytes_mean"])
+        options = []
+        for _, crow in g.iterrows():
+            a, b = fits[(source, cluster, p, crow["collective"])]
+            overhead = float(crow["step_s"] - crow["comm_s"])
+            budget = float(drow["step_s"]) - overhead - a
+            req = b * dense_bytes / budget if budget > 0 else math.inf
+            options.append((req, float(crow["step_s"]), crow))
+        best_req, _, best = min(options, key=lambda o: (o[0], o[1]))
+        achieved = dense_bytes / float(best["payload_bytes_mean"])
+        records.append(
+            {
+                "source": source,
+                "cluster": cluster,
+                "trace": trace,
+                "method_label": _label(labels, trace, best["compressor"]),
+                "world_size": int(p),
+                "collective": best["collective"],
+                "dense_step_s": float(drow["step_s"]),
+                "overhead_s": float(best["step_s"] - best["comm_s"]),
+                "required_ratio": best_req,
+                "achieved_ratio": achieved,
+                "wins": bool(achieved > best_req),
+            }
+        )
+    out = pd.DataFrame.from_records(records, columns=cols)
+    return out.sort_values(["source", "cluster", "trace", "world_size"]).reset_index(drop=True)
+
+
+def breakdown(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Step-time breakdown (compute, variance, codec, communication) per P.
+
+    One row per (source, cluster, trace, world_size, method) using the fastest collective
+    of each method; ``other_s`` is what the step time holds beyond the four parts
+    (negative when the model overlaps communication with compute).
+    """
+    rows = mean_rows(df)
+    parts = pd.concat([_best(rows, "dense"), _best(rows, "compressed")], ignore_index=True)
+    parts = parts[~((parts["method"] == "compressed") & (parts["compressor"] == "dense"))]
+    out = parts[
+        ["source", "cluster", "trace", "compressor", "world_size", "method", "collective"]
+        + list(TIME_COLUMNS)
+    ].copy()
+    out.insert(
+        3,
+        "method_label",
+        [_label(labels, t, k) for t, k in zip(out["trace"], out["compressor"], strict=True)],
+    )
+    out = out.drop(columns="compressor")
+    out["other_s"] = out["step_s"] - out[["compute_s", "variance_s", "codec_s", "comm_s"]].sum(
+        axis=1
+    )
+    return out.sort_values(["source", "cluster", "trace", "world_size", "method"]).reset_index(
+        drop=True
+    )
+
+
+def agreement(df: pd.DataFrame) -> pd.DataFrame:
+    """Simulated vs predicted step times for the configurations both sources cover.
+
+    Rows are matched on (trace, compressor, encoding, cluster, world_size, method,
+    collective); ``rel_error = (simulated − predicted) / simulated``.
+    """
+    rows = mean_rows(df)
+    keys = ["trace", "compressor", "encoding", "cluster", "world_size", "method", "collective"]
+    val = ["step_s", "comm_s"]
+    pred = rows[rows["source"] == "predicted"].groupby(keys, as_index=False)[val].mean()
+    sim = rows[rows["source"] == "simulated"].groupby(keys, as_index=False)[val].mean()
+    m = pred.merge(sim, on=keys, suffixes=("_predicted", "_simulated"))
+    m = m.rename(
+        columns={
+            "step_s_predicted": "predicted_step_s",
+            "step_s_simulated": "simulated_step_s",
+            "comm_s_predicted": "predicted_comm_s",
+            "comm_s_simulated": "simulated_comm_s",
+        }
+    )
+    m["rel_error"] = (m["simulated_step_s"] - m["predicted_step_s"]) / m["simulated_step_s"]
+    return m.sort_values(keys).reset_index(drop=True)
+
+
+def headline(what_if_table: pd.DataFrame) -> list[str]:
+    """Summary sentences, one per (cluster, compressed trace), from a :func:`what_if` table.
+
+    Prefers simulated rows where a configuration has both sources. Example: "On 10GbE,
+    variance α=2 beats dense allreduce up to P = 64, by up to 3.1× (simulated)."
+    """
+    if what_if_table.empty:
+        return []
+    t = what_if_table
+    if (t["source"] == "simulated").any():
+        t = t[t["source"] == "simulated"]
+    lines = []
+    for (cluster, _trace), g in t.groupby(["cluster", "trace"], sort=False):
+        label = g["method_label"].iloc[0]
+        source = g["source"].iloc[0]
+        pmax = int(g["world_size"].max())
+        wins = g[g["winner"] == "compressed"]
+        if wins.empty:
+            best = g.loc[g["speedup"].idxmax()]
+            lines.append(
+                f"On {cluster}, {label} never beats dense allreduce for P ≤ {pmax}; "
+                f"its best is {best['speedup']:.3g}× at P = {int(best['world_size'])} ({source})."
+            )
+            continue
+        largest = int(wins["world_size"].max())
+        best = wins.loc[wins["speedup"].idxmax()]
+        upto = f"up to P = {largest}" if largest < pmax else f"at every P up to {pmax}"
+        lines.append(
+            f"On {cluster}, {label} beats dense allreduce {upto}, "
+            f"by up to {best['speedup']:.3g}× (at P = {int(best['world_size'])}, {source})."
+        )
+    return lines
+
+
+def headline_order(lines: Iterable[str], preferred: str = "10GbE") -> list[str]:
+    """Sentences about the ``preferred`` cluster first, variance methods first within a
+    cluster; otherwise the given order."""
+    lines = list(lines)
+    key = f"On {preferred},"
+
+    def cluster(s: str) -> str:
+        return s[3 : s.index(",")] if s.startswith("On ") and "," in s else ""
+
+    order = list(dict.fromkeys(cluster(s) for s in lines))
+
+    def rank(s: str) -> tuple[bool, int, bool]:
+        method = s.split(", ", 1)[1] if ", " in s else s
+        return (not s.startswith(key), order.index(cluster(s)), not method.startswith("variance"))
+
+    return sorted(lines, key=rank)
+
+
+# --- trace validation -------------------------------------------------------------------
+
+
+def layer_density(payloads: pd.DataFrame) -> pd.DataFrame:
+    """Per-layer density over steps: Σ sent / Σ numel over workers; index step, columns layer."""
+    g = payloads.groupby(["step", "layer"])[["sent", "numel"]].sum()
+    dens = (g["sent"] / g["numel"]).rename("density").reset_index()
+    out = dens.pivot(index="step", columns="layer", values="density").sort_index()
+    out.columns.name = "layer"
+    return out
+
+
+def compression_over_steps(payloads: pd.DataFrame, encoding: str) -> pd.DataFrame:
+    """Compression ratio per step: fp32 bits of every worker's gradient / bits sent.
+
+    Columns: step, bits (Σ over workers and layers of ``bits_<encoding>``), dense_bits
+    (32 · Σ numel) and compression_ratio.
+    """
+    col = f"{BITS_PREFIX}{encoding}"
+    if col not in payloads.columns:
+        have = sorted(c[len(BITS_PREFIX) :] for c in payloads.columns if c.startswith(BITS_PREFIX))
+        raise ResultsError(f"trace has no bits for encoding {encoding!r}; it has: {have}")
+    g = payloads.groupby("step").agg(bits=(col, "sum"), numel=("numel", "sum")).reset_index()
+    g["dense_bits"] = 32 * g["numel"].astype("int64")
+    g["compression_ratio"] = g["dense_bits"] / g["bits"]
+    return g[["step", "bits", "dense_bits", "compression_ratio"]]
+
+
+def method_table(overview: pd.DataFrame) -> pd.DataFrame:
+    """The paper's Table layout (method, accuracy, compression ratio) from recorded traces.
+
+    ``overview`` has one row per trace with columns trace, method_label, compressor,
+    workers, steps, final_test_acc, bits (total bits sent) and dense_bits (total fp32 bits
+    of the same gradients). Adds ``compression_ratio`` and ``acc_vs_dense`` (difference
+    in test accuracy to the dense trace with the most steps, NaN without one).
+    """
+    t = overview.copy()
+    t["compression_ratio"] = t["dense_bits"] / t["bits"]
+    dense = t[t["compressor"] == "dense"]
+    ref = float(dense.sort_values("steps")["final_test_acc"].iloc[-1]) if len(dense) else math.nan
+    t["acc_vs_dense"] = t["final_test_acc"] - ref
+    cols = [
+        "method_label",
+        "trace",
+        "workers",
+        "steps",
+        "final_test_acc",
+        "acc_vs_dense",
+        "compression_ratio",
+        "mean_density",
+    ]
+    return t[cols].sort_values(["compression_ratio", "trace"]).reset_index(drop=True)
+
+
+def trace_overview(trace: Any, label: str | None = None) -> dict[str, Any]:
+    """One row of :func:`method_table` input from a loaded ``traces.io.Trace``."""
+    p = trace.payloads
+    enc = trace.primary_encoding
+    evals = trace.evals
+    acc = (
+        float(evals.sort_values("step")["test_acc"].iloc[-1])
+        if len(evals) and "test_acc" in evals
+        else math.nan
+    )
+    numel = int(p["numel"].sum())
+    return {
+        "trace": trace.name,
+        "method_label": label or trace.compressor,
+        "compressor": trace.compressor,
+        "workers": int(trace.workers),
+        "steps": int(trace.steps_count),
+        "final_test_acc": acc,
+        "bits": int(p[f"{BITS_PREFIX}{enc}"].sum()),
+        "dense_bits": 32 * numel,
+        "mean_density": float(p["sent"].sum()) / numel if numel else math.nan,
+    }
+
+
+def accuracy_curves(evals_by_trace: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Long frame (label, step, test_acc, train_acc) of every trace's evaluations."""
+    parts = []
+    for label, ev in evals_by_trace.items():
+        if ev is None or ev.empty:
+            continue
+        e = ev[["step", "test_acc", "train_acc"]].copy()
+        e.insert(0, "label", label)
+        parts.append(e)
+    if not parts:
+        return pd.DataFrame(columns=["label", "step", "test_acc", "train_acc"])
+    return pd.concat(parts, ignore_index=True).sort_values(["label", "step"], ignore_index=True)
+
+
+def method_label(name: str, params: Mapping[str, Any] | None) -> str:
+    """Human label of a compressor and its hyperparameters, e.g. "variance α=2"."""
+    params = dict(params or {})
+    greek = {"alpha": "α", "tau": "τ", "zeta": "ζ", "gamma": "γ"}
+    shown = []
+    for key in sorted(params):
+        value = params[key]
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, (dict, list)) or value is None:
+            continue
+        shown.append(f"{greek.get(key, key)}={value}")
+    return f"{name} {', '.join(shown)}" if shown else name
