@@ -1,0 +1,310 @@
+"""Checking and summarising traces (torch-free): the invariants behind ``vgcsim trace validate``
+and the numbers behind ``vgcsim trace info``.
+
+Invariants (:func:`check_trace`): known schema version and status; header consistent with
+itself (numel = prod(shape), dense bytes = 4 × Σ numel, primary encoding listed); steps
+contiguous from 0 and unique; exactly one payload row per (step, worker, layer) for every
+recorded step; ``0 ≤ sent ≤ numel`` and numel equal to the header's; bits of every encoding
+within that encoding's size formula (:data:`ENCODING_BOUNDS`); no NaN or Inf anywhere;
+accuracies in [0, 1]; evaluation steps among the recorded steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from traces import schema
+from traces.errors import TraceError
+from traces.io import STATUSES, Trace, read_trace
+
+#: Slack allowed for per-payload headers (layer id, counts, scales, byte padding), in bits.
+HEADER_SLACK_BITS = 1024
+#: packed32 splits layers into chunks of at most 2**28 elements, one header per chunk.
+PACKED32_CHUNK = 2**28
+
+Bounds = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def _log2_ratio(numel: np.ndarray, sent: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m = np.where(sent > 0, numel / np.maximum(sent, 1), 1.0)
+    return np.log2(np.maximum(m, 1.0))
+
+
+def _gamma_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # each gap g >= 1 costs 2*floor(log2 g) + 1 bits; by concavity the total is at most
+    # k * (2 log2(n/k) + 1) when k gaps sum to at most n (Jensen). Values are fp32.
+    lo = 33 * sent
+    hi = 32 * sent + np.ceil(sent * (2 * _log2_ratio(numel, sent) + 1)) + HEADER_SLACK_BITS
+    return lo, hi
+
+
+def _delta_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # delta code length of g: floor(log2 g) + 2 floor(log2(floor(log2 g) + 1)) + 1, concave
+    # envelope L(m) = log2 m + 2 log2(log2 m + 1) + 1 evaluated at the mean gap m = n/k.
+    lg = _log2_ratio(numel, sent)
+    lo = 33 * sent
+    hi = 32 * sent + np.ceil(sent * (lg + 2 * np.log2(lg + 1) + 1)) + HEADER_SLACK_BITS
+    return lo, hi
+
+
+def _linear(per_sent: int, per_numel: float = 0.0, chunked: bool = False) -> Bounds:
+    def bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lo = per_sent * sent + np.floor(per_numel * numel)
+        headers = np.ceil(numel / PACKED32_CHUNK) if chunked else 1
+        return lo, lo + HEADER_SLACK_BITS * headers + 32
+
+    return bounds
+
+
+def _qsgd_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # at least one bit per element (sign or code); at most 32 bits + code per element
+    return numel.astype(np.float64), 64 * numel + HEADER_SLACK_BITS * (1 + numel // 64)
+
+
+#: encoding -> (numel, sent) -> (lowest, highest) plausible bit count of its buffer.
+ENCODING_BOUNDS: dict[str, Bounds] = {
+    "fp32": _linear(0, 32),
+    "fp16": _linear(0, 16),
+    "packed32": _linear(32, chunked=True),
+    "coo64": _linear(64),
+    "bitmap": _linear(32, 1),
+    "gap_elias_gamma": _gamma_bounds,
+    "gap_elias_delta": _delta_bounds,
+    "qsgd_fixed": _qsgd_bounds,
+    "qsgd_elias": _qsgd_bounds,
+}
+
+_MAX_LISTED = 8
+
+
+def _examples(df: pd.DataFrame, mask: np.ndarray, cols: list[str]) -> str:
+    rows = df.loc[mask, cols].head(3).to_dict("records")
+    return "; e.g. " + ", ".join(str(r) for r in rows)
+
+
+def check_trace(trace: Trace) -> list[str]:
+    """Every violated invariant of ``trace`` as a readable message (empty list: valid)."""
+    problems: list[str] = []
+    h = trace.header
+    if h["status"] not in STATUSES:
+        problems.append(f"header status {h['status']!r} is not one of {', '.join(STATUSES)}")
+    layers = trace.layers
+    if [int(layer.get("index", -1)) for layer in layers] != list(range(len(layers))):
+        problems.append("header layers are not indexed 0..L-1 in order")
+    for layer in layers:
+        if int(layer["numel"]) != math.prod(int(d) for d in layer["shape"]):
+            problems.append(
+                f"header layer {layer['name']!r}: numel {layer['numel']} != prod(shape {layer['shape']})"
+            )
+    total = sum(int(layer["numel"]) for layer in layers)
+    if int(h["dense_bytes_per_step"]) != 4 * total:
+        problems.append(
+            f"header dense_bytes_per_step {h['dense_bytes_per_step']} != 4 x total numel {4 * total}"
+        )
+    if trace.primary_encoding not in trace.encodings:
+        problems.append(
+            f"primary encoding {trace.primary_encoding!r} is not among encodings {trace.encodings}"
+        )
+    if trace.workers < 1:
+        problems.append(f"header workers must be >= 1, got {trace.workers}")
+
+    steps = trace.steps
+    problems += _no_nan(steps, "steps")
+    step_ids = steps["step"].to_numpy()
+    if len(step_ids) and not np.array_equal(step_ids, np.arange(len(step_ids))):
+        problems.append(
+            "steps are not contiguous from 0 (missing, repeated or out-of-order step numbers)"
+        )
+    for col in steps.columns:
+        if col.endswith("_s") and len(steps) and (steps[col] < 0).any():
+            problems.append(f"steps column {col} has negative seconds")
+    if len(steps) and ((steps["density"] < 0) | (steps["density"] > 1)).any():
+        problems.append("steps column density is outside [0, 1]")
+    if (
+        h["status"] == "complete"
+        and "steps_recorded" in h
+        and int(h["steps_recorded"]) != len(steps)
+    ):
+        problems.append(
+            f"header says {h['steps_recorded']} steps were recorded but the steps table has {len(steps)}"
+        )
+
+    problems += _check_payloads(trace, set(step_ids.tolist()))
+
+    ev = trace.evals
+    problems += _no_nan(ev, "evals")
+    if len(ev):
+        if not ev["step"].isin(step_ids).all():
+            problems.append("evals refer to steps that are not in the steps table")
+        for col in ("train_acc", "test_acc"):
+            if ((ev[col] < 0) | (ev[col] > 1)).any():
+                problems.append(f"evals column {col} is outside [0, 1]")
+    return problems
+
+
+def _no_nan(df: pd.DataFrame, table: str) -> list[str]:
+    out = []
+    for col in df.columns:
+        if pd.api.types.is_numeric_dtype(df[col]):
+            values = df[col].to_numpy(dtype=np.float64)
+            if not np.isfinite(values).all():
+                out.append(f"{table} column {col} contains NaN or Inf")
+    return out
+
+
+def _check_payloads(trace: Trace, step_ids: set[int]) -> list[str]:
+    p = trace.payloads
+    problems = _no_nan(p, "payloads")
+    if problems:
+        return problems
+    n_layers = len(trace.layers)
+    expected_rows = len(step_ids) * trace.workers * n_layers
+    if len(p) != expected_rows:
+        problems.append(
+            f"payloads has {len(p)} rows; expected steps x workers x layers = "
+            f"{len(step_ids)} x {trace.workers} x {n_layers} = {expected_rows}"
+        )
+    if p.duplicated(["step", "worker", "layer"]).any():
+        problems.append("payloads has repeated (step, worker, layer) rows")
+    if not set(p["step"].unique().tolist()) <= step_ids:
+        problems.append("payloads has rows for steps that are not in the steps table")
+    bad_w = (p["worker"] < 0) | (p["worker"] >= trace.workers)
+    if bad_w.any():
+        problems.append(f"payloads worker outside 0..{trace.workers - 1}")
+    bad_l = (p["layer"] < 0) | (p["layer"] >= n_layers)
+    if bad_l.any():
+        problems.append(f"payloads layer outside 0..{n_layers - 1}")
+        return problems
+    numel_h = np.array([int(layer["numel"]) for layer in trace.layers], dtype=np.int64)
+    numel = p["numel"].to_numpy()
+    sent = p["sent"].to_numpy()
+    mism = numel != numel_h[p["layer"].to_numpy()]
+    if mism.any():
+        problems.append(
+            "payloads numel differs from the header's layer numel"
+            + _examples(p, mism, ["step", "layer", "numel"])
+        )
+    bad = (sent < 0) | (sent > numel)
+    if bad.any():
+        problems.append(
+            "payloads violate 0 <= sent <= numel"
+            + _examples(p, bad, ["step", "worker", "layer", "numel", "sent"])
+        )
+    for enc in trace.encodings:
+        col = schema.BITS_PREFIX + enc
+        if col not in p.columns:
+            problems.append(f"payloads lacks column {col} for encoding {enc!r}")
+            continue
+        bits = p[col].to_numpy()
+        if (bits < 0).any():
+            problems.append(f"payloads column {col} has negative bits")
+            continue
+        bounds = ENCODING_BOUNDS.get(enc)
+        if bounds is None:
+            continue
+        lo, hi = bounds(numel.astype(np.float64), sent.astype(np.float64))
+        out = (bits < lo) | (bits > hi)
+        if out.any():
+            problems.append(
+                f"payloads column {col}: {int(out.sum())} rows have bits outside the {enc} size formula"
+                + _examples(p, out, ["step", "worker", "layer", "numel", "sent", col])
+            )
+    return problems
+
+
+def validate_trace(path: str | Path | Trace) -> Trace:
+    """Read (if needed) and check a trace; raise :class:`TraceError` listing every violation."""
+    trace = path if isinstance(path, Trace) else read_trace(path)
+    problems = check_trace(trace)
+    if problems:
+        listed = problems[:_MAX_LISTED]
+        more = (
+            f"\n  ... and {len(problems) - _MAX_LISTED} more" if len(problems) > _MAX_LISTED else ""
+        )
+        raise TraceError(f"{trace.path} is not a valid trace:\n  - " + "\n  - ".join(listed) + more)
+    return trace
+
+
+# -- summary ---------------------------------------------------------------------------------
+
+
+def compression_ratios(trace: Trace) -> dict[str, float]:
+    """Per encoding: dense fp32 bits / sent bits over the whole trace (all steps, workers, layers)."""
+    p = trace.payloads
+    dense = 32.0 * float(p["numel"].sum())
+    out = {}
+    for enc in trace.encodings:
+        sent_bits = float(p[schema.BITS_PREFIX + enc].sum())
+        out[enc] = dense / sent_bits if sent_bits > 0 else math.inf
+    return out
+
+
+def layer_ratios(trace: Trace) -> pd.DataFrame:
+    """Per layer: name, numel, density and compression ratio under every encoding."""
+    p = trace.payloads
+    g = p.groupby("layer")
+    df = pd.DataFrame({"numel": g["numel"].first(), "density": g["sent"].sum() / g["numel"].sum()})
+    dense = 32.0 * g["numel"].sum()
+    for enc in trace.encodings:
+        df[f"ratio_{enc}"] = dense / g[schema.BITS_PREFIX + enc].sum().replace(0, np.nan)
+    names = {int(layer["index"]): layer["name"] for layer in trace.layers}
+    df.insert(0, "name", [names.get(int(i), str(i)) for i in df.index])
+    return df.reset_index()
+
+
+def density_over_time(trace: Trace, bins: int = 10) -> list[dict[str, Any]]:
+    """Mean density per step range (``bins`` equal ranges of steps)."""
+    s = trace.steps
+    if not len(s):
+        return []
+    edges = np.linspace(0, len(s), min(bins, len(s)) + 1).astype(int)
+    out = []
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        part = s.iloc[a:b]
+        out.append(
+            {
+                "steps": [int(part["step"].iloc[0]), int(part["step"].iloc[-1])],
+                "density": float(part["density"].mean()),
+            }
+        )
+    return out
+
+
+def trace_info(trace: Trace) -> dict[str, Any]:
+    """The summary ``vgcsim trace info`` prints (JSON-able)."""
+    h = trace.header
+    ev = trace.evals
+    last_eval = ev.iloc[-1].to_dict() if len(ev) else {}
+    steps = trace.steps
+    seconds = {c: float(steps[c].sum()) for c in steps.columns if c.endswith("_s")}
+    return {
+        "path": str(trace.path),
+        "name": trace.name,
+        "status": trace.status,
+        "stop_reason": h.get("stop_reason"),
+        "synthetic": trace.synthetic,
+        "compressor": h["compressor"],
+        "workers": trace.workers,
+        "batch_size_per_worker": h["batch_size_per_worker"],
+        "steps": trace.steps_count,
+        "layers": len(trace.layers),
+        "parameters": sum(int(layer["numel"]) for layer in trace.layers),
+        "dense_bytes_per_step": h["dense_bytes_per_step"],
+        "flops_per_sample": h["flops_per_sample"],
+        "encodings": trace.encodings,
+        "primary_encoding": trace.primary_encoding,
+        "compression_ratio": compression_ratios(trace),
+        "density": float(trace.payloads["sent"].sum() / max(1, trace.payloads["numel"].sum())),
+        "density_over_time": density_over_time(trace),
+        "final_loss": float(steps["loss"].iloc[-1]) if len(steps) else None,
+        "final_eval": {k: (int(v) if k == "step" else float(v)) for k, v in last_eval.items()},
+        "seconds": seconds,
+        "per_layer": layer_ratios(trace).to_dict("records"),
+    }

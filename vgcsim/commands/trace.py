@@ -1,0 +1,163 @@
+"""``vgcsim trace``: inspect (info), check (validate) and synthesise (synth) trace run directories."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+HELP = "inspect, validate or synthesise compression traces"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
+
+    info = sub.add_parser(
+        "info", help="steps, workers, layers, compression ratios, density, accuracy"
+    )
+    info.add_argument("run", metavar="RUN", help="trace run directory")
+    info.add_argument("--json", action="store_true", help="print the summary as JSON")
+    info.add_argument("--layers", action="store_true", help="also list per-layer ratios")
+
+    val = sub.add_parser(
+        "validate", help="check schema version and invariants; exit 2 on any violation"
+    )
+    val.add_argument("run", metavar="RUN", nargs="+", help="trace run directory")
+
+    syn = sub.add_parser(
+        "synth",
+        help="write a synthetic trace from a layer list and a density model",
+        description=(
+            "Write a synthetic trace (header synthetic=true) for what-if analysis. Layer lists: "
+            "resnet50, vgg_like, or a JSON file. Any SynthConfig key can be set with --set, "
+            "e.g. --set density_model=exp_decay --set worker_cv=0.3."
+        ),
+    )
+    syn.add_argument("-o", "--out", required=True, help="output run directory")
+    syn.add_argument("--layers", help="built-in layer list (resnet50, vgg_like) or JSON file")
+    syn.add_argument("--workers", type=int, help="emulated workers W")
+    syn.add_argument("--steps", type=int, help="steps to write")
+    syn.add_argument(
+        "--ratio", type=float, help="target compression ratio (dense bits / sent bits)"
+    )
+    syn.add_argument("--density", type=float, help="target density (fraction of elements sent)")
+    syn.add_argument(
+        "--compressor", help="compressor label for the header (dense writes fp32 payloads)"
+    )
+    syn.add_argument("--seed", type=int, help="random seed")
+    syn.add_argument("--config", help="TOML file with SynthConfig keys")
+    syn.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key"
+    )
+    syn.add_argument("--overwrite", action="store_true", help="replace an existing trace in --out")
+
+
+def run(args: argparse.Namespace) -> int:
+    return {"info": _info, "validate": _validate, "synth": _synth}[args.trace_command](args)
+
+
+def _fmt_ratio(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x:,.1f}x"
+
+
+def _info(args: argparse.Namespace) -> int:
+    from traces.io import read_trace
+    from traces.validate import trace_info
+
+    info = trace_info(read_trace(args.run))
+    if args.json:
+        print(json.dumps(info, indent=2, default=_json_default))
+        return 0
+    print(_render_info(info, with_layers=args.layers))
+    return 0
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, float) and math.isinf(obj):
+        return "inf"
+    raise TypeError(type(obj).__name__)
+
+
+def _render_info(info: dict[str, Any], with_layers: bool) -> str:
+    comp = info["compressor"]
+    params = ", ".join(f"{k}={v}" for k, v in comp.get("params", {}).items())
+    lines = [
+        f"trace      {info['path']}" + ("  (synthetic)" if info["synthetic"] else ""),
+        f"status     {info['status']}"
+        + (f" — {info['stop_reason']}" if info["stop_reason"] else ""),
+        f"compressor {comp['name']}" + (f" ({params})" if params else ""),
+        f"workers    {info['workers']} x {info['batch_size_per_worker']} samples/step",
+        f"steps      {info['steps']}",
+        f"layers     {info['layers']} tensors, {info['parameters']:,} parameters "
+        f"({info['dense_bytes_per_step'] / 1e6:.3f} MB fp32 per worker per step)",
+        f"density    {info['density']:.3g} (elements sent / elements)",
+        "compression ratio (dense fp32 bits / sent bits):",
+    ]
+    for enc, r in info["compression_ratio"].items():
+        mark = "  (primary)" if enc == info["primary_encoding"] else ""
+        lines.append(f"  {enc:<16} {_fmt_ratio(r)}{mark}")
+    lines.append("density over time:")
+    for d in info["density_over_time"]:
+        lines.append(f"  steps {d['steps'][0]:>6}-{d['steps'][1]:<6} {d['density']:.4g}")
+    ev = info["final_eval"]
+    if ev:
+        lines.append(
+            f"final eval step {ev['step']}: train acc {ev['train_acc']:.4f}, test acc {ev['test_acc']:.4f}, "
+            f"test loss {ev['test_loss']:.4f}"
+        )
+    if info["final_loss"] is not None and not info["synthetic"]:
+        lines.append(f"final loss {info['final_loss']:.4f}")
+    secs = info["seconds"]
+    if secs:
+        lines.append(
+            "measured seconds (all workers): " + ", ".join(f"{k} {v:.2f}" for k, v in secs.items())
+        )
+    if with_layers:
+        primary = info["primary_encoding"]
+        lines.append(f"per layer (ratio under {primary}):")
+        for row in info["per_layer"]:
+            r = row.get(f"ratio_{primary}")
+            r_txt = (
+                "n/a" if r is None or (isinstance(r, float) and math.isnan(r)) else _fmt_ratio(r)
+            )
+            lines.append(
+                f"  {row['layer']:>3} {row['name']:<40} {row['numel']:>10,}  density {row['density']:.4g}  {r_txt}"
+            )
+    return "\n".join(lines)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from traces.validate import validate_trace
+
+    for run_dir in args.run:
+        t = validate_trace(run_dir)
+        note = "" if t.status == "complete" else f" (status {t.status}: a valid prefix)"
+        print(
+            f"{t.path}: valid — {t.steps_count} steps, {t.workers} workers, {len(t.layers)} layers{note}"
+        )
+    return 0
+
+
+def _synth(args: argparse.Namespace) -> int:
+    from traces.config import apply_overrides, config_from_dict, load_toml
+    from traces.synth import SynthConfig, synth_trace
+
+    cfg = config_from_dict(SynthConfig, load_toml(args.config)) if args.config else SynthConfig()
+    flags = {
+        "layers": args.layers,
+        "workers": args.workers,
+        "steps": args.steps,
+        "target_ratio": args.ratio,
+        "density": args.density,
+        "compressor": args.compressor,
+        "seed": args.seed,
+    }
+    cfg = apply_overrides(
+        cfg, [f"{k}={v}" for k, v in flags.items() if v is not None] + list(args.set)
+    )
+    path = synth_trace(cfg, args.out, overwrite=args.overwrite)
+    print(f"wrote synthetic trace {path}")
+    return 0
