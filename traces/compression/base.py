@@ -1,0 +1,145 @@
+"""The compressor contract: a compressor turns one worker's layer gradient into a Payload.
+
+A :class:`Compressor` holds only hyperparameters; all mutable state (residual, variance
+accumulator) lives in an explicit per-(worker, layer) state object from
+:meth:`Compressor.init_state`. :meth:`Compressor.compress` returns a :class:`Payload`: the
+real bytes of the primary encoding, the exact bit length of the buffer under every
+encoding the compressor reports, the number of elements sent, and a decode back to the
+dense tensor the receiver adds up. The communicator (emulated sum, allgatherv) is
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from traces.compression.encoders import ENCODINGS
+from traces.compression.messages import DenseMessage, QSGDMessage, SparseMessage
+from traces.errors import ConfigError
+
+Message = SparseMessage | DenseMessage | QSGDMessage
+
+
+@dataclass(frozen=True, eq=False)
+class Payload:
+    """What one worker puts on the wire for one layer in one step.
+
+    ``bits[name]`` is the exact bit length (``8 × bytes``, headers and padding included) of
+    the buffer under encoding ``name``; ``data`` is the primary encoding's real buffer.
+    """
+
+    layer: int
+    numel: int
+    sent: int
+    bits: dict[str, int]
+    data: bytes
+    encoding: str
+    decode_context: dict[str, Any] = field(default_factory=dict, repr=False)
+    message: Message | None = field(default=None, repr=False)
+
+    def decode(self) -> torch.Tensor:
+        """Decode :attr:`data` (the real buffer) into the dense fp32 tensor of ``numel``."""
+        msg = ENCODINGS[self.encoding].decode(self.data, numel=self.numel, **self.decode_context)
+        return torch.from_numpy(np.ascontiguousarray(msg.dense(), dtype=np.float32))
+
+
+def make_payload(
+    msg: Message,
+    *,
+    sent: int,
+    encodings: tuple[str, ...],
+    primary: str,
+    decode_context: dict[str, Any] | None = None,
+    keep_message: bool = True,
+) -> Payload:
+    """Encode ``msg`` with the primary encoding for real, and size it under the others.
+
+    Non-primary sizes use each encoder's closed-form ``bit_length``, which tests prove
+    equal to ``8 * len(encode(msg))`` for the same input.
+    """
+    data = ENCODINGS[primary].encode(msg)
+    bits = {}
+    for name in encodings:
+        bits[name] = 8 * len(data) if name == primary else ENCODINGS[name].bit_length(msg)
+    return Payload(
+        layer=msg.layer,
+        numel=msg.numel,
+        sent=int(sent),
+        bits=bits,
+        data=data,
+        encoding=primary,
+        decode_context=dict(decode_context or {}),
+        message=msg if keep_message else None,
+    )
+
+
+class Compressor:
+    """Base class. Subclasses define a frozen ``Params`` dataclass (documented hyperparameters).
+
+    Attributes: ``name``; ``needs_sqsum`` (True when :meth:`compress` needs the per-element
+    Σ_z (∇f_z)²); ``params`` (JSON-able dict, written to trace headers); ``encodings`` (every
+    encoding whose exact bits a payload reports); ``primary_encoding`` (what crosses the wire).
+    """
+
+    name: ClassVar[str] = ""
+    needs_sqsum: ClassVar[bool] = False
+    Params: ClassVar[type] = object
+
+    def __init__(self, **params: Any) -> None:
+        valid = [f.name for f in dataclasses.fields(self.Params)]
+        unknown = sorted(set(params) - set(valid))
+        if unknown:
+            raise ConfigError(
+                f"unknown parameter(s) {', '.join(unknown)} for compressor {self.name!r}; "
+                f"valid: {', '.join(valid) or '(none)'}"
+            )
+        try:
+            self.config = self.Params(**params)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"compressor {self.name!r}: {exc}") from exc
+        self._validate()
+
+    def _validate(self) -> None:
+        """Raise ConfigError for out-of-range hyperparameters."""
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.config)
+
+    @property
+    def encodings(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    @property
+    def primary_encoding(self) -> str:
+        raise NotImplementedError
+
+    def init_state(self, numel: int) -> object:
+        """Fresh per-(worker, layer) state for a layer of ``numel`` elements."""
+        return None
+
+    def compress(
+        self,
+        grad: torch.Tensor,
+        state: object,
+        *,
+        sqsum: torch.Tensor | None = None,
+        batch_size: int = 1,
+        layer: int = 0,
+        generator: torch.Generator | None = None,
+    ) -> Payload:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"{type(self).__name__}({args})"
+
+
+def check_grad(grad: torch.Tensor) -> torch.Tensor:
+    """Flatten ``grad`` to a contiguous 1-D float32 tensor (the compressor input contract)."""
+    return grad.detach().reshape(-1).to(torch.float32).contiguous()

@@ -1,0 +1,511 @@
+"""The compressors: dense, the paper's variance-based method, and its baselines.
+
+Each compressor maps one worker's mean minibatch gradient for one layer (1-D fp32), plus
+its explicit per-(worker, layer) state, to a :class:`~traces.compression.base.Payload`.
+Error-feedback compressors keep what they did not send (and the quantization error of
+what they did) in a residual ``r``, so Σ decoded + r == Σ inputs element by element.
+
+Sources: Tsuzuku, Imachi, Akiba, *Variance-based Gradient Compression for Efficient
+Distributed Deep Learning*, ICLR workshop 2018 (variance, hybrid, the 4-bit code);
+Strom, *Scalable distributed DNN training using commodity GPU cloud computing*,
+Interspeech 2015 (strom); Alistarh et al., *QSGD*, NeurIPS 2017 (qsgd); Aji & Heafield
+2017 / Lin et al. (DGC) 2018 (topk with error feedback).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from traces.compression.base import Compressor, Payload, check_grad, make_payload
+from traces.compression.encoders import (
+    DENSE_ENCODINGS,
+    QSGD_ENCODINGS,
+    SPARSE_ENCODINGS,
+)
+from traces.compression.messages import CODE_SIGN_BIT, DenseMessage, QSGDMessage, SparseMessage
+from traces.compression.quantize import ROUNDINGS, SCALES, quantize_log4
+from traces.errors import ConfigError, unknown_name
+
+VALUE_FORMATS = ("code4", "fp32")
+VARIANCE_READINGS = ("sqsum", "centered")
+
+
+@dataclass
+class ResidualState:
+    """Error-feedback residual ``r`` (what was accumulated but not yet sent)."""
+
+    residual: torch.Tensor
+
+
+@dataclass
+class VarianceState:
+    """Residual ``r`` and the variance accumulator ``v`` of the paper's Algorithm 1."""
+
+    residual: torch.Tensor
+    variance: torch.Tensor
+
+
+def _check_choice(kind: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise unknown_name(kind, value, valid)
+
+
+def _sparse_payload(
+    compressor: Compressor,
+    residual: torch.Tensor,
+    indices: torch.Tensor,
+    *,
+    layer: int,
+    values: str,
+    scale: str = "max",
+    rounding: str = "nearest",
+    fixed_magnitude: float | None = None,
+) -> tuple[Payload, torch.Tensor]:
+    """Quantize ``residual[indices]``, subtract what is sent, and build the payload.
+
+    ``fixed_magnitude`` sends ``±fixed_magnitude`` (strom, hybrid) as code ``e = 0`` with
+    scale ``M = fixed_magnitude``. Returns the payload and the sent (quantized) values.
+    """
+    numel = residual.numel()
+    picked = residual[indices]
+    if fixed_magnitude is not None:
+        negative = picked < 0
+        q = torch.where(negative, -fixed_magnitude, fixed_magnitude).to(torch.float32)
+        codes = negative.to(torch.uint8) * CODE_SIGN_BIT
+        msg = SparseMessage(
+            layer, numel, indices.numpy(), codes.numpy(), float(np.float32(fixed_magnitude))
+        )
+    elif values == "code4":
+        codes, m, q = quantize_log4(picked, scale=scale, rounding=rounding)
+        msg = SparseMessage(layer, numel, indices.numpy(), codes.numpy(), m)
+    else:
+        q = picked.clone()
+        msg = SparseMessage(layer, numel, indices.numpy(), values=q.numpy())
+    residual.index_add_(0, indices, -q)
+    payload = make_payload(
+        msg,
+        sent=indices.numel(),
+        encodings=compressor.encodings,
+        primary=compressor.primary_encoding,
+        decode_context={"coded": msg.coded},
+    )
+    return payload, q
+
+
+class _SparseCompressor(Compressor):
+    """Shared encodings for compressors whose payload is a sparse message."""
+
+    def _values_format(self) -> str:
+        return getattr(self.config, "values", "code4")
+
+    @property
+    def encodings(self) -> tuple[str, ...]:
+        if self._values_format() == "code4":
+            return SPARSE_ENCODINGS
+        return tuple(e for e in SPARSE_ENCODINGS if e != "packed32")
+
+    @property
+    def primary_encoding(self) -> str:
+        return "packed32" if self._values_format() == "code4" else "coo64"
+
+    def init_state(self, numel: int) -> ResidualState:
+        return ResidualState(torch.zeros(numel, dtype=torch.float32))
+
+
+# --------------------------------------------------------------------------- dense
+
+
+@dataclass(frozen=True)
+class DenseParams:
+    """precision: "fp32" (what a dense allreduce carries) or "fp16" (values rounded to half)."""
+
+    precision: str = "fp32"
+
+
+class DenseCompressor(Compressor):
+    """No compression: every element, fp32 (or fp16). Stateless; sends numel elements."""
+
+    name = "dense"
+    Params = DenseParams
+
+    def _validate(self) -> None:
+        _check_choice("precision", self.config.precision, DENSE_ENCODINGS)
+
+    @property
+    def encodings(self) -> tuple[str, ...]:
+        return DENSE_ENCODINGS
+
+    @property
+    def primary_encoding(self) -> str:
+        return self.config.precision
+
+    def compress(
+        self,
+        grad: torch.Tensor,
+        state: object,
+        *,
+        sqsum: torch.Tensor | None = None,
+        batch_size: int = 1,
+        layer: int = 0,
+        generator: torch.Generator | None = None,
+    ) -> Payload:
+        g = check_grad(grad)
+        if self.config.precision == "fp16":
+            g = g.to(torch.float16).to(torch.float32)
+        msg = DenseMessage(layer, g.numel(), g.numpy())
+        return make_payload(
+            msg, sent=g.numel(), encodings=self.encodings, primary=self.primary_encoding
+        )
+
+
+# --------------------------------------------------------------------------- variance
+
+
+@dataclass(frozen=True)
+class VarianceParams:
+    """Hyperparameters of the paper's variance-based compressor.
+
+    alpha: send element i when r_i² > alpha·v_i (paper default 2; 0 sends every nonzero).
+    zeta: decay of v for unsent elements per step (paper default 0.999).
+    variance: reading of the per-step variance term added to v —
+        "sqsum" (default, the paper's Algorithm 1): v += Σ_z (∇_i f_z)² / |B|²;
+        "centered": v += (Σ_z (∇_i f_z)²/|B| − (∇_i f_B)²) / |B|, the criterion's literal
+        α′/|B|·V_B[∇_i f_z] with the (biased) sample variance.
+    scale: choice of the per-message scale M of the 4-bit code ("max" or "mean").
+    rounding: 4-bit rounding rule ("nearest", "log", "down"); see quantize.py.
+    values: "code4" (the paper's 4-bit code) or "fp32" (unquantized, for ablations).
+    """
+
+    alpha: float = 2.0
+    zeta: float = 0.999
+    variance: str = "sqsum"
+    scale: str = "max"
+    rounding: str = "nearest"
+    values: str = "code4"
+
+
+class VarianceCompressor(_SparseCompressor):
+    """Tsuzuku et al. 2018, Algorithm 1: delay an element until it is unambiguous.
+
+    Per element: r += g; v += (1/|B|²)·Σ_z (∇_i f_z)²; send when r² > α·v; after sending
+    r −= q (quantization error stays in r) and v = 0; unsent, v *= ζ.
+    """
+
+    name = "variance"
+    needs_sqsum = True
+    Params = VarianceParams
+
+    def _validate(self) -> None:
+        c = self.config
+        if not (c.alpha >= 0 and math.isfinite(c.alpha)):
+            raise ConfigError(f"variance: alpha must be a finite number >= 0, got {c.alpha}")
+        if not 0 <= c.zeta <= 1:
+            raise ConfigError(f"variance: zeta must be in [0, 1], got {c.zeta}")
+        _check_choice("variance reading", c.variance, VARIANCE_READINGS)
+        _check_choice("scale rule", c.scale, SCALES)
+        _check_choice("rounding rule", c.rounding, ROUNDINGS)
+        _check_choice("value format", c.values, VALUE_FORMATS)
+
+    def init_state(self, numel: int) -> VarianceState:
+        zeros = torch.zeros(numel, dtype=torch.float32)
+        return VarianceState(zeros, zeros.clone())
+
+    def _variance_term(
+        self, g: torch.Tensor, sqsum: torch.Tensor | None, batch_size: int
+    ) -> torch.Tensor:
+        if sqsum is None:
+            raise ValueError(f"{self.name} needs sqsum (per-element Σ_z (∇f_z)²)")
+        sq = check_grad(sqsum)
+        if self.config.variance == "sqsum":
+            return sq / float(batch_size) ** 2
+        return (sq / batch_size - g * g).clamp_(min=0) / batch_size
+
+    def _select(self, r: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return r * r > self.config.alpha * v
+
+    def compress(
+        self,
+        grad: torch.Tensor,
+        state: VarianceState,
+        *,
+        sqsum: torch.Tensor | None = None,
+        batch_size: int = 1,
+        layer: int = 0,
+        generator: torch.Generator | None = None,
+    ) -> Payload:
+        g = check_grad(grad)
+        r, v = state.residual, state.variance
+        r.add_(g)
+        v.add_(self._variance_term(g, sqsum, batch_size))
+        indices = torch.nonzero(self._select(r, v)).reshape(-1)
+        payload, _ = self._send(r, indices, layer)
+        v.mul_(self.config.zeta)
+        v[indices] = 0.0
+        return payload
+
+    def _send(self, r: torch.Tensor, indices: torch.Tensor, layer: int) -> tuple[Payload, object]:
+        c = self.config
+        return _sparse_payload(
+            self, r, indices, layer=layer, values=c.values, scale=c.scale, rounding=c.rounding
+        )
+
+
+# --------------------------------------------------------------------------- strom
+
+
+@dataclass(frozen=True)
+class StromParams:
+    """tau: threshold τ; elements with |r_i| ≥ τ are sent as ±τ (τ = 0 sends every element)."""
+
+    tau: float = 0.01
+
+
+class StromCompressor(_SparseCompressor):
+    """Strom 2015: r += g; send ±τ where |r_i| ≥ τ; r_i ∓= τ."""
+
+    name = "strom"
+    Params = StromParams
+
+    def _validate(self) -> None:
+        tau = self.config.tau
+        if not (tau >= 0 and math.isfinite(tau)):
+            raise ConfigError(f"strom: tau must be a finite number >= 0, got {tau}")
+
+    def compress(
+        self,
+        grad: torch.Tensor,
+        state: ResidualState,
+        *,
+        sqsum: torch.Tensor | None = None,
+        batch_size: int = 1,
+        layer: int = 0,
+        generator: torch.Generator | None = None,
+    ) -> Payload:
+        r = state.residual
+        r.add_(check_grad(grad))
+        indices = torch.nonzero(r.abs() >= self.config.tau).reshape(-1)
+        payload, _ = _sparse_payload(
+            self, r, indices, layer=layer, values="code4", fixed_magnitude=self.config.tau
+        )
+        return payload
+
+
+# --------------------------------------------------------------------------- hybrid
+
+
+@dataclass(frozen=True)
+class HybridParams:
+    """The paper's combination of the variance test with Strom's threshold.
+
+    Reading (default and only): element i is sent when BOTH |r_i| ≥ tau and
+    r_i² > alpha·v_i, as ±tau (Strom's value), so r_i ∓= tau and v_i = 0; unsent, v *= zeta.
+    """
+
+    tau: float = 0.01
+    alpha: float = 2.0
+    zeta: float = 0.999
+    variance: str = "sqsum"
+
+
+class HybridCompressor(VarianceCompressor):
+    """Variance test AND Strom threshold; values ±τ (Tsuzuku et al. 2018, Section 4)."""
+
+    name = "hybrid"
+    needs_sqsum = True
+    Params = HybridParams
+
+    def _values_format(self) -> str:
+        return "code4"
+
+    def _validate(self) -> None:
+        c = self.config
+        if not (c.tau >= 0 and math.isfinite(c.tau)):
+            raise ConfigError(f"hybrid: tau must be a finite number >= 0, got {c.tau}")
+        if not (c.alpha >= 0 and math.isfinite(c.alpha)):
+            raise ConfigError(f"hybrid: alpha must be a finite number >= 0, got {c.alpha}")
+        if not 0 <= c.zeta <= 1:
+            raise ConfigError(f"hybrid: zeta must be in [0, 1], got {c.zeta}")
+        _check_choice("variance reading", c.variance, VARIANCE_READINGS)
+
+    def _select(self, r: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return (r.abs() >= self.config.tau) & (r * r > self.config.alpha * v)
+
+    def _send(self, r: torch.Tensor, indices: torch.Tensor, layer: int) -> tuple[Payload, object]:
+        return _sparse_payload(
+            self, r, indices, layer=layer, values="code4", fixed_magnitude=self.config.tau
+        )
+
+
+# --------------------------------------------------------------------------- topk
+
+
+@dataclass(frozen=True)
+class TopKParams:
+    """fraction: share of elements sent per layer, k = ceil(fraction·n) (1.0 sends all).
+
+    values: "code4" (default: the same 4-bit code as the paper's method, so comparisons
+    isolate the selection rule) or "fp32" (the usual top-k wire format: index + fp32).
+    scale / rounding: as for the variance compressor when values == "code4".
+    """
+
+    fraction: float = 0.01
+    values: str = "code4"
+    scale: str = "max"
+    rounding: str = "nearest"
+
+
+class TopKCompressor(_SparseCompressor):
+    """Top-k magnitude selection with error feedback (beyond the paper; today's reference)."""
+
+    name = "topk"
+    Params = TopKParams
+
+    def _validate(self) -> None:
+        c = self.config
+        if not 0 < c.fraction <= 1:
+            raise ConfigError(f"topk: fraction must be in (0, 1], got {c.fraction}")
+        _check_choice("value format", c.values, VALUE_FORMATS)
+        _check_choice("scale rule", c.scale, SCALES)
+        _check_choice("rounding rule", c.rounding, ROUNDINGS)
+
+    def compress(
+        self,
+        grad: torch.Tensor,
+        state: ResidualState,
+        *,
+        sqsum: torch.Tensor | None = None,
+        batch_size: int = 1,
+        layer: int = 0,
+        generator: torch.Generator | None = None,
+    ) -> Payload:
+        r = state.residual
+        r.add_(check_grad(grad))
+        n = r.numel()
+        k = min(n, max(1, math.ceil(self.config.fraction * n)))
+        if k == n:
+            indices = torch.arange(n)
+        else:
+            indices = torch.sort(torch.topk(r.abs(), k, sorted=False).indices).values
+        c = self.config
+        payload, _ = _sparse_payload(
+            self, r, indices, layer=layer, values=c.values, scale=c.scale, rounding=c.rounding
+        )
+        return payload
+
+
+# --------------------------------------------------------------------------- qsgd
+
+
+@dataclass(frozen=True)
+class QSGDParams:
+    """bits: bits per element including the sign (the paper's settings: 2, 3, 4).
+
+    bucket_size: d, elements per bucket sharing one fp32 norm (paper: 128 for 2 bit, 512
+        for 3 and 4 bit).
+    levels: s, quantization levels; 0 means the default reading s = 2^(bits−1) − 1 (a sign
+        bit plus a (bits−1)-bit magnitude in 0..s fills the fixed-width code exactly).
+    primary: encoding that crosses the wire ("qsgd_elias" or "qsgd_fixed").
+    """
+
+    bits: int = 4
+    bucket_size: int = 512
+    levels: int = 0
+    primary: str = "qsgd_elias"
+
+
+class QSGDCompressor(Compressor):
+    """Alistarh et al. 2017: per bucket, unbiased stochastic rounding of |x|/‖x‖·s.
+
+    level_i = floor(s·|x_i|/‖x_b‖ + u_i), u_i ~ U[0, 1), value = sign·‖x_b‖·level_i/s, so
+    E[value] = x_i and E‖value − x‖² ≤ min(d/s², √d/s)·‖x‖² (QSGD Lemma 3.1). No residual.
+    """
+
+    name = "qsgd"
+    Params = QSGDParams
+
+    def _validate(self) -> None:
+        c = self.config
+        if c.bits < 2 or c.bits > 16:
+            raise ConfigError(f"qsgd: bits must be in 2..16, got {c.bits}")
+        if c.bucket_size < 1:
+            raise ConfigError(f"qsgd: bucket_size must be >= 1, got {c.bucket_size}")
+        if c.levels < 0:
+            raise ConfigError(f"qsgd: levels must be >= 0 (0 = from bits), got {c.levels}")
+        _check_choice("qsgd encoding", c.primary, QSGD_ENCODINGS)
+
+    @property
+    def s(self) -> int:
+        return self.config.levels or (1 << (self.config.bits - 1)) - 1
+
+    @property
+    def encodings(self) -> tuple[str, ...]:
+        return QSGD_ENCODINGS
+
+    @property
+    def primary_encoding(self) -> str:
+        return self.config.primary
+
+    def quantize(
+        self, g: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-bucket fp32 norms and signed integer levels of a 1-D fp32 tensor."""
+        n, d, s = g.numel(), self.config.bucket_size, self.s
+        buckets = -(-n // d)
+        padded = torch.zeros(buckets * d, dtype=torch.float32)
+        padded[:n] = g
+        norms = padded.view(buckets, d).norm(dim=1)
+        per = norms.repeat_interleave(d)[:n]
+        ratio = torch.where(per > 0, g.abs() / torch.where(per > 0, per, 1.0), 0.0) * s
+        u = torch.rand(n, generator=generator, dtype=torch.float32)
+        level = torch.floor(ratio + u).clamp_(0, s).to(torch.int64)
+        return norms, torch.where(g < 0, -level, level)
+
+    def compress(
+        self,
+        grad: torch.Tensor,
+        state: object,
+        *,
+        sqsum: torch.Tensor | None = None,
+        batch_size: int = 1,
+        layer: int = 0,
+        generator: torch.Generator | None = None,
+    ) -> Payload:
+        if generator is None:
+            raise ConfigError("qsgd draws random numbers: pass a seeded torch.Generator")
+        g = check_grad(grad)
+        norms, levels = self.quantize(g, generator)
+        msg = QSGDMessage(
+            layer, g.numel(), self.config.bucket_size, self.s, norms.numpy(), levels.numpy()
+        )
+        return make_payload(
+            msg,
+            sent=g.numel(),
+            encodings=self.encodings,
+            primary=self.primary_encoding,
+            decode_context={"bucket_size": self.config.bucket_size, "s": self.s},
+        )
+
+
+#: Registry of compressors by the name used in configs, CLI flags and trace headers.
+COMPRESSORS: dict[str, type[Compressor]] = {
+    c.name: c
+    for c in (
+        DenseCompressor,
+        VarianceCompressor,
+        StromCompressor,
+        QSGDCompressor,
+        HybridCompressor,
+        TopKCompressor,
+    )
+}
+
+
+def get_compressor(name: str, **params: object) -> Compressor:
+    """Build a compressor by registry name; UnknownNameError / ConfigError on bad input."""
+    if name not in COMPRESSORS:
+        raise unknown_name("compressor", name, COMPRESSORS)
+    return COMPRESSORS[name](**params)
