@@ -174,9 +174,15 @@ def load_layers(spec: str) -> tuple[list[dict[str, Any]], float | None]:
 
 # -- encodings' size formulas -------------------------------------------------------------
 
-#: Fixed per-payload header of every encoding: layer id, element count and a scale/flag word
-#: (3 × 32 bits). Matches the header of the compression library's encoders.
+#: Sparse payload header of the compression library's wire formats: u32 layer, u32 count,
+#: f32 scale M (values travel as 4-bit codes ±M·2^-e). Dense formats carry u32 layer, u32 n.
 HEADER_BITS = 96
+DENSE_HEADER_BITS = 64
+
+
+def _bytes_bits(bits: np.ndarray) -> np.ndarray:
+    """Round a bit count up to whole bytes (buffers are byte strings)."""
+    return 8 * ((np.asarray(bits, dtype=np.int64) + 7) // 8)
 
 
 def _elias_gamma_len(g: np.ndarray) -> np.ndarray:
@@ -195,32 +201,31 @@ def _gap_bits(length: Callable[[np.ndarray], np.ndarray]):
         p = np.minimum(1.0, sent / np.maximum(numel, 1))
         gaps = rng.geometric(np.repeat(p[sent > 0], sent[sent > 0]))
         lengths = length(gaps)
-        out = np.zeros(len(sent), dtype=np.int64)
+        stream = np.zeros(len(sent), dtype=np.int64)
         nz = np.flatnonzero(sent > 0)
         if len(nz):
             starts = np.concatenate(([0], np.cumsum(sent[nz])[:-1]))
-            out[nz] = np.add.reduceat(lengths, starts)
-        return HEADER_BITS + 32 * sent + out
+            stream[nz] = np.add.reduceat(lengths, starts)
+        return HEADER_BITS + _bytes_bits(4 * sent) + _bytes_bits(stream)
 
     return bits
 
 
-def _fixed(per_sent: int, per_numel: int = 0):
-    def bits(numel: np.ndarray, sent: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        return HEADER_BITS + per_sent * sent + per_numel * numel
-
-    return bits
+def _packed32(numel: np.ndarray, sent: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    chunks = -(-numel // 2**28)
+    return HEADER_BITS + 32 * sent + np.where(chunks > 1, 32 * chunks, 0)
 
 
-#: encoding -> bits(numel, sent, rng) for a sparse payload of ``sent`` fp32 values.
+#: encoding -> bits(numel, sent, rng) of a sparse payload of ``sent`` 4-bit-coded values,
+#: mirroring the wire formats of ``traces.compression.encoders`` (byte-padded buffers).
 SYNTH_ENCODINGS: dict[str, Callable[[np.ndarray, np.ndarray, np.random.Generator], np.ndarray]] = {
-    "packed32": _fixed(32),  # index and value packed in one 32-bit word
-    "coo64": _fixed(64),  # 32-bit index + fp32 value
-    "bitmap": _fixed(32, 1),  # one bit per element + fp32 values
+    "packed32": _packed32,  # 28-bit index + 4-bit code in one word
+    "coo64": lambda numel, sent, rng: HEADER_BITS + 64 * sent,  # u32 index + f32 value
+    "bitmap": lambda numel, sent, rng: HEADER_BITS + _bytes_bits(numel) + _bytes_bits(4 * sent),
     "gap_elias_gamma": _gap_bits(_elias_gamma_len),
     "gap_elias_delta": _gap_bits(_elias_delta_len),
-    "fp32": lambda numel, sent, rng: HEADER_BITS + 32 * numel,
-    "fp16": lambda numel, sent, rng: HEADER_BITS + 16 * numel,
+    "fp32": lambda numel, sent, rng: DENSE_HEADER_BITS + 32 * numel,
+    "fp16": lambda numel, sent, rng: DENSE_HEADER_BITS + 16 * numel,
 }
 
 

@@ -23,10 +23,13 @@ from traces import schema
 from traces.errors import TraceError
 from traces.io import STATUSES, Trace, read_trace
 
-#: Slack allowed for per-payload headers (layer id, counts, scales, byte padding), in bits.
-HEADER_SLACK_BITS = 1024
-#: packed32 splits layers into chunks of at most 2**28 elements, one header per chunk.
+#: Sparse formats: header of u32 layer, u32 count and (for 4-bit coded values) f32 scale.
+SPARSE_HEADER_BITS = (64, 96)
+DENSE_HEADER_BITS = 64
+#: packed32 splits layers into chunks of at most 2**28 elements (one u32 count per chunk).
 PACKED32_CHUNK = 2**28
+#: Slack for variable-length formats: byte padding of up to two bit streams.
+PAD_BITS = 16
 
 Bounds = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
@@ -37,46 +40,73 @@ def _log2_ratio(numel: np.ndarray, sent: np.ndarray) -> np.ndarray:
     return np.log2(np.maximum(m, 1.0))
 
 
-def _gamma_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    # each gap g >= 1 costs 2*floor(log2 g) + 1 bits; by concavity the total is at most
-    # k * (2 log2(n/k) + 1) when k gaps sum to at most n (Jensen). Values are fp32.
-    lo = 33 * sent
-    hi = 32 * sent + np.ceil(sent * (2 * _log2_ratio(numel, sent) + 1)) + HEADER_SLACK_BITS
-    return lo, hi
+def _gap_bounds(code_len: Callable[[np.ndarray], np.ndarray]) -> Bounds:
+    """Gap-coded sparse: header + values (4-bit codes or fp32) + Elias codes of index gaps.
 
+    Each gap g >= 1 costs at least one bit; the gaps of k sorted indices sum to at most n,
+    so by Jensen (code length is concave in g) the stream is at most k * L(n / k).
+    """
 
-def _delta_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    # delta code length of g: floor(log2 g) + 2 floor(log2(floor(log2 g) + 1)) + 1, concave
-    # envelope L(m) = log2 m + 2 log2(log2 m + 1) + 1 evaluated at the mean gap m = n/k.
-    lg = _log2_ratio(numel, sent)
-    lo = 33 * sent
-    hi = 32 * sent + np.ceil(sent * (lg + 2 * np.log2(lg + 1) + 1)) + HEADER_SLACK_BITS
-    return lo, hi
-
-
-def _linear(per_sent: int, per_numel: float = 0.0, chunked: bool = False) -> Bounds:
     def bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        lo = per_sent * sent + np.floor(per_numel * numel)
-        headers = np.ceil(numel / PACKED32_CHUNK) if chunked else 1
-        return lo, lo + HEADER_SLACK_BITS * headers + 32
+        lo = SPARSE_HEADER_BITS[0] + 4 * sent + sent
+        hi = (
+            SPARSE_HEADER_BITS[1]
+            + 32 * sent
+            + np.ceil(sent * code_len(_log2_ratio(numel, sent)))
+            + PAD_BITS
+        )
+        return lo, hi
+
+    return bounds
+
+
+def _gamma_len(lg: np.ndarray) -> np.ndarray:
+    return 2 * lg + 1
+
+
+def _delta_len(lg: np.ndarray) -> np.ndarray:
+    return lg + 2 * np.log2(lg + 1) + 1
+
+
+def _packed32_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    chunks = np.ceil(numel / PACKED32_CHUNK)
+    exact = SPARSE_HEADER_BITS[1] + 32 * sent + np.where(chunks > 1, 32 * chunks, 0)
+    return exact, exact
+
+
+def _coo64_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return SPARSE_HEADER_BITS[0] + 64 * sent, SPARSE_HEADER_BITS[1] + 64 * sent
+
+
+def _bitmap_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lo = SPARSE_HEADER_BITS[0] + numel + 4 * sent
+    return lo, SPARSE_HEADER_BITS[1] + numel + 32 * sent + PAD_BITS
+
+
+def _dense_bounds(bits_per_element: int) -> Bounds:
+    def bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        exact = DENSE_HEADER_BITS + bits_per_element * numel
+        return exact, exact
 
     return bounds
 
 
 def _qsgd_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    # at least one bit per element (sign or code); at most 32 bits + code per element
-    return numel.astype(np.float64), 64 * numel + HEADER_SLACK_BITS * (1 + numel // 64)
+    # header, then at least one bit per element or one norm per bucket; at most a norm
+    # per element plus sign, level and gap codes (very loose: sizes depend on s and d)
+    return DENSE_HEADER_BITS + 0 * numel, DENSE_HEADER_BITS + 128 * numel + PAD_BITS
 
 
-#: encoding -> (numel, sent) -> (lowest, highest) plausible bit count of its buffer.
+#: encoding -> (numel, sent) -> (lowest, highest) bit count its wire format allows
+#: (formats: ``traces.compression.encoders``; values as 4-bit codes or fp32).
 ENCODING_BOUNDS: dict[str, Bounds] = {
-    "fp32": _linear(0, 32),
-    "fp16": _linear(0, 16),
-    "packed32": _linear(32, chunked=True),
-    "coo64": _linear(64),
-    "bitmap": _linear(32, 1),
-    "gap_elias_gamma": _gamma_bounds,
-    "gap_elias_delta": _delta_bounds,
+    "fp32": _dense_bounds(32),
+    "fp16": _dense_bounds(16),
+    "packed32": _packed32_bounds,
+    "coo64": _coo64_bounds,
+    "bitmap": _bitmap_bounds,
+    "gap_elias_gamma": _gap_bounds(_gamma_len),
+    "gap_elias_delta": _gap_bounds(_delta_len),
     "qsgd_fixed": _qsgd_bounds,
     "qsgd_elias": _qsgd_bounds,
 }
