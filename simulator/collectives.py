@@ -1,0 +1,349 @@
+"""Collective algorithms as communication schedules: who sends which bytes to whom, round by round.
+
+Every key of :data:`COLLECTIVES` (exactly ``traces.schema.COLLECTIVE_KEYS``) builds a
+:class:`Schedule` for ``P`` ranks. A schedule is a list of :class:`Round`\\ s; in a round each
+listed flow sends a contiguous (circular) range of *units* from ``src`` to ``dst``. Every rank
+runs the rounds in order as its own SimPy process (``simulator.engine``): it posts the round's
+sends and receives, waits for all of them, and, in a reducing round, spends ``γ × bytes`` on
+the bytes it received. A rank with nothing to do in a round goes straight to the next one;
+ordering between ranks comes only from the messages themselves, so ranks that start late
+(stragglers) or carry larger blocks delay exactly the ranks that depend on them.
+
+Units: an allgatherv's units are the ranks' blocks (uneven sizes allowed); an allreduce's
+units are ``n_units`` equal chunks of the ``n``-byte buffer (allreduce needs equal sizes).
+``allgatherv/padded`` pads every block to the largest one. Schedules may reorder units
+(``unit_order``) so that the blocks a rank holds stay contiguous.
+
+Algorithms (p' = largest power of two ≤ P, r = P − p'; for P not a power of two the
+recursive algorithms first *fold*: rank p'+i sends its data to rank i, and *unfold* at the end:
+rank i sends the result to rank p'+i):
+
+* ``allreduce/ring`` — reduce-scatter then allgather around the ring, 2(P−1) rounds of n/P.
+* ``allreduce/recursive_doubling`` — log p' pairwise exchanges of the full n (partner i XOR 2^k).
+* ``allreduce/rabenseifner`` — reduce-scatter by recursive halving, allgather by recursive
+  doubling, chunks of n/p'.
+* ``allreduce/binomial_tree`` — binomial-tree reduce to rank 0, then binomial broadcast,
+  ⌈log2 P⌉ rounds each way of the full n.
+* ``allreduce/hierarchical`` — G = gpus_per_node ranks per node: ring reduce-scatter inside the
+  node (chunks n/G), ring allreduce of each rank's chunk across the N = P/G nodes among ranks
+  with the same local index (the G rings share the node's NIC), ring allgather inside the node.
+* ``allgatherv/ring`` — P−1 rounds, rank i forwards block (i−k) mod P to rank i+1.
+* ``allgatherv/recursive_doubling`` — log p' exchanges of the accumulated blocks (with fold).
+* ``allgatherv/bruck`` — ⌈log2 P⌉ rounds, rank i sends its first min(2^k, P−2^k) blocks to i−2^k.
+* ``allgatherv/direct`` — one round: every rank sends its block to every other rank at once.
+* ``allgatherv/padded`` — ring allgather of blocks padded to the largest block.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from traces.errors import ConfigError, unknown_name
+from traces.schema import COLLECTIVE_KEYS
+
+__all__ = [
+    "COLLECTIVES",
+    "Round",
+    "Schedule",
+    "get_schedule",
+    "unit_sizes",
+]
+
+
+@dataclass(frozen=True, eq=False)
+class Round:
+    """One round: flow f sends units ``[lo[f], lo[f] + count[f])`` (circular) from src to dst."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    lo: np.ndarray
+    count: np.ndarray
+    reduce: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """A collective for ``world_size`` ranks as rounds of flows over ``n_units`` units."""
+
+    key: str
+    world_size: int
+    rounds: tuple[Round, ...]
+    n_units: int
+    allreduce: bool
+    unit_order: np.ndarray | None = None
+    pad: bool = False
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def one_to_one(self) -> bool:
+        """True when every rank sends at most one and receives at most one flow per round."""
+        hit = self._cache.get("one_to_one")
+        if hit is None:
+            hit = all(
+                len(np.unique(r.src)) == len(r.src) and len(np.unique(r.dst)) == len(r.dst)
+                for r in self.rounds
+            )
+            self._cache["one_to_one"] = hit
+        return hit
+
+    def pairs(self) -> np.ndarray:
+        """Unique (src, dst) pairs over all rounds, shape [n, 2]."""
+        hit = self._cache.get("pairs")
+        if hit is None:
+            if self.rounds:
+                both = np.concatenate([np.stack([r.src, r.dst], axis=1) for r in self.rounds])
+                hit = np.unique(both, axis=0)
+            else:
+                hit = np.zeros((0, 2), dtype=np.int64)
+            self._cache["pairs"] = hit
+        return hit
+
+    def round_bytes(self, units: np.ndarray) -> list[np.ndarray]:
+        """Bytes of every flow of every round for unit sizes ``units`` (see :func:`unit_sizes`)."""
+        v = units if self.unit_order is None else units[self.unit_order]
+        cs = np.concatenate(([0.0], np.cumsum(np.concatenate((v, v)))))
+        return [cs[r.lo + r.count] - cs[r.lo] for r in self.rounds]
+
+
+def unit_sizes(schedule: Schedule, sizes_bytes: np.ndarray | float) -> np.ndarray:
+    """Unit sizes for a collective call.
+
+    allreduce: ``sizes_bytes`` is the buffer size n (a scalar, or P equal values); units are
+    n / n_units each. allgatherv: ``sizes_bytes`` are the P per-rank block sizes; padded
+    schedules use the largest for every block.
+    """
+    sizes = np.atleast_1d(np.asarray(sizes_bytes, dtype=float))
+    if schedule.allreduce:
+        if sizes.size > 1 and not np.all(sizes == sizes[0]):
+            raise ConfigError(f"{schedule.key} needs equal sizes on every rank")
+        return np.full(schedule.n_units, sizes[0] / schedule.n_units)
+    if sizes.size != schedule.world_size:
+        raise ConfigError(
+            f"{schedule.key}: got {sizes.size} block sizes for {schedule.world_size} ranks"
+        )
+    if schedule.pad:
+        return np.full(schedule.world_size, sizes.max())
+    return sizes
+
+
+def _arr(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
+
+
+def _round(flows: list[tuple[int, int, int, int]], reduce: bool = False) -> Round:
+    """flows: (src, dst, lo, count)."""
+    a = np.asarray(flows, dtype=np.int64).reshape(-1, 4)
+    return Round(a[:, 0].copy(), a[:, 1].copy(), a[:, 2].copy(), a[:, 3].copy(), reduce)
+
+
+def _pow2_below(p: int) -> int:
+    return 1 << (p.bit_length() - 1)
+
+
+# ---------------------------------------------------------------------------- allgatherv
+
+
+def _ring_rounds(p: int) -> list[Round]:
+    i = np.arange(p)
+    return [Round(i, (i + 1) % p, (i - k) % p, np.ones(p, dtype=np.int64)) for k in range(p - 1)]
+
+
+def _ag_ring(p: int, gpn: int) -> Schedule:
+    return Schedule("allgatherv/ring", p, tuple(_ring_rounds(p)), p, False)
+
+
+def _ag_padded(p: int, gpn: int) -> Schedule:
+    return Schedule("allgatherv/padded", p, tuple(_ring_rounds(p)), p, False, pad=True)
+
+
+def _ag_direct(p: int, gpn: int) -> Schedule:
+    if p == 1:
+        return Schedule("allgatherv/direct", p, (), p, False)
+    flows = [(i, j, i, 1) for i in range(p) for j in range(p) if i != j]
+    return Schedule("allgatherv/direct", p, (_round(flows),), p, False)
+
+
+def _ag_bruck(p: int, gpn: int) -> Schedule:
+    rounds = []
+    d = 1
+    i = np.arange(p)
+    while d < p:
+        c = min(d, p - d)
+        rounds.append(Round(i, (i - d) % p, i.copy(), np.full(p, c, dtype=np.int64)))
+        d *= 2
+    return Schedule("allgatherv/bruck", p, tuple(rounds), p, False)
+
+
+def _fold_order(p: int) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """Unit order keeping each virtual rank's blocks together after a fold; start of each."""
+    q = _pow2_below(p)
+    r = p - q
+    order: list[int] = []
+    start = np.zeros(q + 1, dtype=np.int64)
+    for v in range(q):
+        start[v] = len(order)
+        order.append(v)
+        if v < r:
+            order.append(q + v)
+    start[q] = p
+    return q, r, np.asarray(order, dtype=np.int64), start
+
+
+def _ag_recursive_doubling(p: int, gpn: int) -> Schedule:
+    q, r, order, start = _fold_order(p)
+    pos = np.empty(p, dtype=np.int64)
+    pos[order] = np.arange(p)
+    rounds = []
+    if r:
+        rounds.append(_round([(q + v, v, pos[q + v], 1) for v in range(r)]))
+    k = 1
+    while k < q:
+        flows = []
+        for v in range(q):
+            g = (v // k) * k
+            flows.append((v, v ^ k, start[g], start[g + k] - start[g]))
+        rounds.append(_round(flows))
+        k *= 2
+    if r:
+        rounds.append(_round([(v, q + v, pos[q + v] + 1, p - 1) for v in range(r)]))
+    return Schedule("allgatherv/recursive_doubling", p, tuple(rounds), p, False, unit_order=order)
+
+
+# ---------------------------------------------------------------------------- allreduce
+
+
+def _ar_ring(p: int, gpn: int) -> Schedule:
+    i = np.arange(p)
+    one = np.ones(p, dtype=np.int64)
+    rs = [Round(i, (i + 1) % p, (i - k) % p, one, True) for k in range(p - 1)]
+    ag = [Round(i, (i + 1) % p, (i + 1 - k) % p, one) for k in range(p - 1)]
+    return Schedule("allreduce/ring", p, tuple(rs + ag), p, True)
+
+
+def _fold(q: int, r: int, n: int) -> Round:
+    return _round([(q + v, v, 0, n) for v in range(r)], reduce=True)
+
+
+def _unfold(q: int, r: int, n: int) -> Round:
+    return _round([(v, q + v, 0, n) for v in range(r)])
+
+
+def _ar_recursive_doubling(p: int, gpn: int) -> Schedule:
+    q = _pow2_below(p)
+    r = p - q
+    rounds = [_fold(q, r, 1)] if r else []
+    k = 1
+    while k < q:
+        rounds.append(_round([(v, v ^ k, 0, 1) for v in range(q)], reduce=True))
+        k *= 2
+    if r:
+        rounds.append(_unfold(q, r, 1))
+    return Schedule("allreduce/recursive_doubling", p, tuple(rounds), 1, True)
+
+
+def _ar_rabenseifner(p: int, gpn: int) -> Schedule:
+    q = _pow2_below(p)
+    r = p - q
+    rounds = [_fold(q, r, q)] if r else []
+    # reduce-scatter by recursive halving: rank v keeps the half of its range on v's side
+    lo = np.zeros(q, dtype=np.int64)
+    length = q
+    mask = q // 2
+    while mask:
+        half = length // 2
+        flows = []
+        for v in range(q):
+            upper = bool(v & mask)
+            send_lo = lo[v] if upper else lo[v] + half
+            flows.append((v, v ^ mask, send_lo, half))
+        rounds.append(_round(flows, reduce=True))
+        for v in range(q):
+            if v & mask:
+                lo[v] += half
+        length = half
+        mask //= 2
+    # allgather by recursive doubling: rank v holds chunks [(v >> k) << k, + 2^k)
+    k = 1
+    while k < q:
+        rounds.append(_round([(v, v ^ k, (v // k) * k, k) for v in range(q)]))
+        k *= 2
+    if r:
+        rounds.append(_unfold(q, r, q))
+    return Schedule("allreduce/rabenseifner", p, tuple(rounds), q, True)
+
+
+def _ar_binomial_tree(p: int, gpn: int) -> Schedule:
+    rounds = []
+    k = 1
+    while k < p:
+        flows = [(v, v - k, 0, 1) for v in range(p) if v % (2 * k) == k]
+        rounds.append(_round(flows, reduce=True))
+        k *= 2
+    bcast = []
+    while k > 1:
+        k //= 2
+        flows = [(v, v + k, 0, 1) for v in range(p) if v % (2 * k) == 0 and v + k < p]
+        bcast.append(_round(flows))
+    return Schedule("allreduce/binomial_tree", p, tuple(rounds + bcast), 1, True)
+
+
+def _ar_hierarchical(p: int, gpn: int) -> Schedule:
+    g = gpn
+    if p % g:
+        raise ConfigError(
+            f"allreduce/hierarchical: world size {p} is not a multiple of gpus_per_node={g}"
+        )
+    n = p // g
+    rank = np.arange(p)
+    node, local = rank // g, rank % g
+    intra_next = node * g + (local + 1) % g
+    inter_next = ((node + 1) % n) * g + local
+    full = np.full(p, n, dtype=np.int64)
+    one = np.ones(p, dtype=np.int64)
+    rounds = []
+    for k in range(g - 1):  # intra-node reduce-scatter: chunks of N units
+        rounds.append(Round(rank, intra_next, ((local - k) % g) * n, full, True))
+    owned = ((local + 1) % g) * n  # chunk this rank holds reduced within its node
+    for k in range(n - 1):  # inter-node ring reduce-scatter on that chunk
+        rounds.append(Round(rank, inter_next, owned + (node - k) % n, one, True))
+    for k in range(n - 1):  # inter-node ring allgather
+        rounds.append(Round(rank, inter_next, owned + (node + 1 - k) % n, one))
+    for k in range(g - 1):  # intra-node allgather
+        rounds.append(Round(rank, intra_next, ((local + 1 - k) % g) * n, full))
+    return Schedule("allreduce/hierarchical", p, tuple(rounds), p, True)
+
+
+COLLECTIVES: dict[str, Callable[[int, int], Schedule]] = {
+    "allreduce/ring": _ar_ring,
+    "allreduce/recursive_doubling": _ar_recursive_doubling,
+    "allreduce/rabenseifner": _ar_rabenseifner,
+    "allreduce/binomial_tree": _ar_binomial_tree,
+    "allreduce/hierarchical": _ar_hierarchical,
+    "allgatherv/ring": _ag_ring,
+    "allgatherv/recursive_doubling": _ag_recursive_doubling,
+    "allgatherv/bruck": _ag_bruck,
+    "allgatherv/direct": _ag_direct,
+    "allgatherv/padded": _ag_padded,
+}
+assert set(COLLECTIVES) == set(COLLECTIVE_KEYS)
+
+
+@functools.lru_cache(maxsize=256)
+def get_schedule(key: str, world_size: int, gpus_per_node: int = 1) -> Schedule:
+    """The schedule of collective ``key`` for ``world_size`` ranks (cached).
+
+    ``gpus_per_node`` matters only to ``allreduce/hierarchical``. Unknown keys raise
+    UnknownNameError listing the valid ones.
+    """
+    try:
+        builder = COLLECTIVES[key]
+    except KeyError:
+        raise unknown_name("collective", key, COLLECTIVES) from None
+    if world_size < 1:
+        raise ConfigError(f"world size must be >= 1, got {world_size}")
+    gpn = gpus_per_node if key == "allreduce/hierarchical" else 1
+    return builder(int(world_size), int(gpn))

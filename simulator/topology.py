@@ -1,0 +1,454 @@
+"""Cluster topologies: frozen specs, their networkx graphs, and deterministic routing.
+
+A cluster's ``topology`` dict names a ``kind`` from :data:`TOPOLOGIES`; its other keys are
+that kind's parameters (validated here, unknown keys are a :class:`ConfigError` listing the
+valid ones). :func:`build_topology` turns a :class:`~traces.cluster.ClusterSpec` and a world
+size ``P`` into a :class:`Topology`: an undirected networkx graph whose every edge is a
+**full-duplex** link (two independent *channels*, one per direction, each with the link's
+bandwidth and latency), the host node of each rank, and a route for every rank pair.
+
+Kinds (rank ``i`` lives on host ``h{i}``):
+
+* ``star`` — every host has one NIC (``link``) into one non-blocking switch.
+* ``leaf_spine`` — ``hosts_per_leaf`` hosts per leaf switch (``link``), every leaf wired to
+  every one of ``spines`` spine switches. Each leaf–spine link carries
+  ``hosts_per_leaf × B / (oversubscription × spines)`` so that a leaf's total uplink is its
+  hosts' total bandwidth divided by the ``oversubscription`` ratio. ``placement = "packed"``
+  fills leaves in rank order; ``"spread"`` deals ranks round-robin over the leaves (so a ring
+  in rank order crosses the spine at every hop).
+* ``hierarchical`` — ``gpus_per_node`` ranks per node joined through a node fabric on
+  ``intra_link``; one NIC per node (``link``) into a non-blocking switch.
+* ``ring`` — hosts cabled in a ring with ``link``, no switch.
+* ``torus2d`` — ``rows × cols`` hosts with wrap-around links in both dimensions.
+* ``graph`` — any graph: ``hosts`` (rank order) and ``links`` (``[{a, b, bandwidth,
+  latency}]`` or ``preset``) inline, or in the TOML file named by ``file``.
+
+Routing: minimum hop count. Among equal-cost next hops we pick deterministically per flow
+(a CRC32 of source, destination and hop index chooses among the sorted candidates), the way a
+switch hashes a flow's 5-tuple: equal-cost multipath without randomness.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from traces.cluster import ClusterSpec, LinkSpec, get_link
+from traces.errors import ConfigError, TopologyError, unknown_name
+from traces.units import parse_bandwidth_Bps, parse_time_s
+
+__all__ = [
+    "TOPOLOGIES",
+    "GraphSpec",
+    "HierarchicalSpec",
+    "LeafSpineSpec",
+    "RingSpec",
+    "Route",
+    "StarSpec",
+    "Topology",
+    "Torus2dSpec",
+    "build_topology",
+    "parse_topology",
+]
+
+SWITCH = "sw"
+
+
+@dataclass(frozen=True)
+class StarSpec:
+    """A non-blocking switch with one NIC per rank."""
+
+
+@dataclass(frozen=True)
+class LeafSpineSpec:
+    """Two-tier Clos: leaves of ``hosts_per_leaf`` hosts, ``spines`` spines, an oversubscription ratio."""
+
+    hosts_per_leaf: int = 16
+    spines: int = 1
+    oversubscription: float = 1.0
+    placement: str = "packed"
+
+
+@dataclass(frozen=True)
+class HierarchicalSpec:
+    """``gpus_per_node`` ranks per node on the intra-node link, one NIC per node to a switch."""
+
+
+@dataclass(frozen=True)
+class RingSpec:
+    """Hosts cabled in a ring (rank i to rank i+1 mod P)."""
+
+
+@dataclass(frozen=True)
+class Torus2dSpec:
+    """A ``rows × cols`` 2-D torus; ``rows = 0`` picks the most square factorisation of P."""
+
+    rows: int = 0
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """An arbitrary graph: hosts in rank order and links (inline or from a TOML ``file``)."""
+
+    hosts: tuple[str, ...] = ()
+    links: tuple[tuple[str, str, float, float], ...] = ()  # (a, b, bandwidth_Bps, latency_s)
+    file: str = ""
+
+
+@dataclass(frozen=True)
+class Route:
+    """A path from one rank to another: the directed channels it crosses, in order."""
+
+    channels: tuple[int, ...]
+    latency_s: float  # sum of the channels' latencies
+    bandwidth_Bps: float  # the narrowest channel's bandwidth (inf for a rank to itself)
+
+
+@dataclass
+class Topology:
+    """A built topology: graph, host of each rank, channel table and a route cache."""
+
+    kind: str
+    world_size: int
+    graph: nx.Graph
+    hosts: list[str]
+    channel_ids: dict[tuple[str, str], int]
+    channel_names: list[str]
+    capacity_Bps: np.ndarray
+    latency_s: np.ndarray
+    _dist: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
+    _routes: dict[tuple[int, int], Route] = field(default_factory=dict, repr=False)
+
+    @property
+    def n_channels(self) -> int:
+        return len(self.channel_names)
+
+    def route(self, src: int, dst: int) -> Route:
+        """The deterministic minimum-hop route from rank ``src`` to rank ``dst`` (cached)."""
+        key = (src, dst)
+        cached = self._routes.get(key)
+        if cached is not None:
+            return cached
+        if src == dst:
+            route = Route((), 0.0, math.inf)
+        else:
+            route = self._compute_route(src, dst)
+        self._routes[key] = route
+        return route
+
+    def _compute_route(self, src: int, dst: int) -> Route:
+        target = self.hosts[dst]
+        dist = self._dist.get(target)
+        if dist is None:
+            dist = nx.single_source_shortest_path_length(self.graph, target)
+            self._dist[target] = dist
+        node = self.hosts[src]
+        channels: list[int] = []
+        hop = 0
+        while node != target:
+            here = dist[node]
+            nxt = sorted(n for n in self.graph.neighbors(node) if dist.get(n, -1) == here - 1)
+            if len(nxt) > 1:
+                pick = zlib.crc32(f"{src}>{dst}#{hop}".encode()) % len(nxt)
+                step = nxt[pick]
+            else:
+                step = nxt[0]
+            channels.append(self.channel_ids[(node, step)])
+            node = step
+            hop += 1
+        ch = np.asarray(channels, dtype=np.int64)
+        return Route(
+            tuple(channels),
+            float(self.latency_s[ch].sum()),
+            float(self.capacity_Bps[ch].min()),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# spec parsing
+# --------------------------------------------------------------------------------------------
+
+TOPOLOGIES: dict[str, type] = {
+    "star": StarSpec,
+    "leaf_spine": LeafSpineSpec,
+    "hierarchical": HierarchicalSpec,
+    "ring": RingSpec,
+    "torus2d": Torus2dSpec,
+    "graph": GraphSpec,
+}
+
+_PLACEMENTS = ("packed", "spread")
+
+
+def _int(where: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"topology.{where}: expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _parse_graph_links(where: str, links: Any) -> tuple[tuple[str, str, float, float], ...]:
+    if not isinstance(links, (list, tuple)) or not links:
+        raise TopologyError(f"{where}: 'links' must be a non-empty list of tables")
+    valid = ("a", "b", "preset", "bandwidth", "bandwidth_Bps", "latency", "latency_s")
+    out = []
+    for i, link in enumerate(links):
+        if not isinstance(link, Mapping):
+            raise TopologyError(f"{where}: links[{i}] must be a table, got {link!r}")
+        for key in link:
+            if key not in valid:
+                raise ConfigError(
+                    f"unknown key {key!r} in {where}.links[{i}]; valid keys: {', '.join(valid)}"
+                )
+        if "a" not in link or "b" not in link:
+            raise TopologyError(f"{where}: links[{i}] needs endpoints 'a' and 'b'")
+        base: LinkSpec | None = get_link(link["preset"]) if "preset" in link else None
+        bw = link.get("bandwidth", link.get("bandwidth_Bps"))
+        lat = link.get("latency", link.get("latency_s"))
+        if base is None and (bw is None or lat is None):
+            raise TopologyError(f"{where}: links[{i}] needs 'preset' or 'bandwidth' and 'latency'")
+        bandwidth = parse_bandwidth_Bps(bw) if bw is not None else base.bandwidth_Bps
+        latency = parse_time_s(lat) if lat is not None else base.latency_s
+        if not (bandwidth > 0):
+            raise TopologyError(f"{where}: links[{i}] bandwidth must be positive")
+        out.append((str(link["a"]), str(link["b"]), float(bandwidth), float(latency)))
+    return tuple(out)
+
+
+def _parse_graph(d: Mapping[str, Any]) -> GraphSpec:
+    data: Mapping[str, Any] = d
+    file = str(d.get("file", ""))
+    if file:
+        if "hosts" in d or "links" in d:
+            raise ConfigError("topology: give either 'file' or inline 'hosts'/'links', not both")
+        from traces.config import load_toml
+
+        data = load_toml(Path(file))
+        for key in data:
+            if key not in ("hosts", "links"):
+                raise ConfigError(
+                    f"unknown key {key!r} in topology file {file}; valid keys: hosts, links"
+                )
+    hosts = data.get("hosts")
+    if not isinstance(hosts, (list, tuple)) or not hosts:
+        raise TopologyError("graph topology: 'hosts' must be a non-empty list of node names")
+    hosts_t = tuple(str(h) for h in hosts)
+    if len(set(hosts_t)) != len(hosts_t):
+        raise TopologyError("graph topology: 'hosts' has duplicate names")
+    return GraphSpec(
+        hosts=hosts_t, links=_parse_graph_links("graph topology", data.get("links")), file=file
+    )
+
+
+def parse_topology(d: Mapping[str, Any]) -> Any:
+    """Validate a cluster's topology dict and return the kind's frozen spec.
+
+    Unknown kinds raise UnknownNameError listing the valid kinds; unknown keys a ConfigError
+    listing the kind's valid keys; bad values a ConfigError naming the key.
+    """
+    if not isinstance(d, Mapping) or "kind" not in d:
+        raise ConfigError("topology must be a table with a 'kind' key")
+    kind = d["kind"]
+    if kind not in TOPOLOGIES:
+        raise unknown_name("topology kind", str(kind), TOPOLOGIES)
+    cls = TOPOLOGIES[kind]
+    valid = ("kind",) + tuple(f.name for f in fields(cls))
+    for key in d:
+        if key not in valid:
+            raise ConfigError(
+                f"unknown key {key!r} in {kind} topology; valid keys: {', '.join(valid)}"
+            )
+    if cls is GraphSpec:
+        return _parse_graph(d)
+    params = {k: v for k, v in d.items() if k != "kind"}
+    if cls is LeafSpineSpec:
+        spec = LeafSpineSpec(**params)
+        _int("hosts_per_leaf", spec.hosts_per_leaf, 1)
+        _int("spines", spec.spines, 1)
+        ratio = spec.oversubscription
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not ratio > 0:
+            raise ConfigError(f"topology.oversubscription: expected a number > 0, got {ratio!r}")
+        if spec.placement not in _PLACEMENTS:
+            raise unknown_name("leaf_spine placement", str(spec.placement), _PLACEMENTS)
+        return spec
+    if cls is Torus2dSpec:
+        spec = Torus2dSpec(**params)
+        _int("rows", spec.rows, 0)
+        return spec
+    return cls(**params)
+
+
+# --------------------------------------------------------------------------------------------
+# graph builders: (spec, cluster, P) -> (graph with edge attrs, hosts in rank order)
+# --------------------------------------------------------------------------------------------
+
+
+def _edge(g: nx.Graph, a: str, b: str, bandwidth_Bps: float, latency_s: float) -> None:
+    if not (bandwidth_Bps > 0) or not math.isfinite(bandwidth_Bps):
+        raise TopologyError(f"link {a}-{b}: bandwidth must be positive and finite")
+    if not (latency_s >= 0):
+        raise TopologyError(f"link {a}-{b}: latency must be non-negative")
+    g.add_edge(a, b, bandwidth_Bps=float(bandwidth_Bps), latency_s=float(latency_s))
+
+
+def _hosts(p: int) -> list[str]:
+    return [f"h{i}" for i in range(p)]
+
+
+def _build_star(spec: StarSpec, cluster: ClusterSpec, p: int) -> tuple[nx.Graph, list[str]]:
+    g = nx.Graph()
+    hosts = _hosts(p)
+    for h in hosts:
+        _edge(g, h, SWITCH, cluster.link.bandwidth_Bps, cluster.link.latency_s)
+    return g, hosts
+
+
+def _build_leaf_spine(
+    spec: LeafSpineSpec, cluster: ClusterSpec, p: int
+) -> tuple[nx.Graph, list[str]]:
+    g = nx.Graph()
+    leaves = -(-p // spec.hosts_per_leaf)
+    hosts = _hosts(p)
+    link = cluster.link
+    for rank, h in enumerate(hosts):
+        leaf = rank // spec.hosts_per_leaf if spec.placement == "packed" else rank % leaves
+        _edge(g, h, f"leaf{leaf}", link.bandwidth_Bps, link.latency_s)
+    uplink_Bps = spec.hosts_per_leaf * link.bandwidth_Bps / (spec.oversubscription * spec.spines)
+    if leaves > 1:
+        for leaf in range(leaves):
+            for s in range(spec.spines):
+                _edge(g, f"leaf{leaf}", f"spine{s}", uplink_Bps, link.latency_s)
+    return g, hosts
+
+
+def _build_hierarchical(
+    spec: HierarchicalSpec, cluster: ClusterSpec, p: int
+) -> tuple[nx.Graph, list[str]]:
+    gpn = cluster.gpus_per_node
+    if cluster.intra_link is None:
+        raise TopologyError(f"cluster {cluster.name!r}: hierarchical topology needs an intra_link")
+    if p % gpn:
+        raise TopologyError(
+            f"hierarchical topology: world size {p} is not a multiple of gpus_per_node={gpn}"
+        )
+    g = nx.Graph()
+    hosts = _hosts(p)
+    intra, link = cluster.intra_link, cluster.link
+    for rank, h in enumerate(hosts):
+        _edge(g, h, f"node{rank // gpn}", intra.bandwidth_Bps, intra.latency_s)
+    for node in range(p // gpn):
+        _edge(g, f"node{node}", SWITCH, link.bandwidth_Bps, link.latency_s)
+    return g, hosts
+
+
+def _build_ring(spec: RingSpec, cluster: ClusterSpec, p: int) -> tuple[nx.Graph, list[str]]:
+    g = nx.Graph()
+    hosts = _hosts(p)
+    g.add_nodes_from(hosts)
+    if p > 1:
+        for i in range(p if p > 2 else 1):
+            _edge(
+                g, hosts[i], hosts[(i + 1) % p], cluster.link.bandwidth_Bps, cluster.link.latency_s
+            )
+    return g, hosts
+
+
+def _square_rows(p: int) -> int:
+    rows = int(math.isqrt(p))
+    while p % rows:
+        rows -= 1
+    return rows
+
+
+def _build_torus2d(spec: Torus2dSpec, cluster: ClusterSpec, p: int) -> tuple[nx.Graph, list[str]]:
+    rows = spec.rows or _square_rows(p)
+    if p % rows:
+        raise TopologyError(f"torus2d: world size {p} is not a multiple of rows={rows}")
+    cols = p // rows
+    g = nx.Graph()
+    hosts = _hosts(p)
+    g.add_nodes_from(hosts)
+    link = cluster.link
+    for r in range(rows):
+        for c in range(cols):
+            here = hosts[r * cols + c]
+            for nr, nc in ((r, (c + 1) % cols), ((r + 1) % rows, c)):
+                there = hosts[nr * cols + nc]
+                if there != here:
+                    _edge(g, here, there, link.bandwidth_Bps, link.latency_s)
+    return g, hosts
+
+
+def _build_graph(spec: GraphSpec, cluster: ClusterSpec, p: int) -> tuple[nx.Graph, list[str]]:
+    if len(spec.hosts) < p:
+        raise TopologyError(
+            f"graph topology has {len(spec.hosts)} hosts; world size {p} needs at least {p}"
+        )
+    g = nx.Graph()
+    g.add_nodes_from(spec.hosts)
+    for a, b, bw, lat in spec.links:
+        if a == b:
+            raise TopologyError(f"graph topology: self-loop link on {a!r}")
+        _edge(g, a, b, bw, lat)
+    return g, list(spec.hosts[:p])
+
+
+_BUILDERS = {
+    StarSpec: _build_star,
+    LeafSpineSpec: _build_leaf_spine,
+    HierarchicalSpec: _build_hierarchical,
+    RingSpec: _build_ring,
+    Torus2dSpec: _build_torus2d,
+    GraphSpec: _build_graph,
+}
+
+
+def build_topology(cluster: ClusterSpec, world_size: int) -> Topology:
+    """Build the :class:`Topology` of ``cluster`` for ``world_size`` ranks.
+
+    Raises TopologyError when the graph is disconnected (a rank cannot reach another), a
+    link has non-positive bandwidth, or the world size does not fit the topology.
+    """
+    if (
+        isinstance(world_size, bool)
+        or not isinstance(world_size, (int, np.integer))
+        or world_size < 1
+    ):
+        raise ConfigError(f"world size must be an integer >= 1, got {world_size!r}")
+    p = int(world_size)
+    spec = parse_topology(cluster.topology)
+    graph, hosts = _BUILDERS[type(spec)](spec, cluster, p)
+    if p > 1:
+        reach = nx.node_connected_component(graph, hosts[0]) if hosts[0] in graph else set()
+        missing = [h for h in hosts if h not in reach]
+        if missing:
+            raise TopologyError(
+                f"topology {cluster.topology['kind']!r} is disconnected: ranks on "
+                f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} cannot reach {hosts[0]}"
+            )
+    channel_ids: dict[tuple[str, str], int] = {}
+    names: list[str] = []
+    caps: list[float] = []
+    lats: list[float] = []
+    for a, b, attrs in sorted(graph.edges(data=True), key=lambda e: (str(e[0]), str(e[1]))):
+        for u, v in ((a, b), (b, a)):
+            channel_ids[(u, v)] = len(names)
+            names.append(f"{u}->{v}")
+            caps.append(attrs["bandwidth_Bps"])
+            lats.append(attrs["latency_s"])
+    return Topology(
+        kind=str(cluster.topology["kind"]),
+        world_size=p,
+        graph=graph,
+        hosts=hosts,
+        channel_ids=channel_ids,
+        channel_names=names,
+        capacity_Bps=np.asarray(caps, dtype=float),
+        latency_s=np.asarray(lats, dtype=float),
+    )
