@@ -475,12 +475,12 @@ def _trace_section(traces_, labels, out_tables, out_plots, plots) -> None:
 
 def to_markdown(df: pd.DataFrame) -> str:
     """A GitHub-flavoured Markdown table of ``df`` (cells as strings, pipes escaped)."""
-    cols = [str(c) for c in df.columns]
 
     def cell(v: Any) -> str:
         s = "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
         return s.replace("|", "\\|").replace("\n", " ")
 
+    cols = [cell(c) for c in df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(" --- " for _ in cols) + "|"]
     for row in df.itertuples(index=False):
         lines.append("| " + " | ".join(cell(v) for v in row) + " |")

@@ -1,0 +1,87 @@
+"""Plot functions draw on the Axes they are given, with labelled axes and legends."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from conftest import build_payloads
+from matplotlib.figure import Figure
+
+from reports import plots, tables
+
+LABELS = {"var2": "variance α=2", "strom": "strom τ=0.01", "qsgd": "qsgd s=4"}
+
+
+def _check(ax, xlabel: str):
+    assert xlabel in ax.get_xlabel()
+    assert ax.get_ylabel()
+    assert ax.get_title()
+    return ax
+
+
+def test_speedup_one_line_per_interconnect(results):
+    wi = tables.what_if(results, LABELS)
+    ax = Figure().subplots()
+    out = plots.speedup_vs_world_size(wi[wi.trace == "var2"], ax)
+    assert out is ax
+    _check(ax, "workers P")
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert {"1GbE", "10GbE", "IB-EDR"} <= set(labels)
+    assert ax.get_xscale() == "log"
+    assert ax.get_yscale() == "linear"  # 0.9× … 2×: a narrow span stays linear
+    assert "simulated" in ax.get_title()
+
+
+def test_speedup_log_scale_when_span_is_wide(results):
+    wi = tables.what_if(results, LABELS)
+    qsgd = wi[(wi.trace == "qsgd") & (wi.source == "simulated")]
+    assert qsgd.speedup.max() / qsgd.speedup.min() > 10
+    ax = plots.speedup_vs_world_size(qsgd)
+    assert ax.get_yscale() == "log"
+
+
+def test_breakdown_bars_and_units(results):
+    b = tables.breakdown(results, LABELS)
+    ax = plots.step_breakdown(b[(b.trace == "var2") & (b.cluster == "1GbE")])
+    _check(ax, "workers P")
+    assert "ms" in ax.get_ylabel()
+    # 9 world sizes × 2 methods × 4 parts
+    assert len(ax.patches) == 9 * 2 * 4
+
+
+def test_crossover_map_marks_links_without_solution(results):
+    c = tables.crossover(results, LABELS)
+    ax = plots.crossover_map(c[c.trace == "var2"], achieved={"variance α=2": 400.0})
+    _check(ax, "workers P")
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert "IB-EDR: no ratio suffices" in labels
+    assert any(lbl.startswith("achieved: variance α=2") for lbl in labels)
+
+
+def test_density_heatmap_has_colorbar():
+    p = build_payloads(steps=5, layers=(10, 100, 1000), density=0.05)
+    ax = plots.density_heatmap(tables.layer_density(p), layer_names=["a", "b", "c"])
+    _check(ax, "step")
+    assert len(ax.figure.axes) == 2  # the heatmap and its colorbar
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b", "c"]
+
+
+def test_trace_validation_plots():
+    p = build_payloads(steps=5)
+    r = tables.compression_over_steps(p, "packed32")
+    r.insert(0, "label", "variance α=2")
+    ax = plots.compression_ratio_over_steps(r)
+    _check(ax, "step")
+    ev = pd.DataFrame({"step": [0, 4], "test_acc": [0.5, 0.9], "train_acc": [0.5, 0.95]})
+    curves = tables.accuracy_curves({"dense": ev, "variance α=2": ev.assign(test_acc=[0.5, 0.8])})
+    ax = plots.accuracy_over_steps(curves)
+    _check(ax, "step")
+    assert "%" in ax.get_ylabel()
+    assert ax.get_lines()[0].get_ydata()[-1] == pytest.approx(90.0)
+
+
+def test_simulated_vs_predicted_log_log(results):
+    ax = plots.simulated_vs_predicted(tables.agreement(results))
+    _check(ax, "predicted")
+    assert ax.get_xscale() == ax.get_yscale() == "log"
+    assert len(ax.collections) >= 6  # 3 clusters × 2 methods (+ the ±10 % band)

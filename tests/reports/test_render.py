@@ -1,0 +1,105 @@
+"""Writing a report: files on disk, a self-contained HTML page with the summary first."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+from conftest import build_payloads
+
+from reports import render
+
+LABELS = {"var2": "variance α=2", "strom": "strom τ=0.01", "qsgd": "qsgd s=4", "d": "dense"}
+
+
+class FakeTrace:
+    """The attributes of traces.io.Trace that reports read."""
+
+    def __init__(self, name: str, compressor: str, density: float) -> None:
+        self.name = name
+        self.compressor = compressor
+        self.payloads = build_payloads(steps=8, density=density)
+        self.primary_encoding = "packed32"
+        self.workers = 2
+        self.steps_count = 8
+        self.layers = [{"index": i, "name": f"fc{i}.weight"} for i in range(3)]
+        self.evals = pd.DataFrame(
+            {
+                "step": [0, 7],
+                "test_acc": [0.3, 0.9 if density == 1 else 0.87],
+                "train_acc": [0.3, 0.9],
+            }
+        )
+        self.header = {"compressor": {"name": compressor, "params": {}}}
+
+
+@pytest.fixture
+def written(results, tmp_path):
+    inputs = render.ReportInputs(
+        results=results,
+        result_paths=("results/a",),
+        traces=(FakeTrace("d", "dense", 1.0), FakeTrace("var2", "variance", 0.01)),
+        labels=LABELS,
+    )
+    report = render.build_report(inputs)
+    return report, render.write_report(report, tmp_path / "out")
+
+
+def test_files_written(written):
+    report, html_path = written
+    out = html_path.parent
+    names = {p.name for p in report.plots}
+    assert names == {
+        "speedup",
+        "breakdown",
+        "crossover",
+        "agreement",
+        "density",
+        "trace_validation",
+    }
+    for name in names:
+        assert (out / "plots" / f"{name}.png").stat().st_size > 1000
+        assert (out / "plots" / f"{name}.svg").read_text().lstrip().startswith("<?xml")
+    for t in report.tables:
+        assert (out / "tables" / f"{t.name}.csv").is_file()
+        md = (out / "tables" / f"{t.name}.md").read_text()
+        assert md.count("\n|") >= 2
+    back = pd.read_csv(out / "tables" / "what_if.csv")
+    assert len(back) == len(report.tables[0].frame)
+
+
+def test_html_is_self_contained_with_summary_first(written):
+    report, html_path = written
+    page = html_path.read_text()
+    assert page.index("Summary") < page.index("<img")
+    assert report.summary[0].startswith("On 10GbE, variance α=2")
+    assert "On 10GbE, variance α=2 beats dense allreduce" in page
+    srcs = re.findall(r'src="([^"]+)"', page)
+    assert len(srcs) == len(report.plots)
+    assert all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert not re.search(r'(href|src)="(https?:)?//', page)
+
+
+def test_summary_markdown_embeds_what_if(written):
+    _, html_path = written
+    md = (html_path.parent / "summary.md").read_text()
+    assert md.startswith("# vgcsim report")
+    assert "| interconnect |" in md
+    assert "plots/speedup.png" in md
+
+
+def test_to_markdown_escapes_pipes():
+    md = render.to_markdown(pd.DataFrame({"a|b": ["x|y"], "n": [1.5]}))
+    assert md.splitlines()[0] == "| a\\|b | n |"
+    assert md.splitlines()[2] == "| x\\|y | 1.5 |"
+
+
+def test_trace_only_report(tmp_path):
+    inputs = render.ReportInputs(
+        results=pd.DataFrame(columns=list(render.tables.RESULT_COLUMNS)),
+        traces=(FakeTrace("var2", "variance", 0.01),),
+        labels=LABELS,
+    )
+    path = render.write_report(render.build_report(inputs), tmp_path)
+    assert "trace validation only" in path.read_text()

@@ -1,0 +1,196 @@
+"""Report tables on hand-built result frames whose answers are known in closed form."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import DENSE_BYTES, LINKS, build_payloads, build_results
+
+from reports import tables
+from traces.errors import ResultsError
+
+LABELS = {"var2": "variance α=2", "strom": "strom τ=0.01", "qsgd": "qsgd s=4"}
+
+
+def _dense_step(cluster: str, p: int) -> float:
+    bw, lat = LINKS[cluster]
+    return 0.05 + 2 * (p - 1) * lat + 2 * (p - 1) / p * DENSE_BYTES / bw
+
+
+def test_what_if_speedup_matches_alpha_beta_by_hand(results):
+    t = tables.what_if(results, LABELS)
+    row = t[
+        (t.source == "predicted")
+        & (t.cluster == "1GbE")
+        & (t.trace == "var2")
+        & (t.world_size == 16)
+    ].iloc[0]
+    dense = 0.05 + 2 * 15 * 50e-6 + 2 * 15 / 16 * 4e6 / 125e6  # 0.1115 s
+    comp = 0.05 + 0.002 + 0.003 + 15 * 50e-6 + 15 * 1e4 / 125e6  # 0.05695 s
+    assert row.dense_step_s == pytest.approx(dense)
+    assert row.compressed_step_s == pytest.approx(comp)
+    assert row.speedup == pytest.approx(dense / comp)
+    assert row.winner == "compressed"
+    assert row.compression_ratio == pytest.approx(400.0)
+    assert row.method_label == "variance α=2"
+    assert list(t.columns) == list(tables.WHAT_IF_COLUMNS)
+
+
+def test_largest_winning_world_size(results):
+    t = tables.what_if(results, LABELS)
+    strom = t[(t.source == "predicted") & (t.cluster == "10GbE") & (t.trace == "strom")]
+    # by hand: P=64 dense 58.82 ms vs strom 58.29 ms (wins); P=128 61.43 vs 63.67 (loses)
+    assert set(strom.largest_winning_world_size) == {64}
+    ib = t[(t.source == "predicted") & (t.cluster == "IB-EDR") & (t.trace == "qsgd")]
+    assert ib.largest_winning_world_size.isna().all()
+    assert (ib.winner == "dense").all()
+
+
+def test_what_if_ignores_dense_traces_compressed_side():
+    df = build_results(
+        traces={"dense": ("dense", 1.0, 0.0, 0.0), "var2": ("variance", 400.0, 0.0, 0.0)}
+    )
+    t = tables.what_if(df)
+    assert set(t.trace) == {"var2"}
+
+
+def test_crossover_ratio_ties_dense_step(results):
+    c = tables.crossover(results, LABELS)
+    row = c[
+        (c.source == "predicted")
+        & (c.cluster == "1GbE")
+        & (c.trace == "var2")
+        & (c.world_size == 16)
+    ].iloc[0]
+    # comm = 15·α + 15·bytes/β exactly (three traces give an exact affine fit)
+    a, b = 15 * 50e-6, 15 / 125e6
+    expected = b * DENSE_BYTES / (_dense_step("1GbE", 16) - 0.055 - a)
+    assert row.required_ratio == pytest.approx(expected, rel=1e-6)
+    assert row.achieved_ratio == pytest.approx(400.0)
+    assert bool(row.wins)
+    # every finite r* reproduces the dense step time when plugged back in
+    pred = c[(c.source == "predicted") & np.isfinite(c.required_ratio) & (c.world_size > 1)]
+    for r in pred.itertuples():
+        bw, lat = LINKS[r.cluster]
+        p = r.world_size
+        step = r.overhead_s + (p - 1) * lat + (p - 1) * DENSE_BYTES / r.required_ratio / bw
+        assert step == pytest.approx(r.dense_step_s, rel=1e-6)
+
+
+def test_crossover_infinite_when_overhead_exceeds_dense(results):
+    c = tables.crossover(results, LABELS)
+    # on IB-EDR the variance trace's 5 ms overhead exceeds all of dense communication
+    ib = c[(c.source == "predicted") & (c.cluster == "IB-EDR") & (c.trace == "var2")]
+    assert ib.required_ratio.map(math.isinf).all()
+    assert not ib.wins.any()
+
+
+def test_crossover_agrees_with_what_if_winner(results):
+    c = tables.crossover(results, LABELS).set_index(["source", "cluster", "trace", "world_size"])
+    w = tables.what_if(results, LABELS).set_index(["source", "cluster", "trace", "world_size"])
+    joined = c.join(w[["winner"]])
+    assert ((joined["winner"] == "compressed") == joined["wins"]).all()
+
+
+def test_mean_rows_averages_per_step_rows(results):
+    per_step = []
+    for step, scale in ((0, 0.5), (1, 1.5)):
+        part = results.copy()
+        part["step"] = step
+        part["step_s"] = part["step_s"] * scale
+        per_step.append(part)
+    m = tables.mean_rows(pd.concat(per_step, ignore_index=True))
+    assert (m["step"] == -1).all()
+    base = tables.mean_rows(results)
+    assert np.allclose(m["step_s"].to_numpy(), base["step_s"].to_numpy())
+
+
+def test_missing_columns_is_a_results_error(results):
+    with pytest.raises(ResultsError, match="lacks columns"):
+        tables.what_if(results.drop(columns=["comm_s"]))
+
+
+def test_breakdown_parts_sum_to_step(results):
+    b = tables.breakdown(results, LABELS)
+    parts = b[["compute_s", "variance_s", "codec_s", "comm_s"]].sum(axis=1)
+    assert np.allclose(parts + b["other_s"], b["step_s"])
+    assert np.allclose(b["other_s"], 0.0)
+    assert set(b["method"]) == {"dense", "compressed"}
+
+
+def test_agreement_relative_error(results):
+    a = tables.agreement(results)
+    assert len(a) == len(results) // 2
+    assert np.allclose(a.rel_error, (a.simulated_step_s - a.predicted_step_s) / a.simulated_step_s)
+    one = a[(a.cluster == "1GbE") & (a.world_size == 1)]
+    assert np.allclose(one.rel_error, 0.0)  # no communication, so no skew at P = 1
+
+
+def test_headline_names_10gbe_variance_first(results):
+    lines = tables.headline_order(tables.headline(tables.what_if(results, LABELS)))
+    assert lines[0].startswith("On 10GbE, variance α=2 beats dense allreduce")
+    assert "(at P = 256, simulated)" in lines[0]
+    assert any("IB-EDR, variance α=2 never beats" in s for s in lines)
+
+
+def test_layer_density_and_compression_ratio():
+    p = build_payloads(steps=2, workers=2, layers=(100, 1000), density=0.1)
+    d = tables.layer_density(p)
+    assert d.shape == (2, 2)
+    # step 1: sent = int(n·0.1·2/2)
+    assert d.loc[1, 0] == pytest.approx(0.1)
+    assert d.loc[1, 1] == pytest.approx(0.1)
+    r = tables.compression_over_steps(p, "packed32")
+    bits1 = 2 * ((32 * 10 + 64) + (32 * 100 + 64))
+    assert r.loc[r.step == 1, "bits"].item() == bits1
+    assert r.loc[r.step == 1, "compression_ratio"].item() == pytest.approx(2 * 32 * 1100 / bits1)
+    with pytest.raises(ResultsError, match="packed32"):
+        tables.compression_over_steps(p, "coo64")
+
+
+def test_method_table_relative_to_dense():
+    ov = pd.DataFrame(
+        [
+            {
+                "trace": "d",
+                "method_label": "dense",
+                "compressor": "dense",
+                "workers": 4,
+                "steps": 10,
+                "final_test_acc": 0.9,
+                "bits": 3200,
+                "dense_bits": 3200,
+                "mean_density": 1.0,
+            },
+            {
+                "trace": "v",
+                "method_label": "variance α=2",
+                "compressor": "variance",
+                "workers": 4,
+                "steps": 10,
+                "final_test_acc": 0.88,
+                "bits": 32,
+                "dense_bits": 3200,
+                "mean_density": 0.01,
+            },
+        ]
+    )
+    t = tables.method_table(ov)
+    v = t[t.trace == "v"].iloc[0]
+    assert v.compression_ratio == pytest.approx(100.0)
+    assert v.acc_vs_dense == pytest.approx(-0.02)
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "label"),
+    [
+        ("variance", {"alpha": 2.0}, "variance α=2"),
+        ("strom", {"tau": 0.01}, "strom τ=0.01"),
+        ("dense", {}, "dense"),
+    ],
+)
+def test_method_label(name, params, label):
+    assert tables.method_label(name, params) == label
