@@ -1,0 +1,328 @@
+"""Per-worker gradients and per-sample squared-gradient sums from one batched pass.
+
+The paper's criterion needs, per element i and worker, Σ_z (∇_i f_z)² over the worker's
+samples z. Two estimators:
+
+- ``"exact"`` — per-sample gradients with ``torch.func`` (``vmap(grad(·))`` over all W·B
+  samples at once), squared and summed per worker. Works for any BatchNorm-free model.
+- ``"fast"`` — the cheap path the paper calls negligible. One ordinary forward/backward
+  with hooks records each layer's input ``a`` and output gradient ``δ``; then per worker:
+
+  * Linear weight: Σ_z (δ_z a_zᵀ)² = (δ²)ᵀ(a²), exact when each sample has one row
+    (inputs ``[N, in]``); with extra (sequence) dimensions the squares are summed over
+    positions within a sample, an approximation.
+  * Conv2d weight: the same squared-input / squared-output-gradient weight-gradient
+    convolution, an approximation (squares summed over spatial positions within a sample).
+  * biases, GroupNorm and LayerNorm affine parameters: per-sample gradients are cheap
+    reductions, so their squared sums are exact.
+
+Both return each worker's gradient of its mean loss; ``estimator=None`` returns gradients
+only. Modules with parameters outside Linear, Conv2d, GroupNorm and LayerNorm make the fast
+path raise ConfigError (use "exact"); with ``estimator=None`` they fall back to
+``torch.func`` per-worker gradients.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from traces.errors import ConfigError, unknown_name
+
+log = logging.getLogger(__name__)
+
+ESTIMATORS = ("exact", "fast")
+_HOOKED = (nn.Linear, nn.Conv2d, nn.GroupNorm, nn.LayerNorm)
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class WorkerGrads:
+    """Result of :func:`worker_gradients`.
+
+    losses: ``[W]`` mean loss per worker. grads: one ``[W, *p.shape]`` tensor per trainable
+    parameter (``named_parameters()`` order), the gradient of worker w's mean loss.
+    sqsums: same shapes, Σ_z (∇_p f_z)² over worker w's samples, or None.
+    """
+
+    losses: torch.Tensor
+    grads: list[torch.Tensor]
+    sqsums: list[torch.Tensor] | None
+    names: list[str] = field(default_factory=list)
+
+
+def _trainable(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def _split(x: torch.Tensor, workers: int) -> int:
+    if workers < 1 or x.shape[0] % workers:
+        raise ConfigError(f"batch of {x.shape[0]} samples does not split into {workers} workers")
+    return x.shape[0] // workers
+
+
+def worker_gradients(
+    model: nn.Module,
+    loss_fn: LossFn,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    workers: int,
+    estimator: str | None,
+) -> WorkerGrads:
+    """Gradients of each worker's mean loss (+ squared-gradient sums) in one batched pass.
+
+    ``x, y`` hold ``workers·B`` samples; worker w owns samples ``[w·B, (w+1)·B)``.
+    ``loss_fn(logits, y)`` returns per-sample losses (reduction="none").
+    """
+    if estimator is not None and estimator not in ESTIMATORS:
+        raise unknown_name("variance estimator", estimator, ESTIMATORS)
+    _split(x, workers)
+    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        raise ConfigError("per-sample gradients are ill-defined with BatchNorm; use GroupNorm")
+    if estimator == "exact":
+        return _exact(model, loss_fn, x, y, workers)
+    unsupported = _unsupported_modules(model)
+    if unsupported:
+        if estimator == "fast":
+            raise ConfigError(
+                "the fast variance estimator supports parameters of "
+                f"{', '.join(t.__name__ for t in _HOOKED)} only; "
+                f"found {', '.join(sorted(unsupported))} (use estimator 'exact')"
+            )
+        return _per_worker_func(model, loss_fn, x, y, workers)
+    return _hooked(model, loss_fn, x, y, workers, with_sqsum=estimator == "fast")
+
+
+def _unsupported_modules(model: nn.Module) -> set[str]:
+    bad = set()
+    for module in model.modules():
+        own = [p for p in module.parameters(recurse=False) if p.requires_grad]
+        if own and not isinstance(module, _HOOKED):
+            bad.add(type(module).__name__)
+    return bad
+
+
+# --------------------------------------------------------------------------- exact
+
+
+def _exact(model: nn.Module, loss_fn: LossFn, x: torch.Tensor, y: torch.Tensor, workers: int):
+    from torch.func import functional_call, grad, vmap
+
+    named = _trainable(model)
+    params = {n: p.detach() for n, p in named}
+    frozen = {n: p.detach() for n, p in model.named_parameters() if not p.requires_grad}
+    buffers = dict(model.named_buffers())
+
+    def sample_loss(p, xi, yi):
+        out = functional_call(model, ({**p, **frozen}, buffers), (xi.unsqueeze(0),))
+        loss = loss_fn(out, yi.unsqueeze(0)).sum()
+        return loss, loss.detach()
+
+    per_sample, losses = vmap(
+        grad(sample_loss, has_aux=True), in_dims=(None, 0, 0), randomness="different"
+    )(params, x, y)
+    b = _split(x, workers)
+    grads, sqsums = [], []
+    for name, p in named:
+        g = per_sample[name].reshape(workers, b, *p.shape)
+        grads.append(g.mean(1))
+        sqsums.append(g.square().sum(1))
+    return WorkerGrads(losses.reshape(workers, b).mean(1), grads, sqsums, [n for n, _ in named])
+
+
+def _per_worker_func(model, loss_fn, x, y, workers):
+    from torch.func import functional_call, grad, vmap
+
+    named = _trainable(model)
+    params = {n: p.detach() for n, p in named}
+    frozen = {n: p.detach() for n, p in model.named_parameters() if not p.requires_grad}
+    buffers = dict(model.named_buffers())
+    b = _split(x, workers)
+
+    def worker_loss(p, xw, yw):
+        loss = loss_fn(functional_call(model, ({**p, **frozen}, buffers), (xw,)), yw).mean()
+        return loss, loss.detach()
+
+    grads, losses = vmap(
+        grad(worker_loss, has_aux=True), in_dims=(None, 0, 0), randomness="different"
+    )(params, x.reshape(workers, b, *x.shape[1:]), y.reshape(workers, b, *y.shape[1:]))
+    return WorkerGrads(losses, [grads[n] for n, _ in named], None, [n for n, _ in named])
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+def _conv_padding(module: nn.Conv2d) -> tuple[int, int]:
+    if module.padding_mode != "zeros":
+        raise ConfigError(
+            f"fast estimator: Conv2d padding_mode {module.padding_mode!r} unsupported"
+        )
+    if isinstance(module.padding, str):
+        if module.padding == "valid":
+            return (0, 0)
+        pads = []
+        for k, d in zip(module.kernel_size, module.dilation, strict=True):
+            total = d * (k - 1)
+            if total % 2:
+                raise ConfigError("fast estimator: asymmetric 'same' Conv2d padding unsupported")
+            pads.append(total // 2)
+        return (pads[0], pads[1])
+    return (int(module.padding[0]), int(module.padding[1]))
+
+
+def _by_worker(t: torch.Tensor, workers: int) -> torch.Tensor:
+    """[N, *rest] -> [B, W·rest0, *rest1]: workers become groups along the channel axis."""
+    n = t.shape[0]
+    b = n // workers
+    t = t.reshape(workers, b, *t.shape[1:]).transpose(0, 1)
+    return t.reshape(b, workers * t.shape[2], *t.shape[3:])
+
+
+def _conv_weight_grads(module: nn.Conv2d, a, delta, workers: int) -> torch.Tensor:
+    """Σ over each worker's samples of the weight gradient: [W, *weight.shape]."""
+    w = module.weight
+    out = torch.nn.grad.conv2d_weight(
+        _by_worker(a, workers),
+        (workers * w.shape[0], *w.shape[1:]),
+        _by_worker(delta, workers),
+        stride=module.stride,
+        padding=_conv_padding(module),
+        dilation=module.dilation,
+        groups=workers * module.groups,
+    )
+    return out.reshape(workers, *w.shape)
+
+
+def _module_grads(module, a, delta, workers, b, with_sqsum):
+    """Yield (param, worker grad sum [W, *shape], worker sqsum [W, *shape] | None)."""
+    if isinstance(module, nn.Linear):
+        a2 = a.reshape(workers, -1, a.shape[-1])
+        d2 = delta.reshape(workers, -1, delta.shape[-1])
+        yield (
+            module.weight,
+            torch.bmm(d2.transpose(1, 2), a2),
+            (torch.bmm(d2.square().transpose(1, 2), a2.square()) if with_sqsum else None),
+        )
+        if module.bias is not None:
+            per_sample = delta.reshape(workers, b, -1, delta.shape[-1]).sum(2)
+            yield (
+                module.bias,
+                per_sample.sum(1),
+                (per_sample.square().sum(1) if with_sqsum else None),
+            )
+    elif isinstance(module, nn.Conv2d):
+        yield (
+            module.weight,
+            _conv_weight_grads(module, a, delta, workers),
+            (
+                _conv_weight_grads(module, a.square(), delta.square(), workers)
+                if with_sqsum
+                else None
+            ),
+        )
+        if module.bias is not None:
+            per_sample = delta.sum((2, 3)).reshape(workers, b, -1)
+            yield (
+                module.bias,
+                per_sample.sum(1),
+                (per_sample.square().sum(1) if with_sqsum else None),
+            )
+    else:
+        if isinstance(module, nn.GroupNorm):
+            xhat = F.group_norm(a, module.num_groups, eps=module.eps)
+            reduce_dims = tuple(range(2, a.dim()))
+        else:
+            xhat = F.layer_norm(a, module.normalized_shape, eps=module.eps)
+            reduce_dims = tuple(range(1, a.dim() - len(module.normalized_shape)))
+        for param, per in ((module.weight, delta * xhat), (module.bias, delta)):
+            if param is None or not param.requires_grad:
+                continue
+            per_sample = per.sum(reduce_dims) if reduce_dims else per
+            per_sample = per_sample.reshape(workers, b, *param.shape)
+            yield param, per_sample.sum(1), (per_sample.square().sum(1) if with_sqsum else None)
+
+
+def _hooked(model, loss_fn, x, y, workers, *, with_sqsum: bool) -> WorkerGrads:
+    b = _split(x, workers)
+    records: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
+
+    def hook(module, inputs, output):
+        records.append((module, inputs[0].detach(), output))
+        # Later in-place ops (ReLU(inplace=True)) then modify the clone, not the tapped output.
+        return output.clone()
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, _HOOKED)]
+    try:
+        losses = loss_fn(model(x), y)
+    finally:
+        for h in handles:
+            h.remove()
+    tapped = [(m, a, o) for m, a, o in records if o.requires_grad]
+    deltas = torch.autograd.grad(losses.sum(), [o for _, _, o in tapped], allow_unused=True)
+    named = _trainable(model)
+    index = {id(p): i for i, (_, p) in enumerate(named)}
+    grads: list[torch.Tensor | None] = [None] * len(named)
+    sqsums: list[torch.Tensor | None] = [None] * len(named)
+    with torch.no_grad():
+        for (module, a, _), delta in zip(tapped, deltas, strict=True):
+            if delta is None:
+                continue
+            for param, g, sq in _module_grads(module, a, delta, workers, b, with_sqsum):
+                i = index.get(id(param))
+                if i is None:
+                    continue
+                grads[i] = g if grads[i] is None else grads[i] + g
+                if with_sqsum:
+                    sqsums[i] = sq if sqsums[i] is None else sqsums[i] + sq
+    for i, (name, p) in enumerate(named):
+        if grads[i] is None:
+            grads[i] = torch.zeros(workers, *p.shape)
+            sqsums[i] = torch.zeros(workers, *p.shape)
+            log.debug("parameter %s received no gradient", name)
+        grads[i] = grads[i] / b
+    return WorkerGrads(
+        losses.detach().reshape(workers, b).mean(1),
+        grads,  # type: ignore[arg-type]
+        sqsums if with_sqsum else None,  # type: ignore[arg-type]
+        [n for n, _ in named],
+    )
+
+
+def estimator_gap(
+    model: nn.Module, loss_fn: LossFn, x: torch.Tensor, y: torch.Tensor, workers: int
+) -> list[dict]:
+    """Per layer, how far the fast squared-gradient sums are from the exact ones.
+
+    Returns one dict per trainable parameter: ``layer``, ``name``, ``kind`` (module type),
+    ``rel_error`` = ‖fast − exact‖₁ / ‖exact‖₁ and ``ratio`` = Σ fast / Σ exact.
+    """
+    exact = worker_gradients(model, loss_fn, x, y, workers, "exact")
+    fast = worker_gradients(model, loss_fn, x, y, workers, "fast")
+    owner = {}
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            owner[id(p)] = type(module).__name__
+    rows = []
+    params = dict(model.named_parameters())
+    assert exact.sqsums is not None and fast.sqsums is not None
+    for i, name in enumerate(exact.names):
+        e, f = exact.sqsums[i].double(), fast.sqsums[i].double()
+        total = float(e.abs().sum())
+        rows.append(
+            {
+                "layer": i,
+                "name": name,
+                "kind": owner.get(id(params[name]), "?"),
+                "rel_error": float((f - e).abs().sum()) / total if total else 0.0,
+                "ratio": float(f.sum()) / total if total else float("nan"),
+                "grad_rel_error": float((fast.grads[i] - exact.grads[i]).abs().sum())
+                / max(float(exact.grads[i].abs().sum()), 1e-30),
+            }
+        )
+    return rows
