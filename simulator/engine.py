@@ -64,7 +64,7 @@ def _rank_ops(
         return hit
     ops: list[dict[int, tuple[list, list]]] = [{} for _ in range(schedule.world_size)]
     for k, rnd in enumerate(schedule.rounds):
-        for f, (s, d) in enumerate(zip(rnd.src.tolist(), rnd.dst.tolist())):
+        for f, (s, d) in enumerate(zip(rnd.src.tolist(), rnd.dst.tolist(), strict=True)):
             ops[s].setdefault(k, ([], []))[0].append((d, f))
             ops[d].setdefault(k, ([], []))[1].append((s, f))
     out = [
@@ -162,7 +162,7 @@ def _pair_tables(schedule: Schedule, topology: Topology) -> list[tuple[np.ndarra
     for rnd in schedule.rounds:
         bw = np.empty(len(rnd.src))
         lat = np.empty(len(rnd.src))
-        for f, (s, d) in enumerate(zip(rnd.src.tolist(), rnd.dst.tolist())):
+        for f, (s, d) in enumerate(zip(rnd.src.tolist(), rnd.dst.tolist(), strict=True)):
             route = topology.route(s, d)
             bw[f] = route.bandwidth_Bps
             lat[f] = route.latency_s
@@ -197,7 +197,7 @@ def run_fast(
         t = np.maximum(t, ph.ready_s)
         tables = _pair_tables(ph.schedule, topology)
         for rnd, fb, (bw, lat) in zip(
-            ph.schedule.rounds, ph.schedule.round_bytes(ph.units), tables
+            ph.schedule.rounds, ph.schedule.round_bytes(ph.units), tables, strict=True
         ):
             src, dst = rnd.src, rnd.dst
             if eager:

@@ -1,0 +1,452 @@
+"""Trace replay: every step of a trace on a simulated cluster, dense allreduce vs allgatherv.
+
+For each world size P and each recorded step, the per-rank inputs come from
+:func:`traces.replay.step_inputs` (the same numbers the closed-form models see). A rank
+computes (forward, then backward producing gradients in reverse layer order), runs the
+squared-gradient estimator and the codec on each bucket's gradients, and sends each bucket
+with the method's collective as soon as that bucket is ready and its previous collective has
+finished (one communication stream per rank):
+
+* ``overlap = "none"`` — one bucket, the whole model, after all compute and codec;
+* ``overlap = "per_layer"`` — one bucket per layer;
+* ``overlap = "bucketed"`` — consecutive layers (in backward order) grouped until their fp32
+  size reaches ``bucket_bytes`` (PyTorch DDP's default is 25 MiB).
+
+Backward is the last ``backward_fraction`` of the compute time and is split among layers in
+proportion to their element count; variance and codec time are split the same way.
+Optional seeded straggler jitter multiplies each (step, rank) compute time by a mean-one
+lognormal factor with coefficient of variation ``jitter``.
+
+Each step runs on the message level or on the collective-level fast path
+(:mod:`simulator.engine`): ``path = "auto"`` takes the fast path when it is exact (no two
+flows ever share a channel), ``"message"``/``"collective"`` force one. Steps whose sizes and
+relative start times repeat reuse the earlier result. The ``path`` column says which ran
+(``"message"`` if any part of that world size's step group needed the message level).
+
+Columns: ``compute_s``, ``variance_s``, ``codec_s`` are means over ranks; ``step_s`` is the
+last rank's finish time; ``comm_s = step_s − max over ranks of (compute + variance + codec)``,
+the communication time not hidden behind computation.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simulator.collectives import Schedule, get_schedule, unit_sizes
+from simulator.engine import Phase, RankSpan, contention_free, run_fast, run_message
+from simulator.network import MODES, SEMANTICS, LinkMonitor
+from simulator.topology import Topology, build_topology
+from traces.cluster import ClusterSpec
+from traces.errors import ConfigError, unknown_name
+from traces.extrapolate import RULES
+from traces.schema import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS, RESULT_COLUMNS
+
+__all__ = [
+    "OVERLAPS",
+    "PATHS",
+    "SimulateConfig",
+    "StepTimeline",
+    "simulate_trace",
+]
+
+log = logging.getLogger(__name__)
+
+OVERLAPS = ("none", "per_layer", "bucketed")
+PATHS = ("auto", "message", "collective")
+METHODS = ("dense", "compressed")
+
+
+@dataclass(frozen=True)
+class SimulateConfig:
+    """Options of a simulated replay (every field settable with ``--set key=value``)."""
+
+    dense_collective: str = "allreduce/ring"
+    compressed_collective: str = "allgatherv/ring"
+    overlap: str = "none"
+    bucket_bytes: float = 25 * 2**20
+    backward_fraction: float = 2.0 / 3.0
+    mode: str = "fair"
+    semantics: str = "rendezvous"
+    path: str = "auto"
+    jitter: float = 0.0
+    seed: int = 0
+    rule: str = "modulo"
+    encoding: str | None = None
+    max_steps: int = 0
+    per_step: bool = False
+
+    def __post_init__(self) -> None:
+        dense_ok = tuple(f"allreduce/{a}" for a in ALLREDUCE_ALGORITHMS)
+        comp_ok = tuple(f"allgatherv/{a}" for a in ALLGATHERV_ALGORITHMS)
+        if self.dense_collective not in dense_ok:
+            raise unknown_name("dense collective", self.dense_collective, dense_ok)
+        if self.compressed_collective not in comp_ok:
+            raise unknown_name("compressed collective", self.compressed_collective, comp_ok)
+        for name, value, valid in (
+            ("overlap", self.overlap, OVERLAPS),
+            ("network mode", self.mode, MODES),
+            ("message semantics", self.semantics, SEMANTICS),
+            ("path", self.path, PATHS),
+            ("extrapolation rule", self.rule, RULES),
+        ):
+            if value not in valid:
+                raise unknown_name(name, str(value), valid)
+        if not (self.bucket_bytes > 0):
+            raise ConfigError("bucket_bytes must be positive")
+        if not (0.0 <= self.backward_fraction <= 1.0):
+            raise ConfigError("backward_fraction must be in [0, 1]")
+        if not (self.jitter >= 0) or not math.isfinite(self.jitter):
+            raise ConfigError("jitter must be a finite number >= 0")
+        if self.max_steps < 0:
+            raise ConfigError("max_steps must be >= 0 (0 = all steps)")
+
+
+@dataclass
+class StepTimeline:
+    """What happened in one simulated step, for a Chrome/Perfetto trace."""
+
+    world_size: int
+    method: str
+    step: int
+    step_s: float
+    spans: list[RankSpan]
+    link_intervals: list[tuple[int, float, float, float, int, int]]
+    channel_names: list[str]
+
+
+@dataclass
+class _Outcome:
+    finish: np.ndarray  # [P] last phase finish per rank
+    path: str
+
+
+@dataclass
+class _Runner:
+    """Runs steps of one (world size, method) with memoization and the path choice."""
+
+    topology: Topology
+    cfg: SimulateConfig
+    gamma_s_per_byte: float
+    memo: dict[Any, _Outcome] = field(default_factory=dict)
+    verdicts: dict[tuple[str, ...], str | None] = field(default_factory=dict)
+    counts: dict[str, int] = field(
+        default_factory=lambda: {"message": 0, "collective": 0, "memo": 0}
+    )
+
+    def verdict(self, schedules: Sequence[Schedule]) -> str | None:
+        key = tuple(sorted({s.key for s in schedules}))
+        if key not in self.verdicts:
+            self.verdicts[key] = contention_free(schedules, self.topology)
+        return self.verdicts[key]
+
+    def run(self, phases: list[Phase]) -> _Outcome:
+        base = min(float(ph.ready_s.min()) for ph in phases)
+        key = tuple(
+            (ph.schedule.key, ph.units.tobytes(), (ph.ready_s - base).tobytes()) for ph in phases
+        )
+        hit = self.memo.get(key)
+        if hit is not None:
+            self.counts["memo"] += 1
+            return _Outcome(hit.finish + base, hit.path)
+        rel = [Phase(ph.ready_s - base, ph.schedule, ph.units, ph.label) for ph in phases]
+        out = self._run(rel)
+        self.memo[key] = out
+        self.counts[out.path] += 1
+        return _Outcome(out.finish + base, out.path)
+
+    def _run(self, phases: list[Phase]) -> _Outcome:
+        cfg = self.cfg
+        if cfg.path != "message":
+            verdict = self.verdict([ph.schedule for ph in phases])
+            if verdict is None and cfg.path == "collective":
+                raise ConfigError(
+                    f"the collective-level fast path is not exact for "
+                    f"{', '.join(sorted({ph.schedule.key for ph in phases}))} on this "
+                    f"{self.topology.kind} topology (flows share links); use path=auto or message"
+                )
+            if verdict is not None:
+                fin = run_fast(
+                    phases,
+                    self.topology,
+                    semantics=cfg.semantics,
+                    gamma_s_per_byte=self.gamma_s_per_byte,
+                    check_overlap=cfg.semantics == "eager" and verdict == "dst",
+                )
+                if fin is not None:
+                    return _Outcome(fin[-1], "collective")
+                if cfg.path == "collective":
+                    raise ConfigError(
+                        "the collective-level fast path is not exact here: messages into one "
+                        "rank overlap under eager semantics; use path=auto or message"
+                    )
+        fin = run_message(
+            phases,
+            self.topology,
+            mode=cfg.mode,
+            semantics=cfg.semantics,
+            gamma_s_per_byte=self.gamma_s_per_byte,
+        )
+        return _Outcome(fin[-1], "message")
+
+
+def _buckets(trace: Any, cfg: SimulateConfig) -> list[list[int]]:
+    """Layer groups in the order their gradients become ready (backward = reverse order)."""
+    n = len(trace.layers)
+    order = list(range(n - 1, -1, -1))
+    if cfg.overlap == "none":
+        return [order]
+    if cfg.overlap == "per_layer":
+        return [[i] for i in order]
+    groups: list[list[int]] = []
+    current: list[int] = []
+    size = 0.0
+    for i in order:
+        current.append(i)
+        size += 4.0 * int(trace.layers[i]["numel"])
+        if size >= cfg.bucket_bytes:
+            groups.append(current)
+            current, size = [], 0.0
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _jitter(cfg: SimulateConfig, world_size: int, shape: tuple[int, int]) -> np.ndarray:
+    if cfg.jitter <= 0:
+        return np.ones(shape)
+    rng = np.random.default_rng([cfg.seed, world_size])
+    sigma2 = math.log1p(cfg.jitter**2)
+    return rng.lognormal(-sigma2 / 2, math.sqrt(sigma2), size=shape)
+
+
+def simulate_trace(
+    trace: Any,
+    cluster: ClusterSpec,
+    world_sizes: Sequence[int],
+    cfg: SimulateConfig = SimulateConfig(),
+    *,
+    timeline_steps: Sequence[int] = (),
+    progress: Callable[[int], None] | None = None,
+) -> tuple[pd.DataFrame, list[StepTimeline], dict[str, Any]]:
+    """Replay ``trace`` on ``cluster`` for each world size.
+
+    Returns ``(rows, timelines, info)``: result rows with ``schema.RESULT_COLUMNS`` (not yet
+    finalized: relative columns are NaN), a :class:`StepTimeline` per method for each trace
+    step in ``timeline_steps`` (simulated again at message level with link recording), and
+    ``info`` (how many steps ran on each path, per world size).
+    """
+    from traces.replay import step_inputs
+
+    rows: list[dict[str, Any]] = []
+    timelines: list[StepTimeline] = []
+    info: dict[str, Any] = {}
+    groups = _buckets(trace, cfg)
+    numel = np.array([int(layer["numel"]) for layer in trace.layers], dtype=float)
+    group_numel = np.array([numel[g].sum() for g in groups])
+    frac = group_numel / max(numel.sum(), 1.0)
+    cum = np.cumsum(frac)
+    encoding = cfg.encoding or trace.primary_encoding
+    for p in world_sizes:
+        p = int(p)
+        topo = build_topology(cluster, p)
+        inputs = step_inputs(
+            trace,
+            cluster,
+            p,
+            encoding=cfg.encoding,
+            rule=cfg.rule,
+            seed=cfg.seed,
+            layers=groups if cfg.overlap != "none" else False,
+        )
+        n_steps = len(inputs.steps)
+        if cfg.max_steps:
+            n_steps = min(n_steps, cfg.max_steps)
+        compute = inputs.compute_s[:n_steps] * _jitter(cfg, p, (n_steps, p))
+        variance = inputs.variance_s[:n_steps]
+        codec = inputs.codec_s[:n_steps]
+        if inputs.layer_bytes is not None:
+            comp_bytes = inputs.layer_bytes[:n_steps].astype(float)  # [T, P, K]
+        else:
+            comp_bytes = inputs.rank_bytes[:n_steps, :, None].astype(float)
+        dense_group = (
+            4.0 * group_numel if len(groups) > 1 else np.array([float(inputs.dense_bytes)])
+        )
+        gpn = cluster.gpus_per_node
+        sched = {
+            "dense": get_schedule(cfg.dense_collective, p, gpn),
+            "compressed": get_schedule(cfg.compressed_collective, p, gpn),
+        }
+        runners = {m: _Runner(topo, cfg, cluster.link.gamma_s_per_byte) for m in METHODS}
+        gamma = cluster.link.gamma_s_per_byte
+        fwd = compute * (1.0 - cfg.backward_fraction)
+        bwd = compute * cfg.backward_fraction
+        per_step: dict[str, list[dict[str, Any]]] = {m: [] for m in METHODS}
+        want_timeline = set(int(s) for s in timeline_steps)
+        for t in range(n_steps):
+            grad_ready = fwd[t][None, :] + bwd[t][None, :] * cum[:, None]  # [K, P]
+            for method in METHODS:
+                s = sched[method]
+                if method == "dense":
+                    ready = grad_ready
+                    sizes = [dense_group[k] for k in range(len(groups))]
+                    extra = np.zeros(p)
+                else:
+                    side = (variance[t] + codec[t])[None, :] * frac[:, None]  # [K, P]
+                    ready = np.empty_like(grad_ready)
+                    prev = np.zeros(p)
+                    for k in range(len(groups)):
+                        prev = np.maximum(prev, grad_ready[k]) + side[k]
+                        ready[k] = prev
+                    sizes = [comp_bytes[t, :, k] for k in range(len(groups))]
+                    extra = variance[t] + codec[t]
+                phases = [
+                    Phase(ready[k], s, unit_sizes(s, sizes[k]), f"{method} b{k}")
+                    for k in range(len(groups))
+                ]
+                out = runners[method].run(phases)
+                step_s = float(out.finish.max())
+                work = compute[t] + extra
+                if method == "dense":
+                    payload = np.full(p, float(inputs.dense_bytes))
+                else:
+                    payload = comp_bytes[t].sum(axis=1)
+                per_step[method].append(
+                    {
+                        "path": out.path,
+                        "step": int(inputs.steps[t]),
+                        "compute_s": float(compute[t].mean()),
+                        "variance_s": float(variance[t].mean()) if method != "dense" else 0.0,
+                        "codec_s": float(codec[t].mean()) if method != "dense" else 0.0,
+                        "comm_s": step_s - float(work.max()),
+                        "step_s": step_s,
+                        "payload_bytes_max": float(payload.max()),
+                        "payload_bytes_mean": float(payload.mean()),
+                    }
+                )
+                if int(inputs.steps[t]) in want_timeline:
+                    timelines.append(
+                        _timeline(
+                            topo,
+                            cfg,
+                            gamma,
+                            phases,
+                            p,
+                            method,
+                            int(inputs.steps[t]),
+                            compute[t],
+                            fwd[t],
+                            grad_ready,
+                            ready,
+                            extra,
+                        )
+                    )
+            if progress is not None:
+                progress(1)
+        info[str(p)] = {m: dict(runners[m].counts) for m in METHODS}
+        rows.extend(_rows(trace, cluster, p, cfg, encoding, per_step))
+    df = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
+    return df, timelines, info
+
+
+def _rows(
+    trace: Any,
+    cluster: ClusterSpec,
+    p: int,
+    cfg: SimulateConfig,
+    encoding: str,
+    per_step: dict[str, list[dict[str, Any]]],
+) -> list[dict[str, Any]]:
+    n = len(per_step["dense"])
+    step_paths = [
+        "message" if any(per_step[m][t]["path"] == "message" for m in METHODS) else "collective"
+        for t in range(n)
+    ]
+    mean_path = "message" if "message" in step_paths else "collective"
+    rows = []
+    for method in METHODS:
+        base = {
+            "source": "simulated",
+            "trace": trace.name,
+            "compressor": "dense" if method == "dense" else trace.compressor,
+            "encoding": "fp32" if method == "dense" else encoding,
+            "cluster": cluster.name,
+            "topology": str(cluster.topology["kind"]),
+            "world_size": p,
+            "method": method,
+            "collective": cfg.dense_collective if method == "dense" else cfg.compressed_collective,
+            "speedup_vs_dense": math.nan,
+            "scaling_efficiency": math.nan,
+            "throughput_samples_per_s": math.nan,
+        }
+        frame = pd.DataFrame(per_step[method])
+        numeric = [
+            "compute_s",
+            "variance_s",
+            "codec_s",
+            "comm_s",
+            "step_s",
+            "payload_bytes_max",
+            "payload_bytes_mean",
+        ]
+        mean = {c: float(frame[c].mean()) for c in numeric}
+        rows.append({**base, **mean, "path": mean_path, "step": -1})
+        if cfg.per_step:
+            for t, rec in enumerate(per_step[method]):
+                rows.append(
+                    {
+                        **base,
+                        **{c: rec[c] for c in numeric},
+                        "path": step_paths[t],
+                        "step": rec["step"],
+                    }
+                )
+    return rows
+
+
+def _timeline(
+    topo: Topology,
+    cfg: SimulateConfig,
+    gamma: float,
+    phases: list[Phase],
+    p: int,
+    method: str,
+    step: int,
+    compute: np.ndarray,
+    fwd: np.ndarray,
+    grad_ready: np.ndarray,
+    ready: np.ndarray,
+    extra: np.ndarray,
+) -> StepTimeline:
+    monitor = LinkMonitor(topo.n_channels, record_intervals=True)
+    spans: list[RankSpan] = []
+    fin = run_message(
+        phases,
+        topo,
+        mode=cfg.mode,
+        semantics=cfg.semantics,
+        gamma_s_per_byte=gamma,
+        monitor=monitor,
+        spans=spans,
+    )
+    for r in range(p):
+        spans.append(RankSpan(r, "forward", 0.0, float(fwd[r])))
+        spans.append(RankSpan(r, "backward", float(fwd[r]), float(compute[r])))
+        if method != "dense" and extra[r] > 0:
+            start = float(grad_ready[0, r])
+            spans.append(RankSpan(r, "variance+codec", start, float(ready[-1, r])))
+    return StepTimeline(
+        world_size=p,
+        method=method,
+        step=step,
+        step_s=float(fin[-1].max()),
+        spans=spans,
+        link_intervals=list(monitor.intervals),
+        channel_names=list(topo.channel_names),
+    )
