@@ -1,0 +1,126 @@
+"""Compute, iteration (overlap modes) and crossover models against hand-computed numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.collectives import COLLECTIVES
+from models.compute import compute_time_s, layer_ready_fractions
+from models.crossover import crossover_density, crossover_payload_bytes, crossover_ratio
+from models.iteration import (
+    bucket_backward_share,
+    bucket_layers,
+    bucketed_step_time_s,
+    iteration_time_s,
+    scaling_efficiency,
+    speedup,
+    throughput_samples_per_s,
+)
+from traces.cluster import ClusterSpec, LinkSpec, get_cluster, get_device
+from traces.errors import ConfigError, UnknownNameError
+
+
+def _cluster(latency_s=0.0, bandwidth_Bps=1e9):
+    return ClusterSpec(
+        name="t",
+        topology={"kind": "star"},
+        link=LinkSpec("t", bandwidth_Bps=bandwidth_Bps, latency_s=latency_s),
+        intra_link=None,
+        gpus_per_node=1,
+        device=get_device("V100"),
+    )
+
+
+def test_compute_model_by_hand():
+    dev = get_device("V100")  # 15.7 TFLOP/s × 0.4
+    assert compute_time_s(12.3e9, 32, dev) == pytest.approx(12.3e9 * 32 / 6.28e12)
+
+
+def test_layer_ready_fractions():
+    r = layer_ready_fractions([1, 1, 2], forward_fraction=0.25)
+    # last layer first: layer 2 ready at 0.25 + 0.75·(2/4), layer 0 at the end
+    assert r.tolist() == pytest.approx([1.0, 0.25 + 0.75 * 0.75, 0.25 + 0.75 * 0.5])
+
+
+def test_no_overlap_sums_the_critical_rank():
+    compute = np.array([[1.0, 2.0], [3.0, 1.0]])
+    var = np.array([[0.5, 0.0], [0.0, 0.0]])
+    codec = np.array([[0.1, 0.1], [0.2, 0.9]])
+    out = iteration_time_s(compute, var, codec, [10.0, 20.0])
+    # step 0: rank 1 (2.1) beats rank 0 (1.6); step 1: rank 0 (3.2) beats rank 1 (1.9)
+    assert out.compute_s.tolist() == [2.0, 3.0]
+    assert out.codec_s.tolist() == pytest.approx([0.1, 0.2])
+    assert out.step_s.tolist() == pytest.approx([12.1, 23.2])
+
+
+def test_full_overlap_hides_comm_behind_backward():
+    out = iteration_time_s([[3.0]], [[0.0]], [[0.0]], [1.0], overlap="full", forward_fraction=1 / 3)
+    assert out.step_s[0] == pytest.approx(3.0)  # 1 forward + max(2 backward, 1 comm)
+    out = iteration_time_s([[3.0]], [[0.0]], [[0.0]], [5.0], overlap="full", forward_fraction=1 / 3)
+    assert out.step_s[0] == pytest.approx(6.0)
+    with pytest.raises(UnknownNameError):
+        iteration_time_s([[1.0]], [[0.0]], [[0.0]], [1.0], overlap="sometimes")
+
+
+def test_buckets_by_hand():
+    numel = [100, 100, 200]  # bytes 400, 400, 800
+    groups = bucket_layers(numel, bucket_bytes=800)
+    assert groups == [[2], [1, 0]]
+    share = bucket_backward_share(numel, groups)
+    assert share.tolist() == pytest.approx([0.5, 1.0])
+    # c = 3 (forward 1, backward 2), no codec; bucket 0 ready at 1 + 0.5·2 = 2, comm 1.5 → 3.5;
+    # bucket 1 ready at 3, starts at 3.5, comm 1 → 4.5
+    out = bucketed_step_time_s(
+        [[3.0]], [[0.0]], [[0.0]], [[1.5, 1.0]], share, forward_fraction=1 / 3
+    )
+    assert out.step_s[0] == pytest.approx(4.5)
+    assert out.comm_s[0] == pytest.approx(2.5)
+    # tiny collectives are fully hidden except the last one after backward ends
+    out = bucketed_step_time_s(
+        [[3.0]], [[0.0]], [[0.0]], [[0.1, 0.1]], share, forward_fraction=1 / 3
+    )
+    assert out.step_s[0] == pytest.approx(3.1)
+
+
+def test_relative_metrics():
+    assert speedup(4.0, 2.0) == 2.0
+    assert scaling_efficiency(1.0, 4.0) == 0.25
+    assert throughput_samples_per_s(8, 32, 2.0) == 128.0
+
+
+@pytest.mark.parametrize("p", [2, 4, 16, 100, 1024])
+def test_balanced_coo64_crossover_is_density_one_over_p(p):
+    d = crossover_density(4e8, p, _cluster(latency_s=0.0), bits_per_sent=64, bits_per_element=32)
+    assert d == pytest.approx(1.0 / p, rel=1e-9)
+
+
+@pytest.mark.parametrize("agv", ["ring", "recursive_doubling", "bruck", "direct", "padded"])
+def test_crossover_ties_the_two_step_times(agv):
+    c = _cluster(latency_s=5e-6)
+    n, p = 1e8, 48
+    m = crossover_payload_bytes(n, p, c, allgatherv=f"allgatherv/{agv}", overhead_s=1e-3)
+    dense = COLLECTIVES["allreduce/ring"].time_s(np.full((1, p), n), c.link)[0]
+    comp = COLLECTIVES[f"allgatherv/{agv}"].time_s(np.full((1, p), m), c.link)[0] + 1e-3
+    assert comp == pytest.approx(dense, rel=1e-9)
+    assert crossover_ratio(
+        n, p, c, allgatherv=f"allgatherv/{agv}", overhead_s=1e-3
+    ) == pytest.approx(n / m)
+
+
+def test_crossover_never_pays_when_latency_dominates():
+    c = get_cluster("1GbE")
+    # ring allgatherv pays 1023 α even at zero payload; a log-depth allreduce pays 10 (α + nβ)
+    assert crossover_ratio(1000.0, 1024, c, allreduce="allreduce/recursive_doubling") == float(
+        "inf"
+    )
+    # against a ring allreduce (2·1023 α) a payload larger than dense still ties: ratio < 1
+    assert crossover_ratio(1000.0, 1024, c) < 1
+    with pytest.raises(ConfigError):
+        crossover_ratio(1000.0, 1, c)
+
+
+def test_crossover_ratio_grows_with_p_on_ring():
+    c = get_cluster("10GbE")
+    ratios = [crossover_ratio(1e8, p, c) for p in (2, 8, 64, 512)]
+    assert all(b > a for a, b in zip(ratios, ratios[1:], strict=False))
