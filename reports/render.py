@@ -187,6 +187,17 @@ def display_what_if(t: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _display_matrix(t: pd.DataFrame) -> pd.DataFrame:
+    out = t.copy()
+    for col in out.columns:
+        if str(col).startswith("P="):
+            out[col] = out[col].map(_fmt_x)
+    last = "largest P where compression wins"
+    if last in out:
+        out[last] = out[last].map(_fmt_p)
+    return out
+
+
 def _display_crossover(t: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {
@@ -281,6 +292,18 @@ def build_report(inputs: ReportInputs) -> Report:
     if len(res):
         wi = tables.what_if(res, labels)
         summary = tables.headline_order(tables.headline(wi))
+        sm = tables.speedup_matrix(wi)
+        out_tables.append(
+            Table(
+                "speedup_matrix",
+                "What-if at a glance: speedup of compression over dense allreduce",
+                "Dense step time / compressed step time per interconnect and P (above 1× "
+                "compression wins), and the largest P at which it still wins. Full numbers "
+                "in the what-if table below.",
+                sm,
+                _display_matrix(sm),
+            )
+        )
         out_tables.append(
             Table(
                 "what_if",
@@ -290,6 +313,7 @@ def build_report(inputs: ReportInputs) -> Report:
                 "compressed step; scaling efficiency = single-worker step / step.",
                 wi,
                 display_what_if(wi),
+                collapsed=True,
             )
         )
         traces_c = _preferred_trace(wi["trace"], labels)
@@ -543,7 +567,7 @@ def write_report(report: Report, out_dir: str | Path, *, title: str = "vgcsim re
         table.frame.to_csv(out / "tables" / f"{table.name}.csv", index=False)
         md = f"## {table.title}\n\n{table.caption}\n\n{to_markdown(table.display)}"
         (out / "tables" / f"{table.name}.md").write_text(md, encoding="utf-8")
-        if table.name == "what_if":
+        if table.name in ("speedup_matrix", "what_if"):
             md_parts.append(md)
     md_parts.append(
         "## Plots\n\n" + "\n".join(f"- plots/{p.name}.png — {p.title}" for p in report.plots) + "\n"

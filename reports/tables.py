@@ -102,6 +102,22 @@ def mean_rows(df: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(keys).reset_index(drop=True)
 
 
+def cluster_order(df: pd.DataFrame) -> list[str]:
+    """Clusters from slowest to fastest network: by mean dense communication time."""
+    dense = df[df["method"] == "dense"]
+    if dense.empty:
+        return sorted(set(df["cluster"]))
+    comm = dense.groupby("cluster")["comm_s"].mean().sort_values(ascending=False)
+    return list(comm.index) + sorted(set(df["cluster"]) - set(comm.index))
+
+
+def _sort(out: pd.DataFrame, order: list[str], keys: list[str]) -> pd.DataFrame:
+    rank = {c: i for i, c in enumerate(order)}
+    out = out.assign(_rank=out["cluster"].map(rank))
+    keys = [("_rank" if k == "cluster" else k) for k in keys]
+    return out.sort_values(keys).drop(columns="_rank").reset_index(drop=True)
+
+
 def _label(labels: Mapping[str, str] | None, trace: str, compressor: str) -> str:
     if labels and trace in labels:
         return labels[trace]
@@ -168,7 +184,34 @@ def what_if(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.Dat
         how="left",
     )
     out["largest_winning_world_size"] = out["largest_winning_world_size"].astype("Int64")
-    return out[list(WHAT_IF_COLUMNS)].sort_values(keys).reset_index(drop=True)
+    return _sort(out[list(WHAT_IF_COLUMNS)], cluster_order(rows), keys)
+
+
+def speedup_matrix(what_if_table: pd.DataFrame) -> pd.DataFrame:
+    """Compact what-if view: one row per (interconnect, method), one speedup column per P.
+
+    Uses simulated rows when there are any (else predicted). Columns: source,
+    interconnect, method, ``P=<n>`` speedups (×), and the largest P where compression wins.
+    """
+    t = what_if_table
+    if t.empty:
+        return pd.DataFrame(columns=["source", "interconnect", "method"])
+    if (t["source"] == "simulated").any():
+        t = t[t["source"] == "simulated"]
+    sizes = sorted(set(int(p) for p in t["world_size"]))
+    rows = []
+    for (cluster, label), g in t.groupby(["cluster", "method_label"], sort=False):
+        sp = g.set_index("world_size")["speedup"]
+        row: dict[str, Any] = {
+            "source": g["source"].iloc[0],
+            "interconnect": cluster,
+            "method": label,
+        }
+        for p in sizes:
+            row[f"P={p}"] = float(sp.get(p, math.nan))
+        row["largest P where compression wins"] = g["largest_winning_world_size"].iloc[0]
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _fit_comm(points: pd.DataFrame) -> tuple[float, float]:
@@ -260,7 +303,7 @@ def crossover(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.D
             }
         )
     out = pd.DataFrame.from_records(records, columns=cols)
-    return out.sort_values(["source", "cluster", "trace", "world_size"]).reset_index(drop=True)
+    return _sort(out, cluster_order(rows), ["source", "cluster", "trace", "world_size"])
 
 
 def breakdown(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.DataFrame:
@@ -286,9 +329,7 @@ def breakdown(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.D
     out["other_s"] = out["step_s"] - out[["compute_s", "variance_s", "codec_s", "comm_s"]].sum(
         axis=1
     )
-    return out.sort_values(["source", "cluster", "trace", "world_size", "method"]).reset_index(
-        drop=True
-    )
+    return _sort(out, cluster_order(rows), ["source", "cluster", "trace", "world_size", "method"])
 
 
 def agreement(df: pd.DataFrame) -> pd.DataFrame:

@@ -6,7 +6,7 @@ import re
 
 import pandas as pd
 import pytest
-from conftest import build_payloads
+from conftest import build_payloads, build_results
 
 from reports import render
 
@@ -34,16 +34,16 @@ class FakeTrace:
         self.header = {"compressor": {"name": compressor, "params": {}}}
 
 
-@pytest.fixture
-def written(results, tmp_path):
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
     inputs = render.ReportInputs(
-        results=results,
+        results=build_results(),
         result_paths=("results/a",),
         traces=(FakeTrace("d", "dense", 1.0), FakeTrace("var2", "variance", 0.01)),
         labels=LABELS,
     )
     report = render.build_report(inputs)
-    return report, render.write_report(report, tmp_path / "out")
+    return report, render.write_report(report, tmp_path_factory.mktemp("report"))
 
 
 def test_files_written(written):
@@ -66,7 +66,9 @@ def test_files_written(written):
         md = (out / "tables" / f"{t.name}.md").read_text()
         assert md.count("\n|") >= 2
     back = pd.read_csv(out / "tables" / "what_if.csv")
-    assert len(back) == len(report.tables[0].frame)
+    by_name = {t.name: t for t in report.tables}
+    assert len(back) == len(by_name["what_if"].frame)
+    assert report.tables[0].name == "speedup_matrix"
 
 
 def test_html_is_self_contained_with_summary_first(written):

@@ -194,3 +194,14 @@ def test_method_table_relative_to_dense():
 )
 def test_method_label(name, params, label):
     assert tables.method_label(name, params) == label
+
+
+def test_speedup_matrix_prefers_simulated_and_orders_slow_links_first(results):
+    wi = tables.what_if(results, LABELS)
+    m = tables.speedup_matrix(wi)
+    assert set(m.source) == {"simulated"}
+    assert list(dict.fromkeys(m.interconnect)) == ["1GbE", "10GbE", "IB-EDR"]
+    row = m[(m.interconnect == "10GbE") & (m.method == "strom τ=0.01")].iloc[0]
+    sim = wi[(wi.source == "simulated") & (wi.cluster == "10GbE") & (wi.trace == "strom")]
+    assert row["P=16"] == pytest.approx(sim.set_index("world_size").loc[16, "speedup"])
+    assert row["largest P where compression wins"] == 64
