@@ -1,0 +1,94 @@
+"""``vgcsim record``: real training with W emulated data-parallel workers, written as a trace."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "record a compression trace from real training with W emulated workers"
+
+_EPILOG = """\
+Every RecordConfig key can be given in a TOML file (--config) and/or with --set KEY=VALUE,
+applied in that order, then the shortcut flags. Compressor hyperparameters go under
+compressor.<name>, e.g. --set compressor.alpha=1.5. Keys:
+  {keys}
+Example:
+  vgcsim record --compressor variance --set compressor.alpha=1.5 --workers 8 --steps 500 -o runs/x
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from traces.config import valid_keys
+    from traces.training.record import RecordConfig
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = _EPILOG.format(keys="\n  ".join(valid_keys(RecordConfig)))
+    parser.add_argument(
+        "-o", "--out", default="runs/record", help="output run directory (default: runs/record)"
+    )
+    parser.add_argument("--config", help="TOML file with RecordConfig keys")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key"
+    )
+    parser.add_argument(
+        "--compressor", help="compressor name (dense, variance, strom, qsgd, hybrid, topk)"
+    )
+    parser.add_argument("--workers", type=int, help="emulated data-parallel workers W")
+    parser.add_argument("--steps", type=int, help="training steps")
+    parser.add_argument("--dataset", help="dataset name (digits, mnist, cifar10, synthetic)")
+    parser.add_argument("--model", help="network name (mlp, small_cnn, vgg_like, resnet20)")
+    parser.add_argument("--optimizer", help="optimizer name (adam, momentum_sgd)")
+    parser.add_argument("--seed", type=int, help="random seed")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing trace in --out"
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar (for CI)")
+    parser.add_argument(
+        "--backend",
+        default="emulated",
+        help="emulated (one process, default) or a torch.distributed backend (gloo, nccl)",
+    )
+    parser.add_argument(
+        "--nprocs", type=int, default=2, help="processes for a torch.distributed backend"
+    )
+
+
+def build_config(args: argparse.Namespace):
+    """RecordConfig from --config, --set and the shortcut flags (in that order)."""
+    from traces.config import apply_overrides, config_from_dict, load_toml
+    from traces.training.record import RecordConfig
+
+    cfg = config_from_dict(RecordConfig, load_toml(args.config)) if args.config else RecordConfig()
+    cfg = apply_overrides(cfg, args.set)
+    flags = {
+        "compressor.name": args.compressor,
+        "workers": args.workers,
+        "steps": args.steps,
+        "data.name": args.dataset,
+        "model.name": args.model,
+        "optimizer.name": args.optimizer,
+        "seed": args.seed,
+    }
+    return apply_overrides(cfg, [f"{k}={v}" for k, v in flags.items() if v is not None])
+
+
+def run(args: argparse.Namespace) -> int:
+    from traces.errors import ConfigError
+    from traces.training.record import check_config, record
+
+    cfg = build_config(args)
+    check_config(cfg)
+    if args.backend != "emulated":
+        try:
+            from traces.training.distributed import run_distributed_record
+        except ImportError:
+            raise ConfigError(
+                f"backend {args.backend!r} needs traces.training.distributed, which is not available; "
+                "use --backend emulated"
+            ) from None
+        path = run_distributed_record(cfg, args.nprocs, out_dir=args.out, backend=args.backend)
+    else:
+        path = record(cfg, args.out, progress=not args.quiet, overwrite=args.overwrite)
+    if not args.quiet:
+        print(f"wrote trace {path}")
+        print(f"inspect it with: vgcsim trace info {path}")
+    return 0
