@@ -1,0 +1,35 @@
+"""Shared builders for simulator tests: small clusters with round numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from traces.cluster import DEVICE_PRESETS, ClusterSpec, LinkSpec
+
+BW = 1.25e9  # 10 Gb/s in bytes/s
+LAT = 5e-6
+
+
+def cluster(
+    topology: dict | None = None,
+    *,
+    bandwidth_Bps: float = BW,
+    latency_s: float = LAT,
+    gamma_s_per_byte: float = 0.0,
+    intra: LinkSpec | None = None,
+    gpus_per_node: int = 1,
+    name: str = "test",
+) -> ClusterSpec:
+    return ClusterSpec(
+        name=name,
+        topology=topology or {"kind": "star"},
+        link=LinkSpec("nic", bandwidth_Bps, latency_s, gamma_s_per_byte),
+        intra_link=intra,
+        gpus_per_node=gpus_per_node,
+        device=DEVICE_PRESETS["V100"],
+    )
+
+
+@pytest.fixture
+def star_cluster() -> ClusterSpec:
+    return cluster()

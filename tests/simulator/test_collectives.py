@@ -1,0 +1,240 @@
+"""Collectives: registry, accuracy against closed forms, fair-share and contention scenarios.
+
+Closed forms (Hockney α-β-γ; α = route latency, β = 1 / route bandwidth, γ = reduce seconds
+per byte, n = allreduce bytes, m_i = allgatherv block of rank i, p' = largest power of two
+<= P, L = ⌈log2 P⌉), written out here independently of the simulator:
+
+    allreduce/ring                2(P-1)(α + βn/P) + (P-1)γn/P
+    allreduce/recursive_doubling  log2 p'·(α + βn + γn)            [+ 2(α + βn) + γn if P != p']
+    allreduce/rabenseifner        2 log2 p'·α + 2(p'-1)/p'·βn + (p'-1)/p'·γn   [+ same fold]
+    allreduce/binomial_tree       2L(α + βn) + Lγn
+    allreduce/hierarchical        2(G-1)(α_i + β_i n/G) + 2(N-1)(α_e + β_e G·n/(GN))
+    allgatherv/ring, padded       (P-1)(α + β max m)
+    allgatherv/bruck, rec. doubl. Σ_rounds (α + β max_i bytes_i,round)   (lock-step)
+    allgatherv/direct (star)      α + β max(max_i (P-1) m_i, max_j Σ_{i≠j} m_i)   (fair-share bound)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from simulator.collectives import COLLECTIVES, get_schedule, unit_sizes
+from simulator.engine import Phase, contention_free, run_fast, run_message
+from simulator.topology import build_topology
+from tests.simulator.conftest import BW, LAT, cluster
+from traces.cluster import LinkSpec
+from traces.errors import UnknownNameError
+from traces.schema import COLLECTIVE_KEYS
+
+ALPHA = 2 * LAT  # host -> switch -> host
+BETA = 1.0 / BW
+GAMMA = 2e-10
+N = 8e6
+SIZES = (2, 4, 8, 3, 5, 6, 12)
+
+
+def test_registry_keys_match_the_shared_vocabulary():
+    assert set(COLLECTIVES) == set(COLLECTIVE_KEYS)
+    with pytest.raises(UnknownNameError, match="allgatherv/bruck"):
+        get_schedule("allgatherv/butterfly", 4)
+
+
+def _sim(key, p, sizes, *, topo=None, semantics="rendezvous", gamma=0.0, gpn=1, mode="fair"):
+    topo = topo or build_topology(cluster(gamma_s_per_byte=gamma), p)
+    s = get_schedule(key, p, gpn)
+    ph = Phase(np.zeros(p), s, unit_sizes(s, sizes))
+    return run_message([ph], topo, semantics=semantics, gamma_s_per_byte=gamma, mode=mode).max()
+
+
+def _closed_allreduce(key, p, n, gamma):
+    a, b, g = ALPHA, BETA, gamma
+    q = 1 << (p.bit_length() - 1)
+    fold = 0.0 if q == p else 2 * (a + b * n) + g * n
+    lg = int(math.log2(q))
+    if key == "allreduce/ring":
+        return 2 * (p - 1) * (a + b * n / p) + (p - 1) * g * n / p
+    if key == "allreduce/recursive_doubling":
+        return lg * (a + b * n + g * n) + fold
+    if key == "allreduce/rabenseifner":
+        return 2 * lg * a + 2 * (q - 1) / q * b * n + (q - 1) / q * g * n + fold
+    if key == "allreduce/binomial_tree":
+        L = math.ceil(math.log2(p))
+        return 2 * L * (a + b * n) + L * g * n
+    if key == "allreduce/hierarchical":  # one rank per node on a star: a ring over nodes
+        return 2 * (p - 1) * (a + b * n / p) + (p - 1) * g * n / p
+    raise AssertionError(key)
+
+
+@pytest.mark.parametrize("p", SIZES)
+@pytest.mark.parametrize("key", [k for k in COLLECTIVE_KEYS if k.startswith("allreduce/")])
+def test_allreduce_matches_closed_form(key, p):
+    sim = _sim(key, p, N, gamma=GAMMA)
+    assert sim == pytest.approx(_closed_allreduce(key, p, N, GAMMA), rel=1e-3)
+
+
+def _lockstep_bruck(m):
+    p = len(m)
+    total, d = 0.0, 1
+    while d < p:
+        c = min(d, p - d)
+        worst = max(sum(m[(i + j) % p] for j in range(c)) for i in range(p))
+        total += ALPHA + BETA * worst
+        d *= 2
+    return total
+
+
+def _lockstep_recursive_doubling(m):
+    p = len(m)
+    q = 1 << (p.bit_length() - 1)
+    r = p - q
+    held = [m[v] + (m[q + v] if v < r else 0.0) for v in range(q)]  # after the fold
+    total = ALPHA + BETA * max(m[q:]) if r else 0.0
+    k = 1
+    while k < q:
+        total += ALPHA + BETA * max(sum(held[g : g + k]) for g in range(0, q, k))
+        k *= 2
+    if r:
+        total += ALPHA + BETA * max(sum(m) - m[q + v] for v in range(r))
+    return total
+
+
+def _closed_allgatherv(key, m):
+    p = len(m)
+    if key in ("allgatherv/ring", "allgatherv/padded"):
+        return (p - 1) * (ALPHA + BETA * max(m))
+    if key == "allgatherv/bruck":
+        return _lockstep_bruck(m)
+    if key == "allgatherv/recursive_doubling":
+        return _lockstep_recursive_doubling(m)
+    if key == "allgatherv/direct":
+        up = max((p - 1) * x for x in m)
+        down = max(sum(m) - x for x in m)
+        return ALPHA + BETA * max(up, down)
+    raise AssertionError(key)
+
+
+def _equal(p):
+    return [1e6] * p
+
+
+def _rising(p):
+    return [1e5 * (1 + i) for i in range(p)]
+
+
+def _one_big(p):
+    return [4e6 if i == p // 2 else 1e5 for i in range(p)]
+
+
+AG_CASES = [(k, p, "equal") for k in COLLECTIVE_KEYS if k.startswith("allgatherv/") for p in SIZES]
+# uneven sizes where the closed form is exact (see module doc): ring/padded/direct always,
+# bruck and recursive doubling on powers of two with rising sizes, and P = 3, 6, 12 for bruck
+AG_CASES += [(k, p, "rising") for k in ("allgatherv/ring", "allgatherv/padded") for p in SIZES]
+AG_CASES += [(k, p, "one_big") for k in ("allgatherv/ring", "allgatherv/direct") for p in SIZES]
+AG_CASES += [
+    (k, p, "rising")
+    for k in ("allgatherv/bruck", "allgatherv/recursive_doubling")
+    for p in (2, 4, 8)
+]
+AG_CASES += [("allgatherv/bruck", p, "one_big") for p in (4, 8, 5, 6, 12)]
+
+
+@pytest.mark.parametrize(("key", "p", "sizes"), AG_CASES)
+def test_allgatherv_matches_closed_form(key, p, sizes):
+    m = {"equal": _equal, "rising": _rising, "one_big": _one_big}[sizes](p)
+    assert _sim(key, p, np.array(m)) == pytest.approx(_closed_allgatherv(key, m), rel=1e-3)
+
+
+@pytest.mark.parametrize("p", (5, 6, 12))
+@pytest.mark.parametrize("key", ("allgatherv/bruck", "allgatherv/recursive_doubling"))
+def test_uneven_allgatherv_never_exceeds_the_lockstep_bound(key, p):
+    for m in (_rising(p), _one_big(p)):
+        assert _sim(key, p, np.array(m)) <= _closed_allgatherv(key, m) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("p", (4, 6))
+def test_direct_allgatherv_on_a_star_equals_the_fair_share_bound(p):
+    for m in (_equal(p), _one_big(p)):
+        bound = _closed_allgatherv("allgatherv/direct", m)
+        assert _sim("allgatherv/direct", p, np.array(m)) == pytest.approx(bound, rel=1e-3)
+
+
+def test_hierarchical_allreduce_matches_closed_form_with_shared_nics():
+    g, nodes = 4, 3
+    intra = LinkSpec("nvlink", 20 * BW, 1e-6)
+    cl = cluster({"kind": "hierarchical"}, intra=intra, gpus_per_node=g)
+    topo = build_topology(cl, g * nodes)
+    sim = _sim("allreduce/hierarchical", g * nodes, N, topo=topo, gpn=g)
+    a_i, b_i = 2e-6, 1 / (20 * BW)
+    a_e = 2e-6 + 2 * LAT
+    # G inter-node rings share each NIC: each gets B/G for its n/(G N) bytes
+    closed = 2 * (g - 1) * (a_i + b_i * N / g) + 2 * (nodes - 1) * (
+        a_e + BETA * g * N / (g * nodes)
+    )
+    assert sim == pytest.approx(closed, rel=1e-3)
+
+
+def test_hierarchical_beats_flat_ring_with_fast_intra_node_links():
+    g = 8
+    intra = LinkSpec("nvlink", 100 * BW, 1e-6)
+    topo = build_topology(cluster({"kind": "hierarchical"}, intra=intra, gpus_per_node=g), 16)
+    hier = _sim("allreduce/hierarchical", 16, N, topo=topo, gpn=g)
+    flat = _sim("allreduce/ring", 16, N, topo=topo)
+    assert hier < 0.7 * flat
+
+
+@pytest.mark.parametrize("ratio", (2.0, 4.0))
+def test_oversubscribed_leaf_spine_slows_spine_crossing_ring_by_the_ratio(ratio):
+    p, h = 8, 4
+
+    def ring_time(r):
+        spec = {
+            "kind": "leaf_spine",
+            "hosts_per_leaf": h,
+            "oversubscription": r,
+            "placement": "spread",
+        }
+        topo = build_topology(cluster(spec, latency_s=0.0), p)
+        return _sim("allreduce/ring", p, N, topo=topo)
+
+    # every hop crosses the spine; the 4 flows leaving a leaf share h*B/r of uplink: B/r each
+    assert ring_time(ratio) / ring_time(1.0) == pytest.approx(ratio, rel=1e-3)
+    assert ring_time(1.0) == pytest.approx(2 * (p - 1) * N / p * BETA, rel=1e-9)
+
+
+@pytest.mark.parametrize("semantics", ("eager", "rendezvous"))
+@pytest.mark.parametrize("p", (4, 6, 8))
+@pytest.mark.parametrize("key", COLLECTIVE_KEYS)
+def test_fast_path_is_identical_where_contention_free(key, p, semantics):
+    topo = build_topology(cluster(gamma_s_per_byte=GAMMA), p)
+    s = get_schedule(key, p)
+    rng = np.random.default_rng(p)
+    sizes = N if s.allreduce else rng.uniform(1e4, 1e6, p)
+    ready = rng.uniform(0, 1e-3, p)
+    ph = Phase(ready, s, unit_sizes(s, sizes))
+    msg = run_message([ph], topo, semantics=semantics, gamma_s_per_byte=GAMMA)
+    verdict = contention_free([s], topo)
+    if verdict is None:
+        assert key == "allgatherv/direct"
+        return
+    fast = run_fast(
+        [ph],
+        topo,
+        semantics=semantics,
+        gamma_s_per_byte=GAMMA,
+        check_overlap=semantics == "eager" and verdict == "dst",
+    )
+    if fast is None:  # overlapping arrivals detected: the message level is the answer
+        assert semantics == "eager" and verdict == "dst"
+        return
+    np.testing.assert_allclose(fast, msg, rtol=1e-12, atol=0)
+
+
+def test_fifo_mode_is_slower_than_fair_sharing_for_direct_allgatherv_uneven():
+    p = 4
+    m = np.array(_rising(p))
+    assert _sim("allgatherv/direct", p, m, mode="fifo") >= _sim("allgatherv/direct", p, m) * (
+        1 - 1e-9
+    )

@@ -1,0 +1,146 @@
+"""The flow network as scenarios: sharing, FIFO, message semantics, and the link monitor."""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+
+from simulator.network import Comm, LinkMonitor, make_network
+from simulator.topology import build_topology
+from tests.simulator.conftest import BW, LAT, cluster
+from traces.errors import UnknownNameError
+
+N = 1e6  # bytes
+
+
+def _run_transfers(topo, flows, mode="fair"):
+    """Start (src, dst, nbytes, at_s) flows; return {index: (sent_s, arrived_s)}."""
+    env = simpy.Environment()
+    net = make_network(mode, env, topo)
+    times: dict[int, list[float]] = {}
+
+    def starter(i, src, dst, nbytes, at):
+        yield env.timeout(at)
+        sent, arrived = net.transfer(src, dst, nbytes)
+        yield sent
+        times[i] = [env.now]
+        yield arrived
+        times[i].append(env.now)
+
+    for i, (src, dst, nbytes, at) in enumerate(flows):
+        env.process(starter(i, src, dst, nbytes, at))
+    env.run()
+    return times, net
+
+
+def test_one_flow_takes_latency_plus_size_over_bandwidth():
+    topo = build_topology(cluster(), 2)
+    times, _ = _run_transfers(topo, [(0, 1, N, 0.0)])
+    assert times[0] == pytest.approx([N / BW, N / BW + 2 * LAT], rel=1e-12)
+
+
+def test_two_flows_into_one_link_get_half_each():
+    topo = build_topology(cluster(), 3)
+    times, _ = _run_transfers(topo, [(0, 2, N, 0.0), (1, 2, N, 0.0)])
+    for i in (0, 1):
+        assert times[i][0] == pytest.approx(2 * N / BW, rel=1e-9)
+
+
+def test_rates_are_recomputed_when_a_flow_ends():
+    topo = build_topology(cluster(), 3)
+    times, _ = _run_transfers(topo, [(0, 2, N, 0.0), (1, 2, 2 * N, 0.0)])
+    assert times[0][0] == pytest.approx(2 * N / BW, rel=1e-9)  # half rate for N bytes
+    assert times[1][0] == pytest.approx(3 * N / BW, rel=1e-9)  # then alone for the last N
+
+
+def test_rates_are_recomputed_when_a_flow_starts():
+    topo = build_topology(cluster(), 3)
+    t_join = 0.5 * N / BW
+    times, _ = _run_transfers(topo, [(0, 2, N, 0.0), (1, 2, N, t_join)])
+    # flow 0 sends N/2 alone, then shares: N/2 more at B/2
+    assert times[0][0] == pytest.approx(t_join + N / BW, rel=1e-9)
+    assert times[1][0] == pytest.approx(t_join + 1.5 * N / BW, rel=1e-9)
+
+
+def test_max_min_fairness_gives_leftover_capacity_to_unconstrained_flows():
+    # a and b send to c; a also sends to d; b's NIC is slow (B/4).
+    links = [
+        {"a": "a", "b": "sw", "bandwidth_Bps": BW, "latency_s": 0.0},
+        {"a": "b", "b": "sw", "bandwidth_Bps": BW / 4, "latency_s": 0.0},
+        {"a": "c", "b": "sw", "bandwidth_Bps": BW, "latency_s": 0.0},
+        {"a": "d", "b": "sw", "bandwidth_Bps": BW, "latency_s": 0.0},
+    ]
+    topo = build_topology(
+        cluster({"kind": "graph", "hosts": ["a", "b", "c", "d"], "links": links}), 4
+    )
+    times, _ = _run_transfers(topo, [(0, 2, N, 0.0), (1, 2, N, 0.0), (0, 3, N, 0.0)])
+    # b->c is held to B/4 by its NIC; a's NIC is split B/2 + B/2 between a->c and a->d
+    assert times[0][0] == pytest.approx(2 * N / BW, rel=1e-9)
+    assert times[2][0] == pytest.approx(2 * N / BW, rel=1e-9)
+    assert times[1][0] == pytest.approx(4 * N / BW, rel=1e-9)
+
+
+def test_fifo_serves_one_flow_at_a_time():
+    topo = build_topology(cluster(), 3)
+    times, _ = _run_transfers(topo, [(0, 2, N, 0.0), (1, 2, N, 0.0)], mode="fifo")
+    assert sorted(t[0] for t in times.values()) == pytest.approx([N / BW, 2 * N / BW], rel=1e-12)
+
+
+def test_fifo_equals_fair_without_contention():
+    topo = build_topology(cluster({"kind": "leaf_spine", "hosts_per_leaf": 2}), 4)
+    fair, _ = _run_transfers(topo, [(0, 3, N, 0.0), (2, 1, N, 0.0)])
+    fifo, _ = _run_transfers(topo, [(0, 3, N, 0.0), (2, 1, N, 0.0)], mode="fifo")
+    assert fair == fifo
+
+
+def test_monitor_counts_bytes_and_busy_time():
+    topo = build_topology(cluster(), 3)
+    _, net = _run_transfers(topo, [(0, 2, N, 0.0), (1, 2, N, 0.0)])
+    down = topo.channel_ids[("sw", "h2")]
+    up0 = topo.channel_ids[("h0", "sw")]
+    mon: LinkMonitor = net.monitor
+    assert mon.bytes[down] == 2 * N and mon.bytes[up0] == N
+    assert mon.busy_s[down] == pytest.approx(2 * N / BW, rel=1e-9)
+    assert mon.flows == 2
+
+
+def _message(semantics):
+    topo = build_topology(cluster(), 2)
+    env = simpy.Environment()
+    comm = Comm(make_network("fair", env, topo), semantics)
+    out = {}
+
+    def sender():
+        yield comm.send(0, 1, N, "t")
+        out["send"] = env.now
+
+    def receiver():
+        yield env.timeout(1e-3)
+        yield comm.recv(1, 0, "t")
+        out["recv"] = env.now
+
+    env.process(sender())
+    env.process(receiver())
+    env.run()
+    return out
+
+
+def test_eager_sends_before_the_receive_is_posted():
+    out = _message("eager")
+    assert out["send"] == pytest.approx(N / BW)
+    assert out["recv"] == pytest.approx(1e-3)  # data had arrived at 0.81 ms
+
+
+def test_rendezvous_waits_for_the_receive():
+    out = _message("rendezvous")
+    expected = 1e-3 + 2 * LAT + N / BW
+    assert out["send"] == pytest.approx(expected) and out["recv"] == pytest.approx(expected)
+
+
+def test_unknown_mode_and_semantics_list_valid_names():
+    topo = build_topology(cluster(), 2)
+    env = simpy.Environment()
+    with pytest.raises(UnknownNameError, match="fair, fifo"):
+        make_network("wfq", env, topo)
+    with pytest.raises(UnknownNameError, match="eager, rendezvous"):
+        Comm(make_network("fair", env, topo), "buffered")
