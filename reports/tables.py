@@ -500,16 +500,34 @@ def accuracy_curves(evals_by_trace: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True).sort_values(["label", "step"], ignore_index=True)
 
 
+def _num(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: How each compressor is named in reports: the hyperparameters a reader compares by.
+LABEL_FORMATS: dict[str, Any] = {
+    "dense": lambda p: (
+        "dense" if p.get("precision", "fp32") == "fp32" else f"dense {p['precision']}"
+    ),
+    "variance": lambda p: f"variance α={_num(p.get('alpha', '?'))}",
+    "strom": lambda p: f"Strom τ={_num(p.get('tau', '?'))}",
+    "hybrid": lambda p: f"hybrid α={_num(p.get('alpha', '?'))}, τ={_num(p.get('tau', '?'))}",
+    "qsgd": lambda p: f"QSGD {p.get('bits', '?')} bit, d={p.get('bucket_size', '?')}",
+}
+
+
 def method_label(name: str, params: Mapping[str, Any] | None) -> str:
-    """Human label of a compressor and its hyperparameters, e.g. "variance α=2"."""
+    """Human label of a compressor and its key hyperparameters, e.g. "variance α=2".
+
+    Compressors without an entry in :data:`LABEL_FORMATS` show up to two scalar
+    hyperparameters.
+    """
     params = dict(params or {})
-    greek = {"alpha": "α", "tau": "τ", "zeta": "ζ", "gamma": "γ"}
-    shown = []
-    for key in sorted(params):
-        value = params[key]
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, (dict, list)) or value is None:
-            continue
-        shown.append(f"{greek.get(key, key)}={value}")
+    if name in LABEL_FORMATS:
+        return LABEL_FORMATS[name](params)
+    shown = [
+        f"{k}={_num(v)}" for k, v in sorted(params.items()) if isinstance(v, (int, float, str))
+    ][:2]
     return f"{name} {', '.join(shown)}" if shown else name

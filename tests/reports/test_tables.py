@@ -187,9 +187,11 @@ def test_method_table_relative_to_dense():
 @pytest.mark.parametrize(
     ("name", "params", "label"),
     [
-        ("variance", {"alpha": 2.0}, "variance α=2"),
-        ("strom", {"tau": 0.01}, "strom τ=0.01"),
-        ("dense", {}, "dense"),
+        ("variance", {"alpha": 2.0, "zeta": 0.999, "rounding": "nearest"}, "variance α=2"),
+        ("strom", {"tau": 0.01}, "Strom τ=0.01"),
+        ("qsgd", {"bits": 2, "bucket_size": 128, "levels": 0}, "QSGD 2 bit, d=128"),
+        ("dense", {"precision": "fp32"}, "dense"),
+        ("topk", {"k": 0.01, "x": [1]}, "topk k=0.01"),
     ],
 )
 def test_method_label(name, params, label):
