@@ -1,0 +1,311 @@
+"""Predicting step times of a recorded trace on a cluster with the closed-form models.
+
+For each world size P the trace is extrapolated to P ranks (:func:`traces.replay.step_inputs`,
+shared with the simulator), then every requested allreduce algorithm prices the dense fp32
+baseline and every requested allgatherv algorithm prices the compressed payloads, step by
+step. Rows follow ``schema.RESULT_COLUMNS`` (``source="predicted"``,
+``path="closed_form"``): one mean row per (P, method, collective) with ``step = -1`` and, with
+``per_step``, one row per trace step as well. The dense baseline is always present.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from models.collectives import collective_key, get_collective
+from models.iteration import (
+    DEFAULT_BUCKET_BYTES,
+    OVERLAP_MODES,
+    StepBreakdown,
+    bucket_backward_share,
+    bucket_layers,
+    bucketed_step_time_s,
+    iteration_time_s,
+)
+from traces import schema
+from traces.cluster import ClusterSpec
+from traces.errors import ConfigError, unknown_name
+from traces.extrapolate import RULES
+from traces.replay import StepInputs, step_inputs
+from traces.results import finalize_results
+
+__all__ = ["PredictOptions", "frame_from_rows", "predict_trace", "rows_for"]
+
+log = logging.getLogger(__name__)
+
+DENSE_ENCODING = "fp32"
+
+
+@dataclass(frozen=True)
+class PredictOptions:
+    """What to predict: world sizes, algorithms, encoding, extrapolation and overlap."""
+
+    world_sizes: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+    allreduce: tuple[str, ...] = ("ring",)
+    allgatherv: tuple[str, ...] = ("ring",)
+    encoding: str | None = None
+    rule: str = "modulo"
+    seed: int = 0
+    per_step: bool = False
+    overlap: str = "none"
+    bucket_bytes: float = DEFAULT_BUCKET_BYTES
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.world_sizes or any(int(p) < 1 for p in self.world_sizes):
+            raise ConfigError("world sizes must be integers >= 1")
+        for a in self.allreduce:
+            collective_key("allreduce", a)
+        for a in self.allgatherv:
+            collective_key("allgatherv", a)
+        if self.rule not in RULES:
+            raise unknown_name("extrapolation rule", self.rule, RULES)
+        if self.overlap not in OVERLAP_MODES:
+            raise unknown_name("overlap mode", self.overlap, OVERLAP_MODES)
+        if not self.bucket_bytes > 0:
+            raise ConfigError("bucket size must be positive")
+
+
+def rows_for(
+    breakdown: StepBreakdown,
+    steps: np.ndarray,
+    payload_max: np.ndarray | float,
+    payload_mean: np.ndarray | float,
+    *,
+    per_step: bool,
+    const: dict[str, Any],
+) -> dict[str, np.ndarray]:
+    """Result columns (RESULT_COLUMNS → arrays) for one (P, method, collective): the mean row
+    (step −1), plus one row per step when ``per_step``. Relative columns are NaN, to be filled
+    by :func:`finalize_results`. Concatenate with :func:`frame_from_rows`."""
+    cols = {
+        "compute_s": breakdown.compute_s,
+        "variance_s": breakdown.variance_s,
+        "codec_s": breakdown.codec_s,
+        "comm_s": breakdown.comm_s,
+        "step_s": breakdown.step_s,
+        "payload_bytes_max": np.broadcast_to(
+            np.asarray(payload_max, dtype=np.float64), steps.shape
+        ),
+        "payload_bytes_mean": np.broadcast_to(
+            np.asarray(payload_mean, dtype=np.float64), steps.shape
+        ),
+    }
+    out: dict[str, np.ndarray] = {}
+    for k, v in cols.items():
+        v = np.asarray(v, dtype=np.float64)
+        out[k] = np.concatenate([[v.mean()], v]) if per_step else np.array([v.mean()])
+    out["step"] = np.concatenate([[-1], steps]) if per_step else np.array([-1])
+    n = len(out["step"])
+    for k, v in const.items():
+        out[k] = np.full(n, v, dtype=object if isinstance(v, str) else None)
+    for k in ("speedup_vs_dense", "scaling_efficiency", "throughput_samples_per_s"):
+        out[k] = np.full(n, np.nan)
+    return out
+
+
+def frame_from_rows(parts: Sequence[dict[str, np.ndarray]]) -> pd.DataFrame:
+    """One result frame (RESULT_COLUMNS order) from :func:`rows_for` outputs."""
+    return pd.DataFrame(
+        {c: np.concatenate([part[c] for part in parts]) for c in schema.RESULT_COLUMNS}
+    )
+
+
+def _dense_breakdown(
+    si: StepInputs, key: str, cluster: ClusterSpec, opts: PredictOptions, buckets: Any
+) -> StepBreakdown:
+    model = get_collective(key)
+    p = si.world_size
+    kw = {"intra_link": cluster.intra_link, "gpus_per_node": cluster.gpus_per_node}
+    zeros = np.zeros_like(si.compute_s)
+    if opts.overlap == "buckets":
+        groups, share, numel = buckets
+        bucket_bytes = np.array([4.0 * numel[g].sum() for g in groups])
+        per_bucket = model.time_s(
+            np.broadcast_to(bucket_bytes[:, None], (len(groups), p)), cluster.link, **kw
+        )
+        return bucketed_step_time_s(si.compute_s, zeros, zeros, per_bucket, share)
+    comm = float(model.time_s(np.full((1, p), float(si.dense_bytes)), cluster.link, **kw)[0])
+    return iteration_time_s(
+        si.compute_s, zeros, zeros, np.full(len(si.steps), comm), overlap=opts.overlap
+    )
+
+
+def _compressed_breakdown(
+    si: StepInputs, key: str, cluster: ClusterSpec, opts: PredictOptions, buckets: Any
+) -> StepBreakdown:
+    model = get_collective(key)
+    kw = {"intra_link": cluster.intra_link, "gpus_per_node": cluster.gpus_per_node}
+    if opts.overlap == "buckets":
+        _, share, _ = buckets
+        lb = si.layer_bytes  # [T, P, K]
+        per_bucket = np.stack(
+            [model.time_s(lb[:, :, k], cluster.link, **kw) for k in range(lb.shape[2])], axis=1
+        )
+        return bucketed_step_time_s(si.compute_s, si.variance_s, si.codec_s, per_bucket, share)
+    comm = model.time_s(si.rank_bytes, cluster.link, **kw)
+    return iteration_time_s(si.compute_s, si.variance_s, si.codec_s, comm, overlap=opts.overlap)
+
+
+def predict_trace(trace: Any, cluster: ClusterSpec, opts: PredictOptions) -> pd.DataFrame:
+    """Closed-form predictions for ``trace`` on ``cluster`` (a finalized result frame)."""
+    encoding = opts.encoding or trace.primary_encoding
+    if encoding not in trace.encodings:
+        raise unknown_name("encoding of this trace", encoding, trace.encodings)
+    topology = str(cluster.topology.get("kind"))
+    buckets = None
+    layers: Any = False
+    if opts.overlap == "buckets":
+        numel = np.array([int(layer["numel"]) for layer in trace.layers], dtype=np.float64)
+        groups = bucket_layers(numel, opts.bucket_bytes)
+        buckets = (groups, bucket_backward_share(numel, groups), numel)
+        layers = groups
+    base = {
+        "source": "predicted",
+        "path": "closed_form",
+        "trace": trace.name,
+        "cluster": cluster.name,
+        "topology": topology,
+    }
+    frames = []
+    for p in sorted({int(x) for x in opts.world_sizes}):
+        si = step_inputs(
+            trace, cluster, p, encoding=encoding, rule=opts.rule, seed=opts.seed, layers=layers
+        )
+        for alg in opts.allreduce:
+            key = collective_key("allreduce", alg)
+            bd = _dense_breakdown(si, key, cluster, opts, buckets)
+            const = {
+                **base,
+                "compressor": "dense",
+                "encoding": DENSE_ENCODING,
+                "world_size": p,
+                "method": "dense",
+                "collective": key,
+            }
+            frames.append(
+                rows_for(
+                    bd,
+                    si.steps,
+                    si.dense_bytes,
+                    si.dense_bytes,
+                    per_step=opts.per_step,
+                    const=const,
+                )
+            )
+        pmax = si.rank_bytes.max(axis=1)
+        pmean = si.rank_bytes.mean(axis=1)
+        for alg in opts.allgatherv:
+            key = collective_key("allgatherv", alg)
+            bd = _compressed_breakdown(si, key, cluster, opts, buckets)
+            const = {
+                **base,
+                "compressor": trace.compressor,
+                "encoding": encoding,
+                "world_size": p,
+                "method": "compressed",
+                "collective": key,
+            }
+            frames.append(rows_for(bd, si.steps, pmax, pmean, per_step=opts.per_step, const=const))
+        log.info("predicted P=%d (%d steps)", p, len(si.steps))
+    df = frame_from_rows(frames)
+    batch = trace.header.get("batch_size_per_worker")
+    return finalize_results(df, batch_size_per_worker=int(batch) if batch else None)
+
+
+def trace_entry(trace: Any) -> dict[str, Any]:
+    """The header entry describing one input trace."""
+    return {
+        "path": str(trace.path),
+        "name": trace.name,
+        "compressor": trace.compressor,
+        "synthetic": bool(trace.synthetic),
+        "schema_version": trace.header.get("schema_version"),
+    }
+
+
+def options_dict(opts: PredictOptions) -> dict[str, Any]:
+    """The options as written into the result header."""
+    return {
+        "world_sizes": [int(p) for p in opts.world_sizes],
+        "allreduce": list(opts.allreduce),
+        "allgatherv": list(opts.allgatherv),
+        "encoding": opts.encoding,
+        "per_step": opts.per_step,
+        "overlap": opts.overlap,
+        "bucket_bytes": opts.bucket_bytes,
+        **opts.extra,
+    }
+
+
+def parse_world_sizes(text: str) -> tuple[int, ...]:
+    """``"2,4,...,1024"`` (doubling), ``"10,20,...,100"`` (arithmetic), or a plain list.
+
+    An ellipsis continues the doubling when the first two terms double and the last term is
+    reached that way; otherwise it continues the arithmetic progression.
+    """
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    try:
+        if "..." in parts:
+            i = parts.index("...")
+            if i < 2 or i != len(parts) - 2:
+                raise ConfigError(f"world sizes {text!r}: write 'a,b,...,z' (two terms, ..., last)")
+            head = [int(x) for x in parts[:i]]
+            last = int(parts[-1])
+            a, b = head[-2], head[-1]
+            out = head[:-2]
+            if a >= 1 and b == 2 * a and last >= a and (last / a) == 2 ** round(np.log2(last / a)):
+                out += [a * 2**k for k in range(round(np.log2(last / a)) + 1)]
+            elif b > a and (last - a) % (b - a) == 0 and last >= a:
+                out += list(range(a, last + 1, b - a))
+            else:
+                raise ConfigError(
+                    f"world sizes {text!r}: the last term is not reached from {a},{b}"
+                )
+            values = out
+        else:
+            values = [int(x) for x in parts]
+    except ValueError:
+        raise ConfigError(f"world sizes {text!r}: expected integers like 2,4,...,1024") from None
+    if not values or any(v < 1 for v in values):
+        raise ConfigError(f"world sizes {text!r}: need integers >= 1")
+    return tuple(values)
+
+
+def parse_algorithms(text: str, op: str) -> tuple[str, ...]:
+    """``"ring,bruck"`` or ``"all"`` → algorithm names of ``op``, checked."""
+    if text.strip() == "all":
+        return tuple(
+            a
+            for a in (
+                schema.ALLREDUCE_ALGORITHMS if op == "allreduce" else schema.ALLGATHERV_ALGORITHMS
+            )
+        )
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not names:
+        raise ConfigError(f"--{op}: give at least one algorithm or 'all'")
+    for n in names:
+        collective_key(op, n)
+    return names
+
+
+def summarize(df: pd.DataFrame, world_sizes: Sequence[int] | None = None) -> str:
+    """A short text table of mean rows: P, method, collective, step time, speedup."""
+    m = df[df["step"] == -1]
+    if world_sizes is not None:
+        m = m[m["world_size"].isin(list(world_sizes))]
+    lines = [
+        f"{'P':>6}  {'method':<10}  {'collective':<30}  {'comm':>10}  {'step':>10}  {'speedup':>8}"
+    ]
+    for r in m.itertuples(index=False):
+        lines.append(
+            f"{r.world_size:>6}  {r.method:<10}  {r.collective:<30}  {r.comm_s * 1e3:>8.3f}ms  "
+            f"{r.step_s * 1e3:>8.3f}ms  {r.speedup_vs_dense:>8.3f}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,168 @@
+"""`vgcsim predict` and models.predict end to end, on a hand-made and a synthetic ResNet-50 trace."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from models.predict import PredictOptions, parse_algorithms, parse_world_sizes, predict_trace
+from traces import schema
+from traces.cluster import get_cluster
+from traces.errors import ConfigError, UnknownNameError
+from traces.io import read_trace
+from traces.results import read_results
+from vgcsim.cli import main
+
+ALPHA = 10e-6  # 10GbE preset latency
+BETA = 1 / 1.25e9
+
+
+def test_tiny_trace_by_hand(tiny_trace):
+    opts = PredictOptions(
+        world_sizes=(1, 2), allreduce=("ring",), allgatherv=("ring", "padded"), per_step=True
+    )
+    df = predict_trace(tiny_trace, get_cluster("10GbE"), opts)
+    assert list(df.columns) == list(schema.RESULT_COLUMNS)
+
+    def row(p, coll, step):
+        sel = df[(df.world_size == p) & (df.collective == coll) & (df.step == step)]
+        return sel.iloc[0]
+
+    dense = row(2, "allreduce/ring", 0)
+    assert dense.comm_s == pytest.approx(2 * ALPHA + 5000 * BETA)
+    assert dense.step_s == pytest.approx(0.1 + 2 * ALPHA + 5000 * BETA)
+    assert (
+        dense.payload_bytes_max == 5000 and dense.compressor == "dense" and dense.encoding == "fp32"
+    )
+    comp = row(2, "allgatherv/ring", 0)  # ranks send 120 and 240 bytes
+    assert comp.comm_s == pytest.approx(ALPHA + 240 * BETA)
+    assert comp.compute_s == pytest.approx(0.1)
+    assert comp.codec_s == pytest.approx(0.03) and comp.variance_s == pytest.approx(0.01)
+    assert comp.step_s == pytest.approx(0.14 + ALPHA + 240 * BETA)
+    assert comp.payload_bytes_max == 240 and comp.payload_bytes_mean == 180
+    assert comp.speedup_vs_dense == pytest.approx(dense.step_s / comp.step_s)
+    assert comp.scaling_efficiency == pytest.approx(0.1 / comp.step_s)
+    assert comp.throughput_samples_per_s == pytest.approx(2 * 8 / comp.step_s)
+    mean = row(2, "allgatherv/ring", -1)
+    per_step = df[(df.world_size == 2) & (df.collective == "allgatherv/ring") & (df.step >= 0)]
+    assert mean.step_s == pytest.approx(per_step.step_s.mean())
+    # one rank: no communication at all
+    assert (df[df.world_size == 1].comm_s == 0).all()
+    # dense baseline present at every P
+    assert set(df[df.method == "dense"].world_size) == {1, 2}
+
+
+def test_buckets_never_slower_than_no_overlap(tiny_trace):
+    cluster = get_cluster("1GbE")
+    base = PredictOptions(world_sizes=(4, 16), allgatherv=("ring",))
+    plain = predict_trace(tiny_trace, cluster, base)
+    import dataclasses
+
+    over = predict_trace(
+        tiny_trace, cluster, dataclasses.replace(base, overlap="buckets", bucket_bytes=1000)
+    )
+    full = predict_trace(tiny_trace, cluster, dataclasses.replace(base, overlap="full"))
+    assert np.all(over.step_s.to_numpy() <= plain.step_s.to_numpy() + 1e-12)
+    assert np.all(full.step_s.to_numpy() <= over.step_s.to_numpy() + 1e-12)
+
+
+def test_cli_end_to_end_on_synthetic_resnet50(tmp_path, capsys):
+    from traces.synth import SynthConfig, synth_trace
+
+    run = synth_trace(
+        SynthConfig(layers="resnet50", workers=4, steps=4, target_ratio=913.4), tmp_path / "r50"
+    )
+    out = tmp_path / "res"
+    rc = main(
+        [
+            "predict",
+            str(run),
+            "--cluster",
+            "10GbE",
+            "--world-sizes",
+            "2,4,...,1024",
+            "--allgatherv",
+            "all",
+            "--extrapolation",
+            "resample",
+            "--seed",
+            "7",
+            "--per-step",
+            "-o",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    df, header = read_results(out)
+    assert header["source"] == "predicted"
+    assert header["extrapolation"] == {"rule": "resample", "seed": 7}
+    assert header["cluster"]["name"] == "10GbE" and header["traces"][0]["synthetic"] is True
+    assert sorted(df.world_size.unique()) == [2**k for k in range(1, 11)]
+    assert len(df) == 10 * 6 * 5  # P × (1 dense + 5 allgatherv) × (mean + 4 steps)
+    dense = df[(df.method == "dense") & (df.step == -1)]
+    trace = read_trace(run)
+    assert (dense.payload_bytes_max == trace.header["dense_bytes_per_step"]).all()
+    # ~913× compression on 10 GbE: compressed allgatherv is faster than dense ring at small P
+    small = df[(df.world_size == 8) & (df.step == -1) & (df.method == "compressed")]
+    assert (small.speedup_vs_dense > 1).all()
+    assert json.loads((out / "results.json").read_text())["options"]["allgatherv"] == list(
+        schema.ALLGATHERV_ALGORITHMS
+    )
+
+
+def test_cli_user_errors_exit_2(tmp_path, tiny_trace_dir, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('link = "10GbE"\nlink_speed = 3\n')
+    assert (
+        main(["predict", str(tiny_trace_dir), "--cluster", str(bad), "-o", str(tmp_path / "o")])
+        == 2
+    )
+    assert "link_speed" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "predict",
+                str(tiny_trace_dir),
+                "--cluster",
+                "10GbE",
+                "--allgatherv",
+                "mesh",
+                "-o",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
+    assert (
+        main(["predict", str(tmp_path / "nope"), "--cluster", "10GbE", "-o", str(tmp_path / "o")])
+        == 2
+    )
+    assert (
+        main(
+            [
+                "predict",
+                str(tiny_trace_dir),
+                "--cluster",
+                "10GbE",
+                "--encoding",
+                "zip",
+                "-o",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
+
+
+def test_world_size_parsing():
+    assert parse_world_sizes("2,4,...,1024") == tuple(2**k for k in range(1, 11))
+    assert parse_world_sizes("10,20,...,50") == (10, 20, 30, 40, 50)
+    assert parse_world_sizes("1,3,8") == (1, 3, 8)
+    for bad in ["", "0,2", "a,b", "2,4,...", "2,4,...,1001"]:
+        with pytest.raises(ConfigError):
+            parse_world_sizes(bad)
+    assert parse_algorithms("all", "allreduce") == schema.ALLREDUCE_ALGORITHMS
+    with pytest.raises(UnknownNameError):
+        parse_algorithms("ring,mesh", "allgatherv")

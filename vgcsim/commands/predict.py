@@ -1,0 +1,108 @@
+"""``vgcsim predict``: closed-form step times of a trace on a cluster, written as a result table."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "predict step times of dense allreduce vs compressed allgatherv from a trace (closed-form models)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "trace",
+        metavar="RUN",
+        help="trace run directory (from `vgcsim record` or `vgcsim trace synth`)",
+    )
+    parser.add_argument(
+        "--cluster",
+        required=True,
+        metavar="NAME|FILE",
+        help="cluster preset (see `vgcsim clusters`) or TOML file",
+    )
+    parser.add_argument(
+        "--world-sizes",
+        default="2,4,...,1024",
+        metavar="LIST",
+        help="ranks to predict, e.g. '2,4,...,1024' (doubling) or '8,16,24' (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--allreduce",
+        default="ring",
+        metavar="ALGS",
+        help="dense baseline algorithm(s), comma list or 'all' (default: ring)",
+    )
+    parser.add_argument(
+        "--allgatherv",
+        default="ring",
+        metavar="ALGS",
+        help="compressed allgatherv algorithm(s), comma list or 'all' (default: ring)",
+    )
+    parser.add_argument(
+        "--encoding",
+        default=None,
+        help="bits column to use (default: the trace's primary encoding)",
+    )
+    parser.add_argument(
+        "--extrapolation",
+        default="modulo",
+        help="rule mapping P ranks to recorded workers: modulo | resample",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the 'resample' rule (default: 0)"
+    )
+    parser.add_argument(
+        "--overlap",
+        default="none",
+        help="none | full (optimistic bound) | buckets (DDP-style, see --bucket-size)",
+    )
+    parser.add_argument(
+        "--bucket-size", default="25MiB", help="bucket size for --overlap buckets (default: 25MiB)"
+    )
+    parser.add_argument("--per-step", action="store_true", help="also write one row per trace step")
+    parser.add_argument(
+        "-o", "--output", required=True, metavar="DIR", help="result table directory"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from models.predict import (
+        PredictOptions,
+        options_dict,
+        parse_algorithms,
+        parse_world_sizes,
+        predict_trace,
+        summarize,
+        trace_entry,
+    )
+    from traces.cluster import cluster_to_dict, load_cluster
+    from traces.io import read_trace
+    from traces.results import results_header, write_results
+    from traces.units import parse_size_bytes
+
+    cluster = load_cluster(args.cluster)
+    opts = PredictOptions(
+        world_sizes=parse_world_sizes(args.world_sizes),
+        allreduce=parse_algorithms(args.allreduce, "allreduce"),
+        allgatherv=parse_algorithms(args.allgatherv, "allgatherv"),
+        encoding=args.encoding,
+        rule=args.extrapolation,
+        seed=args.seed,
+        per_step=args.per_step,
+        overlap=args.overlap,
+        bucket_bytes=parse_size_bytes(args.bucket_size),
+    )
+    trace = read_trace(args.trace)
+    df = predict_trace(trace, cluster, opts)
+    header = results_header(
+        source="predicted",
+        traces=[trace_entry(trace)],
+        cluster=cluster_to_dict(cluster),
+        extrapolation={"rule": opts.rule, "seed": opts.seed if opts.rule == "resample" else None},
+        options={**options_dict(opts), "encoding": opts.encoding or trace.primary_encoding},
+        command=list(sys.argv),
+    )
+    out = write_results(df, args.output, header)
+    print(summarize(df))
+    print(f"wrote {len(df)} rows to {out}")
+    return 0
