@@ -27,7 +27,7 @@ import numpy as np
 import simpy
 
 from simulator.collectives import Schedule
-from simulator.network import Comm, LinkMonitor, make_network
+from simulator.network import Comm, LinkMonitor, Waiter, make_network
 from simulator.topology import Topology
 
 __all__ = ["Phase", "RankSpan", "contention_free", "run_fast", "run_message"]
@@ -94,7 +94,10 @@ def run_message(
     net = make_network(mode, env, topology, monitor)
     comm = Comm(net, semantics)
     finish = np.zeros((len(phases), p))
-    plans = [(ph, _rank_ops(ph.schedule), ph.schedule.round_bytes(ph.units)) for ph in phases]
+    plans = [
+        (ph, _rank_ops(ph.schedule), [fb.tolist() for fb in ph.schedule.round_bytes(ph.units)])
+        for ph in phases
+    ]
 
     def rank_proc(i: int):
         for b, (ph, ops, nbytes) in enumerate(plans):
@@ -105,12 +108,17 @@ def run_message(
             for k, sends, recvs, reduce in ops[i]:
                 tk = env.now
                 fb = nbytes[k]
-                evs = [comm.send(i, d, fb[f], (b, k)) for d, f in sends]
+                w = Waiter(env)
+                w.pending = 1  # held while posting
+                for d, f in sends:
+                    comm.post_send(i, d, fb[f], (b, k), w)
                 got = 0.0
                 for s, f in recvs:
-                    evs.append(comm.recv(i, s, (b, k)))
+                    comm.post_recv(i, s, (b, k), w)
                     got += fb[f]
-                yield evs[0] if len(evs) == 1 else env.all_of(evs)
+                w.pending -= 1
+                if w.pending:
+                    yield w.event
                 if reduce and gamma_s_per_byte > 0 and got > 0:
                     yield env.timeout(gamma_s_per_byte * got)
                 if spans is not None:
@@ -171,6 +179,78 @@ def _pair_tables(schedule: Schedule, topology: Topology) -> list[tuple[np.ndarra
     return out
 
 
+def _permutations(schedule: Schedule) -> list[np.ndarray | None]:
+    """Per round: the inverse of ``dst`` when ``src`` is every rank in order and ``dst`` a
+    permutation (then the round needs gathers only), else None."""
+    hit = schedule._cache.get("permutations")
+    if hit is None:
+        p = schedule.world_size
+        ident = np.arange(p)
+        hit = []
+        for rnd in schedule.rounds:
+            if (
+                len(rnd.src) == p
+                and np.array_equal(rnd.src, ident)
+                and len(np.unique(rnd.dst)) == p
+            ):
+                inv = np.empty(p, dtype=np.int64)
+                inv[rnd.dst] = ident
+                hit.append(inv)
+            else:
+                hit.append(None)
+        schedule._cache["permutations"] = hit
+    return hit
+
+
+def _stacked(schedule: Schedule, topology: Topology) -> tuple[np.ndarray, ...]:
+    """All-permutation schedules as [rounds, P] matrices: lo, count, dst, inverse, bw, lat."""
+    key = ("stacked", id(topology))
+    hit = schedule._cache.get(key)
+    if hit is not None and hit[0] is topology:
+        return hit[1]
+    rounds = schedule.rounds
+    tables = _pair_tables(schedule, topology)
+    out = (
+        np.stack([r.lo for r in rounds]),
+        np.stack([r.count for r in rounds]),
+        np.stack([r.dst for r in rounds]),
+        np.stack(_permutations(schedule)),
+        np.stack([bw for bw, _ in tables]),
+        np.stack([lat for _, lat in tables]),
+        np.array([r.reduce for r in rounds]),
+    )
+    schedule._cache[key] = (topology, out)
+    return out
+
+
+def _run_stacked(
+    ph: Phase, topology: Topology, t: np.ndarray, eager: bool, gamma_s_per_byte: float
+) -> np.ndarray:
+    """:func:`run_fast` for schedules whose every round is a permutation (ring, Bruck, ...):
+    all byte counts and transfer times at once, then a few gathers per round."""
+    lo, count, dst, inv, bw, lat, reduce = _stacked(ph.schedule, topology)
+    units = ph.units if ph.schedule.unit_order is None else ph.units[ph.schedule.unit_order]
+    cs = np.concatenate(([0.0], np.cumsum(np.concatenate((units, units)))))
+    fb = cs[lo + count] - cs[lo]
+    tx = fb / bw
+    gam = gamma_s_per_byte * np.take_along_axis(fb, inv, axis=1) if gamma_s_per_byte > 0 else None
+    if eager:
+        for k in range(len(tx)):
+            done = t + tx[k]
+            arrive = done + lat[k]
+            t = np.maximum(done, arrive[inv[k]])
+            if gam is not None and reduce[k]:
+                t += gam[k]
+    else:
+        total = tx + lat
+        for k in range(len(tx)):
+            arrive = np.maximum(t, t[dst[k]]) + total[k]
+            t = np.maximum(arrive, arrive[inv[k]])
+            if gam is not None and reduce[k]:
+                t += gam[k]
+    return t
+
+
 def run_fast(
     phases: Sequence[Phase],
     topology: Topology,
@@ -195,14 +275,37 @@ def run_fast(
     finish = np.zeros((len(phases), p))
     for b, ph in enumerate(phases):
         t = np.maximum(t, ph.ready_s)
+        perms = _permutations(ph.schedule)
+        if not check_overlap and ph.schedule.rounds and all(v is not None for v in perms):
+            t = _run_stacked(ph, topology, t, eager, gamma_s_per_byte)
+            finish[b] = t
+            continue
         tables = _pair_tables(ph.schedule, topology)
-        for rnd, fb, (bw, lat) in zip(
-            ph.schedule.rounds, ph.schedule.round_bytes(ph.units), tables, strict=True
+        rounds = ph.schedule.rounds
+        for rnd, fb, (bw, lat), inv in zip(
+            rounds, ph.schedule.round_bytes(ph.units), tables, perms, strict=True
         ):
+            tx = fb / bw
+            if inv is not None:  # every rank sends once and receives once: gathers only
+                if eager:
+                    done = t + tx
+                    arrive = done + lat
+                    if check_overlap:
+                        if np.any(t < busy_in[rnd.dst]):
+                            return None
+                        busy_in[rnd.dst] = done
+                    new = np.maximum(done, arrive[inv])
+                else:
+                    arrive = np.maximum(t, t[rnd.dst]) + tx + lat
+                    new = np.maximum(arrive, arrive[inv])
+                if rnd.reduce and gamma_s_per_byte > 0:
+                    new += gamma_s_per_byte * fb[inv]
+                t = new
+                continue
             src, dst = rnd.src, rnd.dst
             if eager:
                 start = t[src]
-                done = start + fb / bw
+                done = start + tx
                 arrive = done + lat
                 if check_overlap:
                     if np.any(start < busy_in[dst]):
@@ -212,7 +315,7 @@ def run_fast(
                 new[src] = np.maximum(new[src], done)
             else:
                 start = np.maximum(t[src], t[dst])
-                arrive = start + fb / bw + lat
+                arrive = start + tx + lat
                 new = t.copy()
                 new[src] = np.maximum(new[src], arrive)
             new[dst] = np.maximum(new[dst], arrive)

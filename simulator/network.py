@@ -33,7 +33,7 @@ flow) per channel, and optionally records every flow interval for a timeline.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,36 +65,52 @@ class LinkMonitor:
 
     n_channels: int
     record_intervals: bool = False
-    bytes: np.ndarray = field(init=False)
-    busy_s: np.ndarray = field(init=False)
     intervals: list[tuple[int, float, float, float, int, int]] = field(default_factory=list)
     flows: int = 0
-    _active: np.ndarray = field(init=False, repr=False)
-    _since: np.ndarray = field(init=False, repr=False)
+    _bytes: list[float] = field(init=False, repr=False)
+    _busy: list[float] = field(init=False, repr=False)
+    _active: list[int] = field(init=False, repr=False)
+    _since: list[float] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.bytes = np.zeros(self.n_channels)
-        self.busy_s = np.zeros(self.n_channels)
-        self._active = np.zeros(self.n_channels, dtype=np.int64)
-        self._since = np.zeros(self.n_channels)
+        self._bytes = [0.0] * self.n_channels
+        self._busy = [0.0] * self.n_channels
+        self._active = [0] * self.n_channels
+        self._since = [0.0] * self.n_channels
+
+    @property
+    def bytes(self) -> np.ndarray:
+        """Bytes that crossed each channel."""
+        return np.asarray(self._bytes)
+
+    @property
+    def busy_s(self) -> np.ndarray:
+        """Seconds each channel carried at least one flow."""
+        return np.asarray(self._busy)
 
     def flow_started(self, channels: tuple[int, ...], nbytes: float, now: float) -> None:
         self.flows += 1
+        active, since, nb = self._active, self._since, self._bytes
         for c in channels:
-            self.bytes[c] += nbytes
-            if self._active[c] == 0:
-                self._since[c] = now
-            self._active[c] += 1
+            nb[c] += nbytes
+            if active[c] == 0:
+                since[c] = now
+            active[c] += 1
 
     def flow_ended(
         self, channels: tuple[int, ...], start: float, now: float, nbytes: float, src: int, dst: int
     ) -> None:
+        active = self._active
         for c in channels:
-            self._active[c] -= 1
-            if self._active[c] == 0:
-                self.busy_s[c] += now - self._since[c]
-            if self.record_intervals:
+            active[c] -= 1
+            if active[c] == 0:
+                self._busy[c] += now - self._since[c]
+        if self.record_intervals:
+            for c in channels:
                 self.intervals.append((c, start, now, nbytes, src, dst))
+
+
+Callback = Callable[[], None]
 
 
 class _Flow:
@@ -104,36 +120,45 @@ class _Flow:
         "rate",
         "t_last",
         "version",
-        "done",
         "start",
         "nbytes",
         "src",
         "dst",
+        "latency_s",
+        "on_sent",
+        "on_arrived",
+        "lazy",
+        "t_end",
     )
 
     def __init__(
         self,
-        channels: tuple[int, ...],
+        route: Route,
         nbytes: float,
         now: float,
-        done: simpy.Event,
         src: int,
         dst: int,
+        on_sent: Callback | None,
+        on_arrived: Callback | None,
     ):
-        self.channels = channels
+        self.channels = route.channels
+        self.latency_s = route.latency_s
         self.remaining = float(nbytes)
         self.nbytes = float(nbytes)
         self.rate = 0.0
         self.t_last = now
         self.version = 0
-        self.done = done
         self.start = now
         self.src = src
         self.dst = dst
+        self.on_sent = on_sent
+        self.on_arrived = on_arrived
+        self.lazy = False  # alone on its channels: one timer at arrival, release on demand
+        self.t_end = math.inf
 
 
 class _NetworkBase:
-    """Shared part of both sharing models: routes, latency, delivery events, the monitor."""
+    """Shared part of both sharing models: routes, latency, delivery, the monitor."""
 
     def __init__(
         self, env: simpy.Environment, topology: Topology, monitor: LinkMonitor | None = None
@@ -141,33 +166,49 @@ class _NetworkBase:
         self.env = env
         self.topology = topology
         self.monitor = monitor if monitor is not None else LinkMonitor(topology.n_channels)
+        self._route = topology.route
+
+    def start(
+        self,
+        src: int,
+        dst: int,
+        nbytes: float,
+        on_sent: Callback | None = None,
+        on_arrived: Callback | None = None,
+    ) -> None:
+        """Start a message now; call ``on_sent`` when its last byte has left and
+        ``on_arrived`` when its last byte has arrived."""
+        if src == dst:
+            if on_sent is not None:
+                on_sent()
+            if on_arrived is not None:
+                on_arrived()
+            return
+        route = self._route(src, dst)
+        flow = _Flow(route, nbytes, self.env.now, src, dst, on_sent, on_arrived)
+        if nbytes <= 0:
+            self._transmitted(flow)
+            return
+        self._start(flow, route)
 
     def transfer(self, src: int, dst: int, nbytes: float) -> tuple[simpy.Event, simpy.Event]:
         """Start a message now; return (last byte left, last byte arrived) events."""
-        env = self.env
-        if src == dst:
-            ev = env.event()
-            ev.succeed()
-            return ev, ev
-        route = self.topology.route(src, dst)
-        arrived = env.event()
-        if nbytes <= 0:
-            sent = env.event()
-            sent.succeed()
-            env.timeout(route.latency_s).callbacks.append(lambda _e: arrived.succeed())
-            return sent, arrived
-        sent = env.event()
-        sent.callbacks.append(lambda _e: self._after_latency(route, arrived))
-        self._start(route, float(nbytes), sent, src, dst)
+        sent, arrived = self.env.event(), self.env.event()
+        self.start(src, dst, nbytes, sent.succeed, arrived.succeed)
         return sent, arrived
 
-    def _after_latency(self, route: Route, arrived: simpy.Event) -> None:
-        if route.latency_s > 0:
-            self.env.timeout(route.latency_s).callbacks.append(lambda _e: arrived.succeed())
+    def _transmitted(self, flow: _Flow) -> None:
+        if flow.on_sent is not None:
+            flow.on_sent()
+        on_arrived = flow.on_arrived
+        if on_arrived is None:
+            return
+        if flow.latency_s > 0:
+            self.env.timeout(flow.latency_s).callbacks.append(lambda _e: on_arrived())
         else:
-            arrived.succeed()
+            on_arrived()
 
-    def _start(self, route: Route, nbytes: float, sent: simpy.Event, src: int, dst: int) -> None:
+    def _start(self, flow: _Flow, route: Route) -> None:
         raise NotImplementedError
 
 
@@ -179,32 +220,69 @@ class FairNetwork(_NetworkBase):
     ):
         super().__init__(env, topology, monitor)
         self._on: list[set[_Flow]] = [set() for _ in range(topology.n_channels)]
-        self._cap = topology.capacity_Bps
+        self._cap = topology.capacity_Bps.tolist()
 
-    def _start(self, route: Route, nbytes: float, sent: simpy.Event, src: int, dst: int) -> None:
-        now = self.env.now
-        flow = _Flow(route.channels, nbytes, now, sent, src, dst)
-        self.monitor.flow_started(route.channels, nbytes, now)
+    def _start(self, flow: _Flow, route: Route) -> None:
+        now = flow.start
+        self.monitor.flow_started(flow.channels, flow.nbytes, now)
         alone = True
-        for c in route.channels:
+        for c in flow.channels:
             on = self._on[c]
             if on:
-                alone = False
+                self._expire(on, now)
+                if on:
+                    alone = False
             on.add(flow)
-        if alone:
-            flow.rate = route.bandwidth_Bps
-            self._schedule(flow)
-        else:
+        if not alone:
             self._reshare(self._group([flow]))
+            return
+        flow.rate = route.bandwidth_Bps
+        if flow.on_sent is not None:
+            self._schedule(flow)
+            return
+        # Nobody waits for the last byte to leave: one timer at arrival. Until then the flow
+        # stays on its channels; a later flow finding it there after t_end releases it.
+        flow.lazy = True
+        tx = flow.nbytes / flow.rate
+        flow.t_end = now + tx
+        flow.version += 1
+        version = flow.version
+        self.env.timeout(tx + flow.latency_s).callbacks.append(
+            lambda _e: self._lazy_arrival(flow, version)
+        )
+
+    def _expire(self, on: set[_Flow], now: float) -> None:
+        """Release lazy flows on a channel whose last byte has already left."""
+        for g in [g for g in on if g.lazy and g.t_end <= now]:
+            self._release(g)
+
+    def _release(self, flow: _Flow) -> None:
+        flow.lazy = False
+        for c in flow.channels:
+            self._on[c].discard(flow)
+        self.monitor.flow_ended(
+            flow.channels, flow.start, flow.t_end, flow.nbytes, flow.src, flow.dst
+        )
+
+    def _lazy_arrival(self, flow: _Flow, version: int) -> None:
+        if version != flow.version:
+            return  # it met another flow and was rescheduled
+        if flow.lazy:
+            self._release(flow)
+        if flow.on_arrived is not None:
+            flow.on_arrived()
 
     def _group(self, seeds: list[_Flow]) -> list[_Flow]:
         """Every flow connected to ``seeds`` through shared channels."""
+        now = self.env.now
         seen = set(seeds)
         stack = list(seeds)
         while stack:
             f = stack.pop()
             for c in f.channels:
-                for g in self._on[c]:
+                on = self._on[c]
+                self._expire(on, now)
+                for g in on:
                     if g not in seen:
                         seen.add(g)
                         stack.append(g)
@@ -223,7 +301,7 @@ class FairNetwork(_NetworkBase):
                     count[c] += 1
                 else:
                     count[c] = 1
-                    cap[c] = float(self._cap[c])
+                    cap[c] = self._cap[c]
         new_rate: dict[_Flow, float] = {}
         while count:
             best = min(count, key=lambda c: (cap[c] / count[c], c))
@@ -239,8 +317,9 @@ class FairNetwork(_NetworkBase):
                         del count[c]
         for f in group:
             rate = new_rate[f]
-            if rate != f.rate:
+            if rate != f.rate or f.lazy:
                 f.rate = rate
+                f.lazy = False  # shared now: its end must reshare its neighbours on time
                 self._schedule(f)
 
     def _schedule(self, flow: _Flow) -> None:
@@ -253,18 +332,21 @@ class FairNetwork(_NetworkBase):
         if version != flow.version:
             return  # superseded by a rate change
         now = self.env.now
-        flow.remaining -= flow.rate * (now - flow.t_last)
-        flow.t_last = now
-        if flow.remaining > _EPS_BYTES * max(1.0, flow.nbytes * 1e-9):
-            self._schedule(flow)  # float drift: a sliver left
-            return
+        if now != flow.t_last:
+            flow.remaining -= flow.rate * (now - flow.t_last)
+            flow.t_last = now
+            if flow.remaining > _EPS_BYTES * max(1.0, flow.nbytes * 1e-9):
+                self._schedule(flow)  # float drift: a sliver left
+                return
         neighbours: list[_Flow] = []
         for c in flow.channels:
             on = self._on[c]
             on.discard(flow)
-            neighbours.extend(on)
+            if on:
+                self._expire(on, now)
+                neighbours.extend(on)
         self.monitor.flow_ended(flow.channels, flow.start, now, flow.nbytes, flow.src, flow.dst)
-        flow.done.succeed()
+        self._transmitted(flow)
         if neighbours:
             self._reshare(self._group(list(dict.fromkeys(neighbours))))
 
@@ -278,22 +360,25 @@ class FifoNetwork(_NetworkBase):
         super().__init__(env, topology, monitor)
         self._res = [simpy.Resource(env, capacity=1) for _ in range(topology.n_channels)]
 
-    def _start(self, route: Route, nbytes: float, sent: simpy.Event, src: int, dst: int) -> None:
-        self.env.process(self._send(route, nbytes, sent, src, dst))
+    def _start(self, flow: _Flow, route: Route) -> None:
+        self.env.process(self._send(flow, route))
 
-    def _send(self, route: Route, nbytes: float, sent: simpy.Event, src: int, dst: int):
+    def _send(self, flow: _Flow, route: Route):
         held = []
         for c in sorted(route.channels):
             req = self._res[c].request()
             yield req
             held.append((c, req))
         start = self.env.now
-        self.monitor.flow_started(route.channels, nbytes, start)
-        yield self.env.timeout(nbytes / route.bandwidth_Bps)
+        flow.start = start
+        self.monitor.flow_started(route.channels, flow.nbytes, start)
+        yield self.env.timeout(flow.nbytes / route.bandwidth_Bps)
         for c, req in held:
             self._res[c].release(req)
-        self.monitor.flow_ended(route.channels, start, self.env.now, nbytes, src, dst)
-        sent.succeed()
+        self.monitor.flow_ended(
+            route.channels, start, self.env.now, flow.nbytes, flow.src, flow.dst
+        )
+        self._transmitted(flow)
 
 
 _NETWORKS = {"fair": FairNetwork, "fifo": FifoNetwork}
@@ -310,23 +395,27 @@ def make_network(
     return cls(env, topology, monitor)
 
 
-class _Match:
-    __slots__ = ("send_ev", "recv_ev", "nbytes", "posted_send", "posted_recv", "arrived")
+class Waiter:
+    """Counts a rank's outstanding operations in a round; its event fires when all are done."""
 
-    def __init__(self) -> None:
-        self.send_ev: simpy.Event | None = None
-        self.recv_ev: simpy.Event | None = None
-        self.nbytes = 0.0
-        self.posted_send = False
-        self.posted_recv = False
-        self.arrived = False
+    __slots__ = ("event", "pending")
+
+    def __init__(self, env: simpy.Environment):
+        self.event = env.event()
+        self.pending = 0
+
+    def done_one(self) -> None:
+        self.pending -= 1
+        if self.pending == 0:
+            self.event.succeed()
 
 
 class Comm:
     """Point-to-point messages between ranks with eager or rendezvous matching.
 
-    ``send(src, dst, nbytes, tag)`` and ``recv(dst, src, tag)`` return events; a send matches
-    the receive with the same (src, dst, tag).
+    ``post_send(src, dst, nbytes, tag, waiter)`` and ``post_recv(dst, src, tag, waiter)`` add
+    an operation to a :class:`Waiter`; a send matches the receive with the same
+    (src, dst, tag). ``send``/``recv`` are the same with an event per operation.
     """
 
     def __init__(self, network: _NetworkBase, semantics: str = "eager"):
@@ -335,62 +424,67 @@ class Comm:
         self.network = network
         self.env = network.env
         self.eager = semantics == "eager"
-        self._pending: dict[Hashable, _Match] = {}
+        # key -> Waiter of the side that posted first (or True: eager data already arrived)
+        self._pending: dict[Hashable, object] = {}
 
-    def _match(self, key: Hashable) -> _Match:
-        m = self._pending.get(key)
-        if m is None:
-            m = _Match()
-            self._pending[key] = m
-        return m
-
-    def send(self, src: int, dst: int, nbytes: float, tag: Hashable) -> simpy.Event:
+    def post_send(self, src: int, dst: int, nbytes: float, tag: Hashable, waiter: Waiter) -> None:
         key = (src, dst, tag)
-        m = self._match(key)
-        m.posted_send = True
-        m.nbytes = nbytes
+        waiter.pending += 1
         if self.eager:
-            sent, arrived = self.network.transfer(src, dst, nbytes)
-            arrived.callbacks.append(lambda _e: self._arrive(key))
-            return sent
-        m.send_ev = self.env.event()
-        if m.posted_recv:
-            self._start_rendezvous(key, m)
-        return m.send_ev
+            self.network.start(src, dst, nbytes, waiter.done_one, lambda: self._arrive(key))
+            return
+        other = self._pending.pop(key, None)
+        if other is None:
+            self._pending[key] = (waiter, nbytes)
+        else:
+            self._rendezvous(src, dst, nbytes, waiter, other)  # type: ignore[arg-type]
 
-    def recv(self, dst: int, src: int, tag: Hashable) -> simpy.Event:
+    def post_recv(self, dst: int, src: int, tag: Hashable, waiter: Waiter) -> None:
         key = (src, dst, tag)
-        m = self._match(key)
-        m.posted_recv = True
-        if self.eager and m.arrived:
-            del self._pending[key]
-            ev = self.env.event()
-            ev.succeed()
-            return ev
-        m.recv_ev = self.env.event()
-        if not self.eager and m.posted_send:
-            self._start_rendezvous(key, m)
-        return m.recv_ev
+        other = self._pending.pop(key, None)
+        if self.eager:
+            if other is None:
+                waiter.pending += 1
+                self._pending[key] = waiter
+            # else: the data is already here
+            return
+        waiter.pending += 1
+        if other is None:
+            self._pending[key] = waiter
+        else:
+            send_waiter, nbytes = other  # type: ignore[misc]
+            self._rendezvous(src, dst, nbytes, send_waiter, waiter)
+
+    def _rendezvous(self, src: int, dst: int, nbytes: float, a: Waiter, b: Waiter) -> None:
+        def arrived() -> None:
+            a.done_one()
+            b.done_one()
+
+        self.network.start(src, dst, nbytes, None, arrived)
 
     def _arrive(self, key: Hashable) -> None:
-        m = self._pending[key]
-        if m.recv_ev is not None:
-            del self._pending[key]
-            m.recv_ev.succeed()
+        waiter = self._pending.pop(key, None)
+        if waiter is None:
+            self._pending[key] = True
         else:
-            m.arrived = True
+            waiter.done_one()  # type: ignore[union-attr]
 
-    def _start_rendezvous(self, key: Hashable, m: _Match) -> None:
-        del self._pending[key]
-        src, dst, _tag = key  # type: ignore[misc]
-        _sent, arrived = self.network.transfer(src, dst, m.nbytes)
-        send_ev, recv_ev = m.send_ev, m.recv_ev
+    def _single(self) -> Waiter:
+        w = Waiter(self.env)
+        w.pending += 1  # held until posting is done
+        return w
 
-        def done(_e: simpy.Event) -> None:
-            send_ev.succeed()
-            recv_ev.succeed()
+    def send(self, src: int, dst: int, nbytes: float, tag: Hashable) -> simpy.Event:
+        w = self._single()
+        self.post_send(src, dst, nbytes, tag, w)
+        w.done_one()
+        return w.event
 
-        arrived.callbacks.append(done)
+    def recv(self, dst: int, src: int, tag: Hashable) -> simpy.Event:
+        w = self._single()
+        self.post_recv(dst, src, tag, w)
+        w.done_one()
+        return w.event
 
 
 def bottleneck_time_s(route: Route, nbytes: float) -> float:
