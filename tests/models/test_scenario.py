@@ -1,0 +1,145 @@
+"""The paper scenario: sizes-only cost analysis, its tables and `vgcsim scenario`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.collectives import COLLECTIVES
+from models.scenario import (
+    PAPER_METHODS,
+    PaperScenarioConfig,
+    best_rows,
+    crossover_table,
+    method_from_trace,
+    paper_scenario,
+    scenario_markdown,
+)
+from traces.cluster import get_cluster
+from traces.errors import ConfigError, UnknownNameError
+from traces.results import read_results
+from vgcsim.cli import main
+
+
+@pytest.fixture(scope="module")
+def small():
+    cfg = PaperScenarioConfig(
+        nets=("resnet50",), links=("10GbE", "1GbE"), world_sizes=(2, 64, 1024)
+    )
+    df, info = paper_scenario(cfg)
+    return cfg, df, info
+
+
+def test_paper_ratios():
+    assert {m.label: m.ratio for m in PAPER_METHODS} == {
+        "variance α=2": 913.4,
+        "hybrid τ=0.1": 12822.4,
+        "QSGD 2 bit": 12.3,
+    }
+
+
+def test_numbers_by_hand(small):
+    cfg, df, info = small
+    net = info["nets"][0]
+    assert net["params"] == 25_557_032
+    compute = 3 * 2 * 4.09e9 * 32 / (10.6e12 * 0.4)
+    assert net["compute_s"] == pytest.approx(compute)
+    link = get_cluster("10GbE").link
+    n = 4 * 25_557_032
+    p = 64
+    rows = df[(df.cluster == "10GbE") & (df.world_size == p)]
+    ring = rows[rows.collective == "allreduce/ring"].iloc[0]
+    assert ring.comm_s == pytest.approx(
+        2 * 63 * link.latency_s + 2 * 63 / 64 * n / link.bandwidth_Bps
+    )
+    var = rows[(rows.compressor == "variance α=2") & (rows.collective == "allgatherv/ring")].iloc[0]
+    m = n / 913.4
+    assert var.payload_bytes_max == pytest.approx(m)
+    assert var.comm_s == pytest.approx(63 * (link.latency_s + m / link.bandwidth_Bps))
+    dense_best = rows[rows.method == "dense"].step_s.min()
+    assert var.speedup_vs_dense == pytest.approx(dense_best / (compute + var.comm_s))
+
+
+def test_compression_pays_less_as_p_grows(small):
+    _, df, _ = small
+    best = best_rows(df)
+    q = best[(best.compressor == "QSGD 2 bit") & (best.cluster == "10GbE")].sort_values(
+        "world_size"
+    )
+    assert q.speedup_vs_dense.iloc[0] > 1 > q.speedup_vs_dense.iloc[-1]
+    v = best[(best.compressor == "variance α=2") & (best.cluster == "1GbE")].sort_values(
+        "world_size"
+    )
+    assert (v.speedup_vs_dense > 1).all()
+    assert v.speedup_vs_dense.iloc[-1] < v.speedup_vs_dense.iloc[1]
+
+
+def test_crossover_ratio_is_about_p_over_2_for_large_messages(small):
+    cfg, df, _ = small
+    cross = crossover_table(cfg, df)
+    for r in cross.itertuples():
+        assert r.crossover_ratio == pytest.approx(r.world_size / 2, rel=0.01)
+        # at the tie the two communication times agree
+        n = 4 * 25_557_032
+        cluster = get_cluster(r.link)
+        ar = COLLECTIVES[r.allreduce].time_s(np.full((1, r.world_size), n), cluster.link)[0]
+        agv = COLLECTIVES[r.allgatherv].time_s(
+            np.full((1, r.world_size), n / r.crossover_ratio), cluster.link
+        )[0]
+        assert agv == pytest.approx(ar, rel=1e-9)
+
+
+def test_markdown_has_the_tables(small):
+    cfg, df, info = small
+    text = scenario_markdown(cfg, df, info, "vgcsim scenario paper -o out")
+    assert "`vgcsim scenario paper -o out`" in text
+    assert "### Speedup of compressed over dense step time" in text
+    assert "### Where compression stops paying" in text
+    assert "| 10GbE | QSGD 2 bit |" in text
+
+
+def test_ratio_from_a_trace(tiny_trace):
+    m = method_from_trace(tiny_trace)
+    # dense 32·1250 bits; mean worker bits per step (960+1920+804+88+9600+32)/6
+    assert m.ratio == pytest.approx(40000 / (13404 / 6))
+    assert method_from_trace(tiny_trace, "coo64").ratio == pytest.approx(m.ratio / 2)
+
+
+def test_bad_config():
+    with pytest.raises(UnknownNameError):
+        PaperScenarioConfig(links=("2GbE",))
+    with pytest.raises(UnknownNameError):
+        PaperScenarioConfig(nets=("alexnet",))
+    with pytest.raises(ConfigError):
+        paper_scenario(PaperScenarioConfig(paper_ratios=False))
+
+
+def test_cli(tmp_path, tiny_trace_dir, capsys):
+    out = tmp_path / "scen"
+    rc = main(
+        [
+            "scenario",
+            "paper",
+            "-o",
+            str(out),
+            "--trace",
+            str(tiny_trace_dir),
+            "--set",
+            "world_sizes=2,8",
+            "--set",
+            "links=IB-FDR56",
+            "--set",
+            "nets=vgg_like",
+        ]
+    )
+    assert rc == 0
+    df, header = read_results(out)
+    assert set(df.world_size) == {2, 8} and set(df.cluster) == {"IB-FDR56"}
+    assert "variance (tiny)" in set(df.compressor)
+    assert (
+        (out / "scenario.md").read_text().startswith("# Dense allreduce vs compressed allgatherv")
+    )
+    assert (out / "crossover.csv").is_file()
+    assert main(["scenario", "nope", "-o", str(out)]) == 2
+    assert main(["scenario", "paper", "-o", str(out), "--set", "linkz=1GbE"]) == 2
+    assert "linkz" in capsys.readouterr().err
