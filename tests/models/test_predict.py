@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,3 +167,28 @@ def test_world_size_parsing():
     assert parse_algorithms("all", "allreduce") == schema.ALLREDUCE_ALGORITHMS
     with pytest.raises(UnknownNameError):
         parse_algorithms("ring,mesh", "allgatherv")
+
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
+
+
+@pytest.mark.skipif(not SAMPLE.is_dir(), reason="committed sample trace not present")
+def test_committed_sample_trace_with_modelled_compute(tmp_path):
+    trace = read_trace(SAMPLE)
+    cfg = tmp_path / "v100.toml"
+    cfg.write_text('base = "IB-EDR"\ncompute = "model"\ndevice = "V100"\n')
+    from traces.cluster import load_cluster
+
+    cluster = load_cluster(cfg)
+    df = predict_trace(
+        trace, cluster, PredictOptions(world_sizes=(4, 256), allgatherv=("ring", "bruck"))
+    )
+    compute = (
+        trace.header["flops_per_sample"] * trace.header["batch_size_per_worker"] / (15.7e12 * 0.4)
+    )
+    assert np.allclose(df.compute_s, compute)
+    dense = df[df.method == "dense"]
+    assert (dense.payload_bytes_max == trace.header["dense_bytes_per_step"]).all()
+    comp = df[df.method == "compressed"]
+    assert (comp.payload_bytes_max >= comp.payload_bytes_mean).all()
+    assert (comp.payload_bytes_mean < trace.header["dense_bytes_per_step"]).all()
