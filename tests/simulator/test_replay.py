@@ -1,0 +1,198 @@
+"""Trace replay: result table, paths, memoization, overlap, jitter determinism, timeline, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simulator.replay import SimulateConfig, simulate_trace
+from simulator.timeline import chrome_trace
+from tests.simulator.conftest import cluster
+from traces.cluster import load_cluster
+from traces.errors import ConfigError, UnknownNameError
+from traces.io import read_trace
+from traces.results import read_results
+from traces.schema import RESULT_COLUMNS
+from traces.synth import SynthConfig, synth_trace
+from vgcsim.cli import main
+
+
+@pytest.fixture(scope="module")
+def trace_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("trace") / "vgg"
+    cfg = SynthConfig(
+        layers="vgg_like",
+        workers=4,
+        steps=6,
+        density=0.01,
+        compute_s_per_worker=0.02,
+        variance_s_per_worker=0.002,
+        codec_s_per_worker=0.003,
+    )
+    return synth_trace(cfg, out)
+
+
+@pytest.fixture(scope="module")
+def trace(trace_dir):
+    return read_trace(trace_dir)
+
+
+def test_rows_have_the_shared_columns_and_one_mean_per_method(trace):
+    df, _, info = simulate_trace(trace, cluster(), [4, 6], SimulateConfig(per_step=True))
+    assert list(df.columns) == list(RESULT_COLUMNS)
+    assert set(df["source"]) == {"simulated"}
+    means = df[df["step"] == -1]
+    assert len(means) == 4 and set(means["method"]) == {"dense", "compressed"}
+    assert len(df) == 4 + 2 * 2 * 6
+    dense = means[means["method"] == "dense"].iloc[0]
+    assert dense["collective"] == "allreduce/ring" and dense["compressor"] == "dense"
+    comp = means[means["method"] == "compressed"].iloc[0]
+    assert comp["payload_bytes_max"] >= comp["payload_bytes_mean"] > 0
+    assert comp["step_s"] == pytest.approx(
+        comp["compute_s"] + comp["variance_s"] + comp["codec_s"] + comp["comm_s"]
+    )
+    assert info["4"]["dense"]["memo"] == 5  # identical dense steps are simulated once
+
+
+def test_message_level_and_fast_path_agree_on_a_star(trace):
+    msg, _, _ = simulate_trace(trace, cluster(), [5], SimulateConfig(path="message", per_step=True))
+    fast, _, info = simulate_trace(
+        trace, cluster(), [5], SimulateConfig(path="collective", per_step=True)
+    )
+    assert set(msg["path"]) == {"message"} and set(fast["path"]) == {"collective"}
+    np.testing.assert_allclose(fast["step_s"], msg["step_s"], rtol=1e-12)
+    assert info["5"]["compressed"]["collective"] == 6
+
+
+def test_auto_path_falls_back_to_message_level_under_contention(trace):
+    cfg = SimulateConfig(compressed_collective="allgatherv/direct")
+    df, _, info = simulate_trace(trace, cluster(), [4], cfg)
+    assert set(df["path"]) == {"message"}
+    assert info["4"]["compressed"]["message"] >= 1
+    with pytest.raises(ConfigError, match="not exact"):
+        simulate_trace(
+            trace,
+            cluster(),
+            [4],
+            SimulateConfig(compressed_collective="allgatherv/direct", path="collective"),
+        )
+
+
+def test_same_seed_same_numbers_with_jitter(trace):
+    cfg = SimulateConfig(jitter=0.3, seed=7, per_step=True)
+    a, _, _ = simulate_trace(trace, cluster(), [6], cfg)
+    b, _, _ = simulate_trace(trace, cluster(), [6], cfg)
+    pd.testing.assert_frame_equal(a, b)
+    c, _, _ = simulate_trace(
+        trace, cluster(), [6], SimulateConfig(jitter=0.3, seed=8, per_step=True)
+    )
+    assert not np.allclose(a["step_s"], c["step_s"])
+    base, _, _ = simulate_trace(trace, cluster(), [6], SimulateConfig(per_step=True))
+    assert not np.allclose(a["compute_s"], base["compute_s"])
+
+
+def test_bucketed_overlap_hides_dense_communication(trace):
+    none, _, _ = simulate_trace(trace, cluster(), [4], SimulateConfig())
+    bucketed, _, _ = simulate_trace(
+        trace, cluster(), [4], SimulateConfig(overlap="bucketed", bucket_bytes=2**20)
+    )
+    per_layer, _, _ = simulate_trace(trace, cluster(), [4], SimulateConfig(overlap="per_layer"))
+
+    def dense_step(df):
+        return df[(df["method"] == "dense") & (df["step"] == -1)]["step_s"].iloc[0]
+
+    assert dense_step(bucketed) < dense_step(none)
+    assert dense_step(per_layer) < dense_step(none)
+    comp = bucketed[(bucketed["method"] == "compressed")]
+    assert (comp["step_s"] > 0).all()
+
+
+def test_compute_model_mode_uses_the_device(trace):
+    import dataclasses
+
+    model = dataclasses.replace(cluster(), compute="model")
+    df, _, _ = simulate_trace(trace, model, [4], SimulateConfig())
+    flops = trace.header["flops_per_sample"] * trace.header["batch_size_per_worker"]
+    expected = flops / model.device.effective_flops
+    assert df["compute_s"].iloc[0] == pytest.approx(expected)
+
+
+def test_hierarchical_preset_runs(trace):
+    cfg = SimulateConfig(dense_collective="allreduce/hierarchical", max_steps=2)
+    df, _, _ = simulate_trace(trace, load_cluster("dgx1-IB-EDR"), [16], cfg)
+    assert (df["step_s"] > 0).all()
+
+
+def test_timeline_has_rank_and_link_tracks(trace):
+    _, timelines, _ = simulate_trace(trace, cluster(), [3], SimulateConfig(), timeline_steps=[0, 1])
+    assert {(t.method, t.step) for t in timelines} == {
+        (m, s) for m in ("dense", "compressed") for s in (0, 1)
+    }
+    doc = json.loads(json.dumps(chrome_trace(timelines)))
+    events = doc["traceEvents"]
+    names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"rank 0", "rank 2", "h0->sw", "sw->h2"} <= names
+    spans = [e for e in events if e["ph"] == "X"]
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
+    flows = [e for e in spans if e["cat"] == "flow"]
+    assert flows and all(e["args"]["bytes"] > 0 for e in flows)
+
+
+def test_bad_options_are_clear_errors():
+    with pytest.raises(UnknownNameError, match="allgatherv/bruck"):
+        SimulateConfig(compressed_collective="allgatherv/nope")
+    with pytest.raises(UnknownNameError, match="bucketed, none, per_layer"):
+        SimulateConfig(overlap="sometimes")
+    with pytest.raises(ConfigError, match="jitter"):
+        SimulateConfig(jitter=-1.0)
+
+
+def test_cli_simulate_writes_results_and_timeline(trace_dir, tmp_path, capsys):
+    out = tmp_path / "res"
+    rc = main(
+        [
+            "simulate",
+            str(trace_dir),
+            "--cluster",
+            "10GbE",
+            "--world-sizes",
+            "4,8",
+            "--per-step",
+            "--timeline",
+            "0",
+            "--set",
+            "jitter=0.1",
+            "-o",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    df, header = read_results(out)
+    assert header["source"] == "simulated" and header["options"]["jitter"] == 0.1
+    assert set(df["world_size"]) == {4, 8}
+    assert df["speedup_vs_dense"].notna().all()
+    assert (out / "timeline.json").is_file()
+
+
+def test_cli_simulate_user_errors_exit_2(trace_dir, tmp_path, capsys):
+    args = ["simulate", str(trace_dir), "--world-sizes", "4", "-o", str(tmp_path / "x")]
+    assert main([*args, "--cluster", "no-such-cluster"]) == 2
+    assert "unknown cluster" in capsys.readouterr().err
+    assert main([*args, "--cluster", "10GbE", "--set", "overlap=maybe"]) == 2
+    assert (
+        main(
+            [
+                *args,
+                "--cluster",
+                "10GbE",
+                "--set",
+                "compressed_collective=allgatherv/direct",
+                "--path",
+                "collective",
+            ]
+        )
+        == 2
+    )
