@@ -9,6 +9,10 @@ Both paths do the same per-rank work, the real counterpart of the emulated excha
 3. every rank decodes every rank's payloads, sums them in rank order and divides by the
    world size, so all ranks hold the same averaged gradient.
 
+The ``dense`` compressor is the baseline a data-parallel job runs without compression: its
+decoded fp32 (or fp16-rounded) gradients go through one ``all_reduce`` instead, the collective
+the ``dense`` rows of the cost models assume.
+
 Use :func:`vgc_hook` with ``DistributedDataParallel.register_comm_hook`` or call
 :func:`sync_gradients` after ``loss.backward()`` in a plain loop (no DDP wrapper).
 """
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from traces.compression import ENCODINGS
 from traces.errors import ConfigError
 from traces.training.distributed_allgatherv import allgatherv_segments, wire_bytes
 
@@ -43,8 +48,10 @@ class StepCommStats:
     sent: dict[int, int] = field(default_factory=dict)
     bits: dict[int, dict[str, int]] = field(default_factory=dict)
     numel: dict[int, int] = field(default_factory=dict)
-    wire_bytes: int = 0
+    collective: str = ""  # "allgatherv" or "allreduce"
+    wire_bytes: int = 0  # bytes this rank contributed to the payload collective
     compress_s: float = 0.0
+    encode_s: float = 0.0  # part of compress_s, measured only when VGCState.time_encode
     comm_s: float = 0.0
     decode_s: float = 0.0
 
@@ -66,8 +73,13 @@ class VGCState:
       Σ_z (∇f_z)² over this rank's samples, set by :meth:`start_step` before the exchange
       (compute them with ``traces.compression.variance.worker_gradients(..., workers=1)``).
     * ``generator`` — seeded generator for stochastic compressors (``qsgd``); seed it per rank.
+    * ``barrier_before_comm`` — wait for every rank before the timed exchange, so ``comm_s``
+      measures the collective alone and not the wait for a slower rank's compute (costs one
+      barrier per exchange; meant for measurement runs).
+    * ``time_encode`` — encode each primary buffer once more to time encoding apart from
+      compression (``encode_s``), as the emulated recorder does.
 
-    Cost: the exchange is an allgatherv, whose time grows with the sum of every rank's payload
+    Cost: the exchange (for every compressor but ``dense``) is an allgatherv, whose time grows with the sum of every rank's payload
     (P·m for P ranks of m bytes), unlike allreduce's 2·n for n dense bytes; it pays when the
     payloads are ≲ 1/P of the dense gradient. On gloo the payload all_gather is padded to the
     largest rank. Every rank decodes P payloads per layer (O(P·sent) work) and
@@ -83,7 +95,14 @@ class VGCState:
     device: str = "cpu"
     sqsums: dict[int, torch.Tensor] | None = None
     layer_of: dict[int, int] = field(default_factory=dict)  # id(param) -> layer index
+    barrier_before_comm: bool = False
+    time_encode: bool = False
     stats: StepCommStats = field(default_factory=StepCommStats)
+
+    @property
+    def collective(self) -> str:
+        """``"allreduce"`` for the dense baseline, ``"allgatherv"`` for every compressor."""
+        return "allreduce" if getattr(self.compressor, "name", "") == "dense" else "allgatherv"
 
     @classmethod
     def for_model(
@@ -149,6 +168,7 @@ def exchange(state: VGCState, layers: Sequence[int], grads: Sequence[torch.Tenso
             "traces.compression.variance.worker_gradients with workers=1)"
         )
     stats = state.stats
+    encoder = ENCODINGS[comp.primary_encoding] if state.time_encode else None
     t0 = time.perf_counter()
     payloads = []
     for i, g in zip(layers, grads, strict=True):
@@ -162,10 +182,21 @@ def exchange(state: VGCState, layers: Sequence[int], grads: Sequence[torch.Tenso
             layer=i,
             generator=state.generator,
         )
+        if encoder is not None and p.message is not None:
+            te = time.perf_counter()
+            encoder.encode(p.message)
+            stats.encode_s += time.perf_counter() - te
         payloads.append(p)
         stats.sent[i] = int(p.sent)
         stats.bits[i] = {k: int(v) for k, v in p.bits.items()}
         stats.numel[i] = int(flat.numel())
+    t1 = time.perf_counter()
+    stats.compress_s += t1 - t0
+    if state.barrier_before_comm:
+        dist.barrier(group=state.process_group)
+    stats.collective = state.collective
+    if stats.collective == "allreduce":
+        return _allreduce_decoded(state, payloads, grads)
     t1 = time.perf_counter()
     gathered = allgatherv_segments(
         [bytes(p.data) for p in payloads], group=state.process_group, device=state.device
@@ -179,10 +210,29 @@ def exchange(state: VGCState, layers: Sequence[int], grads: Sequence[torch.Tenso
             total += decode_received(payloads[k], gathered.segments[r][k])
         out.append((total / world).to(dtype=g.dtype, device=g.device).view_as(g))
     t3 = time.perf_counter()
-    stats.compress_s += t1 - t0
     stats.comm_s += t2 - t1
     stats.decode_s += t3 - t2
     stats.wire_bytes += wire_bytes(gathered)[dist.get_rank(state.process_group)]
+    return out
+
+
+def _allreduce_decoded(state: VGCState, payloads: list, grads: Sequence[torch.Tensor]) -> list:
+    """Dense baseline: one all_reduce of this rank's decoded payloads, divided by the world."""
+    stats = state.stats
+    t0 = time.perf_counter()
+    flat = torch.cat([p.decode() for p in payloads]).to(state.device)
+    t1 = time.perf_counter()
+    dist.all_reduce(flat, group=state.process_group)
+    t2 = time.perf_counter()
+    flat = flat.cpu() / dist.get_world_size(state.process_group)
+    out, offset = [], 0
+    for g in grads:
+        n = g.numel()
+        out.append(flat[offset : offset + n].to(dtype=g.dtype, device=g.device).view_as(g))
+        offset += n
+    stats.comm_s += t2 - t1
+    stats.decode_s += (t1 - t0) + (time.perf_counter() - t2)
+    stats.wire_bytes += 4 * flat.numel()
     return out
 
 
