@@ -41,11 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--encoding",
         default=None,
+        metavar="NAME",
         help="bits column to use (default: the trace's primary encoding)",
     )
     parser.add_argument(
         "--extrapolation",
         default="modulo",
+        metavar="RULE",
         help="rule mapping P ranks to recorded workers: modulo | resample",
     )
     parser.add_argument(
@@ -54,10 +56,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overlap",
         default="none",
+        metavar="MODE",
         help="none | full (optimistic bound) | buckets (DDP-style, see --bucket-size)",
     )
     parser.add_argument(
-        "--bucket-size", default="25MiB", help="bucket size for --overlap buckets (default: 25MiB)"
+        "--bucket-size",
+        default="25MiB",
+        metavar="SIZE",
+        help="bucket size for --overlap buckets (default: 25MiB)",
     )
     parser.add_argument("--per-step", action="store_true", help="also write one row per trace step")
     parser.add_argument(
