@@ -11,7 +11,7 @@ ordering between ranks comes only from the messages themselves, so ranks that st
 
 Units: an allgatherv's units are the ranks' blocks (uneven sizes allowed); an allreduce's
 units are ``n_units`` equal chunks of the ``n``-byte buffer (allreduce needs equal sizes).
-``allgatherv/padded`` pads every block to the largest one. Schedules may reorder units
+``allgatherv/padded`` pads every block to the largest one and adds one 8-byte size unit. Schedules may reorder units
 (``unit_order``) so that the blocks a rank holds stay contiguous.
 
 Algorithms (p' = largest power of two ≤ P, r = P − p'; for P not a power of two the
@@ -24,14 +24,15 @@ rank i sends the result to rank p'+i):
   doubling, chunks of n/p'.
 * ``allreduce/binomial_tree`` — binomial-tree reduce to rank 0, then binomial broadcast,
   ⌈log2 P⌉ rounds each way of the full n.
-* ``allreduce/hierarchical`` — G = gpus_per_node ranks per node: ring reduce-scatter inside the
-  node (chunks n/G), ring allreduce of each rank's chunk across the N = P/G nodes among ranks
-  with the same local index (the G rings share the node's NIC), ring allgather inside the node.
+* ``allreduce/hierarchical`` — g = gpus_per_node ranks per node (ranks fill nodes in order):
+  binomial-tree reduce to each node's leader, ring allreduce of the full vector among the
+  N = ⌈P/g⌉ leaders, binomial-tree broadcast inside each node.
 * ``allgatherv/ring`` — P−1 rounds, rank i forwards block (i−k) mod P to rank i+1.
 * ``allgatherv/recursive_doubling`` — log p' exchanges of the accumulated blocks (with fold).
 * ``allgatherv/bruck`` — ⌈log2 P⌉ rounds, rank i sends its first min(2^k, P−2^k) blocks to i−2^k.
 * ``allgatherv/direct`` — one round: every rank sends its block to every other rank at once.
-* ``allgatherv/padded`` — ring allgather of blocks padded to the largest block.
+* ``allgatherv/padded`` — ring allgather of the 8-byte block sizes, then ring allgather of
+  blocks padded to the largest block (what ``torch.distributed.all_gather`` needs).
 """
 
 from __future__ import annotations
@@ -47,11 +48,16 @@ from traces.schema import COLLECTIVE_KEYS
 
 __all__ = [
     "COLLECTIVES",
+    "SIZE_HEADER_BYTES",
     "Round",
     "Schedule",
     "get_schedule",
     "unit_sizes",
 ]
+
+
+#: bytes each rank announces (its block size, one int64) before a padded allgather
+SIZE_HEADER_BYTES = 8.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,8 +131,8 @@ def unit_sizes(schedule: Schedule, sizes_bytes: np.ndarray | float) -> np.ndarra
         raise ConfigError(
             f"{schedule.key}: got {sizes.size} block sizes for {schedule.world_size} ranks"
         )
-    if schedule.pad:
-        return np.full(schedule.world_size, sizes.max())
+    if schedule.pad:  # every block padded to the largest, plus the size header unit
+        return np.append(np.full(schedule.world_size, sizes.max()), SIZE_HEADER_BYTES)
     return sizes
 
 
@@ -157,7 +163,11 @@ def _ag_ring(p: int, gpn: int) -> Schedule:
 
 
 def _ag_padded(p: int, gpn: int) -> Schedule:
-    return Schedule("allgatherv/padded", p, tuple(_ring_rounds(p)), p, False, pad=True)
+    i = np.arange(p)
+    header = [
+        Round(i, (i + 1) % p, np.full(p, p), np.ones(p, dtype=np.int64)) for _ in range(p - 1)
+    ]
+    return Schedule("allgatherv/padded", p, tuple(header + _ring_rounds(p)), p + 1, False, pad=True)
 
 
 def _ag_direct(p: int, gpn: int) -> Schedule:
@@ -292,29 +302,45 @@ def _ar_binomial_tree(p: int, gpn: int) -> Schedule:
 
 
 def _ar_hierarchical(p: int, gpn: int) -> Schedule:
-    g = gpn
-    if p % g:
-        raise ConfigError(
-            f"allreduce/hierarchical: world size {p} is not a multiple of gpus_per_node={g}"
-        )
-    n = p // g
-    rank = np.arange(p)
-    node, local = rank // g, rank % g
-    intra_next = node * g + (local + 1) % g
-    inter_next = ((node + 1) % n) * g + local
-    full = np.full(p, n, dtype=np.int64)
-    one = np.ones(p, dtype=np.int64)
-    rounds = []
-    for k in range(g - 1):  # intra-node reduce-scatter: chunks of N units
-        rounds.append(Round(rank, intra_next, ((local - k) % g) * n, full, True))
-    owned = ((local + 1) % g) * n  # chunk this rank holds reduced within its node
-    for k in range(n - 1):  # inter-node ring reduce-scatter on that chunk
-        rounds.append(Round(rank, inter_next, owned + (node - k) % n, one, True))
-    for k in range(n - 1):  # inter-node ring allgather
-        rounds.append(Round(rank, inter_next, owned + (node + 1 - k) % n, one))
-    for k in range(g - 1):  # intra-node allgather
-        rounds.append(Round(rank, intra_next, ((local + 1 - k) % g) * n, full))
-    return Schedule("allreduce/hierarchical", p, tuple(rounds), p, True)
+    g = max(1, min(gpn, p))
+    nodes = -(-p // g)
+    rounds: list[Round] = []
+    # binomial reduce to each node's leader (local rank 0), all nodes at once
+    k = 1
+    while k < g:
+        flows = [
+            (node * g + v, node * g + v - k, 0, nodes)
+            for node in range(nodes)
+            for v in range(g)
+            if v % (2 * k) == k and node * g + v < p
+        ]
+        rounds.append(_round(flows, reduce=True))
+        k *= 2
+    top = k
+    # ring allreduce of the full vector among the leaders, in chunks of n / nodes
+    lead = np.arange(nodes) * g
+    nxt = np.roll(lead, -1)
+    j = np.arange(nodes)
+    one = np.ones(nodes, dtype=np.int64)
+    if nodes > 1:
+        for r in range(nodes - 1):
+            rounds.append(Round(lead, nxt, (j - r) % nodes, one, True))
+        for r in range(nodes - 1):
+            rounds.append(Round(lead, nxt, (j + 1 - r) % nodes, one))
+    # binomial broadcast from each leader
+    k = top
+    while k > 1:
+        k //= 2
+        flows = [
+            (node * g + v, node * g + v + k, 0, nodes)
+            for node in range(nodes)
+            for v in range(g)
+            if v % (2 * k) == 0 and v + k < g and node * g + v + k < p
+        ]
+        rounds.append(_round(flows))
+    return Schedule(
+        "allreduce/hierarchical", p, tuple(r for r in rounds if len(r.src)), nodes, True
+    )
 
 
 COLLECTIVES: dict[str, Callable[[int, int], Schedule]] = {

@@ -7,6 +7,12 @@ size ``P`` into a :class:`Topology`: an undirected networkx graph whose every ed
 **full-duplex** link (two independent *channels*, one per direction, each with the link's
 bandwidth and latency), the host node of each rank, and a route for every rank pair.
 
+Latency: a link spec's ``latency_s`` is the end-to-end start-up time α of a message between
+two hosts. Where hosts meet through a switch (star, leaf-spine, hierarchical) each cable gets
+α/2, so host → switch → host costs α; each further switch-to-switch cable adds α/2 (a
+cross-leaf path costs 2α). Directly cabled hosts (ring, torus2d) pay α per hop; a ``graph``
+uses the latencies it gives.
+
 Kinds (rank ``i`` lives on host ``h{i}``):
 
 * ``star`` — every host has one NIC (``link``) into one non-blocking switch.
@@ -305,7 +311,7 @@ def _build_star(spec: StarSpec, cluster: ClusterSpec, p: int) -> tuple[nx.Graph,
     g = nx.Graph()
     hosts = _hosts(p)
     for h in hosts:
-        _edge(g, h, SWITCH, cluster.link.bandwidth_Bps, cluster.link.latency_s)
+        _edge(g, h, SWITCH, cluster.link.bandwidth_Bps, cluster.link.latency_s / 2)
     return g, hosts
 
 
@@ -318,12 +324,12 @@ def _build_leaf_spine(
     link = cluster.link
     for rank, h in enumerate(hosts):
         leaf = rank // spec.hosts_per_leaf if spec.placement == "packed" else rank % leaves
-        _edge(g, h, f"leaf{leaf}", link.bandwidth_Bps, link.latency_s)
+        _edge(g, h, f"leaf{leaf}", link.bandwidth_Bps, link.latency_s / 2)
     uplink_Bps = spec.hosts_per_leaf * link.bandwidth_Bps / (spec.oversubscription * spec.spines)
     if leaves > 1:
         for leaf in range(leaves):
             for s in range(spec.spines):
-                _edge(g, f"leaf{leaf}", f"spine{s}", uplink_Bps, link.latency_s)
+                _edge(g, f"leaf{leaf}", f"spine{s}", uplink_Bps, link.latency_s / 2)
     return g, hosts
 
 
@@ -341,9 +347,9 @@ def _build_hierarchical(
     hosts = _hosts(p)
     intra, link = cluster.intra_link, cluster.link
     for rank, h in enumerate(hosts):
-        _edge(g, h, f"node{rank // gpn}", intra.bandwidth_Bps, intra.latency_s)
+        _edge(g, h, f"node{rank // gpn}", intra.bandwidth_Bps, intra.latency_s / 2)
     for node in range(p // gpn):
-        _edge(g, f"node{node}", SWITCH, link.bandwidth_Bps, link.latency_s)
+        _edge(g, f"node{node}", SWITCH, link.bandwidth_Bps, link.latency_s / 2)
     return g, hosts
 
 

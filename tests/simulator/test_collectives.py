@@ -8,8 +8,9 @@ per byte, n = allreduce bytes, m_i = allgatherv block of rank i, p' = largest po
     allreduce/recursive_doubling  log2 p'·(α + βn + γn)            [+ 2(α + βn) + γn if P != p']
     allreduce/rabenseifner        2 log2 p'·α + 2(p'-1)/p'·βn + (p'-1)/p'·γn   [+ same fold]
     allreduce/binomial_tree       2L(α + βn) + Lγn
-    allreduce/hierarchical        2(G-1)(α_i + β_i n/G) + 2(N-1)(α_e + β_e G·n/(GN))
-    allgatherv/ring, padded       (P-1)(α + β max m)
+    allreduce/hierarchical        ⌈lg g⌉(2α_i + 2nβ_i + nγ) + ring allreduce over N = P/g leaders
+    allgatherv/ring               (P-1)(α + β max m)
+    allgatherv/padded             (P-1)(α + 8β) + (P-1)(α + β max m)
     allgatherv/bruck, rec. doubl. Σ_rounds (α + β max_i bytes_i,round)   (lock-step)
     allgatherv/direct (star)      α + β max(max_i (P-1) m_i, max_j Σ_{i≠j} m_i)   (fair-share bound)
 """
@@ -29,7 +30,7 @@ from traces.cluster import LinkSpec
 from traces.errors import UnknownNameError
 from traces.schema import COLLECTIVE_KEYS
 
-ALPHA = 2 * LAT  # host -> switch -> host
+ALPHA = LAT  # host -> switch -> host: α end to end
 BETA = 1.0 / BW
 GAMMA = 2e-10
 N = 8e6
@@ -103,8 +104,10 @@ def _lockstep_recursive_doubling(m):
 
 def _closed_allgatherv(key, m):
     p = len(m)
-    if key in ("allgatherv/ring", "allgatherv/padded"):
+    if key == "allgatherv/ring":
         return (p - 1) * (ALPHA + BETA * max(m))
+    if key == "allgatherv/padded":  # sizes first (one int64 each), then padded blocks
+        return (p - 1) * (ALPHA + BETA * 8) + (p - 1) * (ALPHA + BETA * max(m))
     if key == "allgatherv/bruck":
         return _lockstep_bruck(m)
     if key == "allgatherv/recursive_doubling":
@@ -161,18 +164,17 @@ def test_direct_allgatherv_on_a_star_equals_the_fair_share_bound(p):
         assert _sim("allgatherv/direct", p, np.array(m)) == pytest.approx(bound, rel=1e-3)
 
 
-def test_hierarchical_allreduce_matches_closed_form_with_shared_nics():
-    g, nodes = 4, 3
+@pytest.mark.parametrize(("g", "nodes"), [(4, 3), (8, 2), (2, 5)])
+def test_hierarchical_allreduce_matches_closed_form(g, nodes):
     intra = LinkSpec("nvlink", 20 * BW, 1e-6)
-    cl = cluster({"kind": "hierarchical"}, intra=intra, gpus_per_node=g)
+    cl = cluster({"kind": "hierarchical"}, intra=intra, gpus_per_node=g, gamma_s_per_byte=GAMMA)
     topo = build_topology(cl, g * nodes)
-    sim = _sim("allreduce/hierarchical", g * nodes, N, topo=topo, gpn=g)
-    a_i, b_i = 2e-6, 1 / (20 * BW)
-    a_e = 2e-6 + 2 * LAT
-    # G inter-node rings share each NIC: each gets B/G for its n/(G N) bytes
-    closed = 2 * (g - 1) * (a_i + b_i * N / g) + 2 * (nodes - 1) * (
-        a_e + BETA * g * N / (g * nodes)
-    )
+    sim = _sim("allreduce/hierarchical", g * nodes, N, topo=topo, gpn=g, gamma=GAMMA)
+    a_i, b_i = 1e-6, 1 / (20 * BW)
+    a_e = 1e-6 + LAT  # leader -> node switch -> top switch -> node switch -> leader
+    lg = math.ceil(math.log2(g))
+    ring = 2 * (nodes - 1) * (a_e + BETA * N / nodes) + (nodes - 1) * GAMMA * N / nodes
+    closed = lg * (2 * a_i + 2 * b_i * N + GAMMA * N) + ring
     assert sim == pytest.approx(closed, rel=1e-3)
 
 

@@ -36,7 +36,7 @@ def _run_transfers(topo, flows, mode="fair"):
 def test_one_flow_takes_latency_plus_size_over_bandwidth():
     topo = build_topology(cluster(), 2)
     times, _ = _run_transfers(topo, [(0, 1, N, 0.0)])
-    assert times[0] == pytest.approx([N / BW, N / BW + 2 * LAT], rel=1e-12)
+    assert times[0] == pytest.approx([N / BW, N / BW + LAT], rel=1e-12)
 
 
 def test_two_flows_into_one_link_get_half_each():
@@ -133,7 +133,7 @@ def test_eager_sends_before_the_receive_is_posted():
 
 def test_rendezvous_waits_for_the_receive():
     out = _message("rendezvous")
-    expected = 1e-3 + 2 * LAT + N / BW
+    expected = 1e-3 + LAT + N / BW
     assert out["send"] == pytest.approx(expected) and out["recv"] == pytest.approx(expected)
 
 

@@ -15,7 +15,7 @@ def test_star_routes_cross_two_channels_full_duplex():
     assert topo.n_channels == 8  # 4 links x 2 directions
     r = topo.route(0, 3)
     assert len(r.channels) == 2
-    assert r.latency_s == pytest.approx(2 * LAT)
+    assert r.latency_s == pytest.approx(LAT)
     assert r.bandwidth_Bps == BW
     back = topo.route(3, 0)
     assert set(back.channels).isdisjoint(r.channels)  # the other direction of each link
@@ -54,8 +54,8 @@ def test_hierarchical_uses_intra_link_inside_a_node():
     topo = build_topology(cluster({"kind": "hierarchical"}, intra=intra, gpus_per_node=4), 8)
     inside = topo.route(0, 3)
     across = topo.route(0, 4)
-    assert inside.bandwidth_Bps == 100 * BW and inside.latency_s == pytest.approx(2e-6)
-    assert across.bandwidth_Bps == BW and across.latency_s == pytest.approx(2e-6 + 2 * LAT)
+    assert inside.bandwidth_Bps == 100 * BW and inside.latency_s == pytest.approx(1e-6)
+    assert across.bandwidth_Bps == BW and across.latency_s == pytest.approx(1e-6 + LAT)
 
 
 def test_ring_and_torus_hop_counts():

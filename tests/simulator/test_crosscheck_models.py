@@ -1,0 +1,60 @@
+"""CROSS-CHECK simulator vs models: this test imports both packages on purpose.
+
+On a non-blocking star (no contention, rendezvous messages so rounds stay lock-step) the
+message-level simulation must equal every closed form of ``models.collectives`` within 0.1 %,
+for P a power of two and not, equal and uneven sizes (uneven where the lock-step closed form
+is exact; see tests/simulator/test_collectives.py for why).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+models_collectives = pytest.importorskip("models.collectives")
+
+from simulator.collectives import COLLECTIVES, get_schedule, unit_sizes  # noqa: E402
+from simulator.engine import Phase, run_message  # noqa: E402
+from simulator.topology import build_topology  # noqa: E402
+from tests.simulator.conftest import cluster  # noqa: E402
+
+GAMMA = 2e-10
+N = 4e6
+
+
+def test_registries_have_the_same_keys():
+    assert set(COLLECTIVES) == set(models_collectives.COLLECTIVES)
+
+
+def _sizes(kind: str, p: int) -> np.ndarray:
+    if kind == "equal":
+        return np.full(p, 1e6)
+    if kind == "rising":
+        return 1e5 * (1 + np.arange(p))
+    return np.where(np.arange(p) == p // 2, 4e6, 1e5)
+
+
+CASES = [(k, p, "equal", 1) for k in COLLECTIVES for p in (2, 3, 4, 5, 8, 12)]
+CASES += [("allreduce/hierarchical", p, "equal", g) for p in (4, 5, 8, 12) for g in (2, 4)]
+CASES += [
+    (k, p, "one_big", 1)
+    for k in ("allgatherv/ring", "allgatherv/padded", "allgatherv/direct")
+    for p in (3, 4, 8)
+]
+CASES += [
+    (k, p, "rising", 1)
+    for k in ("allgatherv/bruck", "allgatherv/recursive_doubling")
+    for p in (4, 8)
+]
+
+
+@pytest.mark.parametrize(("key", "p", "kind", "gpn"), CASES)
+def test_simulated_equals_closed_form(key, p, kind, gpn):
+    cl = cluster(gamma_s_per_byte=GAMMA, gpus_per_node=gpn)
+    topo = build_topology(cl, p)
+    sched = get_schedule(key, p, gpn)
+    sizes = np.full(p, N) if key.startswith("allreduce/") else _sizes(kind, p)
+    phase = Phase(np.zeros(p), sched, unit_sizes(sched, sizes))
+    sim = run_message([phase], topo, semantics="rendezvous", gamma_s_per_byte=GAMMA).max()
+    closed = float(models_collectives.collective_time_s(key, sizes, cl))
+    assert sim == pytest.approx(closed, rel=1e-3)
