@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
 #: Stacking order and colours of the step-time parts.
 PARTS = (
@@ -85,6 +85,8 @@ def speedup_vs_world_size(
     """
     ax = _axes(ax)
     t = _prefer_source(what_if, source)
+    if (t["world_size"] > 1).any():
+        t = t[t["world_size"] > 1]  # a single worker communicates nothing
     clusters = list(dict.fromkeys(t["cluster"]))
     labels = list(dict.fromkeys(t["method_label"]))
     styles = _style(clusters)
@@ -121,38 +123,59 @@ def speedup_vs_world_size(
 def step_breakdown(
     breakdown: pd.DataFrame, ax: Axes | None = None, *, source: str | None = None
 ) -> Axes:
-    """Stacked step-time parts per P: dense (hatched, left) beside compressed (right).
+    """Share of each step-time part per P: dense (hatched, left) beside compressed (right).
 
     ``breakdown`` is a :func:`reports.tables.breakdown` frame for one cluster and one
-    trace (the caller filters); times are shown in milliseconds.
+    trace (the caller filters). Bars are normalised to 100 % of the parts' sum, because
+    step times span orders of magnitude over P; the absolute step time (ms) is written
+    above each bar.
     """
     ax = _axes(ax, (8.0, 4.5))
     t = _prefer_source(breakdown, source)
     sizes = sorted(set(int(p) for p in t["world_size"]))
     x = np.arange(len(sizes), dtype=float)
-    width = 0.38
+    width = 0.4
+    cols = [c for c, _, _ in PARTS]
     for offset, method, hatch in ((-width / 2, "dense", "//"), (width / 2, "compressed", "")):
         g = t[t["method"] == method].set_index("world_size").reindex(sizes)
+        parts = g[cols].fillna(0.0).to_numpy(dtype=float)
+        total = parts.sum(axis=1)
+        share = np.divide(
+            parts * 100, total[:, None], out=np.zeros_like(parts), where=total[:, None] > 0
+        )
         bottom = np.zeros(len(sizes))
-        for col, name, color in PARTS:
-            vals = g[col].fillna(0.0).to_numpy(dtype=float) * 1e3
+        for k, (_, name, color) in enumerate(PARTS):
             ax.bar(
                 x + offset,
-                vals,
+                share[:, k],
                 width,
                 bottom=bottom,
                 color=color,
                 hatch=hatch,
                 edgecolor="white" if hatch else color,
+                linewidth=0.5,
                 label=name if method == "compressed" else None,
             )
-            bottom += vals
+            bottom += share[:, k]
+        for xi, step_s in zip(x + offset, g["step_s"].to_numpy(dtype=float), strict=True):
+            if np.isfinite(step_s):
+                ax.text(
+                    xi,
+                    101,
+                    f"{step_s * 1e3:.3g}",
+                    ha="center",
+                    va="bottom",
+                    fontsize="x-small",
+                    rotation=90,
+                )
+    ax.set_ylim(0, 125)
+    ax.set_yticks([0, 25, 50, 75, 100])
     ax.set_xticks(x, [str(p) for p in sizes])
     ax.set_xlabel("workers P  (left, hatched: dense allreduce · right: compressed)")
-    ax.set_ylabel("step time (ms)")
+    ax.set_ylabel("share of step time (%)")
     cluster = ", ".join(dict.fromkeys(t["cluster"]))
     label = ", ".join(dict.fromkeys(t.loc[t["method"] == "compressed", "method_label"]))
-    ax.set_title(f"Step-time breakdown on {cluster}: dense vs {label}")
+    ax.set_title(f"{cluster}: dense vs {label}\n(numbers above bars: step time in ms)")
     ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     ax.grid(True, axis="y", alpha=0.3)
     return ax
@@ -258,17 +281,18 @@ def compression_ratio_over_steps(ratios: pd.DataFrame, ax: Axes | None = None) -
     """
     ax = _axes(ax)
     labels = list(dict.fromkeys(ratios["label"]))
-    styles = _style(labels)
+    styles = _style([x for x in labels if x != "dense"])
     for label in labels:
         g = ratios[ratios["label"] == label].sort_values("step")
-        color, _ = styles[label]
+        color = "black" if label == "dense" else styles[label][0]
         ax.plot(g["step"], g["compression_ratio"], color=color, label=label)
     scale = _ratio_axis(ax, ratios["compression_ratio"])
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("training step")
     ax.set_ylabel(f"compression ratio (fp32 bits / bits sent{scale})")
     ax.set_title("Compression ratio over training")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax
 
 
@@ -287,6 +311,7 @@ def accuracy_over_steps(curves: pd.DataFrame, ax: Axes | None = None) -> Axes:
         else:
             color, marker = styles[label]
             ax.plot(g["step"], g["test_acc"] * 100, color=color, marker=marker, label=label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("training step")
     ax.set_ylabel("test accuracy (%)")
     ax.set_title("Accuracy vs the dense run")

@@ -497,7 +497,7 @@ def accuracy_curves(evals_by_trace: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         parts.append(e)
     if not parts:
         return pd.DataFrame(columns=["label", "step", "test_acc", "train_acc"])
-    return pd.concat(parts, ignore_index=True).sort_values(["label", "step"], ignore_index=True)
+    return pd.concat(parts, ignore_index=True)
 
 
 def _num(value: Any) -> Any:

@@ -40,13 +40,23 @@ def test_speedup_log_scale_when_span_is_wide(results):
     assert ax.get_yscale() == "log"
 
 
-def test_breakdown_bars_and_units(results):
+def test_breakdown_shares_sum_to_100_with_step_times_written(results):
     b = tables.breakdown(results, LABELS)
-    ax = plots.step_breakdown(b[(b.trace == "var2") & (b.cluster == "1GbE")])
+    one = b[(b.trace == "var2") & (b.cluster == "1GbE") & (b.source == "simulated")]
+    ax = plots.step_breakdown(one)
     _check(ax, "workers P")
-    assert "ms" in ax.get_ylabel()
-    # 9 world sizes × 2 methods × 4 parts
+    assert "%" in ax.get_ylabel()
+    # 9 world sizes × 2 methods × 4 parts; each bar's parts add up to 100 %
     assert len(ax.patches) == 9 * 2 * 4
+    tops = {}
+    for patch in ax.patches:
+        key = round(patch.get_x(), 6)
+        tops[key] = tops.get(key, 0.0) + patch.get_height()
+    assert len(tops) == 18
+    assert all(abs(v - 100) < 1e-9 for v in tops.values())
+    written = sorted(float(t.get_text()) for t in ax.texts)
+    expected = sorted(float(f"{v * 1e3:.3g}") for v in one.step_s)
+    assert written == expected
 
 
 def test_crossover_map_marks_links_without_solution(results):
