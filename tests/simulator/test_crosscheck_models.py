@@ -58,3 +58,38 @@ def test_simulated_equals_closed_form(key, p, kind, gpn):
     sim = run_message([phase], topo, semantics="rendezvous", gamma_s_per_byte=GAMMA).max()
     closed = float(models_collectives.collective_time_s(key, sizes, cl))
     assert sim == pytest.approx(closed, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("allreduce", "allgatherv"),
+    [("ring", "ring"), ("rabenseifner", "bruck"), ("binomial_tree", "recursive_doubling")],
+)
+def test_replay_of_the_sample_trace_matches_predict(allreduce, allgatherv):
+    from pathlib import Path
+
+    predict = pytest.importorskip("models.predict")
+    from simulator.replay import SimulateConfig, simulate_trace
+    from traces.cluster import load_cluster
+    from traces.io import read_trace
+
+    path = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
+    if not path.is_dir():
+        pytest.skip("no committed sample trace")
+    trace = read_trace(path)
+    cl = load_cluster("10GbE")
+    sizes = (4, 6, 16)
+    cfg = SimulateConfig(
+        dense_collective=f"allreduce/{allreduce}",
+        compressed_collective=f"allgatherv/{allgatherv}",
+        per_step=True,
+    )
+    sim, _, _ = simulate_trace(trace, cl, sizes, cfg)
+    opts = predict.PredictOptions(
+        world_sizes=sizes, allreduce=(allreduce,), allgatherv=(allgatherv,), per_step=True
+    )
+    pred = predict.predict_trace(trace, cl, opts)
+    key = ["world_size", "method", "step"]
+    merged = sim.merge(pred, on=key, suffixes=("_sim", "_pred"))
+    assert len(merged) == len(sim)
+    np.testing.assert_allclose(merged["step_s_sim"], merged["step_s_pred"], rtol=1e-3)
+    np.testing.assert_allclose(merged["comm_s_sim"], merged["comm_s_pred"], rtol=1e-3, atol=1e-9)
