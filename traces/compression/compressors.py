@@ -64,28 +64,28 @@ def _sparse_payload(
     scale: str = "max",
     rounding: str = "nearest",
     fixed_magnitude: float | None = None,
-) -> tuple[Payload, torch.Tensor]:
+) -> tuple[Payload, np.ndarray]:
     """Quantize ``residual[indices]``, subtract what is sent, and build the payload.
 
     ``fixed_magnitude`` sends ``±fixed_magnitude`` (strom, hybrid) as code ``e = 0`` with
     scale ``M = fixed_magnitude``. Returns the payload and the sent (quantized) values.
     """
     numel = residual.numel()
-    picked = residual[indices]
+    idx = indices.numpy()
+    picked = residual.numpy()[idx]
     if fixed_magnitude is not None:
+        tau = np.float32(fixed_magnitude)
         negative = picked < 0
-        q = torch.where(negative, -fixed_magnitude, fixed_magnitude).to(torch.float32)
-        codes = negative.to(torch.uint8) * CODE_SIGN_BIT
-        msg = SparseMessage(
-            layer, numel, indices.numpy(), codes.numpy(), float(np.float32(fixed_magnitude))
-        )
+        codes = negative.astype(np.uint8) * np.uint8(CODE_SIGN_BIT)
+        q = np.where(negative, -tau, tau).astype(np.float32)
+        msg = SparseMessage(layer, numel, idx, codes, float(tau))
     elif values == "code4":
         codes, m, q = quantize_log4(picked, scale=scale, rounding=rounding)
-        msg = SparseMessage(layer, numel, indices.numpy(), codes.numpy(), m)
+        msg = SparseMessage(layer, numel, idx, codes, m)
     else:
-        q = picked.clone()
-        msg = SparseMessage(layer, numel, indices.numpy(), values=q.numpy())
-    residual.index_add_(0, indices, -q)
+        q = picked.copy()
+        msg = SparseMessage(layer, numel, idx, values=q)
+    residual.numpy()[idx] -= q
     payload = make_payload(
         msg,
         sent=indices.numel(),
@@ -221,11 +221,13 @@ class VarianceCompressor(_SparseCompressor):
             raise ValueError(f"{self.name} needs sqsum (per-element Σ_z (∇f_z)²)")
         sq = check_grad(sqsum)
         if self.config.variance == "sqsum":
-            return sq / float(batch_size) ** 2
+            return sq.mul(1.0 / float(batch_size) ** 2)
         return (sq / batch_size - g * g).clamp_(min=0) / batch_size
 
     def _select(self, r: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return r * r > self.config.alpha * v
+        if self.config.alpha == 0:
+            return r != 0
+        return torch.square(r).gt_(v.mul(self.config.alpha))
 
     def compress(
         self,

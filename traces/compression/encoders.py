@@ -100,6 +100,11 @@ def _read_value_block(
     return None, np.frombuffer(block, dtype=_LE_F32).astype(np.float32), offset + size
 
 
+#: Bits of the gamma-coded length prefix of an Elias-delta code, by L = floor(log2 n) + 1.
+_DELTA_PREFIX = 2 * bitstream.floor_log2(np.arange(1, 66)) + 1
+_DELTA_PREFIX = np.concatenate([[0], _DELTA_PREFIX])
+
+
 def _gaps(indices: np.ndarray) -> np.ndarray:
     return np.diff(np.asarray(indices, dtype=np.int64), prepend=-1)
 
@@ -224,8 +229,13 @@ class GapElias(Encoding):
         return _sparse_header(msg) + _value_block(msg) + stream
 
     def bit_length(self, msg: SparseMessage) -> int:
-        lengths = bitstream.gamma_lengths if self.code == "gamma" else bitstream.delta_lengths
-        stream_bits = int(lengths(_gaps(msg.indices)).sum()) if msg.count else 0
+        stream_bits = 0
+        if msg.count:
+            big_n = msg.gap_log2
+            if self.code == "gamma":
+                stream_bits = int(2 * big_n.sum()) + msg.count
+            else:
+                stream_bits = int((_DELTA_PREFIX[big_n + 1] + big_n).sum())
         fixed = _header_bytes(msg.coded) + _value_block_bytes(msg.count, msg.coded)
         return 8 * (fixed + (stream_bits + 7) // 8)
 

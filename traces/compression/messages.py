@@ -14,6 +14,7 @@ message's :meth:`dense` is the tensor the receiver adds up.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -51,6 +52,13 @@ class SparseMessage:
     @property
     def count(self) -> int:
         return int(self.indices.size)
+
+    @cached_property
+    def gap_log2(self) -> np.ndarray:
+        """``floor(log2 gap)`` of the sorted index gaps (first gap = index_0 + 1), cached."""
+        gaps = np.diff(np.asarray(self.indices, dtype=np.int64), prepend=-1)
+        _, exponent = np.frexp(gaps.astype(np.float64))
+        return exponent.astype(np.int64) - 1
 
     def sent_values(self) -> np.ndarray:
         """fp32 value of every sent element, in index order."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-import torch
+import numpy as np
 
 SCALES = ("max", "mean")
 ROUNDINGS = ("nearest", "log", "down")
@@ -27,39 +27,39 @@ _LOG2_4_3 = math.log2(4.0 / 3.0)
 
 
 def quantize_log4(
-    values: torch.Tensor, *, scale: str = "max", rounding: str = "nearest"
-) -> tuple[torch.Tensor, float, torch.Tensor]:
-    """Quantize ``values`` (1-D, all sent) to 4-bit codes.
+    values: np.ndarray, *, scale: str = "max", rounding: str = "nearest"
+) -> tuple[np.ndarray, float, np.ndarray]:
+    """Quantize ``values`` (1-D fp32, all sent) to 4-bit codes.
 
     Returns ``(codes uint8, M, quantized fp32 values)`` with
     ``quantized = sign · M · 2^(−e)`` exactly as the receiver reconstructs it.
     """
-    if values.numel() == 0:
-        return torch.zeros(0, dtype=torch.uint8), 0.0, values.new_zeros(0)
-    magnitude = values.abs()
+    values = np.asarray(values, dtype=np.float32)
+    if values.size == 0:
+        return np.zeros(0, dtype=np.uint8), 0.0, np.zeros(0, dtype=np.float32)
+    magnitude = np.abs(values)
     if scale == "max":
-        m = magnitude.max()
+        m = np.float32(magnitude.max())
     elif scale == "mean":
-        m = magnitude.mean()
+        m = np.float32(magnitude.mean(dtype=np.float64))
     else:
         raise ValueError(f"unknown scale rule {scale!r}")
-    m_value = float(m.to(torch.float32))
-    if m_value == 0.0 or not math.isfinite(m_value):
-        codes = torch.zeros(values.numel(), dtype=torch.uint8)
-        return codes, m_value, values.new_zeros(values.numel())
-    # t = log2(M/|r|) in float64 so exact powers of two give exact integers.
-    t = torch.log2(m.double() / magnitude.double())
+    if m == 0 or not np.isfinite(m):
+        return np.zeros(values.size, dtype=np.uint8), float(m), np.zeros_like(values)
+    # t = log2(M/|r|) in float64, so exact powers of two give exact integers.
+    with np.errstate(divide="ignore"):
+        t = np.log2(np.float64(m) / magnitude)
     if rounding == "nearest":
-        e = torch.ceil(t - _LOG2_4_3)
+        e = np.ceil(t - _LOG2_4_3)
     elif rounding == "log":
-        e = torch.round(t)
+        e = np.round(t)
     elif rounding == "down":
-        e = torch.ceil(t)
+        e = np.ceil(t)
     else:
         raise ValueError(f"unknown rounding rule {rounding!r}")
-    e = e.nan_to_num(7.0, 7.0, 0.0).clamp_(0, 7).to(torch.int64)
-    negative = values < 0
-    codes = (e | (negative.to(torch.int64) << 3)).to(torch.uint8)
-    q = torch.ldexp(torch.tensor(m_value, dtype=torch.float32).expand_as(values), -e)
-    q = torch.where(negative, -q, q).to(torch.float32)
-    return codes, m_value, q
+    e = np.clip(e, 0, 7).astype(np.int8)
+    negative = np.signbit(values)
+    codes = (e | (negative.astype(np.int8) << 3)).astype(np.uint8)
+    q = np.ldexp(m, -e).astype(np.float32)
+    np.negative(q, out=q, where=negative)
+    return codes, float(m), q

@@ -176,27 +176,27 @@ def _conv_padding(module: nn.Conv2d) -> tuple[int, int]:
     return (int(module.padding[0]), int(module.padding[1]))
 
 
-def _by_worker(t: torch.Tensor, workers: int) -> torch.Tensor:
-    """[N, *rest] -> [B, W·rest0, *rest1]: workers become groups along the channel axis."""
-    n = t.shape[0]
-    b = n // workers
-    t = t.reshape(workers, b, *t.shape[1:]).transpose(0, 1)
-    return t.reshape(b, workers * t.shape[2], *t.shape[3:])
-
-
 def _conv_weight_grads(module: nn.Conv2d, a, delta, workers: int) -> torch.Tensor:
-    """Σ over each worker's samples of the weight gradient: [W, *weight.shape]."""
+    """Σ over each worker's samples of the weight gradient: [W, *weight.shape].
+
+    One ungrouped weight-gradient convolution per worker on contiguous batch slices;
+    on CPU this is faster than a single convolution with workers as groups.
+    """
     w = module.weight
-    out = torch.nn.grad.conv2d_weight(
-        _by_worker(a, workers),
-        (workers * w.shape[0], *w.shape[1:]),
-        _by_worker(delta, workers),
-        stride=module.stride,
-        padding=_conv_padding(module),
-        dilation=module.dilation,
-        groups=workers * module.groups,
-    )
-    return out.reshape(workers, *w.shape)
+    b = a.shape[0] // workers
+    padding = _conv_padding(module)
+    out = torch.empty(workers, *w.shape, dtype=w.dtype)
+    for k in range(workers):
+        out[k] = torch.nn.grad.conv2d_weight(
+            a[k * b : (k + 1) * b],
+            w.shape,
+            delta[k * b : (k + 1) * b],
+            stride=module.stride,
+            padding=padding,
+            dilation=module.dilation,
+            groups=module.groups,
+        )
+    return out
 
 
 def _module_grads(module, a, delta, workers, b, with_sqsum):
