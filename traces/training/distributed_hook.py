@@ -114,6 +114,8 @@ class VGCState:
         batch_size: int = 1,
         generator: torch.Generator | None = None,
         device: str = "cpu",
+        barrier_before_comm: bool = False,
+        time_encode: bool = False,
     ) -> VGCState:
         """State for every trainable parameter of ``model`` (layer = index in named_parameters)."""
         params = trainable_parameters(model)
@@ -125,6 +127,8 @@ class VGCState:
             generator=generator,
             device=device,
             layer_of={id(p): i for i, p in enumerate(params)},
+            barrier_before_comm=barrier_before_comm,
+            time_encode=time_encode,
         )
 
     def start_step(
