@@ -1,0 +1,56 @@
+"""Golden report tables from the committed result tables in tests/data/golden/results.
+
+Run from the repository root to (re)write the golden CSVs after a deliberate change:
+
+    .venv/bin/python tests/reports/golden.py --write
+
+The test (test_golden.py) recomputes the same tables and compares them with the files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "data" / "golden"
+RESULTS = sorted((GOLDEN / "results").glob("*/results.parquet"))
+TRACE = ROOT / "tests" / "data" / "sample_trace"
+
+
+def compute() -> dict[str, pd.DataFrame]:
+    """Every result-derived report table of the committed results."""
+    from reports import tables
+    from reports.render import load_inputs
+
+    inputs = load_inputs([p.parent for p in RESULTS])
+    res, labels = inputs.results, inputs.labels
+    wi = tables.what_if(res, labels)
+    return {
+        "what_if": wi,
+        "speedup_matrix": tables.speedup_matrix(wi),
+        "crossover": tables.crossover(res, labels),
+        "breakdown": tables.breakdown(res, labels),
+        "agreement": tables.agreement(res),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--write", action="store_true", help="write the golden CSVs")
+    args = parser.parse_args(argv)
+    out = GOLDEN / "tables"
+    for name, frame in compute().items():
+        if args.write:
+            out.mkdir(parents=True, exist_ok=True)
+            frame.to_csv(out / f"{name}.csv", index=False)
+        print(f"{name}: {len(frame)} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    raise SystemExit(main())

@@ -1,0 +1,78 @@
+"""Golden tables: report tables of committed result tables must not drift unnoticed.
+
+The result tables in tests/data/golden/results were made once from tests/data/sample_trace
+(commands in tests/data/golden/README.md); after a deliberate change to a table, rewrite
+the golden CSVs with ``.venv/bin/python tests/reports/golden.py --write``.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+from golden import GOLDEN, RESULTS, ROOT, TRACE, compute
+
+from reports import tables
+from traces.io import read_trace
+
+
+def _roundtrip(df: pd.DataFrame) -> pd.DataFrame:
+    buf = io.StringIO()
+    df.to_csv(buf, index=False)
+    buf.seek(0)
+    return pd.read_csv(buf)
+
+
+@pytest.fixture(scope="module")
+def computed():
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # result headers record the trace path relative to the repository
+    try:
+        return compute()
+    finally:
+        os.chdir(cwd)
+
+
+def test_golden_results_are_committed():
+    assert len(RESULTS) == 4
+    assert (GOLDEN / "README.md").is_file()
+
+
+@pytest.mark.parametrize(
+    "name", ["what_if", "speedup_matrix", "crossover", "breakdown", "agreement"]
+)
+def test_table_matches_golden(computed, name):
+    golden = pd.read_csv(GOLDEN / "tables" / f"{name}.csv")
+    got = _roundtrip(computed[name])
+    assert list(got.columns) == list(golden.columns)
+    pd.testing.assert_frame_equal(got, golden, check_dtype=False, rtol=1e-9, atol=0)
+
+
+def test_golden_what_if_is_consistent(computed):
+    wi = computed["what_if"]
+    assert set(wi["cluster"]) == {"1GbE", "10GbE"}
+    assert set(wi["method_label"]) == {"variance α=2"}
+    assert np.allclose(wi["speedup"], wi["dense_step_s"] / wi["compressed_step_s"])
+    # the best of two collectives per method was chosen
+    assert set(wi["dense_collective"]) <= {"allreduce/ring", "allreduce/rabenseifner"}
+
+
+def test_trace_tables_agree_with_trace_io():
+    trace = read_trace(TRACE)
+    ratio = tables.compression_over_steps(trace.payloads, trace.primary_encoding)
+    per_step_bits = trace.worker_bits().sum(axis=1)
+    assert ratio["bits"].to_numpy().tolist() == per_step_bits.to_numpy().tolist()
+    assert (ratio["dense_bits"] == trace.workers * trace.dense_bits_per_worker()).all()
+    dens = tables.layer_density(trace.payloads)
+    numel = np.array([layer["numel"] for layer in trace.layers], dtype=float)
+    overall = (dens.to_numpy() * numel).sum(axis=1) / numel.sum()
+    assert np.allclose(overall, trace.steps.sort_values("step")["density"].to_numpy())
+    row = tables.trace_overview(trace, "variance α=2")
+    mt = tables.method_table(pd.DataFrame([row]))
+    assert mt["compression_ratio"].item() == pytest.approx(
+        trace.workers * trace.dense_bits_per_worker() * trace.steps_count / row["bits"]
+    )
