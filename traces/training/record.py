@@ -44,7 +44,7 @@ from traces.training.optim import OptimConfig, build_optimizer
 
 log = logging.getLogger(__name__)
 
-GRADIENT_PASSES = ("batched", "separate")
+GRADIENT_PASSES = ("auto", "batched", "separate")
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,9 @@ class RecordConfig:
 
     workers: W emulated workers; batch_size: samples per worker per step; estimator: the
     squared-gradient estimator when the compressor needs one ("exact" or "fast", see
-    ``traces.compression.variance``); gradient_pass: "batched" (one pass for all workers)
-    or "separate" (W passes); eval_every: steps between evaluations (0: only at the end);
+    ``traces.compression.variance``); gradient_pass: "batched" (one pass for all workers),
+    "separate" (W passes) or "auto" (batched when squared-gradient sums are needed,
+    separate otherwise — the faster of the two in ``python -m traces.training.speed``); eval_every: steps between evaluations (0: only at the end);
     eval_samples: training samples (fixed subset) and test samples used per evaluation.
     """
 
@@ -94,7 +95,7 @@ class RecordConfig:
     steps: int = 300
     seed: int = 0
     estimator: str = "exact"
-    gradient_pass: str = "batched"
+    gradient_pass: str = "auto"
     eval_every: int = 50
     eval_samples: int = 1000
     chunk_steps: int = 50
@@ -277,7 +278,10 @@ def build_header(
 def _gradients(model, x, y, cfg: RecordConfig, estimator: str | None):
     from traces.compression.variance import WorkerGrads, worker_gradients
 
-    if cfg.gradient_pass == "batched":
+    batched = cfg.gradient_pass == "batched" or (
+        cfg.gradient_pass == "auto" and estimator is not None
+    )
+    if batched:
         return worker_gradients(model, _per_sample_loss, x, y, cfg.workers, estimator)
     b = cfg.batch_size
     parts = [

@@ -1,0 +1,201 @@
+"""The paper's grid (Tsuzuku et al. 2018, Table 1) on our offline workload, as one script.
+
+``python -m traces.training.paper_grid [--steps N] [--out runs/paper_grid] [--set KEY=VALUE]
+[--table docs/paper_grid.md]`` records every method of the grid with Adam and with momentum
+SGD (24 traces), then writes a markdown table of final test accuracy and compression ratio
+(dense fp32 bits / sent bits under each trace's primary encoding) beside the paper's
+CIFAR-10 numbers. Finished traces are reused, so an interrupted grid resumes.
+
+Methods: dense; variance α ∈ {1, 1.5, 2}; Strom τ ∈ {0.001, 0.01, 0.1}; hybrid τ ∈ {0.01,
+0.1} with α = 2; QSGD 2 bit d = 128, 3 bit d = 512, 4 bit d = 512.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from traces.config import apply_overrides
+from traces.errors import TraceError, TrainingDivergedError
+from traces.io import read_trace
+from traces.training.record import RecordConfig, record
+from traces.validate import compression_ratios
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row of the grid: a label, a compressor and its hyperparameters."""
+
+    label: str
+    compressor: str
+    params: tuple[tuple[str, float | int], ...] = ()
+
+
+METHODS: tuple[Method, ...] = (
+    Method("dense", "dense"),
+    Method("variance α=1", "variance", (("alpha", 1.0),)),
+    Method("variance α=1.5", "variance", (("alpha", 1.5),)),
+    Method("variance α=2", "variance", (("alpha", 2.0),)),
+    Method("strom τ=0.001", "strom", (("tau", 0.001),)),
+    Method("strom τ=0.01", "strom", (("tau", 0.01),)),
+    Method("strom τ=0.1", "strom", (("tau", 0.1),)),
+    Method("hybrid τ=0.01", "hybrid", (("tau", 0.01), ("alpha", 2.0))),
+    Method("hybrid τ=0.1", "hybrid", (("tau", 0.1), ("alpha", 2.0))),
+    Method("qsgd 2bit d=128", "qsgd", (("bits", 2), ("bucket_size", 128))),
+    Method("qsgd 3bit d=512", "qsgd", (("bits", 3), ("bucket_size", 512))),
+    Method("qsgd 4bit d=512", "qsgd", (("bits", 4), ("bucket_size", 512))),
+)
+
+#: optimizer label -> overrides. Momentum SGD uses a larger base learning rate, as usual.
+OPTIMIZERS: dict[str, tuple[str, ...]] = {
+    "adam": ("optimizer.name=adam", "optimizer.lr=0.001"),
+    "momentum_sgd": ("optimizer.name=momentum_sgd", "optimizer.lr=0.05", "optimizer.momentum=0.9"),
+}
+
+#: The paper's CIFAR-10 results (Tsuzuku et al. 2018, Table 1): (accuracy %, ratio ×);
+#: None where the paper gives no number.
+PAPER_CIFAR10: dict[tuple[str, str], tuple[float | None, float | None]] = {
+    ("adam", "dense"): (88.1, 1.0),
+    ("adam", "strom τ=0.001"): (62.8, 88.5),
+    ("adam", "strom τ=0.01"): (85.0, 230.1),
+    ("adam", "strom τ=0.1"): (88.0, 6942.8),
+    ("adam", "variance α=1"): (88.9, 120.7),
+    ("adam", "variance α=1.5"): (88.9, 453.3),
+    ("adam", "variance α=2"): (88.9, 913.4),
+    ("adam", "hybrid τ=0.01"): (85.0, 1942.2),
+    ("adam", "hybrid τ=0.1"): (88.2, 12822.4),
+    ("adam", "qsgd 2bit d=128"): (88.8, 12.3),
+    ("adam", "qsgd 3bit d=512"): (87.4, 14.4),
+    ("adam", "qsgd 4bit d=512"): (88.2, 11.0),
+    ("momentum_sgd", "dense"): (91.7, 1.0),
+    ("momentum_sgd", "strom τ=0.001"): (84.8, 6.6),
+    ("momentum_sgd", "strom τ=0.01"): (10.6, 990.7),
+    ("momentum_sgd", "strom τ=0.1"): (71.6, 8485.0),
+    ("momentum_sgd", "variance α=2"): (None, 383.6),
+    ("momentum_sgd", "hybrid τ=0.01"): (87.6, 983.9),
+    ("momentum_sgd", "hybrid τ=0.1"): (87.1, 12396.8),
+    ("momentum_sgd", "qsgd 2bit d=128"): (90.8, 6.6),
+    ("momentum_sgd", "qsgd 3bit d=512"): (91.4, 7.0),
+    ("momentum_sgd", "qsgd 4bit d=512"): (91.7, 4.0),
+}
+
+
+def _slug(label: str) -> str:
+    return label.replace(" ", "_").replace("τ=", "tau").replace("α=", "alpha").replace("=", "")
+
+
+def method_config(base: RecordConfig, method: Method, optimizer: str) -> RecordConfig:
+    """The RecordConfig of one grid cell."""
+    overrides = [f"compressor.name={method.compressor}"]
+    overrides += [f"compressor.{k}={v}" for k, v in method.params]
+    return apply_overrides(base, overrides + list(OPTIMIZERS[optimizer]))
+
+
+def run_grid(base: RecordConfig, out: Path, *, progress: bool = False) -> pd.DataFrame:
+    """Record every (optimizer, method) not yet complete under ``out``; return the table."""
+    rows = []
+    for optimizer in OPTIMIZERS:
+        for method in METHODS:
+            run_dir = out / optimizer / _slug(method.label)
+            cfg = method_config(base, method, optimizer)
+            status = _status(run_dir)
+            if status != "complete":
+                t0 = time.perf_counter()
+                try:
+                    record(cfg, run_dir, progress=progress, overwrite=True)
+                except TrainingDivergedError as exc:
+                    log.warning("%s / %s diverged: %s", optimizer, method.label, exc)
+                log.info(
+                    "%s / %s recorded in %.0f s", optimizer, method.label, time.perf_counter() - t0
+                )
+            rows.append(_row(run_dir, optimizer, method))
+    return pd.DataFrame(rows)
+
+
+def _status(run_dir: Path) -> str | None:
+    try:
+        return read_trace(run_dir).status
+    except TraceError:
+        return None
+
+
+def _row(run_dir: Path, optimizer: str, method: Method) -> dict:
+    t = read_trace(run_dir)
+    ratio = compression_ratios(t)
+    acc = float(t.evals["test_acc"].iloc[-1]) * 100 if len(t.evals) else float("nan")
+    paper_acc, paper_ratio = PAPER_CIFAR10.get((optimizer, method.label), (None, None))
+    best_sparse = max(
+        (r for e, r in ratio.items() if e != "fp32"), default=ratio[t.primary_encoding]
+    )
+    return {
+        "optimizer": optimizer,
+        "method": method.label,
+        "test_acc_pct": acc,
+        "ratio_primary": ratio[t.primary_encoding],
+        "primary_encoding": t.primary_encoding,
+        "ratio_best": best_sparse,
+        "density": float(t.payloads["sent"].sum() / t.payloads["numel"].sum()),
+        "steps": t.steps_count,
+        "status": t.status,
+        "paper_acc_pct": paper_acc,
+        "paper_ratio": paper_ratio,
+    }
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    if x is None or x != x:
+        return "—"
+    return format(x, spec)
+
+
+def to_markdown(df: pd.DataFrame) -> str:
+    """The grid as a markdown table (ours beside the paper's CIFAR-10 numbers)."""
+    lines = [
+        "| optimizer | method | test acc % | ratio (primary) | encoding | ratio (best encoding) | density | paper acc % | paper ratio |",
+        "|---|---|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in df.to_dict("records"):
+        note = "" if r["status"] == "complete" else f" ({r['status']} at step {r['steps']})"
+        lines.append(
+            f"| {r['optimizer']} | {r['method']}{note} | {_fmt(r['test_acc_pct'], '.1f')} | "
+            f"{_fmt(r['ratio_primary'], ',.1f')}× | {r['primary_encoding']} | {_fmt(r['ratio_best'], ',.1f')}× | "
+            f"{_fmt(r['density'], '.2e')} | {_fmt(r['paper_acc_pct'], '.1f')} | "
+            f"{_fmt(r['paper_ratio'], ',.1f')}{'×' if r['paper_ratio'] else ''} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", default="runs/paper_grid", help="folder of the grid's traces")
+    parser.add_argument("--steps", type=int, default=150, help="training steps per cell")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override for every cell"
+    )
+    parser.add_argument("--table", help="write the markdown table to this file")
+    parser.add_argument("-q", "--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    base = apply_overrides(RecordConfig(), [f"steps={args.steps}", "eval_every=0", *args.set])
+    df = run_grid(base, Path(args.out), progress=not args.quiet)
+    table = to_markdown(df)
+    df.to_csv(Path(args.out) / "grid.csv", index=False)
+    if args.table:
+        Path(args.table).write_text(table, encoding="utf-8")
+    sys.stdout.write(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
