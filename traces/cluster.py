@@ -36,6 +36,7 @@ Unknown keys anywhere are a :class:`~traces.errors.ConfigError` listing the vali
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -140,6 +141,10 @@ class ClusterSpec:
             raise ConfigError(f"cluster {self.name!r}: gpus_per_node must be an integer >= 1")
         if not (self.compute_scale > 0):
             raise ConfigError(f"cluster {self.name!r}: compute_scale must be positive")
+
+    def __hash__(self) -> int:
+        # the topology dict is not hashable; hash the canonical JSON so specs can key caches
+        return hash(json.dumps(cluster_to_dict(self), sort_keys=True, default=str))
 
 
 # --------------------------------------------------------------------------------------------

@@ -134,3 +134,10 @@ def test_missing_file_and_bad_toml(tmp_path):
 def test_non_positive_bandwidth_rejected():
     with pytest.raises(ConfigError):
         cluster_from_dict({"link": {"bandwidth_Bps": 0, "latency_s": 0}})
+
+
+def test_specs_are_hashable_and_equal_by_value():
+    a = load_cluster("10GbE")
+    b = cluster_from_dict(cluster_to_dict(a))
+    assert a == b and hash(a) == hash(b)
+    assert len({a, b, load_cluster("1GbE")}) == 2
