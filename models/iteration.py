@@ -9,11 +9,15 @@ compute + variance + codec) sets the local part. Overlap modes (:data:`OVERLAP_M
 ``full``
     optimistic bound: communication starts with the backward pass and hides behind it,
     ``step = f·compute + max((1−f)·compute + variance + codec, comm)`` (f = forward fraction).
-``buckets``
-    per-layer buckets as backward proceeds (PyTorch DDP style): bucket k is ready when the
+``bucketed``
+    buckets of layers as backward proceeds (PyTorch DDP style): bucket k is ready when the
     backward pass (and its share of variance + codec work) has covered its layers; its
     collective starts when it is ready and the previous bucket's collective has finished;
     ``step = max(local work, end of the last bucket's collective)``.
+``per_layer``
+    ``bucketed`` with every layer its own bucket (one collective per parameter tensor).
+
+The names match the simulator's overlap modes (plus the closed-form-only ``full`` bound).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ __all__ = [
     "throughput_samples_per_s",
 ]
 
-OVERLAP_MODES = ("none", "full", "buckets")
+OVERLAP_MODES = ("none", "full", "per_layer", "bucketed")
 
 #: PyTorch DistributedDataParallel's default bucket_cap_mb (25 MiB).
 DEFAULT_BUCKET_BYTES = 25 * 2**20
@@ -96,7 +100,7 @@ def iteration_time_s(
     comm)``, with (c, v, k) the critical rank's compute, variance and codec seconds.
 
     Assumptions: synchronous SGD, one collective per step; ``full`` is an optimistic bound
-    (communication could start with the backward pass). For ``buckets`` use
+    (communication could start with the backward pass). For ``per_layer`` / ``bucketed`` use
     :func:`bucketed_step_time_s`.
 
     Source: the iteration model of Tsuzuku, Imachi & Akiba, "Variance-based Gradient
@@ -110,8 +114,8 @@ def iteration_time_s(
         step = c + v + k + comm
     elif overlap == "full":
         step = forward_fraction * c + np.maximum((1 - forward_fraction) * c + v + k, comm)
-    elif overlap == "buckets":
-        raise ConfigError("overlap 'buckets' needs per-bucket times: use bucketed_step_time_s")
+    elif overlap in ("per_layer", "bucketed"):
+        raise ConfigError(f"overlap {overlap!r} needs per-bucket times: use bucketed_step_time_s")
     else:
         raise unknown_name("overlap mode", overlap, OVERLAP_MODES)
     return StepBreakdown(c, v, k, comm.copy(), step)

@@ -40,6 +40,7 @@ __all__ = ["PredictOptions", "frame_from_rows", "predict_trace", "rows_for"]
 log = logging.getLogger(__name__)
 
 DENSE_ENCODING = "fp32"
+_BUCKETED = ("per_layer", "bucketed")
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def _dense_breakdown(
     p = si.world_size
     kw = {"intra_link": cluster.intra_link, "gpus_per_node": cluster.gpus_per_node}
     zeros = np.zeros_like(si.compute_s)
-    if opts.overlap == "buckets":
+    if opts.overlap in _BUCKETED:
         groups, share, numel = buckets
         bucket_bytes = np.array([4.0 * numel[g].sum() for g in groups])
         per_bucket = model.time_s(
@@ -142,7 +143,7 @@ def _compressed_breakdown(
 ) -> StepBreakdown:
     model = get_collective(key)
     kw = {"intra_link": cluster.intra_link, "gpus_per_node": cluster.gpus_per_node}
-    if opts.overlap == "buckets":
+    if opts.overlap in _BUCKETED:
         _, share, _ = buckets
         lb = si.layer_bytes  # [T, P, K]
         per_bucket = np.stack(
@@ -161,9 +162,13 @@ def predict_trace(trace: Any, cluster: ClusterSpec, opts: PredictOptions) -> pd.
     topology = str(cluster.topology.get("kind"))
     buckets = None
     layers: Any = False
-    if opts.overlap == "buckets":
+    if opts.overlap in _BUCKETED:
         numel = np.array([int(layer["numel"]) for layer in trace.layers], dtype=np.float64)
-        groups = bucket_layers(numel, opts.bucket_bytes)
+        groups = (
+            [[i] for i in reversed(range(len(numel)))]
+            if opts.overlap == "per_layer"
+            else bucket_layers(numel, opts.bucket_bytes)
+        )
         buckets = (groups, bucket_backward_share(numel, groups), numel)
         layers = groups
     base = {

@@ -62,11 +62,18 @@ def test_buckets_never_slower_than_no_overlap(tiny_trace):
     import dataclasses
 
     over = predict_trace(
-        tiny_trace, cluster, dataclasses.replace(base, overlap="buckets", bucket_bytes=1000)
+        tiny_trace, cluster, dataclasses.replace(base, overlap="bucketed", bucket_bytes=1000)
     )
     full = predict_trace(tiny_trace, cluster, dataclasses.replace(base, overlap="full"))
+    per_layer = predict_trace(tiny_trace, cluster, dataclasses.replace(base, overlap="per_layer"))
+    one = predict_trace(tiny_trace, cluster, dataclasses.replace(base, overlap="bucketed"))
     assert np.all(over.step_s.to_numpy() <= plain.step_s.to_numpy() + 1e-12)
     assert np.all(full.step_s.to_numpy() <= over.step_s.to_numpy() + 1e-12)
+    # 1000-byte buckets split this trace's two layers apart, as per_layer does
+    assert np.allclose(per_layer.step_s, over.step_s)
+    # one 25 MiB bucket holds everything: ready when backward ends, i.e. no overlap at all
+    assert np.allclose(one.step_s, plain.step_s)
+    assert (over.comm_s.to_numpy() > 0).all()
 
 
 def test_cli_end_to_end_on_synthetic_resnet50(tmp_path, capsys):

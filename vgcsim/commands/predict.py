@@ -57,13 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--overlap",
         default="none",
         metavar="MODE",
-        help="none | full (optimistic bound) | buckets (DDP-style, see --bucket-size)",
+        help="none | full (optimistic bound) | per_layer | bucketed (DDP-style, see --bucket-size)",
     )
     parser.add_argument(
         "--bucket-size",
         default="25MiB",
         metavar="SIZE",
-        help="bucket size for --overlap buckets (default: 25MiB)",
+        help="bucket size for --overlap bucketed (default: 25MiB)",
     )
     parser.add_argument("--per-step", action="store_true", help="also write one row per trace step")
     parser.add_argument(
