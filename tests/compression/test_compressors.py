@@ -1,0 +1,247 @@
+"""Compressors: registry, limits that reduce to dense, error feedback, determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from traces.compression import (
+    COMPRESSORS,
+    DENSE_ENCODINGS,
+    QSGD_ENCODINGS,
+    SPARSE_ENCODINGS,
+    Compressor,
+    get_compressor,
+)
+from traces.errors import ConfigError, UnknownNameError
+
+W, N = 4, 3000
+
+
+def grads(steps: int, seed: int = 0, n: int = N, workers: int = W) -> torch.Tensor:
+    """[steps, workers, n] gradients that are nonzero everywhere (no exact ties with 0)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(steps, workers, n, generator=g) * 0.01
+    return torch.where(x == 0, torch.full_like(x, 1e-6), x)
+
+
+def run(c: Compressor, xs: torch.Tensor, seed: int = 0, batch: int = 8):
+    """Feed xs[step, worker] through c; returns payloads[step][worker] and the states."""
+    gen = torch.Generator().manual_seed(seed)
+    states = [c.init_state(xs.shape[-1]) for _ in range(xs.shape[1])]
+    out = []
+    for step in range(xs.shape[0]):
+        row = []
+        for w in range(xs.shape[1]):
+            x = xs[step, w]
+            sq = x * x * batch + 1e-5 * (1 + step)  # a plausible Σ_z (∇f_z)² >= B·g²
+            row.append(c.compress(x, states[w], sqsum=sq, batch_size=batch, layer=1, generator=gen))
+        out.append(row)
+    return out, states
+
+
+def test_registry_names_and_errors():
+    assert set(COMPRESSORS) == {"dense", "variance", "strom", "qsgd", "hybrid", "topk"}
+    with pytest.raises(UnknownNameError, match="dense, hybrid, qsgd, strom, topk, variance"):
+        get_compressor("powersgd")
+    with pytest.raises(ConfigError, match="valid: alpha, zeta"):
+        get_compressor("variance", beta=1.0)
+    for name, bad in [
+        ("variance", {"alpha": -1}),
+        ("variance", {"zeta": 1.5}),
+        ("variance", {"rounding": "up"}),
+        ("strom", {"tau": -0.1}),
+        ("topk", {"fraction": 0}),
+        ("qsgd", {"bits": 1}),
+        ("qsgd", {"primary": "packed32"}),
+        ("dense", {"precision": "bf16"}),
+    ]:
+        with pytest.raises(ConfigError):
+            get_compressor(name, **bad)
+
+
+def test_contract_attributes():
+    for name, cls in COMPRESSORS.items():
+        c = get_compressor(name)
+        assert c.name == name and isinstance(c.params, dict)
+        assert c.primary_encoding in c.encodings
+        assert c.needs_sqsum == (name in ("variance", "hybrid"))
+        assert cls is type(c)
+    assert get_compressor("variance").encodings == SPARSE_ENCODINGS
+    assert get_compressor("dense").encodings == DENSE_ENCODINGS
+    assert get_compressor("qsgd").encodings == QSGD_ENCODINGS
+    assert get_compressor("qsgd").primary_encoding == "qsgd_elias"
+    assert get_compressor("topk", values="fp32").primary_encoding == "coo64"
+    assert get_compressor("variance").params == {
+        "alpha": 2.0,
+        "zeta": 0.999,
+        "variance": "sqsum",
+        "scale": "max",
+        "rounding": "nearest",
+        "values": "code4",
+    }
+
+
+@pytest.mark.parametrize(
+    "name,params",
+    [
+        ("variance", {"alpha": 0.0, "values": "fp32"}),
+        ("topk", {"fraction": 1.0, "values": "fp32"}),
+        ("dense", {}),
+    ],
+)
+def test_limits_send_everything_and_equal_dense_aggregation(name, params):
+    xs = grads(1)
+    payloads, _ = run(get_compressor(name, **params), xs)
+    assert all(p.sent == N for p in payloads[0])
+    aggregated = sum(p.decode() for p in payloads[0])
+    dense = sum(xs[0, w] for w in range(W))
+    assert torch.equal(aggregated, dense)
+
+
+@pytest.mark.parametrize(
+    "name,params",
+    [
+        ("variance", {"alpha": 0.0}),
+        ("strom", {"tau": 0.0}),
+        ("hybrid", {"tau": 0.0, "alpha": 0.0}),
+        ("topk", {"fraction": 1.0}),
+    ],
+)
+def test_limits_send_every_element_with_4bit_values(name, params):
+    # With the 4-bit code (or Strom's ±τ values) the sent values are quantized, so one
+    # step equals dense only together with the residual: decoded + r == g.
+    xs = grads(1)
+    payloads, states = run(get_compressor(name, **params), xs)
+    for w, p in enumerate(payloads[0]):
+        assert p.sent == N
+        torch.testing.assert_close(p.decode() + states[w].residual, xs[0, w], rtol=0, atol=1e-9)
+
+
+def test_strict_thresholds_send_nothing_when_far_away():
+    xs = grads(1)
+    for name, params in [
+        ("strom", {"tau": 10.0}),
+        ("hybrid", {"tau": 10.0}),
+        ("variance", {"alpha": 1e9}),
+    ]:
+        payloads, _ = run(get_compressor(name, **params), xs)
+        assert all(p.sent == 0 for p in payloads[0])
+        assert all(torch.count_nonzero(p.decode()) == 0 for p in payloads[0])
+
+
+def _dyadic(steps: int, seed: int) -> torch.Tensor:
+    # Integers / 256: sums, ±τ = ±1/16 and residual updates stay exact in fp32.
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(-40, 41, (steps, 2, 500), generator=g).float() / 256
+
+
+@pytest.mark.parametrize(
+    "name,params", [("strom", {"tau": 1 / 16}), ("hybrid", {"tau": 1 / 16, "alpha": 1.0})]
+)
+def test_error_feedback_conserves_exactly(name, params):
+    xs = _dyadic(60, 1)
+    payloads, states = run(get_compressor(name, **params), xs)
+    for w in range(2):
+        sent = sum(payloads[s][w].decode() for s in range(60))
+        assert torch.equal(sent + states[w].residual, xs[:, w].sum(0))
+        assert sum(payloads[s][w].sent for s in range(60)) > 0
+
+
+@pytest.mark.parametrize(
+    "name,params",
+    [
+        ("variance", {}),
+        ("variance", {"variance": "centered", "rounding": "log", "scale": "mean"}),
+        ("variance", {"rounding": "down"}),
+        ("topk", {"fraction": 0.05}),
+        ("topk", {"fraction": 0.05, "values": "fp32"}),
+    ],
+)
+def test_error_feedback_conserves(name, params):
+    # Σ decoded + r == Σ inputs per element; fp32 rounding is the only slack:
+    # tolerance 1e-6 of the largest |Σ inputs| (steps × a few ulps).
+    steps = 80
+    xs = grads(steps, seed=2, n=800, workers=2)
+    payloads, states = run(get_compressor(name, **params), xs)
+    for w in range(2):
+        sent = torch.stack([payloads[s][w].decode() for s in range(steps)]).double().sum(0)
+        total = xs[:, w].double().sum(0)
+        err = (sent + states[w].residual.double() - total).abs().max().item()
+        assert err <= 1e-6 * total.abs().max().item()
+        assert 0 < sum(payloads[s][w].sent for s in range(steps)) < steps * 800
+
+
+def test_variance_rule_by_hand():
+    c = get_compressor("variance", alpha=2.0, zeta=0.5)
+    st = c.init_state(3)
+    g = torch.tensor([1.0, 1.0, 0.1])
+    sq = torch.tensor([4.0, 16.0, 0.04])  # B = 2: v = sq / 4 = [1, 4, 0.01]
+    p = c.compress(g, st, sqsum=sq, batch_size=2)
+    # r² = [1, 1, 0.01] > 2v = [2, 8, 0.02]? none -> nothing sent, v decays by zeta.
+    assert p.sent == 0
+    torch.testing.assert_close(st.variance, torch.tensor([0.5, 2.0, 0.005]))
+    p = c.compress(g, st, sqsum=torch.zeros(3), batch_size=2)
+    # r = [2, 2, 0.2], r² = [4, 4, 0.04] > 2v = [1, 4, 0.01] -> elements 0 and 2.
+    assert p.sent == 2
+    np.testing.assert_array_equal(p.message.indices, [0, 2])
+    # M = 2 (max sent |r|); 0.2 -> nearest of 2·2^-e is 0.25 (e = 3).
+    torch.testing.assert_close(p.decode(), torch.tensor([2.0, 0.0, 0.25]))
+    torch.testing.assert_close(st.residual, torch.tensor([0.0, 2.0, -0.05]))
+    torch.testing.assert_close(st.variance, torch.tensor([0.0, 1.0, 0.0]))
+
+
+def test_needs_sqsum_and_generator():
+    with pytest.raises(ValueError, match="sqsum"):
+        get_compressor("variance").compress(torch.ones(3), get_compressor("variance").init_state(3))
+    with pytest.raises(ConfigError, match="Generator"):
+        get_compressor("qsgd").compress(torch.ones(3), None)
+
+
+def test_topk_sends_k_largest():
+    c = get_compressor("topk", fraction=0.2, values="fp32")
+    x = torch.tensor([0.1, -5.0, 0.2, 3.0, 0.0, 0.05, -0.3, 0.4, 0.01, 0.02])
+    p = c.compress(x, c.init_state(10))
+    np.testing.assert_array_equal(p.message.indices, [1, 3])
+    assert p.sent == 2
+
+
+def test_dense_fp16_rounds_values():
+    x = torch.tensor([1.0 + 2**-12, 3.0])
+    p = get_compressor("dense", precision="fp16").compress(x, None)
+    assert p.bits == {"fp32": 64 + 64, "fp16": 64 + 32}
+    torch.testing.assert_close(p.decode(), torch.tensor([1.0, 3.0]), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", sorted(COMPRESSORS))
+def test_same_seed_same_bytes(name):
+    xs = grads(5, seed=4, n=700)
+    a, _ = run(get_compressor(name), xs, seed=9)
+    b, _ = run(get_compressor(name), xs, seed=9)
+    for ra, rb in zip(a, b, strict=True):
+        for pa, pb in zip(ra, rb, strict=True):
+            assert pa.data == pb.data and pa.bits == pb.bits and pa.sent == pb.sent
+
+
+def test_qsgd_different_seed_different_bytes():
+    xs = grads(1, n=700)
+    a, _ = run(get_compressor("qsgd"), xs, seed=1)
+    b, _ = run(get_compressor("qsgd"), xs, seed=2)
+    assert a[0][0].data != b[0][0].data
+
+
+@pytest.mark.parametrize("name", sorted(COMPRESSORS))
+def test_payload_bits_match_real_buffers(name):
+    from traces.compression import ENCODINGS
+
+    xs = grads(3, seed=5, n=1500)
+    payloads, _ = run(get_compressor(name), xs)
+    for row in payloads:
+        for p in row:
+            assert p.bits[p.encoding] == 8 * len(p.data)
+            for enc, bits in p.bits.items():
+                assert bits == 8 * len(ENCODINGS[enc].encode(p.message))
+            torch.testing.assert_close(
+                p.decode(), torch.from_numpy(p.message.dense()), rtol=0, atol=0
+            )

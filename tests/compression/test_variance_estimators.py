@@ -1,0 +1,137 @@
+"""worker_gradients: per-worker gradients and Σ_z (∇f_z)², exact vs fast, from one batched pass."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from traces.compression.variance import ESTIMATORS, estimator_gap, worker_gradients
+from traces.errors import ConfigError, UnknownNameError
+
+W, B = 3, 5
+LOSS = nn.CrossEntropyLoss(reduction="none")
+
+
+def cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(2, 6, 3, padding=1),
+        nn.GroupNorm(2, 6),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(2),
+        nn.Conv2d(6, 8, 3, stride=2, padding="valid", bias=False),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(8, 7),
+        nn.LayerNorm(7),
+        nn.Linear(7, 4),
+    )
+
+
+def mlp() -> nn.Module:
+    torch.manual_seed(1)
+    return nn.Sequential(
+        nn.Linear(9, 16), nn.Tanh(), nn.Linear(16, 12), nn.ReLU(), nn.Linear(12, 4)
+    )
+
+
+def batch(shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(W * B, *shape, generator=g), torch.randint(0, 4, (W * B,), generator=g)
+
+
+def reference(model, x, y):
+    """Per-worker gradients and squared-gradient sums by plain autograd, one sample at a time."""
+    params = [p for p in model.parameters()]
+    grads = [torch.zeros(W, *p.shape) for p in params]
+    sqs = [torch.zeros(W, *p.shape) for p in params]
+    losses = torch.zeros(W)
+    for i in range(W * B):
+        loss = LOSS(model(x[i : i + 1]), y[i : i + 1]).sum()
+        gs = torch.autograd.grad(loss, params)
+        w = i // B
+        losses[w] += loss.detach() / B
+        for k, g in enumerate(gs):
+            grads[k][w] += g / B
+            sqs[k][w] += g * g
+    return losses, grads, sqs
+
+
+@pytest.mark.parametrize("estimator", [None, "fast", "exact"])
+def test_worker_gradients_match_autograd(estimator):
+    model = cnn()
+    x, y = batch((2, 8, 8))
+    losses, grads, sqs = reference(model, x, y)
+    out = worker_gradients(model, LOSS, x, y, W, estimator)
+    assert out.names == [n for n, _ in model.named_parameters()]
+    torch.testing.assert_close(out.losses, losses, rtol=1e-5, atol=1e-6)
+    for got, want in zip(out.grads, grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    if estimator is None:
+        assert out.sqsums is None
+    elif estimator == "exact":
+        for got, want in zip(out.sqsums, sqs, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
+
+
+def test_fast_equals_exact_for_linear_layers():
+    model = mlp()
+    x, y = batch((9,), seed=2)
+    exact = worker_gradients(model, LOSS, x, y, W, "exact")
+    fast = worker_gradients(model, LOSS, x, y, W, "fast")
+    for e, f in zip(exact.sqsums, fast.sqsums, strict=True):
+        torch.testing.assert_close(f, e, rtol=1e-4, atol=1e-8)
+    assert all(row["rel_error"] < 1e-5 for row in estimator_gap(model, LOSS, x, y, W))
+
+
+def test_conv_gap_is_measured_not_assumed():
+    model = cnn()
+    x, y = batch((2, 8, 8), seed=3)
+    rows = {r["name"]: r for r in estimator_gap(model, LOSS, x, y, W)}
+    # Conv weights with spatial extent: squares summed over positions differ from exact.
+    assert rows["0.weight"]["kind"] == "Conv2d" and rows["0.weight"]["rel_error"] > 0.01
+    # The second conv sees 4x4 inputs with a 3x3 stride-2 kernel: one output position, exact.
+    assert rows["4.weight"]["kind"] == "Conv2d" and rows["4.weight"]["rel_error"] < 1e-5
+    # Biases, GroupNorm, LayerNorm and Linear are exact in the fast path.
+    for name in ("0.bias", "1.weight", "1.bias", "7.weight", "7.bias", "8.weight", "9.weight"):
+        assert rows[name]["rel_error"] < 1e-5, name
+    # And the gradients themselves agree everywhere.
+    assert all(r["grad_rel_error"] < 1e-5 for r in rows.values())
+
+
+def test_conv_with_one_output_position_is_exact():
+    # A kernel covering the whole input has a single spatial position: fast == exact.
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Conv2d(3, 5, 4), nn.Flatten(), nn.Linear(5, 4))
+    x, y = batch((3, 4, 4), seed=4)
+    assert all(r["rel_error"] < 1e-5 for r in estimator_gap(model, LOSS, x, y, W))
+
+
+def test_errors():
+    x, y = batch((9,))
+    with pytest.raises(UnknownNameError, match="exact, fast"):
+        worker_gradients(mlp(), LOSS, x, y, W, "approx")
+    with pytest.raises(ConfigError, match="split"):
+        worker_gradients(mlp(), LOSS, x, y, 4, "fast")
+    bn = nn.Sequential(nn.Linear(9, 4), nn.BatchNorm1d(4))
+    with pytest.raises(ConfigError, match="BatchNorm"):
+        worker_gradients(bn, LOSS, x, y, W, "exact")
+    assert ESTIMATORS == ("exact", "fast")
+
+
+def test_unsupported_module_fast_errors_and_none_falls_back():
+    torch.manual_seed(5)
+    model = nn.Sequential(nn.Embedding(10, 6), nn.Flatten(), nn.Linear(12, 4))
+    g = torch.Generator().manual_seed(5)
+    x = torch.randint(0, 10, (W * B, 2), generator=g)
+    y = torch.randint(0, 4, (W * B,), generator=g)
+    with pytest.raises(ConfigError, match="Embedding"):
+        worker_gradients(model, LOSS, x, y, W, "fast")
+    _, grads, sqs = reference(model, x, y)
+    out = worker_gradients(model, LOSS, x, y, W, None)
+    for got, want in zip(out.grads, grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    exact = worker_gradients(model, LOSS, x, y, W, "exact")
+    for got, want in zip(exact.sqsums, sqs, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
