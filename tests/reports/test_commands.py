@@ -1,0 +1,97 @@
+"""`vgcsim report` and `vgcsim demo` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from golden import RESULTS, ROOT, TRACE
+
+from vgcsim.cli import main
+
+
+def test_report_cli_writes_html(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "rep"
+    code = main(
+        ["report", *[str(p.parent) for p in RESULTS], "--trace", str(TRACE), "-o", str(out)]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[-1] == str(out / "index.html")
+    assert printed[0].startswith("On 10GbE, variance α=2")
+    meta = json.loads((out / "report.json").read_text())
+    assert set(meta["plots"]) == {
+        "speedup",
+        "breakdown",
+        "crossover",
+        "agreement",
+        "density",
+        "trace_validation",
+    }
+
+
+def test_report_cli_user_errors_exit_2(tmp_path, capsys):
+    assert main(["report", "-o", str(tmp_path)]) == 2
+    assert "nothing to report" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing"), "-o", str(tmp_path)]) == 2
+    assert "not a result table" in capsys.readouterr().err
+
+
+def test_demo_rejects_unknown_method(tmp_path, capsys):
+    assert main(["demo", "-o", str(tmp_path), "--set", 'methods=["dense","nope"]']) == 2
+    err = capsys.readouterr().err
+    assert "unknown demo method 'nope'" in err and "variance" in err
+
+
+def test_demo_reuses_only_complete_traces_with_same_config(tmp_path):
+    from vgcsim.commands.demo import DemoConfig, _record_config, _reusable
+
+    cfg = DemoConfig(steps=2)
+    rcfg = _record_config(cfg, "variance")
+    run = Path(tmp_path) / "variance"
+    run.mkdir()
+    assert not _reusable(run, rcfg)  # no header
+    header = json.loads((TRACE / "header.json").read_text())
+    from traces.config import to_dict
+
+    header["config"] = to_dict(rcfg)
+    (run / "header.json").write_text(json.dumps(header))
+    assert _reusable(run, rcfg)
+    assert not _reusable(run, _record_config(DemoConfig(steps=3), "variance"))
+    header["status"] = "running"
+    (run / "header.json").write_text(json.dumps(header))
+    assert not _reusable(run, rcfg)
+
+
+@pytest.mark.slow
+def test_demo_end_to_end_tiny(tmp_path, capsys):
+    out = tmp_path / "demo"
+    args = [
+        "demo",
+        "-o",
+        str(out),
+        "--quiet",
+        "--set",
+        "steps=3",
+        "--set",
+        "workers=2",
+        "--set",
+        "eval_every=2",
+        "--set",
+        'methods=["dense","variance"]',
+        "--set",
+        'clusters=["10GbE"]',
+        "--set",
+        "world_sizes=[2,4,8]",
+    ]
+    assert main(args) == 0
+    html = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    assert html == out / "report" / "index.html" and html.is_file()
+    assert (out / "results" / "simulated" / "variance-10GbE" / "results.parquet").is_file()
+    header = out / "traces" / "variance" / "header.json"
+    stamp = header.stat().st_mtime_ns
+    assert main(args) == 0  # second run reuses both complete traces
+    assert header.stat().st_mtime_ns == stamp
+    assert "On 10GbE, variance α=2" in html.read_text()
