@@ -64,7 +64,9 @@ def network_rate(world_size: int = 64, repeats: int = 10) -> tuple[float, float]
     t0 = time.perf_counter()
     for _ in range(repeats):
         sizes = rng.uniform(1e4, 1e6, world_size)
-        run_message([Phase(np.zeros(world_size), sched, unit_sizes(sched, sizes))], topo, stats=stats)
+        run_message(
+            [Phase(np.zeros(world_size), sched, unit_sizes(sched, sizes))], topo, stats=stats
+        )
     wall = time.perf_counter() - t0
     return stats["events"] / wall, stats["flows"] / wall
 
