@@ -11,37 +11,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 import torch
 
 from traces.errors import ConfigError, unknown_name
-
-
-@dataclass(frozen=True)
-class OptimConfig:
-    """Optimizer and schedule. ``momentum`` applies to momentum_sgd; ``betas`` to adam."""
-
-    name: str = "adam"
-    lr: float = 1e-3
-    momentum: float = 0.9
-    nesterov: bool = False
-    betas: tuple[float, ...] = (0.9, 0.999)
-    weight_decay: float = 0.0
-    schedule: str = "cosine"
-    warmup_steps: int = 0
-    milestones: tuple[int, ...] = ()
-    gamma: float = 0.1
-
-    def __post_init__(self) -> None:
-        if not self.lr > 0:
-            raise ValueError(f"optimizer.lr must be > 0, got {self.lr}")
-        if not 0 <= self.momentum < 1:
-            raise ValueError(f"optimizer.momentum must be in [0, 1), got {self.momentum}")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"optimizer.betas must be two numbers in [0, 1), got {self.betas}")
-        if self.weight_decay < 0 or self.warmup_steps < 0:
-            raise ValueError("optimizer.weight_decay and warmup_steps must be >= 0")
+from traces.training.record_config import OptimConfig
 
 
 def _adam(params: Iterable[torch.nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimizer:

@@ -26,7 +26,6 @@ import os
 import platform
 import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,81 +39,10 @@ from traces.errors import ConfigError, TrainingDivergedError, unknown_name
 from traces.io import TraceWriter
 from traces.training.datasets import DATASETS, Dataset, load_dataset
 from traces.training.nets import NETS, build_net, flops_per_sample
-from traces.training.optim import OptimConfig, build_optimizer
+from traces.training.optim import build_optimizer
+from traces.training.record_config import GRADIENT_PASSES, RecordConfig
 
 log = logging.getLogger(__name__)
-
-GRADIENT_PASSES = ("auto", "batched", "separate")
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """Dataset (registry ``traces.training.datasets.DATASETS``) and where to find it."""
-
-    name: str = "mnist"
-    root: str | None = None
-    test_fraction: float = 0.2
-    download: bool = True
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Network (registry ``traces.training.nets.NETS``); ``width`` scales channel counts."""
-
-    name: str = "small_cnn"
-    width: float = 1.0
-
-
-@dataclass(frozen=True)
-class CompressorConfig:
-    """Compressor by registry name; every other key is a hyperparameter (e.g. alpha=1.5)."""
-
-    EXTRA_KEYS_FIELD = "params"
-    name: str = "variance"
-    params: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class RecordConfig:
-    """Everything a recorded trace depends on (written in full into its header).
-
-    workers: W emulated workers; batch_size: samples per worker per step; estimator: the
-    squared-gradient estimator when the compressor needs one ("exact" or "fast", see
-    ``traces.compression.variance``); gradient_pass: "batched" (one pass for all workers),
-    "separate" (W passes) or "auto" (batched when squared-gradient sums are needed,
-    separate otherwise — the faster of the two in ``python -m traces.training.speed``); eval_every: steps between evaluations (0: only at the end);
-    eval_samples: training samples (fixed subset) and test samples used per evaluation.
-    """
-
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    optimizer: OptimConfig = field(default_factory=OptimConfig)
-    compressor: CompressorConfig = field(default_factory=CompressorConfig)
-    workers: int = 4
-    batch_size: int = 32
-    steps: int = 300
-    seed: int = 0
-    estimator: str = "exact"
-    gradient_pass: str = "auto"
-    eval_every: int = 50
-    eval_samples: int = 1000
-    chunk_steps: int = 50
-    probe_every: int = 25
-    threads: int = 0
-
-    def __post_init__(self) -> None:
-        for name in (
-            "workers",
-            "batch_size",
-            "steps",
-            "chunk_steps",
-            "eval_samples",
-            "probe_every",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.eval_every < 0 or self.threads < 0:
-            raise ValueError("eval_every and threads must be >= 0")
 
 
 def check_config(cfg: RecordConfig) -> None:

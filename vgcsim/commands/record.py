@@ -9,7 +9,7 @@ HELP = "record a compression trace from real training with W emulated workers"
 _EPILOG = """\
 Every RecordConfig key can be given in a TOML file (--config) and/or with --set KEY=VALUE,
 applied in that order, then the shortcut flags. Compressor hyperparameters go under
-compressor.<name>, e.g. --set compressor.alpha=1.5. Keys:
+compressor.<hyperparameter>, e.g. --set compressor.alpha=1.5. Keys:
   {keys}
 Example:
   vgcsim record --compressor variance --set compressor.alpha=1.5 --workers 8 --steps 500 -o runs/x
@@ -18,7 +18,7 @@ Example:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from traces.config import valid_keys
-    from traces.training.record import RecordConfig
+    from traces.training.record_config import RecordConfig
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = _EPILOG.format(keys="\n  ".join(valid_keys(RecordConfig)))
@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_config(args: argparse.Namespace):
     """RecordConfig from --config, --set and the shortcut flags (in that order)."""
     from traces.config import apply_overrides, config_from_dict, load_toml
-    from traces.training.record import RecordConfig
+    from traces.training.record_config import RecordConfig
 
     cfg = config_from_dict(RecordConfig, load_toml(args.config)) if args.config else RecordConfig()
     cfg = apply_overrides(cfg, args.set)
@@ -85,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
                 f"backend {args.backend!r} needs traces.training.distributed, which is not available; "
                 "use --backend emulated"
             ) from None
-        path = run_distributed_record(cfg, args.nprocs, out_dir=args.out, backend=args.backend)
+        path = run_distributed_record(
+            cfg, args.nprocs, out_dir=args.out, backend=args.backend, overwrite=args.overwrite
+        )
     else:
         path = record(cfg, args.out, progress=not args.quiet, overwrite=args.overwrite)
     if not args.quiet:

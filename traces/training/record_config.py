@@ -1,0 +1,108 @@
+"""What a recording depends on: the torch-free config dataclasses of ``vgcsim record``.
+
+Kept apart from the training loop so that the CLI can list and check keys without importing
+torch. Names (datasets, nets, optimizers, compressors) are checked against their registries
+by ``traces.training.record.check_config``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GRADIENT_PASSES = ("auto", "batched", "separate")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """Optimizer and schedule. ``momentum`` applies to momentum_sgd; ``betas`` to adam."""
+
+    name: str = "adam"
+    lr: float = 1e-3
+    momentum: float = 0.9
+    nesterov: bool = False
+    betas: tuple[float, ...] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    schedule: str = "cosine"
+    warmup_steps: int = 0
+    milestones: tuple[int, ...] = ()
+    gamma: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ValueError(f"optimizer.lr must be > 0, got {self.lr}")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"optimizer.momentum must be in [0, 1), got {self.momentum}")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"optimizer.betas must be two numbers in [0, 1), got {self.betas}")
+        if self.weight_decay < 0 or self.warmup_steps < 0:
+            raise ValueError("optimizer.weight_decay and warmup_steps must be >= 0")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Dataset (registry ``traces.training.datasets.DATASETS``) and where to find it."""
+
+    name: str = "mnist"
+    root: str | None = None
+    test_fraction: float = 0.2
+    download: bool = True
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Network (registry ``traces.training.nets.NETS``); ``width`` scales channel counts."""
+
+    name: str = "small_cnn"
+    width: float = 1.0
+
+
+@dataclass(frozen=True)
+class CompressorConfig:
+    """Compressor by registry name; every other key is a hyperparameter (e.g. alpha=1.5)."""
+
+    EXTRA_KEYS_FIELD = "params"
+    name: str = "variance"
+    params: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RecordConfig:
+    """Everything a recorded trace depends on (written in full into its header).
+
+    workers: W emulated workers; batch_size: samples per worker per step; estimator: the
+    squared-gradient estimator when the compressor needs one ("exact" or "fast", see
+    ``traces.compression.variance``); gradient_pass: "batched" (one pass for all workers),
+    "separate" (W passes) or "auto" (batched when squared-gradient sums are needed,
+    separate otherwise — the faster of the two in ``python -m traces.training.speed``); eval_every: steps between evaluations (0: only at the end);
+    eval_samples: training samples (fixed subset) and test samples used per evaluation.
+    """
+
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optimizer: OptimConfig = field(default_factory=OptimConfig)
+    compressor: CompressorConfig = field(default_factory=CompressorConfig)
+    workers: int = 4
+    batch_size: int = 32
+    steps: int = 300
+    seed: int = 0
+    estimator: str = "exact"
+    gradient_pass: str = "auto"
+    eval_every: int = 50
+    eval_samples: int = 1000
+    chunk_steps: int = 50
+    probe_every: int = 25
+    threads: int = 0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "workers",
+            "batch_size",
+            "steps",
+            "chunk_steps",
+            "eval_samples",
+            "probe_every",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_every < 0 or self.threads < 0:
+            raise ValueError("eval_every and threads must be >= 0")
