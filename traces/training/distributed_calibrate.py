@@ -16,7 +16,8 @@ of Collective Communication Operations in MPICH" (IJHPCA 2005). Assumptions: the
 ring algorithms (gloo and NCCL both do for large messages; small messages may use others, which
 shows up as fit error at small sizes); ranks start each repetition together after a barrier
 (skew left after the barrier counts as communication); the slowest rank defines a repetition's
-time and the median over repetitions is the measurement.
+time and the median over repetitions (or the minimum, ``statistic="min"``) is the
+measurement.
 
 The fit is a relative-error least squares (each equation divided by its measured time, so
 microsecond and millisecond points weigh alike) with α, β, γ ≥ 0, solved exactly over the
@@ -38,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from traces.errors import ConfigError, VgcsimError
+from traces.errors import ConfigError, VgcsimError, unknown_name
 
 log = logging.getLogger(__name__)
 
@@ -208,17 +209,26 @@ def _nnls_small(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return best
 
 
-def fit_link(measurements: dict) -> tuple[LinkFit, list[dict]]:
+#: How repetitions of one (op, size) become its measurement: the median is what a training
+#: step sees (OS noise included); the minimum is the network's best case.
+STATISTICS = {"median": np.median, "min": np.min}
+
+
+def fit_link(measurements: dict, statistic: str = "median") -> tuple[LinkFit, list[dict]]:
     """Fit α, β, γ to a measurement file's rows; returns the fit and the per-size error table.
 
-    Each table row: op, size_bytes, measured_s (median), fitted_s, rel_error.
+    Each table row: op, size_bytes, measured_s (``statistic`` over repetitions), fitted_s,
+    rel_error.
     """
+    if statistic not in STATISTICS:
+        raise unknown_name("statistic", statistic, STATISTICS)
+    reduce = STATISTICS[statistic]
     world = int(measurements["world_size"])
     rows = measurements["rows"]
     if not rows:
         raise ConfigError("calibration measurements hold no rows")
     a = np.array([cost_coefficients(r["op"], r["size_bytes"], world) for r in rows])
-    t = np.array([float(np.median(r["seconds"])) for r in rows])
+    t = np.array([float(reduce(r["seconds"])) for r in rows])
     if np.any(t <= 0):
         raise VgcsimError("a measured time is not positive; the timer or the sweep is broken")
     x = _nnls_small(a / t[:, None], np.ones_like(t))

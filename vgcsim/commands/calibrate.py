@@ -43,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--repeats", type=int, default=10, help="timed repetitions per size")
     parser.add_argument("--warmup", type=int, default=2, help="untimed repetitions per size")
+    parser.add_argument(
+        "--statistic",
+        default="median",
+        help="median (what a step sees, default) or min (best case) over repetitions",
+    )
     parser.add_argument("--name", default=None, help="cluster name (default calibrated-BACKEND-N)")
     parser.add_argument("--device", default="cpu", help="device preset written to the file")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before giving up")
@@ -145,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
             **measurements,
             "rows": [r for r in measurements["rows"] if r["op"] in keep],
         }
-    fit, table = fit_link(measurements)
+    fit, table = fit_link(measurements, args.statistic)
     if fit.bandwidth_Bps == float("inf"):
         raise VgcsimError(
             "the fit found no per-byte cost (beta = 0); include larger --sizes so the "
