@@ -29,12 +29,19 @@ def _step_list(text: str) -> list[int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="trace run directory")
+    parser.add_argument("run", metavar="RUN", help="trace run directory")
     parser.add_argument(
-        "--cluster", required=True, help="cluster preset name (see `vgcsim clusters`) or TOML file"
+        "--cluster",
+        required=True,
+        metavar="NAME|FILE",
+        help="cluster preset name (see `vgcsim clusters`) or TOML file",
     )
     parser.add_argument(
-        "--world-sizes", required=True, type=_int_list, help="ranks P to simulate, e.g. 8,16,64"
+        "--world-sizes",
+        required=True,
+        type=_int_list,
+        metavar="LIST",
+        help="ranks P to simulate, e.g. 8,16,64",
     )
     parser.add_argument(
         "--per-step", action="store_true", help="also write one row per step (not only the mean)"
@@ -62,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(none|per_layer|bucketed), bucket_bytes, mode (fair|fifo), semantics "
         "(rendezvous|eager), jitter, seed, rule, encoding, max_steps",
     )
-    parser.add_argument("-o", "--out", required=True, help="output result directory")
+    parser.add_argument("-o", "--out", required=True, metavar="DIR", help="output result directory")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ HELP = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="sweep TOML file ([sweep] factors, [simulate] options)")
-    parser.add_argument("-o", "--out", required=True, help="output result directory")
+    parser.add_argument("-o", "--out", required=True, metavar="DIR", help="output result directory")
     parser.add_argument(
         "--workers", type=int, default=None, help="processes (default: sweep.workers, 0 = CPUs)"
     )
