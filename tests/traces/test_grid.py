@@ -1,0 +1,60 @@
+"""The paper-grid script and the speed script, on a tiny workload."""
+
+from __future__ import annotations
+
+import json
+
+from traces.config import apply_overrides
+from traces.training import paper_grid, speed
+from traces.training.record_config import RecordConfig
+
+TINY = [
+    "data.name=synthetic",
+    "model.name=mlp",
+    "model.width=0.25",
+    "workers=2",
+    "batch_size=8",
+    "steps=3",
+    "eval_every=0",
+    "eval_samples=50",
+]
+
+
+def test_grid_covers_the_papers_table():
+    labels = {m.label for m in paper_grid.METHODS}
+    assert len(paper_grid.METHODS) == 12 and set(paper_grid.OPTIMIZERS) == {"adam", "momentum_sgd"}
+    assert {label for _, label in paper_grid.PAPER_CIFAR10} <= labels
+    cfg = paper_grid.method_config(RecordConfig(), paper_grid.METHODS[-3], "momentum_sgd")
+    assert cfg.compressor.name == "qsgd" and cfg.compressor.params == {
+        "bits": 2,
+        "bucket_size": 128,
+    }
+    assert cfg.optimizer.name == "momentum_sgd"
+
+
+def test_grid_runs_resumes_and_writes_table(tmp_path, monkeypatch):
+    methods = (paper_grid.METHODS[0], paper_grid.METHODS[3])
+    monkeypatch.setattr(paper_grid, "METHODS", methods)
+    monkeypatch.setattr(paper_grid, "OPTIMIZERS", {"adam": paper_grid.OPTIMIZERS["adam"]})
+    base = apply_overrides(RecordConfig(), TINY)
+    df = paper_grid.run_grid(base, tmp_path)
+    assert list(df["method"]) == ["dense", "variance α=2"]
+    assert df.loc[0, "ratio_primary"] < 1.0 + 1e-3 and df.loc[1, "ratio_primary"] > 1.0
+    assert df.loc[1, "paper_ratio"] == 913.4
+    mtime = (tmp_path / "adam" / "dense" / "header.json").stat().st_mtime
+    paper_grid.run_grid(base, tmp_path)  # complete traces are reused
+    assert (tmp_path / "adam" / "dense" / "header.json").stat().st_mtime == mtime
+    table = paper_grid.to_markdown(df)
+    assert "| adam | variance α=2 |" in table and "913.4×" in table
+
+
+def test_speed_reports_both_passes(capsys):
+    cfg = apply_overrides(RecordConfig(), TINY)
+    passes = speed.time_passes(cfg, repeats=1)
+    assert set(passes) == {"batched", "separate"}
+    assert all(v > 0 for d in passes.values() for v in d.values())
+    assert (
+        speed.main(["--repeats", "1", "--steps", "2", *sum((["--set", s] for s in TINY), [])]) == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert out["record_steps_per_s"]["exact"] > 0
