@@ -17,7 +17,7 @@ from vgcsim.cli import main
 def synthetic_measurements(alpha, beta, gamma, world, noise=0.0, seed=0):
     rng = np.random.default_rng(seed)
     rows = []
-    for op in ("p2p", "allreduce", "allgather"):
+    for op in ("p2p", "allreduce", "allgather", "allgatherv"):
         for size in (4, 64, 1024, 16384, 262144, 4194304):
             a, b, g = cost_coefficients(op, size, world)
             t = a * alpha + b * beta + g * gamma
@@ -51,6 +51,8 @@ def test_ring_coefficients_match_the_textbook_costs():
     assert cost_coefficients("allreduce", 1000, 4) == (6.0, 1500.0, 750.0)
     assert cost_coefficients("allgather", 1000, 4) == (3.0, 3000.0, 0.0)
     assert cost_coefficients("p2p", 1000, 4) == (1.0, 1000.0, 0.0)
+    # allgatherv = the padded model: 6 alpha + 3 * (1000 + 8) beta.
+    assert cost_coefficients("allgatherv", 1000, 4) == (6.0, 3024.0, 0.0)
 
 
 def test_reading_a_foreign_file_is_a_clear_error(tmp_path):

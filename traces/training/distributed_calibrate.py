@@ -9,6 +9,9 @@ rank 0 writes the measurements. :func:`fit_link` then fits one α-β-γ link to 
 * ring allreduce of ``n`` bytes on ``P`` ranks:
   ``t = 2(P−1)·α + 2(P−1)/P·n·β + (P−1)/P·n·γ``
 * ring allgather of ``m`` bytes per rank: ``t = (P−1)·α + (P−1)·m·β``
+* vgcsim's allgatherv of ``m`` bytes per rank (:mod:`traces.training.distributed_allgatherv`:
+  an all_gather of one int64 length, then the payload all_gather; on gloo the
+  ``allgatherv/padded`` model): ``t = 2(P−1)·α + (P−1)·(m + 8)·β``
 
 α is the per-message latency (s), β = 1/bandwidth (s/byte), γ the per-byte reduction cost
 (s/byte); the formulas are the standard ring costs of Thakur, Rabenseifner & Gropp, "Optimization
@@ -44,7 +47,7 @@ from traces.errors import ConfigError, VgcsimError, unknown_name
 log = logging.getLogger(__name__)
 
 #: Operations the sweep can time, by the name used in measurement files and --ops.
-OPS = ("p2p", "allreduce", "allgather")
+OPS = ("p2p", "allreduce", "allgather", "allgatherv")
 MEASUREMENTS_KIND = "vgcsim-calibration"
 MEASUREMENTS_VERSION = 1
 
@@ -97,6 +100,14 @@ def _time_op(op: str, size_bytes: int, rank: int, world: int, device: str) -> fl
         dist.barrier()
         t0 = time.perf_counter()
         dist.all_reduce(buf)
+        return time.perf_counter() - t0
+    if op == "allgatherv":
+        from traces.training.distributed_allgatherv import allgatherv_segments
+
+        payload = bytes(size_bytes)
+        dist.barrier()
+        t0 = time.perf_counter()
+        allgatherv_segments([payload], device=device)
         return time.perf_counter() - t0
     buf = torch.zeros(size_bytes, dtype=torch.uint8, device=device)
     out = [torch.empty_like(buf) for _ in range(world)]
@@ -175,6 +186,8 @@ def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, fl
         return (2.0 * (p - 1), 2.0 * (p - 1) / p * n, (p - 1) / p * n)
     if op == "allgather":
         return (float(p - 1), (p - 1) * n, 0.0)
+    if op == "allgatherv":
+        return (2.0 * (p - 1), (p - 1) * (n + 8.0), 0.0)
     raise ConfigError(f"unknown op {op!r}; valid: {', '.join(OPS)}")
 
 

@@ -16,7 +16,10 @@ from pathlib import Path
 
 from traces.errors import ConfigError, VgcsimError
 
-HELP = "measure point-to-point, allreduce and allgather times; fit alpha, beta, gamma; write a cluster file"
+HELP = (
+    "measure point-to-point, allreduce, allgather(v) times; fit alpha, beta, gamma; "
+    "write a cluster file"
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fit measurements written by a torchrun job instead of measuring here",
     )
     parser.add_argument(
-        "--ops", default="p2p,allreduce,allgather", help="operations to time (comma-separated)"
+        "--ops",
+        default="p2p,allreduce,allgather,allgatherv",
+        help="operations to time (comma-separated)",
     )
     parser.add_argument(
         "--fit-ops", default=None, help="operations the fit uses (default: all measured)"
