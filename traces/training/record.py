@@ -409,7 +409,7 @@ def _record(cfg: RecordConfig, out_dir: Path, *, progress: bool, overwrite: bool
                     if step % 5 == 0 or step == cfg.steps - 1:
                         bar.set_postfix(
                             loss=f"{float(wg.losses.mean()):.3f}",
-                            acc=f"{last_acc:.3f}",
+                            acc="-" if math.isnan(last_acc) else f"{last_acc:.3f}",
                             ratio=f"{dense_sum / max(bits_sum, 1):.1f}x",
                         )
             writer.finish("complete")
