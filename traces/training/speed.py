@@ -78,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     cfg = apply_overrides(RecordConfig(), args.set)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     passes = time_passes(cfg, args.repeats)
     result = {
         "workload": {
