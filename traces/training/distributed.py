@@ -315,7 +315,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def _load_config(path: Path | None, overrides: list[str]):
     from traces.config import apply_overrides, config_from_dict, load_toml
-    from traces.training.record import RecordConfig
+    from traces.training.record_config import RecordConfig
 
     if path is None:
         cfg = RecordConfig()
