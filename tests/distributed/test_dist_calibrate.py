@@ -108,3 +108,25 @@ def test_calibrate_on_loopback_writes_a_cluster_predict_accepts(tmp_path, capsys
     )
     refit = load_cluster(str(again)).link
     assert (refit.latency_s, refit.bandwidth_Bps) == (spec.link.latency_s, spec.link.bandwidth_Bps)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_the_sweep_entry_runs_under_torchrun(tmp_path):
+    """What a cluster user does: torchrun the sweep, then fit with --from."""
+    import subprocess
+    import sys
+
+    from traces.training.distributed_launch import free_port
+
+    meas = tmp_path / "m.json"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+        "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+        "-m", "traces.training.distributed_calibrate",
+        "--sizes", "64,1MiB", "--repeats", "2", "--warmup", "0", "-o", str(meas),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert read_measurements(meas)["world_size"] == 2
+    assert main(["calibrate", "--from", str(meas), "-o", str(tmp_path / "c.toml")]) == 0
