@@ -119,6 +119,23 @@ class StepTimeline:
     spans: list[RankSpan]
     link_intervals: list[tuple[int, float, float, float, int, int]]
     channel_names: list[str]
+    link_bytes: np.ndarray  # [channels] bytes carried in the step
+    link_busy_s: np.ndarray  # [channels] seconds with at least one flow
+
+    def link_table(self) -> pd.DataFrame:
+        """Per directed link: bytes, busy seconds and utilisation (busy / step time)."""
+        used = self.link_bytes > 0
+        return pd.DataFrame(
+            {
+                "world_size": self.world_size,
+                "method": self.method,
+                "step": self.step,
+                "link": np.asarray(self.channel_names)[used],
+                "bytes": self.link_bytes[used],
+                "busy_s": self.link_busy_s[used],
+                "utilization": self.link_busy_s[used] / self.step_s if self.step_s > 0 else 0.0,
+            }
+        )
 
 
 @dataclass
@@ -450,4 +467,6 @@ def _timeline(
         spans=spans,
         link_intervals=list(monitor.intervals),
         channel_names=list(topo.channel_names),
+        link_bytes=monitor.bytes,
+        link_busy_s=monitor.busy_s,
     )

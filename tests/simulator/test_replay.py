@@ -175,6 +175,9 @@ def test_cli_simulate_writes_results_and_timeline(trace_dir, tmp_path, capsys):
     assert set(df["world_size"]) == {4, 8}
     assert df["speedup_vs_dense"].notna().all()
     assert (out / "timeline.json").is_file()
+    links = pd.read_csv(out / "links.csv")
+    assert set(links["method"]) == {"dense", "compressed"}
+    assert (links["bytes"] > 0).all() and (links["utilization"] <= 1 + 1e-9).all()
 
 
 def test_cli_simulate_user_errors_exit_2(trace_dir, tmp_path, capsys):

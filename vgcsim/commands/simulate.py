@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_step_list,
         default=None,
         metavar="STEPS",
-        help="write timeline.json (Chrome/Perfetto trace) of these trace steps, e.g. 0,1",
+        help="write timeline.json (Chrome/Perfetto trace) and links.csv (bytes, busy time per "
+        "link) of these trace steps, e.g. 0,1",
     )
     parser.add_argument(
         "--path",
@@ -120,8 +121,12 @@ def run(args: argparse.Namespace) -> int:
     )
     out = write_results(df, args.out, header)
     if timelines:
+        import pandas as pd
+
         path = write_chrome_trace(timelines, out / "timeline.json")
-        print(f"timeline: {path} (open in https://ui.perfetto.dev)")
+        links = pd.concat([t.link_table() for t in timelines], ignore_index=True)
+        links.to_csv(out / "links.csv", index=False)
+        print(f"timeline: {path} (open in https://ui.perfetto.dev); per-link bytes: links.csv")
     means = df[df["step"] == -1]
     cols = ["world_size", "method", "collective", "path", "comm_s", "step_s", "speedup_vs_dense"]
     print(means[cols].to_string(index=False, float_format=lambda v: f"{v:.6g}"))
