@@ -306,6 +306,12 @@ def simulate_trace(
         bwd = compute * cfg.backward_fraction
         per_step: dict[str, list[dict[str, Any]]] = {m: [] for m in METHODS}
         want_timeline = set(int(s) for s in timeline_steps)
+        missing = want_timeline - set(int(s) for s in inputs.steps[:n_steps])
+        if missing:
+            raise ConfigError(
+                f"timeline steps {sorted(missing)} are not among the replayed steps "
+                f"{int(inputs.steps[0])}..{int(inputs.steps[n_steps - 1])}"
+            )
         for t in range(n_steps):
             grad_ready = fwd[t][None, :] + bwd[t][None, :] * cum[:, None]  # [K, P]
             for method in METHODS:

@@ -141,6 +141,11 @@ def test_timeline_has_rank_and_link_tracks(trace):
     assert flows and all(e["args"]["bytes"] > 0 for e in flows)
 
 
+def test_timeline_of_a_missing_step_is_an_error(trace):
+    with pytest.raises(ConfigError, match="timeline steps"):
+        simulate_trace(trace, cluster(), [2], SimulateConfig(), timeline_steps=[999])
+
+
 def test_bad_options_are_clear_errors():
     with pytest.raises(UnknownNameError, match="allgatherv/bruck"):
         SimulateConfig(compressed_collective="allgatherv/nope")
