@@ -191,8 +191,8 @@ def crossover_map(
     """Compression ratio needed to beat dense allreduce vs P, one line per interconnect.
 
     ``crossover`` is a :func:`reports.tables.crossover` frame for one trace; ``achieved``
-    maps method labels to their measured compression ratios, drawn as horizontal lines
-    (a method wins on a link wherever its line lies above that link's curve). Points where
+    maps method labels to their measured compression ratios, drawn as labelled dashed
+    horizontal lines (a method wins on a link wherever its line lies above that link's curve). Points where
     no ratio suffices (overhead alone exceeds the dense step) are left out.
     """
     ax = _axes(ax)
@@ -207,15 +207,19 @@ def crossover_map(
             ax.plot([], [], color=color, marker=marker, label=f"{cluster}: no ratio suffices")
             continue
         ax.plot(g["world_size"], g["required_ratio"], marker=marker, color=color, label=cluster)
-    for i, (label, ratio) in enumerate((achieved or {}).items()):
+    for label, ratio in (achieved or {}).items():
         if not (ratio and math.isfinite(ratio)):
             continue
-        ax.axhline(
+        ax.axhline(ratio, color="0.35", linestyle="--", linewidth=1.0)
+        ax.text(
+            0.01,
             ratio,
-            color="0.3",
-            linestyle=(0, (1 + i, 2)),
-            linewidth=1.2,
-            label=f"achieved: {label} ({ratio:,.0f}×)",
+            f" achieved by {label}: {ratio:,.1f}×",
+            transform=ax.get_yaxis_transform(),
+            ha="left",
+            va="bottom",
+            fontsize="x-small",
+            color="0.2",
         )
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(_ratio_formatter))

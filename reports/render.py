@@ -547,8 +547,17 @@ def _png_bytes(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def write_report(report: Report, out_dir: str | Path, *, title: str = "vgcsim report") -> Path:
-    """Write plots, tables, summary and the self-contained HTML page; return the HTML path."""
+def write_report(
+    report: Report,
+    out_dir: str | Path,
+    *,
+    title: str = "vgcsim report",
+    notes: Sequence[str] = (),
+) -> Path:
+    """Write plots, tables, summary and the self-contained HTML page; return the HTML path.
+
+    ``notes`` are short paragraphs shown under the title (how the inputs were made).
+    """
     out = Path(out_dir)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     (out / "tables").mkdir(parents=True, exist_ok=True)
@@ -560,7 +569,7 @@ def write_report(report: Report, out_dir: str | Path, *, title: str = "vgcsim re
         plot.figure.savefig(out / "plots" / f"{plot.name}.svg", format="svg")
         images[plot.name] = base64.b64encode(png).decode("ascii")
 
-    md_parts = [f"# {title}\n"]
+    md_parts = [f"# {title}\n", *(f"{n}\n" for n in notes)]
     if report.summary:
         md_parts.append("\n".join(f"- {s}" for s in report.summary) + "\n")
     for table in report.tables:
@@ -574,7 +583,7 @@ def write_report(report: Report, out_dir: str | Path, *, title: str = "vgcsim re
     )
     (out / "summary.md").write_text("\n".join(md_parts), encoding="utf-8")
 
-    page = _html_page(report, images, title)
+    page = _html_page(report, images, title, notes)
     path = out / "index.html"
     path.write_text(page, encoding="utf-8")
     (out / "report.json").write_text(
@@ -596,7 +605,9 @@ def _slug(s: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", s.lower()).strip("-")
 
 
-def _html_page(report: Report, images: dict[str, str], title: str) -> str:
+def _html_page(
+    report: Report, images: dict[str, str], title: str, notes: Sequence[str] = ()
+) -> str:
     esc = html.escape
     parts = [
         "<!DOCTYPE html>",
@@ -606,12 +617,8 @@ def _html_page(report: Report, images: dict[str, str], title: str) -> str:
         f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{esc(title)}</h1>",
     ]
-    if report.sources:
-        parts.append(
-            '<p class="meta">Result tables: '
-            + ", ".join(f"<code>{esc(s)}</code>" for s in report.sources)
-            + "</p>"
-        )
+    for note in notes:
+        parts.append(f'<p class="meta">{esc(note)}</p>')
     parts.append('<h2 id="summary">Summary</h2>')
     if report.summary:
         parts.append(
@@ -644,6 +651,13 @@ def _html_page(report: Report, images: dict[str, str], title: str) -> str:
         )
     for t in main_tables[1:] + other_tables:
         parts.append(_html_table_block(t))
+    if report.sources:
+        parts.append(
+            '<h2 id="inputs">Inputs</h2><details><summary>'
+            f"{len(report.sources)} result tables</summary><ul>"
+            + "".join(f"<li><code>{esc(s)}</code></li>" for s in report.sources)
+            + "</ul></details>"
+        )
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -663,6 +677,8 @@ def render_report(
     trace_paths: Sequence[str | Path],
     out_dir: str | Path,
     *,
+    title: str = "vgcsim report",
+    notes: Sequence[str] = (),
     progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Load, build and write a report; return the path of its HTML page."""
@@ -672,4 +688,4 @@ def render_report(
     say("computing tables and drawing plots")
     report = build_report(inputs)
     say(f"writing {len(report.plots)} plots and {len(report.tables)} tables")
-    return write_report(report, out_dir)
+    return write_report(report, out_dir, title=title, notes=notes)

@@ -65,7 +65,7 @@ def test_crossover_map_marks_links_without_solution(results):
     _check(ax, "workers P")
     labels = [line.get_label() for line in ax.get_lines()]
     assert "IB-EDR: no ratio suffices" in labels
-    assert any(lbl.startswith("achieved: variance α=2") for lbl in labels)
+    assert any(t.get_text().strip() == "achieved by variance α=2: 400.0×" for t in ax.texts)
 
 
 def test_density_heatmap_has_colorbar():

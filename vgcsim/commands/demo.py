@@ -92,7 +92,7 @@ def _check(cfg: DemoConfig) -> None:
 
 
 def _record_config(cfg: DemoConfig, method: str):
-    from traces.training.record import CompressorConfig, RecordConfig
+    from traces.training.record_config import CompressorConfig, RecordConfig
 
     name, params = DEMO_METHODS[method]
     return RecordConfig(
@@ -211,7 +211,27 @@ def run(args: argparse.Namespace) -> int:
             say(f"simulated {tag} for P = {sizes[0]}..{sizes[-1]}")
 
     # 3. report from the result folders and the traces
-    html = render_report(result_dirs, list(trace_dirs.values()), out / "report")
+    first = read_trace(trace_dirs[cfg.methods[0]]).header["config"]
+    compute_note = (
+        "forward/backward time modelled from the traces' FLOPs on each cluster's device "
+        f"({', '.join(sorted({c.device.name for c in clusters}))}); variance and codec times "
+        "scaled by the same factor"
+        if cfg.compute == "model"
+        else "forward/backward, variance and codec times as measured on this machine's CPU"
+    )
+    notes = [
+        f"Traces: {cfg.steps} steps of {first['model']['name']} on {first['data']['name']}, "
+        f"{cfg.workers} emulated workers × {cfg.batch_size} samples, seed {cfg.seed}. "
+        f"Clusters: {', '.join(c.name for c in clusters)}; P = {', '.join(map(str, sizes))}.",
+        f"Compute: {compute_note}.",
+    ]
+    html = render_report(
+        result_dirs,
+        list(trace_dirs.values()),
+        out / "report",
+        title="vgcsim demo report",
+        notes=notes,
+    )
     say(f"report written to {html.parent}")
     summary = (html.parent / "report.json").read_text(encoding="utf-8")
     for line in json.loads(summary).get("summary", [])[:3]:
