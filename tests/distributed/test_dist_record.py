@@ -69,3 +69,16 @@ def test_user_errors_exit_2_before_any_rank_starts(tmp_path, capsys):
     assert main(["record", "--backend", "mpi", "-q", "-o", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
     assert "not empty" in err and "unknown compressor 'nope'" in err and "unknown backend" in err
+
+
+@pytest.mark.slow
+def test_divergence_stops_every_rank_and_keeps_the_prefix(tmp_path, capsys):
+    out = tmp_path / "nan"
+    args = ["record", "--backend", "gloo", "--nprocs", "2", "-q", "-o", str(out)]
+    for s in [*SETTINGS, "optimizer.lr=1e30", "chunk_steps=1"]:
+        args += ["--set", s]
+    assert main(args) == 2
+    assert "NaN or Inf in the loss or gradients at step" in capsys.readouterr().err
+    trace = read_trace(out)
+    assert trace.header["status"] == "stopped" and trace.steps_count >= 1
+    validate_trace(out)
