@@ -21,11 +21,11 @@ import math
 
 import numpy as np
 import pytest
+from simhelpers import BW, LAT, cluster
 
 from simulator.collectives import COLLECTIVES, get_schedule, unit_sizes
 from simulator.engine import Phase, contention_free, run_fast, run_message
 from simulator.topology import build_topology
-from tests.simulator.conftest import BW, LAT, cluster
 from traces.cluster import LinkSpec
 from traces.errors import UnknownNameError
 from traces.schema import COLLECTIVE_KEYS

@@ -13,10 +13,11 @@ import pytest
 
 models_collectives = pytest.importorskip("models.collectives")
 
+from simhelpers import cluster  # noqa: E402
+
 from simulator.collectives import COLLECTIVES, get_schedule, unit_sizes  # noqa: E402
 from simulator.engine import Phase, run_message  # noqa: E402
 from simulator.topology import build_topology  # noqa: E402
-from tests.simulator.conftest import cluster  # noqa: E402
 
 GAMMA = 2e-10
 N = 4e6

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import simpy
+from simhelpers import BW, LAT, cluster
 
 from simulator.network import Comm, LinkMonitor, make_network
 from simulator.topology import build_topology
-from tests.simulator.conftest import BW, LAT, cluster
 from traces.errors import UnknownNameError
 
 N = 1e6  # bytes

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from simhelpers import cluster
 
 from simulator.replay import SimulateConfig, simulate_trace
 from simulator.timeline import chrome_trace
-from tests.simulator.conftest import cluster
 from traces.cluster import load_cluster
 from traces.errors import ConfigError, UnknownNameError
 from traces.io import read_trace

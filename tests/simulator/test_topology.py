@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from simhelpers import BW, LAT, cluster
 
 from simulator.topology import TOPOLOGIES, build_topology, parse_topology
-from tests.simulator.conftest import BW, LAT, cluster
 from traces.cluster import LinkSpec
 from traces.errors import ConfigError, TopologyError, UnknownNameError
 

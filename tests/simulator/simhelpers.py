@@ -1,8 +1,6 @@
-"""Shared builders for simulator tests: small clusters with round numbers."""
+"""Shared builders for simulator tests: small clusters with round numbers (imported by the tests)."""
 
 from __future__ import annotations
-
-import pytest
 
 from traces.cluster import DEVICE_PRESETS, ClusterSpec, LinkSpec
 
@@ -28,8 +26,3 @@ def cluster(
         gpus_per_node=gpus_per_node,
         device=DEVICE_PRESETS["V100"],
     )
-
-
-@pytest.fixture
-def star_cluster() -> ClusterSpec:
-    return cluster()
