@@ -199,9 +199,13 @@ def speedup_matrix(what_if_table: pd.DataFrame) -> pd.DataFrame:
     if (t["source"] == "simulated").any():
         t = t[t["source"] == "simulated"]
     sizes = sorted(set(int(p) for p in t["world_size"]))
+    traces_per_label = t.groupby("method_label")["trace"].nunique()
     rows = []
-    for (cluster, label), g in t.groupby(["cluster", "method_label"], sort=False):
+    for (cluster, trace), g in t.groupby(["cluster", "trace"], sort=False):
         sp = g.set_index("world_size")["speedup"]
+        label = g["method_label"].iloc[0]
+        if traces_per_label[label] > 1:
+            label = f"{label} ({trace})"
         row: dict[str, Any] = {
             "source": g["source"].iloc[0],
             "interconnect": cluster,

@@ -207,3 +207,10 @@ def test_speedup_matrix_prefers_simulated_and_orders_slow_links_first(results):
     sim = wi[(wi.source == "simulated") & (wi.cluster == "10GbE") & (wi.trace == "strom")]
     assert row["P=16"] == pytest.approx(sim.set_index("world_size").loc[16, "speedup"])
     assert row["largest P where compression wins"] == 64
+
+
+def test_speedup_matrix_tells_traces_with_the_same_label_apart(results):
+    labels = {"var2": "variance α=2", "strom": "variance α=2", "qsgd": "qsgd"}
+    m = tables.speedup_matrix(tables.what_if(results, labels))
+    assert len(m) == 9
+    assert {"variance α=2 (var2)", "variance α=2 (strom)", "qsgd"} == set(m.method)
