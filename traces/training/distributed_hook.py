@@ -39,10 +39,11 @@ log = logging.getLogger(__name__)
 class StepCommStats:
     """What one step's exchange did on this rank (reset by :meth:`VGCState.start_step`).
 
-    ``sent[layer]`` and ``bits[layer][encoding]`` are this rank's own payloads; ``gathered``
-    holds every rank's ``sent`` per layer (known to all after the exchange). Seconds are
-    wall-clock on this rank: ``compress_s`` (compress + encode), ``comm_s`` (the allgatherv:
-    size exchange + payload all_gather), ``decode_s`` (decode + average).
+    ``sent[layer]``, ``bits[layer][encoding]`` and ``numel[layer]`` describe this rank's own
+    payloads. Seconds are wall-clock on this rank: ``compress_s`` (the compress calls; minus
+    the encoding time when ``VGCState.time_encode`` measures ``encode_s`` apart, as the
+    emulated recorder does), ``comm_s`` (the collective: size exchange + payload all_gather,
+    or the dense all_reduce), ``decode_s`` (decode + average).
     """
 
     sent: dict[int, int] = field(default_factory=dict)
@@ -51,7 +52,7 @@ class StepCommStats:
     collective: str = ""  # "allgatherv" or "allreduce"
     wire_bytes: int = 0  # bytes this rank contributed to the payload collective
     compress_s: float = 0.0
-    encode_s: float = 0.0  # part of compress_s, measured only when VGCState.time_encode
+    encode_s: float = 0.0  # measured only when VGCState.time_encode
     comm_s: float = 0.0
     decode_s: float = 0.0
 
@@ -173,11 +174,11 @@ def exchange(state: VGCState, layers: Sequence[int], grads: Sequence[torch.Tenso
         )
     stats = state.stats
     encoder = ENCODINGS[comp.primary_encoding] if state.time_encode else None
-    t0 = time.perf_counter()
     payloads = []
     for i, g in zip(layers, grads, strict=True):
         flat = g.detach().reshape(-1).to(torch.float32).cpu()
         sq = state.sqsums[i].reshape(-1).to(torch.float32).cpu() if needs_sqsum else None
+        t0 = time.perf_counter()
         p = comp.compress(
             flat,
             state.layer_states[i],
@@ -186,16 +187,18 @@ def exchange(state: VGCState, layers: Sequence[int], grads: Sequence[torch.Tenso
             layer=i,
             generator=state.generator,
         )
+        t1 = time.perf_counter()
+        enc_s = 0.0
         if encoder is not None and p.message is not None:
-            te = time.perf_counter()
+            # compress() encoded the primary buffer once; encoding it again times that part.
             encoder.encode(p.message)
-            stats.encode_s += time.perf_counter() - te
+            enc_s = time.perf_counter() - t1
+        stats.encode_s += enc_s
+        stats.compress_s += max(0.0, (t1 - t0) - enc_s)
         payloads.append(p)
         stats.sent[i] = int(p.sent)
         stats.bits[i] = {k: int(v) for k, v in p.bits.items()}
         stats.numel[i] = int(flat.numel())
-    t1 = time.perf_counter()
-    stats.compress_s += t1 - t0
     if state.barrier_before_comm:
         dist.barrier(group=state.process_group)
     stats.collective = state.collective
