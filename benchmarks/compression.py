@@ -10,6 +10,10 @@ Prints (``--json``: one JSON object) three ratios, each a median over timed step
                              all W workers and layers, and decode is the primary buffer.
 
 Targets: fast <= 1.3, exact <= 3.0, codec <= 0.10.
+
+``--gap`` instead measures, per layer, how far the fast squared-gradient sums are from the
+exact ones on a small CNN trained on scikit-learn's digits (real data, shipped with the
+package), at initialisation and after some SGD steps.
 """
 
 from __future__ import annotations
@@ -53,16 +57,67 @@ class SmallCNN(nn.Module):
         return self.head(self.features(x))
 
 
-def _median_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+class DigitsCNN(nn.Module):
+    """Two 3x3 convolutions on 8x8 digits, then two linear layers (no BatchNorm)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(32 * 16, 64),
+            nn.ReLU(),
+            nn.Linear(64, 10),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
 
 
-def run(workers: int, batch: int, steps: int, compressor_name: str, seed: int) -> dict:
+def gap(workers: int, batch: int, steps: int, seed: int) -> dict:
+    """Per-layer fast-vs-exact gap of Σ_z (∇f_z)² on DigitsCNN, before and after training."""
+    from sklearn.datasets import load_digits
+
+    from traces.compression.variance import estimator_gap
+
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    digits = load_digits()
+    images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    labels = torch.tensor(digits.target, dtype=torch.int64)
+    model = DigitsCNN()
+    loss_fn = nn.CrossEntropyLoss(reduction="none")
+    n = workers * batch
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def sample() -> tuple[torch.Tensor, torch.Tensor]:
+        idx = torch.randint(0, len(labels), (n,), generator=gen)
+        return images[idx], labels[idx]
+
+    result = {"model": "DigitsCNN", "workers": workers, "batch_size_per_worker": batch}
+    x, y = sample()
+    result["step_0"] = estimator_gap(model, loss_fn, x, y, workers)
+    for _ in range(steps):
+        xb, yb = sample()
+        opt.zero_grad()
+        loss_fn(model(xb), yb).mean().backward()
+        opt.step()
+    x, y = sample()
+    result[f"step_{steps}"] = estimator_gap(model, loss_fn, x, y, workers)
+    with torch.no_grad():
+        result["train_loss"] = float(loss_fn(model(x), y).mean())
+    return result
+
+
+def run(workers: int, batch: int, rounds: int, compressor_name: str, seed: int) -> dict:
+    """Time plain / fast / exact steps interleaved round by round; medians of per-round ratios.
+
+    Interleaving makes each ratio compare steps run under the same machine load.
+    """
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     model = SmallCNN()
@@ -70,16 +125,15 @@ def run(workers: int, batch: int, steps: int, compressor_name: str, seed: int) -
     n = workers * batch
     x = torch.randn(n, 3, 32, 32, generator=gen)
     y = torch.randint(0, 10, (n,), generator=gen)
-    params = [p for p in model.parameters()]
+    params = list(model.parameters())
     compressor = get_compressor(compressor_name)
     states = [[compressor.init_state(p.numel()) for p in params] for _ in range(workers)]
-    last_payloads: list = []
 
     def plain() -> None:
         model.zero_grad(set_to_none=True)
         loss_fn(model(x), y).mean().backward()
 
-    def step(estimator: str) -> None:
+    def step(estimator: str) -> list:
         wg = worker_gradients(model, loss_fn, x, y, workers, estimator)
         payloads = []
         for w in range(workers):
@@ -95,14 +149,10 @@ def run(workers: int, batch: int, steps: int, compressor_name: str, seed: int) -
                         generator=gen,
                     )
                 )
-        last_payloads[:] = payloads
-        with torch.no_grad():  # apply the aggregated update so the state evolves like training
-            for i, p in enumerate(params):
-                total = sum(payloads[w * len(params) + i].decode() for w in range(workers))
-                p.add_(total.view_as(p), alpha=-0.05 / workers)
+        return payloads
 
-    def encode() -> None:
-        for p in last_payloads:
+    def encode(payloads: list) -> None:
+        for p in payloads:
             make_payload(
                 p.message,
                 sent=p.sent,
@@ -111,36 +161,53 @@ def run(workers: int, batch: int, steps: int, compressor_name: str, seed: int) -
                 decode_context=p.decode_context,
             )
 
-    def decode() -> None:
-        for p in last_payloads:
-            p.decode()
+    def decode(payloads: list) -> list:
+        return [p.decode() for p in payloads]
+
+    def apply(decoded: list) -> None:
+        # The aggregated update, so compressor state evolves as in training (not timed).
+        with torch.no_grad():
+            for i, p in enumerate(params):
+                total = sum(decoded[w * len(params) + i] for w in range(workers))
+                p.add_(total.view_as(p), alpha=-0.05 / workers)
+
+    def timed(fn, *args):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        return time.perf_counter() - t0, out
 
     for _ in range(2):  # warm-up: allocator, torch.func tracing, compressor state
         plain()
-        step("fast")
         step("exact")
-    plain_s = _median_time(plain, steps)
-    fast_s = _median_time(lambda: step("fast"), steps)
-    exact_s = _median_time(lambda: step("exact"), steps)
-    step("fast")
-    encode_s = _median_time(encode, steps)
-    decode_s = _median_time(decode, steps)
-    sent = sum(p.sent for p in last_payloads)
-    numel = sum(p.numel for p in last_payloads)
+        apply(decode(step("fast")))
+    rows = []
+    payloads: list = []
+    for _ in range(rounds):
+        plain_s, _ = timed(plain)
+        exact_s, _ = timed(step, "exact")
+        fast_s, payloads = timed(step, "fast")
+        encode_s, _ = timed(encode, payloads)
+        decode_s, decoded = timed(decode, payloads)
+        apply(decoded)
+        rows.append((plain_s, fast_s, exact_s, encode_s, decode_s))
+    med = statistics.median
+    sent = sum(p.sent for p in payloads)
+    numel = sum(p.numel for p in payloads)
     return {
-        "fast_overhead_ratio": fast_s / plain_s,
-        "exact_overhead_ratio": exact_s / plain_s,
-        "codec_fraction": (encode_s + decode_s) / fast_s,
-        "forward_backward_s": plain_s,
-        "fast_step_s": fast_s,
-        "exact_step_s": exact_s,
-        "encode_s": encode_s,
-        "decode_s": decode_s,
+        "fast_overhead_ratio": med(r[1] / r[0] for r in rows),
+        "exact_overhead_ratio": med(r[2] / r[0] for r in rows),
+        "codec_fraction": med((r[3] + r[4]) / r[1] for r in rows),
+        "forward_backward_s": med(r[0] for r in rows),
+        "fast_step_s": med(r[1] for r in rows),
+        "exact_step_s": med(r[2] for r in rows),
+        "encode_s": med(r[3] for r in rows),
+        "decode_s": med(r[4] for r in rows),
         "density": sent / numel,
         "workers": workers,
         "batch_size_per_worker": batch,
         "parameters": sum(p.numel() for p in params),
         "layers": len(params),
+        "rounds": rounds,
         "compressor": compressor_name,
         "encodings": list(compressor.encodings),
         "torch_threads": torch.get_num_threads(),
@@ -157,17 +224,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=32, help="samples per worker")
-    parser.add_argument("--steps", type=int, default=7, help="timed repeats (median)")
+    parser.add_argument("--rounds", type=int, default=9, help="timed rounds (median of ratios)")
     parser.add_argument("--compressor", default="variance")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads (1: stable on busy hosts)"
+    )
+    parser.add_argument("--gap", action="store_true", help="per-layer fast-vs-exact gap instead")
+    parser.add_argument("--train-steps", type=int, default=200, help="SGD steps for --gap")
     args = parser.parse_args(argv)
-    result = run(args.workers, args.batch, args.steps, args.compressor, args.seed)
+    torch.set_num_threads(args.threads)
+    if args.gap:
+        result = gap(args.workers, args.batch, args.train_steps, args.seed)
+    else:
+        result = run(args.workers, args.batch, args.rounds, args.compressor, args.seed)
     if args.json:
         json.dump(result, sys.stdout)
         sys.stdout.write("\n")
     else:
         for key, value in result.items():
-            print(f"{key:24s} {value}")
+            if isinstance(value, list):
+                print(key)
+                for row in value:
+                    print(
+                        "  "
+                        + "  ".join(
+                            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                            for k, v in row.items()
+                        )
+                    )
+            else:
+                print(f"{key:24s} {value}")
     return 0
 
 

@@ -54,46 +54,51 @@ def _check_choice(kind: str, value: str, valid: tuple[str, ...]) -> None:
         raise unknown_name(kind, value, valid)
 
 
+def _as_numpy(t: torch.Tensor) -> np.ndarray:
+    """1-D fp32 numpy view (shared memory) of a gradient or state tensor."""
+    return check_grad(t).numpy()
+
+
 def _sparse_payload(
     compressor: Compressor,
-    residual: torch.Tensor,
-    indices: torch.Tensor,
+    residual: np.ndarray,
+    indices: np.ndarray,
     *,
     layer: int,
     values: str,
     scale: str = "max",
     rounding: str = "nearest",
     fixed_magnitude: float | None = None,
-) -> tuple[Payload, np.ndarray]:
-    """Quantize ``residual[indices]``, subtract what is sent, and build the payload.
+) -> Payload:
+    """Quantize ``residual[indices]``, subtract what is sent from it, and build the payload.
 
-    ``fixed_magnitude`` sends ``±fixed_magnitude`` (strom, hybrid) as code ``e = 0`` with
-    scale ``M = fixed_magnitude``. Returns the payload and the sent (quantized) values.
+    ``residual`` is a numpy view of the state tensor (updated in place). ``fixed_magnitude``
+    sends ``±fixed_magnitude`` (strom, hybrid) as code ``e = 0`` with scale
+    ``M = fixed_magnitude``. Elementwise work is numpy: single-threaded and free of
+    per-op dispatch cost, which dominates on the many small layers of a model.
     """
-    numel = residual.numel()
-    idx = indices.numpy()
-    picked = residual.numpy()[idx]
+    numel = residual.size
+    picked = residual[indices]
     if fixed_magnitude is not None:
         tau = np.float32(fixed_magnitude)
         negative = picked < 0
         codes = negative.astype(np.uint8) * np.uint8(CODE_SIGN_BIT)
         q = np.where(negative, -tau, tau).astype(np.float32)
-        msg = SparseMessage(layer, numel, idx, codes, float(tau))
+        msg = SparseMessage(layer, numel, indices, codes, float(tau))
     elif values == "code4":
         codes, m, q = quantize_log4(picked, scale=scale, rounding=rounding)
-        msg = SparseMessage(layer, numel, idx, codes, m)
+        msg = SparseMessage(layer, numel, indices, codes, m)
     else:
-        q = picked.copy()
-        msg = SparseMessage(layer, numel, idx, values=q)
-    residual.numpy()[idx] -= q
-    payload = make_payload(
+        q = picked
+        msg = SparseMessage(layer, numel, indices, values=q)
+    residual[indices] = picked - q
+    return make_payload(
         msg,
-        sent=indices.numel(),
+        sent=indices.size,
         encodings=compressor.encodings,
         primary=compressor.primary_encoding,
         decode_context={"coded": msg.coded},
     )
-    return payload, q
 
 
 class _SparseCompressor(Compressor):
@@ -214,20 +219,11 @@ class VarianceCompressor(_SparseCompressor):
         zeros = torch.zeros(numel, dtype=torch.float32)
         return VarianceState(zeros, zeros.clone())
 
-    def _variance_term(
-        self, g: torch.Tensor, sqsum: torch.Tensor | None, batch_size: int
-    ) -> torch.Tensor:
-        if sqsum is None:
-            raise ValueError(f"{self.name} needs sqsum (per-element Σ_z (∇f_z)²)")
-        sq = check_grad(sqsum)
-        if self.config.variance == "sqsum":
-            return sq.mul(1.0 / float(batch_size) ** 2)
-        return (sq / batch_size - g * g).clamp_(min=0) / batch_size
-
-    def _select(self, r: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def _select(self, r: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """Indices i with r_i² > alpha·v_i (alpha = 0: every nonzero r_i)."""
         if self.config.alpha == 0:
-            return r != 0
-        return torch.square(r).gt_(v.mul(self.config.alpha))
+            return np.flatnonzero(r)
+        return np.flatnonzero(np.square(r) > self.config.alpha * v)
 
     def compress(
         self,
@@ -239,17 +235,22 @@ class VarianceCompressor(_SparseCompressor):
         layer: int = 0,
         generator: torch.Generator | None = None,
     ) -> Payload:
-        g = check_grad(grad)
-        r, v = state.residual, state.variance
-        r.add_(g)
-        v.add_(self._variance_term(g, sqsum, batch_size))
-        indices = torch.nonzero(self._select(r, v)).reshape(-1)
-        payload, _ = self._send(r, indices, layer)
-        v.mul_(self.config.zeta)
+        if sqsum is None:
+            raise ValueError(f"{self.name} needs sqsum (per-element Σ_z (∇f_z)²)")
+        g, sq = _as_numpy(grad), _as_numpy(sqsum)
+        r, v = state.residual.numpy(), state.variance.numpy()
+        r += g
+        if self.config.variance == "sqsum":
+            v += sq * np.float32(1.0 / float(batch_size) ** 2)
+        else:
+            v += np.maximum(sq / np.float32(batch_size) - g * g, 0) / np.float32(batch_size)
+        indices = self._select(r, v)
+        payload = self._send(r, indices, layer)
+        v *= np.float32(self.config.zeta)
         v[indices] = 0.0
         return payload
 
-    def _send(self, r: torch.Tensor, indices: torch.Tensor, layer: int) -> tuple[Payload, object]:
+    def _send(self, r: np.ndarray, indices: np.ndarray, layer: int) -> Payload:
         c = self.config
         return _sparse_payload(
             self, r, indices, layer=layer, values=c.values, scale=c.scale, rounding=c.rounding
@@ -287,13 +288,12 @@ class StromCompressor(_SparseCompressor):
         layer: int = 0,
         generator: torch.Generator | None = None,
     ) -> Payload:
-        r = state.residual
-        r.add_(check_grad(grad))
-        indices = torch.nonzero(r.abs() >= self.config.tau).reshape(-1)
-        payload, _ = _sparse_payload(
+        r = state.residual.numpy()
+        r += _as_numpy(grad)
+        indices = np.flatnonzero(np.abs(r) >= np.float32(self.config.tau))
+        return _sparse_payload(
             self, r, indices, layer=layer, values="code4", fixed_magnitude=self.config.tau
         )
-        return payload
 
 
 # --------------------------------------------------------------------------- hybrid
@@ -333,10 +333,11 @@ class HybridCompressor(VarianceCompressor):
             raise ConfigError(f"hybrid: zeta must be in [0, 1], got {c.zeta}")
         _check_choice("variance reading", c.variance, VARIANCE_READINGS)
 
-    def _select(self, r: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return (r.abs() >= self.config.tau) & (r * r > self.config.alpha * v)
+    def _select(self, r: np.ndarray, v: np.ndarray) -> np.ndarray:
+        passes = (np.abs(r) >= np.float32(self.config.tau)) & (np.square(r) > self.config.alpha * v)
+        return np.flatnonzero(passes)
 
-    def _send(self, r: torch.Tensor, indices: torch.Tensor, layer: int) -> tuple[Payload, object]:
+    def _send(self, r: np.ndarray, indices: np.ndarray, layer: int) -> Payload:
         return _sparse_payload(
             self, r, indices, layer=layer, values="code4", fixed_magnitude=self.config.tau
         )
@@ -384,19 +385,18 @@ class TopKCompressor(_SparseCompressor):
         layer: int = 0,
         generator: torch.Generator | None = None,
     ) -> Payload:
-        r = state.residual
-        r.add_(check_grad(grad))
-        n = r.numel()
+        r = state.residual.numpy()
+        r += _as_numpy(grad)
+        n = r.size
         k = min(n, max(1, math.ceil(self.config.fraction * n)))
         if k == n:
-            indices = torch.arange(n)
+            indices = np.arange(n)
         else:
-            indices = torch.sort(torch.topk(r.abs(), k, sorted=False).indices).values
+            indices = np.sort(np.argpartition(np.abs(r), n - k)[n - k :])
         c = self.config
-        payload, _ = _sparse_payload(
+        return _sparse_payload(
             self, r, indices, layer=layer, values=c.values, scale=c.scale, rounding=c.rounding
         )
-        return payload
 
 
 # --------------------------------------------------------------------------- qsgd

@@ -25,6 +25,7 @@ path raise ConfigError (use "exact"); with ``estimator=None`` they fall back to
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 
 ESTIMATORS = ("exact", "fast")
 _HOOKED = (nn.Linear, nn.Conv2d, nn.GroupNorm, nn.LayerNorm)
+#: Modules whose tapped input or output is modified in place later in the forward pass.
+_COPY_TAPS: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -248,14 +251,22 @@ def _module_grads(module, a, delta, workers, b, with_sqsum):
             yield param, per_sample.sum(1), (per_sample.square().sum(1) if with_sqsum else None)
 
 
-def _hooked(model, loss_fn, x, y, workers, *, with_sqsum: bool) -> WorkerGrads:
-    b = _split(x, workers)
-    records: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
+def _tapped_forward(model, loss_fn, x, y):
+    """Forward pass recording (module, input, output) of every hooked module.
+
+    A tapped tensor modified in place later in the forward (``ReLU(inplace=True)``) would
+    make ``autograd.grad`` answer for the modified value, so such modules are remembered
+    in ``_COPY_TAPS`` and the pass is rerun with copies for them (once per module).
+    """
+    records: list[tuple[nn.Module, torch.Tensor, torch.Tensor, int, int]] = []
 
     def hook(module, inputs, output):
-        records.append((module, inputs[0].detach(), output))
-        # Later in-place ops (ReLU(inplace=True)) then modify the clone, not the tapped output.
-        return output.clone()
+        a = inputs[0]
+        if module in _COPY_TAPS:
+            records.append((module, a.detach().clone(), output, -1, -1))
+            return output.clone()
+        records.append((module, a.detach(), output, a._version, output._version))
+        return None
 
     handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, _HOOKED)]
     try:
@@ -263,6 +274,17 @@ def _hooked(model, loss_fn, x, y, workers, *, with_sqsum: bool) -> WorkerGrads:
     finally:
         for h in handles:
             h.remove()
+    return losses, records
+
+
+def _hooked(model, loss_fn, x, y, workers, *, with_sqsum: bool) -> WorkerGrads:
+    b = _split(x, workers)
+    losses, records = _tapped_forward(model, loss_fn, x, y)
+    modified = [r[0] for r in records if r[3] >= 0 and (r[1]._version, r[2]._version) != r[3:]]
+    if modified:
+        _COPY_TAPS.update(modified)
+        losses, records = _tapped_forward(model, loss_fn, x, y)
+    records = [(m, a, o) for m, a, o, _, _ in records]
     tapped = [(m, a, o) for m, a, o in records if o.requires_grad]
     deltas = torch.autograd.grad(losses.sum(), [o for _, _, o in tapped], allow_unused=True)
     named = _trainable(model)
@@ -295,25 +317,36 @@ def _hooked(model, loss_fn, x, y, workers, *, with_sqsum: bool) -> WorkerGrads:
 
 
 def estimator_gap(
-    model: nn.Module, loss_fn: LossFn, x: torch.Tensor, y: torch.Tensor, workers: int
+    model: nn.Module,
+    loss_fn: LossFn,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    workers: int,
+    alpha: float = 2.0,
 ) -> list[dict]:
     """Per layer, how far the fast squared-gradient sums are from the exact ones.
 
-    Returns one dict per trainable parameter: ``layer``, ``name``, ``kind`` (module type),
-    ``rel_error`` = ‖fast − exact‖₁ / ‖exact‖₁ and ``ratio`` = Σ fast / Σ exact.
+    Returns one dict per trainable parameter: ``layer``, ``name``, ``kind`` (owning module
+    type), ``rel_error`` = ‖fast − exact‖₁ / ‖exact‖₁, ``ratio`` = Σ fast / Σ exact,
+    ``grad_rel_error`` (the same for the per-worker gradients) and ``flip_rate``: the
+    share of elements whose first-step send decision g² > alpha·Σ(∇f_z)²/|B|² differs
+    between the two estimators.
     """
     exact = worker_gradients(model, loss_fn, x, y, workers, "exact")
     fast = worker_gradients(model, loss_fn, x, y, workers, "fast")
+    assert exact.sqsums is not None and fast.sqsums is not None
+    b2 = float(x.shape[0] // workers) ** 2
     owner = {}
     for module in model.modules():
         for p in module.parameters(recurse=False):
             owner[id(p)] = type(module).__name__
-    rows = []
     params = dict(model.named_parameters())
-    assert exact.sqsums is not None and fast.sqsums is not None
+    rows = []
     for i, name in enumerate(exact.names):
         e, f = exact.sqsums[i].double(), fast.sqsums[i].double()
+        g = exact.grads[i].double()
         total = float(e.abs().sum())
+        flips = (g.square() > alpha * e / b2) != (g.square() > alpha * f / b2)
         rows.append(
             {
                 "layer": i,
@@ -323,6 +356,7 @@ def estimator_gap(
                 "ratio": float(f.sum()) / total if total else float("nan"),
                 "grad_rel_error": float((fast.grads[i] - exact.grads[i]).abs().sum())
                 / max(float(exact.grads[i].abs().sum()), 1e-30),
+                "flip_rate": float(flips.double().mean()),
             }
         )
     return rows
