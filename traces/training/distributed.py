@@ -150,6 +150,10 @@ def record_rank(cfg, out_dir: Path, *, backend: str, overwrite: bool = False) ->
         "padded_allgather": backend != "nccl",
         "comm_s": "slowest rank's seconds in the exchange collective, after a barrier",
     }
+    # gloo: everything on the CPU; nccl: model, batches and collectives on this rank's GPU
+    # (compression itself runs on the CPU, where the encoders are).
+    device = torch.device(device_for(backend))
+    model.to(device)
     sampler = WorkerSampler(len(data.y_train), world, cfg.batch_size, cfg.seed)
     eval_gen = np.random.default_rng([cfg.seed, 0xE7A1])
     train_eval = np.sort(eval_gen.permutation(len(data.y_train))[: cfg.eval_samples])
@@ -159,7 +163,7 @@ def record_rank(cfg, out_dir: Path, *, backend: str, overwrite: bool = False) ->
         compressor,
         batch_size=cfg.batch_size,
         generator=torch.Generator().manual_seed(cfg.seed + 0x9E37 + rank),
-        device=device_for(backend),
+        device=str(device),
         barrier_before_comm=True,
         time_encode=True,
     )
@@ -177,7 +181,7 @@ def record_rank(cfg, out_dir: Path, *, backend: str, overwrite: bool = False) ->
     try:
         for step in range(cfg.steps):
             idx = torch.from_numpy(sampler.next_indices()[lo:hi])
-            x, y = data.x_train[idx], data.y_train[idx]
+            x, y = data.x_train[idx].to(device), data.y_train[idx].to(device)
             t0 = time.perf_counter()
             wg = worker_gradients(model, _per_sample_loss, x, y, 1, estimator)
             pass_s = time.perf_counter() - t0
@@ -187,7 +191,8 @@ def record_rank(cfg, out_dir: Path, *, backend: str, overwrite: bool = False) ->
                         torch.isfinite(wg.losses).all()
                         and all(g.isfinite().all() for g in wg.grads)
                     )
-                ]
+                ],
+                device=device,
             )
             dist.all_reduce(finite, op=dist.ReduceOp.MIN)
             if finite.item() < 1:
@@ -248,10 +253,10 @@ def record_rank(cfg, out_dir: Path, *, backend: str, overwrite: bool = False) ->
             )
             if (cfg.eval_every and (step + 1) % cfg.eval_every == 0) or step == cfg.steps - 1:
                 train_loss, train_acc = evaluate(
-                    model, data.x_train[train_eval], data.y_train[train_eval]
+                    model, data.x_train[train_eval].to(device), data.y_train[train_eval].to(device)
                 )
                 test_loss, test_acc = evaluate(
-                    model, data.x_test[test_eval], data.y_test[test_eval]
+                    model, data.x_test[test_eval].to(device), data.y_test[test_eval].to(device)
                 )
                 writer.add_eval(
                     {
