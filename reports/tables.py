@@ -440,21 +440,28 @@ def compression_over_steps(payloads: pd.DataFrame, encoding: str) -> pd.DataFram
     return g[["step", "bits", "dense_bits", "compression_ratio"]]
 
 
-def method_table(overview: pd.DataFrame) -> pd.DataFrame:
+def method_table(overview: pd.DataFrame, paper: pd.DataFrame | None = None) -> pd.DataFrame:
     """The paper's Table layout (method, accuracy, compression ratio) from recorded traces.
 
     ``overview`` has one row per trace with columns trace, method_label, compressor,
-    workers, steps, final_test_acc, bits (total bits sent) and dense_bits (total fp32 bits
-    of the same gradients). Adds ``compression_ratio`` and ``acc_vs_dense`` (difference
-    in test accuracy to the dense trace with the most steps, NaN without one).
+    optimizer, paper_key, workers, steps, final_test_acc, bits (total bits sent),
+    dense_bits (total fp32 bits of the same gradients) and mean_density. Adds
+    ``compression_ratio`` and ``acc_vs_dense`` (difference in test accuracy to the dense
+    trace with the same optimizer and the most steps; NaN without one). With ``paper``
+    (:func:`reports.paper.paper_frame`), the paper's accuracy and ratio of the matching
+    row (same optimizer and paper_key) are set beside ours.
     """
     t = overview.copy()
+    for col, default in (("optimizer", ""), ("paper_key", None)):
+        if col not in t:
+            t[col] = default
     t["compression_ratio"] = t["dense_bits"] / t["bits"]
-    dense = t[t["compressor"] == "dense"]
-    ref = float(dense.sort_values("steps")["final_test_acc"].iloc[-1]) if len(dense) else math.nan
-    t["acc_vs_dense"] = t["final_test_acc"] - ref
+    dense = t[t["compressor"] == "dense"].sort_values("steps")
+    ref = dense.groupby("optimizer")["final_test_acc"].last()
+    t["acc_vs_dense"] = t["final_test_acc"] - t["optimizer"].map(ref).astype(float)
     cols = [
         "method_label",
+        "optimizer",
         "trace",
         "workers",
         "steps",
@@ -463,11 +470,17 @@ def method_table(overview: pd.DataFrame) -> pd.DataFrame:
         "compression_ratio",
         "mean_density",
     ]
-    return t[cols].sort_values(["compression_ratio", "trace"]).reset_index(drop=True)
+    if paper is not None:
+        t = t.merge(paper, on=["optimizer", "paper_key"], how="left")
+        cols[6:6] = ["paper_test_acc"]
+        cols[-1:-1] = ["paper_compression_ratio"]
+    return t[cols].sort_values(["optimizer", "compression_ratio", "trace"]).reset_index(drop=True)
 
 
 def trace_overview(trace: Any, label: str | None = None) -> dict[str, Any]:
     """One row of :func:`method_table` input from a loaded ``traces.io.Trace``."""
+    from reports.paper import paper_key
+
     p = trace.payloads
     enc = trace.primary_encoding
     evals = trace.evals
@@ -477,10 +490,15 @@ def trace_overview(trace: Any, label: str | None = None) -> dict[str, Any]:
         else math.nan
     )
     numel = int(p["numel"].sum())
+    config = trace.header.get("config") or {}
+    optimizer = (config.get("optimizer") or {}).get("name", "") if isinstance(config, dict) else ""
+    comp = trace.header.get("compressor") or {}
     return {
         "trace": trace.name,
         "method_label": label or trace.compressor,
         "compressor": trace.compressor,
+        "optimizer": optimizer,
+        "paper_key": paper_key(trace.compressor, comp.get("params")),
         "workers": int(trace.workers),
         "steps": int(trace.steps_count),
         "final_test_acc": acc,
