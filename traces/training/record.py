@@ -206,10 +206,7 @@ def build_header(
 def _gradients(model, x, y, cfg: RecordConfig, estimator: str | None):
     from traces.compression.variance import WorkerGrads, worker_gradients
 
-    batched = cfg.gradient_pass == "batched" or (
-        cfg.gradient_pass == "auto" and estimator is not None
-    )
-    if batched:
+    if cfg.gradient_pass == "batched":
         return worker_gradients(model, _per_sample_loss, x, y, cfg.workers, estimator)
     b = cfg.batch_size
     parts = [

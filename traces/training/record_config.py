@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-GRADIENT_PASSES = ("auto", "batched", "separate")
+GRADIENT_PASSES = ("batched", "separate")
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,11 @@ class RecordConfig:
 
     workers: W emulated workers; batch_size: samples per worker per step; estimator: the
     squared-gradient estimator when the compressor needs one ("exact" or "fast", see
-    ``traces.compression.variance``); gradient_pass: "batched" (one pass for all workers),
-    "separate" (W passes) or "auto" (batched when squared-gradient sums are needed,
-    separate otherwise — the faster of the two in ``python -m traces.training.speed``); eval_every: steps between evaluations (0: only at the end);
+    ``traces.compression.variance``); gradient_pass: "batched" (one pass for all workers,
+    the faster one in ``python -m traces.training.speed``) or "separate" (W passes);
+    threads: torch CPU threads while recording (1 by default: small nets gain little from
+    more, and oversubscribed cores lose a lot; 0 keeps torch's default);
+    eval_every: steps between evaluations (0: only at the end);
     eval_samples: training samples (fixed subset) and test samples used per evaluation.
     """
 
@@ -86,12 +88,12 @@ class RecordConfig:
     steps: int = 300
     seed: int = 0
     estimator: str = "exact"
-    gradient_pass: str = "auto"
+    gradient_pass: str = "batched"
     eval_every: int = 50
     eval_samples: int = 1000
     chunk_steps: int = 50
     probe_every: int = 25
-    threads: int = 0
+    threads: int = 1
 
     def __post_init__(self) -> None:
         for name in (

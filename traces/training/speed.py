@@ -42,7 +42,7 @@ def time_passes(cfg: RecordConfig, repeats: int) -> dict[str, dict[str, float]]:
         idx = torch.from_numpy(sampler.next_indices())
         batches.append((data.x_train[idx], data.y_train[idx]))
     out: dict[str, dict[str, float]] = {}
-    for gp in (g for g in GRADIENT_PASSES if g != "auto"):
+    for gp in GRADIENT_PASSES:
         c = apply_overrides(cfg, [f"gradient_pass={gp}"])
         out[gp] = {}
         for est in ESTIMATOR_CHOICES:
