@@ -12,6 +12,7 @@ elsewhere.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -31,16 +32,19 @@ class Payload:
 
     ``bits[name]`` is the exact bit length (``8 × bytes``, headers and padding included) of
     the buffer under encoding ``name``; ``data`` is the primary encoding's real buffer.
+    ``encode_s`` is the wall-clock time spent encoding (primary buffer + every bit count),
+    so callers can split compress time from encode time.
     """
 
     layer: int
     numel: int
     sent: int
     bits: dict[str, int]
-    data: bytes
+    data: bytes = field(repr=False)
     encoding: str
     decode_context: dict[str, Any] = field(default_factory=dict, repr=False)
     message: Message | None = field(default=None, repr=False)
+    encode_s: float = 0.0
 
     def decode(self) -> torch.Tensor:
         """Decode :attr:`data` (the real buffer) into the dense fp32 tensor of ``numel``."""
@@ -62,6 +66,7 @@ def make_payload(
     Non-primary sizes use each encoder's closed-form ``bit_length``, which tests prove
     equal to ``8 * len(encode(msg))`` for the same input.
     """
+    start = time.perf_counter()
     data = ENCODINGS[primary].encode(msg)
     bits = {}
     for name in encodings:
@@ -75,6 +80,7 @@ def make_payload(
         encoding=primary,
         decode_context=dict(decode_context or {}),
         message=msg if keep_message else None,
+        encode_s=time.perf_counter() - start,
     )
 
 
