@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-from cdp import Browser, find_chromium
-from test_render import LABELS, FakeTrace
+from chromium_cdp import Browser, find_chromium
+from report_data import LABELS, FakeTrace
 
 from reports import render
 

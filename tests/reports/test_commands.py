@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from golden import RESULTS, ROOT, TRACE
+from reports_golden import RESULTS, ROOT, TRACE
 
 from vgcsim.cli import main
 

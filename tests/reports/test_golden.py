@@ -2,7 +2,7 @@
 
 The result tables in tests/data/golden/results were made once from tests/data/sample_trace
 (commands in tests/data/golden/README.md); after a deliberate change to a table, rewrite
-the golden CSVs with ``.venv/bin/python tests/reports/golden.py --write``.
+the golden CSVs with ``.venv/bin/python tests/reports/reports_golden.py --write``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import io
 import numpy as np
 import pandas as pd
 import pytest
-from golden import GOLDEN, RESULTS, ROOT, TRACE, compute
+from reports_golden import GOLDEN, RESULTS, ROOT, TRACE, compute
 
 from reports import tables
 from traces.io import read_trace

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from conftest import build_payloads
 from matplotlib.figure import Figure
+from report_data import build_payloads
 
 from reports import plots, tables
 

@@ -6,32 +6,9 @@ import re
 
 import pandas as pd
 import pytest
-from conftest import build_payloads, build_results
+from report_data import LABELS, FakeTrace, build_results
 
 from reports import render
-
-LABELS = {"var2": "variance α=2", "strom": "strom τ=0.01", "qsgd": "qsgd s=4", "d": "dense"}
-
-
-class FakeTrace:
-    """The attributes of traces.io.Trace that reports read."""
-
-    def __init__(self, name: str, compressor: str, density: float) -> None:
-        self.name = name
-        self.compressor = compressor
-        self.payloads = build_payloads(steps=8, density=density)
-        self.primary_encoding = "packed32"
-        self.workers = 2
-        self.steps_count = 8
-        self.layers = [{"index": i, "name": f"fc{i}.weight"} for i in range(3)]
-        self.evals = pd.DataFrame(
-            {
-                "step": [0, 7],
-                "test_acc": [0.3, 0.9 if density == 1 else 0.87],
-                "train_acc": [0.3, 0.9],
-            }
-        )
-        self.header = {"compressor": {"name": compressor, "params": {}}}
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import DENSE_BYTES, LINKS, build_payloads, build_results
+from report_data import DENSE_BYTES, LINKS, build_payloads, build_results
 
 from reports import tables
 from traces.errors import ResultsError

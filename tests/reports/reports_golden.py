@@ -2,7 +2,7 @@
 
 Run from the repository root to (re)write the golden CSVs after a deliberate change:
 
-    .venv/bin/python tests/reports/golden.py --write
+    .venv/bin/python tests/reports/reports_golden.py --write
 
 The test (test_golden.py) recomputes the same tables and compares them with the files.
 """
