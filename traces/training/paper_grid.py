@@ -151,10 +151,10 @@ def _row(run_dir: Path, optimizer: str, method: Method) -> dict:
     }
 
 
-def _fmt(x: float | None, spec: str) -> str:
+def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
     if x is None or x != x:
         return "—"
-    return format(x, spec)
+    return format(x, spec) + suffix
 
 
 def to_markdown(df: pd.DataFrame) -> str:
@@ -167,9 +167,9 @@ def to_markdown(df: pd.DataFrame) -> str:
         note = "" if r["status"] == "complete" else f" ({r['status']} at step {r['steps']})"
         lines.append(
             f"| {r['optimizer']} | {r['method']}{note} | {_fmt(r['test_acc_pct'], '.1f')} | "
-            f"{_fmt(r['ratio_primary'], ',.1f')}× | {r['primary_encoding']} | {_fmt(r['ratio_best'], ',.1f')}× | "
+            f"{_fmt(r['ratio_primary'], ',.1f', '×')} | {r['primary_encoding']} | {_fmt(r['ratio_best'], ',.1f', '×')} | "
             f"{_fmt(r['density'], '.2e')} | {_fmt(r['paper_acc_pct'], '.1f')} | "
-            f"{_fmt(r['paper_ratio'], ',.1f')}{'×' if r['paper_ratio'] else ''} |"
+            f"{_fmt(r['paper_ratio'], ',.1f', '×')} |"
         )
     return "\n".join(lines) + "\n"
 
