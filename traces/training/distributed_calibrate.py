@@ -22,9 +22,12 @@ shows up as fit error at small sizes); ranks start each repetition together afte
 time and the median over repetitions (or the minimum, ``statistic="min"``) is the
 measurement.
 
-The fit is a relative-error least squares (each equation divided by its measured time, so
-microsecond and millisecond points weigh alike) with α, β, γ ≥ 0, solved exactly over the
-2³ active sets.
+The fit minimises the squared log-ratio Σ (log t̂ − log t)² over α, β, γ ≥ 0: microsecond
+and millisecond points weigh alike, and over- and under-prediction by the same factor cost
+the same (a plain relative-error fit, Σ ((t̂ − t)/t)², caps under-prediction at −100 % and so
+systematically under-predicts noisy timings). It starts from that relative-error fit, solved
+exactly as a non-negative least squares over the 2³ active sets, and refines it with
+Levenberg–Marquardt on log-parameters (which keeps them positive).
 """
 
 from __future__ import annotations
@@ -199,6 +202,7 @@ class LinkFit:
     bandwidth_Bps: float
     gamma_s_per_byte: float
     rms_rel_error: float
+    rms_log_error: float  # sqrt(mean(log(fitted/measured)²)); exp() of it is a typical factor
     world_size: int
     backend: str
 
@@ -227,6 +231,48 @@ def _nnls_small(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 STATISTICS = {"median": np.median, "min": np.min}
 
 
+def _fit_log_ratio(a: np.ndarray, t: np.ndarray, x0: np.ndarray) -> np.ndarray:
+    """Minimise Σ (log(a·x) − log t)² over x ≥ 0 by Levenberg–Marquardt in log x, from x0."""
+    active = np.flatnonzero(a.any(axis=0))
+    x = np.zeros(a.shape[1])
+    if active.size == 0:
+        return x
+    a = a[:, active]
+    # Floor each start value at a thousandth of the time its term would need to explain alone,
+    # so that a parameter the start set to 0 can still grow.
+    with np.errstate(divide="ignore"):
+        scale = np.array([np.median(t[a[:, j] > 0] / a[a[:, j] > 0, j]) for j in range(a.shape[1])])
+    phi = np.log(np.maximum(x0[active], 1e-3 * scale))
+    log_t = np.log(t)
+
+    def residual(phi: np.ndarray) -> np.ndarray:
+        return np.log(a @ np.exp(phi)) - log_t
+
+    r = residual(phi)
+    cost, damping = float(r @ r), 1e-3
+    for _ in range(500):
+        theta = np.exp(phi)
+        jac = a * theta[None, :] / (a @ theta)[:, None]
+        h = jac.T @ jac
+        step = np.linalg.solve(h + damping * np.diag(np.diag(h) + 1e-12), -(jac.T @ r))
+        r_new = residual(phi + step)
+        if float(r_new @ r_new) < cost:
+            phi, r, cost = phi + step, r_new, float(r_new @ r_new)
+            damping = max(damping / 3, 1e-12)
+            if np.max(np.abs(step)) < 1e-9:
+                break
+        else:
+            damping *= 5
+            if damping > 1e12:
+                break
+    theta = np.exp(phi)
+    # A term that explains under a millionth of every measurement is zero, not 1e-90.
+    share = (a * theta[None, :]) / (a @ theta)[:, None]
+    theta[share.max(axis=0) < 1e-6] = 0.0
+    x[active] = theta
+    return x
+
+
 def fit_link(measurements: dict, statistic: str = "median") -> tuple[LinkFit, list[dict]]:
     """Fit α, β, γ to a measurement file's rows; returns the fit and the per-size error table.
 
@@ -244,7 +290,7 @@ def fit_link(measurements: dict, statistic: str = "median") -> tuple[LinkFit, li
     t = np.array([float(reduce(r["seconds"])) for r in rows])
     if np.any(t <= 0):
         raise VgcsimError("a measured time is not positive; the timer or the sweep is broken")
-    x = _nnls_small(a / t[:, None], np.ones_like(t))
+    x = _fit_log_ratio(a, t, _nnls_small(a / t[:, None], np.ones_like(t)))
     fitted = a @ x
     rel = (fitted - t) / t
     alpha, beta, gamma = (float(v) for v in x)
@@ -253,6 +299,7 @@ def fit_link(measurements: dict, statistic: str = "median") -> tuple[LinkFit, li
         bandwidth_Bps=(1.0 / beta) if beta > 0 else float("inf"),
         gamma_s_per_byte=gamma,
         rms_rel_error=float(np.sqrt(np.mean(rel**2))),
+        rms_log_error=float(np.sqrt(np.mean(np.log(fitted / t) ** 2))),
         world_size=world,
         backend=str(measurements.get("backend", "")),
     )

@@ -75,7 +75,8 @@ def cluster_toml(name: str, fit, device: str, note: str) -> str:
     """The cluster file text for a fitted link (a non-blocking star of identical NICs)."""
     source = (
         f"vgcsim calibrate: {fit.backend}, {fit.world_size} ranks, ring alpha-beta-gamma "
-        f"least squares, rms relative error {fit.rms_rel_error:.3f}; {note}"
+        f"log-ratio least squares, rms relative error {fit.rms_rel_error:.3f}, typical factor "
+        f"{math.exp(fit.rms_log_error):.2f}; {note}"
     )
     lines = [
         f"# Written by vgcsim calibrate. {note}",
@@ -170,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"\nfit ({fit.backend}, {fit.world_size} ranks): alpha = {fit.latency_s * 1e6:.2f} us, "
         f"beta = 1/({fit.bandwidth_Bps / 1e9:.3f} GB/s), gamma = {fit.gamma_s_per_byte:.3g} s/B, "
-        f"rms relative error {fit.rms_rel_error:.1%}"
+        f"rms relative error {fit.rms_rel_error:.1%}, typical factor "
+        f"x{math.exp(fit.rms_log_error):.2f}"
     )
     print(f"wrote {out}")
     return 0
