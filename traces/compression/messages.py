@@ -56,8 +56,12 @@ class SparseMessage:
     @cached_property
     def gap_log2(self) -> np.ndarray:
         """``floor(log2 gap)`` of the sorted index gaps (first gap = index_0 + 1), cached."""
-        gaps = np.diff(np.asarray(self.indices, dtype=np.int64), prepend=-1)
-        _, exponent = np.frexp(gaps.astype(np.float64))
+        idx = np.asarray(self.indices, dtype=np.int64)
+        gaps = np.empty(idx.size, dtype=np.float64)
+        if idx.size:
+            gaps[0] = idx[0] + 1
+            np.subtract(idx[1:], idx[:-1], out=gaps[1:], casting="unsafe")
+        _, exponent = np.frexp(gaps)
         return exponent.astype(np.int64) - 1
 
     def sent_values(self) -> np.ndarray:

@@ -23,7 +23,7 @@ import numpy as np
 
 SCALES = ("max", "mean")
 ROUNDINGS = ("nearest", "log", "down")
-_LOG2_4_3 = math.log2(4.0 / 3.0)
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
 
 def quantize_log4(
@@ -46,18 +46,20 @@ def quantize_log4(
         raise ValueError(f"unknown scale rule {scale!r}")
     if m == 0 or not np.isfinite(m):
         return np.zeros(values.size, dtype=np.uint8), float(m), np.zeros_like(values)
-    # t = log2(M/|r|) in float64, so exact powers of two give exact integers.
-    with np.errstate(divide="ignore"):
-        t = np.log2(np.float64(m) / magnitude)
+    # |r|/M = frac·2^ex with frac in [0.5, 1): the two neighbouring levels are
+    # M·2^(ex−1) (e = 1 − ex) and M·2^ex (e = −ex); pick one by the mantissa alone.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac, ex = np.frexp(magnitude / m)
     if rounding == "nearest":
-        e = np.ceil(t - _LOG2_4_3)
+        upper = frac >= np.float32(0.75)
     elif rounding == "log":
-        e = np.round(t)
+        upper = frac >= np.float32(_INV_SQRT2)
     elif rounding == "down":
-        e = np.ceil(t)
+        upper = np.zeros(frac.shape, dtype=bool)
     else:
         raise ValueError(f"unknown rounding rule {rounding!r}")
-    e = np.clip(e, 0, 7).astype(np.int8)
+    e = np.clip(1 - ex.astype(np.int64) - upper, 0, 7).astype(np.int8)
+    e[magnitude == 0] = 7
     negative = np.signbit(values)
     codes = (e | (negative.astype(np.int8) << 3)).astype(np.uint8)
     q = np.ldexp(m, -e).astype(np.float32)
