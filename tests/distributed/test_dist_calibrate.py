@@ -97,6 +97,7 @@ def test_calibrate_on_loopback_writes_a_cluster_predict_accepts(tmp_path, capsys
     text = capsys.readouterr().out
     assert "rel_error" in text and "alpha =" in text
     assert text.count("\n") >= 12  # one line per (op, size) plus the summary
+    assert (tmp_path / "cluster.fit.png").stat().st_size > 5000
     spec = load_cluster(str(out))
     assert spec.topology["kind"] == "star"
     assert spec.link.latency_s >= 0 and 1e6 < spec.link.bandwidth_Bps < 1e13

@@ -316,6 +316,25 @@ def fit_link(measurements: dict, statistic: str = "median") -> tuple[LinkFit, li
     return fit, table
 
 
+def plot_fit(table: list[dict], ax=None):
+    """Measured (points) and fitted (lines) seconds against message size, one colour per op."""
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=(6, 4))
+    ops = list(dict.fromkeys(r["op"] for r in table))
+    for k, op in enumerate(ops):
+        rows = sorted((r for r in table if r["op"] == op), key=lambda r: r["size_bytes"])
+        size = [r["size_bytes"] for r in rows]
+        color = f"C{k}"
+        ax.loglog(size, [r["measured_s"] for r in rows], "o", ms=4, color=color, label=op)
+        ax.loglog(size, [r["fitted_s"] for r in rows], "-", lw=1, color=color)
+    ax.set_xlabel("message size (bytes; allgather(v): per rank)")
+    ax.set_ylabel("seconds (points: measured, lines: fit)")
+    ax.legend(fontsize=8)
+    return ax
+
+
 # ----------------------------------------------------------------------------- entry point
 
 

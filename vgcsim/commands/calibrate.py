@@ -2,8 +2,9 @@
 
 Runs the size sweep of :mod:`traces.training.distributed_calibrate` on ``--nprocs`` local
 ranks (or reads measurements a ``torchrun`` job wrote, ``--from FILE``), fits one α-β-γ link by
-least squares, prints the fit error per size, and writes a cluster TOML (a non-blocking star of
-the fitted link) that ``predict``, ``simulate`` and ``validate`` accept with ``--cluster FILE``.
+least squares, prints the fit error per size (and plots it, ``OUTPUT.fit.png``), and writes a
+cluster TOML (a non-blocking star of the fitted link) that ``predict``, ``simulate`` and
+``validate`` accept with ``--cluster FILE``.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
     out.write_text(cluster_toml(name, fit, args.device, note))
     load_cluster(str(out))  # what predict/simulate will do: fail here, not later
 
+    _save_plot(table, out.with_name(out.stem + ".fit.png"))
     print(format_fit_table(table))
     print(
         f"\nfit ({fit.backend}, {fit.world_size} ranks): alpha = {fit.latency_s * 1e6:.2f} us, "
@@ -174,5 +176,20 @@ def run(args: argparse.Namespace) -> int:
         f"rms relative error {fit.rms_rel_error:.1%}, typical factor "
         f"x{math.exp(fit.rms_log_error):.2f}"
     )
-    print(f"wrote {out}")
+    print(f"wrote {out} and {out.stem}.fit.png")
     return 0
+
+
+def _save_plot(table: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from traces.training.distributed_calibrate import plot_fit
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    plot_fit(table, ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
