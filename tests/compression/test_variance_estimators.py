@@ -135,3 +135,18 @@ def test_unsupported_module_fast_errors_and_none_falls_back():
     exact = worker_gradients(model, LOSS, x, y, W, "exact")
     for got, want in zip(exact.sqsums, sqs, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
+
+
+def test_in_place_use_of_a_tapped_output_is_detected_and_copied():
+    from traces.compression.variance import _COPY_TAPS
+
+    torch.manual_seed(6)
+    model = nn.Sequential(nn.Linear(9, 8), nn.ReLU(inplace=True), nn.Linear(8, 4))
+    x, y = batch((9,), seed=6)
+    _, grads, sqs = reference(model, x, y)
+    out = worker_gradients(model, LOSS, x, y, W, "fast")
+    assert model[0] in _COPY_TAPS and model[2] not in _COPY_TAPS
+    for got, want in zip(out.grads, grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    for got, want in zip(out.sqsums, sqs, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
