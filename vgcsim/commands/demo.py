@@ -145,17 +145,18 @@ def _cluster(name: str, compute: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    from traces.config import apply_overrides, to_dict
+
+    cfg = apply_overrides(DemoConfig(), args.overrides)
+    _check(cfg)
+
     from models.predict import PredictOptions, options_dict, predict_trace, trace_entry
     from reports.render import render_report
     from simulator.replay import SimulateConfig, simulate_trace
     from traces.cluster import cluster_to_dict
-    from traces.config import apply_overrides, to_dict
     from traces.io import read_trace
     from traces.results import finalize_results, results_header, write_results
     from traces.training.record import record
-
-    cfg = apply_overrides(DemoConfig(), args.overrides)
-    _check(cfg)
     out = Path(args.out)
     sizes = tuple(sorted({int(p) for p in cfg.world_sizes}))
     clusters = [_cluster(c, cfg.compute) for c in cfg.clusters]
