@@ -157,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
     from traces.io import read_trace
     from traces.results import finalize_results, results_header, write_results
     from traces.training.record import record
+
     out = Path(args.out)
     sizes = tuple(sorted({int(p) for p in cfg.world_sizes}))
     clusters = [_cluster(c, cfg.compute) for c in cfg.clusters]
