@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from chromium_cdp import Browser, find_chromium
-from report_data import LABELS, FakeTrace
+from reports_golden import RESULTS, ROOT, TRACE
 
 from reports import render
 
@@ -30,13 +30,10 @@ def chromium() -> str:
 
 
 @pytest.mark.browser
-def test_report_page_loads_without_errors(chromium, results, tmp_path):
-    inputs = render.ReportInputs(
-        results=results,
-        result_paths=("results/a",),
-        traces=(FakeTrace("d", "dense", 1.0), FakeTrace("var2", "variance", 0.01)),
-        labels=LABELS,
-    )
+def test_report_page_loads_without_errors(chromium, tmp_path, monkeypatch):
+    # the real thing: committed predict/simulate results of the sample trace, and the trace
+    monkeypatch.chdir(ROOT)
+    inputs = render.load_inputs([p.parent for p in RESULTS], [TRACE])
     report = render.build_report(inputs)
     page = render.write_report(report, tmp_path / "report")
 
