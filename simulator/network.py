@@ -129,6 +129,7 @@ class _Flow:
         "on_arrived",
         "lazy",
         "t_end",
+        "waiters",
     )
 
     def __init__(
@@ -155,6 +156,7 @@ class _Flow:
         self.on_arrived = on_arrived
         self.lazy = False  # alone on its channels: one timer at arrival, release on demand
         self.t_end = math.inf
+        self.waiters: tuple[Waiter, ...] = ()
 
 
 class _NetworkBase:
@@ -175,17 +177,21 @@ class _NetworkBase:
         nbytes: float,
         on_sent: Callback | None = None,
         on_arrived: Callback | None = None,
+        waiters: tuple[Waiter, ...] = (),
     ) -> None:
         """Start a message now; call ``on_sent`` when its last byte has left and
-        ``on_arrived`` when its last byte has arrived."""
+        ``on_arrived`` (and ``done_one`` of each of ``waiters``) when it has arrived."""
         if src == dst:
             if on_sent is not None:
                 on_sent()
             if on_arrived is not None:
                 on_arrived()
+            for w in waiters:
+                w.done_one()
             return
         route = self._route(src, dst)
         flow = _Flow(route, nbytes, self.env.now, src, dst, on_sent, on_arrived)
+        flow.waiters = waiters
         if nbytes <= 0:
             self._transmitted(flow)
             return
@@ -200,13 +206,22 @@ class _NetworkBase:
     def _transmitted(self, flow: _Flow) -> None:
         if flow.on_sent is not None:
             flow.on_sent()
-        on_arrived = flow.on_arrived
-        if on_arrived is None:
+        if flow.on_arrived is None and not flow.waiters:
             return
         if flow.latency_s > 0:
-            self.env.timeout(flow.latency_s).callbacks.append(lambda _e: on_arrived())
+            self.env.timeout(flow.latency_s, flow).callbacks.append(self._arrival_cb)
         else:
-            on_arrived()
+            self._arrived(flow)
+
+    def _arrival_cb(self, event: simpy.Event) -> None:
+        self._arrived(event._value)
+
+    @staticmethod
+    def _arrived(flow: _Flow) -> None:
+        if flow.on_arrived is not None:
+            flow.on_arrived()
+        for w in flow.waiters:
+            w.done_one()
 
     def _start(self, flow: _Flow, route: Route) -> None:
         raise NotImplementedError
@@ -224,9 +239,16 @@ class FairNetwork(_NetworkBase):
 
     def _start(self, flow: _Flow, route: Route) -> None:
         now = flow.start
-        self.monitor.flow_started(flow.channels, flow.nbytes, now)
+        mon = self.monitor
+        mon.flows += 1
+        active, since, nb = mon._active, mon._since, mon._bytes
+        nbytes = flow.nbytes
         alone = True
         for c in flow.channels:
+            nb[c] += nbytes
+            if active[c] == 0:
+                since[c] = now
+            active[c] += 1
             on = self._on[c]
             if on:
                 self._expire(on, now)
@@ -246,10 +268,7 @@ class FairNetwork(_NetworkBase):
         tx = flow.nbytes / flow.rate
         flow.t_end = now + tx
         flow.version += 1
-        version = flow.version
-        self.env.timeout(tx + flow.latency_s).callbacks.append(
-            lambda _e: self._lazy_arrival(flow, version)
-        )
+        self.env.timeout(tx + flow.latency_s, (flow, flow.version)).callbacks.append(self._lazy_cb)
 
     def _expire(self, on: set[_Flow], now: float) -> None:
         """Release lazy flows on a channel whose last byte has already left."""
@@ -258,19 +277,20 @@ class FairNetwork(_NetworkBase):
 
     def _release(self, flow: _Flow) -> None:
         flow.lazy = False
+        on = self._on
         for c in flow.channels:
-            self._on[c].discard(flow)
+            on[c].discard(flow)
         self.monitor.flow_ended(
             flow.channels, flow.start, flow.t_end, flow.nbytes, flow.src, flow.dst
         )
 
-    def _lazy_arrival(self, flow: _Flow, version: int) -> None:
+    def _lazy_cb(self, event: simpy.Event) -> None:
+        flow, version = event._value
         if version != flow.version:
             return  # it met another flow and was rescheduled
         if flow.lazy:
             self._release(flow)
-        if flow.on_arrived is not None:
-            flow.on_arrived()
+        self._arrived(flow)
 
     def _group(self, seeds: list[_Flow]) -> list[_Flow]:
         """Every flow connected to ``seeds`` through shared channels."""
@@ -456,11 +476,7 @@ class Comm:
             self._rendezvous(src, dst, nbytes, send_waiter, waiter)
 
     def _rendezvous(self, src: int, dst: int, nbytes: float, a: Waiter, b: Waiter) -> None:
-        def arrived() -> None:
-            a.done_one()
-            b.done_one()
-
-        self.network.start(src, dst, nbytes, None, arrived)
+        self.network.start(src, dst, nbytes, None, None, (a, b))
 
     def _arrive(self, key: Hashable) -> None:
         waiter = self._pending.pop(key, None)
