@@ -20,7 +20,7 @@ def cnn() -> nn.Module:
         nn.GroupNorm(2, 6),
         nn.ReLU(inplace=True),
         nn.MaxPool2d(2),
-        nn.Conv2d(6, 8, 3, stride=2, padding="valid", bias=False),
+        nn.Conv2d(6, 8, 3, stride=2, padding="valid", bias=False, groups=2),
         nn.ReLU(),
         nn.Flatten(),
         nn.Linear(8, 7),
