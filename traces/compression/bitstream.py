@@ -124,9 +124,11 @@ def read_fields(bits: np.ndarray, positions: np.ndarray, widths: np.ndarray) -> 
 def _zero_runs(bits: np.ndarray) -> np.ndarray:
     """For every position p (and p = len), the number of zeros from p to the next one bit."""
     size = bits.size
-    ones = np.append(np.flatnonzero(bits), size)
-    positions = np.arange(size + 1)
-    return ones[np.searchsorted(ones, positions)] - positions
+    positions = np.arange(size + 1, dtype=np.int64)
+    # next one at or after p: a reversed running minimum over "p if bit p is set else size"
+    marks = np.where(np.append(bits, np.uint8(1)).astype(bool), positions, size)
+    next_one = np.minimum.accumulate(marks[::-1])[::-1]
+    return next_one - positions
 
 
 def _chain(next_start: np.ndarray, count: int) -> np.ndarray:

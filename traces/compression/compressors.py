@@ -460,11 +460,12 @@ class QSGDCompressor(Compressor):
         padded = torch.zeros(buckets * d, dtype=torch.float32)
         padded[:n] = g
         norms = padded.view(buckets, d).norm(dim=1)
-        per = norms.repeat_interleave(d)[:n]
-        ratio = torch.where(per > 0, g.abs() / torch.where(per > 0, per, 1.0), 0.0) * s
-        u = torch.rand(n, generator=generator, dtype=torch.float32)
-        level = torch.floor(ratio + u).clamp_(0, s).to(torch.int64)
-        return norms, torch.where(g < 0, -level, level)
+        # An all-zero bucket has only zero elements: dividing them by 1 keeps level 0.
+        safe = torch.where(norms > 0, norms, torch.ones_like(norms))
+        ratio = g.abs().div_(safe.repeat_interleave(d)[:n]).mul_(s)
+        ratio.add_(torch.rand(n, generator=generator, dtype=torch.float32))
+        level = ratio.floor_().clamp_(0, s)
+        return norms, torch.copysign(level, g).to(torch.int64)
 
     def compress(
         self,
