@@ -106,3 +106,27 @@ def test_compressors_over_shapes_and_dtypes(name, shape, dtype, seed):
         assert torch.all(torch.isfinite(out))
         for enc, bits in p.bits.items():
             assert bits == 8 * len(ENCODINGS[enc].encode(p.message)), (enc, step)
+
+
+@SETTINGS
+@given(
+    st.integers(1, 3000),
+    st.sampled_from([1, 7, 128, 512]),
+    st.sampled_from([1, 3, 7, 15, 255]),
+    st.sampled_from([0.0, 0.01, 0.3, 1.0]),
+    st.integers(0, 2**31 - 1),
+)
+def test_qsgd_encoders_round_trip_with_exact_bits(n, d, s, density, seed):
+    from traces.compression.messages import QSGDMessage
+
+    rng = np.random.default_rng(seed)
+    levels = rng.integers(-s, s + 1, n) * (rng.random(n) < density)
+    norms = rng.random(-(-n // d)).astype(np.float32)
+    msg = QSGDMessage(1, n, d, s, norms, levels.astype(np.int64))
+    for name in ("qsgd_fixed", "qsgd_elias"):
+        enc = ENCODINGS[name]
+        data = enc.encode(msg)
+        assert enc.bit_length(msg) == 8 * len(data)
+        back = enc.decode(data, numel=n, bucket_size=d, s=s)
+        np.testing.assert_array_equal(back.levels, msg.levels)
+        np.testing.assert_array_equal(back.dense(), msg.dense())
