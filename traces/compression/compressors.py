@@ -161,7 +161,8 @@ class DenseCompressor(Compressor):
         g = check_grad(grad)
         if self.config.precision == "fp16":
             g = g.to(torch.float16).to(torch.float32)
-        msg = DenseMessage(layer, g.numel(), g.numpy())
+        # A copy: the message must not alias the caller's gradient buffer.
+        msg = DenseMessage(layer, g.numel(), g.numpy().copy())
         return make_payload(
             msg, sent=g.numel(), encodings=self.encodings, primary=self.primary_encoding
         )
