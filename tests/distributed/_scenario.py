@@ -80,3 +80,12 @@ def emulate(name: str, workers: int, steps: int, seed: int):
         opt.step()
         sent.append([[s for s, _ in row] for row in step_sent])
     return [p.detach().clone() for p in params], sent
+
+
+def segments_of(rank: int) -> list[bytes]:
+    """Rank r's allgatherv segments: r*7 bytes, a segment only rank 0 fills, 3 rank bytes."""
+    return [
+        bytes((rank * 31 + i) % 256 for i in range(rank * 7)),
+        b"\x01\x02" if rank == 0 else b"",
+        bytes([rank]) * 3,
+    ]

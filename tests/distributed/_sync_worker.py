@@ -2,7 +2,8 @@
 
 Usage: _sync_worker.py RUNS STEPS SEED OUT
 RUNS is a comma-separated list of MODE:COMPRESSOR (MODE: sync | ddp), run one after the other
-in the same process group; rank 0 saves {run: {"params", "sent"}} to OUT.
+in the same process group, or "allgatherv:-" (uneven, empty and no segments through the raw
+allgatherv); rank 0 saves {run: result} to OUT.
 """
 
 from __future__ import annotations
@@ -11,9 +12,18 @@ import sys
 
 import torch
 import torch.distributed as dist
-from _scenario import BATCH_PER_WORKER, LR, build_model, global_batch, loss_fn, make_compressor
+from _scenario import (
+    BATCH_PER_WORKER,
+    LR,
+    build_model,
+    global_batch,
+    loss_fn,
+    make_compressor,
+    segments_of,
+)
 
 from traces.compression.variance import worker_gradients
+from traces.training.distributed_allgatherv import allgatherv_segments, wire_bytes
 from traces.training.distributed_hook import VGCState, sync_gradients, vgc_hook
 from traces.training.distributed_launch import init_process_group
 
@@ -55,12 +65,28 @@ def one_run(mode: str, name: str, steps: int, seed: int, rank: int, world: int) 
     return {"params": [p.detach().clone() for p in model.parameters()], "sent": sent}
 
 
+def gathers(rank: int) -> dict:
+    out = {}
+    for name, segments in (("uneven", segments_of(rank)), ("empty", [b"", b""]), ("none", [])):
+        res = allgatherv_segments(segments)
+        out[name] = {
+            "segments": res.segments,
+            "rank_bytes": res.rank_bytes,
+            "padded": res.padded,
+            "wire_bytes": wire_bytes(res),
+        }
+    return out
+
+
 def main(runs: str, steps: int, seed: int, out: str) -> int:
     env = init_process_group("gloo", timeout_s=60)
     results = {}
     for run in runs.split(","):
         mode, name = run.split(":")
-        results[run] = one_run(mode, name, steps, seed, env.rank, env.world_size)
+        if mode == "allgatherv":
+            results[run] = gathers(env.rank)
+        else:
+            results[run] = one_run(mode, name, steps, seed, env.rank, env.world_size)
     if env.rank == 0:
         torch.save(results, out)
     dist.destroy_process_group()

@@ -3,8 +3,8 @@
 Four gloo ranks on 127.0.0.1 each compute their shard's gradient, compress it with their own
 state, exchange the real encoded bytes with an allgatherv, decode and average. With a fixed
 seed and the same data split this must reach the emulation's parameters (within 1e-6) with the
-same elements sent by every worker at every step. One launch runs every case (process start-up
-dominates on small machines).
+same elements sent by every worker at every step. One launch runs every case, the raw
+allgatherv's edge cases included (process start-up dominates on small machines).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from _scenario import emulate
+from _scenario import emulate, segments_of
 
 from traces.training.distributed_launch import launch_local
 
 HERE = Path(__file__).parent
 WORKERS, STEPS, SEED = 4, 6, 7
-RUNS = ("sync:variance", "sync:dense", "ddp:variance")
+RUNS = ("allgatherv:-", "sync:variance", "sync:dense", "ddp:variance")
 
 pytestmark = pytest.mark.distributed
 
@@ -33,7 +33,20 @@ def real_runs(tmp_path_factory) -> dict:
         timeout_s=100,
         threads_per_proc=1,
     )
-    return torch.load(out)
+    return torch.load(out, weights_only=False)  # our own file: bytes and lists inside
+
+
+def test_allgatherv_delivers_uneven_and_empty_segments_padded_on_gloo(real_runs):
+    got = real_runs["allgatherv:-"]
+    uneven = got["uneven"]
+    assert uneven["segments"] == [segments_of(r) for r in range(WORKERS)]
+    assert uneven["rank_bytes"] == [sum(map(len, segments_of(r))) for r in range(WORKERS)]
+    # gloo: every rank sends the largest rank's length (rank 3: 21 + 3 bytes).
+    assert uneven["padded"] and uneven["wire_bytes"] == [24] * WORKERS
+    # All-empty payloads still make a valid exchange: one pad byte each.
+    assert got["empty"]["segments"] == [[b"", b""]] * WORKERS
+    assert got["empty"]["wire_bytes"] == [1] * WORKERS
+    assert got["none"]["segments"] == [[]] * WORKERS
 
 
 def assert_params_close(got, want, atol):
