@@ -82,3 +82,9 @@ def test_committed_sample_trace_is_valid():
     assert check_trace(t) == []
     assert t.status == "complete" and t.workers == 4 and t.steps_count == 100
     assert t.compressor == "variance" and not t.synthetic
+
+
+def test_committed_synthetic_resnet50_trace_is_valid():
+    t = read_trace(SAMPLE.parent / "synth_resnet50")
+    assert check_trace(t) == []
+    assert t.synthetic and len(t.layers) == 161 and t.workers == 4
