@@ -150,3 +150,17 @@ def test_in_place_use_of_a_tapped_output_is_detected_and_copied():
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
     for got, want in zip(out.sqsums, sqs, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
+
+
+def test_exact_in_sample_chunks_matches_one_pass(monkeypatch):
+    import traces.compression.variance as variance
+
+    model = cnn()
+    x, y = batch((2, 8, 8), seed=7)
+    whole = worker_gradients(model, LOSS, x, y, W, "exact")
+    per_sample = 4 * sum(p.numel() for p in model.parameters())
+    monkeypatch.setattr(variance, "EXACT_CHUNK_BYTES", 4 * per_sample)  # chunks of 4 samples
+    chunked = worker_gradients(model, LOSS, x, y, W, "exact")
+    torch.testing.assert_close(chunked.losses, whole.losses)
+    for a, b in zip(chunked.grads + chunked.sqsums, whole.grads + whole.sqsums, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 ESTIMATORS = ("exact", "fast")
 _HOOKED = (nn.Linear, nn.Conv2d, nn.GroupNorm, nn.LayerNorm)
+#: Memory bound for the exact estimator's per-sample gradients (processed in sample chunks).
+EXACT_CHUNK_BYTES = 512 * 2**20
 #: Modules whose tapped input or output is modified in place later in the forward pass.
 _COPY_TAPS: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
@@ -127,15 +129,30 @@ def _exact(model: nn.Module, loss_fn: LossFn, x: torch.Tensor, y: torch.Tensor, 
         loss = loss_fn(out, yi.unsqueeze(0)).sum()
         return loss, loss.detach()
 
-    per_sample, losses = vmap(
+    per_sample_grads = vmap(
         grad(sample_loss, has_aux=True), in_dims=(None, 0, 0), randomness="different"
-    )(params, x, y)
-    b = _split(x, workers)
-    grads, sqsums = [], []
-    for name, p in named:
-        g = per_sample[name].reshape(workers, b, *p.shape)
-        grads.append(g.mean(1))
-        sqsums.append(g.square().sum(1))
+    )
+    n, b = x.shape[0], _split(x, workers)
+    # Per-sample gradients take n × (parameter count) floats; large models are processed in
+    # sample chunks of at most EXACT_CHUNK_BYTES, summed into the per-worker results.
+    per_sample_bytes = 4 * sum(p.numel() for _, p in named)
+    chunk = max(1, min(n, EXACT_CHUNK_BYTES // max(per_sample_bytes, 1)))
+    grads = [torch.zeros(workers, *p.shape) for _, p in named]
+    sqsums = [torch.zeros(workers, *p.shape) for _, p in named]
+    losses = torch.zeros(n)
+    for start in range(0, n, chunk):
+        stop = min(n, start + chunk)
+        per_sample, losses[start:stop] = per_sample_grads(params, x[start:stop], y[start:stop])
+        owner = torch.arange(start, stop) // b
+        for i, (name, _) in enumerate(named):
+            g = per_sample[name]
+            if chunk == n:
+                grads[i] = g.reshape(workers, b, *g.shape[1:]).sum(1)
+                sqsums[i] = g.square().reshape(workers, b, *g.shape[1:]).sum(1)
+            else:
+                grads[i].index_add_(0, owner, g)
+                sqsums[i].index_add_(0, owner, g.square())
+    grads = [g / b for g in grads]
     return WorkerGrads(losses.reshape(workers, b).mean(1), grads, sqsums, [n for n, _ in named])
 
 
