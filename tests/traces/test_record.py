@@ -196,3 +196,21 @@ def test_sigkill_leaves_valid_prefix(tmp_path):
     assert t.status == "running"
     assert t.steps_count >= 9 and t.steps_count % 3 == 0
     assert t.payloads["step"].max() == t.steps_count - 1
+
+
+def test_cifar10_reads_standard_binary_files(tmp_path):
+    import numpy as np
+
+    folder = tmp_path / "cifar-10-batches-bin"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
+        labels = rng.integers(0, 10, size=(4, 1), dtype=np.uint8)
+        pixels = rng.integers(0, 256, size=(4, 3072), dtype=np.uint8)
+        np.concatenate([labels, pixels], axis=1).tofile(folder / name)
+    data = load_dataset("cifar10", root=str(tmp_path), download=False)
+    assert data.x_train.shape == (20, 3, 32, 32) and data.x_test.shape == (4, 3, 32, 32)
+    assert data.y_train.dtype == torch.int64 and int(data.y_train.max()) < 10
+    (folder / "test_batch.bin").write_bytes(b"\x00" * 100)
+    with pytest.raises(ConfigError, match="not a CIFAR-10 binary batch"):
+        load_dataset("cifar10", root=str(tmp_path), download=False)
