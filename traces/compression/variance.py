@@ -16,6 +16,9 @@ samples z. Two estimators:
   * biases, GroupNorm and LayerNorm affine parameters: per-sample gradients are cheap
     reductions, so their squared sums are exact.
 
+A module applied more than once per sample (shared weights) gets exact per-worker
+gradients but, in the fast path, squares summed per use — another approximation.
+
 Both return each worker's gradient of its mean loss; ``estimator=None`` returns gradients
 only. Modules with parameters outside Linear, Conv2d, GroupNorm and LayerNorm make the fast
 path raise ConfigError (use "exact"); with ``estimator=None`` they fall back to
