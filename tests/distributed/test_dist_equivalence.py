@@ -30,7 +30,7 @@ def real_runs(tmp_path_factory) -> dict:
     launch_local(
         [str(HERE / "_sync_worker.py"), ",".join(RUNS), str(STEPS), str(SEED), str(out)],
         WORKERS,
-        timeout_s=100,
+        timeout_s=300,
         threads_per_proc=1,
     )
     return torch.load(out, weights_only=False)  # our own file: bytes and lists inside

@@ -133,12 +133,43 @@ def launch_local(
     ``OMP_NUM_THREADS = max(1, cpus // nprocs)`` so the ranks do not oversubscribe the cores.
     Returns when every rank exited 0. If one fails, the others are terminated and a
     :class:`DistributedRunError` shows the failed rank's last output lines; the whole job is
-    killed after ``timeout_s`` seconds.
+    killed after ``timeout_s`` seconds. A rendezvous port that another process binds between
+    being picked and rank 0 binding it is retried on a fresh port (3 attempts).
     """
     if nprocs < 1:
         raise ConfigError(f"nprocs must be >= 1, got {nprocs}")
-    port = free_port(master_addr)
     threads = threads_per_proc or max(1, (os.cpu_count() or 1) // nprocs)
+    for attempt in range(1, _PORT_ATTEMPTS + 1):
+        port = free_port(master_addr)
+        try:
+            _run_once(argv, nprocs, port, threads, timeout_s, master_addr, extra_env, cwd)
+            return
+        except _PortTaken:
+            # The port was free when picked but another process bound it before rank 0 did.
+            log.warning("rendezvous port %d was taken (attempt %d); retrying", port, attempt)
+    raise DistributedRunError(
+        f"no free rendezvous port on {master_addr} after {_PORT_ATTEMPTS} attempts"
+    )
+
+
+_PORT_ATTEMPTS = 3
+_PORT_TAKEN_MARKERS = ("Address already in use", "EADDRINUSE", "address already in use")
+
+
+class _PortTaken(Exception):
+    pass
+
+
+def _run_once(
+    argv: Sequence[str],
+    nprocs: int,
+    port: int,
+    threads: int,
+    timeout_s: float,
+    master_addr: str,
+    extra_env: Mapping[str, str] | None,
+    cwd: str | Path | None,
+) -> None:
     procs: list[subprocess.Popen] = []
     logs: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="vgcsim-ranks-") as tmp:
@@ -198,6 +229,8 @@ def _wait_all(procs: list[subprocess.Popen], logs: list[Path], timeout_s: float)
                 p.kill()
                 p.wait()
     tail = _tail(logs[failed])
+    if any(m in tail for m in _PORT_TAKEN_MARKERS):
+        raise _PortTaken(tail)
     raise DistributedRunError(
         f"rank {failed} exited with status {procs[failed].returncode}; its last output:\n{tail}"
     )
