@@ -79,7 +79,7 @@ def gathers(rank: int) -> dict:
 
 
 def main(runs: str, steps: int, seed: int, out: str) -> int:
-    env = init_process_group("gloo", timeout_s=60)
+    env = init_process_group("gloo", timeout_s=300)
     results = {}
     for run in runs.split(","):
         mode, name = run.split(":")
