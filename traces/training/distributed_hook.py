@@ -274,7 +274,19 @@ def vgc_hook(state: VGCState, bucket: dist.GradBucket) -> torch.futures.Future[t
     ``VGCState.for_model(ddp_model.module, compressor, ...)``; call ``state.start_step(...)``
     before each backward pass (with ``sqsums`` for variance-type compressors). The hook runs
     synchronously and returns a completed future holding the averaged bucket. Layers are
-    identified by parameter identity, so the bucket order DDP chooses does not matter.
+    identified by parameter identity, so the bucket order DDP chooses does not matter; each
+    bucket is one allgatherv (``dense``: one all_reduce).
+
+    Example::
+
+        >>> # xdoctest: +SKIP
+        >>> state = VGCState.for_model(model, get_compressor("variance", alpha=2.0),
+        ...                            batch_size=32)
+        >>> ddp_model = DistributedDataParallel(model)
+        >>> ddp_model.register_comm_hook(state, vgc_hook)
+        >>> wg = worker_gradients(model, per_sample_loss, x, y, workers=1, estimator="fast")
+        >>> state.start_step(sqsums=[s[0] for s in wg.sqsums])
+        >>> loss_fn(ddp_model(x), y).mean().backward()
     """
     params = bucket.parameters()
     grads = bucket.gradients()
