@@ -116,15 +116,19 @@ def _render_info(info: dict[str, Any], with_layers: bool) -> str:
             "measured seconds (all workers): " + ", ".join(f"{k} {v:.2f}" for k, v in secs.items())
         )
     if with_layers:
-        primary = info["primary_encoding"]
-        lines.append(f"per layer (ratio under {primary}):")
+        encs = list(info["compression_ratio"])
+        lines.append("per layer (compression ratio under each encoding):")
+        head = f"  {'#':>3} {'name':<36} {'numel':>11} {'density':>8}"
+        lines.append(head + "".join(f" {e[:16]:>16}" for e in encs))
         for row in info["per_layer"]:
-            r = row.get(f"ratio_{primary}")
-            r_txt = (
-                "n/a" if r is None or (isinstance(r, float) and math.isnan(r)) else _fmt_ratio(r)
-            )
+            cells = ""
+            for e in encs:
+                r = row.get(f"ratio_{e}")
+                ok = r is not None and not (isinstance(r, float) and math.isnan(r))
+                cells += f" {_fmt_ratio(r) if ok else 'n/a':>16}"
             lines.append(
-                f"  {row['layer']:>3} {row['name']:<40} {row['numel']:>10,}  density {row['density']:.4g}  {r_txt}"
+                f"  {row['layer']:>3} {row['name'][:36]:<36} {row['numel']:>11,} {row['density']:>8.4f}"
+                + cells
             )
     return "\n".join(lines)
 
