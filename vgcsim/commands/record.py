@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from traces.training.record_config import RecordConfig
 
 HELP = "record a compression trace from real training with W emulated workers"
 
@@ -52,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_config(args: argparse.Namespace):
+def build_config(args: argparse.Namespace) -> RecordConfig:
     """RecordConfig from --config, --set and the shortcut flags (in that order)."""
     from traces.config import apply_overrides, config_from_dict, load_toml
     from traces.training.record_config import RecordConfig
