@@ -11,12 +11,12 @@ import pytest
 
 from traces.cluster import load_cluster
 from traces.io import read_trace
-from traces.training.distributed_validate import (
+from vgcsim.cli import main
+from vgcsim.commands.validate import (
     ValidateOptions,
     validation_frame,
     validation_summary,
 )
-from vgcsim.cli import main
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
 

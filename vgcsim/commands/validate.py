@@ -1,17 +1,176 @@
 """``vgcsim validate RUN --cluster FILE``: measured vs predicted vs simulated communication.
 
-RUN is a trace recorded on real ranks (``vgcsim record --backend gloo --nprocs N``), whose
-steps carry the measured ``comm_s``; FILE a cluster (preset name or TOML, e.g. the output of
-``vgcsim calibrate``). Prints the aggregate table and the first steps, and with ``-o DIR``
-writes ``validation.csv`` (per step), ``validation_summary.csv`` and ``validation.png``.
+A trace recorded on real ranks (``vgcsim record --backend gloo|nccl``) carries ``comm_s``:
+the measured seconds of each step's exchange collective (allgatherv of the compressed
+payloads; all_reduce for ``dense``). Replaying the same trace on a cluster — ideally the one
+``vgcsim calibrate`` fitted on the same network — with the closed-form models
+(``models.predict``) and the discrete-event simulator (``simulator.replay``) gives their
+``comm_s`` for the same per-rank payloads. :func:`validation_frame` puts the three side by
+side per step, :func:`validation_summary` aggregates them, :func:`plot_validation` draws them
+(Axes in, Axes out). Errors are relative to the measurement: ``(model − measured) / measured``.
+
+The command prints the aggregate table and the first steps, and with ``-o DIR`` writes
+``validation.csv`` (per step), ``validation_summary.csv`` and ``validation.png``. It lives at
+the front door because it joins the later stages (models, simulator) with a recorded trace.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from traces.errors import TraceError
 
 HELP = "compare measured communication of a distributed run with the models and the simulator"
+
+SOURCES = ("predicted", "simulated")
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    """Which collectives model the run. ``None``: what the recorder ran (padded allgatherv on
+    gloo, ring allgatherv on NCCL; ring allreduce for ``dense``)."""
+
+    allreduce: str = "ring"
+    allgatherv: str | None = None
+    simulate: bool = True
+
+
+def measured_method(trace: Any) -> str:
+    """``"dense"`` (all_reduce was measured) or ``"compressed"`` (allgatherv was measured)."""
+    return "dense" if trace.compressor == "dense" else "compressed"
+
+
+def default_allgatherv(trace: Any) -> str:
+    """The algorithm the recorder's allgatherv is: padded on gloo, uneven (ring) on NCCL."""
+    dist = trace.header.get("distributed") or {}
+    return "padded" if dist.get("padded_allgather", True) else "ring"
+
+
+def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateOptions()):
+    """Per-step measured, predicted and simulated communication seconds of ``trace``.
+
+    Columns: step, measured_s, predicted_s, simulated_s (NaN when not simulated),
+    predicted_rel_error, simulated_rel_error, payload_bytes_max, payload_bytes_mean.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from models.predict import PredictOptions, predict_trace
+
+    if "comm_s" not in trace.steps.columns:
+        raise TraceError(
+            f"trace {trace.name} has no measured comm_s; record it on real ranks with "
+            "`vgcsim record --backend gloo --nprocs N`"
+        )
+    p = int(trace.workers)
+    method = measured_method(trace)
+    allgatherv = opts.allgatherv or default_allgatherv(trace)
+    pred = predict_trace(
+        trace,
+        cluster,
+        PredictOptions(
+            world_sizes=(p,), allreduce=(opts.allreduce,), allgatherv=(allgatherv,), per_step=True
+        ),
+    )
+    pred = pred[(pred["method"] == method) & (pred["step"] >= 0)].set_index("step")
+    out = pd.DataFrame({"step": trace.steps["step"].to_numpy(dtype=np.int64)})
+    out["measured_s"] = trace.steps["comm_s"].to_numpy(dtype=float)
+    out["predicted_s"] = pred["comm_s"].reindex(out["step"]).to_numpy(dtype=float)
+    out["simulated_s"] = np.nan
+    if opts.simulate:
+        from simulator.replay import SimulateConfig, simulate_trace
+
+        sim_cfg = SimulateConfig(
+            dense_collective=f"allreduce/{opts.allreduce}",
+            compressed_collective=f"allgatherv/{allgatherv}",
+            per_step=True,
+        )
+        sim, _, _ = simulate_trace(trace, cluster, [p], sim_cfg)
+        sim = sim[(sim["method"] == method) & (sim["step"] >= 0)].set_index("step")
+        out["simulated_s"] = sim["comm_s"].reindex(out["step"]).to_numpy(dtype=float)
+    for src in SOURCES:
+        out[f"{src}_rel_error"] = (out[f"{src}_s"] - out["measured_s"]) / out["measured_s"]
+    out["payload_bytes_max"] = pred["payload_bytes_max"].reindex(out["step"]).to_numpy()
+    out["payload_bytes_mean"] = pred["payload_bytes_mean"].reindex(out["step"]).to_numpy()
+    out.attrs.update(
+        method=method,
+        collective=f"allreduce/{opts.allreduce}"
+        if method == "dense"
+        else f"allgatherv/{allgatherv}",
+        world_size=p,
+        cluster=cluster.name,
+        trace=trace.name,
+    )
+    return out
+
+
+def validation_summary(df: Any) -> Any:
+    """Aggregate rows, one per source: total and mean seconds over steps, the error of the
+    mean, the median and 90th-percentile absolute per-step error, and how often the model
+    is within 25 % of the measurement."""
+    import pandas as pd
+
+    rows = []
+    measured = df["measured_s"]
+    for src in ("measured", *SOURCES):
+        col = df[f"{src}_s"]
+        if col.isna().all():
+            continue
+        row = {"source": src, "total_s": float(col.sum()), "mean_s": float(col.mean())}
+        if src == "measured":
+            row.update(
+                mean_rel_error=0.0,
+                median_abs_rel_error=0.0,
+                p90_abs_rel_error=0.0,
+                within_25pct=1.0,
+            )
+        else:
+            err = (col - measured).abs() / measured
+            row.update(
+                mean_rel_error=float((col.mean() - measured.mean()) / measured.mean()),
+                median_abs_rel_error=float(err.median()),
+                p90_abs_rel_error=float(err.quantile(0.9)),
+                within_25pct=float((err <= 0.25).mean()),
+            )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def plot_validation(df: Any, ax: Any = None) -> Any:
+    """Measured, predicted and simulated communication seconds per step on one Axes."""
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=(7, 3.5))
+    ax.plot(df["step"], df["measured_s"] * 1e3, "o-", ms=3, lw=1, label="measured", color="k")
+    styles = {"predicted": ("--", "", "tab:blue"), "simulated": (":", "x", "tab:orange")}
+    for src, (ls, marker, color) in styles.items():
+        if not df[f"{src}_s"].isna().all():
+            ax.plot(
+                df["step"],
+                df[f"{src}_s"] * 1e3,
+                ls=ls,
+                marker=marker,
+                ms=4,
+                lw=1.5,
+                label=src,
+                color=color,
+            )
+    ax.set_xlabel("step")
+    ax.set_ylabel("communication per step (ms)")
+    title = df.attrs.get("collective", "")
+    if title:
+        ax.set_title(
+            f"{df.attrs.get('trace', '')}: {title}, P={df.attrs.get('world_size')} "
+            f"on {df.attrs.get('cluster', '')}",
+            fontsize=9,
+        )
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    return ax
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,12 +192,6 @@ def run(args: argparse.Namespace) -> int:
 
     from traces.cluster import load_cluster
     from traces.io import read_trace
-    from traces.training.distributed_validate import (
-        ValidateOptions,
-        plot_validation,
-        validation_frame,
-        validation_summary,
-    )
 
     trace = read_trace(args.run)
     cluster = load_cluster(args.cluster)
