@@ -32,6 +32,7 @@ from models.predict import frame_from_rows, rows_for
 from traces import schema
 from traces.cluster import CLUSTER_PRESETS, get_cluster, get_device
 from traces.errors import ConfigError, unknown_name
+from traces.paper import paper_ratio
 from traces.results import finalize_results
 
 __all__ = [
@@ -109,10 +110,26 @@ _PAPER = "Tsuzuku, Imachi & Akiba 2018, table of compression ratios"
 
 PAPER_METHODS: tuple[Method, ...] = (
     Method(
-        "variance α=2", "variance", 913.4, "paper-ratio", f"{_PAPER} (variance-based, α=2, Adam)"
+        "variance α=2",
+        "variance",
+        paper_ratio("adam", "variance α=2"),
+        "paper-ratio",
+        f"{_PAPER} (variance-based, α=2, Adam)",
     ),
-    Method("hybrid τ=0.1", "hybrid", 12822.4, "paper-ratio", f"{_PAPER} (hybrid, τ=0.1)"),
-    Method("QSGD 2 bit", "qsgd", 12.3, "paper-ratio", f"{_PAPER} (QSGD, 2 bit)"),
+    Method(
+        "hybrid τ=0.1",
+        "hybrid",
+        paper_ratio("adam", "hybrid τ=0.1"),
+        "paper-ratio",
+        f"{_PAPER} (hybrid, τ=0.1)",
+    ),
+    Method(
+        "QSGD 2 bit",
+        "qsgd",
+        paper_ratio("adam", "qsgd 2bit d=128"),
+        "paper-ratio",
+        f"{_PAPER} (QSGD, 2 bit)",
+    ),
 )
 
 

@@ -25,6 +25,7 @@ import pandas as pd
 from traces.config import apply_overrides
 from traces.errors import TraceError, TrainingDivergedError
 from traces.io import read_trace
+from traces.paper import PAPER_TABLE1
 from traces.training.record import RecordConfig, record
 from traces.validate import compression_ratios
 
@@ -61,32 +62,8 @@ OPTIMIZERS: dict[str, tuple[str, ...]] = {
     "momentum_sgd": ("optimizer.name=momentum_sgd", "optimizer.lr=0.05", "optimizer.momentum=0.9"),
 }
 
-#: The paper's CIFAR-10 results (Tsuzuku et al. 2018, Table 1): (accuracy %, ratio ×);
-#: None where the paper gives no number.
-PAPER_CIFAR10: dict[tuple[str, str], tuple[float | None, float | None]] = {
-    ("adam", "dense"): (88.1, 1.0),
-    ("adam", "strom τ=0.001"): (62.8, 88.5),
-    ("adam", "strom τ=0.01"): (85.0, 230.1),
-    ("adam", "strom τ=0.1"): (88.0, 6942.8),
-    ("adam", "variance α=1"): (88.9, 120.7),
-    ("adam", "variance α=1.5"): (88.9, 453.3),
-    ("adam", "variance α=2"): (88.9, 913.4),
-    ("adam", "hybrid τ=0.01"): (85.0, 1942.2),
-    ("adam", "hybrid τ=0.1"): (88.2, 12822.4),
-    ("adam", "qsgd 2bit d=128"): (88.8, 12.3),
-    ("adam", "qsgd 3bit d=512"): (87.4, 14.4),
-    ("adam", "qsgd 4bit d=512"): (88.2, 11.0),
-    ("momentum_sgd", "dense"): (91.7, 1.0),
-    ("momentum_sgd", "strom τ=0.001"): (84.8, 6.6),
-    ("momentum_sgd", "strom τ=0.01"): (10.6, 990.7),
-    ("momentum_sgd", "strom τ=0.1"): (71.6, 8485.0),
-    ("momentum_sgd", "variance α=2"): (None, 383.6),
-    ("momentum_sgd", "hybrid τ=0.01"): (87.6, 983.9),
-    ("momentum_sgd", "hybrid τ=0.1"): (87.1, 12396.8),
-    ("momentum_sgd", "qsgd 2bit d=128"): (90.8, 6.6),
-    ("momentum_sgd", "qsgd 3bit d=512"): (91.4, 7.0),
-    ("momentum_sgd", "qsgd 4bit d=512"): (91.7, 4.0),
-}
+#: The paper's CIFAR-10 results (accuracy %, ratio ×), keyed by (optimizer, method label).
+PAPER_CIFAR10 = PAPER_TABLE1
 
 
 def _slug(label: str) -> str:
