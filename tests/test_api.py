@@ -1,0 +1,40 @@
+"""The notebook API runs the committed sample trace through predict, simulate, save and report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from traces import schema
+from traces.errors import ResultsError
+from vgcsim import api
+
+SAMPLE = Path(__file__).parent / "data" / "sample_trace"
+
+
+def test_predict_and_simulate_agree_and_save(tmp_path):
+    pred = api.predict(SAMPLE, "10GbE", world_sizes=[4, 8])
+    sim = api.simulate(SAMPLE, "10GbE", world_sizes=[4, 8])
+    for df, source in ((pred, "predicted"), (sim, "simulated")):
+        assert list(df.columns) == list(schema.RESULT_COLUMNS)
+        assert set(df["source"]) == {source}
+        assert set(df["method"]) == {"dense", "compressed"}
+        dense = df[df["method"] == "dense"]
+        assert (dense["speedup_vs_dense"] == 1.0).all()
+    key = ["world_size", "method"]
+    merged = pred.merge(sim, on=key, suffixes=("_p", "_s"))
+    # contention-free star, ring collectives: the simulator reproduces the closed form
+    assert ((merged["step_s_s"] / merged["step_s_p"] - 1).abs() < 1e-3).all()
+
+    out = api.save(pred, tmp_path / "pred", SAMPLE, "10GbE")
+    html = api.report([out], [SAMPLE], tmp_path / "report")
+    assert html.exists() and html.suffix == ".html"
+
+
+def test_save_refuses_mixed_sources(tmp_path):
+    pred = api.predict(SAMPLE, "1GbE", world_sizes=[2])
+    mixed = pred.copy()
+    mixed.loc[mixed.index[0], "source"] = "simulated"
+    with pytest.raises(ResultsError):
+        api.save(mixed, tmp_path / "x", SAMPLE, "1GbE")

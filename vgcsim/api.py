@@ -1,0 +1,144 @@
+"""A small notebook API over the four stages: record → predict / simulate → report.
+
+Each function is a thin, documented wrapper around the stage that does the work, with lazy
+imports so that ``import vgcsim.api`` stays light (torch is only loaded by :func:`record`)::
+
+    from vgcsim import api
+    run = api.record(out_dir="runs/v2", overrides=["compressor.name=variance"])
+    pred = api.predict(run, "10GbE", world_sizes=[2, 8, 64])
+    sim = api.simulate(run, "10GbE", world_sizes=[2, 8, 64])
+    html = api.report([api.save(pred, "results/pred", run, "10GbE")], [run], "out/report")
+
+Frames returned by :func:`predict` and :func:`simulate` have exactly
+``traces.schema.RESULT_COLUMNS`` with the relative columns (speedup, efficiency) filled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from traces.cluster import ClusterSpec
+    from traces.io import Trace
+
+__all__ = ["load_trace", "load_cluster", "record", "predict", "simulate", "save", "report"]
+
+
+def load_trace(trace: str | Path | Trace) -> Trace:
+    """Read a trace run directory (a :class:`traces.io.Trace` passes through)."""
+    from traces.io import Trace, read_trace
+
+    return trace if isinstance(trace, Trace) else read_trace(trace)
+
+
+def load_cluster(cluster: str | Path | ClusterSpec) -> ClusterSpec:
+    """A cluster preset name (``vgcsim clusters`` lists them) or a cluster TOML file."""
+    from traces.cluster import ClusterSpec, load_cluster
+
+    return cluster if isinstance(cluster, ClusterSpec) else load_cluster(str(cluster))
+
+
+def record(
+    config: Any = None,
+    out_dir: str | Path = "runs/trace",
+    *,
+    overrides: Sequence[str] = (),
+    progress: bool = False,
+    overwrite: bool = False,
+) -> Path:
+    """Record a trace from real training with W emulated workers; return its directory.
+
+    ``config`` is a :class:`traces.training.record_config.RecordConfig` (default: the
+    default workload); ``overrides`` are ``key=value`` strings as on the command line.
+    """
+    from traces.config import apply_overrides
+    from traces.training.record import RecordConfig
+    from traces.training.record import record as _record
+
+    cfg = config if config is not None else RecordConfig()
+    if overrides:
+        cfg = apply_overrides(cfg, list(overrides))
+    return _record(cfg, out_dir, progress=progress, overwrite=overwrite)
+
+
+def predict(
+    trace: str | Path | Trace,
+    cluster: str | Path | ClusterSpec,
+    world_sizes: Sequence[int] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+    **options: Any,
+) -> pd.DataFrame:
+    """Closed-form step times of dense allreduce vs compressed allgatherv (source="predicted").
+
+    ``options`` are the fields of :class:`models.predict.PredictOptions` (``allreduce``,
+    ``allgatherv``, ``encoding``, ``rule``, ``seed``, ``per_step``, ``overlap``, ...).
+    """
+    from models.predict import PredictOptions, predict_trace
+
+    opts = PredictOptions(world_sizes=tuple(int(p) for p in world_sizes), **options)
+    return predict_trace(load_trace(trace), load_cluster(cluster), opts)
+
+
+def simulate(
+    trace: str | Path | Trace,
+    cluster: str | Path | ClusterSpec,
+    world_sizes: Sequence[int] = (2, 4, 8, 16, 32, 64),
+    **options: Any,
+) -> pd.DataFrame:
+    """Discrete-event replay of the trace on the cluster (source="simulated").
+
+    ``options`` are the fields of :class:`simulator.replay.SimulateConfig` (collectives,
+    ``overlap``, ``mode``, ``semantics``, ``path``, ``jitter``, ``seed``, ...).
+    """
+    from simulator.replay import SimulateConfig, simulate_trace
+    from traces.results import finalize_results
+
+    t = load_trace(trace)
+    df, _, _ = simulate_trace(
+        t, load_cluster(cluster), [int(p) for p in world_sizes], SimulateConfig(**options)
+    )
+    batch = t.header.get("batch_size_per_worker")
+    return finalize_results(df, batch_size_per_worker=int(batch) if batch else None)
+
+
+def save(
+    df: pd.DataFrame,
+    out_dir: str | Path,
+    trace: str | Path | Trace,
+    cluster: str | Path | ClusterSpec,
+    **options: Any,
+) -> Path:
+    """Write a result frame as a versioned result table (what ``vgcsim report`` reads)."""
+    from models.predict import trace_entry
+    from traces.cluster import cluster_to_dict
+    from traces.errors import ResultsError
+    from traces.results import results_header, write_results
+
+    sources = sorted(set(df["source"]))
+    if len(sources) != 1:
+        raise ResultsError(f"save one source per result table, got {sources}")
+    header = results_header(
+        source=sources[0],
+        traces=[trace_entry(load_trace(trace))],
+        cluster=cluster_to_dict(load_cluster(cluster)),
+        extrapolation={"rule": options.get("rule", "modulo"), "seed": options.get("seed")},
+        options=dict(options),
+        command=["vgcsim.api.save"],
+    )
+    return write_results(df, out_dir, header)
+
+
+def report(
+    results: Sequence[str | Path],
+    traces: Sequence[str | Path] = (),
+    out_dir: str | Path = "out/report",
+    *,
+    title: str = "vgcsim report",
+) -> Path:
+    """Plots, tables and the self-contained HTML page; returns the HTML path."""
+    from reports.render import render_report
+
+    return render_report(results, traces, out_dir, title=title)
