@@ -25,7 +25,7 @@ from _scenario import (
 from traces.compression.variance import worker_gradients
 from traces.training.distributed_allgatherv import allgatherv_segments, wire_bytes
 from traces.training.distributed_hook import VGCState, sync_gradients, vgc_hook
-from traces.training.distributed_launch import init_process_group
+from traces.training.distributed_launch import init_process_group, leave_process_group
 
 
 def one_run(mode: str, name: str, steps: int, seed: int, rank: int, world: int) -> dict:
@@ -89,7 +89,7 @@ def main(runs: str, steps: int, seed: int, out: str) -> int:
             results[run] = one_run(mode, name, steps, seed, env.rank, env.world_size)
     if env.rank == 0:
         torch.save(results, out)
-    dist.destroy_process_group()
+    leave_process_group(completed=True)
     return 0
 
 

@@ -336,9 +336,8 @@ def _load_config(path: Path | None, overrides: list[str]):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """torchrun entry: join the process group, record, leave. Exit 2 on a user error."""
-    import torch.distributed as dist
 
-    from traces.training.distributed_launch import init_process_group
+    from traces.training.distributed_launch import init_process_group, leave_process_group
 
     args = _parse_args(argv)
     logging.basicConfig(
@@ -348,10 +347,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = _load_config(args.config, args.set)
         init_process_group(args.backend)
+        completed = False
         try:
             path = record_rank(cfg, args.out, backend=args.backend, overwrite=args.overwrite)
+            completed = True
         finally:
-            dist.destroy_process_group()
+            leave_process_group(completed=completed)
     except VgcsimError as exc:
         print(f"record: error: {exc}", file=sys.stderr)
         return 2

@@ -377,21 +377,26 @@ def config_from_args(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """torchrun entry: every rank measures; rank 0 writes ``--output``."""
-    import torch.distributed as dist
 
-    from traces.training.distributed_launch import device_for, init_process_group
+    from traces.training.distributed_launch import (
+        device_for,
+        init_process_group,
+        leave_process_group,
+    )
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = _parse_args(argv)
     try:
         cfg = config_from_args(args.backend, args.ops, args.sizes, args.repeats, args.warmup)
         env = init_process_group(cfg.backend)
+        completed = False
         try:
             rows = measure(cfg, env.rank, env.world_size, device_for(cfg.backend))
             if env.rank == 0:
                 write_measurements(args.output, cfg, env.world_size, rows)
+            completed = True
         finally:
-            dist.destroy_process_group()
+            leave_process_group(completed=completed)
     except VgcsimError as exc:
         print(f"calibrate: error: {exc}", file=sys.stderr)
         return 2

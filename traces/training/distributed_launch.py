@@ -108,6 +108,19 @@ def init_process_group(backend: str, *, timeout_s: float = 300.0) -> RankEnv:
     return env
 
 
+def leave_process_group(*, completed: bool) -> None:
+    """Leave the process group. After a completed run every rank first meets the others at a
+    barrier, so no rank tears its connections down while a peer is still finishing (gloo can
+    abort a process that exits while its peers still hold connections to it)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    if completed:
+        dist.barrier()
+    dist.destroy_process_group()
+
+
 def device_for(backend: str) -> str:
     """Tensors exchanged on ``backend`` live here (gloo: CPU; nccl: this rank's GPU)."""
     if backend == "nccl":
