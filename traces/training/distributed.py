@@ -351,6 +351,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             path = record_rank(cfg, args.out, backend=args.backend, overwrite=args.overwrite)
             completed = True
+        except TrainingDivergedError:
+            completed = True  # every rank stopped at the same step: leave together
+            raise
         finally:
             leave_process_group(completed=completed)
     except VgcsimError as exc:
