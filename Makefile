@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 OUT ?= out/demo
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup demo test test-fast lint bench clean chromium
 
 $(BIN)/vgcsim: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,14 @@ setup: $(BIN)/vgcsim
 demo: setup
 	$(BIN)/vgcsim demo -o $(OUT)
 
-test: setup
+# The report's browser test needs Debian's headless Chromium: install it where missing
+# (as root, through apt); without it the browser test skips locally and fails under CI=true.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	  || echo "note: chromium not installed; the browser test will skip (or fail under CI=true)"; }
+
+test: setup chromium
 	$(BIN)/python -m pytest -q
 
 test-fast: setup
