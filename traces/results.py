@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import platform
-import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,6 +28,7 @@ import pandas as pd
 
 from traces import schema
 from traces.errors import ResultsError
+from traces.provenance import git_commit, package_versions
 
 __all__ = [
     "GROUP_COLUMNS",
@@ -96,38 +95,6 @@ def _coerce(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def _git_commit() -> str | None:
-    here = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    return out.stdout.strip() or None
-
-
-def _versions() -> dict[str, str]:
-    import pyarrow
-
-    from vgcsim import __version__
-
-    return {
-        "vgcsim": __version__,
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "pandas": pd.__version__,
-        "pyarrow": pyarrow.__version__,
-    }
-
-
 def results_header(
     *,
     source: str,
@@ -146,8 +113,8 @@ def results_header(
         "cluster": dict(cluster),
         "extrapolation": dict(extrapolation),
         "options": dict(options),
-        "versions": _versions(),
-        "git_commit": _git_commit(),
+        "versions": package_versions(),
+        "git_commit": git_commit(),
         "command": list(command) if command is not None else None,
     }
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from traces import schema
 from traces.config import to_dict
 from traces.errors import ConfigError, unknown_name
 from traces.io import TraceWriter
+from traces.provenance import git_commit, machine_info, package_versions
 
 log = logging.getLogger(__name__)
 
@@ -312,8 +312,6 @@ def _lognormal(rng: np.random.Generator, cv: float, size) -> np.ndarray:
 
 def synth_trace(cfg: SynthConfig, out_dir: str | Path, *, overwrite: bool = False) -> Path:
     """Write a synthetic trace for ``cfg`` into ``out_dir`` and return the path."""
-    from vgcsim import __version__
-
     if cfg.density_model not in DENSITY_MODELS:
         raise unknown_name("density model", cfg.density_model, DENSITY_MODELS)
     for enc in cfg.encodings:
@@ -343,13 +341,9 @@ def synth_trace(cfg: SynthConfig, out_dir: str | Path, *, overwrite: bool = Fals
         "synthetic": True,
         "config": to_dict(cfg) | {"base_density": base_density},
         "seeds": {"seed": cfg.seed},
-        "versions": {
-            "vgcsim": __version__,
-            "numpy": np.__version__,
-            "python": platform.python_version(),
-        },
-        "git_commit": None,
-        "machine": {"platform": platform.platform()},
+        "versions": package_versions(),
+        "git_commit": git_commit(),
+        "machine": machine_info(),
         "workers": w_count,
         "batch_size_per_worker": cfg.batch_size_per_worker,
         "compressor": {"name": cfg.compressor, "params": {"synthetic_density": base_density}},

@@ -22,9 +22,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import platform
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +34,7 @@ from traces import schema
 from traces.config import to_dict
 from traces.errors import ConfigError, TrainingDivergedError, unknown_name
 from traces.io import TraceWriter
+from traces.provenance import git_commit, machine_info, package_versions
 from traces.training.datasets import DATASETS, Dataset, load_dataset
 from traces.training.nets import NETS, build_net, flops_per_sample
 from traces.training.optim import build_optimizer
@@ -123,47 +121,6 @@ def evaluate(
 # -- header -----------------------------------------------------------------------------------
 
 
-def _git_commit() -> str | None:
-    here = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=2,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-def _versions() -> dict[str, str]:
-    import pandas
-    import pyarrow
-
-    from vgcsim import __version__
-
-    return {
-        "vgcsim": __version__,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "pandas": pandas.__version__,
-        "pyarrow": pyarrow.__version__,
-    }
-
-
-def _machine() -> dict[str, Any]:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-    }
-
-
 def build_header(
     cfg: RecordConfig, model: torch.nn.Module, data: Dataset, compressor
 ) -> dict[str, Any]:
@@ -177,9 +134,9 @@ def build_header(
         "synthetic": False,
         "config": to_dict(cfg),
         "seeds": {"seed": cfg.seed},
-        "versions": _versions(),
-        "git_commit": _git_commit(),
-        "machine": _machine(),
+        "versions": package_versions("torch"),
+        "git_commit": git_commit(),
+        "machine": machine_info(torch_threads=torch.get_num_threads()),
         "workers": cfg.workers,
         "batch_size_per_worker": cfg.batch_size,
         "compressor": {"name": compressor.name, "params": compressor.params},

@@ -1,0 +1,53 @@
+"""Provenance written into every trace and result header: package versions, git commit, machine.
+
+Torch-free: callers that ran torch add its version themselves (``package_versions("torch")``
+only imports modules that are already loaded or cheap to import).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+_BASE_PACKAGES = ("numpy", "pandas", "pyarrow")
+
+
+def git_commit() -> str | None:
+    """The commit of the checkout vgcsim runs from, or None (not a git checkout, no git)."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def package_versions(*extra: str) -> dict[str, str]:
+    """Versions of vgcsim, Python, numpy, pandas, pyarrow and the ``extra`` packages."""
+    from vgcsim import __version__
+
+    versions = {"vgcsim": __version__, "python": platform.python_version()}
+    for name in (*_BASE_PACKAGES, *extra):
+        versions[name] = str(getattr(importlib.import_module(name), "__version__", "unknown"))
+    return versions
+
+
+def machine_info(**extra: Any) -> dict[str, Any]:
+    """Platform, processor and CPU count (plus ``extra`` fields such as torch threads)."""
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        **extra,
+    }
