@@ -250,14 +250,17 @@ def simulate_trace(
     cfg: SimulateConfig = SimulateConfig(),
     *,
     timeline_steps: Sequence[int] = (),
+    timeline_max_ranks: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[pd.DataFrame, list[StepTimeline], dict[str, Any]]:
     """Replay ``trace`` on ``cluster`` for each world size.
 
     Returns ``(rows, timelines, info)``: result rows with ``schema.RESULT_COLUMNS`` (not yet
     finalized: relative columns are NaN), a :class:`StepTimeline` per method for each trace
-    step in ``timeline_steps`` (simulated again at message level with link recording), and
-    ``info`` (how many steps ran on each path, per world size).
+    step in ``timeline_steps`` (simulated again at message level with link recording) at
+    every world size up to ``timeline_max_ranks`` (all when None; a timeline of a 1024-rank
+    ring allreduce holds millions of flows), and ``info`` (how many steps ran on each path,
+    per world size).
     """
     from traces.replay import step_inputs
 
@@ -354,7 +357,9 @@ def simulate_trace(
                         "payload_bytes_mean": float(payload.mean()),
                     }
                 )
-                if int(inputs.steps[t]) in want_timeline:
+                if int(inputs.steps[t]) in want_timeline and (
+                    timeline_max_ranks is None or p <= timeline_max_ranks
+                ):
                     timelines.append(
                         _timeline(
                             topo,

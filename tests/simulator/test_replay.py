@@ -141,6 +141,13 @@ def test_timeline_has_rank_and_link_tracks(trace):
     assert flows and all(e["args"]["bytes"] > 0 for e in flows)
 
 
+def test_timeline_only_up_to_max_ranks(trace):
+    _, timelines, _ = simulate_trace(
+        trace, cluster(), [2, 3, 4], SimulateConfig(), timeline_steps=[0], timeline_max_ranks=3
+    )
+    assert sorted({t.world_size for t in timelines}) == [2, 3]
+
+
 def test_timeline_of_a_missing_step_is_an_error(trace):
     with pytest.raises(ConfigError, match="timeline steps"):
         simulate_trace(trace, cluster(), [2], SimulateConfig(), timeline_steps=[999])

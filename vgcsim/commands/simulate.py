@@ -55,6 +55,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "link) of these trace steps, e.g. 0,1",
     )
     parser.add_argument(
+        "--timeline-max-ranks",
+        type=int,
+        default=64,
+        metavar="N",
+        help="record timelines only at world sizes <= N (default 64: larger ones make "
+        "files of gigabytes that Perfetto cannot open)",
+    )
+    parser.add_argument(
         "--path",
         choices=("auto", "message", "collective"),
         default=None,
@@ -100,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
             args.world_sizes,
             cfg,
             timeline_steps=args.timeline or (),
+            timeline_max_ranks=args.timeline_max_ranks,
             progress=bar.update,
         )
     df = finalize_results(df, batch_size_per_worker=trace.header.get("batch_size_per_worker"))
@@ -120,6 +129,11 @@ def run(args: argparse.Namespace) -> int:
         command=["vgcsim", *sys.argv[1:]],
     )
     out = write_results(df, args.out, header)
+    if args.timeline and not timelines:
+        print(
+            f"timeline: none written (no world size <= --timeline-max-ranks "
+            f"{args.timeline_max_ranks})"
+        )
     if timelines:
         import pandas as pd
 
