@@ -245,3 +245,20 @@ def test_payload_bits_match_real_buffers(name):
             torch.testing.assert_close(
                 p.decode(), torch.from_numpy(p.message.dense()), rtol=0, atol=0
             )
+
+
+def test_parameter_of_wrong_type_is_a_config_error():
+    # A float bits once passed validation and failed in compress with a TypeError traceback;
+    # a string alpha failed inside the range check with a TypeError.
+    for name, bad in [
+        ("qsgd", {"bits": 2.5}),
+        ("qsgd", {"bucket_size": 2.5}),
+        ("qsgd", {"levels": True}),
+        ("variance", {"alpha": "2"}),
+        ("strom", {"tau": None}),
+        ("topk", {"fraction": "0.1"}),
+        ("dense", {"precision": 16}),
+    ]:
+        with pytest.raises(ConfigError, match="expects"):
+            get_compressor(name, **bad)
+    assert get_compressor("variance", alpha=2).config.alpha == 2

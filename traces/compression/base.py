@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -104,11 +105,35 @@ class Compressor:
                 f"unknown parameter(s) {', '.join(unknown)} for compressor {self.name!r}; "
                 f"valid: {', '.join(valid) or '(none)'}"
             )
+        self._check_types(params)
         try:
             self.config = self.Params(**params)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"compressor {self.name!r}: {exc}") from exc
         self._validate()
+
+    def _check_types(self, params: dict[str, Any]) -> None:
+        """ConfigError for a value of the wrong type (``bits=2.5``, ``alpha="x"``).
+
+        Without this a wrong type passes the range checks or fails in them, or later in
+        ``compress``, with a TypeError traceback instead of a message.
+        """
+        hints = typing.get_type_hints(self.Params)
+        for key, value in params.items():
+            tp = hints.get(key)
+            if tp is int:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            elif tp is float:
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            elif tp is str:
+                ok = isinstance(value, str)
+            else:
+                ok = True
+            if not ok:
+                raise ConfigError(
+                    f"compressor {self.name!r}: parameter {key!r} expects "
+                    f"{getattr(tp, '__name__', tp)}, got {value!r}"
+                )
 
     def _validate(self) -> None:
         """Raise ConfigError for out-of-range hyperparameters."""
