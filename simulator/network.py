@@ -245,15 +245,17 @@ class FairNetwork(_NetworkBase):
         nbytes = flow.nbytes
         alone = True
         for c in flow.channels:
+            on = self._on[c]
+            if on:
+                # Release finished lazy flows before counting this one, so that a channel
+                # idle since their last byte left does not count as busy until now.
+                self._expire(on, now)
+                if on:
+                    alone = False
             nb[c] += nbytes
             if active[c] == 0:
                 since[c] = now
             active[c] += 1
-            on = self._on[c]
-            if on:
-                self._expire(on, now)
-                if on:
-                    alone = False
             on.add(flow)
         if not alone:
             self._reshare(self._group([flow]))

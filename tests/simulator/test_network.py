@@ -104,6 +104,25 @@ def test_monitor_counts_bytes_and_busy_time():
     assert mon.flows == 2
 
 
+def test_busy_time_excludes_the_gap_after_a_flow_whose_last_byte_has_left():
+    # Rendezvous-style flows (no one waits for the last byte to leave) into h2: the first
+    # has left by N/B but is still in flight (latency 1 s) when the second starts 0.5 s
+    # later on the same downlink; the channel was idle in between.
+    topo = build_topology(cluster(latency_s=1.0), 3)
+    env = simpy.Environment()
+    net = make_network("fair", env, topo)
+
+    def senders():
+        net.start(0, 2, N, None, lambda: None)
+        yield env.timeout(N / BW + 0.5)
+        net.start(1, 2, N, None, lambda: None)
+
+    env.process(senders())
+    env.run()
+    down = topo.channel_ids[("sw", "h2")]
+    assert net.monitor.busy_s[down] == pytest.approx(2 * N / BW, rel=1e-9)
+
+
 def _message(semantics):
     topo = build_topology(cluster(), 2)
     env = simpy.Environment()
