@@ -262,3 +262,16 @@ def test_parameter_of_wrong_type_is_a_config_error():
         with pytest.raises(ConfigError, match="expects"):
             get_compressor(name, **bad)
     assert get_compressor("variance", alpha=2).config.alpha == 2
+
+
+@pytest.mark.parametrize("name", ["variance", "strom", "hybrid", "topk"])
+def test_input_of_another_size_than_the_state_is_refused(name):
+    # numpy once broadcast a one-element gradient over the whole residual, silently.
+    c = get_compressor(name)
+    state = c.init_state(10)
+    with pytest.raises(ValueError, match="grad has 1 elements"):
+        c.compress(torch.tensor([0.5]), state, sqsum=torch.tensor([0.01]), batch_size=4)
+    if c.needs_sqsum:
+        with pytest.raises(ValueError, match="sqsum has 1 elements"):
+            c.compress(torch.ones(10), state, sqsum=torch.tensor([0.01]), batch_size=4)
+    assert not state.residual.any()

@@ -59,6 +59,20 @@ def _as_numpy(t: torch.Tensor) -> np.ndarray:
     return check_grad(t).numpy()
 
 
+def _state_input(t: torch.Tensor, state_numel: int, what: str) -> np.ndarray:
+    """:func:`_as_numpy` of a gradient or sqsum that must match the state's element count.
+
+    numpy would broadcast a one-element input over the whole residual without a word.
+    """
+    a = _as_numpy(t)
+    if a.size != state_numel:
+        raise ValueError(
+            f"{what} has {a.size} elements but the compressor state holds {state_numel} "
+            "(a state belongs to one (worker, layer))"
+        )
+    return a
+
+
 def _sparse_payload(
     compressor: Compressor,
     residual: np.ndarray,
@@ -238,8 +252,8 @@ class VarianceCompressor(_SparseCompressor):
     ) -> Payload:
         if sqsum is None:
             raise ValueError(f"{self.name} needs sqsum (per-element Σ_z (∇f_z)²)")
-        g, sq = _as_numpy(grad), _as_numpy(sqsum)
         r, v = state.residual.numpy(), state.variance.numpy()
+        g, sq = _state_input(grad, r.size, "grad"), _state_input(sqsum, r.size, "sqsum")
         r += g
         if self.config.variance == "sqsum":
             v += sq * np.float32(1.0 / float(batch_size) ** 2)
@@ -290,7 +304,7 @@ class StromCompressor(_SparseCompressor):
         generator: torch.Generator | None = None,
     ) -> Payload:
         r = state.residual.numpy()
-        r += _as_numpy(grad)
+        r += _state_input(grad, r.size, "grad")
         indices = np.flatnonzero(np.abs(r) >= np.float32(self.config.tau))
         return _sparse_payload(
             self, r, indices, layer=layer, values="code4", fixed_magnitude=self.config.tau
@@ -387,7 +401,7 @@ class TopKCompressor(_SparseCompressor):
         generator: torch.Generator | None = None,
     ) -> Payload:
         r = state.residual.numpy()
-        r += _as_numpy(grad)
+        r += _state_input(grad, r.size, "grad")
         n = r.size
         k = min(n, max(1, math.ceil(self.config.fraction * n)))
         if k == n:
