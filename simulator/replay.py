@@ -324,12 +324,11 @@ def simulate_trace(
                     sizes = [dense_group[k] for k in range(len(groups))]
                     extra = np.zeros(p)
                 else:
+                    # Variance and codec work of each bucket runs on the same device as
+                    # the backward pass (one stream, as in models.iteration): it delays
+                    # every later bucket's gradients by its own duration.
                     side = (variance[t] + codec[t])[None, :] * frac[:, None]  # [K, P]
-                    ready = np.empty_like(grad_ready)
-                    prev = np.zeros(p)
-                    for k in range(len(groups)):
-                        prev = np.maximum(prev, grad_ready[k]) + side[k]
-                        ready[k] = prev
+                    ready = grad_ready + np.cumsum(side, axis=0)
                     sizes = [comp_bytes[t, :, k] for k in range(len(groups))]
                     extra = variance[t] + codec[t]
                 phases = [
