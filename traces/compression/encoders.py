@@ -14,8 +14,9 @@ name                layout                                                     b
 ==================  =========================================================  ==========
 packed32            u32 layer, u32 k, f32 M, [u32 count per 2^28 chunk when     12 + 4k
                     n > 2^28], k × u32 word = (index mod 2^28) << 4 | code      (+4·chunks)
-coo64               u32 layer, u32 k, [f32 M if coded], k × (u32 index,         8 + 8k
-                    f32 value)
+coo64               u32 layer, u32 k, [f32 M if coded], k × (u32 index,         12 + 8k
+                    f32 value)                                                  (8 + 8k
+                                                                                uncoded)
 gap_elias_gamma     u32 layer, u32 k, f32 M, k 4-bit codes (padded to a byte),  see text
                     Elias-gamma codes of index gaps (padded to a byte)
 gap_elias_delta     same with Elias-delta gap codes
