@@ -164,3 +164,19 @@ def test_exact_in_sample_chunks_matches_one_pass(monkeypatch):
     torch.testing.assert_close(chunked.losses, whole.losses)
     for a, b in zip(chunked.grads + chunked.sqsums, whole.grads + whole.sqsums, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_gradients_only_fall_back_for_a_conv_padding_the_taps_lack():
+    # estimator=None once raised "fast estimator: Conv2d padding_mode 'reflect' unsupported"
+    # although the torch.func fallback computes these gradients.
+    torch.manual_seed(6)
+    model = nn.Sequential(
+        nn.Conv2d(2, 3, 3, padding=1, padding_mode="reflect"), nn.Flatten(), nn.Linear(48, 4)
+    )
+    x, y = batch((2, 4, 4), seed=6)
+    _, grads, _ = reference(model, x, y)
+    out = worker_gradients(model, LOSS, x, y, W, None)
+    for got, want in zip(out.grads, grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ConfigError, match="padding_mode 'reflect'"):
+        worker_gradients(model, LOSS, x, y, W, "fast")

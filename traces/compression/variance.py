@@ -96,7 +96,7 @@ def worker_gradients(
     if estimator == "exact":
         return _exact(model, loss_fn, x, y, workers)
     unsupported = _unsupported_modules(model)
-    if unsupported:
+    if unsupported or (estimator is None and not _taps_handle_convs(model)):
         if estimator == "fast":
             raise ConfigError(
                 "the fast variance estimator supports parameters of "
@@ -114,6 +114,21 @@ def _unsupported_modules(model: nn.Module) -> set[str]:
         if own and not isinstance(module, _HOOKED):
             bad.add(type(module).__name__)
     return bad
+
+
+def _taps_handle_convs(model: nn.Module) -> bool:
+    """False when a Conv2d has a padding the tapped weight-gradient convolution lacks.
+
+    The fast path then raises its specific ConfigError; gradients alone (estimator None)
+    fall back to ``torch.func`` instead.
+    """
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d):
+            try:
+                _conv_padding(module)
+            except ConfigError:
+                return False
+    return True
 
 
 # --------------------------------------------------------------------------- exact
