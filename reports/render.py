@@ -569,8 +569,12 @@ def write_report(
     ``notes`` are short paragraphs shown under the title (how the inputs were made).
     """
     out = Path(out_dir)
-    (out / "plots").mkdir(parents=True, exist_ok=True)
-    (out / "tables").mkdir(parents=True, exist_ok=True)
+    try:
+        (out / "plots").mkdir(parents=True, exist_ok=True)
+        (out / "tables").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = "it is not a folder" if out.is_file() else exc.strerror
+        raise ResultsError(f"cannot write the report to {out}: {reason}") from None
 
     images: dict[str, str] = {}
     for plot in report.plots:

@@ -22,3 +22,32 @@ def test_unknown_command_exits_2(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["no-such-command"])
     assert exc.value.code == 2
+
+
+SAMPLE = "tests/data/sample_trace"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["predict", SAMPLE, "--cluster", "10GbE", "--world-sizes", "4", "-o"],
+        ["simulate", SAMPLE, "--cluster", "10GbE", "--world-sizes", "4", "-o"],
+        ["report", "--trace", SAMPLE, "-o"],
+    ],
+    ids=["predict", "simulate", "report"],
+)
+def test_output_path_that_is_a_file_is_a_user_error(argv, tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert main([*argv, str(afile)]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and str(afile) in err and "Traceback" not in err
+
+
+def test_trace_folder_under_a_file_is_a_user_error(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    out = afile / "run"
+    assert main(["trace", "synth", "-o", str(out), "--steps", "1", "--layers", "vgg_like"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot create trace folder" in err and "Traceback" not in err

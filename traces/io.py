@@ -151,7 +151,10 @@ class TraceWriter:
                         "choose another -o or pass --overwrite"
                     )
                 _clear_run_dir(self.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TraceError(f"cannot create trace folder {self.run_dir}: {exc.strerror}") from None
         self.chunk_steps = int(chunk_steps)
         self.header: dict[str, Any] = dict(header)
         self.header.update(

@@ -146,7 +146,11 @@ def write_results(df: pd.DataFrame, out_dir: str | Path, header: Mapping[str, An
     if missing:
         raise ResultsError(f"result header lacks keys {missing}; build it with results_header()")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = "it is not a folder" if out.is_file() else exc.strerror
+        raise ResultsError(f"cannot write results to {out}: {reason}") from None
     _atomic_write(out / RESULTS_PARQUET, lambda p: df.to_parquet(p, index=False))
     _atomic_write(out / RESULTS_CSV, lambda p: df.to_csv(p, index=False))
     text = json.dumps(full, indent=2, sort_keys=True, default=str)
