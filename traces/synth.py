@@ -295,11 +295,23 @@ class SynthConfig:
             raise ValueError("steps must be >= 1")
         if not 0.0 < self.density <= 1.0:
             raise ValueError("density must be in (0, 1]")
-        if self.target_ratio is not None and self.target_ratio < 1.0:
-            raise ValueError("target_ratio must be >= 1")
-        for name in ("layer_cv", "worker_cv", "step_cv", "compute_s_per_worker"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0")
+        if self.target_ratio is not None and not 1.0 <= self.target_ratio < math.inf:
+            raise ValueError("target_ratio must be a finite number >= 1")
+        if self.density_start is not None and not 0.0 < self.density_start <= 1.0:
+            raise ValueError("density_start must be in (0, 1]")
+        if not 0.0 < self.decay_steps < math.inf:
+            raise ValueError("decay_steps must be a finite number > 0")
+        for name in (
+            "layer_cv",
+            "worker_cv",
+            "step_cv",
+            "compute_s_per_worker",
+            "variance_s_per_worker",
+            "codec_s_per_worker",
+        ):
+            # written as "not in range" so that NaN fails too
+            if not 0.0 <= getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be a finite number >= 0")
 
 
 def _lognormal(rng: np.random.Generator, cv: float, size) -> np.ndarray:

@@ -78,3 +78,21 @@ def test_layer_file_and_errors(tmp_path):
         load_layers(str(bad))
     with pytest.raises(UnknownNameError, match="constant"):
         synth_trace(SynthConfig(layers=str(f), density_model="wavy"), tmp_path / "x")
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("target_ratio", float("nan")),
+        ("target_ratio", float("inf")),
+        ("worker_cv", float("nan")),
+        ("layer_cv", float("inf")),
+        ("density_start", 5.0),
+        ("decay_steps", float("nan")),
+        ("codec_s_per_worker", -1.0),
+    ],
+)
+def test_non_finite_or_out_of_range_values_are_rejected(field, value):
+    # NaN slipped past "< 1" / "< 0" checks and crashed numpy's binomial draw later
+    with pytest.raises(ValueError, match=field):
+        SynthConfig(**{field: value})
