@@ -51,3 +51,14 @@ def test_trace_folder_under_a_file_is_a_user_error(tmp_path, capsys):
     assert main(["trace", "synth", "-o", str(out), "--steps", "1", "--layers", "vgg_like"]) == 2
     err = capsys.readouterr().err
     assert "cannot create trace folder" in err and "Traceback" not in err
+
+
+def test_simulate_takes_predicts_world_size_syntax(tmp_path, capsys):
+    # README: `vgcsim simulate RUN --world-sizes 2,4,...,256`; simulate rejected the ellipsis
+    out = tmp_path / "s"
+    argv = ["simulate", SAMPLE, "--cluster", "10GbE", "--world-sizes", "2,4,...,8"]
+    assert main([*argv, "--set", "max_steps=2", "-o", str(out)]) == 0
+    from traces.results import read_results
+
+    df, _ = read_results(out)
+    assert sorted(set(df["world_size"])) == [2, 4, 8]

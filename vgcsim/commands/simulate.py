@@ -21,7 +21,14 @@ def _ints(text: str, minimum: int) -> list[int]:
 
 
 def _int_list(text: str) -> list[int]:
-    return _ints(text, 1)
+    """World sizes in `vgcsim predict`'s syntax: '8,16,64' or '2,4,...,256'."""
+    from models.predict import parse_world_sizes
+    from traces.errors import ConfigError
+
+    try:
+        return list(parse_world_sizes(text.replace(" ", ",")))
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _step_list(text: str) -> list[int]:
@@ -41,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         type=_int_list,
         metavar="LIST",
-        help="ranks P to simulate, e.g. 8,16,64",
+        help="ranks P to simulate, e.g. 8,16,64 or 2,4,...,256 (doubling)",
     )
     parser.add_argument(
         "--per-step", action="store_true", help="also write one row per step (not only the mean)"
