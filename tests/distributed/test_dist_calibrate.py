@@ -131,3 +131,23 @@ def test_the_sweep_entry_runs_under_torchrun(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert read_measurements(meas)["world_size"] == 2
     assert main(["calibrate", "--from", str(meas), "-o", str(tmp_path / "c.toml")]) == 0
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--fit-ops", "bcast"], "--fit-ops: unknown op 'bcast'"),
+        (["--timeout", "-1"], "--timeout must be a positive number"),
+    ],
+)
+def test_bad_fit_ops_or_timeout_exit_2_before_measuring(
+    flags, message, tmp_path, capsys, monkeypatch
+):
+    import traces.training.distributed_launch as launch
+
+    def no_launch(*a, **k):
+        raise AssertionError("processes started for a bad option")
+
+    monkeypatch.setattr(launch, "launch_local", no_launch)
+    assert main(["calibrate", *flags, "-o", str(tmp_path / "c.toml")]) == 2
+    assert message in capsys.readouterr().err

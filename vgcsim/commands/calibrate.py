@@ -110,6 +110,17 @@ def format_fit_table(table: list[dict]) -> str:
     return "\n".join([head, *rows])
 
 
+def _fit_ops(text: str | None) -> set[str]:
+    """--fit-ops as a set of known op names (empty: fit all measured ops)."""
+    from traces.training.distributed_calibrate import OPS
+
+    ops = {o.strip() for o in (text or "").split(",") if o.strip()}
+    unknown = sorted(ops - set(OPS))
+    if unknown:
+        raise ConfigError(f"--fit-ops: unknown op {unknown[0]!r}; valid: {', '.join(OPS)}")
+    return ops
+
+
 def run(args: argparse.Namespace) -> int:
     from traces.cluster import load_cluster
     from traces.training.distributed_calibrate import (
@@ -119,12 +130,15 @@ def run(args: argparse.Namespace) -> int:
     )
 
     out: Path = args.output
+    fit_ops = _fit_ops(args.fit_ops)
     if args.from_file is not None:
         measurements = read_measurements(args.from_file)
         note = f"measurements from {args.from_file.name}"
     else:
         if args.nprocs < 2:
             raise ConfigError("--nprocs must be >= 2 (calibration times traffic between ranks)")
+        if not 0 < args.timeout < math.inf:
+            raise ConfigError(f"--timeout must be a positive number of seconds, got {args.timeout}")
         from traces.training.distributed_launch import check_backend, launch_local
 
         # Validate here so a bad option fails before any process starts.
@@ -151,11 +165,16 @@ def run(args: argparse.Namespace) -> int:
         measurements = read_measurements(meas_path)
         note = f"measurements in {meas_path.name}"
 
-    if args.fit_ops:
-        keep = {o.strip() for o in args.fit_ops.split(",") if o.strip()}
+    if fit_ops:
+        measured = {r["op"] for r in measurements["rows"]}
+        if not fit_ops & measured:
+            raise ConfigError(
+                f"--fit-ops {args.fit_ops!r}: none of these was measured "
+                f"(measured: {', '.join(sorted(measured))})"
+            )
         measurements = {
             **measurements,
-            "rows": [r for r in measurements["rows"] if r["op"] in keep],
+            "rows": [r for r in measurements["rows"] if r["op"] in fit_ops],
         }
     fit, table = fit_link(measurements, args.statistic)
     if fit.bandwidth_Bps == float("inf"):
