@@ -71,6 +71,8 @@ class PredictOptions:
             raise unknown_name("overlap mode", self.overlap, OVERLAP_MODES)
         if not self.bucket_bytes > 0:
             raise ConfigError("bucket size must be positive")
+        if self.seed < 0:
+            raise ConfigError(f"seed must be >= 0, got {self.seed}")
 
 
 def rows_for(

@@ -106,6 +106,8 @@ class SimulateConfig:
             raise ConfigError("jitter must be a finite number >= 0")
         if self.max_steps < 0:
             raise ConfigError("max_steps must be >= 0 (0 = all steps)")
+        if self.seed < 0:
+            raise ConfigError(f"seed must be >= 0, got {self.seed}")
 
 
 @dataclass

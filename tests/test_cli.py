@@ -62,3 +62,24 @@ def test_simulate_takes_predicts_world_size_syntax(tmp_path, capsys):
 
     df, _ = read_results(out)
     assert sorted(set(df["world_size"])) == [2, 4, 8]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["predict", SAMPLE, "--cluster", "10GbE", "--extrapolation", "resample", "--seed", "-1"],
+        ["simulate", SAMPLE, "--cluster", "10GbE", "--world-sizes", "8", "--set", "seed=-1"],
+        ["trace", "synth", "--layers", "vgg_like", "--steps", "1", "--seed", "-1"],
+        ["record", "--steps", "1", "--seed", "-1", "-q"],
+        ["demo", "-q", "--set", "seed=-1"],
+        ["demo", "-q", "--set", "batch_size=0"],
+    ],
+    ids=["predict", "simulate", "synth", "record", "demo-seed", "demo-batch"],
+)
+def test_negative_seed_and_bad_demo_record_options_exit_2(argv, tmp_path, capsys):
+    # numpy's default_rng(-1) raised ValueError with a traceback; demo passed bad record
+    # options straight to RecordConfig, whose ValueError also escaped
+    assert main([*argv, "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "must be >=" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()

@@ -293,6 +293,8 @@ class SynthConfig:
             raise ValueError("workers must be >= 1")
         if self.steps < 1:
             raise ValueError("steps must be >= 1")
+        if self.seed < 0:
+            raise ValueError("seed must be >= 0")
         if not 0.0 < self.density <= 1.0:
             raise ValueError("density must be in (0, 1]")
         if self.target_ratio is not None and not 1.0 <= self.target_ratio < math.inf:

@@ -108,3 +108,5 @@ class RecordConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.eval_every < 0 or self.threads < 0:
             raise ValueError("eval_every and threads must be >= 0")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")

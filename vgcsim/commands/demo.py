@@ -89,6 +89,10 @@ def _check(cfg: DemoConfig) -> None:
         raise ConfigError("world_sizes must be >= 1")
     if cfg.steps < 1 or cfg.workers < 1 or cfg.sim_steps < 0:
         raise ConfigError("steps and workers must be >= 1, sim_steps >= 0")
+    try:  # batch_size, seed, eval_every: checked where the recorder checks them
+        _record_config(cfg, cfg.methods[0])
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _record_config(cfg: DemoConfig, method: str):
