@@ -148,6 +148,9 @@ class PaperScenarioConfig:
     paper_ratios: bool = True
 
     def __post_init__(self) -> None:
+        for key in ("nets", "links", "allreduce", "allgatherv"):
+            if not getattr(self, key):
+                raise ConfigError(f"{key} must not be empty")
         for n in self.nets:
             if n not in NETS:
                 raise unknown_name("net", n, NETS)
@@ -161,8 +164,8 @@ class PaperScenarioConfig:
             collective_key("allgatherv", a)
         if not self.world_sizes or min(self.world_sizes) < 1:
             raise ConfigError("world_sizes must be integers >= 1")
-        if self.batch_size_per_worker < 1 or self.codec_s < 0:
-            raise ConfigError("batch_size_per_worker must be >= 1 and codec_s >= 0")
+        if self.batch_size_per_worker < 1 or not 0 <= self.codec_s < math.inf:
+            raise ConfigError("batch_size_per_worker must be >= 1 and codec_s a finite number >= 0")
 
 
 def method_from_trace(trace: Any, encoding: str | None = None) -> Method:

@@ -143,3 +143,11 @@ def test_cli(tmp_path, tiny_trace_dir, capsys):
     assert main(["scenario", "nope", "-o", str(out)]) == 2
     assert main(["scenario", "paper", "-o", str(out), "--set", "linkz=1GbE"]) == 2
     assert "linkz" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("override", ["links=", "nets=", "allgatherv=", "codec_s=nan"])
+def test_empty_lists_and_nan_codec_are_config_errors(override, tmp_path, capsys):
+    # an empty links list crashed np.concatenate; codec_s=nan wrote a table of NaNs
+    assert main(["scenario", "paper", "--set", override, "-o", str(tmp_path / "s")]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
