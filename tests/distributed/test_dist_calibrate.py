@@ -138,6 +138,7 @@ def test_the_sweep_entry_runs_under_torchrun(tmp_path):
     [
         (["--fit-ops", "bcast"], "--fit-ops: unknown op 'bcast'"),
         (["--timeout", "-1"], "--timeout must be a positive number"),
+        (["--ops", ""], "give at least one op to time"),
     ],
 )
 def test_bad_fit_ops_or_timeout_exit_2_before_measuring(

@@ -71,6 +71,8 @@ class CalibrateConfig:
     warmup: int = 2
 
     def __post_init__(self) -> None:
+        if not self.ops:
+            raise ConfigError(f"give at least one op to time; valid: {', '.join(OPS)}")
         unknown = [o for o in self.ops if o not in OPS]
         if unknown:
             raise ConfigError(f"unknown op {unknown[0]!r}; valid: {', '.join(OPS)}")
