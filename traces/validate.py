@@ -146,6 +146,10 @@ def check_trace(trace: Trace) -> list[str]:
         problems.append(f"header workers must be >= 1, got {trace.workers}")
 
     steps = trace.steps
+    if steps.empty:
+        problems.append(
+            "the trace has no recorded steps (recording stopped before its first chunk)"
+        )
     problems += _no_nan(steps, "steps")
     step_ids = steps["step"].to_numpy()
     if len(step_ids) and not np.array_equal(step_ids, np.arange(len(step_ids))):
@@ -211,6 +215,8 @@ def _check_payloads(trace: Trace, step_ids: set[int]) -> list[str]:
     bad_l = (p["layer"] < 0) | (p["layer"] >= n_layers)
     if bad_l.any():
         problems.append(f"payloads layer outside 0..{n_layers - 1}")
+        return problems
+    if p.empty:  # nothing to check per row (and an empty column cannot index numel_h)
         return problems
     numel_h = np.array([int(layer["numel"]) for layer in trace.layers], dtype=np.int64)
     numel = p["numel"].to_numpy()

@@ -97,3 +97,14 @@ def test_info_json(synth_run, capsys):
     assert main(["trace", "info", str(synth_run), "--layers"]) == 0
     assert "features.0.conv.weight" in capsys.readouterr().out
     assert trace_info(read_trace(synth_run))["density"] == pytest.approx(0.01, rel=0.3)
+
+
+def test_header_only_trace_is_invalid_not_a_crash(synth_run, tmp_path, capsys):
+    # a recording stopped before its first chunk leaves header.json alone; validate crashed
+    # with an IndexError on the empty payload table
+    run = tmp_path / "header_only"
+    run.mkdir()
+    shutil.copy(synth_run / "header.json", run / "header.json")
+    assert main(["trace", "validate", str(run)]) == 2
+    out = capsys.readouterr()
+    assert "no recorded steps" in out.out + out.err and "Traceback" not in out.err
