@@ -69,3 +69,12 @@ def test_cli_writes_table_and_plot(tmp_path, capsys):
 def test_trace_without_measurements_is_a_clear_error(capsys):
     assert main(["validate", str(SAMPLE), "--cluster", "10GbE"]) == 2
     assert "no measured comm_s" in capsys.readouterr().err
+
+
+def test_output_path_that_is_a_file_is_a_clear_error(tmp_path, capsys):
+    run = with_comm(tmp_path, lambda steps: np.full(len(steps), 1e-3))
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert main(["validate", str(run), "--cluster", "1GbE", "--no-simulate", "-o", str(afile)]) == 2
+    err = capsys.readouterr().err
+    assert "not a folder" in err and "Traceback" not in err

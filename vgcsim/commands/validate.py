@@ -193,6 +193,8 @@ def run(args: argparse.Namespace) -> int:
     from traces.cluster import load_cluster
     from traces.io import read_trace
 
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise TraceError(f"-o {args.out}: exists and is not a folder")
     trace = read_trace(args.run)
     cluster = load_cluster(args.cluster)
     opts = ValidateOptions(
