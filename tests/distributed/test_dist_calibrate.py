@@ -139,6 +139,7 @@ def test_the_sweep_entry_runs_under_torchrun(tmp_path):
         (["--fit-ops", "bcast"], "--fit-ops: unknown op 'bcast'"),
         (["--timeout", "-1"], "--timeout must be a positive number"),
         (["--ops", ""], "give at least one op to time"),
+        (["-o", "."], "is a folder"),
     ],
 )
 def test_bad_fit_ops_or_timeout_exit_2_before_measuring(
@@ -150,5 +151,5 @@ def test_bad_fit_ops_or_timeout_exit_2_before_measuring(
         raise AssertionError("processes started for a bad option")
 
     monkeypatch.setattr(launch, "launch_local", no_launch)
-    assert main(["calibrate", *flags, "-o", str(tmp_path / "c.toml")]) == 2
+    assert main(["calibrate", "-o", str(tmp_path / "c.toml"), *flags]) == 2
     assert message in capsys.readouterr().err

@@ -131,6 +131,12 @@ def run(args: argparse.Namespace) -> int:
 
     out: Path = args.output
     fit_ops = _fit_ops(args.fit_ops)
+    if out.is_dir():
+        raise ConfigError(f"-o {out} is a folder; give the cluster TOML file to write")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"-o {out}: cannot create its folder ({exc.strerror})") from None
     if args.from_file is not None:
         measurements = read_measurements(args.from_file)
         note = f"measurements from {args.from_file.name}"
@@ -183,7 +189,6 @@ def run(args: argparse.Namespace) -> int:
             "bandwidth term shows"
         )
     name = args.name or f"calibrated-{fit.backend}-{fit.world_size}"
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(cluster_toml(name, fit, args.device, note))
     load_cluster(str(out))  # what predict/simulate will do: fail here, not later
 
