@@ -82,3 +82,11 @@ def test_divergence_stops_every_rank_and_keeps_the_prefix(tmp_path, capsys):
     trace = read_trace(out)
     assert trace.header["status"] == "stopped" and trace.steps_count >= 1
     validate_trace(out)
+
+
+def test_workers_that_contradict_nprocs_exit_2(tmp_path, capsys):
+    # --workers 4 with --nprocs 2 silently recorded a 2-worker trace
+    argv = ["record", "--backend", "gloo", "--nprocs", "2", "--workers", "4", "-q"]
+    assert main([*argv, "-o", str(tmp_path / "r")]) == 2
+    assert "--workers 4 and --nprocs 2 disagree" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

@@ -82,6 +82,11 @@ def run(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     check_config(cfg)
     if args.backend != "emulated":
+        if args.workers is not None and args.workers != args.nprocs:
+            raise ConfigError(
+                f"--workers {args.workers} and --nprocs {args.nprocs} disagree: with a "
+                "torch.distributed backend each process is one worker; give --nprocs only"
+            )
         try:
             from traces.training.distributed import run_distributed_record
         except ImportError:
