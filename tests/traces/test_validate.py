@@ -108,3 +108,18 @@ def test_header_only_trace_is_invalid_not_a_crash(synth_run, tmp_path, capsys):
     assert main(["trace", "validate", str(run)]) == 2
     out = capsys.readouterr()
     assert "no recorded steps" in out.out + out.err and "Traceback" not in out.err
+
+
+def test_info_json_is_strict_json_when_a_ratio_is_infinite(synth_run, tmp_path, capsys):
+    # a layer (or trace) that sent nothing has ratio inf; json.dumps wrote the non-JSON
+    # token Infinity that jq and browsers reject
+    run = tmp_path / "header_only"
+    run.mkdir()
+    shutil.copy(synth_run / "header.json", run / "header.json")
+    assert main(["trace", "info", str(run), "--json"]) == 0
+
+    def reject(token):
+        raise ValueError(f"non-JSON token {token}")
+
+    info = json.loads(capsys.readouterr().out, parse_constant=reject)
+    assert set(info["compression_ratio"].values()) == {"inf"}

@@ -67,10 +67,22 @@ def _info(args: argparse.Namespace) -> int:
 
     info = trace_info(read_trace(args.run))
     if args.json:
-        print(json.dumps(info, indent=2, default=_json_default))
+        print(json.dumps(_strict(info), indent=2, default=_json_default, allow_nan=False))
         return 0
     print(_render_info(info, with_layers=args.layers))
     return 0
+
+
+def _strict(obj: Any) -> Any:
+    """``obj`` with non-finite floats spelled as strict JSON allows: inf as "inf", NaN as
+    null (json.dumps writes them as the non-JSON tokens Infinity/NaN, never via ``default``)."""
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_strict(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    return obj
 
 
 def _json_default(obj: Any) -> Any:
