@@ -371,9 +371,12 @@ def headline(what_if_table: pd.DataFrame) -> list[str]:
     t = what_if_table
     if (t["source"] == "simulated").any():
         t = t[t["source"] == "simulated"]
+    traces_per_label = t.groupby("method_label")["trace"].nunique()
     lines = []
-    for (cluster, _trace), g in t.groupby(["cluster", "trace"], sort=False):
+    for (cluster, trace), g in t.groupby(["cluster", "trace"], sort=False):
         label = g["method_label"].iloc[0]
+        if traces_per_label[label] > 1:  # as speedup_matrix: keep such traces apart
+            label = f"{label} ({trace})"
         source = g["source"].iloc[0]
         pmax = int(g["world_size"].max())
         wins = g[g["winner"] == "compressed"]

@@ -214,3 +214,13 @@ def test_speedup_matrix_tells_traces_with_the_same_label_apart(results):
     m = tables.speedup_matrix(tables.what_if(results, labels))
     assert len(m) == 9
     assert {"variance α=2 (var2)", "variance α=2 (strom)", "qsgd"} == set(m.method)
+
+
+def test_headline_tells_traces_with_the_same_label_apart(results):
+    # `vgcsim report` on `vgcsim scenario paper` printed two "On 10GbE, hybrid τ=0.1 ..."
+    # sentences with different numbers (ResNet-50 and VGG-like) and no way to tell them apart
+    labels = {"var2": "variance α=2", "strom": "variance α=2", "qsgd": "qsgd"}
+    lines = tables.headline(tables.what_if(results, labels))
+    on_10gbe = [x for x in lines if x.startswith("On 10GbE, variance")]
+    assert len(on_10gbe) == 2
+    assert any("(var2)" in x for x in on_10gbe) and any("(strom)" in x for x in on_10gbe)
