@@ -47,7 +47,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {p}") from None
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read config file {p}: {exc}") from None
     try:
         return tomllib.loads(text)

@@ -109,3 +109,11 @@ def test_toml_file(tmp_path):
 def test_valid_keys_expands_sections():
     keys = valid_keys(Cfg)
     assert "optimizer.lr" in keys and "compressor.name" in keys and "workers" in keys
+
+
+def test_toml_file_that_is_not_utf8_is_a_config_error(tmp_path):
+    # `vgcsim sweep` / `record --config` on a binary file raised UnicodeDecodeError
+    p = tmp_path / "binary.toml"
+    p.write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_toml(p)
