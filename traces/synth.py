@@ -150,7 +150,7 @@ def load_layers(spec: str) -> tuple[list[dict[str, Any]], float | None]:
         raise unknown_name("layer list", spec, list(LAYER_LISTS) + ["<file.json>"])
     try:
         raw = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read layer list {p}: {exc}") from None
     if isinstance(raw, dict):
         raw = raw.get("layers", raw)

@@ -153,3 +153,10 @@ def test_bad_fit_ops_or_timeout_exit_2_before_measuring(
     monkeypatch.setattr(launch, "launch_local", no_launch)
     assert main(["calibrate", "-o", str(tmp_path / "c.toml"), *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_measurements_that_are_not_utf8_are_a_config_error(tmp_path):
+    p = tmp_path / "m.json"
+    p.write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError, match="unreadable calibration measurements"):
+        read_measurements(p)

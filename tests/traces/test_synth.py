@@ -96,3 +96,10 @@ def test_non_finite_or_out_of_range_values_are_rejected(field, value):
     # NaN slipped past "< 1" / "< 0" checks and crashed numpy's binomial draw later
     with pytest.raises(ValueError, match=field):
         SynthConfig(**{field: value})
+
+
+def test_layer_list_that_is_not_utf8_is_a_config_error(tmp_path):
+    p = tmp_path / "layers.json"
+    p.write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError, match="cannot read layer list"):
+        load_layers(str(p))

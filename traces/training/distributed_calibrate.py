@@ -169,7 +169,7 @@ def read_measurements(path: Path) -> dict:
         doc = json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ConfigError(f"no calibration measurements at {path}") from None
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"unreadable calibration measurements {path}: {exc}") from None
     if doc.get("kind") != MEASUREMENTS_KIND or doc.get("version") != MEASUREMENTS_VERSION:
         raise ConfigError(
