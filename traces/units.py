@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 from traces.errors import UnitError
 
@@ -91,6 +92,33 @@ def _is_bits(unit: str) -> bool:
     return unit in ("b", "bit", "bits")
 
 
+def _parse(
+    value: str | float | int,
+    what: str,
+    pattern: re.Pattern[str],
+    to_si: Callable[[re.Match[str]], float],
+    hint: str,
+    *,
+    allow_zero: bool,
+) -> float:
+    """The one parsing path: a bare number is already SI; a string must match ``pattern``
+    and ``to_si`` turns the match into SI units; the result is checked finite and in range."""
+    num = _number(value, what)
+    if num is not None:
+        return _check(num, what, value, allow_zero=allow_zero)
+    text = str(value).strip()
+    m = pattern.match(text)
+    if not m:
+        raise UnitError(f"{what}: cannot parse {text!r}; use e.g. {hint}")
+    return _check(to_si(m), what, text, allow_zero=allow_zero)
+
+
+def _prefixed(m: re.Match[str]) -> float:
+    """Number × SI/binary prefix, divided by 8 when the unit is bits."""
+    out = float(m["num"]) * _PREFIXES[m["prefix"]]
+    return out / 8.0 if _is_bits(m["unit"]) else out
+
+
 def parse_bandwidth_Bps(value: str | float | int) -> float:
     """Parse a bandwidth into bytes per second.
 
@@ -98,22 +126,11 @@ def parse_bandwidth_Bps(value: str | float | int) -> float:
     ``"12.5GBps"`` are bytes per second; ``"1GiB/s"`` is 2**30 bytes per second. A bare
     number is bytes per second. Ambiguous strings such as ``"10G"`` are rejected.
     """
-    what = "bandwidth"
-    num = _number(value, what)
-    if num is not None:
-        return _check(num, what, value, allow_zero=False)
-    text = str(value).strip()
-    m = _BANDWIDTH_RE.match(text)
-    if not m:
-        raise UnitError(
-            f"{what}: cannot parse {text!r}; use e.g. '10Gbps' or '10Gb/s' (bits), "
-            "'12.5GB/s' (bytes), '1GiB/s' (binary bytes), or a number in bytes/s"
-        )
-    scale = _PREFIXES[m["prefix"]]
-    out = float(m["num"]) * scale
-    if _is_bits(m["unit"]):
-        out /= 8.0
-    return _check(out, what, text, allow_zero=False)
+    hint = (
+        "'10Gbps' or '10Gb/s' (bits), '12.5GB/s' (bytes), '1GiB/s' (binary bytes), "
+        "or a number in bytes/s"
+    )
+    return _parse(value, "bandwidth", _BANDWIDTH_RE, _prefixed, hint, allow_zero=False)
 
 
 def parse_time_s(value: str | float | int) -> float:
@@ -121,17 +138,14 @@ def parse_time_s(value: str | float | int) -> float:
 
     A bare number is seconds. Zero is allowed (e.g. a latency-free link in tests).
     """
-    what = "time"
-    num = _number(value, what)
-    if num is not None:
-        return _check(num, what, value, allow_zero=True)
-    text = str(value).strip()
-    m = _TIME_RE.match(text)
-    if not m:
-        raise UnitError(
-            f"{what}: cannot parse {text!r}; use e.g. '5us', '1.5ms', '100ns', '2s' or seconds"
-        )
-    return _check(float(m["num"]) * _TIME_UNITS[m["unit"]], what, text, allow_zero=True)
+    return _parse(
+        value,
+        "time",
+        _TIME_RE,
+        lambda m: float(m["num"]) * _TIME_UNITS[m["unit"]],
+        "'5us', '1.5ms', '100ns', '2s' or seconds",
+        allow_zero=True,
+    )
 
 
 def parse_size_bytes(value: str | float | int) -> float:
@@ -139,35 +153,20 @@ def parse_size_bytes(value: str | float | int) -> float:
 
     A bare number is bytes.
     """
-    what = "size"
-    num = _number(value, what)
-    if num is not None:
-        return _check(num, what, value, allow_zero=True)
-    text = str(value).strip()
-    m = _SIZE_RE.match(text)
-    if not m:
-        raise UnitError(
-            f"{what}: cannot parse {text!r}; use e.g. '64MiB', '1.5GB', '800Mb' (bits) or bytes"
-        )
-    out = float(m["num"]) * _PREFIXES[m["prefix"]]
-    if _is_bits(m["unit"]):
-        out /= 8.0
-    return _check(out, what, text, allow_zero=True)
+    hint = "'64MiB', '1.5GB', '800Mb' (bits) or bytes"
+    return _parse(value, "size", _SIZE_RE, _prefixed, hint, allow_zero=True)
 
 
 def parse_flops(value: str | float | int) -> float:
     """Parse a compute rate into FLOP/s: ``"15.7TFLOPS"``, ``"19.5 TFLOP/s"``, ``"160GFLOPS"``."""
-    what = "compute rate"
-    num = _number(value, what)
-    if num is not None:
-        return _check(num, what, value, allow_zero=False)
-    text = str(value).strip()
-    m = _FLOPS_RE.match(text)
-    if not m:
-        raise UnitError(
-            f"{what}: cannot parse {text!r}; use e.g. '15.7TFLOPS', '160 GFLOP/s' or FLOP/s"
-        )
-    return _check(float(m["num"]) * _PREFIXES[m["prefix"]], what, text, allow_zero=False)
+    return _parse(
+        value,
+        "compute rate",
+        _FLOPS_RE,
+        lambda m: float(m["num"]) * _PREFIXES[m["prefix"]],
+        "'15.7TFLOPS', '160 GFLOP/s' or FLOP/s",
+        allow_zero=False,
+    )
 
 
 def format_bandwidth(bandwidth_Bps: float) -> str:
