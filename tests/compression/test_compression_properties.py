@@ -83,6 +83,60 @@ def test_4bit_quantizer_properties(n, seed, scale, rounding, magnitude):
     np.testing.assert_array_equal(ENCODINGS["packed32"].decode(data, numel=n).dense(), q)
 
 
+def _quantize_reference(values, scale, rounding):
+    """The 4-bit quantizer written from its definition: levels ±M·2^(−e), e in 0..7, chosen
+    by comparing the fp32 ratio |x|/M with each level 2^(−e) (float64), ties to the larger
+    level."""
+    x = np.asarray(values, dtype=np.float32)
+    m = np.float32(np.abs(x).max() if scale == "max" else np.abs(x).mean(dtype=np.float64))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        mag = (np.abs(x) / m).astype(np.float64)
+    levels = 2.0 ** -np.arange(8)
+    if rounding == "nearest":
+        cost = np.abs(levels[None, :] - mag[:, None])
+    elif rounding == "log":
+        # Nearest in log2: |x| rounds up to level L_e when |x| >= L_e/√2, with 1/√2 taken
+        # in fp32 as the implementation documents.
+        bound = levels * float(np.float32(1 / np.sqrt(2)))  # exact: power-of-two scaling
+        above = mag[:, None] >= bound[None, :]
+        e = np.where(above.any(1), np.argmax(above, 1), 7)
+        return e, m
+    else:  # down: the largest level not above |x|, else the smallest level
+        ok = levels[None, :] <= mag[:, None]
+        e = np.where(ok.any(1), np.argmax(ok, 1), 7)
+        return e, m
+    e = np.argmin(cost, 1)  # argmin takes the first (larger level) on ties
+    return e, m
+
+
+@SETTINGS
+@given(
+    st.integers(1, 300),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from(SCALES),
+    st.sampled_from(ROUNDINGS),
+    st.floats(1e-30, 1e30),
+)
+def test_4bit_quantizer_matches_its_definition(n, seed, scale, rounding, magnitude):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(n) * magnitude).astype(np.float32)
+    # Exact midpoints and powers of two, zeros of both signs, subnormal-sized values.
+    top = np.float32(np.abs(x).max() or 1.0)
+    specials = np.float32(top) * np.float32([1.0, 0.75, 0.5, 0.375, 2.0**-7, 2.0**-9, 0.0])
+    x[: min(n, specials.size)] = specials[: min(n, specials.size)]
+    if n > 8:
+        x[7], x[8] = np.float32(-0.0), np.float32(1e-40)
+    codes, m, q = quantize_log4(x, scale=scale, rounding=rounding)
+    e_ref, m_ref = _quantize_reference(x, scale, rounding)
+    if not (m_ref > 0 and np.isfinite(m_ref)):
+        return
+    assert m == m_ref
+    np.testing.assert_array_equal(codes & 7, e_ref)
+    np.testing.assert_array_equal(codes >> 3, np.signbit(x).astype(np.uint8))
+    magnitude_q = np.ldexp(np.float32(m), -(codes & 7).astype(np.int32)).astype(np.float32)
+    np.testing.assert_array_equal(q, np.where(np.signbit(x), -magnitude_q, magnitude_q))
+
+
 @SETTINGS
 @given(
     st.sampled_from(["dense", "variance", "strom", "qsgd", "hybrid", "topk"]),

@@ -24,6 +24,27 @@ import numpy as np
 SCALES = ("max", "mean")
 ROUNDINGS = ("nearest", "log", "down")
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
+_MANTISSA_ONE = 1 << 23
+
+
+def _mantissa_bits(x: float) -> int:
+    return int(np.array([x], dtype=np.float32).view(np.int32)[0]) & (_MANTISSA_ONE - 1)
+
+
+#: Round up to the next level when the ratio's fp32 mantissa bits are at least this:
+#: nearest on the linear scale at 1.5·2^x (the midpoint of the two levels), nearest in
+#: log2 at √2·2^x (2·fp32(1/√2), exact), never for "down".
+_ROUND_UP_AT = {
+    "nearest": _mantissa_bits(1.5),
+    "log": _mantissa_bits(float(np.float32(_INV_SQRT2)) * 2.0),
+    "down": _MANTISSA_ONE,
+}
+_ROUND_UP_ADD = {k: np.int32(_MANTISSA_ONE - v) for k, v in _ROUND_UP_AT.items()}
+_EXPONENT_BIAS = np.int32(127)
+_MAX_E = np.int32(7)
+_SIGN_SHIFT = np.uint8(3)
+_POWERS = np.ldexp(np.float32(1), -np.arange(8)).astype(np.float32)
+_SIGNED_POWERS = np.concatenate([_POWERS, -_POWERS])
 
 
 def quantize_log4(
@@ -44,24 +65,23 @@ def quantize_log4(
         m = np.float32(magnitude.mean(dtype=np.float64))
     else:
         raise ValueError(f"unknown scale rule {scale!r}")
+    if rounding not in _ROUND_UP_AT:
+        raise ValueError(f"unknown rounding rule {rounding!r}")
     if m == 0 or not np.isfinite(m):
         return np.zeros(values.size, dtype=np.uint8), float(m), np.zeros_like(values)
-    # |r|/M = frac·2^ex with frac in [0.5, 1): the two neighbouring levels are
-    # M·2^(ex−1) (e = 1 − ex) and M·2^ex (e = −ex); pick one by the mantissa alone.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        frac, ex = np.frexp(magnitude / m)
-    if rounding == "nearest":
-        upper = frac >= np.float32(0.75)
-    elif rounding == "log":
-        upper = frac >= np.float32(_INV_SQRT2)
-    elif rounding == "down":
-        upper = np.zeros(frac.shape, dtype=bool)
-    else:
-        raise ValueError(f"unknown rounding rule {rounding!r}")
-    e = np.clip(1 - ex.astype(np.int64) - upper, 0, 7).astype(np.int8)
-    e[magnitude == 0] = 7
-    negative = np.signbit(values)
-    codes = (e | (negative.astype(np.int8) << 3)).astype(np.uint8)
-    q = np.ldexp(m, -e).astype(np.float32)
-    np.negative(q, out=q, where=negative)
-    return codes, float(m), q
+    # |r|/M = 1.f·2^x (x <= 0): the two neighbouring levels are M·2^x (e = −x) and
+    # M·2^(x+1) (e = −x − 1); which one is decided by the mantissa bits f alone. Adding
+    # 2^23 − threshold to the fp32 bit pattern carries into the exponent field exactly when
+    # f >= threshold, so one integer add and shift give x (+1 when rounding up).
+    # Zero and subnormal ratios have exponent field 0 and land on e = 7.
+    t = np.divide(magnitude, m, out=magnitude).view(np.int32)
+    t += _ROUND_UP_ADD[rounding]
+    t >>= 23
+    np.subtract(_EXPONENT_BIAS, t, out=t)
+    np.minimum(t, _MAX_E, out=t)
+    if scale != "max":  # ratios above 1 (mean scale) would give e < 0: clip to the top level
+        np.maximum(t, 0, out=t)
+    codes = t.astype(np.uint8)
+    codes |= np.signbit(values).view(np.uint8) << _SIGN_SHIFT
+    # Code → value table ±M·2^(−e), sign in bit 3: exact, a power-of-two scaling.
+    return codes, float(m), (m * _SIGNED_POWERS)[codes]
