@@ -173,4 +173,6 @@ class Compressor:
 
 def check_grad(grad: torch.Tensor) -> torch.Tensor:
     """Flatten ``grad`` to a contiguous 1-D float32 tensor (the compressor input contract)."""
+    if grad.dtype == torch.float32 and grad.is_contiguous():
+        return grad.detach().view(-1)
     return grad.detach().reshape(-1).to(torch.float32).contiguous()

@@ -104,6 +104,9 @@ def _read_value_block(
 #: Bits of the gamma-coded length prefix of an Elias-delta code, by L = floor(log2 n) + 1.
 _DELTA_PREFIX = 2 * bitstream.floor_log2(np.arange(1, 66)) + 1
 _DELTA_PREFIX = np.concatenate([[0], _DELTA_PREFIX])
+#: Bits of the Elias-gamma and Elias-delta codes of a gap with floor(log2 gap) = N, N = 0..64.
+_GAMMA_BITS = 2 * np.arange(65, dtype=np.int64) + 1
+_DELTA_BITS = _DELTA_PREFIX[1:66].astype(np.int64) + np.arange(65, dtype=np.int64)
 
 
 def _gaps(indices: np.ndarray) -> np.ndarray:
@@ -164,8 +167,11 @@ class Packed32(Encoding):
             counts = np.bincount(idx >> self.index_bits, minlength=chunks)
             parts.append(counts.astype(_LE_U32).tobytes())
         mask = (1 << self.index_bits) - 1
-        words = ((idx & mask) << 4) | np.asarray(msg.codes, dtype=np.int64)
-        parts.append(words.astype(_LE_U32).tobytes())
+        words = (idx & mask) if chunks > 1 else idx
+        words = words.astype(_LE_U32)
+        words <<= 4
+        words |= msg.codes
+        parts.append(words.tobytes())
         return b"".join(parts)
 
     def bit_length(self, msg: SparseMessage) -> int:
@@ -232,12 +238,19 @@ class GapElias(Encoding):
     def bit_length(self, msg: SparseMessage) -> int:
         stream_bits = 0
         if msg.count:
-            big_n = msg.gap_log2
-            if self.code == "gamma":
-                stream_bits = int(2 * big_n.sum()) + msg.count
-            else:
-                stream_bits = int((_DELTA_PREFIX[big_n + 1] + big_n).sum())
-        fixed = _header_bytes(msg.coded) + _value_block_bytes(msg.count, msg.coded)
+            # Code lengths depend on N = floor(log2 gap) only: sum them over N's histogram.
+            stream_bits = int(self.code_bits[: msg.gap_log2_counts.size] @ msg.gap_log2_counts)
+        return self.buffer_bits(msg.count, msg.coded, stream_bits)
+
+    @property
+    def code_bits(self) -> np.ndarray:
+        """Bits of the code of a gap with floor(log2 gap) = N, indexed by N = 0..64."""
+        return _GAMMA_BITS if self.code == "gamma" else _DELTA_BITS
+
+    @staticmethod
+    def buffer_bits(count: int, coded: bool, stream_bits: int) -> int:
+        """Buffer bits for ``count`` elements whose gap codes take ``stream_bits``."""
+        fixed = _header_bytes(coded) + _value_block_bytes(count, coded)
         return 8 * (fixed + (stream_bits + 7) // 8)
 
     def decode(self, data: bytes, *, numel: int, coded: bool = True, **_: Any) -> SparseMessage:

@@ -54,15 +54,17 @@ class SparseMessage:
         return int(self.indices.size)
 
     @cached_property
-    def gap_log2(self) -> np.ndarray:
-        """``floor(log2 gap)`` of the sorted index gaps (first gap = index_0 + 1), cached."""
-        idx = np.asarray(self.indices, dtype=np.int64)
+    def gap_log2_counts(self) -> np.ndarray:
+        """How many sorted index gaps (first gap = index_0 + 1) have ``floor(log2 gap) = n``,
+        for n = 0..64 (cached: both Elias sizes read it)."""
+        idx = self.indices
         gaps = np.empty(idx.size, dtype=np.float64)
         if idx.size:
             gaps[0] = idx[0] + 1
             np.subtract(idx[1:], idx[:-1], out=gaps[1:], casting="unsafe")
+        # frexp's exponent is floor(log2 gap) + 1, exact for gaps below 2^53.
         _, exponent = np.frexp(gaps)
-        return exponent.astype(np.int64) - 1
+        return np.bincount(exponent, minlength=66)[1:]
 
     def sent_values(self) -> np.ndarray:
         """fp32 value of every sent element, in index order."""
