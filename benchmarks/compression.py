@@ -6,13 +6,21 @@ Each ratio is the median over interleaved rounds (order rotated every round) of 
 within a round; ratios of per-variant minimum times are printed too.
 
 - ``fast_overhead_ratio``  = (forward+backward+variance+compress+encode, fast estimator)
-                             / (plain forward+backward of the same W·B samples)
+                             / (plain forward+backward of the same W·B samples); the fast
+                             estimator at its default precision (``sq_dtype="auto"``: bf16
+                             squared-sum convolutions on CPUs with native bf16, else fp32).
+                             ``fast_float32_overhead_ratio`` is the same with fp32 forced,
+                             measured in the same rounds.
 - ``exact_overhead_ratio`` = the same with the exact (per-sample torch.func) estimator
 - ``codec_fraction``       = (encode + decode time) / fast step time, where encode is the
                              primary buffer plus the exact bits of every other encoding for
                              all W workers and layers, and decode is the primary buffer.
 
 Targets: fast <= 1.3, exact <= 3.0, codec <= 0.10.
+
+Like ``vgcsim record``, the benchmark first keeps freed memory in the process
+(``traces.training.allocator``; ``--allocator default`` leaves glibc's malloc alone); the
+setting applies to every variant, the plain forward+backward included.
 
 ``--gap`` instead measures, per layer, how far the fast squared-gradient sums are from the
 exact ones on a small CNN trained on scikit-learn's digits (real data, shipped with the
@@ -32,9 +40,18 @@ from torch import nn
 
 from traces.compression import get_compressor
 from traces.compression.base import make_payload
-from traces.compression.variance import worker_gradients
+from traces.compression.variance import resolve_sq_dtype, worker_gradients
+from traces.training.allocator import ALLOCATOR_MODES, keep_freed_memory
 
-ROW_FIELDS = ("plain", "fast", "exact", "encode", "decode", "fast_gradients", "exact_gradients")
+VARIANTS = ("plain", "fast", "fast_float32", "exact")
+ROW_FIELDS = (
+    *VARIANTS,
+    "encode",
+    "decode",
+    "fast_gradients",
+    "fast_float32_gradients",
+    "exact_gradients",
+)
 
 
 class SmallCNN(nn.Module):
@@ -118,11 +135,15 @@ def gap(workers: int, batch: int, steps: int, seed: int) -> dict:
     return result
 
 
-def run(workers: int, batch: int, rounds: int, compressor_name: str, seed: int) -> dict:
-    """Time plain / fast / exact steps interleaved round by round; medians of per-round ratios.
+def run(
+    workers: int, batch: int, rounds: int, compressor_name: str, seed: int, allocator: str
+) -> dict:
+    """Time plain / fast / fast fp32 / exact steps interleaved round by round.
 
-    Interleaving makes each ratio compare steps run under the same machine load.
+    Interleaving makes each ratio compare steps run under the same machine load; each
+    ratio is the median over rounds of the ratio within a round.
     """
+    allocator_applied = keep_freed_memory() if allocator == "keep" else False
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     model = SmallCNN()
@@ -132,7 +153,16 @@ def run(workers: int, batch: int, rounds: int, compressor_name: str, seed: int) 
     y = torch.randint(0, 10, (n,), generator=gen)
     params = list(model.parameters())
     compressor = get_compressor(compressor_name)
-    states = [[compressor.init_state(p.numel()) for p in params] for _ in range(workers)]
+    # Each compressed variant evolves its own compressor state.
+    states = {
+        v: [[compressor.init_state(p.numel()) for p in params] for _ in range(workers)]
+        for v in VARIANTS[1:]
+    }
+    estimators = {
+        "fast": ("fast", "auto"),
+        "fast_float32": ("fast", "float32"),
+        "exact": ("exact", "auto"),
+    }
 
     def plain() -> None:
         model.zero_grad(set_to_none=True)
@@ -140,10 +170,11 @@ def run(workers: int, batch: int, rounds: int, compressor_name: str, seed: int) 
 
     split: dict[str, float] = {}
 
-    def step(estimator: str) -> list:
+    def step(variant: str) -> list:
+        estimator, sq_dtype = estimators[variant]
         t0 = time.perf_counter()
-        wg = worker_gradients(model, loss_fn, x, y, workers, estimator)
-        split[estimator] = time.perf_counter() - t0
+        wg = worker_gradients(model, loss_fn, x, y, workers, estimator, sq_dtype=sq_dtype)
+        split[variant] = time.perf_counter() - t0
         payloads = []
         for w in range(workers):
             for i in range(len(params)):
@@ -151,7 +182,7 @@ def run(workers: int, batch: int, rounds: int, compressor_name: str, seed: int) 
                 payloads.append(
                     compressor.compress(
                         wg.grads[i][w],
-                        states[w][i],
+                        states[variant][w][i],
                         sqsum=sq,
                         batch_size=batch,
                         layer=i,
@@ -188,60 +219,64 @@ def run(workers: int, batch: int, rounds: int, compressor_name: str, seed: int) 
     for _ in range(2):  # warm-up: allocator, torch.func tracing, compressor state
         plain()
         step("exact")
+        step("fast_float32")
         apply(decode(step("fast")))
     rows = []
     payloads: list = []
-    order = ["plain", "fast", "exact"]
+    order = list(VARIANTS)
     for r in range(rounds):
         # Rotate the order each round so no variant always follows the memory-hungry one.
+        k = r % len(order)
         seconds = {}
-        for name in order[r % 3 :] + order[: r % 3]:
+        for name in order[k:] + order[:k]:
             if name == "plain":
                 seconds[name], _ = timed(plain)
-            elif name == "exact":
-                seconds[name], _ = timed(step, "exact")
+            elif name != "fast":
+                seconds[name], _ = timed(step, name)
             else:
                 seconds[name], payloads = timed(step, "fast")
                 encode_s, _ = timed(encode, payloads)
                 decode_s, decoded = timed(decode, payloads)
                 apply(decoded)
         rows.append(
-            (
-                seconds["plain"],
-                seconds["fast"],
-                seconds["exact"],
-                encode_s,
-                decode_s,
-                split["fast"],
-                split["exact"],
-            )
+            {
+                **seconds,
+                "encode": encode_s,
+                "decode": decode_s,
+                **{f"{v}_gradients": split[v] for v in VARIANTS[1:]},
+            }
         )
     # Ratios are medians of per-round ratios: the steps of one round run back to back under
     # nearly the same machine load, which on a shared host varies far more between rounds
     # than the steps differ. Times are medians too; ratios of per-variant minima are
     # reported alongside as a check.
-    low = {k: min(r[i] for r in rows) for i, k in enumerate(ROW_FIELDS)}
+    low = {k: min(r[k] for r in rows) for k in ROW_FIELDS}
     med = statistics.median
     sent = sum(p.sent for p in payloads)
     numel = sum(p.numel for p in payloads)
     return {
-        "fast_overhead_ratio": med(r[1] / r[0] for r in rows),
-        "exact_overhead_ratio": med(r[2] / r[0] for r in rows),
-        "codec_fraction": med((r[3] + r[4]) / r[1] for r in rows),
+        "fast_overhead_ratio": med(r["fast"] / r["plain"] for r in rows),
+        "exact_overhead_ratio": med(r["exact"] / r["plain"] for r in rows),
+        "codec_fraction": med((r["encode"] + r["decode"]) / r["fast"] for r in rows),
+        "fast_float32_overhead_ratio": med(r["fast_float32"] / r["plain"] for r in rows),
         "min_time_ratios": {
             "fast_overhead_ratio": low["fast"] / low["plain"],
             "exact_overhead_ratio": low["exact"] / low["plain"],
             "codec_fraction": (low["encode"] + low["decode"]) / low["fast"],
+            "fast_float32_overhead_ratio": low["fast_float32"] / low["plain"],
         },
-        "forward_backward_s": med(r[0] for r in rows),
-        "fast_step_s": med(r[1] for r in rows),
-        "exact_step_s": med(r[2] for r in rows),
-        "fast_gradients_s": med(r[5] for r in rows),
-        "exact_gradients_s": med(r[6] for r in rows),
-        "fast_compress_s": med(r[1] - r[5] for r in rows),
-        "encode_s": med(r[3] for r in rows),
-        "decode_s": med(r[4] for r in rows),
-        "fast_gradients_ratio": med(r[5] / r[0] for r in rows),
+        "fast_sq_dtype": resolve_sq_dtype("auto"),
+        "allocator": "keep" if allocator_applied else "default",
+        "forward_backward_s": med(r["plain"] for r in rows),
+        "fast_step_s": med(r["fast"] for r in rows),
+        "fast_float32_step_s": med(r["fast_float32"] for r in rows),
+        "exact_step_s": med(r["exact"] for r in rows),
+        "fast_gradients_s": med(r["fast_gradients"] for r in rows),
+        "exact_gradients_s": med(r["exact_gradients"] for r in rows),
+        "fast_compress_s": med(r["fast"] - r["fast_gradients"] for r in rows),
+        "encode_s": med(r["encode"] for r in rows),
+        "decode_s": med(r["decode"] for r in rows),
+        "fast_gradients_ratio": med(r["fast_gradients"] / r["plain"] for r in rows),
         "density": sent / numel,
         "workers": workers,
         "batch_size_per_worker": batch,
@@ -270,6 +305,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads", type=int, default=1, help="torch intra-op threads (1: stable on busy hosts)"
     )
+    parser.add_argument(
+        "--allocator",
+        choices=ALLOCATOR_MODES,
+        default="keep",
+        help="keep freed memory in the process as vgcsim record does (default), or leave "
+        "glibc's malloc alone",
+    )
     parser.add_argument("--gap", action="store_true", help="per-layer fast-vs-exact gap instead")
     parser.add_argument("--train-steps", type=int, default=200, help="SGD steps for --gap")
     args = parser.parse_args(argv)
@@ -277,7 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.gap:
         result = gap(args.workers, args.batch, args.train_steps, args.seed)
     else:
-        result = run(args.workers, args.batch, args.rounds, args.compressor, args.seed)
+        result = run(
+            args.workers, args.batch, args.rounds, args.compressor, args.seed, args.allocator
+        )
     if args.json:
         json.dump(result, sys.stdout)
         sys.stdout.write("\n")

@@ -6,7 +6,13 @@ import pytest
 import torch
 from torch import nn
 
-from traces.compression.variance import ESTIMATORS, estimator_gap, worker_gradients
+from traces.compression import variance
+from traces.compression.variance import (
+    ESTIMATORS,
+    estimator_gap,
+    resolve_sq_dtype,
+    worker_gradients,
+)
 from traces.errors import ConfigError, UnknownNameError
 
 W, B = 3, 5
@@ -82,13 +88,16 @@ def test_fast_equals_exact_for_linear_layers():
     fast = worker_gradients(model, LOSS, x, y, W, "fast")
     for e, f in zip(exact.sqsums, fast.sqsums, strict=True):
         torch.testing.assert_close(f, e, rtol=1e-4, atol=1e-8)
-    assert all(row["rel_error"] < 1e-5 for row in estimator_gap(model, LOSS, x, y, W))
+    # sq_dtype only concerns Conv2d: Linear layers stay exact under every setting.
+    for sq_dtype in ("auto", "bfloat16"):
+        rows = estimator_gap(model, LOSS, x, y, W, sq_dtype=sq_dtype)
+        assert all(row["rel_error"] < 1e-5 for row in rows), sq_dtype
 
 
 def test_conv_gap_is_measured_not_assumed():
     model = cnn()
     x, y = batch((2, 8, 8), seed=3)
-    rows = {r["name"]: r for r in estimator_gap(model, LOSS, x, y, W)}
+    rows = {r["name"]: r for r in estimator_gap(model, LOSS, x, y, W, sq_dtype="float32")}
     # Conv weights with spatial extent: squares summed over positions differ from exact.
     assert rows["0.weight"]["kind"] == "Conv2d" and rows["0.weight"]["rel_error"] > 0.01
     # The second conv sees 4x4 inputs with a 3x3 stride-2 kernel: one output position, exact.
@@ -105,7 +114,37 @@ def test_conv_with_one_output_position_is_exact():
     torch.manual_seed(4)
     model = nn.Sequential(nn.Conv2d(3, 5, 4), nn.Flatten(), nn.Linear(5, 4))
     x, y = batch((3, 4, 4), seed=4)
-    assert all(r["rel_error"] < 1e-5 for r in estimator_gap(model, LOSS, x, y, W))
+    rows = estimator_gap(model, LOSS, x, y, W, sq_dtype="float32")
+    assert all(r["rel_error"] < 1e-5 for r in rows)
+
+
+def test_bfloat16_squared_sums_stay_within_a_percent_of_float32():
+    # bf16 inputs (8-bit mantissa) with fp32 accumulation: each product is off by < 2^-7,
+    # far below the fast-vs-exact gap; gradients and non-conv parameters are untouched.
+    model = cnn()
+    x, y = batch((2, 8, 8), seed=5)
+    f32 = worker_gradients(model, LOSS, x, y, W, "fast", sq_dtype="float32")
+    b16 = worker_gradients(model, LOSS, x, y, W, "fast", sq_dtype="bfloat16")
+    convs = {"0.weight", "4.weight"}
+    for name, s32, s16, g32, g16 in zip(
+        f32.names, f32.sqsums, b16.sqsums, f32.grads, b16.grads, strict=True
+    ):
+        assert torch.equal(g32, g16), name
+        if name in convs:
+            rel = float((s16 - s32).abs().sum() / s32.abs().sum())
+            assert 0 < rel < 1e-2, (name, rel)
+        else:
+            assert torch.equal(s32, s16), name
+
+
+def test_auto_precision_follows_the_cpu(monkeypatch):
+    monkeypatch.setattr(variance, "_NATIVE_BF16", True)
+    assert resolve_sq_dtype("auto") == "bfloat16"
+    monkeypatch.setattr(variance, "_NATIVE_BF16", False)
+    assert resolve_sq_dtype("auto") == "float32"
+    assert resolve_sq_dtype("bfloat16") == "bfloat16"
+    with pytest.raises(UnknownNameError, match="auto, bfloat16, float32"):
+        resolve_sq_dtype("fp8")
 
 
 def test_errors():

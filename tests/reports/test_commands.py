@@ -55,8 +55,13 @@ def test_demo_reuses_only_complete_traces_with_same_config(tmp_path):
     assert not _reusable(run, rcfg)  # no header
     header = json.loads((TRACE / "header.json").read_text())
     from traces.config import to_dict
+    from traces.training.record import resolve_config
 
+    # A header stores the resolved config (sq_dtype "auto" -> this machine's precision).
     header["config"] = to_dict(rcfg)
+    (run / "header.json").write_text(json.dumps(header))
+    assert not _reusable(run, rcfg)
+    header["config"] = to_dict(resolve_config(rcfg))
     (run / "header.json").write_text(json.dumps(header))
     assert _reusable(run, rcfg)
     assert not _reusable(run, _record_config(DemoConfig(steps=3), "variance"))

@@ -70,6 +70,10 @@ def test_header_is_self_describing(tmp_path):
     )
     assert [x["name"] for x in h["layers"]][:2] == ["1.weight", "1.bias"]
     assert h["synthetic"] is False and h["dataset"]["name"] == "synthetic"
+    # "auto" precision is recorded as what this machine ran.
+    assert h["config"]["sq_dtype"] in ("float32", "bfloat16")
+    forced = read_trace(record(tiny(sq_dtype="float32"), tmp_path / "f")).header
+    assert forced["config"]["sq_dtype"] == "float32"
 
 
 def test_dense_sends_everything_and_learns(tmp_path):
@@ -121,6 +125,7 @@ def test_nan_stops_and_keeps_prefix(tmp_path):
         (["--model", "resnet50"], "unknown model"),
         (["--set", "optimizer.schedule=wavy"], "unknown learning-rate schedule"),
         (["--set", "estimator=guess"], "unknown variance estimator"),
+        (["--set", "sq_dtype=fp8"], "unknown squared-sum precision 'fp8'"),
         (["--set", "steps=many"], "expects an integer"),
     ],
 )

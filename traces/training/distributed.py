@@ -104,6 +104,7 @@ def record_rank(cfg, out_dir: Path, *, backend: str, overwrite: bool = False) ->
     from traces.compression import get_compressor
     from traces.compression.variance import worker_gradients
     from traces.io import TraceWriter
+    from traces.training.allocator import keep_freed_memory
     from traces.training.datasets import load_dataset
     from traces.training.distributed_hook import VGCState, sync_gradients
     from traces.training.distributed_launch import device_for
@@ -115,12 +116,15 @@ def record_rank(cfg, out_dir: Path, *, backend: str, overwrite: bool = False) ->
         build_header,
         check_config,
         evaluate,
+        resolve_config,
     )
 
     rank, world = dist.get_rank(), dist.get_world_size()
     if cfg.workers != world:
         cfg = dataclasses.replace(cfg, workers=world)
     check_config(cfg)
+    cfg = resolve_config(cfg)
+    keep_freed_memory()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     # Same construction order and seeds as the emulated recorder, so the runs coincide.
@@ -183,7 +187,9 @@ def record_rank(cfg, out_dir: Path, *, backend: str, overwrite: bool = False) ->
             idx = torch.from_numpy(sampler.next_indices()[lo:hi])
             x, y = data.x_train[idx].to(device), data.y_train[idx].to(device)
             t0 = time.perf_counter()
-            wg = worker_gradients(model, _per_sample_loss, x, y, 1, estimator)
+            wg = worker_gradients(
+                model, _per_sample_loss, x, y, 1, estimator, sq_dtype=cfg.sq_dtype
+            )
             pass_s = time.perf_counter() - t0
             finite = torch.tensor(
                 [

@@ -20,6 +20,7 @@ buffer once more, and ``compress_s`` is the compress call minus that.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -35,6 +36,7 @@ from traces.config import to_dict
 from traces.errors import ConfigError, TrainingDivergedError, unknown_name
 from traces.io import TraceWriter
 from traces.provenance import git_commit, machine_info, package_versions
+from traces.training.allocator import keep_freed_memory
 from traces.training.datasets import DATASETS, Dataset, load_dataset
 from traces.training.nets import NETS, build_net, flops_per_sample
 from traces.training.optim import build_optimizer
@@ -46,7 +48,7 @@ log = logging.getLogger(__name__)
 def check_config(cfg: RecordConfig) -> None:
     """Refuse unknown names and bad hyperparameters before any work starts."""
     from traces.compression import get_compressor
-    from traces.compression.variance import ESTIMATORS
+    from traces.compression.variance import ESTIMATORS, SQ_DTYPES
     from traces.training.optim import OPTIMIZERS, SCHEDULES
 
     checks = (
@@ -55,12 +57,21 @@ def check_config(cfg: RecordConfig) -> None:
         ("optimizer", cfg.optimizer.name, OPTIMIZERS),
         ("learning-rate schedule", cfg.optimizer.schedule, SCHEDULES),
         ("variance estimator", cfg.estimator, ESTIMATORS),
+        ("squared-sum precision", cfg.sq_dtype, SQ_DTYPES),
         ("gradient pass", cfg.gradient_pass, GRADIENT_PASSES),
     )
     for kind, name, valid in checks:
         if name not in valid:
             raise unknown_name(kind, name, valid)
     get_compressor(cfg.compressor.name, **cfg.compressor.params)
+
+
+def resolve_config(cfg: RecordConfig) -> RecordConfig:
+    """``cfg`` with its machine-dependent settings made explicit (``sq_dtype="auto"`` →
+    what this machine runs), as the trace header records it."""
+    from traces.compression.variance import resolve_sq_dtype
+
+    return dataclasses.replace(cfg, sq_dtype=resolve_sq_dtype(cfg.sq_dtype))
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -164,11 +175,19 @@ def _gradients(model, x, y, cfg: RecordConfig, estimator: str | None):
     from traces.compression.variance import WorkerGrads, worker_gradients
 
     if cfg.gradient_pass == "batched":
-        return worker_gradients(model, _per_sample_loss, x, y, cfg.workers, estimator)
+        return worker_gradients(
+            model, _per_sample_loss, x, y, cfg.workers, estimator, sq_dtype=cfg.sq_dtype
+        )
     b = cfg.batch_size
     parts = [
         worker_gradients(
-            model, _per_sample_loss, x[w * b : (w + 1) * b], y[w * b : (w + 1) * b], 1, estimator
+            model,
+            _per_sample_loss,
+            x[w * b : (w + 1) * b],
+            y[w * b : (w + 1) * b],
+            1,
+            estimator,
+            sq_dtype=cfg.sq_dtype,
         )
         for w in range(cfg.workers)
     ]
@@ -202,6 +221,8 @@ def record(
     before it, status ``stopped``); config problems raise :class:`ConfigError` up front.
     """
     check_config(cfg)
+    cfg = resolve_config(cfg)
+    keep_freed_memory()
     saved_threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

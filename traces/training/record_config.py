@@ -71,7 +71,10 @@ class RecordConfig:
 
     workers: W emulated workers; batch_size: samples per worker per step; estimator: the
     squared-gradient estimator when the compressor needs one ("exact" or "fast", see
-    ``traces.compression.variance``); gradient_pass: "batched" (one pass for all workers,
+    ``traces.compression.variance``); sq_dtype: precision of the fast estimator's Conv2d
+    squared-sum convolution ("auto": bfloat16 on CPUs with native bf16 dot products, else
+    float32; "float32"; "bfloat16"), resolved before recording so the header names what
+    ran; gradient_pass: "batched" (one pass for all workers,
     the faster one in ``python -m traces.training.speed``) or "separate" (W passes);
     threads: torch CPU threads while recording (1 by default: small nets gain little from
     more, and oversubscribed cores lose a lot; 0 keeps torch's default);
@@ -88,6 +91,7 @@ class RecordConfig:
     steps: int = 300
     seed: int = 0
     estimator: str = "exact"
+    sq_dtype: str = "auto"
     gradient_pass: str = "batched"
     eval_every: int = 50
     eval_samples: int = 1000

@@ -118,6 +118,7 @@ def _reusable(run_dir: Path, record_cfg: Any) -> bool:
     from traces.config import to_dict
     from traces.errors import TraceError
     from traces.io import read_header
+    from traces.training.record import resolve_config
 
     if not (run_dir / "header.json").is_file():
         return False
@@ -126,7 +127,7 @@ def _reusable(run_dir: Path, record_cfg: Any) -> bool:
     except TraceError:
         return False
     return header.get("status") == "complete" and _normalized(header.get("config")) == (
-        _normalized(to_dict(record_cfg))
+        _normalized(to_dict(resolve_config(record_cfg)))
     )
 
 
