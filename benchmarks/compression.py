@@ -40,7 +40,7 @@ from torch import nn
 
 from traces.compression import get_compressor
 from traces.compression.base import make_payload
-from traces.compression.variance import resolve_sq_dtype, worker_gradients
+from traces.compression.variance import SQ_DTYPES, resolve_sq_dtype, worker_gradients
 from traces.training.allocator import ALLOCATOR_MODES, keep_freed_memory
 
 VARIANTS = ("plain", "fast", "fast_float32", "exact")
@@ -100,7 +100,7 @@ class DigitsCNN(nn.Module):
         return self.net(x)
 
 
-def gap(workers: int, batch: int, steps: int, seed: int) -> dict:
+def gap(workers: int, batch: int, steps: int, seed: int, sq_dtype: str = "auto") -> dict:
     """Per-layer fast-vs-exact gap of Σ_z (∇f_z)² on DigitsCNN, before and after training."""
     from sklearn.datasets import load_digits
 
@@ -120,16 +120,21 @@ def gap(workers: int, batch: int, steps: int, seed: int) -> dict:
         idx = torch.randint(0, len(labels), (n,), generator=gen)
         return images[idx], labels[idx]
 
-    result = {"model": "DigitsCNN", "workers": workers, "batch_size_per_worker": batch}
+    result = {
+        "model": "DigitsCNN",
+        "workers": workers,
+        "batch_size_per_worker": batch,
+        "sq_dtype": resolve_sq_dtype(sq_dtype),
+    }
     x, y = sample()
-    result["step_0"] = estimator_gap(model, loss_fn, x, y, workers)
+    result["step_0"] = estimator_gap(model, loss_fn, x, y, workers, sq_dtype=sq_dtype)
     for _ in range(steps):
         xb, yb = sample()
         opt.zero_grad()
         loss_fn(model(xb), yb).mean().backward()
         opt.step()
     x, y = sample()
-    result[f"step_{steps}"] = estimator_gap(model, loss_fn, x, y, workers)
+    result[f"step_{steps}"] = estimator_gap(model, loss_fn, x, y, workers, sq_dtype=sq_dtype)
     with torch.no_grad():
         result["train_loss"] = float(loss_fn(model(x), y).mean())
     return result
@@ -314,10 +319,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--gap", action="store_true", help="per-layer fast-vs-exact gap instead")
     parser.add_argument("--train-steps", type=int, default=200, help="SGD steps for --gap")
+    parser.add_argument(
+        "--sq-dtype",
+        choices=SQ_DTYPES,
+        default="auto",
+        help="precision of the fast estimator's conv squared sums, for --gap",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.gap:
-        result = gap(args.workers, args.batch, args.train_steps, args.seed)
+        result = gap(args.workers, args.batch, args.train_steps, args.seed, args.sq_dtype)
     else:
         result = run(
             args.workers, args.batch, args.rounds, args.compressor, args.seed, args.allocator

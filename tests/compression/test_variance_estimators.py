@@ -219,3 +219,30 @@ def test_gradients_only_fall_back_for_a_conv_padding_the_taps_lack():
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
     with pytest.raises(ConfigError, match="padding_mode 'reflect'"):
         worker_gradients(model, LOSS, x, y, W, "fast")
+
+
+class _Residual(nn.Module):
+    """A conv whose output feeds two branches (skip + conv), then a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(6)
+        self.c1 = nn.Conv2d(2, 4, 3, padding=1)
+        self.c2 = nn.Conv2d(4, 4, 3, padding=1)
+        self.head = nn.Linear(4 * 8 * 8, 4)
+
+    def forward(self, x):
+        h = self.c1(x)
+        return self.head((h + torch.relu(self.c2(h))).flatten(1))
+
+
+def test_a_layer_output_used_twice_gets_its_whole_gradient():
+    # Layer gradients are computed in backward hooks on the layer outputs; an output read
+    # by two branches must see the sum of both branches' gradients.
+    model = _Residual()
+    x, y = batch((2, 8, 8), seed=6)
+    losses, grads, sqs = reference(model, x, y)
+    for estimator in ("fast", None):
+        out = worker_gradients(model, LOSS, x, y, W, estimator)
+        for got, want in zip(out.grads, grads, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)

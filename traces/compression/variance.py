@@ -386,33 +386,16 @@ def _hooked(
         losses, records = _tapped_forward(model, loss_fn, x, y)
     records = [(m, a, o) for m, a, o, _, _ in records]
     tapped = [(m, a, o) for m, a, o in records if o.requires_grad]
-    # Each layer's gradients are computed in a hook the moment backward produces its output
-    # gradient δ, while δ is still in cache (as a plain backward computes weight gradients),
-    # not after the whole backward pass. Results are kept per tap and summed in forward order.
-    per_tap: list[list | None] = [None] * len(tapped)
-
-    def on_delta(k: int, module: nn.Module, a: torch.Tensor):
-        def hook(delta: torch.Tensor) -> None:
-            with torch.no_grad():
-                per_tap[k] = list(_module_grads(module, a, delta, workers, b, with_sqsum, sq_dtype))
-
-        return hook
-
-    handles = [o.register_hook(on_delta(k, m, a)) for k, (m, a, o) in enumerate(tapped)]
-    try:
-        torch.autograd.grad(losses.sum(), [o for _, _, o in tapped], allow_unused=True)
-    finally:
-        for h in handles:
-            h.remove()
+    deltas = torch.autograd.grad(losses.sum(), [o for _, _, o in tapped], allow_unused=True)
     named = _trainable(model)
     index = {id(p): i for i, (_, p) in enumerate(named)}
     grads: list[torch.Tensor | None] = [None] * len(named)
     sqsums: list[torch.Tensor | None] = [None] * len(named)
     with torch.no_grad():
-        for results in per_tap:
-            if results is None:
+        for (module, a, _), delta in zip(tapped, deltas, strict=True):
+            if delta is None:
                 continue
-            for param, g, sq in results:
+            for param, g, sq in _module_grads(module, a, delta, workers, b, with_sqsum, sq_dtype):
                 i = index.get(id(param))
                 if i is None:
                     continue
