@@ -23,9 +23,17 @@ from pathlib import Path
 import torch
 
 from traces.config import apply_overrides
+from traces.training.allocator import keep_freed_memory
 from traces.training.datasets import load_dataset
 from traces.training.nets import build_net
-from traces.training.record import GRADIENT_PASSES, RecordConfig, WorkerSampler, _gradients, record
+from traces.training.record import (
+    GRADIENT_PASSES,
+    RecordConfig,
+    WorkerSampler,
+    _gradients,
+    record,
+    resolve_config,
+)
 
 ESTIMATOR_CHOICES = ("none", "fast", "exact")
 
@@ -77,9 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=40, help="steps of each timed recording")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
-    cfg = apply_overrides(RecordConfig(), args.set)
+    cfg = resolve_config(apply_overrides(RecordConfig(), args.set))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    # As record does, so the passes and the recordings run under the same allocator.
+    allocator = "keep" if keep_freed_memory() else "default"
     passes = time_passes(cfg, args.repeats)
     result = {
         "workload": {
@@ -88,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "workers": cfg.workers,
             "batch_size": cfg.batch_size,
             "torch_threads": torch.get_num_threads(),
+            "sq_dtype": cfg.sq_dtype,
+            "allocator": allocator,
         },
         "pass_s": passes,
         "separate_over_batched": {
