@@ -209,13 +209,13 @@ def _exact(model: nn.Module, loss_fn: LossFn, x: torch.Tensor, y: torch.Tensor, 
     # sample chunks of at most EXACT_CHUNK_BYTES, summed into the per-worker results.
     per_sample_bytes = 4 * sum(p.numel() for _, p in named)
     chunk = max(1, min(n, EXACT_CHUNK_BYTES // max(per_sample_bytes, 1)))
-    grads = [torch.zeros(workers, *p.shape) for _, p in named]
-    sqsums = [torch.zeros(workers, *p.shape) for _, p in named]
-    losses = torch.zeros(n)
+    grads = [p.new_zeros(workers, *p.shape) for _, p in named]
+    sqsums = [p.new_zeros(workers, *p.shape) for _, p in named]
+    losses = x.new_zeros(n, dtype=torch.float32)
     for start in range(0, n, chunk):
         stop = min(n, start + chunk)
         per_sample, losses[start:stop] = per_sample_grads(params, x[start:stop], y[start:stop])
-        owner = torch.arange(start, stop) // b
+        owner = torch.arange(start, stop, device=x.device) // b
         for i, (name, _) in enumerate(named):
             g = per_sample[name]
             if chunk == n:
@@ -404,8 +404,8 @@ def _hooked(
                     sqsums[i] = sq if sqsums[i] is None else sqsums[i] + sq
     for i, (name, p) in enumerate(named):
         if grads[i] is None:
-            grads[i] = torch.zeros(workers, *p.shape)
-            sqsums[i] = torch.zeros(workers, *p.shape)
+            grads[i] = p.new_zeros(workers, *p.shape)
+            sqsums[i] = p.new_zeros(workers, *p.shape)
             log.debug("parameter %s received no gradient", name)
         grads[i] = grads[i] / b
     return WorkerGrads(
