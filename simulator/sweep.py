@@ -162,9 +162,14 @@ def run_sweep(
             if progress is not None:
                 progress(1)
     else:
+        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=n) as pool:
+        # Not fork: forking a process that runs threads (pyarrow's, BLAS's) can deadlock the
+        # child; forkserver (Python 3.14's default on Linux) starts workers from a clean one.
+        methods = multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("forkserver" if "forkserver" in methods else None)
+        with ProcessPoolExecutor(max_workers=n, mp_context=context) as pool:
             futures = {pool.submit(_run_job, job, sweep.simulate): i for i, job in enumerate(jobs)}
             for fut in as_completed(futures):
                 frames[futures[fut]] = fut.result()
