@@ -54,14 +54,18 @@ def test_packed32_chunking_round_trips(msg, index_bits):
     np.testing.assert_array_equal(enc.decode(data, numel=msg.numel).dense(), msg.dense())
 
 
-@SETTINGS
-@given(
+#: Quantizer inputs: n values, seed, scale rule, rounding rule, magnitude.
+QUANTIZER_CASES = given(
     st.integers(1, 500),
     st.integers(0, 2**31 - 1),
     st.sampled_from(SCALES),
     st.sampled_from(ROUNDINGS),
-    st.floats(1e-20, 1e20),
+    st.floats(1e-30, 1e30),
 )
+
+
+@SETTINGS
+@QUANTIZER_CASES
 def test_4bit_quantizer_properties(n, seed, scale, rounding, magnitude):
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal(n) * magnitude).astype(np.float32)
@@ -110,13 +114,7 @@ def _quantize_reference(values, scale, rounding):
 
 
 @SETTINGS
-@given(
-    st.integers(1, 300),
-    st.integers(0, 2**31 - 1),
-    st.sampled_from(SCALES),
-    st.sampled_from(ROUNDINGS),
-    st.floats(1e-30, 1e30),
-)
+@QUANTIZER_CASES
 def test_4bit_quantizer_matches_its_definition(n, seed, scale, rounding, magnitude):
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal(n) * magnitude).astype(np.float32)

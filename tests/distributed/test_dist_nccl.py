@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+# The gloo test's tiny MLP recording (pytest puts this folder on sys.path).
+from test_dist_record import SETTINGS as MLP
+
 from traces.config import apply_overrides
 from traces.io import read_trace
 from traces.training.record import RecordConfig, record
@@ -24,19 +27,6 @@ pytestmark = [
         not (torch.cuda.is_available() and torch.distributed.is_nccl_available()),
         reason="needs a CUDA device and NCCL",
     ),
-]
-
-MLP = [
-    "data.name=synthetic",
-    "model.name=mlp",
-    "model.width=0.25",
-    "batch_size=8",
-    "steps=4",
-    "eval_every=2",
-    "eval_samples=100",
-    "chunk_steps=2",
-    "compressor.name=variance",
-    "compressor.alpha=1.0",
 ]
 
 
