@@ -56,7 +56,12 @@ def _ratio_axis(ax: Axes, values: pd.Series) -> str:
     wide = v.size > 0 and v.max() / v.min() > 10
     if wide:
         ax.set_yscale("log")
-        if v.max() / v.min() < 1000:
+        # Enough labelled ticks that the top and bottom of a curve can be read off: 1-2-3-5
+        # per decade over up to two decades, 1-2-5 up to three, powers of ten beyond.
+        span = v.max() / v.min()
+        if span < 100:
+            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0)))
+        elif span < 1000:
             ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_minor_formatter(FuncFormatter(lambda _v, _: ""))
     ax.yaxis.set_major_formatter(FuncFormatter(_ratio_formatter))
