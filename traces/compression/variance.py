@@ -148,7 +148,8 @@ _NATIVE_BF16: bool | None = None
 def resolve_sq_dtype(sq_dtype: str) -> str:
     """``"float32"`` or ``"bfloat16"``: what ``sq_dtype`` means on this machine.
 
-    ``"auto"`` is ``"bfloat16"`` where :func:`native_bf16` holds, else ``"float32"``. The
+    ``"auto"`` is ``"bfloat16"`` where :func:`native_bf16` holds and torch has oneDNN, else
+    ``"float32"`` (the rule looks at the CPU, also when the tensors live on a GPU). The
     squared sums only feed the test r² > α·v, and bf16 inputs with fp32 accumulation change
     them by well under 1 % (tested), against a 30–67 % gap between the fast and the exact
     estimator on conv weights (docs/compression.md); on a CPU with native bf16 it takes
@@ -157,7 +158,8 @@ def resolve_sq_dtype(sq_dtype: str) -> str:
     if sq_dtype not in SQ_DTYPES:
         raise unknown_name("squared-sum precision", sq_dtype, SQ_DTYPES)
     if sq_dtype == "auto":
-        return "bfloat16" if native_bf16() else "float32"
+        fast_bf16 = native_bf16() and torch.backends.mkldnn.is_available()
+        return "bfloat16" if fast_bf16 else "float32"
     return sq_dtype
 
 
