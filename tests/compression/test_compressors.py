@@ -192,6 +192,20 @@ def test_variance_rule_by_hand():
     torch.testing.assert_close(st.variance, torch.tensor([0.0, 1.0, 0.0]))
 
 
+def test_hybrid_rule_by_hand():
+    # Sent only when both tests pass (|r| >= tau and r² > alpha·v), as ±tau; r -= ±tau.
+    c = get_compressor("hybrid", tau=0.5, alpha=1.0, zeta=0.5)
+    st = c.init_state(4)
+    g = torch.tensor([1.0, -1.0, 0.2, 1.0])
+    sq = torch.tensor([0.0, 0.0, 0.0, 16.0])  # B = 2: v = sq / 4 = [0, 0, 0, 4]
+    p = c.compress(g, st, sqsum=sq, batch_size=2)
+    # |r| >= 0.5: elements 0, 1, 3; r² > v: elements 0, 1, 2 -> both: 0 and 1.
+    np.testing.assert_array_equal(p.message.indices, [0, 1])
+    torch.testing.assert_close(p.decode(), torch.tensor([0.5, -0.5, 0.0, 0.0]))
+    torch.testing.assert_close(st.residual, torch.tensor([0.5, -0.5, 0.2, 1.0]))
+    torch.testing.assert_close(st.variance, torch.tensor([0.0, 0.0, 0.0, 2.0]))
+
+
 def test_needs_sqsum_and_generator():
     with pytest.raises(ValueError, match="sqsum"):
         get_compressor("variance").compress(torch.ones(3), get_compressor("variance").init_state(3))
