@@ -29,22 +29,11 @@ import numpy as np
 import pandas as pd
 
 from traces.errors import ResultsError
-from traces.schema import BITS_PREFIX, RESULT_COLUMNS
+from traces.schema import BITS_PREFIX, RESULT_COLUMNS, RESULT_CONFIG_COLUMNS
 
 #: Columns identifying one configuration in a result table (everything but the step and
 #: the measured quantities).
-CONFIG_KEYS = (
-    "source",
-    "path",
-    "trace",
-    "compressor",
-    "encoding",
-    "cluster",
-    "topology",
-    "world_size",
-    "method",
-    "collective",
-)
+CONFIG_KEYS = RESULT_CONFIG_COLUMNS
 TIME_COLUMNS = ("compute_s", "variance_s", "codec_s", "comm_s", "step_s")
 MEAN_STEP = -1
 

@@ -51,17 +51,7 @@ RESULTS_CSV = "results.csv"
 #: Rows that share these values are compared with each other (dense vs compressed).
 GROUP_COLUMNS = ("source", "path", "trace", "cluster", "world_size", "step")
 
-_STR_COLUMNS = (
-    "source",
-    "path",
-    "trace",
-    "compressor",
-    "encoding",
-    "cluster",
-    "topology",
-    "method",
-    "collective",
-)
+_STR_COLUMNS = tuple(c for c in schema.RESULT_CONFIG_COLUMNS if c != "world_size")
 _INT_COLUMNS = ("world_size", "step")
 _FLOAT_COLUMNS = tuple(
     c for c in schema.RESULT_COLUMNS if c not in _STR_COLUMNS and c not in _INT_COLUMNS

@@ -133,3 +133,7 @@ RESULT_COLUMNS = (
     "scaling_efficiency",  # single-worker step time / step_s (weak scaling)
     "throughput_samples_per_s",
 )
+
+#: The result columns that identify one configuration (everything before ``step``): rows
+#: that agree on all of them belong to one curve.
+RESULT_CONFIG_COLUMNS = RESULT_COLUMNS[: RESULT_COLUMNS.index("step")]
