@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from vgcsim.commands import add_set_option
+
 HELP = (
     "record short real traces (dense, variance α=2, Strom, QSGD), predict and simulate them "
     "on 1GbE, 10GbE and 100 Gb InfiniBand for P up to 256, and write the HTML report"
@@ -63,14 +65,11 @@ class DemoConfig:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--out", default="out/demo", help="output folder (default: out/demo)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set a demo option: steps, workers, batch_size, eval_every, seed, methods, "
+    add_set_option(
+        parser,
+        "set a demo option: steps, workers, batch_size, eval_every, seed, methods, "
         "clusters, world_sizes, compute (model|trace), sim_steps",
+        dest="overrides",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from vgcsim.commands import add_set_option
+
 if TYPE_CHECKING:
     from traces.training.record_config import RecordConfig
 
@@ -30,9 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-o", "--out", default="runs/record", help="output run directory (default: runs/record)"
     )
     parser.add_argument("--config", help="TOML file with RecordConfig keys")
-    parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key"
-    )
+    add_set_option(parser)
     parser.add_argument(
         "--compressor", help="compressor name (dense, variance, strom, qsgd, hybrid, topk)"
     )

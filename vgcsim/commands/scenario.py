@@ -6,6 +6,8 @@ import argparse
 import shlex
 import sys
 
+from vgcsim.commands import add_set_option
+
 HELP = "run a built-in cost-model scenario (paper: ResNet-50/VGG-like on 1/10 GbE and 56 Gb IB, P=2..1024)"
 
 
@@ -19,12 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="RUN",
         help="also use the compression ratio measured from this trace (repeatable)",
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a scenario key, e.g. --set device=V100 --set links=1GbE,IB-EDR "
+    add_set_option(
+        parser,
+        "override a scenario key, e.g. --set device=V100 --set links=1GbE,IB-EDR "
         "--set world_sizes=8,64,512 --set codec_s=0.01",
     )
 

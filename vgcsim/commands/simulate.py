@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vgcsim.commands import add_set_option
+
 HELP = "replay a trace on a discrete-event cluster model; write the result table (source=simulated)"
 
 
@@ -75,15 +77,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="message-level simulation, collective-level fast path, or auto (default)",
     )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set a SimulateConfig key: dense_collective, compressed_collective, overlap "
+    add_set_option(
+        parser,
+        "set a SimulateConfig key: dense_collective, compressed_collective, overlap "
         "(none|per_layer|bucketed), bucket_bytes, mode (fair|fifo), semantics "
         "(rendezvous|eager), jitter, seed, rule, encoding, max_steps",
+        dest="overrides",
     )
     parser.add_argument("-o", "--out", required=True, metavar="DIR", help="output result directory")
 

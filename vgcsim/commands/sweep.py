@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vgcsim.commands import add_set_option
+
 HELP = (
     "run a sweep (bandwidth x latency x P x topology x trace) of simulated replays; one table out"
 )
@@ -16,13 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=int, default=None, help="processes (default: sweep.workers, 0 = CPUs)"
     )
-    parser.add_argument(
-        "--set",
+    add_set_option(
+        parser,
+        "override a sweep file key, e.g. sweep.world_sizes=8,16 or simulate.max_steps=10",
         dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a sweep file key, e.g. sweep.world_sizes=8,16 or simulate.max_steps=10",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="list the jobs the factors expand to and exit"

@@ -7,6 +7,8 @@ import json
 import math
 from typing import Any
 
+from vgcsim.commands import add_set_option
+
 HELP = "inspect, validate or synthesise compression traces"
 
 
@@ -47,9 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     syn.add_argument("--seed", type=int, help="random seed")
     syn.add_argument("--config", help="TOML file with SynthConfig keys")
-    syn.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key"
-    )
+    add_set_option(syn)
     syn.add_argument("--overwrite", action="store_true", help="replace an existing trace in --out")
 
 
