@@ -139,12 +139,12 @@ def test_bfloat16_squared_sums_stay_within_a_percent_of_float32():
 
 def test_auto_precision_follows_the_cpu(monkeypatch):
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: True)
-    monkeypatch.setattr(variance, "_NATIVE_BF16", True)
+    monkeypatch.setattr(variance, "native_bf16", lambda: True)
     assert resolve_sq_dtype("auto") == "bfloat16"
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
     assert resolve_sq_dtype("auto") == "float32"
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: True)
-    monkeypatch.setattr(variance, "_NATIVE_BF16", False)
+    monkeypatch.setattr(variance, "native_bf16", lambda: False)
     assert resolve_sq_dtype("auto") == "float32"
     assert resolve_sq_dtype("bfloat16") == "bfloat16"
     with pytest.raises(UnknownNameError, match="auto, bfloat16, float32"):

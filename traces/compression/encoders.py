@@ -101,12 +101,11 @@ def _read_value_block(
     return None, np.frombuffer(block, dtype=_LE_F32).astype(np.float32), offset + size
 
 
-#: Bits of the gamma-coded length prefix of an Elias-delta code, by L = floor(log2 n) + 1.
-_DELTA_PREFIX = 2 * bitstream.floor_log2(np.arange(1, 66)) + 1
-_DELTA_PREFIX = np.concatenate([[0], _DELTA_PREFIX])
-#: Bits of the Elias-gamma and Elias-delta codes of a gap with floor(log2 gap) = N, N = 0..64.
-_GAMMA_BITS = 2 * np.arange(65, dtype=np.int64) + 1
-_DELTA_BITS = _DELTA_PREFIX[1:66].astype(np.int64) + np.arange(65, dtype=np.int64)
+#: Bits of the Elias-gamma and Elias-delta codes of a gap with floor(log2 gap) = N, N = 0..64:
+#: gamma 2N + 1; delta N plus the gamma code of its length L = N + 1, 2·floor(log2 L) + 1.
+_N = np.arange(65, dtype=np.int64)
+_GAMMA_BITS = 2 * _N + 1
+_DELTA_BITS = 2 * bitstream.floor_log2(_N + 1).astype(np.int64) + 1 + _N
 
 
 def _gaps(indices: np.ndarray) -> np.ndarray:

@@ -31,6 +31,7 @@ path raise ConfigError (use "exact"); with ``estimator=None`` they fall back to
 
 from __future__ import annotations
 
+import functools
 import logging
 import weakref
 from collections.abc import Callable
@@ -121,28 +122,19 @@ def worker_gradients(
     )
 
 
+@functools.cache
 def native_bf16() -> bool:
     """True when this CPU has native bf16 dot-product instructions (avx512_bf16 or amx_bf16).
 
-    Read from ``/proc/cpuinfo`` (Linux); False where it cannot be read. On CPUs without
+    Read once from ``/proc/cpuinfo`` (Linux); False where it cannot be read. On CPUs without
     them oneDNN emulates bf16, which can be slower than float32.
     """
-    global _NATIVE_BF16
-    if _NATIVE_BF16 is None:
-        try:
-            with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-                flags = set()
-                for line in f:
-                    if line.startswith("flags"):
-                        flags.update(line.split(":", 1)[1].split())
-                        break
-        except OSError:
-            flags = set()
-        _NATIVE_BF16 = bool(flags & {"avx512_bf16", "amx_bf16"})
-    return _NATIVE_BF16
-
-
-_NATIVE_BF16: bool | None = None
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
 def resolve_sq_dtype(sq_dtype: str) -> str:
