@@ -25,7 +25,7 @@ from _scenario import (
 from traces.compression.variance import worker_gradients
 from traces.training.distributed_allgatherv import allgatherv_segments, wire_bytes
 from traces.training.distributed_hook import VGCState, sync_gradients, vgc_hook
-from traces.training.distributed_launch import init_process_group, leave_process_group
+from traces.training.distributed_launch import exit_rank, init_process_group, leave_process_group
 
 
 def one_run(mode: str, name: str, steps: int, seed: int, rank: int, world: int) -> dict:
@@ -95,4 +95,4 @@ def main(runs: str, steps: int, seed: int, out: str) -> int:
 
 if __name__ == "__main__":
     runs, steps, seed, out = sys.argv[1:5]
-    sys.exit(main(runs, int(steps), int(seed), out))
+    exit_rank(main(runs, int(steps), int(seed), out))

@@ -371,4 +371,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from traces.training.distributed_launch import exit_rank
+
+    exit_rank(main())
