@@ -20,11 +20,10 @@ set of units, including any reordering (``unit_order``) and circular ranges.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from simulator.collectives import COLLECTIVES, get_schedule
-
-import numpy as np
 
 WORLD_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 16)
 ALLGATHERV = sorted(k for k in COLLECTIVES if k.startswith("allgatherv/"))
