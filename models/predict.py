@@ -87,10 +87,13 @@ def rows_for(
     """Result columns (RESULT_COLUMNS → arrays) for one (P, method, collective): the mean row
     (step −1), plus one row per step when ``per_step``. Relative columns are NaN, to be filled
     by :func:`finalize_results`. Concatenate with :func:`frame_from_rows`."""
+    zeros = np.zeros_like(breakdown.compute_s)
     cols = {
         "compute_s": breakdown.compute_s,
+        "optimizer_s": zeros,
         "variance_s": breakdown.variance_s,
         "codec_s": breakdown.codec_s,
+        "decode_s": zeros,
         "comm_s": breakdown.comm_s,
         "step_s": breakdown.step_s,
         "payload_bytes_max": np.broadcast_to(
@@ -179,6 +182,8 @@ def predict_trace(trace: Any, cluster: ClusterSpec, opts: PredictOptions) -> pd.
         "trace": trace.name,
         "cluster": cluster.name,
         "topology": topology,
+        "compute_mode": cluster.compute,
+        "device": cluster.device.name,
     }
     frames = []
     for p in sorted({int(x) for x in opts.world_sizes}):

@@ -210,6 +210,8 @@ def paper_scenario(
                 "trace": net.name,
                 "cluster": cluster.name,
                 "topology": str(cluster.topology["kind"]),
+                "compute_mode": "model",
+                "device": device.name,
             }
             for p in sorted(set(cfg.world_sizes)):
                 steps = np.array([-1])

@@ -351,6 +351,8 @@ def simulate_trace(
                         "compute_s": float(compute[t].mean()),
                         "variance_s": float(variance[t].mean()) if method != "dense" else 0.0,
                         "codec_s": float(codec[t].mean()) if method != "dense" else 0.0,
+                        "optimizer_s": 0.0,
+                        "decode_s": 0.0,
                         # exposed communication; never below zero (float residue at P = 1)
                         "comm_s": max(step_s - float(work.max()), 0.0),
                         "step_s": step_s,
@@ -408,6 +410,8 @@ def _rows(
             "encoding": "fp32" if method == "dense" else encoding,
             "cluster": cluster.name,
             "topology": str(cluster.topology["kind"]),
+            "compute_mode": cluster.compute,
+            "device": cluster.device.name,
             "world_size": p,
             "method": method,
             "collective": cfg.dense_collective if method == "dense" else cfg.compressed_collective,
@@ -418,8 +422,10 @@ def _rows(
         frame = pd.DataFrame(per_step[method])
         numeric = [
             "compute_s",
+            "optimizer_s",
             "variance_s",
             "codec_s",
+            "decode_s",
             "comm_s",
             "step_s",
             "payload_bytes_max",

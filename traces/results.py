@@ -8,9 +8,14 @@ format, so reports and cross-checks read one thing.
 :func:`finalize_results` derives the relative columns from the absolute ones:
 ``speedup_vs_dense`` = dense ``step_s`` / ``step_s`` and ``scaling_efficiency`` = single-worker
 step time / ``step_s``, each within the same (source, path, trace, cluster, world_size, step)
-group, where "dense" is the fastest ``method == "dense"`` row of the group and the
-single-worker step time is that dense row's ``compute_s`` (one worker alone neither
-communicates nor compresses: weak scaling).
+group, where "dense" is the fastest ``method == "dense"`` row of the group with encoding
+``fp32`` (the plain DDP baseline; bf16/fp16 dense rows are compared with it like any method)
+and the single-worker step time is that dense row's ``compute_s + optimizer_s`` (one worker
+alone neither communicates nor compresses: weak scaling).
+
+Schema version 1 tables (written before ``compute_mode``, ``device``, ``optimizer_s`` and
+``decode_s`` existed) are upgraded on read: ``compute_mode`` and ``device`` come from the
+header's cluster, ``optimizer_s`` and ``decode_s`` are 0 (version 1 did not charge them).
 """
 
 from __future__ import annotations
@@ -170,7 +175,7 @@ def read_results(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     if not isinstance(header, dict) or header.get("kind") != schema.RESULTS_KIND:
         raise ResultsError(f"{head_path} is not a vgcsim result header")
     version = header.get("schema_version")
-    if version != schema.RESULTS_SCHEMA_VERSION:
+    if version not in schema.RESULTS_SCHEMA_READABLE:
         raise ResultsError(
             f"{folder} has result schema version {version!r}; this vgcsim reads version "
             f"{schema.RESULTS_SCHEMA_VERSION}. Re-run predict/simulate with this version, or "
@@ -180,12 +185,30 @@ def read_results(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         df = pd.read_parquet(table_path)
     except Exception as exc:  # pyarrow raises several unrelated types for corrupt files
         raise ResultsError(f"{table_path} is corrupt: {exc}") from None
+    if version == 1:
+        df = _upgrade_v1(df, header)
     return _coerce(df), header
+
+
+def _upgrade_v1(df: pd.DataFrame, header: Mapping[str, Any]) -> pd.DataFrame:
+    """Version-1 rows in the version-2 columns (see the module doc)."""
+    cluster = header.get("cluster") or {}
+    device = cluster.get("device") or {}
+    out = df.copy()
+    mode = str(cluster.get("compute", "trace"))
+    out["compute_mode"] = mode
+    if mode == "trace":  # version 1 did not record which machine measured the trace
+        out["device"] = "recorded"
+    else:
+        out["device"] = str(device.get("name", "")) if isinstance(device, Mapping) else str(device)
+    out["optimizer_s"] = 0.0
+    out["decode_s"] = 0.0
+    return out
 
 
 def finalize_results(df: pd.DataFrame, *, batch_size_per_worker: int | None = None) -> pd.DataFrame:
     """Fill ``speedup_vs_dense``, ``scaling_efficiency`` and (given the per-worker batch)
-    ``throughput_samples_per_s`` from the dense rows of the same group (see module doc).
+    ``throughput_samples_per_s`` from the dense fp32 rows of the same group (see module doc).
 
     Rows whose group has no dense row get NaN in the relative columns.
     """
@@ -193,12 +216,15 @@ def finalize_results(df: pd.DataFrame, *, batch_size_per_worker: int | None = No
     if out.empty:
         return out
     key = list(GROUP_COLUMNS)
-    dense = out[out["method"] == "dense"]
+    dense = out[(out["method"] == "dense") & (out["encoding"] == "fp32")]
+    if dense.empty:
+        dense = out[out["method"] == "dense"]
+    dense = dense.assign(_single_s=dense["compute_s"] + dense["optimizer_s"])
     best = (
         dense.sort_values("step_s", kind="stable")
         .drop_duplicates(key, keep="first")
-        .loc[:, [*key, "step_s", "compute_s"]]
-        .rename(columns={"step_s": "_dense_step_s", "compute_s": "_single_s"})
+        .loc[:, [*key, "step_s", "_single_s"]]
+        .rename(columns={"step_s": "_dense_step_s"})
     )
     merged = out.merge(best, on=key, how="left", validate="many_to_one")
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -26,7 +26,10 @@ Readers refuse unknown schema versions with a message saying what to do.
 from __future__ import annotations
 
 TRACE_SCHEMA_VERSION = 1
-RESULTS_SCHEMA_VERSION = 1
+RESULTS_SCHEMA_VERSION = 2
+#: Result schema versions this vgcsim reads (older ones are upgraded on read, see
+#: ``traces.results.read_results``).
+RESULTS_SCHEMA_READABLE = (1, 2)
 
 TRACE_KIND = "vgcsim-trace"
 RESULTS_KIND = "vgcsim-results"
@@ -110,26 +113,45 @@ RESULTS_HEADER_KEYS = (
 )
 
 #: Result table columns (predict and simulate emit the same ones).
+#:
+#: Which parts of a step are measured and which modelled (``compute_mode``):
+#:
+#: * ``"model"`` (the presets' default): every time is modelled on ``device`` — compute from
+#:   FLOPs, the optimizer step, compression, encoding, decoding and casts from bytes touched
+#:   over the device's memory bandwidth plus per-layer launch overhead (models.codec); the
+#:   squared-gradient estimator's extra backward work scales with the modelled compute by its
+#:   measured share. Only the payload bits (and the sent counts) come from the trace.
+#: * ``"trace"``: the seconds measured on the recording machine: ``compute_s`` = one worker's
+#:   own forward + backward at its batch (steps column ``rank_compute_s``; for traces without it
+#:   ``compute_s / W`` of the batched pass), ``optimizer_s`` (steps column ``optimizer_s``),
+#:   ``variance_s``, ``codec_s`` and ``decode_s`` per worker as recorded; what a trace lacks is
+#:   modelled on ``device``. The result header's ``options.time_sources`` names the source of
+#:   every time column.
 RESULT_COLUMNS = (
     "source",  # "predicted" | "simulated"
     "path",  # "closed_form" | "message" | "collective" (which model produced the row)
     "trace",  # trace name
     "compressor",  # compressor name of the trace ("dense" for the baseline rows)
-    "encoding",  # encoding whose bits were used
+    "encoding",  # encoding whose bits were used; dense rows: "fp32" | "bf16" | "fp16"
     "cluster",  # cluster name
     "topology",  # topology kind
+    "compute_mode",  # "model" | "trace": where the local times come from (see above)
+    "device",  # device whose times these are (cluster device, or the recording device)
     "world_size",  # P
-    "method",  # "dense" (allreduce of fp32 gradients) | "compressed" (allgatherv)
+    "method",  # "dense" (allreduce of the gradient in `encoding`) | "compressed" (allgatherv)
     "collective",  # e.g. "allreduce/ring", "allgatherv/ring"
     "step",  # trace step for per-step rows; -1 for the mean over steps
-    "compute_s",
-    "variance_s",
-    "codec_s",
-    "comm_s",
+    "compute_s",  # one rank's forward + backward at its own batch
+    "optimizer_s",  # one optimizer step on one rank
+    "variance_s",  # squared-gradient estimator (compressed rows)
+    "codec_s",  # compress + encode on one rank (dense bf16/fp16 rows: the fp32 -> 2-byte cast)
+    "decode_s",  # decode + accumulate of the P - 1 received payloads (dense 2-byte rows: the
+    #             cast back to fp32); charged after the collective
+    "comm_s",  # collective time (incl. the allgatherv size exchange when priced)
     "step_s",
     "payload_bytes_max",  # largest rank's payload (bytes) in the step
     "payload_bytes_mean",  # mean rank payload (bytes)
-    "speedup_vs_dense",  # dense step_s / this step_s, same cluster, P and step
+    "speedup_vs_dense",  # dense fp32 step_s / this step_s, same cluster, P and step
     "scaling_efficiency",  # single-worker step time / step_s (weak scaling)
     "throughput_samples_per_s",
 )

@@ -23,13 +23,17 @@ def _row(**kw):
         encoding="packed32",
         cluster="10GbE",
         topology="star",
+        compute_mode="model",
+        device="V100",
         world_size=4,
         method="compressed",
         collective="allgatherv/ring",
         step=-1,
         compute_s=1.0,
+        optimizer_s=0.0,
         variance_s=0.0,
         codec_s=0.0,
+        decode_s=0.0,
         comm_s=1.0,
         step_s=2.0,
         payload_bytes_max=10.0,
@@ -68,6 +72,42 @@ def test_finalize_speedup_and_efficiency():
     assert out.loc[0, "scaling_efficiency"] == pytest.approx(0.5)
     assert np.isnan(out.loc[3, "speedup_vs_dense"])
     assert out.loc[0, "throughput_samples_per_s"] == pytest.approx(4 * 32 / 2.0)
+
+
+def test_finalize_baseline_is_dense_fp32_and_counts_the_optimizer():
+    dense = dict(method="dense", compressor="dense", collective="allreduce/ring")
+    df = pd.DataFrame(
+        [
+            _row(step_s=2.0),
+            _row(**dense, encoding="fp32", step_s=4.0, compute_s=1.0, optimizer_s=0.5),
+            _row(**dense, encoding="bf16", step_s=3.0),  # faster, but not the baseline
+        ]
+    )
+    out = finalize_results(df)
+    assert list(out["speedup_vs_dense"]) == pytest.approx([2.0, 1.0, 4.0 / 3.0])
+    # single worker: compute + optimizer of the fp32 dense row = 1.5 s
+    assert out.loc[0, "scaling_efficiency"] == pytest.approx(1.5 / 2.0)
+
+
+def test_version_1_tables_are_upgraded_on_read(tmp_path):
+    df = finalize_results(pd.DataFrame([_row(), _row(method="dense", step_s=3.0)]))
+    old = df.drop(columns=["compute_mode", "device", "optimizer_s", "decode_s"])
+    out = tmp_path / "v1"
+    out.mkdir()
+    old.to_parquet(out / "results.parquet", index=False)
+    head = {
+        **_header(),
+        "schema_version": 1,
+        "cluster": {"compute": "model", "device": {"name": "A100"}},
+    }
+    (out / "results.json").write_text(json.dumps(head))
+    back, _ = read_results(out)
+    assert set(back["compute_mode"]) == {"model"} and set(back["device"]) == {"A100"}
+    assert (back["decode_s"] == 0).all() and (back["optimizer_s"] == 0).all()
+    head["cluster"] = {"compute": "trace", "device": {"name": "V100"}}
+    (out / "results.json").write_text(json.dumps(head))
+    back, _ = read_results(out)
+    assert set(back["device"]) == {"recorded"}  # not the unused V100 of a version-1 preset
 
 
 def test_write_read_round_trip(tmp_path):
