@@ -1,0 +1,339 @@
+"""``trace validate``: one test per invariant, each breaking exactly that invariant.
+
+Every case starts from a copy of the committed sample trace (valid: no problems), changes the
+least that violates one invariant while keeping every other invariant true, and asserts that
+:func:`check_trace` reports exactly one problem, the right one. A check that is removed or
+weakened therefore fails its own test instead of hiding behind another check that happens
+to fire on the same edit.
+
+Edits that change a payload row's size keep the row consistent with the wire formats by
+hand (``traces.compression.encoders``): one more sent value costs 32 bits in ``packed32``
+(fp32 value + packed index), 64 in ``coo64`` (u32 index + fp32 value), at
+least 5 and at most 33 more in the gap codes (value + Elias code of a gap of 1), and one
+more element of a layer costs one more bitmap bit.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from traces.io import Trace, read_trace
+from traces.validate import check_trace
+from vgcsim.cli import main
+
+SAMPLE = "tests/data/sample_trace"
+ENCODINGS = ("packed32", "coo64", "gap_elias_gamma", "gap_elias_delta", "bitmap")
+
+
+@pytest.fixture(scope="module")
+def sample() -> Trace:
+    return read_trace(SAMPLE)
+
+
+def _copy(t: Trace) -> dict:
+    return {
+        "header": copy.deepcopy(t.header),
+        "payloads": t.payloads.copy(),
+        "steps": t.steps.copy(),
+        "evals": t.evals.copy(),
+    }
+
+
+def _problems(parts: dict) -> list[str]:
+    trace = Trace(SAMPLE, parts["header"], parts["payloads"], parts["steps"], parts["evals"])
+    return check_trace(trace)
+
+
+def _only(parts: dict, needle: str) -> str:
+    problems = _problems(parts)
+    assert len(problems) == 1, problems
+    assert needle in problems[0], problems
+    return problems[0]
+
+
+def test_the_sample_trace_is_valid(sample):
+    assert sample.encodings == list(ENCODINGS)
+    assert check_trace(sample) == []
+    assert _problems(_copy(sample)) == []
+
+
+# -- header ----------------------------------------------------------------------------------
+
+
+def test_unknown_status(sample):
+    t = _copy(sample)
+    t["header"]["status"] = "paused"
+    _only(t, "header status 'paused'")
+
+
+def test_layers_not_indexed_in_order(sample):
+    t = _copy(sample)
+    t["header"]["layers"][1]["index"] = 5
+    _only(t, "not indexed 0..L-1")
+
+
+def test_numel_differs_from_the_product_of_the_shape(sample):
+    # 16 × 1 × 3 × 4 = 192, but the layer (and every payload row of it) says 144
+    t = _copy(sample)
+    assert t["header"]["layers"][0]["shape"] == [16, 1, 3, 3]
+    t["header"]["layers"][0]["shape"] = [16, 1, 3, 4]
+    _only(t, "numel 144 != prod(shape")
+
+
+def test_dense_bytes_differ_from_four_bytes_per_parameter(sample):
+    t = _copy(sample)
+    t["header"]["dense_bytes_per_step"] += 4
+    _only(t, "dense_bytes_per_step")
+
+
+def test_primary_encoding_not_among_the_encodings(sample):
+    t = _copy(sample)
+    t["header"]["primary_encoding"] = "fp32"
+    _only(t, "primary encoding 'fp32'")
+
+
+def test_no_workers(sample):
+    # with no workers there can be no payload rows: an empty payload table keeps the row
+    # count (steps × 0 × layers = 0) and every per-row check true
+    t = _copy(sample)
+    t["header"]["workers"] = 0
+    t["payloads"] = t["payloads"].iloc[0:0]
+    _only(t, "workers must be >= 1")
+
+
+def test_steps_recorded_differs_from_the_steps_table(sample):
+    t = _copy(sample)
+    t["header"]["steps_recorded"] = 99
+    _only(t, "header says 99 steps were recorded")
+
+
+# -- steps -----------------------------------------------------------------------------------
+
+
+def test_no_recorded_steps(sample):
+    t = _copy(sample)
+    t["header"]["steps_recorded"] = 0
+    for table in ("steps", "payloads", "evals"):
+        t[table] = t[table].iloc[0:0]
+    _only(t, "no recorded steps")
+
+
+@pytest.mark.parametrize("value", (float("nan"), float("inf")))
+def test_nan_or_inf_in_steps(sample, value):
+    t = _copy(sample)
+    t["steps"].loc[3, "loss"] = value
+    _only(t, "steps column loss contains NaN or Inf")
+
+
+def test_steps_out_of_order(sample):
+    # swap the numbers of steps 3 and 4: the same set of steps, not contiguous in order
+    t = _copy(sample)
+    s = t["steps"]
+    s.loc[[3, 4], "step"] = [4, 3]
+    _only(t, "not contiguous from 0")
+
+
+def test_negative_seconds(sample):
+    t = _copy(sample)
+    t["steps"].loc[2, "compute_s"] = -0.5
+    _only(t, "steps column compute_s has negative seconds")
+
+
+@pytest.mark.parametrize("density", (-0.25, 1.5))
+def test_density_outside_unit_interval(sample, density):
+    t = _copy(sample)
+    t["steps"].loc[2, "density"] = density
+    _only(t, "density is outside [0, 1]")
+
+
+# -- payloads --------------------------------------------------------------------------------
+
+
+def test_nan_in_payloads(sample):
+    t = _copy(sample)
+    p = t["payloads"]
+    p["bits_coo64"] = p["bits_coo64"].astype(float)
+    p.loc[7, "bits_coo64"] = float("nan")
+    _only(t, "payloads column bits_coo64 contains NaN or Inf")
+
+
+def test_missing_payload_row(sample):
+    t = _copy(sample)
+    t["payloads"] = t["payloads"].drop(index=10).reset_index(drop=True)
+    _only(t, "payloads has 3199 rows; expected")
+
+
+def test_duplicate_payload_rows(sample):
+    # row 1 becomes a copy of row 0: the row count stays right, one (step, worker, layer)
+    # is now recorded twice (and another not at all)
+    t = _copy(sample)
+    p = t["payloads"]
+    assert tuple(p.loc[0, ["step", "worker", "layer"]]) != tuple(
+        p.loc[1, ["step", "worker", "layer"]]
+    )
+    p.loc[1] = p.loc[0]
+    _only(t, "repeated (step, worker, layer)")
+
+
+def test_payload_rows_of_an_unknown_step(sample):
+    t = _copy(sample)
+    t["payloads"].loc[5, "step"] = 100
+    _only(t, "steps that are not in the steps table")
+
+
+def test_payload_worker_out_of_range(sample):
+    t = _copy(sample)
+    t["payloads"].loc[5, "worker"] = 4
+    _only(t, "payloads worker outside 0..3")
+
+
+def test_payload_layer_out_of_range(sample):
+    t = _copy(sample)
+    t["payloads"].loc[5, "layer"] = 8
+    _only(t, "payloads layer outside 0..7")
+
+
+def test_payload_numel_differs_from_the_header(sample):
+    # a row of a layer 8 elements larger than the header says, otherwise consistent: its
+    # bitmap has the 8 more bits such a layer needs
+    t = _copy(sample)
+    p = t["payloads"]
+    p.loc[9, "numel"] += 8
+    p.loc[9, "bits_bitmap"] += 8
+    _only(t, "payloads numel differs from the header's layer numel")
+
+
+def test_more_sent_than_the_layer_holds(sample):
+    # a row that sent every element sends one more, with the bits one more value costs
+    t = _copy(sample)
+    p = t["payloads"]
+    full = p.index[p["sent"] == p["numel"]]
+    assert len(full), "the sample trace has rows that sent a whole layer"
+    i = full[0]
+    p.loc[i, "sent"] += 1
+    for enc, extra in (
+        ("packed32", 32),
+        ("coo64", 64),
+        ("gap_elias_gamma", 32),
+        ("gap_elias_delta", 32),
+        ("bitmap", 32),
+    ):
+        p.loc[i, f"bits_{enc}"] += extra
+    _only(t, "payloads violate 0 <= sent <= numel")
+
+
+def test_negative_sent(sample):
+    # a row that sent nothing claims -1 elements, with the bits of one value fewer
+    t = _copy(sample)
+    p = t["payloads"]
+    none = p.index[p["sent"] == 0]
+    assert len(none)
+    i = none[0]
+    p.loc[i, "sent"] = -1
+    for enc, fewer in (
+        ("packed32", 32),
+        ("coo64", 64),
+        ("gap_elias_gamma", 32),
+        ("gap_elias_delta", 32),
+        ("bitmap", 32),
+    ):
+        p.loc[i, f"bits_{enc}"] -= fewer
+    _only(t, "payloads violate 0 <= sent <= numel")
+
+
+def test_negative_bits(sample):
+    t = _copy(sample)
+    t["payloads"].loc[4, "bits_coo64"] = -1
+    _only(t, "payloads column bits_coo64 has negative bits")
+
+
+def test_missing_bits_column(sample):
+    t = _copy(sample)
+    t["payloads"] = t["payloads"].drop(columns=["bits_bitmap"])
+    _only(t, "lacks column bits_bitmap for encoding 'bitmap'")
+
+
+def _outside(enc: str, numel: int, sent: int) -> int:
+    """A bit count the wire format of ``enc`` cannot produce for (numel, sent), by hand:
+    packed32 is exactly 96 + 32·sent (u32 layer, count, scale; 32-bit packed entries);
+    coo64 at most 96 + 64·sent; the gap codes at least 64 + 5·sent (4-bit value codes and
+    one bit per gap); bitmap at most 96 + numel + 32·sent + 16 bits of padding."""
+    return {
+        "packed32": 96 + 32 * sent + 1,
+        "coo64": 96 + 64 * sent + 1,
+        "gap_elias_gamma": 64 + 5 * sent - 1,
+        "gap_elias_delta": 64 + 5 * sent - 1,
+        "bitmap": 96 + numel + 32 * sent + 16 + 1,
+    }[enc]
+
+
+@pytest.mark.parametrize("enc", ENCODINGS)
+def test_bits_outside_the_size_formula(sample, enc):
+    t = _copy(sample)
+    p = t["payloads"]
+    i = 11
+    p.loc[i, f"bits_{enc}"] = _outside(enc, int(p.loc[i, "numel"]), int(p.loc[i, "sent"]))
+    _only(t, f"payloads column bits_{enc}: 1 rows have bits outside the {enc} size formula")
+
+
+# -- evals -----------------------------------------------------------------------------------
+
+
+def test_nan_in_evals(sample):
+    t = _copy(sample)
+    t["evals"].loc[1, "test_loss"] = float("nan")
+    _only(t, "evals column test_loss contains NaN or Inf")
+
+
+def test_eval_of_an_unrecorded_step(sample):
+    t = _copy(sample)
+    t["evals"].loc[1, "step"] = 200
+    _only(t, "evals refer to steps that are not in the steps table")
+
+
+@pytest.mark.parametrize("col", ("train_acc", "test_acc"))
+@pytest.mark.parametrize("value", (-0.125, 1.25))
+def test_accuracy_outside_unit_interval(sample, col, value):
+    t = _copy(sample)
+    t["evals"].loc[2, col] = value
+    _only(t, f"evals column {col} is outside [0, 1]")
+
+
+# -- through files and the command line ------------------------------------------------------
+
+
+def _file_copy(tmp_path):
+    run = tmp_path / "sample_copy"
+    shutil.copytree(SAMPLE, run)
+    return run
+
+
+def test_cli_rejects_a_trace_file_with_a_duplicate_payload_row(tmp_path, capsys):
+    run = _file_copy(tmp_path)
+    part = sorted((run / "payloads").glob("part-*.parquet"))[1]
+    df = pd.read_parquet(part)
+    df.iloc[1] = df.iloc[0]
+    df.to_parquet(part, index=False)
+    assert main(["trace", "validate", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "repeated (step, worker, layer)" in err and "Traceback" not in err
+    assert len(check_trace(read_trace(run))) == 1
+
+
+def test_cli_rejects_a_header_whose_shape_disagrees_with_numel(tmp_path, capsys):
+    run = _file_copy(tmp_path)
+    h = json.loads((run / "header.json").read_text())
+    h["layers"][6]["shape"] = [64, 10]  # 640 either way: still valid
+    (run / "header.json").write_text(json.dumps(h))
+    assert main(["trace", "validate", str(run)]) == 0
+    h["layers"][6]["shape"] = [10, 65]
+    (run / "header.json").write_text(json.dumps(h))
+    assert main(["trace", "validate", str(run)]) == 2
+    assert "numel 640 != prod(shape [10, 65])" in capsys.readouterr().err
+    assert np.prod(h["layers"][6]["shape"]) != h["layers"][6]["numel"]
