@@ -51,6 +51,12 @@ def test_registry_names_and_errors():
         ("variance", {"alpha": -1}),
         ("variance", {"zeta": 1.5}),
         ("variance", {"rounding": "up"}),
+        ("variance", {"after_send": "bogus"}),
+        ("variance", {"below_floor": "drop"}),
+        ("variance", {"variance_scale": "batch"}),
+        ("hybrid", {"after_send": "zero"}),
+        ("hybrid", {"variance_scale": "x"}),
+        ("hybrid", {"below_floor": "keep"}),
         ("strom", {"tau": -0.1}),
         ("topk", {"fraction": 0}),
         ("qsgd", {"bits": 1}),
@@ -77,9 +83,20 @@ def test_contract_attributes():
         "alpha": 2.0,
         "zeta": 0.999,
         "variance": "sqsum",
+        "variance_scale": "batch_mean",
+        "after_send": "reset",
+        "below_floor": "keep",
         "scale": "max",
         "rounding": "nearest",
         "values": "code4",
+    }
+    assert get_compressor("hybrid").params == {
+        "tau": 0.01,
+        "alpha": 2.0,
+        "zeta": 0.999,
+        "variance": "sqsum",
+        "variance_scale": "batch_mean",
+        "after_send": "reset",
     }
 
 
@@ -103,15 +120,16 @@ def test_limits_send_everything_and_equal_dense_aggregation(name, params):
 @pytest.mark.parametrize(
     "name,params",
     [
-        ("variance", {"alpha": 0.0}),
+        ("variance", {"alpha": 0.0, "below_floor": "floor", "after_send": "error_feedback"}),
         ("strom", {"tau": 0.0}),
-        ("hybrid", {"tau": 0.0, "alpha": 0.0}),
+        ("hybrid", {"tau": 0.0, "alpha": 0.0, "after_send": "error_feedback"}),
         ("topk", {"fraction": 1.0}),
     ],
 )
 def test_limits_send_every_element_with_4bit_values(name, params):
     # With the 4-bit code (or Strom's ±τ values) the sent values are quantized, so one
-    # step equals dense only together with the residual: decoded + r == g.
+    # step equals dense only together with the residual: decoded + r == g (error feedback;
+    # below_floor="floor", since "keep" holds back the elements below M·2^-7).
     xs = grads(1)
     payloads, states = run(get_compressor(name, **params), xs)
     for w, p in enumerate(payloads[0]):
@@ -138,7 +156,11 @@ def _dyadic(steps: int, seed: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(
-    "name,params", [("strom", {"tau": 1 / 16}), ("hybrid", {"tau": 1 / 16, "alpha": 1.0})]
+    "name,params",
+    [
+        ("strom", {"tau": 1 / 16}),
+        ("hybrid", {"tau": 1 / 16, "alpha": 1.0, "after_send": "error_feedback"}),
+    ],
 )
 def test_error_feedback_conserves_exactly(name, params):
     xs = _dyadic(60, 1)
@@ -152,9 +174,18 @@ def test_error_feedback_conserves_exactly(name, params):
 @pytest.mark.parametrize(
     "name,params",
     [
-        ("variance", {}),
-        ("variance", {"variance": "centered", "rounding": "log", "scale": "mean"}),
-        ("variance", {"rounding": "down"}),
+        ("variance", {"after_send": "error_feedback"}),
+        ("variance", {"after_send": "error_feedback", "below_floor": "floor"}),
+        (
+            "variance",
+            {
+                "after_send": "error_feedback",
+                "variance": "centered",
+                "rounding": "log",
+                "scale": "mean",
+            },
+        ),
+        ("variance", {"after_send": "error_feedback", "rounding": "down"}),
         ("topk", {"fraction": 0.05}),
         ("topk", {"fraction": 0.05, "values": "fp32"}),
     ],
@@ -174,7 +205,8 @@ def test_error_feedback_conserves(name, params):
 
 
 def test_variance_rule_by_hand():
-    c = get_compressor("variance", alpha=2.0, zeta=0.5)
+    # Today's reading, error feedback: after a send r -= q (the code's error stays), v = 0.
+    c = get_compressor("variance", alpha=2.0, zeta=0.5, after_send="error_feedback")
     st = c.init_state(3)
     g = torch.tensor([1.0, 1.0, 0.1])
     sq = torch.tensor([4.0, 16.0, 0.04])  # B = 2: v = sq / 4 = [1, 4, 0.01]
@@ -194,7 +226,7 @@ def test_variance_rule_by_hand():
 
 def test_hybrid_rule_by_hand():
     # Sent only when both tests pass (|r| >= tau and r² > alpha·v), as ±tau; r -= ±tau.
-    c = get_compressor("hybrid", tau=0.5, alpha=1.0, zeta=0.5)
+    c = get_compressor("hybrid", tau=0.5, alpha=1.0, zeta=0.5, after_send="error_feedback")
     st = c.init_state(4)
     g = torch.tensor([1.0, -1.0, 0.2, 1.0])
     sq = torch.tensor([0.0, 0.0, 0.0, 16.0])  # B = 2: v = sq / 4 = [0, 0, 0, 4]
@@ -204,6 +236,181 @@ def test_hybrid_rule_by_hand():
     torch.testing.assert_close(p.decode(), torch.tensor([0.5, -0.5, 0.0, 0.0]))
     torch.testing.assert_close(st.residual, torch.tensor([0.5, -0.5, 0.2, 1.0]))
     torch.testing.assert_close(st.variance, torch.tensor([0.0, 0.0, 0.0, 2.0]))
+
+
+def test_variance_reset_rule_by_hand():
+    # The paper's Algorithm 1 as both public re-implementations read it: after a send
+    # r = 0 and v = 0. Same inputs as test_variance_rule_by_hand (alpha 2, zeta 1/2, B = 2).
+    def three_steps(after_send):
+        c = get_compressor("variance", alpha=2.0, zeta=0.5, after_send=after_send)
+        st = c.init_state(3)
+        g = torch.tensor([1.0, 1.0, 0.1])
+        c.compress(g, st, sqsum=torch.tensor([4.0, 16.0, 0.04]), batch_size=2)
+        second = c.compress(g, st, sqsum=torch.zeros(3), batch_size=2)
+        residual_after_second = st.residual.clone()
+        third = c.compress(torch.zeros(3), st, sqsum=torch.zeros(3), batch_size=2)
+        return second, residual_after_second, third, st
+
+    second, r2, third, st = three_steps("reset")
+    # Step 2 sends elements 0 and 2 (r = [2, 2, 0.2], 2v = [1, 4, 0.01]) with the same
+    # codes as under error feedback, [2, 0, 0.25]; then r = [0, 2, 0], v = [0, 1, 0].
+    np.testing.assert_array_equal(second.message.indices, [0, 2])
+    torch.testing.assert_close(second.decode(), torch.tensor([2.0, 0.0, 0.25]))
+    torch.testing.assert_close(r2, torch.tensor([0.0, 2.0, 0.0]), rtol=0, atol=0)
+    # Step 3 (g = 0, sq = 0): v = [0, 1, 0] before the test; r² = [0, 4, 0]
+    # > 2v = [0, 2, 0]: element 1 only (0 > 0 is false). Sent as M = 2; r = 0, v = 0.
+    np.testing.assert_array_equal(third.message.indices, [1])
+    torch.testing.assert_close(st.residual, torch.zeros(3), rtol=0, atol=0)
+    torch.testing.assert_close(st.variance, torch.zeros(3), rtol=0, atol=0)
+
+    second, r2, third, st = three_steps("error_feedback")
+    torch.testing.assert_close(r2, torch.tensor([0.0, 2.0, -0.05]))
+    # Error feedback: element 2 keeps the code's overshoot r = -0.05 with v = 0, so
+    # r² = 0.0025 > 0 passes again at once: elements 1 and 2 are sent. M = 2; 0.05/2 lies
+    # above the midpoint 0.046875 of the levels 2·2^-6 and 2·2^-5 -> -0.0625 (e = 5);
+    # r = -0.05 + 0.0625 = 0.0125.
+    np.testing.assert_array_equal(third.message.indices, [1, 2])
+    torch.testing.assert_close(third.decode(), torch.tensor([0.0, 2.0, -0.0625]))
+    torch.testing.assert_close(st.residual, torch.tensor([0.0, 0.0, 0.0125]))
+
+
+def test_hybrid_reset_rule_by_hand():
+    # As test_hybrid_rule_by_hand, with the default after_send="reset": sent elements end
+    # with r = 0 instead of r -= ±tau; unsent ones keep r, v decays by zeta.
+    c = get_compressor("hybrid", tau=0.5, alpha=1.0, zeta=0.5)
+    st = c.init_state(4)
+    g = torch.tensor([1.0, -1.0, 0.2, 1.0])
+    p = c.compress(g, st, sqsum=torch.tensor([0.0, 0.0, 0.0, 16.0]), batch_size=2)
+    np.testing.assert_array_equal(p.message.indices, [0, 1])
+    torch.testing.assert_close(p.decode(), torch.tensor([0.5, -0.5, 0.0, 0.0]))
+    torch.testing.assert_close(st.residual, torch.tensor([0.0, 0.0, 0.2, 1.0]), rtol=0, atol=0)
+    torch.testing.assert_close(st.variance, torch.tensor([0.0, 0.0, 0.0, 2.0]))
+
+
+def test_below_floor_keep_and_floor_by_hand():
+    # alpha 1, zeta 1/2, B = 1 (v += sq). Dyadic values, exact in fp32.
+    # g = [1, 2^-8, -1/2], sq = [0, 2^-20, 0]: r² = [1, 2^-16, 1/4] > v = [0, 2^-20, 0]:
+    # all three pass. M = max |r| = 1, smallest level M·2^-7 = 2^-7 > 2^-8 = |r_1|.
+    g = torch.tensor([1.0, 2.0**-8, -0.5])
+    sq = torch.tensor([0.0, 2.0**-20, 0.0])
+
+    keep = get_compressor("variance", alpha=1.0, zeta=0.5)  # below_floor="keep" by default
+    st = keep.init_state(3)
+    p = keep.compress(g, st, sqsum=sq, batch_size=1)
+    # keep: element 1 is not sent; it stays in r, and v decays like any unsent element.
+    np.testing.assert_array_equal(p.message.indices, [0, 2])
+    assert p.message.scale == 1.0
+    torch.testing.assert_close(p.decode(), torch.tensor([1.0, 0.0, -0.5]), rtol=0, atol=0)
+    torch.testing.assert_close(st.residual, torch.tensor([0.0, 2.0**-8, 0.0]), rtol=0, atol=0)
+    torch.testing.assert_close(st.variance, torch.tensor([0.0, 2.0**-21, 0.0]), rtol=0, atol=0)
+
+    for after_send, r1 in (("reset", 0.0), ("error_feedback", 2.0**-8 - 2.0**-7)):
+        floor = get_compressor(
+            "variance", alpha=1.0, zeta=0.5, below_floor="floor", after_send=after_send
+        )
+        st = floor.init_state(3)
+        p = floor.compress(g, st, sqsum=sq, batch_size=1)
+        # floor: element 1 goes out as the smallest level 2^-7 (code e = 7), v = 0.
+        np.testing.assert_array_equal(p.message.indices, [0, 1, 2])
+        torch.testing.assert_close(p.decode(), torch.tensor([1.0, 2.0**-7, -0.5]), rtol=0, atol=0)
+        torch.testing.assert_close(st.residual, torch.tensor([0.0, r1, 0.0]), rtol=0, atol=0)
+        torch.testing.assert_close(st.variance, torch.zeros(3), rtol=0, atol=0)
+
+
+def test_below_floor_keep_with_mean_scale_repeats_until_nothing_falls_below():
+    # scale "mean": dropping a small element raises M, which can put another below M·2^-7.
+    # r = [1, 0.003, 2^-20], all pass (v = 0). Round 1: M = 1.00300095/3 = 0.33433,
+    # floor 0.0026120: drops 2^-20 only. Round 2: M = 1.003/2 = 0.5015, floor 0.0039180
+    # > 0.003: drops 0.003. Round 3: M = 1, floor 2^-7 < 1: only element 0 is sent.
+    c = get_compressor("variance", alpha=1.0, zeta=1.0, scale="mean")
+    st = c.init_state(3)
+    g = torch.tensor([1.0, 0.003, 2.0**-20])
+    p = c.compress(g, st, sqsum=torch.zeros(3), batch_size=1)
+    np.testing.assert_array_equal(p.message.indices, [0])
+    assert p.message.scale == 1.0
+    torch.testing.assert_close(st.residual, torch.tensor([0.0, 0.003, 2.0**-20]))
+
+
+def _variance_after_one_step(**params) -> torch.Tensor:
+    # zeta 1 and an alpha no element with v > 0 passes: v after one step is exactly the
+    # step's term (an element with v = 0 passes and is reset to v = 0, the same value).
+    c = get_compressor("variance", alpha=1e9, zeta=1.0, **params)
+    st = c.init_state(3)
+    # B = 4 samples per element: [1, 0, 0, 1], [1, 1, 1, 1], [2, 2, 2, 2] (per-sample
+    # gradients) -> mean g = [0.5, 1, 2], S = Σ_z g_z² = [2, 4, 16].
+    g = torch.tensor([0.5, 1.0, 2.0])
+    sq = torch.tensor([2.0, 4.0, 16.0])
+    c.compress(g, st, sqsum=sq, batch_size=4)
+    return st.variance
+
+
+def test_variance_scale_readings_by_hand():
+    # sqsum, batch_mean: S/|B|² = [2, 4, 16]/16; per_sample: S/|B| = [2, 4, 16]/4.
+    torch.testing.assert_close(
+        _variance_after_one_step(), torch.tensor([0.125, 0.25, 1.0]), rtol=0, atol=0
+    )
+    torch.testing.assert_close(
+        _variance_after_one_step(variance_scale="per_sample"),
+        torch.tensor([0.5, 1.0, 4.0]),
+        rtol=0,
+        atol=0,
+    )
+
+
+def test_centered_variance_readings_by_hand():
+    # The biased sample variance of the per-sample gradients: element 0 [1, 0, 0, 1]:
+    # mean(g_z²) − mean² = 0.5 − 0.25 = 0.25; elements 1, 2 are constant: 0.
+    # per_sample: v += V_B = [0.25, 0, 0]; batch_mean: v += V_B/|B| = [0.0625, 0, 0] (the
+    # final /|B|: without it batch_mean would equal per_sample).
+    torch.testing.assert_close(
+        _variance_after_one_step(variance="centered"),
+        torch.tensor([0.0625, 0.0, 0.0]),
+        rtol=0,
+        atol=0,
+    )
+    torch.testing.assert_close(
+        _variance_after_one_step(variance="centered", variance_scale="per_sample"),
+        torch.tensor([0.25, 0.0, 0.0]),
+        rtol=0,
+        atol=0,
+    )
+
+
+def test_variance_scale_changes_what_is_sent():
+    # B = 4, g = 0.5, S = 2, alpha 1: batch_mean v = 0.125 < r² = 0.25 -> sent;
+    # per_sample v = 0.5 > 0.25 -> held, v *= zeta = 0.25.
+    g, sq = torch.tensor([0.5]), torch.tensor([2.0])
+    c = get_compressor("variance", alpha=1.0, zeta=0.5)
+    assert c.compress(g, c.init_state(1), sqsum=sq, batch_size=4).sent == 1
+    c = get_compressor("variance", alpha=1.0, zeta=0.5, variance_scale="per_sample")
+    st = c.init_state(1)
+    assert c.compress(g, st, sqsum=sq, batch_size=4).sent == 0
+    assert st.variance.item() == 0.25
+    # The hybrid reads v the same way: tau 0.25 <= |r| = 0.5, so only the variance test decides.
+    for scale, sent in (("batch_mean", 1), ("per_sample", 0)):
+        h = get_compressor("hybrid", tau=0.25, alpha=1.0, variance_scale=scale)
+        assert h.compress(g, h.init_state(1), sqsum=sq, batch_size=4).sent == sent
+
+
+@pytest.mark.parametrize(
+    "name,params",
+    [("strom", {"tau": 0.25}), ("hybrid", {"tau": 0.25, "alpha": 1.0, "after_send": "reset"})],
+)
+def test_threshold_is_inclusive_exactly_at_tau(name, params):
+    # |r| >= tau, not > tau: dyadic inputs equal to ±tau are sent (v = 0, so the hybrid's
+    # variance test r² > 0 passes for every nonzero r and only tau decides).
+    c = get_compressor(name, **params)
+    st = c.init_state(4)
+    g = torch.tensor([0.25, -0.25, 0.125, 0.375])
+    p = c.compress(g, st, sqsum=torch.zeros(4), batch_size=1)
+    np.testing.assert_array_equal(p.message.indices, [0, 1, 3])
+    torch.testing.assert_close(p.decode(), torch.tensor([0.25, -0.25, 0.0, 0.25]), rtol=0, atol=0)
+    # Strom: r ∓= tau -> [0, 0, 0.125, 0.125]; hybrid with reset: r = 0 where sent.
+    expected = [0.0, 0.0, 0.125, 0.125] if name == "strom" else [0.0, 0.0, 0.125, 0.0]
+    torch.testing.assert_close(st.residual, torch.tensor(expected), rtol=0, atol=0)
+    # Second step: element 2 reaches exactly tau (0.125 + 0.125) and is sent.
+    p = c.compress(torch.tensor([0.0, 0.0, 0.125, 0.0]), st, sqsum=torch.zeros(4), batch_size=1)
+    assert 2 in p.message.indices.tolist()
 
 
 def test_needs_sqsum_and_generator():

@@ -94,6 +94,34 @@ def test_fast_equals_exact_for_linear_layers():
         assert all(row["rel_error"] < 1e-5 for row in rows), sq_dtype
 
 
+def test_linear_on_sequences_sums_the_bias_gradient_over_positions():
+    # A Linear layer fed [N, seq, in]: per-sample loss Σ_t y_t·(w·x_t + b), so per sample
+    # ∂/∂b = Σ_t y_t (a SUM over positions; a mean would give a third of it) and
+    # ∂/∂w = Σ_t y_t·x_t. Worked by hand, one worker, B = 2:
+    #   sample 0: x = [[1,0],[0,1],[1,1]], y = [1,2,3] -> ∂b = 6, ∂w = [4, 5]
+    #   sample 1: x = [[2,0],[0,0],[0,1]], y = [1,1,1] -> ∂b = 3, ∂w = [2, 1]
+    # mean gradient: b 4.5, w [3, 3]; Σ_z squares: b 36 + 9 = 45, w [20, 26].
+    # The fast weight sum squares per position: Σ_z Σ_t (y_t x_t)² = [1+0+9+4+0+0,
+    # 0+4+9+0+0+1] = [14, 14] (the documented approximation); its bias sum is exact.
+    model = nn.Linear(2, 1)
+    x = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], [[2.0, 0.0], [0.0, 0.0], [0.0, 1.0]]])
+    y = torch.tensor([[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]])
+
+    def loss(out, target):
+        return (out.squeeze(-1) * target).sum(1)
+
+    fast = worker_gradients(model, loss, x, y, 1, "fast")
+    exact = worker_gradients(model, loss, x, y, 1, "exact")
+    for out in (fast, exact):
+        grads = dict(zip(out.names, out.grads, strict=True))
+        sqsums = dict(zip(out.names, out.sqsums, strict=True))
+        torch.testing.assert_close(grads["bias"], torch.tensor([[4.5]]), rtol=0, atol=1e-6)
+        torch.testing.assert_close(grads["weight"], torch.tensor([[[3.0, 3.0]]]))
+        torch.testing.assert_close(sqsums["bias"], torch.tensor([[45.0]]), rtol=0, atol=1e-5)
+    torch.testing.assert_close(exact.sqsums[0], torch.tensor([[[20.0, 26.0]]]))
+    torch.testing.assert_close(fast.sqsums[0], torch.tensor([[[14.0, 14.0]]]))
+
+
 def test_conv_gap_is_measured_not_assumed():
     model = cnn()
     x, y = batch((2, 8, 8), seed=3)

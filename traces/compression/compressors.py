@@ -2,8 +2,11 @@
 
 Each compressor maps one worker's mean minibatch gradient for one layer (1-D fp32), plus
 its explicit per-(worker, layer) state, to a :class:`~traces.compression.base.Payload`.
-Error-feedback compressors keep what they did not send (and the quantization error of
-what they did) in a residual ``r``, so Σ decoded + r == Σ inputs element by element.
+Error-feedback compressors (Strom, top-k, and the variance/hybrid compressors with
+``after_send="error_feedback"``) keep what they did not send and the quantization error of
+what they did in a residual ``r``, so Σ decoded + r == Σ inputs element by element. The
+paper's own rule (``after_send="reset"``, the default) keeps what was not sent but clears
+``r`` of a sent element, dropping its quantization error.
 
 Sources: Tsuzuku, Imachi, Akiba, *Variance-based Gradient Compression for Efficient
 Distributed Deep Learning*, ICLR workshop 2018 (variance, hybrid, the 4-bit code);
@@ -32,6 +35,14 @@ from traces.errors import ConfigError, unknown_name
 
 VALUE_FORMATS = ("code4", "fp32")
 VARIANCE_READINGS = ("sqsum", "centered")
+#: What happens to a sent element's state: the paper's r ← 0, v ← 0, or r −= q, v ← 0.
+AFTER_SEND_RULES = ("reset", "error_feedback")
+#: What happens to an element that passes the test with |r| below the smallest 4-bit level.
+BELOW_FLOOR_RULES = ("keep", "floor")
+#: Divisor of the per-step variance term: |B|² (variance of the minibatch mean) or |B|.
+VARIANCE_SCALES = ("batch_mean", "per_sample")
+#: The smallest magnitude of the 4-bit code relative to its scale M: M·2^-7.
+_FLOOR = np.float32(2.0**-7)
 
 
 @dataclass
@@ -83,10 +94,13 @@ def _sparse_payload(
     scale: str = "max",
     rounding: str = "nearest",
     fixed_magnitude: float | None = None,
+    after_send: str = "error_feedback",
 ) -> Payload:
-    """Quantize ``residual[indices]``, subtract what is sent from it, and build the payload.
+    """Quantize ``residual[indices]``, update it, and build the payload.
 
-    ``residual`` is a numpy view of the state tensor (updated in place). ``fixed_magnitude``
+    ``residual`` is a numpy view of the state tensor (updated in place): after the send,
+    ``after_send="error_feedback"`` leaves ``r − q`` (the quantization error) in it,
+    ``"reset"`` sets it to 0. ``fixed_magnitude``
     sends ``±fixed_magnitude`` (strom, hybrid) as code ``e = 0`` with scale
     ``M = fixed_magnitude``. Elementwise work is numpy: single-threaded and free of
     per-op dispatch cost, which dominates on the many small layers of a model.
@@ -105,7 +119,10 @@ def _sparse_payload(
     else:
         q = picked
         msg = SparseMessage(layer, numel, indices, values=q)
-    residual[indices] = picked - q
+    if after_send == "reset":
+        residual[indices] = 0.0
+    else:
+        residual[indices] = picked - q
     return make_payload(
         msg,
         sent=indices.size,
@@ -189,12 +206,25 @@ class DenseCompressor(Compressor):
 class VarianceParams:
     """Hyperparameters of the paper's variance-based compressor.
 
-    alpha: send element i when r_i² > alpha·v_i (paper default 2; 0 sends every nonzero).
+    alpha: element i passes when r_i² > alpha·v_i (paper default 2; 0 passes every nonzero).
     zeta: decay of v for unsent elements per step (paper default 0.999).
-    variance: reading of the per-step variance term added to v —
-        "sqsum" (default, the paper's Algorithm 1): v += Σ_z (∇_i f_z)² / |B|²;
-        "centered": v += (Σ_z (∇_i f_z)²/|B| − (∇_i f_B)²) / |B|, the criterion's literal
-        α′/|B|·V_B[∇_i f_z] with the (biased) sample variance.
+    variance: reading of the per-step variance term added to v (S_i = Σ_z (∇_i f_z)²,
+        g_i = ∇_i f_B the worker's mean gradient, D the divisor of ``variance_scale``) —
+        "sqsum" (default, the paper's Algorithm 1): v += S_i / D;
+        "centered": v += (S_i/|B| − g_i²)·|B| / D, the criterion's literal
+        α′·V_B[∇_i f_z] with the (biased) sample variance.
+    variance_scale: the divisor D — "batch_mean" (default, D = |B|², the variance of the
+        minibatch mean: Σ_z g_z²/|B|² as Algorithm 1 prints it) or "per_sample" (D = |B|,
+        the |B|-times-larger reading Σ_z g_z²/|B| of another public re-implementation).
+    after_send: state of a sent element — "reset" (default, the paper's Algorithm 1 as
+        both public re-implementations read it: r_i ← 0, v_i ← 0; the quantization error
+        is dropped) or "error_feedback" (r_i −= q_i, v_i ← 0: the error stays in r).
+    below_floor: values == "code4" only. An element that passes the test but whose |r_i|
+        is below the smallest level M·2^-7 of its message — "keep" (default): it is not
+        sent and stays in r and v like any unsent element (v decays by zeta); "floor":
+        it is sent as ±M·2^-7. With scale "max", M is the max |r| of the elements that
+        pass, so the largest element is always sent and M is the same under both rules;
+        with scale "mean", M is recomputed over the kept elements until none falls below.
     scale: choice of the per-message scale M of the 4-bit code ("max" or "mean").
     rounding: 4-bit rounding rule ("nearest", "log", "down"); see quantize.py.
     values: "code4" (the paper's 4-bit code) or "fp32" (unquantized, for ablations).
@@ -203,6 +233,9 @@ class VarianceParams:
     alpha: float = 2.0
     zeta: float = 0.999
     variance: str = "sqsum"
+    variance_scale: str = "batch_mean"
+    after_send: str = "reset"
+    below_floor: str = "keep"
     scale: str = "max"
     rounding: str = "nearest"
     values: str = "code4"
@@ -211,8 +244,11 @@ class VarianceParams:
 class VarianceCompressor(_SparseCompressor):
     """Tsuzuku et al. 2018, Algorithm 1: delay an element until it is unambiguous.
 
-    Per element: r += g; v += (1/|B|²)·Σ_z (∇_i f_z)²; send when r² > α·v; after sending
-    r −= q (quantization error stays in r) and v = 0; unsent, v *= ζ.
+    Per element: r += g; v += Σ_z (∇_i f_z)²/|B|² (``variance``, ``variance_scale``);
+    the element passes when r² > α·v; with the 4-bit code and ``below_floor="keep"`` a
+    passing element with |r| < M·2^-7 is held back. A sent element is coded as q and then
+    r ← 0, v ← 0 (default ``after_send="reset"``) or r −= q, v ← 0 ("error_feedback");
+    every unsent element keeps r and has v *= ζ.
     """
 
     name = "variance"
@@ -226,6 +262,9 @@ class VarianceCompressor(_SparseCompressor):
         if not 0 <= c.zeta <= 1:
             raise ConfigError(f"variance: zeta must be in [0, 1], got {c.zeta}")
         _check_choice("variance reading", c.variance, VARIANCE_READINGS)
+        _check_choice("variance_scale", c.variance_scale, VARIANCE_SCALES)
+        _check_choice("after_send rule", c.after_send, AFTER_SEND_RULES)
+        _check_choice("below_floor rule", c.below_floor, BELOW_FLOOR_RULES)
         _check_choice("scale rule", c.scale, SCALES)
         _check_choice("rounding rule", c.rounding, ROUNDINGS)
         _check_choice("value format", c.values, VALUE_FORMATS)
@@ -235,7 +274,7 @@ class VarianceCompressor(_SparseCompressor):
         return VarianceState(zeros, zeros.clone())
 
     def _select(self, r: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """Indices i with r_i² > alpha·v_i (alpha = 0: every nonzero r_i)."""
+        """Indices i that pass the test r_i² > alpha·v_i (alpha = 0: every nonzero r_i)."""
         if self.config.alpha == 0:
             return np.flatnonzero(r)
         return np.flatnonzero(np.square(r) > self.config.alpha * v)
@@ -255,20 +294,53 @@ class VarianceCompressor(_SparseCompressor):
         r, v = state.residual.numpy(), state.variance.numpy()
         g, sq = _state_input(grad, r.size, "grad"), _state_input(sqsum, r.size, "sqsum")
         r += g
+        b = np.float32(batch_size)
+        per_sample = self.config.variance_scale == "per_sample"
         if self.config.variance == "sqsum":
-            v += sq * np.float32(1.0 / float(batch_size) ** 2)
+            v += sq / b if per_sample else sq * np.float32(1.0 / float(batch_size) ** 2)
         else:
-            v += np.maximum(sq / np.float32(batch_size) - g * g, 0) / np.float32(batch_size)
+            centered = np.maximum(sq / b - g * g, 0)
+            v += centered if per_sample else centered / b
         indices = self._select(r, v)
+        indices = self._above_floor(r, indices)
         payload = self._send(r, indices, layer)
         v *= np.float32(self.config.zeta)
         v[indices] = 0.0
         return payload
 
+    def _above_floor(self, r: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        """``indices`` without those whose |r| is below the message's smallest level M·2^-7.
+
+        Only for the 4-bit code with ``below_floor="keep"``. With scale "max" one pass
+        suffices (M = max |r| is never dropped); with "mean", dropping small elements
+        raises M, so the rule is applied until no kept element falls below M·2^-7.
+        """
+        c = self.config
+        if c.values != "code4" or c.below_floor != "keep":
+            return indices
+        while indices.size:
+            magnitude = np.abs(r[indices])
+            if c.scale == "max":
+                m = magnitude.max()
+            else:
+                m = np.float32(magnitude.mean(dtype=np.float64))
+            keep = magnitude >= m * _FLOOR
+            if keep.all():
+                break
+            indices = indices[keep]
+        return indices
+
     def _send(self, r: np.ndarray, indices: np.ndarray, layer: int) -> Payload:
         c = self.config
         return _sparse_payload(
-            self, r, indices, layer=layer, values=c.values, scale=c.scale, rounding=c.rounding
+            self,
+            r,
+            indices,
+            layer=layer,
+            values=c.values,
+            scale=c.scale,
+            rounding=c.rounding,
+            after_send=c.after_send,
         )
 
 
@@ -318,14 +390,19 @@ class StromCompressor(_SparseCompressor):
 class HybridParams:
     """The paper's combination of the variance test with Strom's threshold.
 
-    Reading (default and only): element i is sent when BOTH |r_i| ≥ tau and
-    r_i² > alpha·v_i, as ±tau (Strom's value), so r_i ∓= tau and v_i = 0; unsent, v *= zeta.
+    Element i is sent when BOTH |r_i| ≥ tau and r_i² > alpha·v_i, as ±tau (Strom's value);
+    then v_i ← 0 and, by ``after_send``, r_i ← 0 ("reset", default, as for the variance
+    compressor) or r_i ∓= tau ("error_feedback"); unsent, v *= zeta. ``variance`` and
+    ``variance_scale`` read v's per-step term as for the variance compressor. There is no
+    floor: every sent value is ±tau.
     """
 
     tau: float = 0.01
     alpha: float = 2.0
     zeta: float = 0.999
     variance: str = "sqsum"
+    variance_scale: str = "batch_mean"
+    after_send: str = "reset"
 
 
 class HybridCompressor(VarianceCompressor):
@@ -347,6 +424,11 @@ class HybridCompressor(VarianceCompressor):
         if not 0 <= c.zeta <= 1:
             raise ConfigError(f"hybrid: zeta must be in [0, 1], got {c.zeta}")
         _check_choice("variance reading", c.variance, VARIANCE_READINGS)
+        _check_choice("variance_scale", c.variance_scale, VARIANCE_SCALES)
+        _check_choice("after_send rule", c.after_send, AFTER_SEND_RULES)
+
+    def _above_floor(self, r: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        return indices
 
     def _select(self, r: np.ndarray, v: np.ndarray) -> np.ndarray:
         passes = (np.abs(r) >= np.float32(self.config.tau)) & (np.square(r) > self.config.alpha * v)
@@ -354,7 +436,13 @@ class HybridCompressor(VarianceCompressor):
 
     def _send(self, r: np.ndarray, indices: np.ndarray, layer: int) -> Payload:
         return _sparse_payload(
-            self, r, indices, layer=layer, values="code4", fixed_magnitude=self.config.tau
+            self,
+            r,
+            indices,
+            layer=layer,
+            values="code4",
+            fixed_magnitude=self.config.tau,
+            after_send=self.config.after_send,
         )
 
 

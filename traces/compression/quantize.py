@@ -12,7 +12,9 @@ rule open; both are parameters here:
   ``"log"`` — nearest in log2 (``e = round(log2(M/|r_i|))``); ``"down"`` — the largest level
   not above ``|r_i|`` (never overshoots, the residual keeps its sign).
 
-Elements below ``M·2^(−7)`` are sent as ``M·2^(−7)``; error feedback returns the overshoot.
+This quantizer codes every element it is given: one below ``M·2^(−7)`` becomes
+``M·2^(−7)`` (code e = 7). Whether such an element is sent at all is the compressor's
+choice (``below_floor`` of the variance compressor: by default it is held back).
 """
 
 from __future__ import annotations
