@@ -23,12 +23,23 @@ def _g(value: Any) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) else str(value)
 
 
+#: The paper's reading of Algorithm 1's post-send rule (compressor parameter -> value).
+_PAPER_READING = {"after_send": "reset", "below_floor": "keep", "variance_scale": "batch_mean"}
+
+
 def paper_key(compressor: str, params: Mapping[str, Any] | None) -> str | None:
     """The Table 1 row a compressor configuration corresponds to, or None.
 
-    Hybrid rows of the paper use α = 2; dense rows are fp32.
+    Hybrid rows of the paper use α = 2; dense rows are fp32. Variance and hybrid traces
+    recorded under another reading of the post-send rule than the paper's (``after_send``
+    other than "reset", ``below_floor`` other than "keep", ``variance_scale`` other than
+    "batch_mean") match no row; traces whose parameters do not name the reading match.
     """
     p = dict(params or {})
+    if compressor in ("variance", "hybrid") and any(
+        k in p and p[k] != v for k, v in _PAPER_READING.items()
+    ):
+        return None
     if compressor == "dense":
         return "dense" if p.get("precision", "fp32") == "fp32" else None
     if compressor == "variance" and "alpha" in p:

@@ -195,26 +195,55 @@ def crossover_map(
 ) -> Axes:
     """Compression ratio needed to beat dense allreduce vs P, one line per interconnect.
 
-    ``crossover`` is a :func:`reports.tables.crossover` frame for one trace; ``achieved``
-    maps method labels to their measured compression ratios, drawn as labelled dashed
-    horizontal lines (a method wins on a link wherever its line lies above that link's curve). Points where
-    no ratio suffices (overhead alone exceeds the dense step) are left out.
+    ``crossover`` is a :func:`reports.tables.crossover` frame for one method (one trace):
+    every curve uses that method's own overheads (compute, variance, codec). The ratio the
+    method achieves is drawn as a labelled dashed horizontal line (the median of the
+    frame's ``achieved_ratio``; ``achieved`` maps labels to ratios to draw instead): the
+    method wins on a link wherever its line lies above that link's curve. Points where no
+    ratio suffices (the overhead alone exceeds the dense step, r* = ∞) are drawn as
+    triangles on the top edge of the axes, with a note in the legend.
     """
     ax = _axes(ax)
     t = _prefer_source(crossover, source)
+    t = t[t["world_size"] > 1]  # a single worker communicates nothing
     clusters = list(dict.fromkeys(t["cluster"]))
     styles = _style(clusters)
+    finite_all = t.loc[np.isfinite(t["required_ratio"].astype(float)), "required_ratio"]
+    if achieved is None:
+        achieved = {
+            label: float(g["achieved_ratio"].median())
+            for label, g in t.groupby("method_label", sort=False)
+        }
+    lines = {k: v for k, v in achieved.items() if v and math.isfinite(v)}
+    values = [*finite_all.astype(float), *lines.values()]
+    lo = min(values) / 2 if values else 1.0
+    hi = max(values) * 3 if values else 10.0
+    edge = ax.get_xaxis_transform()  # x in data, y in axes coordinates
     for cluster in clusters:
         g = t[t["cluster"] == cluster].sort_values("world_size")
-        g = g[np.isfinite(g["required_ratio"].astype(float)) & (g["world_size"] > 1)]
+        req = g["required_ratio"].astype(float)
+        fin, inf = g[np.isfinite(req)], g[~np.isfinite(req)]
         color, marker = styles[cluster]
-        if g.empty:
-            ax.plot([], [], color=color, marker=marker, label=f"{cluster}: no ratio suffices")
-            continue
-        ax.plot(g["world_size"], g["required_ratio"], marker=marker, color=color, label=cluster)
-    for label, ratio in (achieved or {}).items():
-        if not (ratio and math.isfinite(ratio)):
-            continue
+        if len(fin):
+            ax.plot(
+                fin["world_size"], fin["required_ratio"], marker=marker, color=color, label=cluster
+            )
+        if len(inf):
+            where = ", ".join(str(int(p)) for p in inf["world_size"])
+            at = "at any P" if fin.empty else f"at P = {where}"
+            note = f"no ratio suffices {at} (▲ on the top edge)"
+            ax.plot(
+                inf["world_size"],
+                np.ones(len(inf)),
+                transform=edge,
+                linestyle="none",
+                marker="^",
+                markersize=9,
+                color=color,
+                clip_on=False,
+                label=f"{cluster}: {note}",
+            )
+    for label, ratio in lines.items():
         ax.axhline(ratio, color="0.35", linestyle="--", linewidth=1.0)
         ax.text(
             0.01,
@@ -227,15 +256,94 @@ def crossover_map(
             color="0.2",
         )
     ax.set_yscale("log")
+    ax.set_ylim(lo, hi)
+    if hi / lo < 1000:  # label enough ticks to read a curve off (1-2-5 per decade)
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda _v, _: ""))
     ax.yaxis.set_major_formatter(FuncFormatter(_ratio_formatter))
-    sizes = t.loc[t["world_size"] > 1, "world_size"]
-    if len(sizes):
-        _world_size_axis(ax, sizes)
+    if len(t):
+        _world_size_axis(ax, t["world_size"])
     ax.set_ylabel("compression ratio needed (×, log scale)")
     label = ", ".join(dict.fromkeys(t["method_label"]))
-    ax.set_title(f"Compression ratio needed to beat dense allreduce\n(with {label} overheads)")
+    ax.set_title(f"Ratio needed to beat dense allreduce\n(with {label}'s own overheads)", pad=16)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize="small", title="compression wins above a link's curve")
+    ax.legend(fontsize="x-small", title="interconnect", title_fontsize="small")
+    return ax
+
+
+def time_to_accuracy(
+    tta: pd.DataFrame, ax: Axes | None = None, *, source: str | None = None
+) -> Axes:
+    """Time to the target test accuracy vs P, dense (black) and each method, one cluster.
+
+    ``tta`` is a :func:`reports.tables.time_to_accuracy` frame for one interconnect (the
+    caller filters). Dense is the median over the rows' dense times (identical when the
+    traces share the model and compute is modelled). A method that never reaches the
+    target within its recorded steps is drawn as crosses on the top edge of the axes and
+    named so in the legend, never dropped.
+    """
+    ax = _axes(ax)
+    t = _prefer_source(tta, source)
+    if (t["world_size"] > 1).any():
+        t = t[t["world_size"] > 1]
+    labels = list(dict.fromkeys(t["method_label"]))
+    styles = _style(labels)
+    target = float(t["target_acc"].iloc[0]) * 100 if len(t) else math.nan
+    edge = ax.get_xaxis_transform()
+    dense = t.groupby("world_size")["dense_time_to_target_s"].median().dropna()
+    if len(dense):
+        ax.plot(
+            dense.index, dense.to_numpy(), color="black", linewidth=2.5, label="dense allreduce"
+        )
+    elif len(t):
+        missing = t["dense_steps_to_target"].isna().all() and t["dense_step_s"].notna().any()
+        ax.plot(
+            [],
+            [],
+            color="black",
+            linewidth=2.5,
+            label="dense: no curve reaching the target" if missing else "dense: no data",
+        )
+    for label in labels:
+        g = t[t["method_label"] == label].sort_values("world_size")
+        color, marker = styles[label]
+        reached = g[g["reached"].astype(bool)]
+        if len(reached):
+            ax.plot(
+                reached["world_size"],
+                reached["compressed_time_to_target_s"],
+                color=color,
+                marker=marker,
+                label=label,
+            )
+        missed = g[~g["reached"].astype(bool)]
+        if len(missed):
+            acc = float(missed["compressed_final_test_acc"].iloc[0]) * 100
+            n = int(missed["compressed_steps_recorded"].iloc[0])
+            ax.plot(
+                missed["world_size"],
+                np.ones(len(missed)),
+                transform=edge,
+                linestyle="none",
+                marker="X",
+                markersize=9,
+                color=color,
+                clip_on=False,
+                label=f"{label}: never reaches it (✕ at top; {acc:.1f} % after {n} steps)",
+            )
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda _v, _: ""))
+    if len(t):
+        _world_size_axis(ax, t["world_size"])
+    ax.set_ylabel("time to target accuracy (s, log scale)")
+    cluster = ", ".join(dict.fromkeys(t["cluster"]))
+    src = ", ".join(sorted(set(t["source"])))
+    # room above the axes for the markers of methods that miss the target
+    ax.set_title(f"{cluster}: time to {target:.1f} % test accuracy ({src})", pad=16)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize="x-small")
     return ax
 
 

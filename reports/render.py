@@ -47,6 +47,9 @@ class ReportInputs:
     result_paths: tuple[str, ...] = ()
     traces: tuple[Any, ...] = ()  # traces.io.Trace
     labels: dict[str, str] = field(default_factory=dict)  # trace name -> method label
+    #: time-to-accuracy target (test accuracy as a fraction); None: the dense trace's
+    #: final test accuracy minus 1 point
+    target_accuracy: float | None = None
 
 
 @dataclass(frozen=True)
@@ -92,18 +95,26 @@ def _label_from_header(header: dict[str, Any]) -> str:
 
 
 def load_inputs(
-    result_paths: Sequence[str | Path], trace_paths: Sequence[str | Path] = ()
+    result_paths: Sequence[str | Path],
+    trace_paths: Sequence[str | Path] = (),
+    *,
+    target_accuracy: float | None = None,
 ) -> ReportInputs:
     """Read result tables (dirs or results.parquet) and traces into :class:`ReportInputs`.
 
     Method labels ("variance α=2") come from the trace headers: those of ``trace_paths``,
     else the header.json at the path a result table records for its trace, when present.
+    ``target_accuracy`` (a fraction in (0, 1]) sets the time-to-accuracy target.
     """
     from traces.io import read_header, read_trace
     from traces.results import read_results
 
     if not result_paths and not trace_paths:
         raise ResultsError("nothing to report: give at least one result table or trace")
+    if target_accuracy is not None and not (0.0 < target_accuracy <= 1.0):
+        raise ResultsError(
+            f"target accuracy must be a test accuracy in (0, 1], got {target_accuracy}"
+        )
     frames, labels = [], {}
     for path in result_paths:
         df, header = read_results(path)
@@ -138,6 +149,7 @@ def load_inputs(
         result_paths=tuple(str(p) for p in result_paths),
         traces=tuple(traces),
         labels=labels,
+        target_accuracy=target_accuracy,
     )
 
 
@@ -189,6 +201,9 @@ def display_what_if(t: pd.DataFrame) -> pd.DataFrame:
 
 def _display_matrix(t: pd.DataFrame) -> pd.DataFrame:
     out = t.copy()
+    if "final_test_acc" in out:
+        out = out.rename(columns={"final_test_acc": "test accuracy (%)"})
+        out["test accuracy (%)"] = out["test accuracy (%)"].map(_fmt_pct)
     for col in out.columns:
         if str(col).startswith("P="):
             out[col] = out[col].map(_fmt_x)
@@ -210,6 +225,39 @@ def _display_crossover(t: pd.DataFrame) -> pd.DataFrame:
             "ratio needed (×)": t["required_ratio"].map(_fmt_x),
             "ratio achieved (×)": t["achieved_ratio"].map(_fmt_x),
             "compression wins": t["wins"].map({True: "yes", False: "no"}),
+        }
+    )
+
+
+def _fmt_s(v: float) -> str:
+    return "" if pd.isna(v) else f"{v:,.3g}"
+
+
+def _display_time_to_accuracy(t: pd.DataFrame) -> pd.DataFrame:
+    def steps(v: Any, reached: bool = True) -> str:
+        return str(int(v)) if not pd.isna(v) else ("never" if reached is False else "—")
+
+    never = [
+        f"never ({a * 100:.1f} % after {n} steps)"
+        for a, n in zip(t["compressed_final_test_acc"], t["compressed_steps_recorded"], strict=True)
+    ]
+    return pd.DataFrame(
+        {
+            "source": t["source"],
+            "interconnect": t["cluster"],
+            "method": t["method_label"],
+            "P": t["world_size"],
+            "target (%)": t["target_acc"].map(_fmt_pct),
+            "dense steps": t["dense_steps_to_target"].map(steps),
+            "dense time (s)": t["dense_time_to_target_s"].map(_fmt_s),
+            "compressed steps": [
+                steps(v) if r else n
+                for v, r, n in zip(
+                    t["compressed_steps_to_target"], t["reached"], never, strict=True
+                )
+            ],
+            "compressed time (s)": t["compressed_time_to_target_s"].map(_fmt_s),
+            "speedup to accuracy (×)": t["speedup_to_accuracy"].map(_fmt_x),
         }
     )
 
@@ -285,6 +333,18 @@ def _preferred_trace(names: Iterable[str], labels: dict[str, str]) -> list[str]:
     return sorted(names, key=lambda n: (not labels.get(n, n).startswith("variance"), n))
 
 
+def _dense_trace(traces_: Sequence[Any]) -> Any | None:
+    """The fp32 dense trace with the most steps among ``traces_`` (None without one)."""
+    dense = [
+        t
+        for t in traces_
+        if t.compressor == "dense"
+        and ((t.header.get("compressor") or {}).get("params") or {}).get("precision", "fp32")
+        == "fp32"
+    ]
+    return max(dense, key=lambda t: t.steps_count, default=None)
+
+
 def build_report(inputs: ReportInputs) -> Report:
     """Compute every table and draw every plot of a report (nothing is written)."""
     from reports import plots
@@ -294,17 +354,22 @@ def build_report(inputs: ReportInputs) -> Report:
     out_tables: list[Table] = []
     out_plots: list[Plot] = []
     summary: list[str] = []
+    evals = {t.name: t.evals for t in inputs.traces if t.evals is not None and len(t.evals)}
+    accuracy = {name: tables.final_accuracy(ev) for name, ev in evals.items()} or None
+    dense = _dense_trace(inputs.traces)
+    dense_acc = accuracy.get(dense.name) if (accuracy and dense is not None) else None
 
     if len(res):
         wi = tables.what_if(res, labels)
-        summary = tables.headline_order(tables.headline(wi))
-        sm = tables.speedup_matrix(wi)
+        summary = tables.headline_order(tables.headline(wi, accuracy, dense_acc))
+        sm = tables.speedup_matrix(wi, accuracy)
         out_tables.append(
             Table(
                 "speedup_matrix",
                 "What-if at a glance: speedup of compression over dense allreduce",
                 "Dense step time / compressed step time per interconnect and P (above 1× "
-                "compression wins), and the largest P at which it still wins. Full numbers "
+                "compression wins), and the largest P at which it still wins; test accuracy "
+                "is the final evaluation of the method's trace (when given). Full numbers "
                 "in the what-if table below.",
                 sm,
                 _display_matrix(sm),
@@ -378,26 +443,21 @@ def build_report(inputs: ReportInputs) -> Report:
                 collapsed=True,
             )
         )
-        if len(co) and traces_c:
-            main = traces_c[0]
-            prefer = "simulated" if (co["source"] == "simulated").any() else "predicted"
-            ach = (
-                co[co["source"] == prefer]
-                .groupby("method_label")["achieved_ratio"]
-                .median()
-                .sort_values(ascending=False)
-                .to_dict()
-            )
-            fig, axes = _subplots(1, 7.5, 4.8)
-            plots.crossover_map(co[co["trace"] == main], axes[0], achieved=ach)
+        traces_x = [t for t in _preferred_trace(co["trace"], labels)] if len(co) else []
+        if traces_x:
+            fig, axes = _subplots(len(traces_x), 6.4, 4.8, ncols=min(len(traces_x), 2))
+            for ax, trace in zip(axes, traces_x, strict=True):
+                plots.crossover_map(co[co["trace"] == trace], ax)
             out_plots.append(
                 Plot(
                     "crossover",
                     "Crossover map",
                     "Compression ratio a compressed allgatherv needs to tie dense allreduce, "
-                    "per interconnect (with the overheads of "
-                    f"{labels.get(main, main)}); horizontal lines are the ratios the recorded "
-                    "methods achieve.",
+                    "per interconnect; one panel per method, each with its own overheads "
+                    "(compute, variance estimate, codec). The dashed line is the ratio that "
+                    "method achieves: it wins where the line lies above a link's curve. "
+                    "Triangles on the top edge: no ratio suffices there (the overhead alone "
+                    "exceeds the dense step).",
                     fig,
                 )
             )
@@ -427,12 +487,85 @@ def build_report(inputs: ReportInputs) -> Report:
                 )
             )
 
+        summary += _time_to_accuracy_section(
+            inputs, res, labels, evals, dense, out_tables, out_plots, plots
+        )
+    elif inputs.target_accuracy is not None:
+        summary.append("Time to accuracy needs result tables: none given.")
+
     if inputs.traces:
         _trace_section(inputs.traces, labels, out_tables, out_plots, plots)
 
     return Report(
         summary=summary, tables=out_tables, plots=out_plots, sources=list(inputs.result_paths)
     )
+
+
+def _time_to_accuracy_section(
+    inputs: ReportInputs,
+    res: pd.DataFrame,
+    labels: dict[str, str],
+    evals: dict[str, pd.DataFrame],
+    dense: Any | None,
+    out_tables: list[Table],
+    out_plots: list[Plot],
+    plots: Any,
+) -> list[str]:
+    """Time-to-accuracy table and plot; returns the summary sentences (or why none)."""
+    if not evals:
+        if inputs.target_accuracy is not None:
+            return ["Time to accuracy left out: no --trace run with evaluations was given."]
+        return []
+    if inputs.target_accuracy is not None:
+        target = float(inputs.target_accuracy)
+        how = "as given"
+    elif dense is not None and dense.name in evals:
+        target = tables.default_target_accuracy(evals[dense.name])
+        final = tables.final_accuracy(evals[dense.name])
+        how = f"the dense run's final test accuracy, {final * 100:.1f} %, minus 1 point"
+    else:
+        return [
+            "Time to accuracy left out: no dense trace among the --trace runs sets the default "
+            "target (its final test accuracy minus 1 point); give --target-accuracy."
+        ]
+    dense_name = dense.name if dense is not None else None
+    tta = tables.time_to_accuracy(res, evals, target, dense_trace=dense_name, labels=labels)
+    if tta.empty:
+        return ["Time to accuracy left out: no result table belongs to a --trace run."]
+    note = (
+        f"Time to accuracy: target {target * 100:.1f} % test accuracy ({how})"
+        + ("" if dense_name else "; no dense trace given, so no dense time to compare")
+        + "."
+    )
+    out_tables.append(
+        Table(
+            "time_to_accuracy",
+            "Time to accuracy",
+            f"Target {target * 100:.1f} % test accuracy ({how}). Steps to the target = the "
+            "first evaluation at or above it (no interpolation between evaluations, so a "
+            "count is exact only to the trace's evaluation interval); time = steps × the "
+            "mean step time at that interconnect and P. Dense uses the dense trace's "
+            "curve, each method its own trace's curve; 'never': the method's trace ends "
+            "below the target. Speedup to accuracy = dense time / compressed time.",
+            tta,
+            _display_time_to_accuracy(tta),
+        )
+    )
+    clusters = list(dict.fromkeys(tta["cluster"]))
+    fig, axes = _subplots(len(clusters), 6.2, 4.6)
+    for ax, cluster in zip(axes, clusters, strict=True):
+        plots.time_to_accuracy(tta[tta["cluster"] == cluster], ax)
+    out_plots.append(
+        Plot(
+            "time_to_accuracy",
+            f"Time to {target * 100:.1f} % test accuracy vs P",
+            "Training steps to the target (first evaluation at or above it) × predicted step "
+            "time, per interconnect; dense allreduce in black. Crosses on the top edge: the "
+            "method never reaches the target within its recorded steps.",
+            fig,
+        )
+    )
+    return [note, *tables.headline_order(tables.time_to_accuracy_headline(tta))]
 
 
 def _trace_section(traces_, labels, out_tables, out_plots, plots) -> None:

@@ -14,6 +14,9 @@ from reports.paper import PAPER_TABLE1, paper_frame, paper_key
     [
         ("variance", {"alpha": 2.0, "zeta": 0.999}, "variance α=2"),
         ("variance", {"alpha": 1.5}, "variance α=1.5"),
+        ("variance", {"alpha": 2.0, "after_send": "reset", "below_floor": "keep"}, "variance α=2"),
+        ("variance", {"alpha": 2.0, "after_send": "error_feedback"}, None),
+        ("hybrid", {"alpha": 2.0, "tau": 0.1, "below_floor": "floor"}, None),
         ("strom", {"tau": 0.001}, "strom τ=0.001"),
         ("hybrid", {"alpha": 2.0, "tau": 0.1}, "hybrid τ=0.1"),
         ("hybrid", {"alpha": 1.0, "tau": 0.1}, None),
@@ -30,9 +33,15 @@ def test_paper_key(compressor, params, key):
 def test_grid_methods_match_their_paper_rows():
     """The grid script labels its methods; the report matches traces by paper_key: they agree."""
     grid = pytest.importorskip("traces.training.paper_grid")
+    matched = 0
     for method in grid.METHODS:
-        assert paper_key(method.compressor, dict(method.params)) == method.label
-        assert ("adam", method.label) in PAPER_TABLE1
+        key = paper_key(method.compressor, dict(method.params))
+        if ("adam", method.label) in PAPER_TABLE1:
+            assert key == method.label
+            matched += 1
+        else:  # the grid's alternative readings of the post-send rule: no paper row
+            assert key is None, method
+    assert matched >= 12
 
 
 def test_method_table_sets_paper_beside_ours():

@@ -64,8 +64,58 @@ def test_crossover_map_marks_links_without_solution(results):
     ax = plots.crossover_map(c[c.trace == "var2"], achieved={"variance α=2": 400.0})
     _check(ax, "workers P")
     labels = [line.get_label() for line in ax.get_lines()]
-    assert "IB-EDR: no ratio suffices" in labels
+    assert "IB-EDR: no ratio suffices at any P (▲ on the top edge)" in labels
     assert any(t.get_text().strip() == "achieved by variance α=2: 400.0×" for t in ax.texts)
+
+
+def test_crossover_map_draws_infinite_points_on_the_top_edge(results):
+    # r* = ∞ on IB-EDR at every P: the points are shown (one per P > 1), not dropped
+    c = tables.crossover(results, LABELS)
+    one = c[(c.trace == "var2") & (c.source == "simulated")]
+    ax = plots.crossover_map(one)
+    inf = [ln for ln in ax.get_lines() if ln.get_label().startswith("IB-EDR: no ratio")]
+    assert len(inf) == 1
+    assert list(inf[0].get_xdata()) == [2, 4, 8, 16, 32, 64, 128, 256]
+    assert set(inf[0].get_ydata()) == {1.0}  # axes coordinates: the top edge
+    assert not inf[0].get_clip_on()
+
+
+def test_crossover_map_uses_each_methods_own_curve_and_ratio(results):
+    # the curve of a method comes from its own overheads and its own achieved ratio: QSGD
+    # (4 ms codec, no variance) needs a different ratio than variance (5 ms overhead)
+    c = tables.crossover(results, LABELS)
+    sim = c[c.source == "simulated"]
+    ax_q = plots.crossover_map(sim[sim.trace == "qsgd"])
+    ax_v = plots.crossover_map(sim[sim.trace == "var2"])
+    q = {ln.get_label(): ln for ln in ax_q.get_lines()}
+    v = {ln.get_label(): ln for ln in ax_v.get_lines()}
+    expected_q = sim[(sim.trace == "qsgd") & (sim.cluster == "1GbE") & (sim.world_size > 1)]
+    assert list(q["1GbE"].get_ydata()) == pytest.approx(list(expected_q.required_ratio))
+    assert list(q["1GbE"].get_ydata()) != pytest.approx(list(v["1GbE"].get_ydata()))
+    assert [t.get_text().strip() for t in ax_q.texts] == ["achieved by qsgd s=4: 8.0×"]
+    assert "qsgd s=4" in ax_q.get_title()
+
+
+def test_time_to_accuracy_plot_marks_methods_that_miss(results):
+    ev = {
+        "var2": pd.DataFrame({"step": [9, 19], "test_acc": [0.80, 0.91]}),
+        "qsgd": pd.DataFrame({"step": [9, 19], "test_acc": [0.70, 0.85]}),
+        "d": pd.DataFrame({"step": [9, 19], "test_acc": [0.90, 0.92]}),
+    }
+    tta = tables.time_to_accuracy(results, ev, 0.9, dense_trace="d", labels=LABELS)
+    one = tta[tta.cluster == "10GbE"]
+    ax = plots.time_to_accuracy(one)
+    _check(ax, "workers P")
+    assert ax.get_yscale() == "log"
+    assert "90.0 %" in ax.get_title()
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    sim = one[(one.source == "simulated") & (one.trace == "var2") & (one.world_size > 1)]
+    assert list(lines["variance α=2"].get_ydata()) == pytest.approx(
+        list(20 * sim.compressed_step_s)
+    )
+    assert list(lines["dense allreduce"].get_ydata()) == pytest.approx(list(10 * sim.dense_step_s))
+    missed = lines["qsgd s=4: never reaches it (✕ at top; 85.0 % after 20 steps)"]
+    assert len(missed.get_xdata()) == 8 and set(missed.get_ydata()) == {1.0}
 
 
 def test_density_heatmap_has_colorbar():

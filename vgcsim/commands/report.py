@@ -28,6 +28,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--title", default="vgcsim report", help="heading of the HTML page (default: %(default)s)"
     )
+    parser.add_argument(
+        "--target-accuracy",
+        type=float,
+        default=None,
+        metavar="PERCENT",
+        help="test accuracy (in %%, e.g. 96.5) for the time-to-accuracy table and plot "
+        "(default: the final test accuracy of the dense --trace run minus 1 point)",
+    )
+
+
+def target_fraction(percent: float | None) -> float | None:
+    """A target test accuracy given in percent as a fraction; ConfigError when out of range.
+
+    Values up to 1 are refused: they read like fractions, and a 0.9 % target is no target.
+    """
+    import math
+
+    from traces.errors import ConfigError
+
+    if percent is None:
+        return None
+    if not math.isfinite(percent) or not (1.0 < percent <= 100.0):
+        hint = f" (a fraction? write {percent * 100:g})" if 0 < percent <= 1 else ""
+        raise ConfigError(
+            f"target accuracy must be a percentage in (1, 100], got {percent:g}{hint}"
+        )
+    return percent / 100.0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,7 +63,13 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.results and not args.trace:
         raise ResultsError("nothing to report: give RESULTS folders and/or --trace RUN folders")
-    inputs = load_inputs(args.results, args.trace)
+    target = target_fraction(args.target_accuracy)
+    if target is not None and not args.trace:
+        raise ResultsError(
+            "--target-accuracy needs --trace RUN folders: the steps to a target come from "
+            "the traces' evaluation curves"
+        )
+    inputs = load_inputs(args.results, args.trace, target_accuracy=target)
     report = build_report(inputs)
     path = write_report(report, args.out, title=args.title)
     for line in report.summary[:3]:
