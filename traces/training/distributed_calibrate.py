@@ -1,11 +1,14 @@
-"""Link calibration: time real collectives over a size sweep and fit α, β, γ by least squares.
+"""Link calibration: time real messages and collectives over a size sweep and fit α, β, γ.
 
 Each rank runs the same sweep (a torchrun-compatible entry point:
-``python -m traces.training.distributed_calibrate --backend gloo -o measurements.json``);
-rank 0 writes the measurements. :func:`fit_link` then fits one α-β-γ link to all of them:
+``python -m traces.training.distributed_calibrate --backend gloo -o measurements.json``, or
+``vgcsim calibrate``, which also fits); rank 0 writes the measurements. Timed on every rank
+after a barrier (a repetition's time is the slowest rank's):
 
-* point-to-point, a ping-pong between ranks 0 and 1, half the round trip:
-  ``t = α + n·β``
+* ``p2p``, a ping-pong between rank 0 and the first rank on another node (rank 1 when all
+  ranks share one node), half the round trip: ``t = α + n·β``
+* ``p2p_intra``, the same between rank 0 and another rank of its own node; measured only
+  when the job spans several nodes and rank 0's node holds more than one rank
 * ring allreduce of ``n`` bytes on ``P`` ranks:
   ``t = 2(P−1)·α + 2(P−1)/P·n·β + (P−1)/P·n·γ``
 * ring allgather of ``m`` bytes per rank: ``t = (P−1)·α + (P−1)·m·β``
@@ -15,19 +18,36 @@ rank 0 writes the measurements. :func:`fit_link` then fits one α-β-γ link to 
 
 α is the per-message latency (s), β = 1/bandwidth (s/byte), γ the per-byte reduction cost
 (s/byte); the formulas are the standard ring costs of Thakur, Rabenseifner & Gropp, "Optimization
-of Collective Communication Operations in MPICH" (IJHPCA 2005). Assumptions: the backend runs
-ring algorithms (gloo and NCCL both do for large messages; small messages may use others, which
-shows up as fit error at small sizes); ranks start each repetition together after a barrier
-(skew left after the barrier counts as communication); the slowest rank defines a repetition's
-time and the median over repetitions (or the minimum, ``statistic="min"``) is the
-measurement.
+of Collective Communication Operations in MPICH" (IJHPCA 2005). A rank's node is its
+``GROUP_RANK`` (torchrun sets it), else its host name.
 
-The fit minimises the squared log-ratio Σ (log t̂ − log t)² over α, β, γ ≥ 0: microsecond
-and millisecond points weigh alike, and over- and under-prediction by the same factor cost
-the same (a plain relative-error fit, Σ ((t̂ − t)/t)², caps under-prediction at −100 % and so
-systematically under-predicts noisy timings). It starts from that relative-error fit, solved
-exactly as a non-negative least squares over the 2³ active sets, and refines it with
-Levenberg–Marquardt on log-parameters (which keeps them positive).
+The sweep: sizes log-spaced ×4 from 4 B to 64 MiB by default (a link's bandwidth shows only
+once messages are well past its latency, its token bucket or its socket buffers); every size
+gets ``warmup`` untimed repetitions, then ``repeats`` timed ones, fewer (never under 3) where
+they would take longer than ``budget_s``; the measurement is their median (``min``: the best
+case).
+
+The fit (:func:`fit_link`) takes latency from small messages and bandwidth from large ones,
+so that neither regime's many points can drag the other's parameter:
+
+1. *bandwidth regime*: the rows measured at least ``BANDWIDTH_FACTOR`` (4) times their op's
+   fastest time. On them β, γ ≥ 0 and a free intercept minimise the relative error
+   Σ ((t̂ − t)/t)², exactly (linear least squares over the active sets of β, γ). The
+   intercept absorbs whatever only shifts large messages (a token-bucket burst sent at line
+   rate, a rendezvous handshake) and is not used as α.
+2. *latency regime*: the rows whose bandwidth terms explain at most a fifth of the measured
+   time; α ≥ 0 is the median of (t − bandwidth terms) / (α's coefficient) over them.
+3. When a regime is empty (a sweep of only large or only small sizes), α, β, γ ≥ 0 come from
+   one fit minimising the squared log ratio Σ (log t̂ − log t)² (Levenberg–Marquardt on
+   log-parameters, started from the exact non-negative relative-error least squares).
+
+By default α and β come from ``p2p`` alone (the link, without a collective algorithm's
+behaviour) and γ from ``allreduce``'s bandwidth regime with α and β fixed (what allreduce pays
+beyond moving its bytes: the reduction). The other collectives are predicted, not fitted: their
+rows in the error table check the ring formulas on this link. ``p2p_intra`` is fitted the same
+way into the intra-node link. The fit's *typical error* is exp(rms log(t̂/t)) − 1 over the rows
+of the ops that fixed α and β; rows between the two regimes count too, so a link that the α-β
+line does not describe (a large burst, a protocol switch) shows as a large typical error.
 """
 
 from __future__ import annotations
@@ -36,6 +56,7 @@ import argparse
 import itertools
 import json
 import logging
+import math
 import platform
 import sys
 import time
@@ -50,25 +71,77 @@ from traces.errors import ConfigError, VgcsimError, unknown_name
 log = logging.getLogger(__name__)
 
 #: Operations the sweep can time, by the name used in measurement files and --ops.
-OPS = ("p2p", "allreduce", "allgather", "allgatherv")
+OPS = ("p2p", "p2p_intra", "allreduce", "allgather", "allgatherv")
+#: Operations timed by default (``p2p_intra`` only where a node holds several ranks).
+DEFAULT_OPS = OPS
 MEASUREMENTS_KIND = "vgcsim-calibration"
-MEASUREMENTS_VERSION = 1
+MEASUREMENTS_VERSION = 2
+#: Versions :func:`read_measurements` accepts (1: one node, no pair or node layout).
+READABLE_VERSIONS = (1, 2)
+#: Timed repetitions kept even when ``budget_s`` would allow fewer.
+MIN_REPEATS = 3
+#: A row is in the bandwidth regime from this many times its op's fastest time.
+BANDWIDTH_FACTOR = 4.0
+#: A row is in the latency regime while the bandwidth terms explain at most this share.
+LATENCY_SHARE = 0.2
+#: Refuse to write a cluster file above this typical error (exp(rms log ratio) − 1).
+DEFAULT_MAX_ERROR = 0.25
+
+
+def sizes_between(lo_bytes: int, hi_bytes: int, factor: int = 4) -> tuple[int, ...]:
+    """``lo, lo·factor, lo·factor², …`` below ``hi``, then ``hi`` itself (log-spaced)."""
+    if lo_bytes < 1 or hi_bytes < lo_bytes:
+        raise ConfigError(f"size range {lo_bytes}:{hi_bytes} must have 1 <= MIN <= MAX")
+    out, n = [], lo_bytes
+    while n < hi_bytes:
+        out.append(n)
+        n *= factor
+    return (*out, hi_bytes)
 
 
 def default_sizes_bytes() -> tuple[int, ...]:
-    """4 B to 4 MiB in powers of four: latency-bound to bandwidth-bound on common links."""
-    return tuple(4**k for k in range(1, 12))
+    """4 B to 64 MiB in powers of four: latency-bound to well past any burst or buffer."""
+    return sizes_between(4, 64 * 2**20)
+
+
+def parse_sizes(text: str) -> tuple[tuple[int, ...], tuple[int, int] | None]:
+    """``"MIN:MAX"`` (log-spaced ×4, both ends included) or a comma list ``"4,1KiB,1MiB"``.
+
+    Returns the sizes and, for a range, its bounds (a refit keeps every measured size inside
+    them).
+    """
+    from traces.units import parse_size_bytes
+
+    def one(v: str) -> int:
+        n = parse_size_bytes(v.strip())
+        if n != int(n):
+            raise ConfigError(f"bad --sizes: {v.strip()!r} is not a whole number of bytes")
+        return int(n)
+
+    try:
+        if ":" in text:
+            lo, _, hi = text.partition(":")
+            bounds = (one(lo), one(hi))
+            return sizes_between(*bounds), bounds
+        return tuple(one(v) for v in text.split(",") if v.strip()), None
+    except ValueError as exc:
+        raise ConfigError(f"bad --sizes: {exc}") from None
 
 
 @dataclass(frozen=True)
 class CalibrateConfig:
-    """What the sweep measures. Sizes are bytes per message (allgather: per rank)."""
+    """What the sweep measures. Sizes are bytes per message (allgather: per rank).
+
+    Every size gets ``warmup`` untimed repetitions, then ``repeats`` timed ones, fewer (at least
+    :data:`MIN_REPEATS`) where the last warm-up says they would take longer than ``budget_s``.
+    """
 
     backend: str = "gloo"
-    ops: tuple[str, ...] = OPS
+    ops: tuple[str, ...] = DEFAULT_OPS
     sizes_bytes: tuple[int, ...] = field(default_factory=default_sizes_bytes)
     repeats: int = 10
     warmup: int = 2
+    budget_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not self.ops:
@@ -80,26 +153,57 @@ class CalibrateConfig:
             raise ConfigError("sizes_bytes must be non-empty and each size >= 4 bytes")
         if self.repeats < 1 or self.warmup < 0:
             raise ConfigError("repeats must be >= 1 and warmup >= 0")
+        if not self.budget_s > 0:
+            raise ConfigError(f"budget_s must be positive, got {self.budget_s}")
 
 
 # ----------------------------------------------------------------------------- measuring
 
 
-def _time_op(op: str, size_bytes: int, rank: int, world: int, device: str) -> float:
+def p2p_pairs(nodes: Sequence[int]) -> dict[str, tuple[int, int]]:
+    """The ping-pong pairs for ranks on ``nodes`` (node index per rank).
+
+    ``p2p``: rank 0 and the first rank on another node, or rank 1 when there is one node;
+    ``p2p_intra``: rank 0 and the first other rank on its node, when there are several nodes.
+    """
+    other = next((r for r in range(1, len(nodes)) if nodes[r] != nodes[0]), None)
+    same = next((r for r in range(1, len(nodes)) if nodes[r] == nodes[0]), None)
+    if other is None:
+        return {"p2p": (0, 1)} if len(nodes) > 1 else {}
+    pairs = {"p2p": (0, other)}
+    if same is not None:
+        pairs["p2p_intra"] = (0, same)
+    return pairs
+
+
+def node_layout(node: str) -> list[int]:
+    """Every rank's node index (nodes numbered by their first rank); a collective."""
+    import torch.distributed as dist
+
+    keys: list = [None] * dist.get_world_size()
+    dist.all_gather_object(keys, node)
+    first: dict[str, int] = {}
+    return [first.setdefault(k, len(first)) for k in keys]
+
+
+def _time_op(
+    op: str, size_bytes: int, rank: int, world: int, device: str, pair: tuple[int, int]
+) -> float:
     import torch
     import torch.distributed as dist
 
-    if op == "p2p":
+    if op in ("p2p", "p2p_intra"):
+        a, b = pair
         buf = torch.zeros(size_bytes, dtype=torch.uint8, device=device)
         dist.barrier()
         t0 = time.perf_counter()
-        if rank == 0:
-            dist.send(buf, 1)
-            dist.recv(buf, 1)
-        elif rank == 1:
-            dist.recv(buf, 0)
-            dist.send(buf, 0)
-        return (time.perf_counter() - t0) / 2 if rank in (0, 1) else 0.0
+        if rank == a:
+            dist.send(buf, b)
+            dist.recv(buf, b)
+        elif rank == b:
+            dist.recv(buf, a)
+            dist.send(buf, a)
+        return (time.perf_counter() - t0) / 2 if rank in pair else 0.0
     if op == "allreduce":
         buf = torch.ones(max(1, size_bytes // 4), dtype=torch.float32, device=device)
         dist.barrier()
@@ -122,37 +226,66 @@ def _time_op(op: str, size_bytes: int, rank: int, world: int, device: str) -> fl
     return time.perf_counter() - t0
 
 
-def measure(cfg: CalibrateConfig, rank: int, world: int, device: str = "cpu") -> list[dict]:
-    """Run the sweep on this rank (a collective: every rank calls it with the same config).
-
-    Returns rows ``{"op", "size_bytes", "seconds": [per repetition, slowest rank]}``.
-    """
+def _slowest(values: list[float], device: str) -> list[float]:
     import torch
     import torch.distributed as dist
 
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.cpu().tolist()
+
+
+def measure(
+    cfg: CalibrateConfig,
+    rank: int,
+    world: int,
+    device: str = "cpu",
+    nodes: Sequence[int] | None = None,
+) -> list[dict]:
+    """Run the sweep on this rank (a collective: every rank calls it with the same config).
+
+    ``nodes`` gives every rank's node index (default: all on one node). Returns rows
+    ``{"op", "size_bytes", "seconds": [per repetition, slowest rank]}`` (p2p rows also
+    ``"pair"``); an op that needs what the job lacks (``p2p_intra`` on one rank per node) is
+    skipped.
+    """
     if world < 2:
         raise ConfigError("calibration needs at least 2 processes (--nprocs >= 2)")
+    pairs = p2p_pairs(list(nodes) if nodes is not None else [0] * world)
     rows = []
     for op in cfg.ops:
+        if op.startswith("p2p") and op not in pairs:
+            log.info("%s skipped: no such pair in this job's node layout", op)
+            continue
+        pair = pairs.get(op, (0, 1))
         for size in cfg.sizes_bytes:
-            times = []
-            for rep in range(cfg.warmup + cfg.repeats):
-                t = _time_op(op, size, rank, world, device)
-                if rep >= cfg.warmup:
-                    times.append(t)
-            slowest = torch.tensor(times, dtype=torch.float64, device=device)
-            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-            rows.append({"op": op, "size_bytes": size, "seconds": slowest.cpu().tolist()})
-            log.debug("%s %d B: median %.3g s", op, size, float(np.median(times)))
+            last = 0.0
+            for _ in range(cfg.warmup):
+                last = _time_op(op, size, rank, world, device, pair)
+            repeats = cfg.repeats
+            if cfg.warmup:
+                # Every rank must run the same count: agree on the slowest warm-up.
+                slow = _slowest([last], device)[0]
+                fit = int(cfg.budget_s // slow) if slow > 0 else repeats
+                repeats = max(min(MIN_REPEATS, cfg.repeats), min(cfg.repeats, fit))
+            times = [_time_op(op, size, rank, world, device, pair) for _ in range(repeats)]
+            row = {"op": op, "size_bytes": size, "seconds": _slowest(times, device)}
+            if op.startswith("p2p"):
+                row["pair"] = list(pair)
+            rows.append(row)
+            log.debug("%s %d B: median %.3g s", op, size, float(np.median(row["seconds"])))
     return rows
 
 
-def write_measurements(path: Path, cfg: CalibrateConfig, world: int, rows: list[dict]) -> None:
+def write_measurements(
+    path: Path, cfg: CalibrateConfig, world: int, rows: list[dict], nodes: Sequence[int]
+) -> None:
     doc = {
         "kind": MEASUREMENTS_KIND,
         "version": MEASUREMENTS_VERSION,
         "backend": cfg.backend,
         "world_size": world,
+        "nodes": list(nodes),
         "config": {**asdict(cfg), "ops": list(cfg.ops), "sizes_bytes": list(cfg.sizes_bytes)},
         "machine": {"platform": platform.platform(), "node": platform.node()},
         "rows": rows,
@@ -171,12 +304,41 @@ def read_measurements(path: Path) -> dict:
         raise ConfigError(f"no calibration measurements at {path}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"unreadable calibration measurements {path}: {exc}") from None
-    if doc.get("kind") != MEASUREMENTS_KIND or doc.get("version") != MEASUREMENTS_VERSION:
+    if (
+        not isinstance(doc, dict)
+        or doc.get("kind") != MEASUREMENTS_KIND
+        or doc.get("version") not in READABLE_VERSIONS
+    ):
         raise ConfigError(
             f"{path} is not a version-{MEASUREMENTS_VERSION} calibration file; "
             "re-run the calibration with this version of vgcsim"
         )
     return doc
+
+
+def select_rows(
+    measurements: dict,
+    *,
+    ops: set[str] | None = None,
+    sizes: Sequence[int] | None = None,
+    bounds: tuple[int, int] | None = None,
+) -> dict:
+    """The measurements restricted to ``ops``, to the listed ``sizes`` or to sizes within
+    ``bounds`` (inclusive); a selection that keeps nothing is a :class:`ConfigError`."""
+    rows = measurements["rows"]
+    if ops:
+        rows = [r for r in rows if r["op"] in ops]
+    if bounds is not None:
+        rows = [r for r in rows if bounds[0] <= r["size_bytes"] <= bounds[1]]
+    elif sizes:
+        rows = [r for r in rows if r["size_bytes"] in set(sizes)]
+    if not rows:
+        have = sorted({r["size_bytes"] for r in measurements["rows"]})
+        raise ConfigError(
+            "no measurement left after selecting ops/sizes; measured sizes: "
+            + ", ".join(str(s) for s in have)
+        )
+    return {**measurements, "rows": rows}
 
 
 # ----------------------------------------------------------------------------- fitting
@@ -185,7 +347,7 @@ def read_measurements(path: Path) -> dict:
 def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, float, float]:
     """Coefficients (of α, β, γ) of one measurement's ring cost; see the module docstring."""
     p, n = world, float(size_bytes)
-    if op == "p2p":
+    if op in ("p2p", "p2p_intra"):
         return (1.0, n, 0.0)
     if op == "allreduce":
         return (2.0 * (p - 1), 2.0 * (p - 1) / p * n, (p - 1) / p * n)
@@ -198,7 +360,11 @@ def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, fl
 
 @dataclass(frozen=True)
 class LinkFit:
-    """Fitted link: ``latency_s`` = α, ``bandwidth_Bps`` = 1/β, ``gamma_s_per_byte`` = γ."""
+    """Fitted link: ``latency_s`` = α, ``bandwidth_Bps`` = 1/β, ``gamma_s_per_byte`` = γ.
+
+    ``rms_rel_error`` and ``rms_log_error`` are over the rows of ``fit_ops`` (the ops that fixed
+    α and β); ``typical_error`` = exp(rms_log_error) − 1.
+    """
 
     latency_s: float
     bandwidth_Bps: float
@@ -207,24 +373,39 @@ class LinkFit:
     rms_log_error: float  # sqrt(mean(log(fitted/measured)²)); exp() of it is a typical factor
     world_size: int
     backend: str
+    fit_ops: tuple[str, ...] = ()
+    gamma_op: str = ""
+    method: str = "regimes"
+
+    @property
+    def typical_error(self) -> float:
+        return math.expm1(self.rms_log_error)
 
 
-def _nnls_small(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Exact non-negative least squares for a handful of columns: best feasible active set."""
+def _nnls_small(a: np.ndarray, b: np.ndarray, free: Sequence[int] = ()) -> np.ndarray:
+    """Exact least squares of ``a·x ≈ b`` with x ≥ 0 except the columns in ``free`` (any sign),
+    for a handful of columns: the best solution over every active set."""
     k = a.shape[1]
-    best, best_res = np.zeros(k), float(np.sum(b**2))
-    for r in range(1, k + 1):
-        for cols in itertools.combinations(range(k), r):
+    bound = [j for j in range(k) if j not in free]
+    best, best_res = np.zeros(k), math.inf
+    for r in range(len(bound) + 1):
+        for extra in itertools.combinations(bound, r):
+            cols = sorted([*free, *extra])
+            if not cols:
+                res = float(np.sum(b**2))
+                if res < best_res:
+                    best, best_res = np.zeros(k), res
+                continue
             sub = a[:, cols]
-            if np.linalg.matrix_rank(sub) < r:
+            if np.linalg.matrix_rank(sub) < len(cols):
                 continue
             x, *_ = np.linalg.lstsq(sub, b, rcond=None)
-            if np.any(x < 0):
+            if np.any(x[[cols.index(j) for j in extra]] < 0):
                 continue
             res = float(np.sum((sub @ x - b) ** 2))
             if res < best_res:
                 best, best_res = np.zeros(k), res
-                best[list(cols)] = x
+                best[cols] = x
     return best
 
 
@@ -275,47 +456,201 @@ def _fit_log_ratio(a: np.ndarray, t: np.ndarray, x0: np.ndarray) -> np.ndarray:
     return x
 
 
-def fit_link(measurements: dict, statistic: str = "median") -> tuple[LinkFit, list[dict]]:
+def _fit_joint(a: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """α, β, γ ≥ 0 minimising the squared log ratio (started from the relative-error NNLS)."""
+    return _fit_log_ratio(a, t, _nnls_small(a / t[:, None], np.ones_like(t)))
+
+
+def _fit_regimes(
+    a: np.ndarray, t: np.ndarray, ops: Sequence[str]
+) -> tuple[np.ndarray, list[str], str]:
+    """Latency from small messages, bandwidth from large ones (steps 1-3 of the module
+    docstring). Returns (α, β, γ), each row's regime and the method used."""
+    ops_arr = np.asarray(ops)
+    floor = {op: float(t[ops_arr == op].min()) for op in set(ops)}
+    band = np.array([ti >= BANDWIDTH_FACTOR * floor[op] for ti, op in zip(t, ops, strict=True)])
+    if np.unique(a[band, 1]).size >= 2:
+        # β, γ ≥ 0 and a free-sign intercept (column 0), relative error: rows scaled by 1/t.
+        w = a[band] / t[band, None]
+        x_band = _nnls_small(w, np.ones(int(band.sum())), free=(0,))
+        if x_band[1] > 0:
+            bw = a[:, 1] * x_band[1] + a[:, 2] * x_band[2]
+            lat = bw <= LATENCY_SHARE * t
+            alpha = (
+                float(np.median((t[lat] - bw[lat]) / a[lat, 0])) if lat.any() else float(x_band[0])
+            )
+            roles = [
+                "latency" if lat[i] else "bandwidth" if band[i] else "between"
+                for i in range(len(t))
+            ]
+            return np.array([max(alpha, 0.0), x_band[1], x_band[2]]), roles, "regimes"
+    return _fit_joint(a, t), ["joint"] * len(t), "joint"
+
+
+def _gamma_given(a: np.ndarray, t: np.ndarray, alpha: float, beta: float) -> float:
+    """γ ≥ 0 minimising Σ ((α·k_α + β·k_β + γ·k_γ − t)/t)² with α, β fixed (closed form)."""
+    rest = t - a[:, 0] * alpha - a[:, 1] * beta
+    c = a[:, 2] / t
+    den = float(c @ c)
+    return max(0.0, float(c @ (rest / t)) / den) if den > 0 else 0.0
+
+
+def fit_link(
+    measurements: dict,
+    statistic: str = "median",
+    *,
+    ops: Sequence[str] | None = None,
+    gamma_op: str | None = "allreduce",
+) -> tuple[LinkFit, list[dict]]:
     """Fit α, β, γ to a measurement file's rows; returns the fit and the per-size error table.
 
-    Each table row: op, size_bytes, measured_s (``statistic`` over repetitions), fitted_s,
-    rel_error.
+    ``ops`` fix α and β (and γ when one of them has a γ term); default ``p2p`` when it was
+    measured, else every measured collective. ``gamma_op`` (default ``allreduce``), when
+    measured and not among ``ops``, then gives γ from its bandwidth regime with α, β fixed.
+    ``p2p_intra`` rows are left out (see :func:`fit_intra_link`). Each table row: op,
+    size_bytes, measured_s (``statistic`` over repetitions), fitted_s, rel_error and role
+    (latency, bandwidth, between, joint: how the row entered the fit; gamma; check: predicted
+    only).
     """
     if statistic not in STATISTICS:
         raise unknown_name("statistic", statistic, STATISTICS)
     reduce = STATISTICS[statistic]
     world = int(measurements["world_size"])
-    rows = measurements["rows"]
+    rows = [r for r in measurements["rows"] if r["op"] != "p2p_intra"]
     if not rows:
-        raise ConfigError("calibration measurements hold no rows")
+        raise ConfigError("calibration measurements hold no rows for the inter-node link")
+    measured = {r["op"] for r in rows}
+    if ops:
+        fit_ops = tuple(o for o in ops if o in measured)
+        if not fit_ops:
+            raise ConfigError(
+                f"none of the ops to fit ({', '.join(ops)}) was measured "
+                f"(measured: {', '.join(sorted(measured))})"
+            )
+    else:
+        fit_ops = ("p2p",) if "p2p" in measured else tuple(o for o in OPS if o in measured)
     a = np.array([cost_coefficients(r["op"], r["size_bytes"], world) for r in rows])
     t = np.array([float(reduce(r["seconds"])) for r in rows])
     if np.any(t <= 0):
         raise VgcsimError("a measured time is not positive; the timer or the sweep is broken")
-    x = _fit_log_ratio(a, t, _nnls_small(a / t[:, None], np.ones_like(t)))
+    used = np.array([r["op"] in fit_ops for r in rows])
+    used_ops = [r["op"] for r, u in zip(rows, used, strict=True) if u]
+    x, used_roles, method = _fit_regimes(a[used], t[used], used_ops)
+    roles = np.array(["check"] * len(rows), dtype=object)
+    roles[used] = used_roles
+    g_op = ""
+    if gamma_op and gamma_op in measured and gamma_op not in fit_ops and x[2] == 0:
+        g = np.array([r["op"] == gamma_op for r in rows])
+        g_t = t[g]
+        g_band = g_t >= BANDWIDTH_FACTOR * g_t.min()
+        if g_band.any():
+            x[2] = _gamma_given(a[g][g_band], g_t[g_band], x[0], x[1])
+            g_idx = np.flatnonzero(g)[g_band]
+            roles[g_idx] = "gamma"
+            g_op = gamma_op
     fitted = a @ x
     rel = (fitted - t) / t
+    with np.errstate(divide="ignore"):
+        log_ratio = np.log(fitted / t)
     alpha, beta, gamma = (float(v) for v in x)
     fit = LinkFit(
         latency_s=alpha,
         bandwidth_Bps=(1.0 / beta) if beta > 0 else float("inf"),
         gamma_s_per_byte=gamma,
-        rms_rel_error=float(np.sqrt(np.mean(rel**2))),
-        rms_log_error=float(np.sqrt(np.mean(np.log(fitted / t) ** 2))),
+        rms_rel_error=float(np.sqrt(np.mean(rel[used] ** 2))),
+        rms_log_error=float(np.sqrt(np.mean(log_ratio[used] ** 2))),
         world_size=world,
         backend=str(measurements.get("backend", "")),
+        fit_ops=fit_ops,
+        gamma_op=g_op,
+        method=method,
     )
-    table = [
+    return fit, _table(rows, t, fitted, rel, roles)
+
+
+def _table(rows, t, fitted, rel, roles) -> list[dict]:
+    return [
         {
             "op": r["op"],
             "size_bytes": int(r["size_bytes"]),
             "measured_s": float(ti),
             "fitted_s": float(fi),
             "rel_error": float(ei),
+            "role": str(ro),
         }
-        for r, ti, fi, ei in zip(rows, t, fitted, rel, strict=True)
+        for r, ti, fi, ei, ro in zip(rows, t, fitted, rel, roles, strict=True)
     ]
-    return fit, table
+
+
+def fit_intra_link(
+    measurements: dict, statistic: str = "median"
+) -> tuple[LinkFit, list[dict]] | None:
+    """α and β of the intra-node link from the ``p2p_intra`` rows (None when not measured)."""
+    rows = [r for r in measurements["rows"] if r["op"] == "p2p_intra"]
+    if not rows:
+        return None
+    reduce = STATISTICS[statistic]
+    a = np.array([cost_coefficients(r["op"], r["size_bytes"], 2) for r in rows])
+    t = np.array([float(reduce(r["seconds"])) for r in rows])
+    if np.any(t <= 0):
+        raise VgcsimError("a measured time is not positive; the timer or the sweep is broken")
+    x, roles, method = _fit_regimes(a, t, ["p2p_intra"] * len(rows))
+    fitted = a @ x
+    rel = (fitted - t) / t
+    fit = LinkFit(
+        latency_s=float(x[0]),
+        bandwidth_Bps=(1.0 / x[1]) if x[1] > 0 else float("inf"),
+        gamma_s_per_byte=0.0,
+        rms_rel_error=float(np.sqrt(np.mean(rel**2))),
+        rms_log_error=float(np.sqrt(np.mean(np.log(fitted / t) ** 2))),
+        world_size=int(measurements["world_size"]),
+        backend=str(measurements.get("backend", "")),
+        fit_ops=("p2p_intra",),
+        method=method,
+    )
+    return fit, _table(rows, t, fitted, rel, roles)
+
+
+def protocol_switch(table: list[dict], op: str = "p2p") -> dict | None:
+    """Where ``op``'s timings step from one α-β line to another (an eager/rendezvous switch).
+
+    Tries every split of the sorted sizes with at least 3 sizes on each side, fits each side
+    by the log-ratio fit, and reports the split when two lines halve the rms log error of one
+    line that is itself over 10 % typical error: ``{"below_bytes", "above_bytes", "below":
+    (α, β), "above": (α, β)}``. None when no split does that.
+    """
+    rows = sorted((r for r in table if r["op"] == op), key=lambda r: r["size_bytes"])
+    if len(rows) < 6:
+        return None
+    n = np.array([r["size_bytes"] for r in rows], dtype=float)
+    t = np.array([r["measured_s"] for r in rows])
+    a = np.column_stack([np.ones_like(n), n])
+
+    def rms(x: np.ndarray, sl: slice) -> float:
+        return float(np.sum(np.log((a[sl] @ x) / t[sl]) ** 2))
+
+    one = _fit_joint(a, t)
+    base = math.sqrt(rms(one, slice(None)) / len(t))
+    if math.expm1(base) <= 0.1:
+        return None
+    best = None
+    for k in range(3, len(t) - 2):
+        lo, hi = slice(0, k), slice(k, None)
+        x_lo, x_hi = _fit_joint(a[lo], t[lo]), _fit_joint(a[hi], t[hi])
+        if x_lo[1] <= 0 and x_hi[1] <= 0:
+            continue
+        two = math.sqrt((rms(x_lo, lo) + rms(x_hi, hi)) / len(t))
+        if two < 0.5 * base and (best is None or two < best[0]):
+            best = (two, k, x_lo, x_hi)
+    if best is None:
+        return None
+    _, k, x_lo, x_hi = best
+    return {
+        "below_bytes": int(n[k - 1]),
+        "above_bytes": int(n[k]),
+        "below": (float(x_lo[0]), float(x_lo[1])),
+        "above": (float(x_hi[0]), float(x_hi[1])),
+    }
 
 
 def plot_fit(table: list[dict], ax=None):
@@ -346,59 +681,71 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description="One rank of the link calibration sweep (run under torchrun or vgcsim calibrate).",
     )
     p.add_argument("--backend", default="gloo")
-    p.add_argument("--ops", default=",".join(OPS))
-    p.add_argument("--sizes", default=None, help="comma-separated bytes (default 4..4Mi, x4)")
+    p.add_argument("--ops", default=",".join(DEFAULT_OPS))
+    p.add_argument("--sizes", default=None, help="MIN:MAX (x4) or a comma list (default 4:64MiB)")
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--budget", type=float, default=10.0, help="seconds per size (>= 3 repeats)")
+    p.add_argument("--iface", default=None, help="network interface for gloo/NCCL sockets")
     p.add_argument("-o", "--output", required=True, type=Path, help="measurements JSON (rank 0)")
     return p.parse_args(argv)
 
 
 def config_from_args(
-    backend: str, ops: str, sizes: str | None, repeats: int, warmup: int
+    backend: str,
+    ops: str,
+    sizes: str | None,
+    repeats: int,
+    warmup: int,
+    budget_s: float = 10.0,
 ) -> CalibrateConfig:
     """Build a :class:`CalibrateConfig` from the command-line strings both entry points take."""
-    from traces.units import parse_size_bytes
-
-    try:
-        size_list = (
-            tuple(int(parse_size_bytes(s.strip())) for s in sizes.split(",") if s.strip())
-            if sizes
-            else default_sizes_bytes()
-        )
-    except ValueError as exc:
-        raise ConfigError(f"bad --sizes: {exc}") from None
+    size_list = parse_sizes(sizes)[0] if sizes else default_sizes_bytes()
     return CalibrateConfig(
         backend=backend,
         ops=tuple(o.strip() for o in ops.split(",") if o.strip()),
         sizes_bytes=size_list,
         repeats=repeats,
         warmup=warmup,
+        budget_s=budget_s,
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """torchrun entry: every rank measures; rank 0 writes ``--output``."""
+def run_rank(cfg: CalibrateConfig, output: Path, iface: str | None = None) -> int:
+    """Join the process group the environment describes, run the sweep, leave; rank 0 writes
+    ``output``. Returns this rank's number."""
+    import os
 
     from traces.training.distributed_launch import (
         device_for,
         init_process_group,
         leave_process_group,
+        socket_iface_env,
     )
 
+    os.environ.update(socket_iface_env(iface))
+    env = init_process_group(cfg.backend)
+    completed = False
+    try:
+        nodes = node_layout(env.node)
+        rows = measure(cfg, env.rank, env.world_size, device_for(cfg.backend), nodes)
+        if env.rank == 0:
+            write_measurements(output, cfg, env.world_size, rows, nodes)
+        completed = True
+    finally:
+        leave_process_group(completed=completed)
+    return env.rank
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """torchrun entry: every rank measures; rank 0 writes ``--output``."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = _parse_args(argv)
     try:
-        cfg = config_from_args(args.backend, args.ops, args.sizes, args.repeats, args.warmup)
-        env = init_process_group(cfg.backend)
-        completed = False
-        try:
-            rows = measure(cfg, env.rank, env.world_size, device_for(cfg.backend))
-            if env.rank == 0:
-                write_measurements(args.output, cfg, env.world_size, rows)
-            completed = True
-        finally:
-            leave_process_group(completed=completed)
+        cfg = config_from_args(
+            args.backend, args.ops, args.sizes, args.repeats, args.warmup, args.budget
+        )
+        run_rank(cfg, args.output, args.iface)
     except VgcsimError as exc:
         print(f"calibrate: error: {exc}", file=sys.stderr)
         return 2

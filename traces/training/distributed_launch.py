@@ -1,12 +1,20 @@
 """Starting torch.distributed process groups: a local launcher and the torchrun environment.
 
 Every multi-process entry point in vgcsim (``python -m traces.training.distributed``, the
-calibration benchmark) reads the environment variables ``torchrun`` sets — ``RANK``,
-``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` — so the same command runs
-under ``torchrun --nproc-per-node N ...`` on a real cluster. On one machine,
+calibration benchmark) reads the environment variables ``torchrun`` sets: ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` and ``GROUP_RANK`` (the
+node's index), so the same command runs under ``torchrun`` on a real cluster.
 :func:`launch_local` plays torchrun's part: it starts N copies of the command with those
-variables set (rendezvous on a free loopback port), waits for all of them, and turns a failed
-rank into a :class:`DistributedRunError` carrying that rank's last lines of output.
+variables set, waits for all of them, and turns a failed rank into a
+:class:`DistributedRunError` carrying that rank's last lines of output. On one machine the
+ranks meet on a free loopback port; across machines every node runs it with the same
+``nnodes``, ``master_addr`` and ``master_port`` and its own ``node_rank`` (a static
+rendezvous, like ``torchrun --nnodes N --node-rank I --master-addr A --master-port P``).
+
+Which network interface gloo and NCCL use is their own choice unless ``GLOO_SOCKET_IFNAME``
+and ``NCCL_SOCKET_IFNAME`` name one (:func:`socket_iface_env`): gloo otherwise binds to the
+address the host name resolves to, which on a multi-homed host may not reach the other nodes
+(the ranks then wait until the rendezvous times out).
 """
 
 from __future__ import annotations
@@ -45,6 +53,18 @@ class RankEnv:
     local_rank: int
     master_addr: str
     master_port: int
+    #: the node the rank runs on: ``GROUP_RANK`` (torchrun and :func:`launch_local` set it),
+    #: else the host name
+    node: str = ""
+
+
+def socket_iface_env(iface: str | None) -> dict[str, str]:
+    """Environment that makes gloo and NCCL use network interface ``iface`` (None: no change)."""
+    if not iface:
+        return {}
+    if len(iface) > 15 or any(c.isspace() or c in "/,:" for c in iface):
+        raise ConfigError(f"--iface {iface!r} is not a network interface name")
+    return {"GLOO_SOCKET_IFNAME": iface, "NCCL_SOCKET_IFNAME": iface}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -72,7 +92,8 @@ def rank_env(environ: Mapping[str, str] | None = None) -> RankEnv:
         raise ConfigError(f"malformed torchrun environment: {exc}") from None
     if not 0 <= rank < world:
         raise ConfigError(f"RANK={rank} is outside 0..WORLD_SIZE-1 (WORLD_SIZE={world})")
-    return RankEnv(rank, world, local, env["MASTER_ADDR"], port)
+    node = env.get("GROUP_RANK") or socket.gethostname()
+    return RankEnv(rank, world, local, env["MASTER_ADDR"], port, node)
 
 
 def check_backend(backend: str) -> str:
@@ -152,26 +173,45 @@ def launch_local(
     *,
     timeout_s: float = 600.0,
     master_addr: str = "127.0.0.1",
+    master_port: int | None = None,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    iface: str | None = None,
     threads_per_proc: int | None = None,
     extra_env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
 ) -> None:
     """Run ``python <argv...>`` as ``nprocs`` ranks on this machine, like torchrun does.
 
-    Each rank gets the torchrun variables and, unless ``threads_per_proc`` says otherwise,
-    ``OMP_NUM_THREADS = max(1, cpus // nprocs)`` so the ranks do not oversubscribe the cores.
-    Returns when every rank exited 0. If one fails, the others are terminated and a
+    Each rank gets the torchrun variables (``RANK = node_rank·nprocs + LOCAL_RANK``,
+    ``WORLD_SIZE = nnodes·nprocs``, ``GROUP_RANK = node_rank``), the interface variables of
+    :func:`socket_iface_env` when ``iface`` is given, and, unless ``threads_per_proc`` says
+    otherwise, ``OMP_NUM_THREADS = max(1, cpus // nprocs)`` so the ranks do not oversubscribe
+    the cores. Returns when every rank exited 0. If one fails, the others are terminated and a
     :class:`DistributedRunError` shows the failed rank's last output lines; the whole job is
-    killed after ``timeout_s`` seconds. A rendezvous port that another process binds between
-    being picked and rank 0 binding it is retried on a fresh port (3 attempts).
+    killed after ``timeout_s`` seconds. Without ``master_port`` (one node only) the rendezvous
+    port is picked free, and a port that another process binds between being picked and rank 0
+    binding it is retried on a fresh port (3 attempts); with several nodes every node must be
+    given the same ``master_port``.
     """
     if nprocs < 1:
         raise ConfigError(f"nprocs must be >= 1, got {nprocs}")
+    if nnodes < 1 or not 0 <= node_rank < nnodes:
+        raise ConfigError(f"--node-rank must be in 0..{max(nnodes, 1) - 1} for --nnodes {nnodes}")
+    if nnodes > 1 and master_port is None:
+        raise ConfigError("with --nnodes > 1 give --master-port (the same on every node)")
+    if master_port is not None and not 0 < master_port < 65536:
+        raise ConfigError(f"--master-port must be in 1..65535, got {master_port}")
+    env = {**(extra_env or {}), **socket_iface_env(iface)}
     threads = threads_per_proc or max(1, (os.cpu_count() or 1) // nprocs)
+    layout = _Layout(nprocs, nnodes, node_rank, master_addr)
+    if master_port is not None:
+        _run_once(argv, layout, master_port, threads, timeout_s, env, cwd)
+        return
     for attempt in range(1, _PORT_ATTEMPTS + 1):
         port = free_port(master_addr)
         try:
-            _run_once(argv, nprocs, port, threads, timeout_s, master_addr, extra_env, cwd)
+            _run_once(argv, layout, port, threads, timeout_s, env, cwd)
             return
         except _PortTaken:
             # The port was free when picked but another process bound it before rank 0 did.
@@ -179,6 +219,16 @@ def launch_local(
     raise DistributedRunError(
         f"no free rendezvous port on {master_addr} after {_PORT_ATTEMPTS} attempts"
     )
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where this launcher's ranks sit: ``nprocs`` on node ``node_rank`` of ``nnodes``."""
+
+    nprocs: int
+    nnodes: int
+    node_rank: int
+    master_addr: str
 
 
 _PORT_ATTEMPTS = 3
@@ -191,25 +241,27 @@ class _PortTaken(Exception):
 
 def _run_once(
     argv: Sequence[str],
-    nprocs: int,
+    layout: _Layout,
     port: int,
     threads: int,
     timeout_s: float,
-    master_addr: str,
-    extra_env: Mapping[str, str] | None,
+    extra_env: Mapping[str, str],
     cwd: str | Path | None,
 ) -> None:
     procs: list[subprocess.Popen] = []
     logs: list[Path] = []
+    nprocs, master_addr = layout.nprocs, layout.master_addr
     with tempfile.TemporaryDirectory(prefix="vgcsim-ranks-") as tmp:
-        for rank in range(nprocs):
+        for local in range(nprocs):
+            rank = layout.node_rank * nprocs + local
             env = dict(os.environ)
-            env.update(extra_env or {})
+            env.update(extra_env)
             env.update(
                 RANK=str(rank),
-                LOCAL_RANK=str(rank),
-                WORLD_SIZE=str(nprocs),
+                LOCAL_RANK=str(local),
+                WORLD_SIZE=str(layout.nnodes * nprocs),
                 LOCAL_WORLD_SIZE=str(nprocs),
+                GROUP_RANK=str(layout.node_rank),
                 MASTER_ADDR=master_addr,
                 MASTER_PORT=str(port),
                 OMP_NUM_THREADS=str(threads),

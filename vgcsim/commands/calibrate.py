@@ -1,62 +1,119 @@
-"""``vgcsim calibrate``: measure this network with real collectives and write a cluster file.
+"""``vgcsim calibrate``: measure this network with real messages and collectives, fit the link,
+write a cluster file.
 
-Runs the size sweep of :mod:`traces.training.distributed_calibrate` on ``--nprocs`` local
-ranks (or reads measurements a ``torchrun`` job wrote, ``--from FILE``), fits one α-β-γ link by
-least squares, prints the fit error per size (and plots it, ``OUTPUT.fit.png``), and writes a
-cluster TOML (a non-blocking star of the fitted link) that ``predict``, ``simulate`` and
-``validate`` accept with ``--cluster FILE``.
+Runs the size sweep of :mod:`traces.training.distributed_calibrate` and fits the α-β-γ link
+(latency from small messages, bandwidth from large ones), prints the fit error per size (and
+plots it, ``OUTPUT.fit.png``), and writes a cluster TOML that ``predict``, ``simulate`` and
+``validate`` accept with ``--cluster FILE``: a non-blocking star of the fitted link, or, when
+the job spans several nodes with several ranks on each, a hierarchical cluster whose
+``intra_link`` is fitted from a ping-pong inside a node.
+
+Where the ranks come from:
+
+* under ``torchrun`` (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` set), this
+  process is one rank; rank 0 fits and writes the file;
+* otherwise it starts ``--nprocs`` ranks here; with ``--nnodes N`` every node runs the same
+  command with its own ``--node-rank`` and the same ``--master-addr``/``--master-port``, and
+  node 0 fits and writes the file;
+* ``--from FILE`` fits measurements written earlier (``--sizes MIN:MAX`` keeps a subset).
+
+A fit whose typical error (exp of the rms log ratio, minus one) exceeds ``--max-error`` is
+refused with one line and exit status 2 unless ``--force``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
+import os
 from pathlib import Path
 
 from traces.errors import ConfigError, VgcsimError
 
 HELP = (
-    "measure point-to-point, allreduce, allgather(v) times; fit alpha, beta, gamma; "
-    "write a cluster file"
+    "measure point-to-point, allreduce, allgather(v) times across ranks and nodes; fit "
+    "alpha, beta, gamma; write a cluster file"
 )
 
 log = logging.getLogger(__name__)
 
 
+class CalibrationError(VgcsimError):
+    """The measurements do not pin the link well enough to write a cluster file."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from traces.training.distributed_calibrate import DEFAULT_MAX_ERROR, DEFAULT_OPS
+
     parser.add_argument("-o", "--output", type=Path, required=True, help="cluster TOML to write")
     parser.add_argument("--backend", default="gloo", help="gloo (CPU) or nccl (one GPU per rank)")
-    parser.add_argument("--nprocs", type=int, default=2, help="local ranks to start (>= 2)")
+    parser.add_argument(
+        "--nprocs",
+        type=int,
+        default=None,
+        help="ranks to start on this node (default 2 on one node, 1 per node with --nnodes)",
+    )
+    parser.add_argument("--nnodes", type=int, default=1, help="nodes in the job (default 1)")
+    parser.add_argument("--node-rank", type=int, default=0, help="this node's index (0..N-1)")
+    parser.add_argument(
+        "--master-addr", default="127.0.0.1", help="address of node 0, reachable from every node"
+    )
+    parser.add_argument(
+        "--master-port", type=int, default=None, help="rendezvous port on node 0 (with --nnodes)"
+    )
+    parser.add_argument(
+        "--iface",
+        default=None,
+        help="network interface the ranks use (sets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME)",
+    )
     parser.add_argument(
         "--from",
         dest="from_file",
         type=Path,
         default=None,
-        help="fit measurements written by a torchrun job instead of measuring here",
+        help="fit measurements written earlier (a torchrun job, or FILE.measurements.json)",
     )
     parser.add_argument(
-        "--ops",
-        default="p2p,allreduce,allgather,allgatherv",
-        help="operations to time (comma-separated)",
+        "--ops", default=",".join(DEFAULT_OPS), help="operations to time (comma-separated)"
     )
     parser.add_argument(
-        "--fit-ops", default=None, help="operations the fit uses (default: all measured)"
+        "--fit-ops",
+        default=None,
+        help="operations that fix alpha and beta (default: p2p, with gamma from allreduce)",
     )
     parser.add_argument(
-        "--sizes", default=None, help="message sizes, e.g. 4,1KiB,1MiB (default 4 B..4 MiB, x4)"
+        "--sizes",
+        default=None,
+        help="MIN:MAX (log-spaced x4) or a list 4,1KiB,1MiB (default 4:64MiB); "
+        "with --from: the measured sizes to fit",
     )
     parser.add_argument("--repeats", type=int, default=10, help="timed repetitions per size")
     parser.add_argument("--warmup", type=int, default=2, help="untimed repetitions per size")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=10.0,
+        help="seconds of timed repetitions per size; slow sizes get fewer (never under 3)",
+    )
     parser.add_argument(
         "--statistic",
         default="median",
         help="median (what a step sees, default) or min (best case) over repetitions",
     )
+    parser.add_argument(
+        "--max-error",
+        type=float,
+        default=DEFAULT_MAX_ERROR,
+        help="refuse to write the file when the fit's typical error exceeds this "
+        f"(default {DEFAULT_MAX_ERROR:g}, i.e. {DEFAULT_MAX_ERROR * 100:.0f}%%)",
+    )
+    parser.add_argument("--force", action="store_true", help="write the file whatever the error")
     parser.add_argument("--name", default=None, help="cluster name (default calibrated-BACKEND-N)")
     parser.add_argument("--device", default="cpu", help="device preset written to the file")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds before giving up")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before giving up")
 
 
 def toml_value(value: object) -> str:
@@ -72,46 +129,72 @@ def toml_value(value: object) -> str:
     return json.dumps(str(value))
 
 
-def cluster_toml(name: str, fit, device: str, note: str) -> str:
-    """The cluster file text for a fitted link (a non-blocking star of identical NICs)."""
+def _link_lines(table: str, name: str, fit, what: str) -> list[str]:
+    from traces.cluster import LinkSpec
+
     source = (
-        f"vgcsim calibrate: {fit.backend}, {fit.world_size} ranks, ring alpha-beta-gamma "
-        f"log-ratio least squares, rms relative error {fit.rms_rel_error:.3f}, typical factor "
-        f"{math.exp(fit.rms_log_error):.2f}; {note}"
+        f"vgcsim calibrate: {what}, {fit.backend}, {fit.world_size} ranks, alpha and beta "
+        f"from {'+'.join(fit.fit_ops)}"
+        + (f", gamma from {fit.gamma_op}" if fit.gamma_op else "")
+        + f" ({fit.method} fit), typical error {fit.typical_error:.1%}"
     )
+    lines = [
+        f"[{table}]",
+        f"name = {toml_value(name)}",
+        f"bandwidth_Bps = {toml_value(float(fit.bandwidth_Bps))}",
+        f"latency_s = {toml_value(float(fit.latency_s))}",
+        f"gamma_s_per_byte = {toml_value(float(fit.gamma_s_per_byte))}",
+    ]
+    if "efficiency" in {f.name for f in dataclasses.fields(LinkSpec)}:
+        # The fit measures payload bytes per second: nothing is left to discount.
+        lines.append("efficiency = 1.0")
+    return [*lines, f"source = {toml_value(source)}", ""]
+
+
+def cluster_toml(
+    name: str, fit, device: str, note: str, intra=None, ranks_per_node: int = 1
+) -> str:
+    """The cluster file text for a fitted link: a non-blocking star of identical NICs, or a
+    hierarchical cluster with ``ranks_per_node`` ranks per node on the fitted ``intra`` link."""
     lines = [
         f"# Written by vgcsim calibrate. {note}",
         f"name = {toml_value(name)}",
         f"device = {toml_value(device)}",
         'compute = "trace"',
-        "",
-        "[topology]",
-        'kind = "star"',
-        "",
-        "[link]",
-        f"name = {toml_value(name)}",
-        f"bandwidth_Bps = {toml_value(float(fit.bandwidth_Bps))}",
-        f"latency_s = {toml_value(float(fit.latency_s))}",
-        f"gamma_s_per_byte = {toml_value(float(fit.gamma_s_per_byte))}",
-        f"source = {toml_value(source)}",
-        "",
     ]
+    if intra is not None:
+        lines.append(f"gpus_per_node = {ranks_per_node}")
+    lines += ["", "[topology]", f"kind = {toml_value('hierarchical' if intra else 'star')}", ""]
+    lines += _link_lines("link", name, fit, "inter-node link" if intra else "link")
+    if intra is not None:
+        lines += _link_lines("intra_link", f"{name}-intra", intra, "intra-node link")
     return "\n".join(lines)
 
 
 def format_fit_table(table: list[dict]) -> str:
     """Per-size fit error as an aligned text table."""
-    head = f"{'op':<10} {'size_bytes':>11} {'measured_s':>12} {'fitted_s':>12} {'rel_error':>9}"
+    head = (
+        f"{'op':<10} {'size_bytes':>11} {'measured_s':>12} {'fitted_s':>12} {'rel_error':>9} role"
+    )
     rows = [
         f"{r['op']:<10} {r['size_bytes']:>11d} {r['measured_s']:>12.4g} "
-        f"{r['fitted_s']:>12.4g} {r['rel_error']:>+9.1%}"
+        f"{r['fitted_s']:>12.4g} {r['rel_error']:>+9.1%} {r.get('role', '')}"
         for r in table
     ]
     return "\n".join([head, *rows])
 
 
+def op_errors(table: list[dict]) -> dict[str, float]:
+    """Typical error per op: exp(rms log(fitted/measured)) − 1 over its rows."""
+    out = {}
+    for op in dict.fromkeys(r["op"] for r in table):
+        logs = [math.log(r["fitted_s"] / r["measured_s"]) ** 2 for r in table if r["op"] == op]
+        out[op] = math.expm1(math.sqrt(sum(logs) / len(logs)))
+    return out
+
+
 def _fit_ops(text: str | None) -> set[str]:
-    """--fit-ops as a set of known op names (empty: fit all measured ops)."""
+    """--fit-ops as a set of known op names (empty: the default)."""
     from traces.training.distributed_calibrate import OPS
 
     ops = {o.strip() for o in (text or "").split(",") if o.strip()}
@@ -121,16 +204,75 @@ def _fit_ops(text: str | None) -> set[str]:
     return ops
 
 
+def under_torchrun() -> bool:
+    """True when this process was started as one rank of a torchrun-style job."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    from traces.training.distributed_calibrate import STATISTICS
+
+    if args.statistic not in STATISTICS:
+        raise ConfigError(f"--statistic must be one of {', '.join(STATISTICS)}")
+    if not args.max_error > 0:
+        raise ConfigError(f"--max-error must be positive, got {args.max_error}")
+    if not 0 < args.timeout < math.inf:
+        raise ConfigError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+
+
+def _measure(args: argparse.Namespace, meas_path: Path) -> bool:
+    """Run the sweep (this process as a torchrun rank, or ranks started here); True on the
+    node or rank that fits and writes the file."""
+    from traces.training.distributed_calibrate import config_from_args, run_rank
+    from traces.training.distributed_launch import check_backend, launch_local
+
+    cfg = config_from_args(
+        args.backend, args.ops, args.sizes, args.repeats, args.warmup, args.budget
+    )
+    check_backend(args.backend)
+    if under_torchrun():
+        if args.nnodes != 1 or args.node_rank != 0 or args.nprocs is not None:
+            raise ConfigError(
+                "started by torchrun: give the layout to torchrun, not --nnodes/--node-rank/--nprocs"
+            )
+        return run_rank(cfg, meas_path, args.iface) == 0
+    nprocs = args.nprocs if args.nprocs is not None else (2 if args.nnodes == 1 else 1)
+    if nprocs * args.nnodes < 2:
+        raise ConfigError(
+            "--nprocs must be >= 2 (calibration times traffic between ranks), or give --nnodes >= 2"
+        )
+    argv = ["-m", "traces.training.distributed_calibrate", "--backend", args.backend]
+    argv += ["--ops", args.ops, "--repeats", str(args.repeats), "--warmup", str(args.warmup)]
+    argv += ["--budget", str(args.budget), "-o", str(meas_path)]
+    if args.sizes:
+        argv += ["--sizes", args.sizes]
+    launch_local(
+        argv,
+        nprocs,
+        timeout_s=args.timeout,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        iface=args.iface,
+    )
+    return args.node_rank == 0
+
+
 def run(args: argparse.Namespace) -> int:
     from traces.cluster import load_cluster
     from traces.training.distributed_calibrate import (
-        config_from_args,
+        fit_intra_link,
         fit_link,
+        parse_sizes,
+        protocol_switch,
         read_measurements,
+        select_rows,
     )
 
     out: Path = args.output
     fit_ops = _fit_ops(args.fit_ops)
+    _check_options(args)
     if out.is_dir():
         raise ConfigError(f"-o {out} is a folder; give the cluster TOML file to write")
     try:
@@ -140,68 +282,79 @@ def run(args: argparse.Namespace) -> int:
     if args.from_file is not None:
         measurements = read_measurements(args.from_file)
         note = f"measurements from {args.from_file.name}"
-    else:
-        if args.nprocs < 2:
-            raise ConfigError("--nprocs must be >= 2 (calibration times traffic between ranks)")
-        if not 0 < args.timeout < math.inf:
-            raise ConfigError(f"--timeout must be a positive number of seconds, got {args.timeout}")
-        from traces.training.distributed_launch import check_backend, launch_local
-
-        # Validate here so a bad option fails before any process starts.
-        config_from_args(args.backend, args.ops, args.sizes, args.repeats, args.warmup)
-        check_backend(args.backend)
-        meas_path = out.with_name(out.stem + ".measurements.json")
-        argv = [
-            "-m",
-            "traces.training.distributed_calibrate",
-            "--backend",
-            args.backend,
-            "--ops",
-            args.ops,
-            "--repeats",
-            str(args.repeats),
-            "--warmup",
-            str(args.warmup),
-            "-o",
-            str(meas_path),
-        ]
         if args.sizes:
-            argv += ["--sizes", args.sizes]
-        launch_local(argv, args.nprocs, timeout_s=args.timeout)
+            sizes, bounds = parse_sizes(args.sizes)
+            measurements = select_rows(measurements, sizes=sizes, bounds=bounds)
+            note += f", sizes {args.sizes}"
+    else:
+        meas_path = out.with_name(out.stem + ".measurements.json")
+        if not _measure(args, meas_path):
+            if not under_torchrun():
+                print(f"node {args.node_rank}: measured; node 0 fits and writes the cluster file")
+            return 0
         measurements = read_measurements(meas_path)
         note = f"measurements in {meas_path.name}"
 
-    if fit_ops:
-        measured = {r["op"] for r in measurements["rows"]}
-        if not fit_ops & measured:
-            raise ConfigError(
-                f"--fit-ops {args.fit_ops!r}: none of these was measured "
-                f"(measured: {', '.join(sorted(measured))})"
-            )
-        measurements = {
-            **measurements,
-            "rows": [r for r in measurements["rows"] if r["op"] in fit_ops],
-        }
-    fit, table = fit_link(measurements, args.statistic)
+    fit, table = fit_link(
+        measurements,
+        args.statistic,
+        ops=sorted(fit_ops - {"p2p_intra"}) or None,
+        gamma_op=None if fit_ops else "allreduce",
+    )
     if fit.bandwidth_Bps == float("inf"):
-        raise VgcsimError(
+        raise CalibrationError(
             "the fit found no per-byte cost (beta = 0); include larger --sizes so the "
             "bandwidth term shows"
         )
-    name = args.name or f"calibrated-{fit.backend}-{fit.world_size}"
-    out.write_text(cluster_toml(name, fit, args.device, note))
-    load_cluster(str(out))  # what predict/simulate will do: fail here, not later
-
+    intra = fit_intra_link(measurements, args.statistic)
+    if intra is not None:
+        table += intra[1]
     _save_plot(table, out.with_name(out.stem + ".fit.png"))
     print(format_fit_table(table))
+    print()
+    _print_fit("link", fit)
+    if intra is not None:
+        _print_fit("intra_link", intra[0])
+    errors = op_errors(table)
     print(
-        f"\nfit ({fit.backend}, {fit.world_size} ranks): alpha = {fit.latency_s * 1e6:.2f} us, "
-        f"beta = 1/({fit.bandwidth_Bps / 1e9:.3f} GB/s), gamma = {fit.gamma_s_per_byte:.3g} s/B, "
-        f"rms relative error {fit.rms_rel_error:.1%}, typical factor "
-        f"x{math.exp(fit.rms_log_error):.2f}"
+        "typical error per op (predicted from the fit where not fitted): "
+        + ", ".join(f"{op} {e:.1%}" for op, e in errors.items())
     )
+    switch = protocol_switch(table)
+    if switch is not None:
+        print(
+            f"p2p steps between {switch['below_bytes']} and {switch['above_bytes']} B "
+            "(a protocol switch?): below alpha = "
+            f"{switch['below'][0] * 1e6:.1f} us, above alpha = {switch['above'][0] * 1e6:.1f} us; "
+            "fit one side with --from ... --sizes MIN:MAX"
+        )
+    worst = max((f for f in (fit, intra[0] if intra else None) if f), key=lambda f: f.typical_error)
+    if worst.typical_error > args.max_error and not args.force:
+        raise CalibrationError(
+            f"fit error too large: typical error {worst.typical_error:.0%} on "
+            f"{'+'.join(worst.fit_ops)} exceeds --max-error {args.max_error:.0%}; {out} not "
+            "written (see the table; refit a size range with --from FILE --sizes MIN:MAX, or "
+            "--force)"
+        )
+    nodes = measurements.get("nodes") or [0] * int(measurements["world_size"])
+    ranks_per_node = nodes.count(nodes[0])
+    name = args.name or f"calibrated-{fit.backend}-{fit.world_size}"
+    out.write_text(
+        cluster_toml(name, fit, args.device, note, intra[0] if intra else None, ranks_per_node)
+    )
+    load_cluster(str(out))  # what predict/simulate will do: fail here, not later
     print(f"wrote {out} and {out.stem}.fit.png")
     return 0
+
+
+def _print_fit(label: str, fit) -> None:
+    gamma = f", gamma = {fit.gamma_s_per_byte:.3g} s/B" if fit.gamma_op else ""
+    print(
+        f"{label} ({fit.backend}, {fit.world_size} ranks; alpha, beta from "
+        f"{'+'.join(fit.fit_ops)}, {fit.method} fit): alpha = {fit.latency_s * 1e6:.2f} us, "
+        f"beta = 1/({fit.bandwidth_Bps / 1e6:.2f} MB/s){gamma}; typical error "
+        f"{fit.typical_error:.1%}, rms relative error {fit.rms_rel_error:.1%}"
+    )
 
 
 def _save_plot(table: list[dict], path: Path) -> None:
