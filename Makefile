@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 OUT ?= out/demo
 
-.PHONY: setup demo test test-fast lint bench clean chromium
+.PHONY: setup demo test test-fast lint bench clean chromium mutation
 
 $(BIN)/vgcsim: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ bench: setup
 	$(BIN)/python benchmarks/compression.py
 	$(BIN)/python benchmarks/models.py
 	$(BIN)/python benchmarks/simulator.py
+
+# Mutation testing, not part of `make test` (long on 2 cores): the score per area of
+# tools/mutation.toml; `make mutation AREA=validate` (or several: AREA="validate inputs").
+mutation: setup
+	$(BIN)/python tools/mutation.py $(AREA)
 
 clean:
 	rm -rf $(VENV) out

@@ -1,0 +1,245 @@
+"""Mutation testing per area: run mutmut on a copy of the tree and print the score of each area.
+
+Usage (from the repository root)::
+
+    python tools/mutation.py                 # every area of tools/mutation.toml
+    python tools/mutation.py validate inputs # some areas
+    python tools/mutation.py --list          # the areas and what they cover
+
+``make mutation`` and ``make mutation AREA=models`` call this. Each area runs in its own copy
+of the working tree (tracked and untracked, not ignored, files) under ``out/mutation/AREA/``
+so that the working tree is never mutated, with a ``setup.cfg`` ``[mutmut]`` section written
+from the area's entry in ``tools/mutation.toml``. mutmut itself runs at low CPU priority
+(``nice``). The score counts killed and timed-out mutants over all mutants less the argued
+equivalents listed in the same file; surviving mutants that are not listed are printed with
+their diff, and the exit status is 1 when an area scores below the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "tools" / "mutation.toml"
+OUT = ROOT / "out" / "mutation"
+#: packages copied next to the mutated ones so the copy imports nothing from the working tree
+PACKAGES = ("vgcsim", "traces", "models", "simulator", "reports")
+
+#: mutmut exit codes (mutmut.stats.status_by_exit_code) that count as a detected mutant
+DETECTED = ("killed", "timeout", "caught by type check", "segfault")
+
+
+@dataclass
+class AreaResult:
+    area: str
+    counts: dict[str, int] = field(default_factory=dict)
+    equivalent: list[str] = field(default_factory=list)
+    survivors: list[tuple[str, str]] = field(default_factory=list)  # (name, diff)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def detected(self) -> int:
+        return sum(self.counts.get(s, 0) for s in DETECTED)
+
+    @property
+    def score(self) -> float:
+        denom = self.total - len(self.equivalent)
+        return 100.0 * self.detected / denom if denom > 0 else 100.0
+
+
+def load_config(path: Path = CONFIG) -> dict:
+    with path.open("rb") as f:
+        return tomllib.load(f)
+
+
+def _tree_files() -> list[str]:
+    out = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    return [p for p in out.split("\0") if p and (ROOT / p).is_file()]
+
+
+def _copy_tree(dest: Path) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    for rel in _tree_files():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, target)
+
+
+def _setup_cfg(area: dict, settings: dict) -> str:
+    def block(key: str, values: list[str]) -> str:
+        return f"{key} =\n" + "".join(f"    {v}\n" for v in values)
+
+    text = "[mutmut]\n"
+    text += block("source_paths", area["paths"])
+    text += block("also_copy", [p for p in PACKAGES])
+    text += block("pytest_add_cli_args", settings.get("pytest_args", []))
+    text += block("pytest_add_cli_args_test_selection", area["tests"])
+    if "process_isolation" in area:
+        text += f"process_isolation = {area['process_isolation']}\n"
+    return text
+
+
+def _diff_lines(diff: str) -> tuple[str, str]:
+    """The removed and the added source lines of a mutant's diff, stripped and joined."""
+    minus = [
+        ln[1:].strip()
+        for ln in diff.splitlines()
+        if ln.startswith("-") and not ln.startswith("---")
+    ]
+    plus = [
+        ln[1:].strip()
+        for ln in diff.splitlines()
+        if ln.startswith("+") and not ln.startswith("+++")
+    ]
+    return "\n".join(minus), "\n".join(plus)
+
+
+def _module_of(mutant: str) -> str:
+    """``traces.extrapolate.x_rank_workers__mutmut_3`` -> ``traces.extrapolate``."""
+    head = mutant.split("__mutmut_")[0]
+    parts = head.split(".")
+    # drop the mangled function (x_name, or xǁClassǁmethod for methods)
+    return ".".join(parts[:-1])
+
+
+def _statuses(copy: Path) -> dict[str, str]:
+    from mutmut.stats import status_by_exit_code
+
+    out: dict[str, str] = {}
+    for meta in sorted((copy / "mutants").rglob("*.meta")):
+        data = json.loads(meta.read_text())
+        for name, code in data.get("exit_code_by_key", {}).items():
+            out[name] = status_by_exit_code[code]
+    return out
+
+
+def run_area(name: str, area: dict, settings: dict, equivalents: list[dict], nice: int, jobs: int):
+    copy = OUT / name
+    _copy_tree(copy)
+    if "mutmut" in tomllib.loads((copy / "pyproject.toml").read_text()).get("tool", {}):
+        raise SystemExit(
+            "pyproject.toml must not hold [tool.mutmut]: areas live in tools/mutation.toml"
+        )
+    (copy / "setup.cfg").write_text(_setup_cfg(area, settings))
+    log = copy / "mutmut.log"
+    cmd = [
+        "nice",
+        "-n",
+        str(nice),
+        sys.executable,
+        "-m",
+        "mutmut",
+        "run",
+        "--max-children",
+        str(jobs),
+    ]
+    print(f"[{name}] mutating {', '.join(area['paths'])} against {', '.join(area['tests'])}")
+    print(f"[{name}] {' '.join(cmd[3:])} in {copy.relative_to(ROOT)} (log: mutmut.log)", flush=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with log.open("w") as fh:
+        rc = subprocess.run(cmd, cwd=copy, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
+    statuses = _statuses(copy)
+    if rc != 0 or not statuses:
+        tail = log.read_text(errors="replace")[-3000:].replace("\r", "\n")
+        raise SystemExit(f"[{name}] mutmut failed (exit {rc}); end of its log:\n{tail}")
+    result = AreaResult(name)
+    for status in statuses.values():
+        result.counts[status] = result.counts.get(status, 0) + 1
+    eq_keys = {(e["module"], e["original"].strip(), e["mutant"].strip()) for e in equivalents}
+    for mutant, status in sorted(statuses.items()):
+        if status in DETECTED:
+            continue
+        diff = subprocess.run(
+            [sys.executable, "-m", "mutmut", "show", mutant],
+            cwd=copy,
+            capture_output=True,
+            text=True,
+            env=env,
+        ).stdout
+        minus, plus = _diff_lines(diff)
+        if status == "survived" and (_module_of(mutant), minus, plus) in eq_keys:
+            result.equivalent.append(mutant)
+        else:
+            result.survivors.append((f"{mutant} ({status})", diff))
+    report = {
+        "area": name,
+        "counts": result.counts,
+        "equivalent": result.equivalent,
+        "survivors": [s for s, _ in result.survivors],
+        "score_percent": result.score,
+    }
+    (copy / "report.json").write_text(json.dumps(report, indent=2))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("areas", nargs="*", help="areas of tools/mutation.toml (default: all)")
+    ap.add_argument("--list", action="store_true", help="list the areas and exit")
+    ap.add_argument("--jobs", type=int, default=2, help="mutmut worker processes (default 2)")
+    ap.add_argument("--nice", type=int, default=15, help="nice level of mutmut (default 15)")
+    ap.add_argument("--quiet", action="store_true", help="do not print surviving mutants' diffs")
+    args = ap.parse_args(argv)
+    cfg = load_config()
+    areas = cfg["areas"]
+    if args.list:
+        for name, a in areas.items():
+            print(f"{name:12} {' '.join(a['paths'])}  <-  {' '.join(a['tests'])}")
+        return 0
+    unknown = [a for a in args.areas if a not in areas]
+    if unknown:
+        print(
+            f"error: unknown area {', '.join(unknown)}; valid: {', '.join(areas)}", file=sys.stderr
+        )
+        return 2
+    settings = cfg.get("settings", {})
+    target = float(settings.get("target_percent", 85))
+    results = [
+        run_area(n, areas[n], settings, cfg.get("equivalent", []), args.nice, args.jobs)
+        for n in (args.areas or list(areas))
+    ]
+    ok = True
+    for r in results:
+        if r.survivors and not args.quiet:
+            print(
+                f"\n[{r.area}] surviving mutants (each is a missing test or an unlisted equivalent):"
+            )
+            for name, diff in r.survivors:
+                print(f"--- {name}")
+                print("\n".join(ln for ln in diff.splitlines()[1:] if ln.strip()))
+    print("\narea         mutants  killed  timeout  survived  equivalent  score")
+    for r in results:
+        survived = r.total - r.detected - len(r.equivalent)
+        print(
+            f"{r.area:12} {r.total:7d}  {r.counts.get('killed', 0):6d}  "
+            f"{r.counts.get('timeout', 0):7d}  {survived:8d}  {len(r.equivalent):10d}  "
+            f"{r.score:5.1f} %"
+        )
+        ok &= r.score >= target
+    print(f"target: {target:.0f} % per area")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
