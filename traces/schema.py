@@ -81,6 +81,16 @@ STEP_COLUMNS = (
     "encode_s",
 )
 
+#: steps table, optional columns: a recorder writes them where it measures them, and readers
+#: accept their absence (older traces, synthetic traces). NaN means "not measured on this
+#: step"; never Inf.
+OPTIONAL_STEP_COLUMNS = (
+    "decode_s",  # decode + sum of the received payloads (all workers)
+    "comm_s",  # torch.distributed recordings: the slowest rank's exchange collective
+    "rank_compute_s",  # one worker's forward + backward at its own batch B (sampled steps)
+    "optimizer_s",  # one optimizer.step() on the averaged gradient
+)
+
 #: evals table: one row per evaluation.
 EVAL_COLUMNS = ("step", "train_loss", "train_acc", "test_loss", "test_acc")
 

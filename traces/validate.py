@@ -5,7 +5,8 @@ Invariants (:func:`check_trace`): known schema version and status; header consis
 itself (numel = prod(shape), dense bytes = 4 × Σ numel, primary encoding listed); steps
 contiguous from 0 and unique; exactly one payload row per (step, worker, layer) for every
 recorded step; ``0 ≤ sent ≤ numel`` and numel equal to the header's; bits of every encoding
-within that encoding's size formula (:data:`ENCODING_BOUNDS`); no NaN or Inf anywhere;
+within that encoding's size formula (:data:`ENCODING_BOUNDS`); no NaN or Inf anywhere
+(except NaN, "not measured on this step", in the optional step columns);
 accuracies in [0, 1]; evaluation steps among the recorded steps.
 """
 
@@ -150,7 +151,7 @@ def check_trace(trace: Trace) -> list[str]:
         problems.append(
             "the trace has no recorded steps (recording stopped before its first chunk)"
         )
-    problems += _no_nan(steps, "steps")
+    problems += _no_nan(steps, "steps", nan_ok=schema.OPTIONAL_STEP_COLUMNS)
     step_ids = steps["step"].to_numpy()
     if len(step_ids) and not np.array_equal(step_ids, np.arange(len(step_ids))):
         problems.append(
@@ -183,11 +184,13 @@ def check_trace(trace: Trace) -> list[str]:
     return problems
 
 
-def _no_nan(df: pd.DataFrame, table: str) -> list[str]:
+def _no_nan(df: pd.DataFrame, table: str, nan_ok: tuple[str, ...] = ()) -> list[str]:
     out = []
     for col in df.columns:
         if pd.api.types.is_numeric_dtype(df[col]):
             values = df[col].to_numpy(dtype=np.float64)
+            if col in nan_ok:
+                values = values[~np.isnan(values)]
             if not np.isfinite(values).all():
                 out.append(f"{table} column {col} contains NaN or Inf")
     return out

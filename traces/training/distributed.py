@@ -35,7 +35,6 @@ import json
 import logging
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -91,217 +90,130 @@ def run_distributed_record(
 # ----------------------------------------------------------------------------- one rank
 
 
+class RankWorkers:
+    """This rank is one worker (implements :class:`traces.training.loop.Workers`): it keeps its
+    own slice of each step's minibatch, computes its gradient and squared-gradient sums
+    (``worker_gradients(..., workers=1)``) on its device, and exchanges the compressed
+    gradients through :func:`traces.training.distributed_hook.sync_gradients`."""
+
+    local_workers = 1
+
+    def __init__(self, backend: str) -> None:
+        import torch
+        import torch.distributed as dist
+
+        from traces.training.distributed_launch import device_for
+
+        self.backend = backend
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        # gloo: everything on the CPU; nccl: model, batches and collectives on this rank's GPU
+        # (compression itself runs on the CPU, where the encoders are).
+        self.device = torch.device(device_for(backend))
+
+    def load_data(self, cfg):
+        import torch.distributed as dist
+
+        from traces.training.datasets import load_dataset
+
+        # Rank 0 loads first (and downloads, where a dataset may); the others then read it.
+        if self.rank != 0:
+            dist.barrier()
+        data = load_dataset(
+            cfg.data.name,
+            root=cfg.data.root,
+            seed=cfg.seed,
+            test_fraction=cfg.data.test_fraction,
+            download=cfg.data.download and self.rank == 0,
+        )
+        if self.rank == 0:
+            dist.barrier()
+        return data
+
+    def start(self, cfg, model, compressor, header: dict) -> None:
+        import torch
+
+        from traces.training.distributed_hook import VGCState
+
+        self.cfg, self.model = cfg, model
+        header["distributed"] = {
+            "backend": self.backend,
+            "world_size": self.world,
+            "collective": "allreduce" if compressor.name == "dense" else "allgatherv",
+            "padded_allgather": self.backend != "nccl",
+            "comm_s": "slowest rank's seconds in the exchange collective, after a barrier",
+        }
+        self.state = VGCState.for_model(
+            model,
+            compressor,
+            batch_size=cfg.batch_size,
+            generator=torch.Generator().manual_seed(cfg.seed + 0x9E37 + self.rank),
+            device=str(self.device),
+            barrier_before_comm=True,
+            time_encode=True,
+        )
+
+    def local_indices(self, indices):
+        b = self.cfg.batch_size
+        return indices[self.rank * b : (self.rank + 1) * b]
+
+    def gradients(self, model, x, y, estimator):
+        from traces.compression.variance import worker_gradients
+        from traces.training.loop import per_sample_loss
+
+        return worker_gradients(
+            model, per_sample_loss, x, y, 1, estimator, sq_dtype=self.cfg.sq_dtype
+        )
+
+    def all_finite(self, finite: bool) -> bool:
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([float(finite)], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return flag.item() >= 1
+
+    def exchange(self, step: int, wg, params: list) -> dict:
+        import torch
+        import torch.distributed as dist
+
+        from traces.training.distributed_hook import sync_gradients
+
+        for p, g in zip(params, wg.grads, strict=True):
+            p.grad = g[0].clone()
+        # The uncompressed mean gradient's norm: one all_reduce outside the timed exchange.
+        mean_grad = torch.cat([g[0].reshape(-1) for g in wg.grads])
+        dist.all_reduce(mean_grad)
+        grad_norm = float((mean_grad / self.world).double().square().sum().sqrt())
+        sq = [s[0] for s in wg.sqsums] if wg.sqsums is not None else None
+        stats = sync_gradients(self.model, self.state, sqsums=sq)
+        layers = range(len(params))
+        return {
+            "sent": [[stats.sent[i]] for i in layers],
+            "bits": [[stats.bits[i]] for i in layers],
+            "grad_norm": grad_norm,
+            "compress_s": stats.compress_s,
+            "encode_s": stats.encode_s,
+            "decode_s": stats.decode_s,
+            "comm_s": stats.comm_s,
+        }
+
+    def gather(self, mine: dict) -> list[dict] | None:
+        import torch.distributed as dist
+
+        everyone: list = [None] * self.world
+        dist.all_gather_object(everyone, mine)
+        return everyone if self.rank == 0 else None
+
+
 def record_rank(cfg, out_dir: Path, *, backend: str, overwrite: bool = False) -> Path | None:
-    """The per-rank loop (every rank calls it inside an initialised process group).
+    """The per-rank recording (every rank calls it inside an initialised process group): the
+    shared loop :func:`traces.training.loop.train` with this rank as one worker.
 
     Rank 0 writes the trace and returns its path; other ranks return None.
     """
-    import numpy as np
-    import torch
-    import torch.distributed as dist
+    from traces.training.loop import train
 
-    from traces import schema
-    from traces.compression import get_compressor
-    from traces.compression.variance import worker_gradients
-    from traces.io import TraceWriter
-    from traces.training.allocator import keep_freed_memory
-    from traces.training.datasets import load_dataset
-    from traces.training.distributed_hook import VGCState, sync_gradients
-    from traces.training.distributed_launch import device_for
-    from traces.training.nets import build_net
-    from traces.training.optim import build_optimizer
-    from traces.training.record import (
-        WorkerSampler,
-        _per_sample_loss,
-        build_header,
-        check_config,
-        evaluate,
-        resolve_config,
-    )
-
-    rank, world = dist.get_rank(), dist.get_world_size()
-    if cfg.workers != world:
-        cfg = dataclasses.replace(cfg, workers=world)
-    check_config(cfg)
-    cfg = resolve_config(cfg)
-    keep_freed_memory()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    # Same construction order and seeds as the emulated recorder, so the runs coincide.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        # Rank 0 loads first (and downloads, where a dataset may); the others then read it.
-        for turn in (0, 1):
-            if (rank == 0) == (turn == 0):
-                data = load_dataset(
-                    cfg.data.name,
-                    root=cfg.data.root,
-                    seed=cfg.seed,
-                    test_fraction=cfg.data.test_fraction,
-                    download=cfg.data.download and rank == 0,
-                )
-            if turn == 0:
-                dist.barrier()
-        model = build_net(cfg.model.name, data.input_shape, data.num_classes, cfg.model.width)
-    compressor = get_compressor(cfg.compressor.name, **cfg.compressor.params)
-    params = list(model.parameters())
-    optimizer, scheduler = build_optimizer(params, cfg.optimizer, cfg.steps)
-    header = build_header(cfg, model, data, compressor)
-    header["distributed"] = {
-        "backend": backend,
-        "world_size": world,
-        "collective": "allreduce" if compressor.name == "dense" else "allgatherv",
-        "padded_allgather": backend != "nccl",
-        "comm_s": "slowest rank's seconds in the exchange collective, after a barrier",
-    }
-    # gloo: everything on the CPU; nccl: model, batches and collectives on this rank's GPU
-    # (compression itself runs on the CPU, where the encoders are).
-    device = torch.device(device_for(backend))
-    model.to(device)
-    sampler = WorkerSampler(len(data.y_train), world, cfg.batch_size, cfg.seed)
-    eval_gen = np.random.default_rng([cfg.seed, 0xE7A1])
-    train_eval = np.sort(eval_gen.permutation(len(data.y_train))[: cfg.eval_samples])
-    test_eval = np.arange(min(cfg.eval_samples, len(data.y_test)))
-    state = VGCState.for_model(
-        model,
-        compressor,
-        batch_size=cfg.batch_size,
-        generator=torch.Generator().manual_seed(cfg.seed + 0x9E37 + rank),
-        device=str(device),
-        barrier_before_comm=True,
-        time_encode=True,
-    )
-    estimator = cfg.estimator if compressor.needs_sqsum else None
-    encodings = list(compressor.encodings)
-    numels = [p.numel() for p in params]
-    lo, hi = rank * cfg.batch_size, (rank + 1) * cfg.batch_size
-    compute_fraction = 1.0
-
-    writer = (
-        TraceWriter(out_dir, header, chunk_steps=cfg.chunk_steps, overwrite=overwrite)
-        if (rank == 0)
-        else None
-    )
-    try:
-        for step in range(cfg.steps):
-            idx = torch.from_numpy(sampler.next_indices()[lo:hi])
-            x, y = data.x_train[idx].to(device), data.y_train[idx].to(device)
-            t0 = time.perf_counter()
-            wg = worker_gradients(
-                model, _per_sample_loss, x, y, 1, estimator, sq_dtype=cfg.sq_dtype
-            )
-            pass_s = time.perf_counter() - t0
-            finite = torch.tensor(
-                [
-                    float(
-                        torch.isfinite(wg.losses).all()
-                        and all(g.isfinite().all() for g in wg.grads)
-                    )
-                ],
-                device=device,
-            )
-            dist.all_reduce(finite, op=dist.ReduceOp.MIN)
-            if finite.item() < 1:
-                reason = f"NaN or Inf in the loss or gradients at step {step}"
-                if writer is not None:
-                    writer.finish("stopped", reason)
-                raise TrainingDivergedError(
-                    f"{reason}; stopped and kept the steps before it in {out_dir} "
-                    "(try a lower optimizer.lr)"
-                )
-            if estimator is not None and step % cfg.probe_every == 0:
-                t0 = time.perf_counter()
-                worker_gradients(model, _per_sample_loss, x, y, 1, None)
-                compute_fraction = min(1.0, (time.perf_counter() - t0) / max(pass_s, 1e-12))
-            for p, g in zip(params, wg.grads, strict=True):
-                p.grad = g[0].clone()
-            mean_grad = torch.cat([g[0].reshape(-1) for g in wg.grads])
-            dist.all_reduce(mean_grad)
-            grad_norm = float((mean_grad / world).double().square().sum().sqrt())
-            sq = [s[0] for s in wg.sqsums] if wg.sqsums is not None and estimator else None
-            stats = sync_gradients(model, state, sqsums=sq)
-            lr = optimizer.param_groups[0]["lr"]
-            optimizer.step()
-            scheduler.step()
-
-            mine = {
-                "loss": float(wg.losses[0]),
-                "sent": [stats.sent[i] for i in range(len(params))],
-                "bits": [[stats.bits[i][e] for e in encodings] for i in range(len(params))],
-                "compute_s": pass_s * compute_fraction,
-                "variance_s": pass_s * (1.0 - compute_fraction),
-                "compress_s": stats.compress_s,
-                "encode_s": stats.encode_s,
-                "decode_s": stats.decode_s,
-                "comm_s": stats.comm_s,
-            }
-            everyone: list = [None] * world
-            dist.all_gather_object(everyone, mine)
-            if writer is None:
-                continue
-            rows = _payload_rows(step, everyone, numels, encodings, schema)
-            writer.add_payload_rows(rows)
-            sent_total = int(rows["sent"].sum())
-            writer.add_step(
-                {
-                    "step": step,
-                    "loss": float(torch.tensor([e["loss"] for e in everyone]).mean()),
-                    "lr": float(lr),
-                    "grad_norm": grad_norm,
-                    "density": sent_total / (world * sum(numels)),
-                    "compute_s": sum(e["compute_s"] for e in everyone),
-                    "variance_s": sum(e["variance_s"] for e in everyone),
-                    "compress_s": sum(e["compress_s"] for e in everyone),
-                    "encode_s": sum(e["encode_s"] for e in everyone),
-                    "decode_s": sum(e["decode_s"] for e in everyone),
-                    "comm_s": max(e["comm_s"] for e in everyone),
-                }
-            )
-            if (cfg.eval_every and (step + 1) % cfg.eval_every == 0) or step == cfg.steps - 1:
-                train_loss, train_acc = evaluate(
-                    model, data.x_train[train_eval].to(device), data.y_train[train_eval].to(device)
-                )
-                test_loss, test_acc = evaluate(
-                    model, data.x_test[test_eval].to(device), data.y_test[test_eval].to(device)
-                )
-                writer.add_eval(
-                    {
-                        "step": step,
-                        "train_loss": train_loss,
-                        "train_acc": train_acc,
-                        "test_loss": test_loss,
-                        "test_acc": test_acc,
-                    }
-                )
-            if step % 10 == 0 or step == cfg.steps - 1:
-                log.info("step %d loss %.4f comm %.4g s", step, everyone[0]["loss"], mine["comm_s"])
-    except BaseException as exc:
-        if writer is not None:
-            writer.finish("stopped", f"{type(exc).__name__}: {exc}")
-        raise
-    if writer is not None:
-        return writer.finish("complete")
-    return None
-
-
-def _payload_rows(step: int, everyone: list[dict], numels: list[int], encodings, schema) -> dict:
-    import numpy as np
-
-    # Layer-major, worker-minor: the row order of the emulated recorder.
-    world, layers = len(everyone), len(numels)
-    rows = {
-        "step": np.full(world * layers, step, dtype=np.int64),
-        "worker": np.tile(np.arange(world, dtype=np.int64), layers),
-        "layer": np.repeat(np.arange(layers, dtype=np.int64), world),
-        "numel": np.repeat(np.asarray(numels, dtype=np.int64), world),
-        "sent": np.asarray([e["sent"][i] for i in range(layers) for e in everyone], dtype=np.int64),
-    }
-    bits = np.asarray(
-        [e["bits"][i] for i in range(layers) for e in everyone], dtype=np.int64
-    ).reshape(world * layers, len(encodings))
-    for k, e in enumerate(encodings):
-        rows[schema.BITS_PREFIX + e] = bits[:, k]
-    return rows
+    return train(cfg, RankWorkers(backend), out_dir, overwrite=overwrite)
 
 
 # ----------------------------------------------------------------------------- entry point

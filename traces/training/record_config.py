@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 GRADIENT_PASSES = ("batched", "separate")
+#: where emulated workers run their gradient passes ("auto": cuda when torch sees a GPU)
+DEVICES = ("cpu", "cuda", "auto")
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,11 @@ class RecordConfig:
     the faster one in ``python -m traces.training.speed``) or "separate" (W passes);
     threads: torch CPU threads while recording (1 by default: small nets gain little from
     more, and oversubscribed cores lose a lot; 0 keeps torch's default);
+    device: where emulated workers run forward, backward and the estimator ("cpu",
+    "cuda", or "auto": cuda when available), resolved before recording; compression runs
+    on the CPU, where the wire encoders are (torch.distributed: the backend decides);
+    rank_time_every: steps between timings of one worker's own forward + backward at
+    batch B (the ``rank_compute_s`` column; NaN on the other steps);
     eval_every: steps between evaluations (0: only at the end);
     eval_samples: training samples (fixed subset) and test samples used per evaluation.
     """
@@ -98,6 +105,8 @@ class RecordConfig:
     chunk_steps: int = 50
     probe_every: int = 25
     threads: int = 1
+    device: str = "cpu"
+    rank_time_every: int = 10
 
     def __post_init__(self) -> None:
         for name in (
@@ -107,6 +116,7 @@ class RecordConfig:
             "chunk_steps",
             "eval_samples",
             "probe_every",
+            "rank_time_every",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
