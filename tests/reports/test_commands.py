@@ -32,6 +32,44 @@ def test_report_cli_writes_html(tmp_path, capsys, monkeypatch):
     }
 
 
+def test_report_cli_target_accuracy(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "rep"
+    args = ["report", *[str(p.parent) for p in RESULTS], "--trace", str(TRACE), "-o", str(out)]
+    assert main(args) == 0  # the sample trace is not dense: no default target
+    meta = json.loads((out / "report.json").read_text())
+    assert "time_to_accuracy" not in meta["plots"]
+    assert any("give --target-accuracy" in s for s in meta["summary"])
+    assert main([*args, "--target-accuracy", "85"]) == 0
+    meta = json.loads((out / "report.json").read_text())
+    assert "time_to_accuracy" in meta["plots"]
+    assert "Time to accuracy: target 85.0 % test accuracy (as given); no dense trace" in (
+        " ".join(meta["summary"])
+    )
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0.9", "target accuracy must be a percentage in (1, 100], got 0.9 (a fraction? write 90)"),
+        ("101", "target accuracy must be a percentage in (1, 100], got 101"),
+        ("nan", "target accuracy must be a percentage in (1, 100], got nan"),
+    ],
+)
+def test_report_cli_bad_target_accuracy_exits_2(tmp_path, capsys, value, message):
+    code = main(["report", "--trace", str(TRACE), "-o", str(tmp_path), "--target-accuracy", value])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_report_cli_target_accuracy_needs_traces(tmp_path, capsys):
+    code = main(["report", str(RESULTS[0].parent), "-o", str(tmp_path), "--target-accuracy", "90"])
+    assert code == 2
+    assert "--target-accuracy needs --trace" in capsys.readouterr().err
+
+
 def test_report_cli_user_errors_exit_2(tmp_path, capsys):
     assert main(["report", "-o", str(tmp_path)]) == 2
     assert "nothing to report" in capsys.readouterr().err

@@ -34,6 +34,7 @@ def test_files_written(written):
         "agreement",
         "density",
         "trace_validation",
+        "time_to_accuracy",
     }
     for name in names:
         assert (out / "plots" / f"{name}.png").stat().st_size > 1000
@@ -53,7 +54,7 @@ def test_html_is_self_contained_with_summary_first(written):
     page = html_path.read_text()
     assert page.index("Summary") < page.index("<img")
     assert report.summary[0].startswith("On 10GbE, variance α=2")
-    assert "On 10GbE, variance α=2 beats dense allreduce" in page
+    assert "On 10GbE, variance α=2 (test accuracy 87.0 % vs dense 90.0 %) beats dense" in page
     srcs = re.findall(r'src="([^"]+)"', page)
     assert len(srcs) == len(report.plots)
     assert all(s.startswith("data:image/png;base64,") for s in srcs)
@@ -82,3 +83,43 @@ def test_trace_only_report(tmp_path):
     )
     path = render.write_report(render.build_report(inputs), tmp_path)
     assert "trace validation only" in path.read_text()
+
+
+def test_summary_gives_accuracy_and_time_to_accuracy(written):
+    report, html_path = written
+    # FakeTrace: dense ends at 90 %, variance at 87 % -> default target 89 %, missed
+    assert report.summary[0].startswith(
+        "On 10GbE, variance α=2 (test accuracy 87.0 % vs dense 90.0 %) beats dense allreduce"
+    )
+    assert (
+        "Time to accuracy: target 89.0 % test accuracy (the dense run's final test accuracy, "
+        "90.0 %, minus 1 point)." in report.summary
+    )
+    assert any(s.startswith("variance α=2 never reaches 89.0 %") for s in report.summary)
+    tta = {t.name: t for t in report.tables}["time_to_accuracy"]
+    assert (tta.display["compressed steps"] == "never (87.0 % after 8 steps)").all()
+    assert "never (87.0 % after 8 steps)" in html_path.read_text()
+
+
+def test_time_to_accuracy_needs_a_target_without_dense_trace():
+    inputs = render.ReportInputs(
+        results=build_results(),
+        traces=(FakeTrace("var2", "variance", 0.01),),
+        labels=LABELS,
+    )
+    report = render.build_report(inputs)
+    assert "time_to_accuracy" not in {t.name for t in report.tables}
+    assert report.summary[-1].startswith("Time to accuracy left out: no dense trace")
+    assert "--target-accuracy" in report.summary[-1]
+    given = render.build_report(
+        render.ReportInputs(
+            results=inputs.results,
+            traces=inputs.traces,
+            labels=LABELS,
+            target_accuracy=0.3,
+        )
+    )
+    tta = {t.name: t for t in given.tables}["time_to_accuracy"].frame
+    assert (tta.compressed_steps_to_target == 1).all()  # 30 % at the eval after step 0
+    assert tta.dense_steps_to_target.isna().all()
+    assert any("no dense trace given" in s for s in given.summary)

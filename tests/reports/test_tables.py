@@ -224,3 +224,111 @@ def test_headline_tells_traces_with_the_same_label_apart(results):
     on_10gbe = [x for x in lines if x.startswith("On 10GbE, variance")]
     assert len(on_10gbe) == 2
     assert any("(var2)" in x for x in on_10gbe) and any("(strom)" in x for x in on_10gbe)
+
+
+# --- time to accuracy -------------------------------------------------------------------
+
+EVALS = {
+    # step s is the 0-based step after which the model was evaluated: s + 1 steps trained
+    "d": pd.DataFrame({"step": [9, 19, 29], "test_acc": [0.80, 0.91, 0.93]}),
+    "var2": pd.DataFrame({"step": [9, 19, 29], "test_acc": [0.85, 0.89, 0.925]}),
+    "strom": pd.DataFrame({"step": [9, 19, 29], "test_acc": [0.92, 0.90, 0.91]}),
+    "qsgd": pd.DataFrame({"step": [9, 19, 29], "test_acc": [0.50, 0.70, 0.88]}),
+}
+
+
+@pytest.mark.parametrize(
+    ("target", "steps"),
+    [(0.80, 10), (0.85, 20), (0.91, 30), (0.925, 30), (0.93, None)],
+)
+def test_steps_to_accuracy_is_first_eval_at_or_above_target(target, steps):
+    # variance curve 85 %, 89 %, 92.5 %: no interpolation, ties count as reached
+    got = tables.steps_to_accuracy(EVALS["var2"].assign(test_acc=[0.80, 0.85, 0.925]), target)
+    assert got == steps
+
+
+def test_steps_to_accuracy_uses_first_crossing_not_final_value():
+    # Strom is at 92 % after 10 steps and dips below later: reached at 10
+    assert tables.steps_to_accuracy(EVALS["strom"], 0.915) == 10
+    assert tables.steps_to_accuracy(pd.DataFrame(columns=["step", "test_acc"]), 0.5) is None
+
+
+def test_default_target_is_dense_final_minus_one_point():
+    assert tables.default_target_accuracy(EVALS["d"]) == pytest.approx(0.92)
+    assert math.isnan(tables.default_target_accuracy(None))
+
+
+def test_time_to_accuracy_by_hand(results):
+    target = tables.default_target_accuracy(EVALS["d"])  # 0.92
+    t = tables.time_to_accuracy(results, EVALS, target, dense_trace="d", labels=LABELS)
+    assert list(t.columns) == list(tables.TIME_TO_ACCURACY_COLUMNS)
+    wi = tables.what_if(results, LABELS)
+    assert len(t) == len(wi)  # nobody dropped, also the method that misses the target
+    row = t[
+        (t.source == "predicted")
+        & (t.cluster == "1GbE")
+        & (t.trace == "var2")
+        & (t.world_size == 16)
+    ].iloc[0]
+    dense_step = _dense_step("1GbE", 16)
+    comp_step = 0.05 + 0.002 + 0.003 + 15 * 50e-6 + 15 * 1e4 / 125e6
+    # dense first ≥ 92 % after step 29 (30 steps); variance 92.5 % after step 29 (30 steps)
+    assert row.dense_steps_to_target == 30 and row.compressed_steps_to_target == 30
+    assert row.dense_time_to_target_s == pytest.approx(30 * dense_step)
+    assert row.compressed_time_to_target_s == pytest.approx(30 * comp_step)
+    assert row.speedup_to_accuracy == pytest.approx(dense_step / comp_step)
+    strom = t[t.trace == "strom"]
+    assert (strom.compressed_steps_to_target == 10).all()  # 92 % after 10 steps
+    assert np.allclose(strom.speedup_to_accuracy, 3 * strom.dense_step_s / strom.compressed_step_s)
+    qsgd = t[t.trace == "qsgd"]  # ends at 88 %: kept, marked as never reaching it
+    assert len(qsgd) == len(wi[wi.trace == "qsgd"])
+    assert not qsgd.reached.any()
+    assert qsgd.compressed_steps_to_target.isna().all()
+    assert qsgd.speedup_to_accuracy.isna().all()
+    assert (qsgd.compressed_final_test_acc == 0.88).all()
+    assert (qsgd.compressed_steps_recorded == 30).all()
+
+
+def test_time_to_accuracy_without_dense_trace_keeps_compressed_side(results):
+    t = tables.time_to_accuracy(results, EVALS, 0.85, labels=LABELS)
+    assert t.dense_steps_to_target.isna().all() and t.speedup_to_accuracy.isna().all()
+    assert (t[t.trace == "var2"].compressed_steps_to_target == 10).all()
+
+
+def test_time_to_accuracy_headline(results):
+    t = tables.time_to_accuracy(results, EVALS, 0.92, dense_trace="d", labels=LABELS)
+    lines = tables.time_to_accuracy_headline(t)
+    never = [x for x in lines if "never reaches" in x]
+    assert never == [
+        "qsgd s=4 never reaches 92.0 % test accuracy (88.0 % after 30 steps), so it is "
+        "slower to accuracy on every interconnect."
+    ]
+    # strom: 10 steps against dense's 30, with every per-step speedup > 1/3 it wins
+    strom_10 = [x for x in lines if x.startswith("On 10GbE, to 92.0 % test accuracy (10 steps")]
+    assert len(strom_10) == 1 and "strom τ=0.01 is faster than dense" in strom_10[0]
+
+
+def test_headline_and_matrix_put_test_accuracy_beside_speedup(results):
+    wi = tables.what_if(results, LABELS)
+    acc = {"var2": 0.925, "strom": 0.91, "qsgd": 0.88}
+    lines = tables.headline(wi, acc, dense_accuracy=0.93)
+    assert len(lines) == 9
+    var = [x for x in lines if x.startswith("On 10GbE, variance α=2")][0]
+    assert var.startswith(
+        "On 10GbE, variance α=2 (test accuracy 92.5 % vs dense 93.0 %) beats dense allreduce"
+    )
+    assert all("test accuracy" in x for x in lines)
+    assert tables.headline_order(lines)[0] == var
+    m = tables.speedup_matrix(wi, acc)
+    assert list(m.columns[:4]) == ["source", "interconnect", "method", "final_test_acc"]
+    assert dict(zip(m.method, m.final_test_acc, strict=True))["qsgd s=4"] == 0.88
+    assert "final_test_acc" not in tables.speedup_matrix(wi).columns
+
+
+def test_dense_baseline_is_fp32_even_when_bf16_rows_are_faster(results):
+    bf16 = results[results.method == "dense"].copy()
+    bf16["encoding"] = "bf16"
+    bf16["step_s"] = bf16["step_s"] / 10  # faster, but not the fp32 baseline
+    t = tables.what_if(pd.concat([results, bf16], ignore_index=True), LABELS)
+    base = tables.what_if(results, LABELS)
+    assert np.allclose(t.dense_step_s, base.dense_step_s)
