@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from traces.config import apply_overrides
 from traces.training import paper_grid, speed
 from traces.training.record_config import RecordConfig
@@ -22,7 +24,7 @@ TINY = [
 
 def test_grid_covers_the_papers_table():
     labels = {m.label for m in paper_grid.METHODS}
-    assert len(paper_grid.METHODS) == 12 and set(paper_grid.OPTIMIZERS) == {"adam", "momentum_sgd"}
+    assert len(paper_grid.METHODS) == 16 and set(paper_grid.OPTIMIZERS) == {"adam", "momentum_sgd"}
     assert {label for _, label in paper_grid.PAPER_CIFAR10} <= labels
     cfg = paper_grid.method_config(RecordConfig(), paper_grid.METHODS[-3], "momentum_sgd")
     assert cfg.compressor.name == "qsgd" and cfg.compressor.params == {
@@ -46,6 +48,26 @@ def test_grid_runs_resumes_and_writes_table(tmp_path, monkeypatch):
     assert (tmp_path / "adam" / "dense" / "header.json").stat().st_mtime == mtime
     table = paper_grid.to_markdown(df)
     assert "| adam | variance α=2 |" in table and "913.4×" in table
+
+
+def test_settling_compares_the_two_halves_of_the_last_fifth():
+    import pandas as pd
+
+    # 10 steps, one row each, 10 elements: 5 sent in steps 0-7, then 2 and 2. First 10 %
+    # = step 0 (0.5); last 20 % = steps 8, 9 (0.2), halves 0.2 and 0.2: drift 0. Bits: 4
+    # per element sent, so the last-20 % ratio is 32·20 / (4·4) = 40.
+    numel = 10
+    sent = [5] * 8 + [2, 2]
+    df = pd.DataFrame(
+        {"step": range(10), "numel": numel, "sent": sent, "bits_x": [4 * s for s in sent]}
+    )
+    s = paper_grid.settling(df, "bits_x")
+    assert s["density_first10"] == 0.5 and s["density_last20"] == 0.2
+    assert s["drift_last20"] == 0 and s["settled"]
+    assert s["ratio_last20"] == 32 * 20 / (4 * 4)
+    df.loc[9, "sent"] = 3  # halves 0.2 and 0.3: drift 50 %
+    s = paper_grid.settling(df, "bits_x")
+    assert s["drift_last20"] == pytest.approx(0.5) and not s["settled"]
 
 
 def test_speed_reports_both_passes(capsys):

@@ -1,13 +1,22 @@
 """The paper's grid (Tsuzuku et al. 2018, Table 1) on our offline workload, as one script.
 
 ``python -m traces.training.paper_grid [--steps N] [--out runs/paper_grid] [--set KEY=VALUE]
-[--table docs/paper_grid.md]`` records every method of the grid with Adam and with momentum
-SGD (24 traces), then writes a markdown table of final test accuracy and compression ratio
-(dense fp32 bits / sent bits under each trace's primary encoding) beside the paper's
-CIFAR-10 numbers. Finished traces are reused, so an interrupted grid resumes.
+[--methods LABEL,...] [--optimizers NAME,...] [--table docs/paper_grid.md]`` records every
+method of the grid with Adam and with momentum SGD, then writes a markdown table of final
+test accuracy, compression ratio (dense fp32 bits / sent bits under each trace's primary
+encoding, over the whole run and over its last 20 % of steps) and density beside the
+paper's CIFAR-10 numbers. Finished traces are reused, so an interrupted grid resumes.
 
-Methods: dense; variance α ∈ {1, 1.5, 2}; Strom τ ∈ {0.001, 0.01, 0.1}; hybrid τ ∈ {0.01,
-0.1} with α = 2; QSGD 2 bit d = 128, 3 bit d = 512, 4 bit d = 512.
+Methods: dense; variance α ∈ {1, 1.5, 2} (the default reading: after_send "reset",
+below_floor "keep", variance_scale "batch_mean") and, at α = 2, each alternative reading
+alone (error_feedback, floor, per_sample) and the earlier rule (error_feedback + floor);
+Strom τ ∈ {0.001, 0.01, 0.1}; hybrid τ ∈ {0.01, 0.1} with α = 2; QSGD 2 bit d = 128,
+3 bit d = 512, 4 bit d = 512. ``--methods`` and ``--optimizers`` pick a subset (labels as
+in the table, comma-separated).
+
+Settling: the last 20 % of steps are split into two halves; the trace counts as settled
+when the two halves' densities differ by under 10 % (``drift_last20`` is that relative
+difference).
 """
 
 from __future__ import annotations
@@ -22,8 +31,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from traces import schema
 from traces.config import apply_overrides
-from traces.errors import TraceError, TrainingDivergedError
+from traces.errors import TraceError, TrainingDivergedError, VgcsimError, unknown_name
 from traces.io import read_trace
 from traces.paper import PAPER_TABLE1
 from traces.training.record import RecordConfig, record
@@ -38,7 +48,7 @@ class Method:
 
     label: str
     compressor: str
-    params: tuple[tuple[str, float | int], ...] = ()
+    params: tuple[tuple[str, float | int | str], ...] = ()
 
 
 METHODS: tuple[Method, ...] = (
@@ -46,6 +56,20 @@ METHODS: tuple[Method, ...] = (
     Method("variance α=1", "variance", (("alpha", 1.0),)),
     Method("variance α=1.5", "variance", (("alpha", 1.5),)),
     Method("variance α=2", "variance", (("alpha", 2.0),)),
+    Method(
+        "variance α=2 error_feedback",
+        "variance",
+        (("alpha", 2.0), ("after_send", "error_feedback")),
+    ),
+    Method("variance α=2 floor", "variance", (("alpha", 2.0), ("below_floor", "floor"))),
+    Method(
+        "variance α=2 per_sample", "variance", (("alpha", 2.0), ("variance_scale", "per_sample"))
+    ),
+    Method(
+        "variance α=2 error_feedback+floor",
+        "variance",
+        (("alpha", 2.0), ("after_send", "error_feedback"), ("below_floor", "floor")),
+    ),
     Method("strom τ=0.001", "strom", (("tau", 0.001),)),
     Method("strom τ=0.01", "strom", (("tau", 0.01),)),
     Method("strom τ=0.1", "strom", (("tau", 0.1),)),
@@ -64,10 +88,30 @@ OPTIMIZERS: dict[str, tuple[str, ...]] = {
 
 #: The paper's CIFAR-10 results (accuracy %, ratio ×), keyed by (optimizer, method label).
 PAPER_CIFAR10 = PAPER_TABLE1
+#: Relative change between the two halves of the last 20 % of steps under which a trace's
+#: density counts as settled.
+SETTLED_DRIFT = 0.10
 
 
 def _slug(label: str) -> str:
-    return label.replace(" ", "_").replace("τ=", "tau").replace("α=", "alpha").replace("=", "")
+    return (
+        label.replace(" ", "_")
+        .replace("τ=", "tau")
+        .replace("α=", "alpha")
+        .replace("=", "")
+        .replace("+", "_")
+    )
+
+
+def select(names: str | None, valid: Sequence[str], what: str) -> list[str]:
+    """The comma-separated ``names`` (all of ``valid`` when None); ConfigError for others."""
+    if names is None:
+        return list(valid)
+    picked = [n.strip() for n in names.split(",") if n.strip()]
+    for n in picked:
+        if n not in valid:
+            raise unknown_name(what, n, valid)
+    return picked
 
 
 def method_config(base: RecordConfig, method: Method, optimizer: str) -> RecordConfig:
@@ -77,11 +121,24 @@ def method_config(base: RecordConfig, method: Method, optimizer: str) -> RecordC
     return apply_overrides(base, overrides + list(OPTIMIZERS[optimizer]))
 
 
-def run_grid(base: RecordConfig, out: Path, *, progress: bool = False) -> pd.DataFrame:
-    """Record every (optimizer, method) not yet complete under ``out``; return the table."""
+def run_grid(
+    base: RecordConfig,
+    out: Path,
+    *,
+    progress: bool = False,
+    methods: Sequence[Method] | None = None,
+    optimizers: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """Record every (optimizer, method) not yet complete under ``out``; return the table.
+
+    ``methods`` / ``optimizers`` pick a subset (default: all of :data:`METHODS` and
+    :data:`OPTIMIZERS`).
+    """
+    methods = METHODS if methods is None else methods
+    optimizers = list(OPTIMIZERS) if optimizers is None else optimizers
     rows = []
-    for optimizer in OPTIMIZERS:
-        for method in METHODS:
+    for optimizer in optimizers:
+        for method in methods:
             run_dir = out / optimizer / _slug(method.label)
             cfg = method_config(base, method, optimizer)
             status = _status(run_dir)
@@ -105,6 +162,40 @@ def _status(run_dir: Path) -> str | None:
         return None
 
 
+def settling(payloads: pd.DataFrame, encoding_column: str) -> dict:
+    """Density at the start and end of a trace, and whether it has settled.
+
+    Per-step density = Σ sent / Σ numel over workers and layers. Returns
+    ``density_first10`` (first 10 % of steps), ``density_last20`` (last 20 %),
+    ``drift_last20`` (|d_b − d_a| / d_a for the two halves a, b of the last 20 %; 0 when
+    both are 0), ``settled`` (drift under :data:`SETTLED_DRIFT`) and ``ratio_last20``
+    (dense fp32 bits / ``encoding_column`` bits over the last 20 %).
+    """
+    g = payloads.groupby("step")
+    per_step = pd.DataFrame(
+        {"sent": g["sent"].sum(), "numel": g["numel"].sum(), "bits": g[encoding_column].sum()}
+    ).sort_index()
+    n = len(per_step)
+    first = per_step.iloc[: max(1, n // 10)]
+    last = per_step.iloc[n - max(2, n // 5) :]
+    half = len(last) // 2
+    a, b = last.iloc[:half], last.iloc[half:]
+
+    def density(df: pd.DataFrame) -> float:
+        return float(df["sent"].sum() / df["numel"].sum())
+
+    da, db = density(a), density(b)
+    drift = abs(db - da) / da if da > 0 else (0.0 if db == 0 else float("inf"))
+    bits = float(last["bits"].sum())
+    return {
+        "density_first10": density(first),
+        "density_last20": density(last),
+        "drift_last20": drift,
+        "settled": drift < SETTLED_DRIFT,
+        "ratio_last20": 32.0 * float(last["numel"].sum()) / bits if bits > 0 else float("inf"),
+    }
+
+
 def _row(run_dir: Path, optimizer: str, method: Method) -> dict:
     t = read_trace(run_dir)
     ratio = compression_ratios(t)
@@ -121,6 +212,8 @@ def _row(run_dir: Path, optimizer: str, method: Method) -> dict:
         "primary_encoding": t.primary_encoding,
         "ratio_best": best_sparse,
         "density": float(t.payloads["sent"].sum() / t.payloads["numel"].sum()),
+        **settling(t.payloads, schema.BITS_PREFIX + t.primary_encoding),
+        "parameters": int(t.payloads.groupby("layer")["numel"].first().sum()),
         "steps": t.steps_count,
         "status": t.status,
         "paper_acc_pct": paper_acc,
@@ -137,16 +230,21 @@ def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
 def to_markdown(df: pd.DataFrame) -> str:
     """The grid as a markdown table (ours beside the paper's CIFAR-10 numbers)."""
     lines = [
-        "| optimizer | method | test acc % | ratio (primary) | encoding | ratio (best encoding) | density | paper acc % | paper ratio |",
-        "|---|---|---:|---:|---|---:|---:|---:|---:|",
+        "| optimizer | method | test acc % | ratio (primary) | last 20 % | encoding | "
+        "ratio (best encoding) | density | first 10 % | last 20 % | settled (drift) | "
+        "paper acc % | paper ratio |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|---:|---:|",
     ]
     for r in df.to_dict("records"):
         note = "" if r["status"] == "complete" else f" ({r['status']} at step {r['steps']})"
+        settled = "yes" if r["settled"] else "**no**"
         lines.append(
             f"| {r['optimizer']} | {r['method']}{note} | {_fmt(r['test_acc_pct'], '.1f')} | "
-            f"{_fmt(r['ratio_primary'], ',.1f', '×')} | {r['primary_encoding']} | {_fmt(r['ratio_best'], ',.1f', '×')} | "
-            f"{_fmt(r['density'], '.2e')} | {_fmt(r['paper_acc_pct'], '.1f')} | "
-            f"{_fmt(r['paper_ratio'], ',.1f', '×')} |"
+            f"{_fmt(r['ratio_primary'], ',.1f', '×')} | {_fmt(r['ratio_last20'], ',.1f', '×')} | "
+            f"{r['primary_encoding']} | {_fmt(r['ratio_best'], ',.1f', '×')} | "
+            f"{_fmt(r['density'], '.2e')} | {_fmt(r['density_first10'], '.2e')} | "
+            f"{_fmt(r['density_last20'], '.2e')} | {settled} ({_fmt(100 * r['drift_last20'], '.0f')} %) | "
+            f"{_fmt(r['paper_acc_pct'], '.1f')} | {_fmt(r['paper_ratio'], ',.1f', '×')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -160,12 +258,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override for every cell"
     )
+    parser.add_argument("--methods", help="comma-separated method labels (default: all)")
+    parser.add_argument("--optimizers", help="comma-separated optimizers (default: all)")
     parser.add_argument("--table", help="write the markdown table to this file")
     parser.add_argument("-q", "--quiet", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    base = apply_overrides(RecordConfig(), [f"steps={args.steps}", "eval_every=0", *args.set])
-    df = run_grid(base, Path(args.out), progress=not args.quiet)
+    try:
+        base = apply_overrides(RecordConfig(), [f"steps={args.steps}", "eval_every=0", *args.set])
+        by_label = {m.label: m for m in METHODS}
+        methods = [by_label[m] for m in select(args.methods, list(by_label), "method")]
+        optimizers = select(args.optimizers, list(OPTIMIZERS), "optimizer")
+    except VgcsimError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    df = run_grid(
+        base, Path(args.out), progress=not args.quiet, methods=methods, optimizers=optimizers
+    )
     table = to_markdown(df)
     df.to_csv(Path(args.out) / "grid.csv", index=False)
     if args.table:
