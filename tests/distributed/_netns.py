@@ -86,10 +86,12 @@ def _ip(*args: str) -> None:
 
 
 def _tc(ns: str, dev: str, rate: str, burst: int) -> None:
-    # limit: a queue of 4 buckets plus headroom, so TCP sees delay before it sees drops.
+    # limit: the bucket plus 10 ms of queue at the rate, so TCP sees some delay before it
+    # sees drops, without the seconds of queue that would inflate every round trip.
+    limit = burst + int(parse_rate_bps(rate) / 8 * 10e-3)
     subprocess.run(
         ["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate]
-        + ["burst", str(burst), "limit", str(4 * burst + 262144)],
+        + ["burst", str(burst), "limit", str(limit)],
         check=True,
         capture_output=True,
         text=True,

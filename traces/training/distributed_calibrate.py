@@ -470,9 +470,11 @@ def _fit_regimes(
     floor = {op: float(t[ops_arr == op].min()) for op in set(ops)}
     band = np.array([ti >= BANDWIDTH_FACTOR * floor[op] for ti, op in zip(t, ops, strict=True)])
     if np.unique(a[band, 1]).size >= 2:
-        # β, γ ≥ 0 and a free-sign intercept (column 0), relative error: rows scaled by 1/t.
-        w = a[band] / t[band, None]
-        x_band = _nnls_small(w, np.ones(int(band.sum())), free=(0,))
+        # β, γ ≥ 0 and a free-sign intercept (column 0) by least squares on the seconds
+        # themselves, so that the largest messages, the least noisy relative to their time,
+        # set the slope (scaled by the largest time for conditioning only).
+        scale = float(t[band].max())
+        x_band = _nnls_small(a[band] / scale, t[band] / scale, free=(0,))
         if x_band[1] > 0:
             bw = a[:, 1] * x_band[1] + a[:, 2] * x_band[2]
             lat = bw <= LATENCY_SHARE * t

@@ -60,6 +60,15 @@ def default_allgatherv(trace: Any) -> str:
     return "padded" if dist.get("padded_allgather", True) else "ring"
 
 
+def _measured_rows(frame: Any, method: str) -> Any:
+    """Per-step rows of ``method`` indexed by step; for ``dense`` the fp32 rows (what the
+    recorder all-reduces), not the 2-byte what-if encodings."""
+    rows = frame[(frame["method"] == method) & (frame["step"] >= 0)]
+    if method == "dense" and "encoding" in rows.columns:
+        rows = rows[rows["encoding"] == "fp32"]
+    return rows.set_index("step")
+
+
 def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateOptions()):
     """Per-step measured, predicted and simulated communication seconds of ``trace``.
 
@@ -83,10 +92,14 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
         trace,
         cluster,
         PredictOptions(
-            world_sizes=(p,), allreduce=(opts.allreduce,), allgatherv=(allgatherv,), per_step=True
+            world_sizes=(p,),
+            allreduce=(opts.allreduce,),
+            allgatherv=(allgatherv,),
+            per_step=True,
+            dense_encodings=("fp32",),
         ),
     )
-    pred = pred[(pred["method"] == method) & (pred["step"] >= 0)].set_index("step")
+    pred = _measured_rows(pred, method)
     out = pd.DataFrame({"step": trace.steps["step"].to_numpy(dtype=np.int64)})
     out["measured_s"] = trace.steps["comm_s"].to_numpy(dtype=float)
     out["predicted_s"] = pred["comm_s"].reindex(out["step"]).to_numpy(dtype=float)
@@ -98,9 +111,10 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
             dense_collective=f"allreduce/{opts.allreduce}",
             compressed_collective=f"allgatherv/{allgatherv}",
             per_step=True,
+            dense_encodings=("fp32",),
         )
         sim, _, _ = simulate_trace(trace, cluster, [p], sim_cfg)
-        sim = sim[(sim["method"] == method) & (sim["step"] >= 0)].set_index("step")
+        sim = _measured_rows(sim, method)
         out["simulated_s"] = sim["comm_s"].reindex(out["step"]).to_numpy(dtype=float)
     for src in SOURCES:
         out[f"{src}_rel_error"] = (out[f"{src}_s"] - out["measured_s"]) / out["measured_s"]
