@@ -32,6 +32,8 @@ __all__ = [
     "COLLECTIVES",
     "SIZE_HEADER_BYTES",
     "CollectiveModel",
+    "allgatherv_padded_data",
+    "size_exchange_time_s",
     "collective_key",
     "collective_time_s",
     "get_collective",
@@ -351,6 +353,36 @@ def allgatherv_direct(
     return link.latency_s + busiest * link.beta_s_per_byte
 
 
+def size_exchange_time_s(world_size: int, link: LinkSpec) -> float:
+    """The allgatherv size exchange, priced as its own small collective: a ring allgather of one
+    int64 (:data:`SIZE_HEADER_BYTES`) per rank, run before the data collective.
+
+    Formula: ``T = (P−1)·(α + 8β)`` (0 for P = 1).
+
+    Assumptions: one length per rank per call (an implementation sending one length per
+    layer, as ``traces.training.distributed_allgatherv`` does, moves 8 B × layers instead);
+    the ring allgather of gloo and NCCL; every round pays the link's α. Implementations that
+    know the sizes in advance skip it (``size_exchange = false`` in predict and simulate).
+
+    Source: the two-collective allgatherv of ``torch.distributed`` users (an ``all_gather``
+    of sizes, then of the data; gloo's ``allgather`` rejects uneven tensors) and MPI_Allgatherv,
+    whose receive counts every rank must know before the call (MPI 4.0 standard, §6.7);
+    ring allgather cost of Thakur, Rabenseifner & Gropp, IJHPCA 2005, §4.
+    """
+    p = int(world_size)
+    if p < 1:
+        raise ConfigError(f"world size must be >= 1, got {world_size}")
+    return (p - 1) * (link.latency_s + SIZE_HEADER_BYTES * link.beta_s_per_byte)
+
+
+def allgatherv_padded_data(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
+    """The data phase of the padded allgatherv alone: a ring allgather of every block padded to
+    the largest one, ``T = (P−1)·(α + β·m_max)`` (sizes known in advance)."""
+    s = _sizes(sizes_bytes)
+    p = s.shape[-1]
+    return (p - 1) * (link.latency_s + s.max(axis=-1) * link.beta_s_per_byte)
+
+
 def allgatherv_padded(
     sizes_bytes: ArrayLike,
     link: LinkSpec,
@@ -361,8 +393,8 @@ def allgatherv_padded(
     """Padded allgatherv: allgather the sizes, then a ring allgather of every block padded to
     the largest one (what gloo-backed ``torch.distributed`` and many frameworks do).
 
-    Formula: ``T = (P−1)·(α + 8β) + (P−1)·(α + β·m_max)`` (size exchange of one int64 per
-    rank by ring allgather, then the equal-size ring allgather).
+    Formula: ``T = (P−1)·(α + 8β) + (P−1)·(α + β·m_max)`` — :func:`size_exchange_time_s`
+    (one int64 per rank by ring allgather) + :func:`allgatherv_padded_data`.
 
     Assumptions: both phases use the lock-step ring allgather; padding bytes cross the wire.
 
@@ -370,10 +402,7 @@ def allgatherv_padded(
     size-then-data pattern of ``torch.distributed.all_gather`` with uneven tensors.
     """
     s = _sizes(sizes_bytes)
-    p = s.shape[-1]
-    a, b = link.latency_s, link.beta_s_per_byte
-    exchange = (p - 1) * (a + SIZE_HEADER_BYTES * b)
-    return exchange + (p - 1) * (a + s.max(axis=-1) * b)
+    return size_exchange_time_s(s.shape[-1], link) + allgatherv_padded_data(s, link)
 
 
 # ------------------------------------------------------------------------------------------

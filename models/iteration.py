@@ -1,19 +1,34 @@
-"""The training iteration: compute + variance + codec + communication, with or without overlap.
+"""The training iteration: compute + variance + codec + communication + decode + optimizer,
+with or without overlap.
 
 A synchronous data-parallel step ends when the collective ends, and the collective cannot end
 before the slowest rank has its payload ready, so per step the *critical rank* (largest
-compute + variance + codec) sets the local part. Overlap modes (:data:`OVERLAP_MODES`):
+compute + variance + codec) sets the local part. After the collective every rank decodes and
+accumulates what it received (``decode``: the P − 1 compressed payloads, or the cast back of a
+bf16/fp16 allreduce), then takes its optimizer step; the slowest decoder sets the step.
+
+Where decode sits: after the collective (per bucket: after that bucket's collective), not
+overlapped with the transfer of later blocks inside one allgatherv, because the allgatherv
+implementations priced here (gloo, NCCL, MPI through ``torch.distributed``) return the
+received blocks only when the whole collective has ended. A per-block pipelined decoder could
+hide all but the last block's decode; that bound is not modelled. Decode runs on the same
+device as the backward pass, so it starts no earlier than the rank's local work ends.
+
+Overlap modes (:data:`OVERLAP_MODES`), with L = compute + variance + codec of the critical
+rank, d the largest rank's decode and o the optimizer step:
 
 ``none``
-    ``step = compute + variance + codec + comm`` of the critical rank.
+    ``step = L + comm + d + o``.
 ``full``
     optimistic bound: communication starts with the backward pass and hides behind it,
-    ``step = f·compute + max((1−f)·compute + variance + codec, comm)`` (f = forward fraction).
+    ``step = f·compute + max((1−f)·compute + variance + codec, comm) + d + o``
+    (f = forward fraction).
 ``bucketed``
     buckets of layers as backward proceeds (PyTorch DDP style): bucket k is ready when the
     backward pass (and its share of variance + codec work) has covered its layers; its
     collective starts when it is ready and the previous bucket's collective has finished;
-    ``step = max(local work, end of the last bucket's collective)``.
+    its decode (its share of d) when the collective has ended, the previous decode has ended
+    and the local work is done; ``step = end of the last decode + o``.
 ``per_layer``
     ``bucketed`` with every layer its own bucket (one collective per parameter tensor).
 
@@ -60,6 +75,8 @@ class StepBreakdown:
     codec_s: np.ndarray
     comm_s: np.ndarray
     step_s: np.ndarray
+    decode_s: np.ndarray | None = None
+    optimizer_s: np.ndarray | None = None
 
 
 def _as_2d(x: ArrayLike, name: str) -> np.ndarray:
@@ -85,19 +102,36 @@ def critical_path(
     return pick(c), pick(v), pick(k)
 
 
+def _after(x: ArrayLike | None, n: int, name: str) -> np.ndarray:
+    """Decode ``[T, P]`` → the largest rank's ``[T]``; optimizer ``[T]`` (or scalar) → ``[T]``."""
+    if x is None:
+        return np.zeros(n)
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim == 2:
+        a = a.max(axis=1)
+    a = np.broadcast_to(a, (n,)).astype(np.float64)
+    if np.any(~np.isfinite(a)) or np.any(a < 0):
+        raise ConfigError(f"{name} must be finite and >= 0")
+    return a
+
+
 def iteration_time_s(
     compute_s: ArrayLike,
     variance_s: ArrayLike,
     codec_s: ArrayLike,
     comm_s: ArrayLike,
     *,
+    decode_s: ArrayLike | None = None,
+    optimizer_s: ArrayLike | None = None,
     overlap: str = "none",
     forward_fraction: float = FORWARD_FRACTION,
 ) -> StepBreakdown:
     """Step time per step from per-rank local times ``[T, P]`` and the collective's ``[T]``.
 
-    Formula: ``none``: ``T = c + v + k + comm``; ``full``: ``T = f·c + max((1−f)·c + v + k,
-    comm)``, with (c, v, k) the critical rank's compute, variance and codec seconds.
+    Formula: ``none``: ``T = c + v + k + comm + d + o``; ``full``: ``T = f·c + max((1−f)·c
+    + v + k, comm) + d + o``, with (c, v, k) the critical rank's compute, variance and codec
+    seconds, d the largest rank's decode ``[T, P]`` (after the collective) and o the
+    optimizer step ``[T]``.
 
     Assumptions: synchronous SGD, one collective per step; ``full`` is an optimistic bound
     (communication could start with the backward pass). For ``per_layer`` / ``bucketed`` use
@@ -110,6 +144,8 @@ def iteration_time_s(
     """
     c, v, k = critical_path(compute_s, variance_s, codec_s)
     comm = np.broadcast_to(np.asarray(comm_s, dtype=np.float64), c.shape)
+    d = _after(decode_s, len(c), "decode_s")
+    o = _after(optimizer_s, len(c), "optimizer_s")
     if overlap == "none":
         step = c + v + k + comm
     elif overlap == "full":
@@ -118,7 +154,7 @@ def iteration_time_s(
         raise ConfigError(f"overlap {overlap!r} needs per-bucket times: use bucketed_step_time_s")
     else:
         raise unknown_name("overlap mode", overlap, OVERLAP_MODES)
-    return StepBreakdown(c, v, k, comm.copy(), step)
+    return StepBreakdown(c, v, k, comm.copy(), step + d + o, d, o)
 
 
 def bucket_layers(
@@ -165,14 +201,18 @@ def bucketed_step_time_s(
     bucket_comm_s: ArrayLike,
     backward_share: ArrayLike,
     *,
+    decode_s: ArrayLike | None = None,
+    optimizer_s: ArrayLike | None = None,
     forward_fraction: float = FORWARD_FRACTION,
 ) -> StepBreakdown:
     """Step time with per-bucket collectives overlapping the backward pass.
 
     Formula, for the critical rank (c, v, k) and buckets k = 1..K in backward order with
-    cumulative backward share s_k and collective time t_k:
+    cumulative backward share s_k (s_0 = 0) and collective time t_k:
     ``ready_k = f·c + s_k·((1−f)·c + v + k)``, ``end_k = max(ready_k, end_{k−1}) + t_k``,
-    ``T = max(c + v + k, end_K)``. ``comm_s`` reports Σ t_k (not only the exposed part).
+    decode ``dec_0 = c + v + k``, ``dec_k = max(end_k, dec_{k−1}) + (s_k − s_{k−1})·d``,
+    ``T = dec_K + o`` (with d = 0 this is ``max(c + v + k, end_K) + o``). ``comm_s`` reports
+    Σ t_k (not only the exposed part).
 
     Assumptions: variance and codec work is spread over backward like the gradient (each
     layer is compressed as soon as it is ready); one collective at a time (a single
@@ -189,14 +229,19 @@ def bucketed_step_time_s(
     share = np.asarray(backward_share, dtype=np.float64)
     if t.shape != (len(c), len(share)):
         raise ConfigError(f"bucket_comm_s must be [steps, buckets], got {t.shape}")
+    d = _after(decode_s, len(c), "decode_s")
+    o = _after(optimizer_s, len(c), "optimizer_s")
     forward = forward_fraction * c
     after = (1 - forward_fraction) * c + v + k
     end = np.zeros_like(c)
+    dec = c + v + k
+    prev = 0.0
     for b in range(len(share)):
         ready = forward + share[b] * after
         end = np.maximum(ready, end) + t[:, b]
-    step = np.maximum(c + v + k, end)
-    return StepBreakdown(c, v, k, t.sum(axis=1), step)
+        dec = np.maximum(end, dec) + (share[b] - prev) * d
+        prev = share[b]
+    return StepBreakdown(c, v, k, t.sum(axis=1), dec + o, d, o)
 
 
 def speedup(dense_step_s: ArrayLike, step_s: ArrayLike) -> np.ndarray:

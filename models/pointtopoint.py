@@ -17,7 +17,8 @@ __all__ = ["p2p_time_s", "reduce_time_s"]
 def p2p_time_s(n_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
     """Time to send one message of ``n_bytes`` over ``link``.
 
-    Formula: ``T(n) = α + β·n`` with α = ``link.latency_s`` and β = 1 / ``link.bandwidth_Bps``;
+    Formula: ``T(n) = α + β·n`` with α = ``link.latency_s`` and β = 1 / (``link.bandwidth_Bps`` × ``link.efficiency``)
+    (payload rate: line rate × transport efficiency);
     a zero-byte message still pays α (a size header or synchronisation is sent).
 
     Assumptions: full-duplex link (a rank can send and receive ``n`` at once at full rate);
@@ -27,7 +28,7 @@ def p2p_time_s(n_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
     CS-2", Parallel Computing 20(3), 1994.
     """
     n = np.asarray(n_bytes, dtype=np.float64)
-    return link.latency_s + n / link.bandwidth_Bps
+    return link.latency_s + n * link.beta_s_per_byte
 
 
 def reduce_time_s(n_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:

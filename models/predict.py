@@ -1,9 +1,11 @@
 """Predicting step times of a recorded trace on a cluster with the closed-form models.
 
 For each world size P the trace is extrapolated to P ranks (:func:`traces.replay.step_inputs`,
-shared with the simulator), then every requested allreduce algorithm prices the dense fp32
-baseline and every requested allgatherv algorithm prices the compressed payloads, step by
-step. Rows follow ``schema.RESULT_COLUMNS`` (``source="predicted"``,
+shared with the simulator), then every requested allreduce algorithm prices the dense
+baselines (fp32, and bf16 / fp16 with their casts: ``dense_encodings``) and every requested
+allgatherv algorithm prices the compressed payloads, step by step, each allgatherv preceded
+by its size exchange unless ``size_exchange`` is off (see
+:func:`models.collectives.size_exchange_time_s`; the padded algorithm then drops its own). Rows follow ``schema.RESULT_COLUMNS`` (``source="predicted"``,
 ``path="closed_form"``): one mean row per (P, method, collective) with ``step = -1`` and, with
 ``per_step``, one row per trace step as well. The dense baseline is always present.
 """
@@ -18,7 +20,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from models.collectives import collective_key, get_collective
+from models.collectives import (
+    allgatherv_padded_data,
+    collective_key,
+    get_collective,
+    size_exchange_time_s,
+)
 from models.iteration import (
     DEFAULT_BUCKET_BYTES,
     OVERLAP_MODES,
@@ -32,7 +39,7 @@ from traces import schema
 from traces.cluster import ClusterSpec
 from traces.errors import ConfigError, unknown_name
 from traces.extrapolate import RULES
-from traces.replay import StepInputs, step_inputs
+from traces.replay import DENSE_ENCODINGS, StepInputs, step_inputs
 from traces.results import finalize_results
 
 __all__ = ["PredictOptions", "frame_from_rows", "predict_trace", "rows_for"]
@@ -56,6 +63,8 @@ class PredictOptions:
     per_step: bool = False
     overlap: str = "none"
     bucket_bytes: float = DEFAULT_BUCKET_BYTES
+    dense_encodings: tuple[str, ...] = DENSE_ENCODINGS
+    size_exchange: bool = True
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -73,6 +82,13 @@ class PredictOptions:
             raise ConfigError("bucket size must be positive")
         if self.seed < 0:
             raise ConfigError(f"seed must be >= 0, got {self.seed}")
+        if "fp32" not in self.dense_encodings:
+            raise ConfigError("dense encodings must include fp32 (the speedup baseline)")
+        for e in self.dense_encodings:
+            if e not in DENSE_ENCODINGS:
+                raise unknown_name("dense encoding", e, DENSE_ENCODINGS)
+        if not isinstance(self.size_exchange, bool):
+            raise ConfigError(f"size_exchange must be true or false, got {self.size_exchange!r}")
 
 
 def rows_for(
@@ -90,10 +106,10 @@ def rows_for(
     zeros = np.zeros_like(breakdown.compute_s)
     cols = {
         "compute_s": breakdown.compute_s,
-        "optimizer_s": zeros,
+        "optimizer_s": zeros if breakdown.optimizer_s is None else breakdown.optimizer_s,
         "variance_s": breakdown.variance_s,
         "codec_s": breakdown.codec_s,
-        "decode_s": zeros,
+        "decode_s": zeros if breakdown.decode_s is None else breakdown.decode_s,
         "comm_s": breakdown.comm_s,
         "step_s": breakdown.step_s,
         "payload_bytes_max": np.broadcast_to(
@@ -124,39 +140,107 @@ def frame_from_rows(parts: Sequence[dict[str, np.ndarray]]) -> pd.DataFrame:
 
 
 def _dense_breakdown(
-    si: StepInputs, key: str, cluster: ClusterSpec, opts: PredictOptions, buckets: Any
+    si: StepInputs,
+    key: str,
+    cluster: ClusterSpec,
+    opts: PredictOptions,
+    buckets: Any,
+    encoding: str = DENSE_ENCODING,
 ) -> StepBreakdown:
+    """Dense allreduce of the gradient in ``encoding``: fp32, or a 2-byte float with a cast
+    before (codec) and after (decode) the allreduce."""
     model = get_collective(key)
     p = si.world_size
     kw = {"intra_link": cluster.intra_link, "gpus_per_node": cluster.gpus_per_node}
     zeros = np.zeros_like(si.compute_s)
+    payload, cast, uncast = si.dense_times(encoding)
+    per_element = payload / (si.dense_bytes / 4) if si.dense_bytes else 0.0
+    codec = np.full_like(si.compute_s, cast)
+    decode = np.full_like(si.compute_s, uncast if p > 1 else 0.0)
+    if p == 1:
+        codec = zeros
     if opts.overlap in _BUCKETED:
         groups, share, numel = buckets
-        bucket_bytes = np.array([4.0 * numel[g].sum() for g in groups])
+        bucket_bytes = np.array([per_element * numel[g].sum() for g in groups])
         per_bucket = model.time_s(
             np.broadcast_to(bucket_bytes[:, None], (len(groups), p)), cluster.link, **kw
         )
-        return bucketed_step_time_s(si.compute_s, zeros, zeros, per_bucket, share)
-    comm = float(model.time_s(np.full((1, p), float(si.dense_bytes)), cluster.link, **kw)[0])
+        return bucketed_step_time_s(
+            si.compute_s,
+            zeros,
+            codec,
+            per_bucket,
+            share,
+            decode_s=decode,
+            optimizer_s=si.optimizer(),
+        )
+    comm = float(model.time_s(np.full((1, p), float(payload)), cluster.link, **kw)[0])
     return iteration_time_s(
-        si.compute_s, zeros, zeros, np.full(len(si.steps), comm), overlap=opts.overlap
+        si.compute_s,
+        zeros,
+        codec,
+        np.full(len(si.steps), comm),
+        decode_s=decode,
+        optimizer_s=si.optimizer(),
+        overlap=opts.overlap,
     )
+
+
+def allgatherv_time_s(
+    key: str, sizes_bytes: np.ndarray, cluster: ClusterSpec, *, size_exchange: bool
+) -> np.ndarray:
+    """Seconds of one compressed allgatherv ``[...]`` for per-rank sizes ``[..., P]``: the data
+    collective plus, when ``size_exchange``, its size exchange as a collective of its own
+    (:func:`models.collectives.size_exchange_time_s`; the padded algorithm contains one, and
+    without ``size_exchange`` only its data phase is priced)."""
+    p = sizes_bytes.shape[-1]
+    if key == "allgatherv/padded" and not size_exchange:
+        return allgatherv_padded_data(sizes_bytes, cluster.link)
+    model = get_collective(key)
+    t = model.time_s(
+        sizes_bytes,
+        cluster.link,
+        intra_link=cluster.intra_link,
+        gpus_per_node=cluster.gpus_per_node,
+    )
+    if size_exchange and key != "allgatherv/padded":
+        t = t + size_exchange_time_s(p, cluster.link)
+    return t
 
 
 def _compressed_breakdown(
     si: StepInputs, key: str, cluster: ClusterSpec, opts: PredictOptions, buckets: Any
 ) -> StepBreakdown:
-    model = get_collective(key)
-    kw = {"intra_link": cluster.intra_link, "gpus_per_node": cluster.gpus_per_node}
+    xch = opts.size_exchange
     if opts.overlap in _BUCKETED:
         _, share, _ = buckets
         lb = si.layer_bytes  # [T, P, K]
         per_bucket = np.stack(
-            [model.time_s(lb[:, :, k], cluster.link, **kw) for k in range(lb.shape[2])], axis=1
+            [
+                allgatherv_time_s(key, lb[:, :, k], cluster, size_exchange=xch)
+                for k in range(lb.shape[2])
+            ],
+            axis=1,
         )
-        return bucketed_step_time_s(si.compute_s, si.variance_s, si.codec_s, per_bucket, share)
-    comm = model.time_s(si.rank_bytes, cluster.link, **kw)
-    return iteration_time_s(si.compute_s, si.variance_s, si.codec_s, comm, overlap=opts.overlap)
+        return bucketed_step_time_s(
+            si.compute_s,
+            si.variance_s,
+            si.codec_s,
+            per_bucket,
+            share,
+            decode_s=si.decode(),
+            optimizer_s=si.optimizer(),
+        )
+    comm = allgatherv_time_s(key, si.rank_bytes, cluster, size_exchange=xch)
+    return iteration_time_s(
+        si.compute_s,
+        si.variance_s,
+        si.codec_s,
+        comm,
+        decode_s=si.decode(),
+        optimizer_s=si.optimizer(),
+        overlap=opts.overlap,
+    )
 
 
 def predict_trace(trace: Any, cluster: ClusterSpec, opts: PredictOptions) -> pd.DataFrame:
@@ -183,34 +267,29 @@ def predict_trace(trace: Any, cluster: ClusterSpec, opts: PredictOptions) -> pd.
         "cluster": cluster.name,
         "topology": topology,
         "compute_mode": cluster.compute,
-        "device": cluster.device.name,
     }
     frames = []
     for p in sorted({int(x) for x in opts.world_sizes}):
         si = step_inputs(
             trace, cluster, p, encoding=encoding, rule=opts.rule, seed=opts.seed, layers=layers
         )
+        base["device"] = si.device
         for alg in opts.allreduce:
             key = collective_key("allreduce", alg)
-            bd = _dense_breakdown(si, key, cluster, opts, buckets)
-            const = {
-                **base,
-                "compressor": "dense",
-                "encoding": DENSE_ENCODING,
-                "world_size": p,
-                "method": "dense",
-                "collective": key,
-            }
-            frames.append(
-                rows_for(
-                    bd,
-                    si.steps,
-                    si.dense_bytes,
-                    si.dense_bytes,
-                    per_step=opts.per_step,
-                    const=const,
+            for enc in opts.dense_encodings:
+                bd = _dense_breakdown(si, key, cluster, opts, buckets, enc)
+                const = {
+                    **base,
+                    "compressor": "dense",
+                    "encoding": enc,
+                    "world_size": p,
+                    "method": "dense",
+                    "collective": key,
+                }
+                payload = si.dense_times(enc)[0]
+                frames.append(
+                    rows_for(bd, si.steps, payload, payload, per_step=opts.per_step, const=const)
                 )
-            )
         pmax = si.rank_bytes.max(axis=1)
         pmean = si.rank_bytes.mean(axis=1)
         for alg in opts.allgatherv:
@@ -252,6 +331,8 @@ def options_dict(opts: PredictOptions) -> dict[str, Any]:
         "per_step": opts.per_step,
         "overlap": opts.overlap,
         "bucket_bytes": opts.bucket_bytes,
+        "dense_encodings": list(opts.dense_encodings),
+        "size_exchange": opts.size_exchange,
         **opts.extra,
     }
 

@@ -52,6 +52,7 @@ __all__ = [
     "Round",
     "Schedule",
     "get_schedule",
+    "padded_data_schedule",
     "unit_sizes",
 ]
 
@@ -172,6 +173,14 @@ def _ag_padded(p: int, gpn: int) -> Schedule:
         Round(i, (i + 1) % p, np.full(p, p), np.ones(p, dtype=np.int64)) for _ in range(p - 1)
     ]
     return Schedule("allgatherv/padded", p, tuple(header + _ring_rounds(p)), p + 1, False, pad=True)
+
+
+@functools.lru_cache(maxsize=64)
+def padded_data_schedule(p: int) -> Schedule:
+    """The padded allgatherv without its size rounds (sizes known in advance): a ring
+    allgather of blocks padded to the largest one. Units: P blocks plus the (unsent) size
+    unit, so :func:`unit_sizes` of the padded key applies unchanged."""
+    return Schedule("allgatherv/padded-data", p, tuple(_ring_rounds(p)), p + 1, False, pad=True)
 
 
 def _ag_direct(p: int, gpn: int) -> Schedule:

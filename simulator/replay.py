@@ -39,13 +39,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.collectives import Schedule, get_schedule, unit_sizes
+from simulator.collectives import (
+    SIZE_HEADER_BYTES,
+    Schedule,
+    get_schedule,
+    padded_data_schedule,
+    unit_sizes,
+)
 from simulator.engine import Phase, RankSpan, contention_free, run_fast, run_message
 from simulator.network import MODES, SEMANTICS, LinkMonitor
 from simulator.topology import Topology, build_topology
 from traces.cluster import ClusterSpec
 from traces.errors import ConfigError, unknown_name
 from traces.extrapolate import RULES
+from traces.replay import DENSE_ENCODINGS
 from traces.schema import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS, RESULT_COLUMNS
 
 __all__ = [
@@ -60,7 +67,7 @@ log = logging.getLogger(__name__)
 
 OVERLAPS = ("none", "per_layer", "bucketed")
 PATHS = ("auto", "message", "collective")
-METHODS = ("dense", "compressed")
+METHODS = ("dense", "compressed")  # result `method` values (dense rows: one per encoding)
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,8 @@ class SimulateConfig:
     encoding: str | None = None
     max_steps: int = 0
     per_step: bool = False
+    dense_encodings: tuple[str, ...] = ("fp32", "bf16", "fp16")
+    size_exchange: bool = True
 
     def __post_init__(self) -> None:
         dense_ok = tuple(f"allreduce/{a}" for a in ALLREDUCE_ALGORITHMS)
@@ -108,6 +117,16 @@ class SimulateConfig:
             raise ConfigError("max_steps must be >= 0 (0 = all steps)")
         if self.seed < 0:
             raise ConfigError(f"seed must be >= 0, got {self.seed}")
+        encs = tuple(self.dense_encodings)
+        if "fp32" not in encs:
+            raise ConfigError("dense_encodings must include fp32 (the speedup baseline)")
+        for e in encs:
+            if e not in DENSE_ENCODINGS:
+                raise unknown_name("dense encoding", str(e), DENSE_ENCODINGS)
+        if len(set(encs)) != len(encs):
+            raise ConfigError(f"dense_encodings lists an encoding twice: {list(encs)}")
+        if not isinstance(self.size_exchange, bool):
+            raise ConfigError(f"size_exchange must be true or false, got {self.size_exchange!r}")
 
 
 @dataclass
@@ -142,7 +161,7 @@ class StepTimeline:
 
 @dataclass
 class _Outcome:
-    finish: np.ndarray  # [P] last phase finish per rank
+    finish: np.ndarray  # [phases, P] finish per phase and rank
     path: str
 
 
@@ -199,7 +218,7 @@ class _Runner:
                     check_overlap=cfg.semantics == "eager" and verdict == "dst",
                 )
                 if fin is not None:
-                    return _Outcome(fin[-1], "collective")
+                    return _Outcome(fin, "collective")
                 if cfg.path == "collective":
                     raise ConfigError(
                         "the collective-level fast path is not exact here: messages into one "
@@ -212,7 +231,7 @@ class _Runner:
             semantics=cfg.semantics,
             gamma_s_per_byte=self.gamma_s_per_byte,
         )
-        return _Outcome(fin[-1], "message")
+        return _Outcome(fin, "message")
 
 
 def _buckets(trace: Any, cfg: SimulateConfig) -> list[list[int]]:
@@ -297,19 +316,25 @@ def simulate_trace(
             comp_bytes = inputs.layer_bytes[:n_steps].astype(float)  # [T, P, K]
         else:
             comp_bytes = inputs.rank_bytes[:n_steps, :, None].astype(float)
-        dense_group = (
-            4.0 * group_numel if len(groups) > 1 else np.array([float(inputs.dense_bytes)])
-        )
+        decode = inputs.decode()[:n_steps]
+        optimizer = inputs.optimizer()[:n_steps]
         gpn = cluster.gpus_per_node
-        sched = {
+        variants = [("dense", e) for e in cfg.dense_encodings] + [("compressed", encoding)]
+        labels = [_label(m, e) for m, e in variants]
+        data_sched = {
             "dense": get_schedule(cfg.dense_collective, p, gpn),
-            "compressed": get_schedule(cfg.compressed_collective, p, gpn),
+            "compressed": _compressed_schedule(cfg, p),
         }
-        runners = {m: _Runner(topo, cfg, cluster.link.gamma_s_per_byte) for m in METHODS}
+        exchange = (
+            get_schedule("allgatherv/ring", p)
+            if cfg.size_exchange and cfg.compressed_collective != "allgatherv/padded"
+            else None
+        )
+        runners = {lab: _Runner(topo, cfg, cluster.link.gamma_s_per_byte) for lab in labels}
         gamma = cluster.link.gamma_s_per_byte
         fwd = compute * (1.0 - cfg.backward_fraction)
         bwd = compute * cfg.backward_fraction
-        per_step: dict[str, list[dict[str, Any]]] = {m: [] for m in METHODS}
+        per_step: dict[str, list[dict[str, Any]]] = {lab: [] for lab in labels}
         want_timeline = set(int(s) for s in timeline_steps)
         missing = want_timeline - set(int(s) for s in inputs.steps[:n_steps])
         if missing:
@@ -319,42 +344,67 @@ def simulate_trace(
             )
         for t in range(n_steps):
             grad_ready = fwd[t][None, :] + bwd[t][None, :] * cum[:, None]  # [K, P]
-            for method in METHODS:
-                s = sched[method]
+            for (method, enc), label in zip(variants, labels, strict=True):
+                s = data_sched[method]
                 if method == "dense":
-                    ready = grad_ready
-                    sizes = [dense_group[k] for k in range(len(groups))]
-                    extra = np.zeros(p)
+                    payload_bytes, cast, uncast = inputs.dense_times(enc)
+                    per_element = payload_bytes / max(inputs.dense_bytes / 4, 1.0)
+                    group_bytes = (
+                        per_element * group_numel
+                        if len(groups) > 1
+                        else np.array([float(payload_bytes)])
+                    )
+                    local = np.full(p, cast if p > 1 else 0.0)
+                    dec = np.full(p, uncast if p > 1 else 0.0)
+                    sizes = [group_bytes[k] for k in range(len(groups))]
+                    var_t = np.zeros(p)
+                    payload = np.full(p, float(payload_bytes))
                 else:
-                    # Variance and codec work of each bucket runs on the same device as
-                    # the backward pass (one stream, as in models.iteration): it delays
-                    # every later bucket's gradients by its own duration.
-                    side = (variance[t] + codec[t])[None, :] * frac[:, None]  # [K, P]
-                    ready = grad_ready + np.cumsum(side, axis=0)
+                    local = variance[t] + codec[t]
+                    dec = decode[t]
                     sizes = [comp_bytes[t, :, k] for k in range(len(groups))]
-                    extra = variance[t] + codec[t]
-                phases = [
-                    Phase(ready[k], s, unit_sizes(s, sizes[k]), f"{method} b{k}")
-                    for k in range(len(groups))
-                ]
-                out = runners[method].run(phases)
-                step_s = float(out.finish.max())
-                work = compute[t] + extra
-                if method == "dense":
-                    payload = np.full(p, float(inputs.dense_bytes))
-                else:
+                    var_t = variance[t]
                     payload = comp_bytes[t].sum(axis=1)
-                per_step[method].append(
+                # Variance, codec and cast work of each bucket runs on the same device as
+                # the backward pass (one stream, as in models.iteration): it delays every
+                # later bucket's gradients by its own duration.
+                side = local[None, :] * frac[:, None]  # [K, P]
+                ready = grad_ready + np.cumsum(side, axis=0)
+                phases: list[Phase] = []
+                data_index = []
+                for k in range(len(groups)):
+                    if method == "compressed" and exchange is not None:
+                        phases.append(
+                            Phase(
+                                ready[k],
+                                exchange,
+                                np.full(p, SIZE_HEADER_BYTES),
+                                f"{label} b{k} sizes",
+                            )
+                        )
+                    data_index.append(len(phases))
+                    phases.append(Phase(ready[k], s, unit_sizes(s, sizes[k]), f"{label} b{k}"))
+                out = runners[label].run(phases)
+                work = compute[t] + local
+                # decode of bucket k: after its collective, the previous decode and the
+                # rank's local work (the same device), its share of the rank's decode time
+                done = work.copy()
+                for k, b in enumerate(data_index):
+                    done = np.maximum(out.finish[b], done) + dec * frac[k]
+                step_s = float(done.max()) + float(optimizer[t])
+                per_step[label].append(
                     {
                         "path": out.path,
                         "step": int(inputs.steps[t]),
                         "compute_s": float(compute[t].mean()),
-                        "variance_s": float(variance[t].mean()) if method != "dense" else 0.0,
-                        "codec_s": float(codec[t].mean()) if method != "dense" else 0.0,
-                        "optimizer_s": 0.0,
-                        "decode_s": 0.0,
+                        "optimizer_s": float(optimizer[t]),
+                        "variance_s": float(var_t.mean()),
+                        "codec_s": float(local.mean() - var_t.mean()),
+                        "decode_s": float(dec.max()),
                         # exposed communication; never below zero (float residue at P = 1)
-                        "comm_s": max(step_s - float(work.max()), 0.0),
+                        "comm_s": max(
+                            step_s - float((work + dec).max()) - float(optimizer[t]), 0.0
+                        ),
                         "step_s": step_s,
                         "payload_bytes_max": float(payload.max()),
                         "payload_bytes_mean": float(payload.mean()),
@@ -370,21 +420,38 @@ def simulate_trace(
                             gamma,
                             phases,
                             p,
-                            method,
+                            label,
                             int(inputs.steps[t]),
                             compute[t],
                             fwd[t],
                             grad_ready,
                             ready,
-                            extra,
+                            local,
                         )
                     )
             if progress is not None:
                 progress(1)
-        info[str(p)] = {m: dict(runners[m].counts) for m in METHODS}
-        rows.extend(_rows(trace, cluster, p, cfg, encoding, per_step))
+        info[str(p)] = {lab: dict(runners[lab].counts) for lab in labels}
+        rows.extend(_rows(trace, cluster, p, cfg, variants, inputs.device, per_step))
     df = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
     return df, timelines, info
+
+
+def _label(method: str, encoding: str) -> str:
+    """The key of one replayed variant (in ``info`` and timelines): ``dense`` (fp32),
+    ``dense/bf16``, ``dense/fp16``, ``compressed``."""
+    if method != "dense":
+        return "compressed"
+    return "dense" if encoding == "fp32" else f"dense/{encoding}"
+
+
+def _compressed_schedule(cfg: SimulateConfig, p: int) -> Schedule:
+    """The compressed collective's schedule; the padded allgatherv without its size rounds
+    when ``size_exchange`` is off (sizes known in advance)."""
+    sched = get_schedule(cfg.compressed_collective, p)
+    if cfg.compressed_collective == "allgatherv/padded" and not cfg.size_exchange:
+        return padded_data_schedule(p)
+    return sched
 
 
 def _rows(
@@ -392,26 +459,28 @@ def _rows(
     cluster: ClusterSpec,
     p: int,
     cfg: SimulateConfig,
-    encoding: str,
+    variants: list[tuple[str, str]],
+    device: str,
     per_step: dict[str, list[dict[str, Any]]],
 ) -> list[dict[str, Any]]:
-    n = len(per_step["dense"])
+    labels = [_label(m, e) for m, e in variants]
+    n = len(per_step[labels[0]])
     step_paths = [
-        "message" if any(per_step[m][t]["path"] == "message" for m in METHODS) else "collective"
+        "message" if any(per_step[lab][t]["path"] == "message" for lab in labels) else "collective"
         for t in range(n)
     ]
     mean_path = "message" if "message" in step_paths else "collective"
     rows = []
-    for method in METHODS:
+    for (method, enc), label in zip(variants, labels, strict=True):
         base = {
             "source": "simulated",
             "trace": trace.name,
             "compressor": "dense" if method == "dense" else trace.compressor,
-            "encoding": "fp32" if method == "dense" else encoding,
+            "encoding": enc,
             "cluster": cluster.name,
             "topology": str(cluster.topology["kind"]),
             "compute_mode": cluster.compute,
-            "device": cluster.device.name,
+            "device": device,
             "world_size": p,
             "method": method,
             "collective": cfg.dense_collective if method == "dense" else cfg.compressed_collective,
@@ -419,7 +488,7 @@ def _rows(
             "scaling_efficiency": math.nan,
             "throughput_samples_per_s": math.nan,
         }
-        frame = pd.DataFrame(per_step[method])
+        frame = pd.DataFrame(per_step[label])
         numeric = [
             "compute_s",
             "optimizer_s",
@@ -434,7 +503,7 @@ def _rows(
         mean = {c: float(frame[c].mean()) for c in numeric}
         rows.append({**base, **mean, "path": mean_path, "step": -1})
         if cfg.per_step:
-            for t, rec in enumerate(per_step[method]):
+            for t, rec in enumerate(per_step[label]):
                 rows.append(
                     {
                         **base,
@@ -474,9 +543,10 @@ def _timeline(
     for r in range(p):
         spans.append(RankSpan(r, "forward", 0.0, float(fwd[r])))
         spans.append(RankSpan(r, "backward", float(fwd[r]), float(compute[r])))
-        if method != "dense" and extra[r] > 0:
+        if extra[r] > 0:
             start = float(grad_ready[0, r])
-            spans.append(RankSpan(r, "variance+codec", start, float(ready[-1, r])))
+            name = "variance+codec" if method == "compressed" else "cast"
+            spans.append(RankSpan(r, name, start, float(ready[-1, r])))
     return StepTimeline(
         world_size=p,
         method=method,

@@ -7,6 +7,10 @@ size ``P`` into a :class:`Topology`: an undirected networkx graph whose every ed
 **full-duplex** link (two independent *channels*, one per direction, each with the link's
 bandwidth and latency), the host node of each rank, and a route for every rank pair.
 
+Bandwidth: every channel carries payload at the link's ``payload_Bps`` = line rate ×
+transport ``efficiency`` (``traces.cluster.FRAMINGS``), the same rate the closed-form models'
+β uses; a ``graph`` link takes ``efficiency`` or ``framing`` (default: its preset's, else 1).
+
 Latency: a link spec's ``latency_s`` is the end-to-end start-up time α of a message between
 two hosts. Where hosts meet through a switch (star, leaf-spine, hierarchical) each cable gets
 α/2, so host → switch → host costs α; each further switch-to-switch cable adds α/2 (a
@@ -46,7 +50,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from traces.cluster import ClusterSpec, LinkSpec, get_link
+from traces.cluster import ClusterSpec, LinkSpec, get_framing, get_link
 from traces.errors import ConfigError, TopologyError, unknown_name
 from traces.units import parse_bandwidth_Bps, parse_time_s
 
@@ -104,7 +108,7 @@ class GraphSpec:
     """An arbitrary graph: hosts in rank order and links (inline or from a TOML ``file``)."""
 
     hosts: tuple[str, ...] = ()
-    links: tuple[tuple[str, str, float, float], ...] = ()  # (a, b, bandwidth_Bps, latency_s)
+    links: tuple[tuple[str, str, float, float], ...] = ()  # (a, b, payload_Bps, latency_s)
     file: str = ""
 
 
@@ -202,7 +206,17 @@ def _int(where: str, value: Any, minimum: int) -> int:
 def _parse_graph_links(where: str, links: Any) -> tuple[tuple[str, str, float, float], ...]:
     if not isinstance(links, (list, tuple)) or not links:
         raise TopologyError(f"{where}: 'links' must be a non-empty list of tables")
-    valid = ("a", "b", "preset", "bandwidth", "bandwidth_Bps", "latency", "latency_s")
+    valid = (
+        "a",
+        "b",
+        "preset",
+        "bandwidth",
+        "bandwidth_Bps",
+        "latency",
+        "latency_s",
+        "efficiency",
+        "framing",
+    )
     out = []
     for i, link in enumerate(links):
         if not isinstance(link, Mapping):
@@ -223,7 +237,22 @@ def _parse_graph_links(where: str, links: Any) -> tuple[tuple[str, str, float, f
         latency = parse_time_s(lat) if lat is not None else base.latency_s
         if not (bandwidth > 0):
             raise TopologyError(f"{where}: links[{i}] bandwidth must be positive")
-        out.append((str(link["a"]), str(link["b"]), float(bandwidth), float(latency)))
+        if "framing" in link and "efficiency" in link:
+            raise ConfigError(f"{where}: links[{i}]: give either 'efficiency' or 'framing'")
+        if "framing" in link:
+            eff = get_framing(str(link["framing"])).efficiency
+        elif "efficiency" in link:
+            eff = link["efficiency"]
+            if isinstance(eff, bool) or not isinstance(eff, (int, float)):
+                raise ConfigError(f"{where}: links[{i}].efficiency: expected a number, got {eff!r}")
+        else:
+            eff = base.efficiency if base is not None else 1.0
+        if not (math.isfinite(eff) and 0 < eff <= 1):
+            raise ConfigError(
+                f"{where}: links[{i}].efficiency must be in (0, 1] (payload bytes per wire "
+                f"byte), got {eff!r}"
+            )
+        out.append((str(link["a"]), str(link["b"]), float(bandwidth) * float(eff), float(latency)))
     return tuple(out)
 
 
@@ -311,7 +340,7 @@ def _build_star(spec: StarSpec, cluster: ClusterSpec, p: int) -> tuple[nx.Graph,
     g = nx.Graph()
     hosts = _hosts(p)
     for h in hosts:
-        _edge(g, h, SWITCH, cluster.link.bandwidth_Bps, cluster.link.latency_s / 2)
+        _edge(g, h, SWITCH, cluster.link.payload_Bps, cluster.link.latency_s / 2)
     return g, hosts
 
 
@@ -324,8 +353,8 @@ def _build_leaf_spine(
     link = cluster.link
     for rank, h in enumerate(hosts):
         leaf = rank // spec.hosts_per_leaf if spec.placement == "packed" else rank % leaves
-        _edge(g, h, f"leaf{leaf}", link.bandwidth_Bps, link.latency_s / 2)
-    uplink_Bps = spec.hosts_per_leaf * link.bandwidth_Bps / (spec.oversubscription * spec.spines)
+        _edge(g, h, f"leaf{leaf}", link.payload_Bps, link.latency_s / 2)
+    uplink_Bps = spec.hosts_per_leaf * link.payload_Bps / (spec.oversubscription * spec.spines)
     if leaves > 1:
         for leaf in range(leaves):
             for s in range(spec.spines):
@@ -347,9 +376,9 @@ def _build_hierarchical(
     hosts = _hosts(p)
     intra, link = cluster.intra_link, cluster.link
     for rank, h in enumerate(hosts):
-        _edge(g, h, f"node{rank // gpn}", intra.bandwidth_Bps, intra.latency_s / 2)
+        _edge(g, h, f"node{rank // gpn}", intra.payload_Bps, intra.latency_s / 2)
     for node in range(p // gpn):
-        _edge(g, f"node{node}", SWITCH, link.bandwidth_Bps, link.latency_s / 2)
+        _edge(g, f"node{node}", SWITCH, link.payload_Bps, link.latency_s / 2)
     return g, hosts
 
 
@@ -359,9 +388,7 @@ def _build_ring(spec: RingSpec, cluster: ClusterSpec, p: int) -> tuple[nx.Graph,
     g.add_nodes_from(hosts)
     if p > 1:
         for i in range(p if p > 2 else 1):
-            _edge(
-                g, hosts[i], hosts[(i + 1) % p], cluster.link.bandwidth_Bps, cluster.link.latency_s
-            )
+            _edge(g, hosts[i], hosts[(i + 1) % p], cluster.link.payload_Bps, cluster.link.latency_s)
     return g, hosts
 
 
@@ -387,7 +414,7 @@ def _build_torus2d(spec: Torus2dSpec, cluster: ClusterSpec, p: int) -> tuple[nx.
             for nr, nc in ((r, (c + 1) % cols), ((r + 1) % rows, c)):
                 there = hosts[nr * cols + nc]
                 if there != here:
-                    _edge(g, here, there, link.bandwidth_Bps, link.latency_s)
+                    _edge(g, here, there, link.payload_Bps, link.latency_s)
     return g, hosts
 
 

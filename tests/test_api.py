@@ -20,9 +20,10 @@ def test_predict_and_simulate_agree_and_save(tmp_path):
         assert list(df.columns) == list(schema.RESULT_COLUMNS)
         assert set(df["source"]) == {source}
         assert set(df["method"]) == {"dense", "compressed"}
-        dense = df[df["method"] == "dense"]
+        dense = df[(df["method"] == "dense") & (df["encoding"] == "fp32")]
         assert (dense["speedup_vs_dense"] == 1.0).all()
-    key = ["world_size", "method"]
+        assert set(df["compute_mode"]) == {"model"} and set(df["device"]) == {"V100"}
+    key = ["world_size", "method", "encoding"]
     merged = pred.merge(sim, on=key, suffixes=("_p", "_s"))
     # contention-free star, ring collectives: the simulator reproduces the closed form
     assert ((merged["step_s_s"] / merged["step_s_p"] - 1).abs() < 1e-3).all()

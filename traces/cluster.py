@@ -5,7 +5,16 @@ models (``models``) and the discrete-event simulator (``simulator``): a topology
 ``kind`` the simulator interprets, the inter-node :class:`LinkSpec` (one NIC per rank in a
 non-blocking fabric unless the topology says otherwise), an optional intra-node link with
 ``gpus_per_node`` ranks per node, a :class:`DeviceSpec`, and how compute time is obtained
-(``"trace"``: measured seconds × ``compute_scale``; ``"model"``: FLOPs ÷ device rate).
+(``"model"``, the default: every local time modelled on the cluster's device — FLOPs ÷ device
+rate for forward + backward, bytes touched ÷ memory bandwidth + launch overhead for the
+optimizer, compression, decoding and casts; ``"trace"``: the seconds measured on the recording
+machine × ``compute_scale``).
+
+A link's ``bandwidth_Bps`` is the nominal line (data) rate; ``efficiency`` is the payload bytes
+carried per wire byte by the transport (framing, headers, preamble and inter-frame gap): the
+rate a large transfer actually moves is ``bandwidth_Bps × efficiency`` (:data:`FRAMINGS` lists
+the sourced values; a *measured* goodput, e.g. from ``vgcsim calibrate``, goes in with
+``efficiency = 1``).
 
 Numbers are SI (bytes/s, seconds, FLOP/s); human strings are parsed with :mod:`traces.units`
 when a cluster file is loaded. Preset values are nominal line rates from the cited
@@ -16,7 +25,7 @@ A cluster file (TOML) looks like::
 
     name = "my-10gbe"
     base = "10GbE"               # optional: start from a cluster preset
-    compute = "model"            # "trace" (default) or "model"
+    compute = "model"            # "model" (default) or "trace"
     compute_scale = 1.0
     gpus_per_node = 4
     device = "V100"              # preset name, or a [device] table
@@ -27,6 +36,7 @@ A cluster file (TOML) looks like::
     bandwidth = "10Gbps"         # or bandwidth_Bps = 1.25e9
     latency = "10us"             # or latency_s = 1e-5
     gamma_s_per_byte = 0.0
+    framing = "tcp-mtu9000"      # or efficiency = 0.99 (payload bytes per wire byte)
     [intra_link]
     preset = "NVLink2"
 
@@ -37,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,6 +66,7 @@ __all__ = [
     "CLUSTER_PRESETS",
     "COMPUTE_MODES",
     "DEVICE_PRESETS",
+    "FRAMINGS",
     "LINK_PRESETS",
     "ClusterSpec",
     "DeviceSpec",
@@ -66,16 +78,81 @@ __all__ = [
     "load_cluster",
 ]
 
-COMPUTE_MODES = ("trace", "model")
+COMPUTE_MODES = ("model", "trace")
+
+
+def _finite(value: float) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class Framing:
+    """How many payload bytes a transport carries per byte on the wire, and why."""
+
+    name: str
+    efficiency: float
+    source: str
+
+
+#: Transport efficiencies (payload bytes per wire byte) of common link framings.
+FRAMINGS: dict[str, Framing] = {
+    f.name: f
+    for f in (
+        Framing(
+            "tcp-mtu1500",
+            1448 / 1538,
+            "TCP/IPv4 over Ethernet, MTU 1500: 1448 payload bytes (1500 − 20 IPv4 − 20 TCP − 12 "
+            "TCP timestamp option, RFC 791/793/7323) per 1538 wire bytes (1500 + 14 Ethernet "
+            "header + 4 FCS + 8 preamble/SFD + 12 inter-frame gap, IEEE 802.3 clauses 3-4) = "
+            "0.9415. A tbf shaper counts 1514-byte frames: 1448/1514 = 0.9564",
+        ),
+        Framing(
+            "tcp-mtu9000",
+            8948 / 9038,
+            "TCP/IPv4 over Ethernet jumbo frames, MTU 9000: 8948 payload bytes per 9038 wire "
+            "bytes (same headers as tcp-mtu1500) = 0.9900",
+        ),
+        Framing(
+            "ib-mtu4096",
+            4096 / (4096 + 26),
+            "InfiniBand reliable connection, 4096-byte MTU: per packet LRH 8 + BTH 12 + ICRC 4 "
+            "+ VCRC 2 = 26 header bytes (IBTA InfiniBand Architecture Specification vol. 1, "
+            "ch. 5 and 7) = 0.9937; the line rate is already after 64b/66b coding",
+        ),
+        Framing(
+            "pcie-mps256",
+            256 / (256 + 24),
+            "PCI Express TLPs with 256-byte max payload: 24 bytes per TLP (framing 2 + sequence "
+            "2 + 3DW/4DW header 12-16 + LCRC 4, PCI Express Base Specification; Xilinx WP350 "
+            "'Understanding Performance of PCI Express Systems') = 0.914",
+        ),
+        Framing(
+            "none",
+            1.0,
+            "no derating: the bandwidth is already a payload rate (a measured goodput) or the "
+            "packet overhead is not modelled",
+        ),
+    )
+}
+
+
+def get_framing(name: str) -> Framing:
+    """Look up a framing by name (UnknownNameError lists the valid names)."""
+    try:
+        return FRAMINGS[name]
+    except KeyError:
+        raise unknown_name("link framing", name, FRAMINGS) from None
 
 
 @dataclass(frozen=True)
 class LinkSpec:
     """A point-to-point link in the Hockney α-β(-γ) model.
 
-    ``bandwidth_Bps`` is bytes per second per direction (full duplex); ``latency_s`` is α,
-    the per-message start-up time; ``gamma_s_per_byte`` is γ, the time to reduce one byte
-    at the receiver (used by allreduce models).
+    ``bandwidth_Bps`` is the nominal line rate in bytes per second per direction (full
+    duplex); ``efficiency`` the payload bytes per wire byte of its transport (see
+    :data:`FRAMINGS`), so payload moves at ``payload_Bps = bandwidth_Bps × efficiency``;
+    ``latency_s`` is α, the per-message start-up time; ``gamma_s_per_byte`` is γ, the time to
+    reduce one byte at the receiver (used by allreduce models).
     """
 
     name: str
@@ -83,33 +160,94 @@ class LinkSpec:
     latency_s: float
     gamma_s_per_byte: float = 0.0
     source: str = ""
+    efficiency: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (self.bandwidth_Bps > 0):
-            raise ConfigError(f"link {self.name!r}: bandwidth must be positive")
-        if not (self.latency_s >= 0) or not (self.gamma_s_per_byte >= 0):
-            raise ConfigError(f"link {self.name!r}: latency and gamma must be non-negative")
+        if not (_finite(self.bandwidth_Bps) and self.bandwidth_Bps > 0):
+            raise ConfigError(
+                f"link {self.name!r}: bandwidth must be a finite positive number, "
+                f"got {self.bandwidth_Bps!r}"
+            )
+        for what, value in (("latency", self.latency_s), ("gamma", self.gamma_s_per_byte)):
+            if not (_finite(value) and value >= 0):
+                raise ConfigError(
+                    f"link {self.name!r}: {what} must be a finite number >= 0, got {value!r}"
+                )
+        if not (_finite(self.efficiency) and 0 < self.efficiency <= 1):
+            raise ConfigError(
+                f"link {self.name!r}: efficiency (payload bytes per wire byte) must be in "
+                f"(0, 1], got {self.efficiency!r}"
+            )
+
+    @property
+    def payload_Bps(self) -> float:
+        """Payload bytes per second of a large transfer: ``bandwidth_Bps × efficiency``."""
+        return self.bandwidth_Bps * self.efficiency
 
     @property
     def beta_s_per_byte(self) -> float:
-        """β = 1 / bandwidth: seconds to push one byte through the link."""
-        return 1.0 / self.bandwidth_Bps
+        """β = 1 / (bandwidth × efficiency): seconds to push one payload byte through the link."""
+        return 1.0 / self.payload_Bps
 
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """An accelerator: nominal peak FLOP/s and the fraction of it training reaches."""
+    """An accelerator: nominal peak FLOP/s and the fraction of it training reaches; memory
+    bandwidth (datasheet) and the fraction a streaming kernel sustains; the fixed cost of one
+    kernel launch (or, on a CPU, one framework op dispatch).
+
+    ``memory_bandwidth_Bps`` / ``launch_overhead_s`` may be None for a custom device that only
+    prices compute; the compression/decode/optimizer model then refuses to run.
+    """
 
     name: str
     peak_flops: float
     efficiency: float
     source: str
+    memory_bandwidth_Bps: float | None = None
+    memory_efficiency: float = 1.0
+    launch_overhead_s: float | None = None
 
     def __post_init__(self) -> None:
-        if not (self.peak_flops > 0):
-            raise ConfigError(f"device {self.name!r}: peak_flops must be positive")
-        if not (0 < self.efficiency <= 1):
-            raise ConfigError(f"device {self.name!r}: efficiency must be in (0, 1]")
+        if not (_finite(self.peak_flops) and self.peak_flops > 0):
+            raise ConfigError(f"device {self.name!r}: peak_flops must be a finite positive number")
+        for what, value in (
+            ("efficiency", self.efficiency),
+            ("memory_efficiency", self.memory_efficiency),
+        ):
+            if not (_finite(value) and 0 < value <= 1):
+                raise ConfigError(f"device {self.name!r}: {what} must be in (0, 1], got {value!r}")
+        bw = self.memory_bandwidth_Bps
+        if bw is not None and not (_finite(bw) and bw > 0):
+            raise ConfigError(
+                f"device {self.name!r}: memory_bandwidth must be a finite positive number, "
+                f"got {bw!r}"
+            )
+        lo = self.launch_overhead_s
+        if lo is not None and not (_finite(lo) and lo >= 0):
+            raise ConfigError(
+                f"device {self.name!r}: launch_overhead must be a finite number >= 0, got {lo!r}"
+            )
+
+    @property
+    def sustained_memory_Bps(self) -> float:
+        """Bytes/s a streaming kernel reaches: ``memory_bandwidth_Bps × memory_efficiency``."""
+        if self.memory_bandwidth_Bps is None:
+            raise ConfigError(
+                f"device {self.name!r} has no memory_bandwidth: give it in the cluster file's "
+                "[device] table (or measure it with `vgcsim calibrate --codec`)"
+            )
+        return self.memory_bandwidth_Bps * self.memory_efficiency
+
+    @property
+    def launch_s(self) -> float:
+        """Seconds per kernel launch (or framework op on a CPU)."""
+        if self.launch_overhead_s is None:
+            raise ConfigError(
+                f"device {self.name!r} has no launch_overhead: give it in the cluster file's "
+                "[device] table (or measure it with `vgcsim calibrate --codec`)"
+            )
+        return self.launch_overhead_s
 
     @property
     def effective_flops(self) -> float:
@@ -127,7 +265,7 @@ class ClusterSpec:
     intra_link: LinkSpec | None
     gpus_per_node: int
     device: DeviceSpec
-    compute: str = "trace"
+    compute: str = "model"
     compute_scale: float = 1.0
     source: str = field(default="", compare=False)
 
@@ -139,8 +277,10 @@ class ClusterSpec:
             raise unknown_name("compute mode", self.compute, COMPUTE_MODES)
         if not (isinstance(self.gpus_per_node, int) and self.gpus_per_node >= 1):
             raise ConfigError(f"cluster {self.name!r}: gpus_per_node must be an integer >= 1")
-        if not (self.compute_scale > 0):
-            raise ConfigError(f"cluster {self.name!r}: compute_scale must be positive")
+        if not (_finite(self.compute_scale) and self.compute_scale > 0):
+            raise ConfigError(
+                f"cluster {self.name!r}: compute_scale must be a finite positive number"
+            )
 
     def __hash__(self) -> int:
         # the topology dict is not hashable; hash the canonical JSON so specs can key caches
@@ -156,12 +296,25 @@ _IB_LAT = "latency: typical MPI small-message latency over InfiniBand verbs (ass
 
 
 def _link(name: str, bandwidth: str, latency: str, source: str) -> LinkSpec:
+    framing = _PRESET_FRAMING[name]
     return LinkSpec(
         name=name,
         bandwidth_Bps=parse_bandwidth_Bps(bandwidth),
         latency_s=parse_time_s(latency),
-        source=source,
+        source=f"{source}; efficiency {framing.name}: {framing.source}",
+        efficiency=framing.efficiency,
     )
+
+
+#: Framing of each link preset: Ethernet presets carry TCP with the default MTU of 1500 (set
+#: ``framing = "tcp-mtu9000"`` in a cluster file for jumbo frames), InfiniBand RC with a
+#: 4096-byte MTU, PCIe TLPs of 256 bytes; NVLink is not derated (no packet-level figure used).
+_PRESET_FRAMING: dict[str, Framing] = {
+    **{n: FRAMINGS["tcp-mtu1500"] for n in ("1GbE", "10GbE", "25GbE", "40GbE", "100GbE")},
+    **{n: FRAMINGS["ib-mtu4096"] for n in ("IB-FDR", "IB-FDR56", "IB-EDR", "IB-HDR", "IB-NDR")},
+    **{n: FRAMINGS["pcie-mps256"] for n in ("PCIe3", "PCIe4")},
+    **{n: FRAMINGS["none"] for n in ("NVLink2", "NVLink3", "NVLink4")},
+}
 
 
 LINK_PRESETS: dict[str, LinkSpec] = {
@@ -251,24 +404,74 @@ LINK_PRESETS["NVLink"] = dataclasses.replace(
 INTRA_NODE_LINKS = ("PCIe3", "PCIe4", "NVLink", "NVLink2", "NVLink3", "NVLink4")
 
 _EFF = "efficiency 0.4: typical sustained fraction of FP32 peak for CNN training (assumption)"
+_MEM_EFF = (
+    "memory_efficiency 0.83: a V100 streamed 750 of its 900 GB/s in Z. Jia, M. Maggioni, "
+    "B. Staiger, D. Scarpazza, 'Dissecting the NVIDIA Volta GPU Architecture via "
+    "Microbenchmarking', 2018 (assumed for the other GPUs)"
+)
+_LAUNCH = (
+    "launch_overhead 4 us: ~3.8 us per short kernel launched back to back on a V100 in A. Gray, "
+    "'Getting Started with CUDA Graphs', NVIDIA Technical Blog, 2019 (assumed for the other "
+    "GPUs: launch cost is set by the driver and host)"
+)
+
+
+def _gpu(name: str, flops: float, flops_src: str, mem_Bps: float, mem_src: str) -> DeviceSpec:
+    return DeviceSpec(
+        name,
+        flops,
+        0.4,
+        f"{flops_src}; {_EFF}; memory {mem_src}; {_MEM_EFF}; {_LAUNCH}",
+        memory_bandwidth_Bps=mem_Bps,
+        memory_efficiency=0.83,
+        launch_overhead_s=4e-6,
+    )
+
 
 DEVICE_PRESETS: dict[str, DeviceSpec] = {
     spec.name: spec
     for spec in (
-        DeviceSpec(
-            "P100", 10.6e12, 0.4, f"NVIDIA Tesla P100 SXM2 datasheet: 10.6 TFLOPS FP32; {_EFF}"
+        _gpu(
+            "P100",
+            10.6e12,
+            "NVIDIA Tesla P100 SXM2 datasheet: 10.6 TFLOPS FP32",
+            732e9,
+            "732 GB/s HBM2 (NVIDIA Tesla P100 datasheet)",
         ),
-        DeviceSpec(
-            "V100", 15.7e12, 0.4, f"NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOPS FP32; {_EFF}"
+        _gpu(
+            "V100",
+            15.7e12,
+            "NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOPS FP32",
+            900e9,
+            "900 GB/s HBM2 (NVIDIA Tesla V100 datasheet)",
         ),
-        DeviceSpec("A100", 19.5e12, 0.4, f"NVIDIA A100 SXM4 datasheet: 19.5 TFLOPS FP32; {_EFF}"),
-        DeviceSpec("H100", 67e12, 0.4, f"NVIDIA H100 SXM5 datasheet: 67 TFLOPS FP32; {_EFF}"),
+        _gpu(
+            "A100",
+            19.5e12,
+            "NVIDIA A100 SXM4 datasheet: 19.5 TFLOPS FP32",
+            1555e9,
+            "1,555 GB/s HBM2 of the 40 GB A100 (NVIDIA A100 datasheet)",
+        ),
+        _gpu(
+            "H100",
+            67e12,
+            "NVIDIA H100 SXM5 datasheet: 67 TFLOPS FP32",
+            3.35e12,
+            "3.35 TB/s HBM3 of the H100 SXM (NVIDIA H100 datasheet)",
+        ),
         DeviceSpec(
             "cpu",
             160e9,
             0.3,
             "generic 2-core x86 CPU at 2.5 GHz with AVX2 FMA: 2 cores x 2.5e9 x 32 FP32 "
-            "FLOP/cycle = 160 GFLOPS (assumption); efficiency 0.3 (assumption)",
+            "FLOP/cycle = 160 GFLOPS (assumption); efficiency 0.3 (assumption); memory: "
+            "dual-channel DDR4-2666 = 2 x 8 B x 2666 MT/s = 42.7 GB/s (JEDEC JESD79-4 data "
+            "rate), memory_efficiency 0.25 and launch_overhead 10 us per PyTorch op on 2 cores "
+            "(assumptions of the order `vgcsim calibrate --codec --device cpu` measures, see "
+            "docs/models.md)",
+            memory_bandwidth_Bps=42.7e9,
+            memory_efficiency=0.25,
+            launch_overhead_s=10e-6,
         ),
     )
 }
@@ -285,7 +488,7 @@ def _star(link_name: str) -> ClusterSpec:
         intra_link=None,
         gpus_per_node=1,
         device=DEVICE_PRESETS[_DEFAULT_DEVICE],
-        compute="trace",
+        compute="model",
         compute_scale=1.0,
         source=f"non-blocking star: one {link_name} NIC per rank into one switch",
     )
@@ -299,7 +502,7 @@ def _hier(name: str, inter: str, intra: str, gpus: int, device: str) -> ClusterS
         intra_link=LINK_PRESETS[intra],
         gpus_per_node=gpus,
         device=DEVICE_PRESETS[device],
-        compute="trace",
+        compute="model",
         compute_scale=1.0,
         source=f"{gpus} x {device} per node on {intra}, one {inter} NIC per node "
         "(DGX-style node; assumption)",
@@ -361,8 +564,16 @@ _LINK_KEYS = (
     "latency",
     "latency_s",
     "gamma_s_per_byte",
+    "efficiency",
+    "framing",
     "source",
 )
+
+
+def _number_key(where: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}.{key}: expected a number, got {value!r}")
+    return float(value)
 
 
 def _link_from(where: str, value: Any) -> LinkSpec:
@@ -378,21 +589,55 @@ def _link_from(where: str, value: Any) -> LinkSpec:
     lat = _one_of(where, value, "latency", "latency_s")
     if base is None and (bw is None or lat is None):
         raise ConfigError(f"{where}: give 'preset' or both 'bandwidth' and 'latency'")
-    gamma = value.get("gamma_s_per_byte", base.gamma_s_per_byte if base else 0.0)
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)):
-        raise ConfigError(f"{where}.gamma_s_per_byte: expected a number, got {gamma!r}")
-    name = value.get("name", base.name if base else where)
-    changed = bw is not None or lat is not None or "gamma_s_per_byte" in value
-    return LinkSpec(
-        name=str(name),
-        bandwidth_Bps=parse_bandwidth_Bps(bw) if bw is not None else base.bandwidth_Bps,
-        latency_s=parse_time_s(lat) if lat is not None else base.latency_s,
-        gamma_s_per_byte=float(gamma),
-        source=str(value.get("source", base.source if base and not changed else "user")),
+    gamma = _number_key(
+        where,
+        "gamma_s_per_byte",
+        value.get("gamma_s_per_byte", base.gamma_s_per_byte if base else 0.0),
     )
+    framing = _one_of(where, value, "efficiency", "framing")
+    if "framing" in value:
+        if not isinstance(framing, str):
+            raise ConfigError(f"{where}.framing: expected a framing name, got {framing!r}")
+        eff = get_framing(framing).efficiency
+    elif "efficiency" in value:
+        eff = _number_key(where, "efficiency", framing)
+    else:
+        eff = base.efficiency if base else 1.0
+    name = value.get("name", base.name if base else where)
+    changed = (
+        bw is not None
+        or lat is not None
+        or "gamma_s_per_byte" in value
+        or "efficiency" in value
+        or "framing" in value
+    )
+    bandwidth = parse_bandwidth_Bps(bw) if bw is not None else base.bandwidth_Bps
+    latency = parse_time_s(lat) if lat is not None else base.latency_s
+    try:
+        return LinkSpec(
+            name=str(name),
+            bandwidth_Bps=bandwidth,
+            latency_s=latency,
+            gamma_s_per_byte=gamma,
+            source=str(value.get("source", base.source if base and not changed else "user")),
+            efficiency=eff,
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
-_DEVICE_KEYS = ("preset", "name", "peak_flops", "efficiency", "source")
+_DEVICE_KEYS = (
+    "preset",
+    "name",
+    "peak_flops",
+    "efficiency",
+    "memory_bandwidth",
+    "memory_bandwidth_Bps",
+    "memory_efficiency",
+    "launch_overhead",
+    "launch_overhead_s",
+    "source",
+)
 
 
 def _device_from(where: str, value: Any) -> DeviceSpec:
@@ -406,17 +651,38 @@ def _device_from(where: str, value: Any) -> DeviceSpec:
     base = get_device(value["preset"]) if "preset" in value else None
     if base is None and "peak_flops" not in value:
         raise ConfigError(f"{where}: give 'preset' or 'peak_flops'")
-    eff = value.get("efficiency", base.efficiency if base else 0.4)
-    if isinstance(eff, bool) or not isinstance(eff, (int, float)):
-        raise ConfigError(f"{where}.efficiency: expected a number, got {eff!r}")
-    peak = parse_flops(value["peak_flops"]) if "peak_flops" in value else base.peak_flops
-    changed = "peak_flops" in value or "efficiency" in value
-    return DeviceSpec(
-        name=str(value.get("name", base.name if base else "custom")),
-        peak_flops=peak,
-        efficiency=float(eff),
-        source=str(value.get("source", base.source if base and not changed else "user")),
+    eff = _number_key(
+        where, "efficiency", value.get("efficiency", base.efficiency if base else 0.4)
     )
+    mem_eff = _number_key(
+        where,
+        "memory_efficiency",
+        value.get("memory_efficiency", base.memory_efficiency if base else 1.0),
+    )
+    peak = parse_flops(value["peak_flops"]) if "peak_flops" in value else base.peak_flops
+    mem = _one_of(where, value, "memory_bandwidth", "memory_bandwidth_Bps")
+    launch = _one_of(where, value, "launch_overhead", "launch_overhead_s")
+    changed = any(k in value for k in _DEVICE_KEYS if k not in ("preset", "name", "source"))
+    mem_Bps = (
+        parse_bandwidth_Bps(mem)
+        if mem is not None
+        else (base.memory_bandwidth_Bps if base else None)
+    )
+    launch_s = (
+        parse_time_s(launch) if launch is not None else (base.launch_overhead_s if base else None)
+    )
+    try:
+        return DeviceSpec(
+            name=str(value.get("name", base.name if base else "custom")),
+            peak_flops=peak,
+            efficiency=eff,
+            source=str(value.get("source", base.source if base and not changed else "user")),
+            memory_bandwidth_Bps=mem_Bps,
+            memory_efficiency=mem_eff,
+            launch_overhead_s=launch_s,
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 _CLUSTER_KEYS = (
@@ -460,6 +726,9 @@ def cluster_from_dict(d: Mapping[str, Any], *, default_name: str = "custom") -> 
     scale = d.get("compute_scale", base.compute_scale if base else 1.0)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise ConfigError(f"compute_scale: expected a number, got {scale!r}")
+    compute = d.get("compute", base.compute if base else "model")
+    if not isinstance(compute, str):
+        raise ConfigError(f"compute: expected 'model' or 'trace', got {compute!r}")
     return ClusterSpec(
         name=str(d.get("name", base.name if base else default_name)),
         topology=dict(topology),
@@ -467,7 +736,7 @@ def cluster_from_dict(d: Mapping[str, Any], *, default_name: str = "custom") -> 
         intra_link=intra_link,
         gpus_per_node=gpn,
         device=device,
-        compute=str(d.get("compute", base.compute if base else "trace")),
+        compute=compute,
         compute_scale=float(scale),
         source=str(d.get("source", base.source if base else "user")),
     )

@@ -6,14 +6,27 @@ they see identical numbers. The rules (shared contract):
 * payload bytes of a rank at a step = ⌈bits / 8⌉ of the total bits its recorded worker sent
   in that step under the chosen encoding (default: the trace's primary encoding); ranks map to
   recorded workers by :mod:`traces.extrapolate` (``modulo`` or seeded ``resample``);
-* the dense baseline sends ``dense_bytes_per_step`` (fp32 gradient) per rank with allreduce;
-* compute per rank and step: ``compute: "trace"`` → the trace's measured ``compute_s / W``
-  (all W emulated workers are measured together) × ``compute_scale``; ``compute: "model"`` →
-  ``flops_per_sample × batch_size_per_worker / (peak_flops × efficiency)``;
-* ``variance_s`` and ``codec_s`` (= ``compress_s + encode_s``) per rank = the step's measured
-  value / W, scaled like compute: × ``compute_scale`` in trace mode; in model mode × (modelled
-  compute / mean measured per-worker compute), i.e. assuming the codec speeds up on the
-  modelled device as much as the forward/backward pass does.
+* the dense baselines send ``dense_bytes_per_step`` (fp32 gradient) per rank with allreduce,
+  or half of it as bf16 / fp16 (:data:`DENSE_ENCODINGS`), paying a cast before and after;
+* local times per rank and step depend on ``cluster.compute`` (see ``traces.schema`` for the
+  result columns and which parts are measured):
+
+  ``"model"`` — everything on ``cluster.device``: compute = ``flops_per_sample × B /
+  (peak × efficiency)``; the squared-gradient estimator = modelled compute × its measured
+  share (Σ variance_s / Σ compute_s, FLOP-bound extra backward work); compress + encode,
+  decode + accumulate, the 2-byte casts and the optimizer step from bytes touched over memory
+  bandwidth plus launches (:mod:`traces.devicecost`), with the sent counts and payload bytes
+  of the trace.
+
+  ``"trace"`` — the seconds measured on the recording machine × ``compute_scale``: compute =
+  one worker's own forward + backward at batch B (steps column ``rank_compute_s``, NaN on
+  steps not sampled: those take ``compute_s / W`` × the mean measured ratio rank_compute_s /
+  (compute_s / W)); traces without the column fall back to ``compute_s / W`` of the batched
+  pass (which underestimates a rank's own pass); ``optimizer_s`` measured (NaN steps take the
+  mean); variance, codec (compress + encode) = the step's value / W; decode of the P − 1
+  received payloads = (P − 1) × ``decode_s`` / W (one recorded decode + accumulate per
+  payload). Whatever the trace lacks (decode_s, optimizer_s, the casts) is modelled on
+  ``cluster.device`` and named in ``time_sources``.
 
 Per-layer bytes (for bucketed overlap) are optional and may be grouped into buckets on the
 fly, because ``[steps, P, layers]`` for ResNet-50 at P = 1024 would not fit in memory.
@@ -21,18 +34,33 @@ fly, because ``[steps, P, layers]`` for ResNet-50 at P = 1024 would not fit in m
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from traces import schema
+from traces import devicecost, schema
 from traces.cluster import ClusterSpec
-from traces.errors import TraceError
+from traces.errors import TraceError, unknown_name
 from traces.extrapolate import rank_workers
 
-__all__ = ["StepInputs", "compute_scale_factor", "step_inputs"]
+__all__ = [
+    "DDP_BUCKET_BYTES",
+    "DENSE_ENCODINGS",
+    "StepInputs",
+    "compute_scale_factor",
+    "recording_device",
+    "step_inputs",
+]
+
+#: Dense baselines: fp32 allreduce, and the 2-byte casts of PyTorch's bf16/fp16 compress hooks.
+DENSE_ENCODINGS = ("fp32", "bf16", "fp16")
+
+#: PyTorch DDP's default bucket_cap_mb (25 MiB): one cast kernel per bucket for the 2-byte
+#: dense baselines.
+DDP_BUCKET_BYTES = 25 * 2**20
 
 
 @dataclass(frozen=True)
@@ -46,10 +74,33 @@ class StepInputs:
     variance_s: np.ndarray  # [T, P]
     codec_s: np.ndarray  # [T, P] compress + encode seconds per rank
     layer_bytes: np.ndarray | None = None  # [T, P, L] per-layer (or per-bucket) bytes
+    decode_s: np.ndarray | None = None  # [T, P] decode + accumulate of the P − 1 received
+    optimizer_s: np.ndarray | None = None  # [T] one optimizer step
+    dense_cast_s: dict[str, tuple[float, float]] = field(default_factory=dict)
+    compute_mode: str = "model"
+    device: str = ""
+    time_sources: dict[str, str] = field(default_factory=dict)
 
     @property
     def world_size(self) -> int:
         return int(self.rank_bytes.shape[1])
+
+    def dense_times(self, encoding: str) -> tuple[float, float, float]:
+        """``(payload_bytes, cast_s, uncast_s)`` of the dense baseline in ``encoding``."""
+        if encoding not in DENSE_ENCODINGS:
+            raise unknown_name("dense encoding", encoding, DENSE_ENCODINGS)
+        numel = self.dense_bytes / 4
+        cast, uncast = self.dense_cast_s.get(encoding, (0.0, 0.0))
+        return numel * devicecost.DENSE_ENCODING_BYTES[encoding], cast, uncast
+
+    def decode(self) -> np.ndarray:
+        """``decode_s`` or zeros."""
+        return np.zeros_like(self.codec_s) if self.decode_s is None else self.decode_s
+
+    def optimizer(self) -> np.ndarray:
+        """``optimizer_s`` ``[T]`` or zeros."""
+        n = len(self.steps)
+        return np.zeros(n) if self.optimizer_s is None else self.optimizer_s
 
 
 def _bits_to_bytes(bits: np.ndarray) -> np.ndarray:
@@ -64,25 +115,68 @@ def _step_column(trace: Any, name: str) -> np.ndarray:
     return steps[name].to_numpy(dtype=np.float64)
 
 
-def compute_scale_factor(trace: Any, cluster: ClusterSpec) -> tuple[np.ndarray, float]:
-    """Per-worker compute seconds per step ``[T]`` under ``cluster`` and the factor applied to
-    the trace's measured per-worker variance and codec seconds."""
+def _optional_column(trace: Any, name: str) -> np.ndarray | None:
+    """A steps column with at least one finite value, else None."""
+    if name not in trace.steps.columns:
+        return None
+    col = trace.steps[name].to_numpy(dtype=np.float64)
+    return col if np.isfinite(col).any() else None
+
+
+def recording_device(trace: Any) -> str:
+    """The device that measured the trace's seconds: the header's ``device``; traces from
+    before it was recorded ran on the CPU; synthetic traces say ``synthetic``."""
+    dev = trace.header.get("device")
+    if dev:
+        return str(dev)
+    return "synthetic" if trace.synthetic else "cpu"
+
+
+def _rank_compute_trace(trace: Any, cluster: ClusterSpec) -> tuple[np.ndarray, str]:
     workers = int(trace.workers)
-    measured = _step_column(trace, "compute_s") / workers
-    if cluster.compute == "trace":
-        return measured * cluster.compute_scale, float(cluster.compute_scale)
+    batched = _step_column(trace, "compute_s") / workers
+    rank = _optional_column(trace, "rank_compute_s")
+    if rank is None:
+        return batched * cluster.compute_scale, (
+            "measured: compute_s / W of the batched pass (the trace has no rank_compute_s; "
+            "this underestimates one rank's own forward + backward)"
+        )
+    sampled = np.isfinite(rank) & (batched > 0)
+    ratio = float(np.mean(rank[sampled] / batched[sampled])) if sampled.any() else 1.0
+    out = np.where(np.isfinite(rank), rank, batched * ratio)
+    return out * cluster.compute_scale, (
+        f"measured: rank_compute_s on {int(np.isfinite(rank).sum())} of {len(rank)} steps; "
+        f"other steps compute_s / W x {ratio:.3g} (mean measured ratio)"
+    )
+
+
+def _model_compute(trace: Any, cluster: ClusterSpec, n_steps: int) -> np.ndarray:
     header = trace.header
     flops = header.get("flops_per_sample")
     batch = header.get("batch_size_per_worker")
     if not flops or not batch:
         raise TraceError(
             f"trace {trace.name}: compute 'model' needs flops_per_sample and "
-            "batch_size_per_worker in the header"
+            'batch_size_per_worker in the header (or use a cluster with compute = "trace")'
         )
     modelled = float(flops) * float(batch) / cluster.device.effective_flops
-    mean_measured = float(np.mean(measured)) if len(measured) else 0.0
-    factor = modelled / mean_measured if mean_measured > 0 else 1.0
-    return np.full(len(measured), modelled), factor
+    return np.full(n_steps, modelled)
+
+
+def compute_scale_factor(trace: Any, cluster: ClusterSpec) -> tuple[np.ndarray, float]:
+    """Per-rank compute seconds per step ``[T]`` under ``cluster`` and the factor applied to
+    the trace's measured per-worker variance seconds (trace mode: ``compute_scale``; model
+    mode: modelled compute / mean batched per-worker compute, the estimator's measured share
+    of the forward + backward pass carried to the modelled device)."""
+    workers = int(trace.workers)
+    batched = _step_column(trace, "compute_s") / workers
+    if cluster.compute == "trace":
+        compute, _ = _rank_compute_trace(trace, cluster)
+        return compute, float(cluster.compute_scale)
+    modelled = _model_compute(trace, cluster, len(batched))
+    mean_measured = float(np.mean(batched)) if len(batched) else 0.0
+    factor = float(modelled[0]) / mean_measured if mean_measured > 0 else 1.0
+    return modelled, factor
 
 
 def _layer_groups(trace: Any, layers: bool | Sequence[Sequence[int]]) -> list[list[int]]:
@@ -94,6 +188,21 @@ def _layer_groups(trace: Any, layers: bool | Sequence[Sequence[int]]) -> list[li
     if any(i < 0 or i >= n_layers for i in flat):
         raise TraceError(f"layer groups name layers outside 0..{n_layers - 1}")
     return groups
+
+
+def _step_worker_sums(trace: Any, step_index: np.ndarray, columns: Sequence[str]) -> list:
+    """Per (step, worker) sums ``[T, W]`` of payload columns (numel, sent)."""
+    p = trace.payloads
+    pos = np.searchsorted(step_index, p["step"].to_numpy())
+    pos = np.clip(pos, 0, len(step_index) - 1)
+    keep = step_index[pos] == p["step"].to_numpy()
+    w = p["worker"].to_numpy()[keep]
+    out = []
+    for c in columns:
+        acc = np.zeros((len(step_index), int(trace.workers)), dtype=np.float64)
+        np.add.at(acc, (pos[keep], w), p[c].to_numpy(dtype=np.float64)[keep])
+        out.append(acc)
+    return out
 
 
 def _layer_group_bits(
@@ -121,6 +230,31 @@ def _layer_group_bits(
         p[col].to_numpy(dtype=np.int64)[keep],
     )
     return out
+
+
+def _optimizer_spec(trace: Any) -> tuple[str, float, str]:
+    cfg = trace.header.get("config") or {}
+    opt = cfg.get("optimizer") if isinstance(cfg, dict) else None
+    if isinstance(opt, dict) and opt.get("name"):
+        return str(opt["name"]), float(opt.get("momentum") or 0.0), "the trace's optimizer"
+    return "sgd", 0.9, "momentum SGD assumed (the trace names no optimizer)"
+
+
+def _model_optimizer(trace: Any, cluster: ClusterSpec, n_steps: int) -> tuple[np.ndarray, str]:
+    name, momentum, why = _optimizer_spec(trace)
+    params = float(sum(int(layer["numel"]) for layer in trace.layers))
+    t = devicecost.optimizer_time_s(name, momentum, params, len(trace.layers), cluster.device)
+    return np.full(n_steps, t), (
+        f"modelled on {cluster.device.name}: {name} step over {params:.0f} parameters ({why}), "
+        "traces.devicecost.optimizer_time_s"
+    )
+
+
+def _dense_casts(dense_bytes: int, cluster: ClusterSpec) -> dict[str, tuple[float, float]]:
+    numel = dense_bytes / 4
+    launches = max(1, math.ceil(dense_bytes / DDP_BUCKET_BYTES))
+    cast = devicecost.cast_time_s(numel, launches, cluster.device)
+    return {"fp32": (0.0, 0.0), "bf16": (cast, cast), "fp16": (cast, cast)}
 
 
 def step_inputs(
@@ -155,10 +289,69 @@ def step_inputs(
     trace_steps = trace.steps["step"].to_numpy(dtype=np.int64)
     if len(trace_steps) != n_steps or not np.array_equal(trace_steps, steps):
         raise TraceError(f"trace {trace.name}: steps table and payloads disagree on the steps")
+    shape = (n_steps, world_size)
+    n_layers = len(trace.layers)
+    compressor = str(trace.compressor)
+    device = cluster.device
+    sources: dict[str, str] = {}
+
     compute, factor = compute_scale_factor(trace, cluster)
     variance = _step_column(trace, "variance_s") / workers * factor
-    codec = (_step_column(trace, "compress_s") + _step_column(trace, "encode_s")) / workers * factor
-    shape = (n_steps, world_size)
+    numel_w, sent_w = _step_worker_sums(trace, steps, ("numel", "sent"))
+    numel_r = np.take_along_axis(numel_w, idx, axis=1)
+    sent_r = np.take_along_axis(sent_w, idx, axis=1)
+    rb = rank_bytes.astype(np.float64)
+
+    def decode_model() -> np.ndarray:
+        """Σ over the other ranks' payloads of their decode bytes, on the cluster's device."""
+        if world_size == 1:
+            return np.zeros(shape)
+        per_payload = devicecost.decode_bytes(compressor, numel_r, sent_r, rb)  # [T, P]
+        received = per_payload.sum(axis=1, keepdims=True) - per_payload
+        return devicecost.decode_time_s(compressor, received, n_layers, device)
+
+    if cluster.compute == "model":
+        sources["compute_s"] = f"modelled on {device.name}: flops_per_sample x B / effective FLOP/s"
+        sources["variance_s"] = (
+            f"modelled on {device.name}: modelled compute x measured variance_s / compute_s"
+        )
+        codec = devicecost.compress_time_s(compressor, numel_r, sent_r, rb, n_layers, device)
+        sources["codec_s"] = f"modelled on {device.name}: traces.devicecost.compress_time_s"
+        decode = decode_model()
+        sources["decode_s"] = (
+            f"modelled on {device.name}: traces.devicecost.decode_time_s of the P - 1 "
+            "received payloads"
+        )
+        optimizer, sources["optimizer_s"] = _model_optimizer(trace, cluster, n_steps)
+        dev_name = device.name
+    else:
+        scale = cluster.compute_scale
+        _, sources["compute_s"] = _rank_compute_trace(trace, cluster)
+        sources["variance_s"] = "measured: variance_s / W"
+        codec_w = (_step_column(trace, "compress_s") + _step_column(trace, "encode_s")) / workers
+        codec = np.broadcast_to((codec_w * scale)[:, None], shape).copy()
+        sources["codec_s"] = "measured: (compress_s + encode_s) / W"
+        dec = _optional_column(trace, "decode_s")
+        if dec is not None:
+            dec = np.nan_to_num(dec, nan=float(np.nanmean(dec)))
+            per = dec / workers * scale
+            decode = np.broadcast_to((per * (world_size - 1))[:, None], shape).copy()
+            sources["decode_s"] = "measured: (P - 1) x decode_s / W (one decode per payload)"
+        else:
+            decode = decode_model()
+            sources["decode_s"] = (
+                f"modelled on {device.name} (the trace has no decode_s): "
+                "traces.devicecost.decode_time_s"
+            )
+        opt = _optional_column(trace, "optimizer_s")
+        if opt is not None:
+            optimizer = np.nan_to_num(opt, nan=float(np.nanmean(opt))) * scale
+            sources["optimizer_s"] = "measured: optimizer_s (steps not sampled take the mean)"
+        else:
+            optimizer, why = _model_optimizer(trace, cluster, n_steps)
+            sources["optimizer_s"] = f"{why} (the trace has no optimizer_s)"
+        dev_name = recording_device(trace)
+    sources["dense_cast_s"] = f"modelled on {device.name}: traces.devicecost.cast_time_s"
 
     layer_bytes = None
     if layers is not False:
@@ -176,6 +369,12 @@ def step_inputs(
         dense_bytes=int(dense),
         compute_s=np.broadcast_to(compute[:, None], shape).copy(),
         variance_s=np.broadcast_to(variance[:, None], shape).copy(),
-        codec_s=np.broadcast_to(codec[:, None], shape).copy(),
+        codec_s=np.asarray(codec, dtype=np.float64),
         layer_bytes=layer_bytes,
+        decode_s=np.asarray(decode, dtype=np.float64),
+        optimizer_s=np.asarray(optimizer, dtype=np.float64),
+        dense_cast_s=_dense_casts(int(dense), cluster),
+        compute_mode=cluster.compute,
+        device=dev_name,
+        time_sources=sources,
     )

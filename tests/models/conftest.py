@@ -21,7 +21,10 @@ TINY_NUMEL = (1000, 250)
 TINY_STEP = {"compute_s": 0.2, "variance_s": 0.02, "compress_s": 0.04, "encode_s": 0.02}
 
 
-def write_tiny_trace(run_dir, *, bits=TINY_BITS, numel=TINY_NUMEL, step_row=TINY_STEP):
+def write_tiny_trace(
+    run_dir, *, bits=TINY_BITS, numel=TINY_NUMEL, step_row=TINY_STEP, step_rows=None
+):
+    """``step_rows``: optional extra step columns, one dict per step."""
     steps, workers, n_layers = bits.shape
     layers = [
         {"index": i, "name": f"l{i}", "shape": [numel[i]], "numel": numel[i]}
@@ -58,7 +61,15 @@ def write_tiny_trace(run_dir, *, bits=TINY_BITS, numel=TINY_NUMEL, step_row=TINY
                     rows["bits_coo64"].append(2 * b)
             w.add_payload_rows(rows)
             w.add_step(
-                {"step": t, "loss": 1.0, "lr": 0.1, "grad_norm": 1.0, "density": 0.01, **step_row}
+                {
+                    "step": t,
+                    "loss": 1.0,
+                    "lr": 0.1,
+                    "grad_norm": 1.0,
+                    "density": 0.01,
+                    **step_row,
+                    **(step_rows[t] if step_rows else {}),
+                }
             )
     return run_dir
 

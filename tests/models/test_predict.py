@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,35 +18,47 @@ from traces.results import read_results
 from vgcsim.cli import main
 
 ALPHA = 10e-6  # 10GbE preset latency
-BETA = 1 / 1.25e9
+BETA = 1 / (1.25e9 * 1448 / 1538)  # 10 Gb/s line rate x TCP/MTU-1500 efficiency
+TRACE_10GBE = dataclasses.replace(get_cluster("10GbE"), compute="trace")
 
 
 def test_tiny_trace_by_hand(tiny_trace):
     opts = PredictOptions(
         world_sizes=(1, 2), allreduce=("ring",), allgatherv=("ring", "padded"), per_step=True
     )
-    df = predict_trace(tiny_trace, get_cluster("10GbE"), opts)
+    df = predict_trace(tiny_trace, TRACE_10GBE, opts)
     assert list(df.columns) == list(schema.RESULT_COLUMNS)
+    assert set(df.compute_mode) == {"trace"} and set(df.device) == {"synthetic"}
 
-    def row(p, coll, step):
+    def row(p, coll, step, enc=None):
         sel = df[(df.world_size == p) & (df.collective == coll) & (df.step == step)]
+        if enc is not None:
+            sel = sel[sel.encoding == enc]
         return sel.iloc[0]
 
-    dense = row(2, "allreduce/ring", 0)
+    opt = float(df.optimizer_s.iloc[0])  # modelled (the tiny trace has no optimizer_s)
+    assert opt > 0 and (df.optimizer_s == opt).all()
+    dense = row(2, "allreduce/ring", 0, "fp32")
     assert dense.comm_s == pytest.approx(2 * ALPHA + 5000 * BETA)
-    assert dense.step_s == pytest.approx(0.1 + 2 * ALPHA + 5000 * BETA)
-    assert (
-        dense.payload_bytes_max == 5000 and dense.compressor == "dense" and dense.encoding == "fp32"
-    )
+    assert dense.step_s == pytest.approx(0.1 + 2 * ALPHA + 5000 * BETA + opt)
+    assert dense.payload_bytes_max == 5000 and dense.compressor == "dense" and dense.decode_s == 0
+    bf16 = row(2, "allreduce/ring", 0, "bf16")  # half the bytes, a cast each way
+    assert bf16.comm_s == pytest.approx(2 * ALPHA + 2500 * BETA)
+    assert bf16.codec_s > 0 and bf16.decode_s == bf16.codec_s
+    assert bf16.step_s == pytest.approx(0.1 + bf16.codec_s + bf16.comm_s + bf16.decode_s + opt)
     comp = row(2, "allgatherv/ring", 0)  # ranks send 120 and 240 bytes
-    assert comp.comm_s == pytest.approx(ALPHA + 240 * BETA)
+    # the size exchange (one int64 per rank, ring) is its own collective before the data
+    assert comp.comm_s == pytest.approx((ALPHA + 8 * BETA) + (ALPHA + 240 * BETA))
     assert comp.compute_s == pytest.approx(0.1)
     assert comp.codec_s == pytest.approx(0.03) and comp.variance_s == pytest.approx(0.01)
-    assert comp.step_s == pytest.approx(0.14 + ALPHA + 240 * BETA)
+    assert comp.decode_s > 0  # modelled: the trace has no decode_s
+    assert comp.step_s == pytest.approx(0.14 + comp.comm_s + comp.decode_s + opt)
     assert comp.payload_bytes_max == 240 and comp.payload_bytes_mean == 180
     assert comp.speedup_vs_dense == pytest.approx(dense.step_s / comp.step_s)
-    assert comp.scaling_efficiency == pytest.approx(0.1 / comp.step_s)
+    assert comp.scaling_efficiency == pytest.approx((0.1 + opt) / comp.step_s)
     assert comp.throughput_samples_per_s == pytest.approx(2 * 8 / comp.step_s)
+    padded = row(2, "allgatherv/padded", 0)
+    assert padded.comm_s == pytest.approx(comp.comm_s)  # its exchange is built in, not doubled
     mean = row(2, "allgatherv/ring", -1)
     per_step = df[(df.world_size == 2) & (df.collective == "allgatherv/ring") & (df.step >= 0)]
     assert mean.step_s == pytest.approx(per_step.step_s.mean())
@@ -56,10 +69,10 @@ def test_tiny_trace_by_hand(tiny_trace):
 
 
 def test_buckets_never_slower_than_no_overlap(tiny_trace):
-    cluster = get_cluster("1GbE")
+    # trace seconds (0.1 s compute per rank): enough backward to hide every bucket's start-up
+    cluster = dataclasses.replace(get_cluster("1GbE"), compute="trace")
     base = PredictOptions(world_sizes=(4, 16), allgatherv=("ring",))
     plain = predict_trace(tiny_trace, cluster, base)
-    import dataclasses
 
     over = predict_trace(
         tiny_trace, cluster, dataclasses.replace(base, overlap="bucketed", bucket_bytes=1000)
@@ -108,8 +121,8 @@ def test_cli_end_to_end_on_synthetic_resnet50(tmp_path, capsys):
     assert header["extrapolation"] == {"rule": "resample", "seed": 7}
     assert header["cluster"]["name"] == "10GbE" and header["traces"][0]["synthetic"] is True
     assert sorted(df.world_size.unique()) == [2**k for k in range(1, 11)]
-    assert len(df) == 10 * 6 * 5  # P × (1 dense + 5 allgatherv) × (mean + 4 steps)
-    dense = df[(df.method == "dense") & (df.step == -1)]
+    assert len(df) == 10 * 8 * 5  # P × (3 dense + 5 allgatherv) × (mean + 4 steps)
+    dense = df[(df.method == "dense") & (df.step == -1) & (df.encoding == "fp32")]
     trace = read_trace(run)
     assert (dense.payload_bytes_max == trace.header["dense_bytes_per_step"]).all()
     # ~913× compression on 10 GbE: compressed allgatherv is faster than dense ring at small P
@@ -194,7 +207,7 @@ def test_committed_sample_trace_with_modelled_compute(tmp_path):
         trace.header["flops_per_sample"] * trace.header["batch_size_per_worker"] / (15.7e12 * 0.4)
     )
     assert np.allclose(df.compute_s, compute)
-    dense = df[df.method == "dense"]
+    dense = df[(df.method == "dense") & (df.encoding == "fp32")]
     assert (dense.payload_bytes_max == trace.header["dense_bytes_per_step"]).all()
     comp = df[df.method == "compressed"]
     assert (comp.payload_bytes_max >= comp.payload_bytes_mean).all()

@@ -89,11 +89,57 @@ def test_replay_of_the_sample_trace_matches_predict(allreduce, allgatherv):
         world_sizes=sizes, allreduce=(allreduce,), allgatherv=(allgatherv,), per_step=True
     )
     pred = predict.predict_trace(trace, cl, opts)
-    key = ["world_size", "method", "step"]
+    key = ["world_size", "method", "encoding", "step"]
     merged = sim.merge(pred, on=key, suffixes=("_sim", "_pred"))
-    assert len(merged) == len(sim)
+    assert len(merged) == len(sim) and set(merged["encoding"]) >= {"fp32", "bf16", "fp16"}
     np.testing.assert_allclose(merged["step_s_sim"], merged["step_s_pred"], rtol=1e-3)
-    np.testing.assert_allclose(merged["comm_s_sim"], merged["comm_s_pred"], rtol=1e-3, atol=1e-9)
+    # comm: the simulator reports step − max(local + decode) − optimizer; the rank with the most
+    # local work need not be the slowest decoder, so allow a little more than for step_s
+    np.testing.assert_allclose(merged["comm_s_sim"], merged["comm_s_pred"], rtol=5e-3, atol=1e-9)
+    for c in ("decode_s", "optimizer_s"):  # both report the slowest decoder, one optimizer
+        np.testing.assert_allclose(merged[f"{c}_sim"], merged[f"{c}_pred"], rtol=1e-9)
+    # codec: the simulator's mean over ranks, the closed form's critical rank
+    np.testing.assert_allclose(merged["codec_s_sim"], merged["codec_s_pred"], rtol=1e-2)
+
+
+@pytest.mark.parametrize("mode", ["model", "trace"])
+@pytest.mark.parametrize("size_exchange", [True, False])
+@pytest.mark.parametrize("allgatherv", ["ring", "padded"])
+def test_synthetic_resnet50_star_simulate_equals_predict(
+    r50_trace, mode, size_exchange, allgatherv
+):
+    """The issue's check: a synthetic ResNet-50 trace at 100x on a 10GbE star, simulate and
+    predict give the same step time (<= 0.1 %), in both compute modes, with and without the
+    size exchange, dense fp32/bf16/fp16 and compressed rows alike."""
+    import dataclasses
+
+    from models.predict import PredictOptions, predict_trace
+    from simulator.replay import SimulateConfig, simulate_trace
+    from traces.cluster import get_cluster
+
+    cl = dataclasses.replace(get_cluster("10GbE"), compute=mode)
+    sizes = (2, 16, 128)
+    cfg = SimulateConfig(
+        compressed_collective=f"allgatherv/{allgatherv}", size_exchange=size_exchange
+    )
+    sim, _, _ = simulate_trace(r50_trace, cl, sizes, cfg)
+    opts = PredictOptions(world_sizes=sizes, allgatherv=(allgatherv,), size_exchange=size_exchange)
+    pred = predict_trace(r50_trace, cl, opts)
+    merged = sim.merge(pred, on=["world_size", "method", "encoding"], suffixes=("_s", "_p"))
+    assert len(merged) == len(sim) == 4 * len(sizes)
+    np.testing.assert_allclose(merged["step_s_s"], merged["step_s_p"], rtol=1e-3)
+    assert set(merged["compute_mode_s"]) == set(merged["compute_mode_p"]) == {mode}
+    assert (merged["device_s"] == merged["device_p"]).all()
+
+
+@pytest.fixture(scope="module")
+def r50_trace(tmp_path_factory):
+    from traces.io import read_trace
+    from traces.synth import SynthConfig, synth_trace
+
+    out = tmp_path_factory.mktemp("r50") / "r50"
+    cfg = SynthConfig(layers="resnet50", workers=4, steps=2, target_ratio=100.0)
+    return read_trace(synth_trace(cfg, out))
 
 
 @pytest.mark.parametrize("overlap", ["per_layer", "bucketed"])
@@ -118,6 +164,8 @@ def test_overlapped_replay_matches_predict(overlap):
         world_sizes=sizes, overlap=overlap, bucket_bytes=bucket, per_step=True
     )
     pred = predict.predict_trace(trace, cl, opts)
-    merged = sim.merge(pred, on=["world_size", "method", "step"], suffixes=("_sim", "_pred"))
+    merged = sim.merge(
+        pred, on=["world_size", "method", "encoding", "step"], suffixes=("_sim", "_pred")
+    )
     assert len(merged) == len(sim) and (merged["method"] == "compressed").any()
     np.testing.assert_allclose(merged["step_s_sim"], merged["step_s_pred"], rtol=1e-3)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pandas as pd
 import pytest
-from simhelpers import cluster
+from simhelpers import cluster as _cluster
 
 from simulator.replay import SimulateConfig, simulate_trace
 from simulator.timeline import chrome_trace
@@ -18,6 +19,13 @@ from traces.results import read_results
 from traces.schema import RESULT_COLUMNS
 from traces.synth import SynthConfig, synth_trace
 from vgcsim.cli import main
+
+LABELS = {"dense", "dense/bf16", "dense/fp16", "compressed"}
+
+
+def cluster(*args, **kw):
+    """The helpers' star in trace mode: the synthetic trace's seconds, not a device model."""
+    return dataclasses.replace(_cluster(*args, **kw), compute="trace")
 
 
 @pytest.fixture(scope="module")
@@ -45,15 +53,26 @@ def test_rows_have_the_shared_columns_and_one_mean_per_method(trace):
     assert list(df.columns) == list(RESULT_COLUMNS)
     assert set(df["source"]) == {"simulated"}
     means = df[df["step"] == -1]
-    assert len(means) == 4 and set(means["method"]) == {"dense", "compressed"}
-    assert len(df) == 4 + 2 * 2 * 6
-    dense = means[means["method"] == "dense"].iloc[0]
+    # per P: dense fp32, bf16, fp16 and the compressed method
+    assert len(means) == 8 and set(means["method"]) == {"dense", "compressed"}
+    assert len(df) == 8 + 2 * 4 * 6
+    assert set(means["encoding"]) == {"fp32", "bf16", "fp16", trace.primary_encoding}
+    assert set(means["compute_mode"]) == {"trace"} and set(means["device"]) == {"synthetic"}
+    dense = means[(means["method"] == "dense") & (means["encoding"] == "fp32")].iloc[0]
     assert dense["collective"] == "allreduce/ring" and dense["compressor"] == "dense"
+    bf16 = means[(means["encoding"] == "bf16")].iloc[0]
+    assert bf16["payload_bytes_max"] == dense["payload_bytes_max"] / 2
     comp = means[means["method"] == "compressed"].iloc[0]
     assert comp["payload_bytes_max"] >= comp["payload_bytes_mean"] > 0
-    assert comp["step_s"] == pytest.approx(
-        comp["compute_s"] + comp["variance_s"] + comp["codec_s"] + comp["comm_s"]
-    )
+    for r in (comp, dense, bf16):
+        assert r["step_s"] == pytest.approx(
+            r["compute_s"]
+            + r["variance_s"]
+            + r["codec_s"]
+            + r["comm_s"]
+            + r["decode_s"]
+            + r["optimizer_s"]
+        )
     assert info["4"]["dense"]["memo"] == 5  # identical dense steps are simulated once
 
 
@@ -111,8 +130,6 @@ def test_bucketed_overlap_hides_dense_communication(trace):
 
 
 def test_compute_model_mode_uses_the_device(trace):
-    import dataclasses
-
     model = dataclasses.replace(cluster(), compute="model")
     df, _, _ = simulate_trace(trace, model, [4], SimulateConfig())
     flops = trace.header["flops_per_sample"] * trace.header["batch_size_per_worker"]
@@ -128,9 +145,7 @@ def test_hierarchical_preset_runs(trace):
 
 def test_timeline_has_rank_and_link_tracks(trace):
     _, timelines, _ = simulate_trace(trace, cluster(), [3], SimulateConfig(), timeline_steps=[0, 1])
-    assert {(t.method, t.step) for t in timelines} == {
-        (m, s) for m in ("dense", "compressed") for s in (0, 1)
-    }
+    assert {(t.method, t.step) for t in timelines} == {(m, s) for m in LABELS for s in (0, 1)}
     doc = json.loads(json.dumps(chrome_trace(timelines)))
     events = doc["traceEvents"]
     names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
@@ -188,7 +203,7 @@ def test_cli_simulate_writes_results_and_timeline(trace_dir, tmp_path, capsys):
     assert df["speedup_vs_dense"].notna().all()
     assert (out / "timeline.json").is_file()
     links = pd.read_csv(out / "links.csv")
-    assert set(links["method"]) == {"dense", "compressed"}
+    assert set(links["method"]) == LABELS
     assert (links["bytes"] > 0).all() and (links["utilization"] <= 1 + 1e-9).all()
 
 

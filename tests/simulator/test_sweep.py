@@ -52,7 +52,7 @@ def test_run_sweep_returns_one_table(traces):
         SimulateConfig(max_steps=2),
     )
     table, jobs = run_sweep(sweep, workers=1)
-    assert len(jobs) == 8 and len(table) == 16
+    assert len(jobs) == 8 and len(table) == 8 * 4  # dense fp32/bf16/fp16 + compressed
     slow = table[table["cluster"].str.contains("100 us")]
     quick = table[table["cluster"].str.contains("1 us")]
     assert slow["step_s"].sum() > quick["step_s"].sum()
@@ -68,6 +68,6 @@ def test_cli_sweep_on_a_process_pool(traces, tmp_path):
     out = tmp_path / "out"
     assert main(["sweep", str(cfg), "-o", str(out), "--workers", "2"]) == 0
     df, header = read_results(out)
-    assert len(df) == 2 * 2 * 2 * 2
+    assert len(df) == 2 * 2 * 2 * 4  # traces x P x bandwidths x (3 dense + compressed)
     assert header["options"]["summary"]["jobs"] == 8
     assert main(["sweep", str(cfg), "-o", str(out), "--set", "sweep.colour=red"]) == 2

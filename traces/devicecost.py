@@ -1,0 +1,297 @@
+"""Local costs on a target device that the trace does not time there: compression, encoding,
+decoding, 2-byte casts and the optimizer step.
+
+Every cost here is a *streaming* cost: a pass over memory at the device's sustained bandwidth
+plus a fixed cost per kernel launch (per framework op on a CPU),
+
+    T = bytes_touched / (memory_bandwidth_Bps × memory_efficiency) + launches × launch_overhead_s,
+
+the memory-bound half of the roofline (S. Williams, A. Waterman and D. Patterson, "Roofline",
+CACM 52(4), 2009): the codec's kernels do a handful of operations per element, far below
+any GPU's FLOP/byte ridge point, so memory traffic, not arithmetic, sets their time. The
+bytes each stage touches are counted per element from what the stage must read and write
+(fp32 = 4 bytes; counts in :data:`CODEC_PROFILES`). Shared by the closed-form models and the
+simulator (both build their inputs with :func:`traces.replay.step_inputs`).
+
+Assumptions: every pass streams from device memory (no cache reuse between kernels, no kernel
+fusion beyond what the profile lists); launches do not overlap each other's work; a decode
+kernel handles one layer of all P − 1 received payloads at once (the payloads arrive together
+when the allgatherv returns), so decode launches do not grow with P, its bytes do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from traces.cluster import DeviceSpec
+from traces.errors import ConfigError, unknown_name
+
+__all__ = [
+    "CAST_BYTES_PER_ELEMENT",
+    "CODEC_PROFILES",
+    "DENSE_ENCODING_BYTES",
+    "OPTIMIZER_BYTES_PER_PARAM",
+    "CodecProfile",
+    "cast_time_s",
+    "codec_profile",
+    "compress_time_s",
+    "decode_time_s",
+    "optimizer_time_s",
+    "stream_time_s",
+]
+
+
+def stream_time_s(bytes_touched: ArrayLike, launches: ArrayLike, device: DeviceSpec) -> np.ndarray:
+    """Seconds of memory-bound work on ``device``.
+
+    Formula: ``T = bytes / (B_mem · e_mem) + n_launch · t_launch`` with B_mem the datasheet
+    memory bandwidth, e_mem the sustained fraction and t_launch the launch overhead of
+    ``device`` (see ``traces.cluster.DEVICE_PRESETS`` for the sources).
+
+    Source: the memory-bound roofline of Williams, Waterman & Patterson, CACM 2009, plus a
+    fixed per-kernel launch cost (A. Gray, "Getting Started with CUDA Graphs", NVIDIA
+    Technical Blog, 2019).
+    """
+    b = np.asarray(bytes_touched, dtype=np.float64)
+    n = np.asarray(launches, dtype=np.float64)
+    return b / device.sustained_memory_Bps + n * device.launch_s
+
+
+@dataclass(frozen=True)
+class CodecProfile:
+    """Bytes and launches of one compressor's stages, per layer of n elements of which k are
+    sent (see :data:`CODEC_PROFILES` for each compressor's derivation)."""
+
+    compress_per_element: float  # bytes per gradient element (dense passes)
+    compress_per_sent: float  # bytes per sent element (gather, quantize, reset)
+    compress_launches: int  # kernels per layer
+    encode_per_sent: float  # bytes read per sent element; the payload bytes are written too
+    encode_launches: int
+    decode_per_element: float  # bytes per element of a received layer (dense decoders)
+    decode_per_sent: float  # bytes per sent element of a received layer (scatter-add)
+    decode_launches: int  # kernels per layer for all received payloads together
+    derivation: str
+
+
+_SPARSE_DECODE = (
+    "decode: read the payload bytes, unpack each sent element to (index, value) and "
+    "scatter-add it into the fp32 accumulator: read index + value 8 B, read + write the "
+    "accumulator 8 B = 16 B per sent element; 2 kernels per layer (unpack, scatter-add)"
+)
+_ENCODE = (
+    "encode: read each sent element's index and code (8 B) and write the payload bytes; "
+    "2 kernels per layer (bit-length prefix sum, write)"
+)
+
+#: Per-compressor byte counts (fp32 = 4 B; masks 1 B).
+CODEC_PROFILES: dict[str, CodecProfile] = {
+    "variance": CodecProfile(
+        34.0,
+        20.0,
+        6,
+        8.0,
+        2,
+        0.0,
+        16.0,
+        2,
+        "compress (Tsuzuku et al. 2018, Alg. 1): r ← r + g (read r, g, write r: 12 B), "
+        "v ← v + σ² from the squared sums (read v, sq, write v: 12 B), test |r| > α√v (read r, "
+        "v: 8 B, write a 1 B mask), compact the mask (1 B) = 34 B per element; per sent "
+        "element read r (4 B), write index + code (8 B), reset r and v (8 B) = 20 B; 6 kernels. "
+        f"{_ENCODE}. {_SPARSE_DECODE}",
+    ),
+    "hybrid": CodecProfile(
+        34.0,
+        20.0,
+        7,
+        8.0,
+        2,
+        0.0,
+        16.0,
+        2,
+        "as variance (the same residual, variance and test passes) plus the Strom threshold "
+        f"folded into the test kernel's compare; 7 kernels. {_ENCODE}. {_SPARSE_DECODE}",
+    ),
+    "strom": CodecProfile(
+        18.0,
+        20.0,
+        5,
+        8.0,
+        2,
+        0.0,
+        16.0,
+        2,
+        "compress (N. Strom, Interspeech 2015): r ← r + g (12 B), test |r| ≥ τ (read r 4 B, "
+        "write a 1 B mask), compact the mask (1 B) = 18 B per element; per sent element read r, "
+        "write index + code, subtract ±τ from r (read + write) = 20 B; 5 kernels. "
+        f"{_ENCODE}. {_SPARSE_DECODE}",
+    ),
+    "topk": CodecProfile(
+        20.0,
+        16.0,
+        6,
+        8.0,
+        2,
+        0.0,
+        16.0,
+        2,
+        "compress: r ← r + g (12 B), radix top-k selection over |r| in two passes (8 B) = 20 B "
+        "per element; per sent element gather r (4 B), write index + value (8 B), zero r (4 B) "
+        f"= 16 B; 6 kernels. {_ENCODE}. {_SPARSE_DECODE}",
+    ),
+    "qsgd": CodecProfile(
+        9.0,
+        0.0,
+        3,
+        0.0,
+        2,
+        9.0,
+        0.0,
+        2,
+        "compress (D. Alistarh et al., QSGD, NeurIPS 2017): the norm (read g, 4 B), stochastic "
+        "rounding with an in-register counter-based generator (read g 4 B, write a 1 B level) "
+        "= 9 B per element; 3 kernels. encode: pack the levels (the 1 B levels are read by the "
+        "compress count; the payload bytes are written), 2 kernels. decode: read a 1 B level and "
+        "read + write the fp32 accumulator = 9 B per element of every received layer; 2 "
+        "kernels per layer",
+    ),
+    "dense": CodecProfile(
+        0.0,
+        0.0,
+        0,
+        0.0,
+        0,
+        8.0,
+        0.0,
+        1,
+        "no compression: nothing to compress or encode (the payload is the fp32 gradient); "
+        "decode: read the received fp32 payload and read + write the accumulator (8 B per "
+        "element besides the payload bytes), 1 kernel per layer",
+    ),
+}
+
+
+def codec_profile(compressor: str) -> CodecProfile:
+    """The byte/launch profile of ``compressor`` (UnknownNameError lists the known ones)."""
+    try:
+        return CODEC_PROFILES[compressor]
+    except KeyError:
+        raise unknown_name("compressor (device codec model)", compressor, CODEC_PROFILES) from None
+
+
+def compress_time_s(
+    compressor: str,
+    numel: ArrayLike,
+    sent: ArrayLike,
+    payload_bytes: ArrayLike,
+    layers: int,
+    device: DeviceSpec,
+) -> np.ndarray:
+    """Compress + encode seconds of one rank's gradient on ``device``.
+
+    Formula, with n elements, k sent, b payload bytes and L layers:
+    ``T = ((c_n·n + c_k·k) + (e_k·k + b)) / (B_mem·e_mem) + L·(l_c + l_e)·t_launch`` with the
+    per-element, per-sent and launch counts (c_n, c_k, l_c; e_k, l_e) of
+    :data:`CODEC_PROFILES`.
+
+    Source: bytes counted from the compressor's definition (see each profile's derivation);
+    memory-bound roofline, :func:`stream_time_s`.
+    """
+    prof = codec_profile(compressor)
+    n = np.asarray(numel, dtype=np.float64)
+    k = np.asarray(sent, dtype=np.float64)
+    b = np.asarray(payload_bytes, dtype=np.float64)
+    moved = prof.compress_per_element * n + prof.compress_per_sent * k
+    moved = moved + prof.encode_per_sent * k + b
+    return stream_time_s(moved, layers * (prof.compress_launches + prof.encode_launches), device)
+
+
+def decode_bytes(compressor: str, numel: ArrayLike, sent: ArrayLike, payload_bytes: ArrayLike):
+    """Bytes touched decoding one received payload (n elements, k sent, b payload bytes):
+    ``b + d_n·n + d_k·k``."""
+    prof = codec_profile(compressor)
+    return (
+        np.asarray(payload_bytes, dtype=np.float64)
+        + prof.decode_per_element * np.asarray(numel, dtype=np.float64)
+        + prof.decode_per_sent * np.asarray(sent, dtype=np.float64)
+    )
+
+
+def decode_time_s(
+    compressor: str, received_bytes: ArrayLike, layers: int, device: DeviceSpec
+) -> np.ndarray:
+    """Decode + accumulate seconds of the P − 1 payloads a rank receives, on ``device``.
+
+    Formula: ``T = Σ_{i≠j} (b_i + d_n·n_i + d_k·k_i) / (B_mem·e_mem) + L·l_d·t_launch``
+    (``received_bytes`` is the sum, from :func:`decode_bytes`); the launches do not grow
+    with P (one kernel per layer decodes every received payload of that layer).
+
+    Source: as :func:`compress_time_s`.
+    """
+    prof = codec_profile(compressor)
+    return stream_time_s(received_bytes, layers * prof.decode_launches, device)
+
+
+#: Bytes per element of the dense 2-byte encodings.
+DENSE_ENCODING_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+#: A cast between fp32 and a 2-byte float reads one and writes the other: 4 + 2 bytes.
+CAST_BYTES_PER_ELEMENT = 6.0
+
+
+def cast_time_s(numel: float, launches: int, device: DeviceSpec) -> float:
+    """Seconds of one fp32 ↔ bf16/fp16 cast of ``numel`` elements (one kernel per bucket).
+
+    Formula: ``T = 6·n / (B_mem·e_mem) + launches·t_launch`` (read 4 B + write 2 B per element,
+    or read 2 B + write 4 B on the way back, where the division by P of PyTorch's bf16
+    compress hook is fused into the cast).
+
+    Source: PyTorch's ``bf16_compress_hook`` / ``fp16_compress_hook``
+    (torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py) cast each bucket before the
+    allreduce and back after it; memory-bound roofline, :func:`stream_time_s`.
+    """
+    if numel < 0 or launches < 0:
+        raise ConfigError("cast size and launches must be non-negative")
+    return float(stream_time_s(CAST_BYTES_PER_ELEMENT * numel, launches, device))
+
+
+#: Bytes per parameter of one optimizer step (fp32 state): what the update reads and writes.
+OPTIMIZER_BYTES_PER_PARAM = {
+    # read p, g, m, v (16 B), write p, m, v (12 B): D. Kingma and J. Ba, "Adam", ICLR 2015
+    "adam": 28.0,
+    "adamw": 28.0,
+    # read p, g, momentum buffer (12 B), write p and the buffer (8 B)
+    "momentum": 20.0,
+    # read p, g (8 B), write p (4 B)
+    "sgd": 12.0,
+}
+
+
+def optimizer_time_s(
+    name: str, momentum: float, params: float, layers: int, device: DeviceSpec
+) -> float:
+    """Seconds of one optimizer step over ``params`` fp32 parameters in ``layers`` tensors.
+
+    Formula: ``T = β_opt·N / (B_mem·e_mem) + L·t_launch`` with β_opt from
+    :data:`OPTIMIZER_BYTES_PER_PARAM` (Adam 28 B, SGD with momentum 20 B, plain SGD 12 B) and
+    one fused update kernel per parameter tensor.
+
+    Assumptions: the update is memory-bound (a few FLOPs per 28 bytes); fp32 state; a fused
+    per-tensor kernel (PyTorch's ``fused=True`` / ``foreach`` implementations launch fewer,
+    so L launches is an upper bound).
+
+    Source: the update rules of Kingma & Ba 2015 (Adam) and Polyak momentum SGD; memory-bound
+    roofline, :func:`stream_time_s`.
+    """
+    key = str(name).lower()
+    if key == "sgd" and momentum:
+        key = "momentum"
+    if key not in OPTIMIZER_BYTES_PER_PARAM:
+        raise unknown_name("optimizer (device model)", str(name), OPTIMIZER_BYTES_PER_PARAM)
+    if not (params >= 0 and math.isfinite(params)):
+        raise ConfigError("parameter count must be a finite number >= 0")
+    return float(stream_time_s(OPTIMIZER_BYTES_PER_PARAM[key] * params, layers, device))
