@@ -330,6 +330,9 @@ def train(
     """
     if cfg.workers != workers.world:
         cfg = dataclasses.replace(cfg, workers=workers.world)
+    if cfg.device != workers.device.type:
+        # "auto" resolved, or a torch.distributed backend's device: the header says what ran.
+        cfg = dataclasses.replace(cfg, device=workers.device.type)
     check_config(cfg)
     cfg = resolve_config(cfg)
     keep_freed_memory()

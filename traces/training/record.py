@@ -53,6 +53,7 @@ __all__ = [
     "evaluate",
     "record",
     "resolve_config",
+    "resolve_device",
 ]
 
 # The loss every recording trains (kept under its old name for the speed script and tests).

@@ -19,6 +19,9 @@ compressor.<hyperparameter>, e.g. --set compressor.alpha=1.5. Keys:
   {keys}
 Example:
   vgcsim record --compressor variance --set compressor.alpha=1.5 --workers 8 --steps 500 -o runs/x
+  vgcsim record --model vgg_like --set model.width=0.25 --compressor dense --device auto -o runs/vgg
+Step columns rank_compute_s (one worker's forward + backward at its own batch, every
+rank_time_every steps) and optimizer_s (one optimizer step) time what a single rank runs.
 """
 
 
@@ -42,6 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="network name (mlp, small_cnn, vgg_like, resnet20)")
     parser.add_argument("--optimizer", help="optimizer name (adam, momentum_sgd)")
     parser.add_argument("--seed", type=int, help="random seed")
+    parser.add_argument(
+        "--device",
+        metavar="{cpu,cuda,auto}",
+        help="where emulated workers run forward, backward and the variance estimate: cpu "
+        "(default), cuda, or auto (cuda when torch sees a GPU); compression stays on the CPU. "
+        "A torch.distributed backend decides its own device (gloo: cpu, nccl: cuda)",
+    )
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an existing trace in --out"
     )
@@ -71,13 +81,14 @@ def build_config(args: argparse.Namespace) -> RecordConfig:
         "model.name": args.model,
         "optimizer.name": args.optimizer,
         "seed": args.seed,
+        "device": args.device,
     }
     return apply_overrides(cfg, [f"{k}={v}" for k, v in flags.items() if v is not None])
 
 
 def run(args: argparse.Namespace) -> int:
     from traces.errors import ConfigError
-    from traces.training.record import check_config, record
+    from traces.training.record import check_config, record, resolve_device
 
     cfg = build_config(args)
     check_config(cfg)
@@ -86,6 +97,14 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"--workers {args.workers} and --nprocs {args.nprocs} disagree: with a "
                 "torch.distributed backend each process is one worker; give --nprocs only"
+            )
+        backend_device = "cuda" if args.backend == "nccl" else "cpu"
+        if cfg.device not in ("auto", backend_device) and (
+            args.device is not None or cfg.device != "cpu"
+        ):
+            raise ConfigError(
+                f"--device {cfg.device} does not apply to backend {args.backend!r}, whose ranks "
+                f"run on {backend_device}; drop --device or use --backend emulated"
             )
         try:
             from traces.training.distributed import run_distributed_record
@@ -98,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
             cfg, args.nprocs, out_dir=args.out, backend=args.backend, overwrite=args.overwrite
         )
     else:
+        resolve_device(cfg.device)  # cuda asked for but absent: one line, before any work
         path = record(cfg, args.out, progress=not args.quiet, overwrite=args.overwrite)
     if not args.quiet:
         print(f"wrote trace {path}")
