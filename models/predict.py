@@ -389,16 +389,30 @@ def parse_algorithms(text: str, op: str) -> tuple[str, ...]:
 
 
 def summarize(df: pd.DataFrame, world_sizes: Sequence[int] | None = None) -> str:
-    """A short text table of mean rows: P, method, collective, step time, speedup."""
+    """A short text table of mean rows: P, method, encoding, collective, comm, decode, step
+    time, speedup; headed by the compute mode and device the times come from."""
     m = df[df["step"] == -1]
     if world_sizes is not None:
         m = m[m["world_size"].isin(list(world_sizes))]
+    modes = ", ".join(
+        sorted({f"{a} on {b}" for a, b in zip(m.compute_mode, m.device, strict=True)})
+    )
     lines = [
-        f"{'P':>6}  {'method':<10}  {'collective':<30}  {'comm':>10}  {'step':>10}  {'speedup':>8}"
+        f"local times: compute {modes}",
+        f"{'P':>6}  {'method':<10}  {'encoding':<16}  {'collective':<26}  {'comm':>10}  "
+        f"{'decode':>10}  {'step':>10}  {'speedup':>8}",
     ]
     for r in m.itertuples(index=False):
         lines.append(
-            f"{r.world_size:>6}  {r.method:<10}  {r.collective:<30}  {r.comm_s * 1e3:>8.3f}ms  "
-            f"{r.step_s * 1e3:>8.3f}ms  {r.speedup_vs_dense:>8.3f}"
+            f"{r.world_size:>6}  {r.method:<10}  {r.encoding:<16}  {r.collective:<26}  "
+            f"{r.comm_s * 1e3:>8.3f}ms  {r.decode_s * 1e3:>8.3f}ms  {r.step_s * 1e3:>8.3f}ms  "
+            f"{r.speedup_vs_dense:>8.3f}"
         )
     return "\n".join(lines)
+
+
+def time_sources(trace: Any, cluster: ClusterSpec) -> dict[str, str]:
+    """Where each local time column comes from on ``cluster`` (measured or modelled, and on
+    which device), for the result header's ``options.time_sources``."""
+    si = step_inputs(trace, cluster, 1)
+    return {"compute_mode": si.compute_mode, "device": si.device, **si.time_sources}

@@ -265,7 +265,7 @@ OPTIMIZER_BYTES_PER_PARAM = {
     "adam": 28.0,
     "adamw": 28.0,
     # read p, g, momentum buffer (12 B), write p and the buffer (8 B)
-    "momentum": 20.0,
+    "momentum_sgd": 20.0,
     # read p, g (8 B), write p (4 B)
     "sgd": 12.0,
 }
@@ -289,7 +289,7 @@ def optimizer_time_s(
     """
     key = str(name).lower()
     if key == "sgd" and momentum:
-        key = "momentum"
+        key = "momentum_sgd"
     if key not in OPTIMIZER_BYTES_PER_PARAM:
         raise unknown_name("optimizer (device model)", str(name), OPTIMIZER_BYTES_PER_PARAM)
     if not (params >= 0 and math.isfinite(params)):

@@ -237,7 +237,7 @@ def _optimizer_spec(trace: Any) -> tuple[str, float, str]:
     opt = cfg.get("optimizer") if isinstance(cfg, dict) else None
     if isinstance(opt, dict) and opt.get("name"):
         return str(opt["name"]), float(opt.get("momentum") or 0.0), "the trace's optimizer"
-    return "sgd", 0.9, "momentum SGD assumed (the trace names no optimizer)"
+    return "momentum_sgd", 0.9, "momentum SGD assumed (the trace names no optimizer)"
 
 
 def _model_optimizer(trace: Any, cluster: ClusterSpec, n_steps: int) -> tuple[np.ndarray, str]:

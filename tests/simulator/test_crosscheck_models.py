@@ -61,6 +61,34 @@ def test_simulated_equals_closed_form(key, p, kind, gpn):
     assert sim == pytest.approx(closed, rel=1e-3)
 
 
+@pytest.mark.parametrize("key", ["allreduce/ring", "allgatherv/ring", "allgatherv/padded"])
+@pytest.mark.parametrize(
+    "topology", [{"kind": "star"}, {"kind": "leaf_spine", "hosts_per_leaf": 4}]
+)
+def test_transport_efficiency_is_applied_alike(key, topology):
+    """A link with efficiency e behaves as a link of e × the bandwidth, in the simulator's
+    channels and in the closed forms (which agree with each other on these topologies)."""
+    import dataclasses
+
+    p = 8
+    base = cluster(topology)
+    derated = dataclasses.replace(base, link=dataclasses.replace(base.link, efficiency=0.9))
+    slower = dataclasses.replace(
+        base, link=dataclasses.replace(base.link, bandwidth_Bps=0.9 * base.link.bandwidth_Bps)
+    )
+    sched = get_schedule(key, p)
+    sizes = np.full(p, N) if key.startswith("allreduce/") else _sizes("rising", p)
+    times = []
+    for cl in (derated, slower):
+        topo = build_topology(cl, p)
+        phase = Phase(np.zeros(p), sched, unit_sizes(sched, sizes))
+        sim = run_message([phase], topo, semantics="rendezvous").max()
+        times.append((sim, float(models_collectives.collective_time_s(key, sizes, cl))))
+    assert times[0] == pytest.approx(times[1], rel=1e-12)
+    if topology["kind"] == "star":
+        assert times[0][0] == pytest.approx(times[0][1], rel=1e-3)
+
+
 @pytest.mark.parametrize(
     ("allreduce", "allgatherv"),
     [("ring", "ring"), ("rabenseifner", "bruck"), ("binomial_tree", "recursive_doubling")],

@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from traces.cluster import (
         CLUSTER_PRESETS,
         DEVICE_PRESETS,
+        FRAMINGS,
         LINK_PRESETS,
         cluster_to_dict,
         load_cluster,
@@ -57,26 +58,42 @@ def run(args: argparse.Namespace) -> int:
                 name,
                 c.topology["kind"],
                 format_bandwidth(c.link.bandwidth_Bps),
+                f"{c.link.efficiency:.4f}",
                 format_time(c.link.latency_s),
                 str(c.gpus_per_node),
                 intra,
                 c.device.name,
+                c.compute,
             ]
         )
     print("Cluster presets (use with --cluster NAME; or write a TOML cluster file):")
     print(
         _table(
-            ["name", "topology", "link bandwidth", "latency", "ranks/node", "intra-node", "device"],
+            [
+                "name",
+                "topology",
+                "link bandwidth",
+                "efficiency",
+                "latency",
+                "ranks/node",
+                "intra-node",
+                "device",
+                "compute",
+            ],
             rows,
         )
     )
     print()
-    print("Link presets (bandwidth per direction, α latency):")
+    print(
+        "Link presets (line rate per direction; efficiency = payload bytes per wire byte; "
+        "payload rate = line rate × efficiency; α latency):"
+    )
     link_rows = [
         [
             n,
             format_bandwidth(s.bandwidth_Bps),
-            f"{s.bandwidth_Bps / 1e9:.4g} GB/s",
+            f"{s.efficiency:.4f}",
+            f"{s.payload_Bps / 1e9:.4g} GB/s",
             format_time(s.latency_s),
         ]
         + ([s.source] if args.sources else [])
@@ -84,18 +101,42 @@ def run(args: argparse.Namespace) -> int:
     ]
     print(
         _table(
-            ["name", "bandwidth", "bytes/s", "latency"] + (["source"] if args.sources else []),
+            ["name", "line rate", "efficiency", "payload rate", "latency"]
+            + (["source"] if args.sources else []),
             link_rows,
         )
     )
     print()
-    print("Device presets (FP32 peak × efficiency):")
+    print("Framings (set `framing = NAME` or `efficiency = X` in a cluster file's [link]):")
+    fr_rows = [
+        [f.name, f"{f.efficiency:.4f}"] + ([f.source] if args.sources else [])
+        for f in FRAMINGS.values()
+    ]
+    print(_table(["name", "efficiency"] + (["source"] if args.sources else []), fr_rows))
+    print()
+    print(
+        "Device presets (FP32 peak × efficiency; memory bandwidth × sustained fraction and "
+        "launch overhead price compression, decode, casts and the optimizer):"
+    )
     dev_rows = [
-        [n, f"{s.peak_flops / 1e12:.4g} TFLOP/s", f"{s.efficiency:g}"]
+        [
+            n,
+            f"{s.peak_flops / 1e12:.4g} TFLOP/s",
+            f"{s.efficiency:g}",
+            f"{s.memory_bandwidth_Bps / 1e9:.4g} GB/s" if s.memory_bandwidth_Bps else "-",
+            f"{s.memory_efficiency:g}",
+            format_time(s.launch_overhead_s) if s.launch_overhead_s is not None else "-",
+        ]
         + ([s.source] if args.sources else [])
         for n, s in DEVICE_PRESETS.items()
     ]
-    print(_table(["name", "peak", "efficiency"] + (["source"] if args.sources else []), dev_rows))
+    print(
+        _table(
+            ["name", "peak", "efficiency", "memory", "mem. efficiency", "launch"]
+            + (["source"] if args.sources else []),
+            dev_rows,
+        )
+    )
     if not args.sources:
         print("\n(--sources shows where each value comes from)")
     return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vgcsim.commands.cost_options import add_cost_options, parse_cost_options
+
 HELP = "predict step times of dense allreduce vs compressed allgatherv from a trace (closed-form models)"
 
 
@@ -65,6 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="bucket size for --overlap bucketed (default: 25MiB)",
     )
+    add_cost_options(parser)
     parser.add_argument("--per-step", action="store_true", help="also write one row per trace step")
     parser.add_argument(
         "-o", "--output", required=True, metavar="DIR", help="result table directory"
@@ -79,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         parse_world_sizes,
         predict_trace,
         summarize,
+        time_sources,
         trace_entry,
     )
     from traces.cluster import cluster_to_dict, load_cluster
@@ -86,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from traces.results import results_header, write_results
     from traces.units import parse_size_bytes
 
-    cluster = load_cluster(args.cluster)
+    cluster, dense_encodings, size_exchange = parse_cost_options(args, load_cluster(args.cluster))
     opts = PredictOptions(
         world_sizes=parse_world_sizes(args.world_sizes),
         allreduce=parse_algorithms(args.allreduce, "allreduce"),
@@ -97,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
         per_step=args.per_step,
         overlap=args.overlap,
         bucket_bytes=parse_size_bytes(args.bucket_size),
+        dense_encodings=dense_encodings,
+        size_exchange=size_exchange,
     )
     trace = read_trace(args.trace)
     df = predict_trace(trace, cluster, opts)
@@ -105,7 +111,11 @@ def run(args: argparse.Namespace) -> int:
         traces=[trace_entry(trace)],
         cluster=cluster_to_dict(cluster),
         extrapolation={"rule": opts.rule, "seed": opts.seed if opts.rule == "resample" else None},
-        options={**options_dict(opts), "encoding": opts.encoding or trace.primary_encoding},
+        options={
+            **options_dict(opts),
+            "encoding": opts.encoding or trace.primary_encoding,
+            "time_sources": time_sources(trace, cluster),
+        },
         command=list(sys.argv),
     )
     out = write_results(df, args.output, header)

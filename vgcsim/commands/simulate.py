@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from vgcsim.commands import add_set_option
+from vgcsim.commands.cost_options import add_cost_options, parse_cost_options
 
 HELP = "replay a trace on a discrete-event cluster model; write the result table (source=simulated)"
 
@@ -77,17 +79,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="message-level simulation, collective-level fast path, or auto (default)",
     )
+    add_cost_options(parser)
     add_set_option(
         parser,
         "set a SimulateConfig key: dense_collective, compressed_collective, overlap "
         "(none|per_layer|bucketed), bucket_bytes, mode (fair|fifo), semantics "
-        "(rendezvous|eager), jitter, seed, rule, encoding, max_steps",
+        "(rendezvous|eager), jitter, seed, rule, encoding, max_steps, dense_encodings, "
+        "size_exchange",
         dest="overrides",
     )
     parser.add_argument("-o", "--out", required=True, metavar="DIR", help="output result directory")
 
 
 def run(args: argparse.Namespace) -> int:
+    from models.predict import time_sources
     from simulator.replay import SimulateConfig, simulate_trace
     from simulator.timeline import write_chrome_trace
     from traces.cluster import cluster_to_dict, load_cluster
@@ -101,7 +106,11 @@ def run(args: argparse.Namespace) -> int:
     if args.per_step:
         cfg = apply_overrides(cfg, ["per_step=true"])
     trace = read_trace(args.run)
-    cluster = load_cluster(args.cluster)
+    cluster, dense_encodings, size_exchange = parse_cost_options(args, load_cluster(args.cluster))
+    if args.dense_encodings != "fp32,bf16,fp16":
+        cfg = dataclasses.replace(cfg, dense_encodings=dense_encodings)
+    if not size_exchange:
+        cfg = dataclasses.replace(cfg, size_exchange=False)
     total = len(args.world_sizes) * (
         min(trace.steps_count, cfg.max_steps) if cfg.max_steps else trace.steps_count
     )
@@ -131,7 +140,12 @@ def run(args: argparse.Namespace) -> int:
         ],
         cluster=cluster_to_dict(cluster),
         extrapolation={"rule": cfg.rule, "seed": cfg.seed if cfg.rule == "resample" else None},
-        options={**to_dict(cfg), "world_sizes": list(args.world_sizes), "paths_run": info},
+        options={
+            **to_dict(cfg),
+            "world_sizes": list(args.world_sizes),
+            "paths_run": info,
+            "time_sources": time_sources(trace, cluster),
+        },
         command=["vgcsim", *sys.argv[1:]],
     )
     out = write_results(df, args.out, header)
@@ -148,7 +162,18 @@ def run(args: argparse.Namespace) -> int:
         links.to_csv(out / "links.csv", index=False)
         print(f"timeline: {path} (open in https://ui.perfetto.dev); per-link bytes: links.csv")
     means = df[df["step"] == -1]
-    cols = ["world_size", "method", "collective", "path", "comm_s", "step_s", "speedup_vs_dense"]
+    cols = [
+        "world_size",
+        "method",
+        "encoding",
+        "collective",
+        "path",
+        "comm_s",
+        "decode_s",
+        "step_s",
+        "speedup_vs_dense",
+    ]
+    print(f"local times: compute {cluster.compute} on {means['device'].iloc[0]}")
     print(means[cols].to_string(index=False, float_format=lambda v: f"{v:.6g}"))
     print(f"results: {out}")
     return 0
