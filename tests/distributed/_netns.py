@@ -263,9 +263,12 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rate", default="200mbit")
     p.add_argument("--hosts", type=int, default=4)
-    p.add_argument("--sizes", default="4:64MiB")
+    p.add_argument("--ops", default="p2p,allreduce", help="ops of the calibration sweep")
+    p.add_argument("--sizes", default="4:64MiB", help="sizes of the calibration sweep")
+    p.add_argument("--check-ops", default="p2p,allreduce,allgatherv")
+    p.add_argument("--check-sizes", default="8MB,40MB")
     p.add_argument("--repeats", type=int, default=10)
-    p.add_argument("--budget", type=float, default=10.0)
+    p.add_argument("--tolerance", default="0.05")
     p.add_argument("-o", "--out", type=Path, required=True, help="folder for the files")
     args = p.parse_args(argv)
     reason = missing_prerequisite()
@@ -274,30 +277,42 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return 2
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    sweep = ["--sizes", args.sizes, "--repeats", str(args.repeats), "--budget", str(args.budget)]
+    sweeps = {
+        "cal": ["--ops", args.ops, "--sizes", args.sizes, "--repeats", str(args.repeats)],
+        "check": ["--ops", args.check_ops, "--sizes", args.check_sizes, "--repeats", "5"],
+    }
     with shaped_hosts(args.hosts, args.rate) as hosts:
+        print(f"{args.hosts} hosts, every link tbf rate {args.rate} burst {burst_bytes(args.rate)}")
         goodput = measure_tcp_goodput_Bps(hosts, 64 << 20 if "m" in args.rate else 256 << 20)
         print(
             f"TCP goodput h0 -> h1: {goodput / 1e6:.2f} MB/s "
             f"(rate x 1448/1514 = {tcp_goodput_Bps(args.rate) / 1e6:.2f} MB/s)"
         )
-        for name, port in (("cal", 29511), ("check", 29512)):
+        for k, (name, sweep) in enumerate(sweeps.items()):
             cmds = [
-                calibrate_argv(hosts, i, port, out / f"{name}.toml", *sweep, "--force")
+                calibrate_argv(hosts, i, 29511 + k, out / f"{name}.toml", *sweep, "--force")
                 for i in range(args.hosts)
             ]
+            t0 = time.monotonic()
             done = run_on_hosts(hosts, cmds, timeout_s=3600)
-            print(f"$ {' '.join(cmds[0][2:])}  (node 0 of {args.hosts})")
+            print(f"$ vgcsim {' '.join(cmds[0][3:])}  (node 0; {time.monotonic() - t0:.0f} s)")
             print(done[0].stdout)
             if any(d.returncode for d in done):
                 for d in done:
                     print(d.stdout[-2000:], file=sys.stderr)
                 return 1
-    cmd = vgcsim_argv(
-        "validate", str(out / "check.measurements.json"), "--cluster", str(out / "cal.toml")
-    )
-    print(f"$ vgcsim {' '.join(cmd[3:])}")
-    return subprocess.run(cmd).returncode
+    for cluster in ("cal", "check"):
+        cmd = vgcsim_argv(
+            "validate",
+            str(out / "check.measurements.json"),
+            "--cluster",
+            str(out / f"{cluster}.toml"),
+            "--tolerance",
+            args.tolerance,
+        )
+        print(f"$ vgcsim {' '.join(cmd[3:])}", flush=True)
+        subprocess.run(cmd)
+    return 0
 
 
 if __name__ == "__main__":

@@ -113,7 +113,10 @@ def parse_sizes(text: str) -> tuple[tuple[int, ...], tuple[int, int] | None]:
     from traces.units import parse_size_bytes
 
     def one(v: str) -> int:
-        n = parse_size_bytes(v.strip())
+        try:
+            n = parse_size_bytes(v.strip())
+        except (ValueError, ConfigError) as exc:
+            raise ConfigError(f"bad --sizes: {exc}") from None
         if n != int(n):
             raise ConfigError(f"bad --sizes: {v.strip()!r} is not a whole number of bytes")
         return int(n)
