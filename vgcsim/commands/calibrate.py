@@ -49,6 +49,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from traces.training.distributed_calibrate import DEFAULT_MAX_ERROR, DEFAULT_OPS
 
     parser.add_argument("-o", "--output", type=Path, required=True, help="cluster TOML to write")
+    parser.add_argument(
+        "--codec",
+        action="store_true",
+        help="measure this device's memory bandwidth and launch overhead with torch kernels "
+        "instead of the network; write them as the [device] table of -o (kept otherwise)",
+    )
+    parser.add_argument(
+        "--codec-device", default="auto", help="with --codec: cpu, cuda or auto (default)"
+    )
     parser.add_argument("--backend", default="gloo", help="gloo (CPU) or nccl (one GPU per rank)")
     parser.add_argument(
         "--nprocs",
@@ -259,6 +268,30 @@ def _measure(args: argparse.Namespace, meas_path: Path) -> bool:
     return args.node_rank == 0
 
 
+def _run_codec(args: argparse.Namespace, out: Path) -> int:
+    """``--codec``: see :mod:`traces.training.codec_calibrate`."""
+    from traces.cluster import get_device
+    from traces.training.codec_calibrate import (
+        measure_device,
+        resolve_device,
+        summary,
+        write_device_entry,
+    )
+
+    if out.is_dir():
+        raise ConfigError(f"-o {out} is a folder; give the cluster TOML file to write")
+    device = resolve_device(args.codec_device)
+    get_device(args.device)
+    if device == "cuda" and args.device == "cpu":
+        raise ConfigError("--codec on cuda: name the GPU's preset with --device (e.g. H100)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cal = measure_device(device, repeats=max(args.repeats, 1), warmup=args.warmup)
+    print(summary(cal))
+    write_device_entry(out, cal, preset=args.device, name=args.name)
+    print(f"wrote the [device] table of {out}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from traces.cluster import load_cluster
     from traces.training.distributed_calibrate import (
@@ -271,6 +304,8 @@ def run(args: argparse.Namespace) -> int:
     )
 
     out: Path = args.output
+    if args.codec:
+        return _run_codec(args, out)
     fit_ops = _fit_ops(args.fit_ops)
     _check_options(args)
     if out.is_dir():
