@@ -57,6 +57,14 @@ def test_gloo_record_matches_the_emulated_recorder(tmp_path, capsys):
     np.testing.assert_allclose(real.steps["grad_norm"], emu.steps["grad_norm"], rtol=1e-5)
     pd.testing.assert_frame_equal(real.evals, emu.evals, atol=1e-6, check_exact=False)
     assert (real.steps["comm_s"] > 0).all() and (real.steps["comm_s"] < 5).all()
+    # One loop: the same per-rank timings, sampled on the same steps as the emulation.
+    pd.testing.assert_series_equal(
+        real.steps["rank_compute_s"].isna(), emu.steps["rank_compute_s"].isna()
+    )
+    assert (real.steps["rank_compute_s"].dropna() > 0).all() and (
+        real.steps["optimizer_s"] > 0
+    ).all()
+    assert real.header["device"]["type"] == "cpu" and real.header["config"]["device"] == "cpu"
     assert json.loads((out / "header.json").read_text())["config"]["workers"] == 4
 
 
@@ -69,6 +77,8 @@ def test_user_errors_exit_2_before_any_rank_starts(tmp_path, capsys):
     assert main(["record", "--backend", "mpi", "-q", "-o", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
     assert "not empty" in err and "unknown compressor 'nope'" in err and "unknown backend" in err
+    assert main([*base, "--device", "cuda", "-o", str(tmp_path / "c")]) == 2
+    assert "--device cuda does not apply to backend 'gloo'" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -127,6 +127,8 @@ def test_nan_stops_and_keeps_prefix(tmp_path):
         (["--set", "estimator=guess"], "unknown variance estimator"),
         (["--set", "sq_dtype=fp8"], "unknown squared-sum precision 'fp8'"),
         (["--set", "steps=many"], "expects an integer"),
+        (["--device", "gpu"], "unknown device 'gpu'; valid: auto, cpu, cuda"),
+        (["--set", "rank_time_every=0"], "rank_time_every must be >= 1"),
     ],
 )
 def test_config_errors_exit_2(tmp_path, capsys, args, message):
