@@ -1,7 +1,8 @@
 """Recording a trace from a real multi-process run on torch.distributed.
 
-The same training as :func:`traces.training.record.record`, but each of the W workers is a
-real process (a rank) and the compressed payloads cross a real network:
+The same training loop as :func:`traces.training.record.record`
+(:func:`traces.training.loop.train`), but each of the W workers is a real process (a rank,
+:class:`RankWorkers`) and the compressed payloads cross a real network:
 
 * every rank builds the same model from the same seed and walks the same seeded sampler, then
   keeps its own worker's slice of each step's minibatch (the emulation's data split);
@@ -15,7 +16,8 @@ real process (a rank) and the compressed payloads cross a real network:
 
 Seconds columns aggregate like the emulation's: ``compute_s``, ``variance_s``, ``compress_s``,
 ``encode_s`` and ``decode_s`` are summed over ranks (the emulation sums over workers), so
-later stages keep dividing by W. ``grad_norm`` needs the uncompressed mean gradient, which one
+later stages keep dividing by W; the per-rank ``rank_compute_s`` and ``optimizer_s`` are the
+slowest rank's. ``grad_norm`` needs the uncompressed mean gradient, which one
 extra all_reduce per step provides, outside the timed exchange. ``qsgd``'s random rounding
 draws from one generator per rank, so its traces differ in the draws (not in distribution)
 from the emulation's single generator; deterministic compressors reproduce the emulation.
