@@ -69,13 +69,19 @@ def test_the_sample_trace_is_valid(sample):
 def test_unknown_status(sample):
     t = _copy(sample)
     t["header"]["status"] = "paused"
-    _only(t, "header status 'paused'")
+    assert _only(t, "") == "header status 'paused' is not one of running, complete, stopped"
 
 
 def test_layers_not_indexed_in_order(sample):
     t = _copy(sample)
     t["header"]["layers"][1]["index"] = 5
-    _only(t, "not indexed 0..L-1")
+    assert _only(t, "") == "header layers are not indexed 0..L-1 in order"
+
+
+def test_layer_without_an_index(sample):
+    t = _copy(sample)
+    del t["header"]["layers"][1]["index"]
+    assert _only(t, "") == "header layers are not indexed 0..L-1 in order"
 
 
 def test_numel_differs_from_the_product_of_the_shape(sample):

@@ -68,6 +68,12 @@ def _bounds(enc, numel, sent):
         ("gap_elias_delta", 16, 16, 64 + 80, 96 + 512 + 16 + 16),
         # numel / sent = 3: log2 3 = 1.585, L_γ = 4.17 -> ⌈3 × 4.17⌉ = 13
         ("gap_elias_gamma", 9, 3, 64 + 15, 96 + 96 + 13 + 16),
+        # one value: one gap of up to 1024, log2 = 10, L_γ = 21
+        ("gap_elias_gamma", 1024, 1, 64 + 5, 96 + 32 + 21 + 16),
+        # a negative count (itself a violation): no gap to code, ratio taken as 1 (L = 1)
+        ("gap_elias_gamma", 10, -1, 64 - 5, 96 - 32 - 1 + 16),
+        # an empty layer
+        ("qsgd_fixed", 0, 0, 64, 64 + 16),
     ],
 )
 def test_size_formulas_by_hand(enc, numel, sent, lo, hi):
@@ -138,6 +144,24 @@ def test_validate_lists_eight_problems_and_counts_the_rest(sample):
     text = str(err.value)
     head = f"{t.path} is not a valid trace:\n  - "
     assert text == head + "\n  - ".join(problems[:8]) + "\n  ... and 2 more"
+
+
+def test_validate_lists_exactly_eight_problems_without_a_remainder(sample):
+    t = _trace(sample)
+    h = t.header
+    h["layers"][0]["index"] = 3
+    h["layers"][1]["shape"] = [17]
+    h["dense_bytes_per_step"] = 4
+    h["steps_recorded"] = 7
+    t.steps.loc[1, "loss"] = float("nan")
+    t.steps.loc[2, "compute_s"] = -1.0
+    t.steps.loc[2, "density"] = 2.0
+    t.evals.loc[0, "step"] = 1000
+    problems = check_trace(t)
+    assert len(problems) == 8
+    with pytest.raises(TraceError) as err:
+        validate_trace(t)
+    assert str(err.value) == f"{t.path} is not a valid trace:\n  - " + "\n  - ".join(problems)
 
 
 def test_validate_lists_all_of_up_to_eight_problems(sample):
@@ -254,6 +278,37 @@ def test_layer_ratio_without_bits_is_missing_not_infinite(sample):
     t.payloads.loc[t.payloads["layer"] == 1, "bits_coo64"] = 0
     df = layer_ratios(t)
     assert df["ratio_coo64"].isna().tolist() == [False, True]
+    assert df["ratio_coo64"].dtype == np.float64  # a number column with NaN, not objects
+
+
+def test_layer_ratios_name_a_layer_missing_from_the_header_by_its_index(sample):
+    t = _tiny(sample)
+    t.header["layers"] = t.header["layers"][:1]
+    t.layers = t.header["layers"]
+    assert layer_ratios(t)["name"].tolist() == ["w", "1"]
+
+
+def test_compression_ratio_of_a_single_bit(sample):
+    t = _tiny(sample)
+    t.payloads["bits_coo64"] = 0
+    t.payloads.loc[5, "bits_coo64"] = 1
+    assert compression_ratios(t)["coo64"] == 2304.0
+
+
+def test_density_of_a_one_parameter_trace(sample):
+    t = _tiny(sample)
+    t.payloads = t.payloads.iloc[:1].assign(numel=1, sent=1)
+    assert trace_info(t)["density"] == 1.0
+
+
+def test_trace_info_takes_the_last_eval_and_the_stop_reason(sample):
+    t = _tiny(sample)
+    t.header["stop_reason"] = "loss is NaN at step 2"
+    t.evals = pd.concat([t.evals.iloc[:1], t.evals], ignore_index=True)
+    t.evals.loc[0, "step"] = 0
+    info = trace_info(t)
+    assert info["stop_reason"] == "loss is NaN at step 2"
+    assert info["final_eval"]["step"] == 2 and info["final_eval"]["test_acc"] == 0.625
 
 
 def test_density_over_time_bins_by_hand(sample):
