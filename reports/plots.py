@@ -21,9 +21,11 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocat
 #: Stacking order and colours of the step-time parts.
 PARTS = (
     ("compute_s", "compute (forward + backward)", "#4c72b0"),
+    ("optimizer_s", "optimizer step", "#8c8c8c"),
     ("variance_s", "variance estimate", "#dd8452"),
     ("codec_s", "compress + encode", "#937860"),
     ("comm_s", "communication", "#c44e52"),
+    ("decode_s", "decode + accumulate", "#da8bc3"),
 )
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -140,7 +142,11 @@ def step_breakdown(
     sizes = sorted(set(int(p) for p in t["world_size"]))
     x = np.arange(len(sizes), dtype=float)
     width = 0.4
-    cols = [c for c, _, _ in PARTS]
+    # parts a result table does not charge (all zero or missing) stay out of the legend
+    parts_shown = [
+        part for part in PARTS if part[0] in t and t[part[0]].fillna(0.0).to_numpy().any()
+    ]
+    cols = [c for c, _, _ in parts_shown]
     for offset, method, hatch in ((-width / 2, "dense", "//"), (width / 2, "compressed", "")):
         g = t[t["method"] == method].set_index("world_size").reindex(sizes)
         parts = g[cols].fillna(0.0).to_numpy(dtype=float)
@@ -149,7 +155,7 @@ def step_breakdown(
             parts * 100, total[:, None], out=np.zeros_like(parts), where=total[:, None] > 0
         )
         bottom = np.zeros(len(sizes))
-        for k, (_, name, color) in enumerate(PARTS):
+        for k, (_, name, color) in enumerate(parts_shown):
             ax.bar(
                 x + offset,
                 share[:, k],

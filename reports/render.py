@@ -82,6 +82,7 @@ class Report:
     tables: list[Table]
     plots: list[Plot]
     sources: list[str]
+    notes: list[str] = field(default_factory=list)  # how the inputs were made
 
 
 # --- loading --------------------------------------------------------------------------
@@ -267,9 +268,11 @@ def _display_breakdown(t: pd.DataFrame) -> pd.DataFrame:
     out.columns = ["source", "interconnect", "trace method", "P", "exchange", "collective"]
     for col, name in (
         ("compute_s", "compute (ms)"),
+        ("optimizer_s", "optimizer (ms)"),
         ("variance_s", "variance (ms)"),
         ("codec_s", "codec (ms)"),
         ("comm_s", "comm (ms)"),
+        ("decode_s", "decode (ms)"),
         ("other_s", "other (ms)"),
         ("step_s", "step (ms)"),
     ):
@@ -333,6 +336,20 @@ def _preferred_trace(names: Iterable[str], labels: dict[str, str]) -> list[str]:
     return sorted(names, key=lambda n: (not labels.get(n, n).startswith("variance"), n))
 
 
+def _local_times_note(lt: pd.DataFrame) -> str:
+    """One sentence saying, per cluster, whether local times are modelled or measured."""
+    parts = []
+    for (mode, device), g in lt.groupby(["compute_mode", "device"], sort=True, dropna=False):
+        names = ", ".join(dict.fromkeys(g["cluster"].astype(str)))
+        if mode == "model":
+            parts.append(f"modelled on the cluster device ({device}) for {names}")
+        elif mode == "trace":
+            parts.append(f"as measured on the recording machine ({device}) for {names}")
+        else:
+            parts.append(f"from compute mode {mode} ({device}) for {names}")
+    return "Local times (compute, optimizer, variance, codec, decode): " + "; ".join(parts) + "."
+
+
 def _dense_trace(traces_: Sequence[Any]) -> Any | None:
     """The fp32 dense trace with the most steps among ``traces_`` (None without one)."""
     dense = [
@@ -354,12 +371,14 @@ def build_report(inputs: ReportInputs) -> Report:
     out_tables: list[Table] = []
     out_plots: list[Plot] = []
     summary: list[str] = []
+    notes: list[str] = []
     evals = {t.name: t.evals for t in inputs.traces if t.evals is not None and len(t.evals)}
     accuracy = {name: tables.final_accuracy(ev) for name, ev in evals.items()} or None
     dense = _dense_trace(inputs.traces)
     dense_acc = accuracy.get(dense.name) if (accuracy and dense is not None) else None
 
     if len(res):
+        notes.append(_local_times_note(tables.local_times(res)))
         wi = tables.what_if(res, labels)
         summary = tables.headline_order(tables.headline(wi, accuracy, dense_acc))
         sm = tables.speedup_matrix(wi, accuracy)
@@ -406,8 +425,9 @@ def build_report(inputs: ReportInputs) -> Report:
             Table(
                 "breakdown",
                 "Step-time breakdown",
-                "Mean step time split into compute, variance estimate, codec and "
-                "communication (other = step − parts, negative with overlap).",
+                "Mean step time split into compute, optimizer step, variance estimate, "
+                "codec (compress + encode), communication and decode + accumulate of the "
+                "received payloads (other = step − parts, negative with overlap).",
                 bd,
                 _display_breakdown(bd),
                 collapsed=True,
@@ -497,7 +517,11 @@ def build_report(inputs: ReportInputs) -> Report:
         _trace_section(inputs.traces, labels, out_tables, out_plots, plots)
 
     return Report(
-        summary=summary, tables=out_tables, plots=out_plots, sources=list(inputs.result_paths)
+        summary=summary,
+        tables=out_tables,
+        plots=out_plots,
+        sources=list(inputs.result_paths),
+        notes=notes,
     )
 
 
@@ -699,9 +723,11 @@ def write_report(
 ) -> Path:
     """Write plots, tables, summary and the self-contained HTML page; return the HTML path.
 
-    ``notes`` are short paragraphs shown under the title (how the inputs were made).
+    ``notes`` are short paragraphs shown under the title (how the inputs were made), before
+    the report's own notes.
     """
     out = Path(out_dir)
+    notes = [*notes, *report.notes]
     try:
         (out / "plots").mkdir(parents=True, exist_ok=True)
         (out / "tables").mkdir(parents=True, exist_ok=True)

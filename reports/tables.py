@@ -34,7 +34,9 @@ from traces.schema import BITS_PREFIX, RESULT_COLUMNS, RESULT_CONFIG_COLUMNS
 #: Columns identifying one configuration in a result table (everything but the step and
 #: the measured quantities).
 CONFIG_KEYS = RESULT_CONFIG_COLUMNS
-TIME_COLUMNS = ("compute_s", "variance_s", "codec_s", "comm_s", "step_s")
+#: The parts of a step, in the order they happen on a rank, then the step itself.
+PART_COLUMNS = ("compute_s", "optimizer_s", "variance_s", "codec_s", "comm_s", "decode_s")
+TIME_COLUMNS = (*PART_COLUMNS, "step_s")
 MEAN_STEP = -1
 
 WHAT_IF_COLUMNS = (
@@ -71,7 +73,9 @@ def mean_rows(df: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration: the mean-over-steps rows (``step == -1``).
 
     Configurations that only have per-step rows are averaged here (arithmetic mean of
-    every numeric column), so both kinds of result tables give the same view.
+    every numeric column), so both kinds of result tables give the same view. A cluster
+    whose rows come in more than one ``compute_mode`` is renamed "<cluster> (<mode>)" so
+    that the two answers are never compared with each other.
     """
     check_results(df)
     keys = list(CONFIG_KEYS)
@@ -88,6 +92,13 @@ def mean_rows(df: pd.DataFrame) -> pd.DataFrame:
             has_mean = pd.concat([has_mean, averaged[list(RESULT_COLUMNS)]], ignore_index=True)
     out = has_mean[list(RESULT_COLUMNS)].copy()
     out["world_size"] = out["world_size"].astype(int)
+    # A cluster evaluated with local times from two sources (its device model and the
+    # recording machine) gives two answers: keep them apart under distinct names.
+    modes = out.groupby("cluster")["compute_mode"].transform("nunique")
+    mixed = modes > 1
+    out.loc[mixed, "cluster"] = (
+        out.loc[mixed, "cluster"] + " (" + out.loc[mixed, "compute_mode"].astype(str) + ")"
+    )
     return out.sort_values(keys).reset_index(drop=True)
 
 
@@ -312,11 +323,11 @@ def crossover(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.D
 
 
 def breakdown(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """Step-time breakdown (compute, variance, codec, communication) per P.
+    """Step-time breakdown (compute, optimizer, variance, codec, communication, decode) per P.
 
     One row per (source, cluster, trace, world_size, method) using the fastest collective
-    of each method; ``other_s`` is what the step time holds beyond the four parts
-    (negative when the model overlaps communication with compute).
+    of each method; ``other_s`` is what the step time holds beyond the parts of
+    :data:`PART_COLUMNS` (negative when the model overlaps communication with compute).
     """
     rows = mean_rows(df)
     parts = pd.concat([_best(rows, "dense"), _best(rows, "compressed")], ignore_index=True)
@@ -331,9 +342,7 @@ def breakdown(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.D
         [_label(labels, t, k) for t, k in zip(out["trace"], out["compressor"], strict=True)],
     )
     out = out.drop(columns="compressor")
-    out["other_s"] = out["step_s"] - out[["compute_s", "variance_s", "codec_s", "comm_s"]].sum(
-        axis=1
-    )
+    out["other_s"] = out["step_s"] - out[list(PART_COLUMNS)].sum(axis=1)
     return _sort(out, cluster_order(rows), ["source", "cluster", "trace", "world_size", "method"])
 
 
@@ -768,3 +777,15 @@ def time_to_accuracy_headline(tta: pd.DataFrame) -> list[str]:
             f"(at P = {int(best['world_size'])}, {source})."
         )
     return lines
+
+
+def local_times(df: pd.DataFrame) -> pd.DataFrame:
+    """Where each cluster's local (non-communication) times come from.
+
+    One row per (cluster, compute_mode, device) of the result rows: ``compute_mode``
+    "model" prices compute on the cluster's device, "trace" uses the seconds measured on
+    the recording machine (``traces.schema``).
+    """
+    cols = ["cluster", "compute_mode", "device"]
+    check_results(df)
+    return df[cols].drop_duplicates().sort_values(cols).reset_index(drop=True)

@@ -55,6 +55,10 @@ def test_html_is_self_contained_with_summary_first(written):
     assert page.index("Summary") < page.index("<img")
     assert report.summary[0].startswith("On 10GbE, variance α=2")
     assert "On 10GbE, variance α=2 (test accuracy 87.0 % vs dense 90.0 %) beats dense" in page
+    assert (
+        "Local times (compute, optimizer, variance, codec, decode): modelled on the cluster "
+        "device (V100) for 10GbE, 1GbE, IB-EDR." in page
+    )
     srcs = re.findall(r'src="([^"]+)"', page)
     assert len(srcs) == len(report.plots)
     assert all(s.startswith("data:image/png;base64,") for s in srcs)

@@ -332,3 +332,32 @@ def test_dense_baseline_is_fp32_even_when_bf16_rows_are_faster(results):
     t = tables.what_if(pd.concat([results, bf16], ignore_index=True), LABELS)
     base = tables.what_if(results, LABELS)
     assert np.allclose(t.dense_step_s, base.dense_step_s)
+
+
+def test_breakdown_charges_optimizer_and_decode(results):
+    r = results.copy()
+    r["optimizer_s"] = 0.001
+    comp = r.method == "compressed"
+    r.loc[comp, "decode_s"] = 0.0005 * (r.loc[comp, "world_size"] - 1)  # per received payload
+    r["step_s"] = r["step_s"] + r["optimizer_s"] + r["decode_s"]
+    b = tables.breakdown(r, LABELS)
+    assert np.allclose(b["other_s"], 0.0)
+    row = b[(b.source == "predicted") & (b.cluster == "1GbE") & (b.trace == "var2")]
+    row = row[(row.world_size == 16) & (row.method == "compressed")].iloc[0]
+    assert row.decode_s == pytest.approx(15 * 0.0005) and row.optimizer_s == 0.001
+
+
+def test_clusters_in_two_compute_modes_are_kept_apart(results):
+    trace_mode = results.assign(compute_mode="trace", device="this CPU")
+    trace_mode["compute_s"] = trace_mode["compute_s"] * 10
+    trace_mode["step_s"] = trace_mode["step_s"] + 9 * results["compute_s"]
+    both = pd.concat([results, trace_mode], ignore_index=True)
+    t = tables.what_if(both, LABELS)
+    assert set(t.cluster) == {
+        f"{c} ({m})" for c in ("1GbE", "10GbE", "IB-EDR") for m in ("model", "trace")
+    }
+    base = tables.what_if(results, LABELS)
+    model = t[t.cluster == "1GbE (model)"].reset_index(drop=True)
+    assert np.allclose(model.speedup, base[base.cluster == "1GbE"].speedup)
+    lt = tables.local_times(both)
+    assert len(lt) == 6 and set(lt.device) == {"V100", "this CPU"}
