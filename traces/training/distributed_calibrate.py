@@ -42,7 +42,8 @@ so that neither regime's many points can drag the other's parameter:
    log-parameters, started from the exact non-negative relative-error least squares).
 
 By default α and β come from ``p2p`` alone (the link, without a collective algorithm's
-behaviour) and γ from ``allreduce``'s bandwidth regime with α and β fixed (what allreduce pays
+behaviour) and γ from ``allreduce``'s rows where β's term alone is at least half the measured
+time, with α and β fixed (what allreduce pays
 beyond moving its bytes: the reduction). The other collectives are predicted, not fitted: their
 rows in the error table check the ring formulas on this link. ``p2p_intra`` is fitted the same
 way into the intra-node link. The fit's *typical error* is exp(rms log(t̂/t)) − 1 over the rows
@@ -511,7 +512,7 @@ def fit_link(
 
     ``ops`` fix α and β (and γ when one of them has a γ term); default ``p2p`` when it was
     measured, else every measured collective. ``gamma_op`` (default ``allreduce``), when
-    measured and not among ``ops``, then gives γ from its bandwidth regime with α, β fixed.
+    measured and not among ``ops``, then gives γ from its bandwidth-bound rows with α, β fixed.
     ``p2p_intra`` rows are left out (see :func:`fit_intra_link`). Each table row: op,
     size_bytes, measured_s (``statistic`` over repetitions), fitted_s, rel_error and role
     (latency, bandwidth, between, joint: how the row entered the fit; gamma; check: predicted
@@ -547,7 +548,9 @@ def fit_link(
     if gamma_op and gamma_op in measured and gamma_op not in fit_ops and x[2] == 0:
         g = np.array([r["op"] == gamma_op for r in rows])
         g_t = t[g]
-        g_band = g_t >= BANDWIDTH_FACTOR * g_t.min()
+        # Its rows that the fitted link already calls bandwidth-bound (β's term alone is at
+        # least half the measured time), where a per-byte excess can show.
+        g_band = a[g, 1] * x[1] >= 0.5 * g_t
         if g_band.any():
             x[2] = _gamma_given(a[g][g_band], g_t[g_band], x[0], x[1])
             g_idx = np.flatnonzero(g)[g_band]
