@@ -279,10 +279,12 @@ def _run_once(
                     )
                 )
         log.info("launched %d ranks on %s:%d: %s", nprocs, master_addr, port, " ".join(argv))
-        _wait_all(procs, logs, timeout_s)
+        _wait_all(procs, logs, timeout_s, first_rank=layout.node_rank * nprocs)
 
 
-def _wait_all(procs: list[subprocess.Popen], logs: list[Path], timeout_s: float) -> None:
+def _wait_all(
+    procs: list[subprocess.Popen], logs: list[Path], timeout_s: float, first_rank: int = 0
+) -> None:
     deadline = time.monotonic() + timeout_s
     failed: int | None = None
     try:
@@ -296,7 +298,8 @@ def _wait_all(procs: list[subprocess.Popen], logs: list[Path], timeout_s: float)
                 return
             if time.monotonic() > deadline:
                 raise DistributedRunError(
-                    f"distributed run timed out after {timeout_s:.0f} s;\n" + _tails(logs)
+                    f"distributed run timed out after {timeout_s:.0f} s;\n"
+                    + _tails(logs, first_rank)
                 )
             time.sleep(0.05)
     finally:
@@ -313,7 +316,7 @@ def _wait_all(procs: list[subprocess.Popen], logs: list[Path], timeout_s: float)
     if any(m in tail for m in _PORT_TAKEN_MARKERS):
         raise _PortTaken(tail)
     raise DistributedRunError(
-        f"rank {failed} exited with status {procs[failed].returncode}; its last output:\n{tail}"
+        f"rank {first_rank + failed} exited with status {procs[failed].returncode}; its last output:\n{tail}"
     )
 
 
@@ -325,5 +328,5 @@ def _tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text.splitlines()[-lines:]) or "(no output)"
 
 
-def _tails(logs: list[Path]) -> str:
-    return "\n".join(f"--- rank {r} ---\n{_tail(p, 8)}" for r, p in enumerate(logs))
+def _tails(logs: list[Path], first_rank: int = 0) -> str:
+    return "\n".join(f"--- rank {first_rank + r} ---\n{_tail(p, 8)}" for r, p in enumerate(logs))
