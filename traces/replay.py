@@ -124,9 +124,15 @@ def _optional_column(trace: Any, name: str) -> np.ndarray | None:
 
 
 def recording_device(trace: Any) -> str:
-    """The device that measured the trace's seconds: the header's ``device``; traces from
-    before it was recorded ran on the CPU; synthetic traces say ``synthetic``."""
+    """The device that measured the trace's seconds: the header's ``device`` (a name, or a
+    table with ``type`` and ``name``: ``"cpu (AMD EPYC)"``); traces from before it was
+    recorded ran on the CPU; synthetic traces say ``synthetic``."""
     dev = trace.header.get("device")
+    if isinstance(dev, dict):  # {"type": "cpu" | "cuda", "name": ..., ...}
+        kind, name = dev.get("type"), dev.get("name")
+        if kind and name:
+            return f"{kind} ({name})"
+        dev = kind or name
     if dev:
         return str(dev)
     return "synthetic" if trace.synthetic else "cpu"

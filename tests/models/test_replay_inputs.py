@@ -145,3 +145,23 @@ def test_resample_rule_is_seeded(tiny_trace):
 def test_bad_layer_group(tiny_trace):
     with pytest.raises(TraceError):
         step_inputs(tiny_trace, get_cluster("10GbE"), 2, layers=[[5]])
+
+
+@pytest.mark.parametrize(
+    ("device", "expected"),
+    [
+        ({"type": "cuda", "name": "NVIDIA H100", "threads": 1}, "cuda (NVIDIA H100)"),
+        ({"type": "cpu"}, "cpu"),
+        ("cpu", "cpu"),
+    ],
+)
+def test_recording_device_names_the_machine(tmp_path, device, expected):
+    import json
+
+    from traces.replay import recording_device
+
+    run = write_tiny_trace(tmp_path / "t")
+    head = json.loads((run / "header.json").read_text())
+    head.update(device=device, synthetic=False)
+    (run / "header.json").write_text(json.dumps(head))
+    assert recording_device(read_trace(run)) == expected
