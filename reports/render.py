@@ -853,11 +853,16 @@ def render_report(
     title: str = "vgcsim report",
     notes: Sequence[str] = (),
     progress: Callable[[str], None] | None = None,
+    target_accuracy: float | None = None,
 ) -> Path:
-    """Load, build and write a report; return the path of its HTML page."""
+    """Load, build and write a report; return the path of its HTML page.
+
+    ``target_accuracy``: the time-to-accuracy target as a fraction (None: the dense
+    trace's final test accuracy minus 1 point).
+    """
     say = progress or (lambda _msg: None)
     say("reading result tables and traces")
-    inputs = load_inputs(result_paths, trace_paths)
+    inputs = load_inputs(result_paths, trace_paths, target_accuracy=target_accuracy)
     say("computing tables and drawing plots")
     report = build_report(inputs)
     say(f"writing {len(report.plots)} plots and {len(report.tables)} tables")

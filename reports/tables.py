@@ -121,6 +121,8 @@ def _sort(out: pd.DataFrame, order: list[str], keys: list[str]) -> pd.DataFrame:
 def _label(labels: Mapping[str, str] | None, trace: str, compressor: str) -> str:
     if labels and trace in labels:
         return labels[trace]
+    if compressor.startswith("dense-"):  # a 2-byte dense baseline (see what_if)
+        return f"dense {compressor[len('dense-') :]}"
     return compressor
 
 
@@ -139,6 +141,24 @@ def _best(rows: pd.DataFrame, method: str) -> pd.DataFrame:
     return sel.loc[idx.to_numpy()]
 
 
+def _low_precision_dense(rows: pd.DataFrame) -> pd.DataFrame:
+    """Dense rows of 2-byte encodings as compressed-side rows of trace "dense-<encoding>".
+
+    One trace's rows per (source, cluster): the first trace by name. The returned rows keep
+    that trace's name in ``trace`` (to pair them with its fp32 rows) and carry
+    ``compressor = "dense-<encoding>"``; :func:`what_if` renames them.
+    """
+    low = rows[(rows["method"] == "dense") & (rows["encoding"] != "fp32")]
+    if low.empty:
+        return low
+    first = low.groupby(["source", "cluster"])["trace"].transform("min")
+    low = low[low["trace"] == first]
+    idx = low.groupby(["source", "cluster", "trace", "world_size", "encoding"])["step_s"].idxmin()
+    out = low.loc[idx.to_numpy()].copy()
+    out["compressor"] = "dense-" + out["encoding"].astype(str)
+    return out
+
+
 def what_if(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.DataFrame:
     """What-if table: dense allreduce vs compressed allgatherv per interconnect and P.
 
@@ -149,11 +169,18 @@ def what_if(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.Dat
     P of that (source, cluster, trace) at which compression is faster (``NA`` if never).
     Traces recorded without compression (compressor ``dense``) have no compressed side
     and are left out.
+
+    Dense allreduce of 2-byte values (rows with encoding ``bf16`` / ``fp16``) is shown as
+    a method of its own, trace ``dense-<encoding>``, label "dense <encoding>", against
+    the fp32 baseline of the same rows: the free halving DDP users get from a compress
+    hook. Its rows are taken from one trace per (source, cluster) (the first by name; the
+    dense rows of every trace of one model agree when compute is modelled).
     """
     rows = mean_rows(df)
     dense = _best(rows, "dense")
     comp = _best(rows, "compressed")
     comp = comp[comp["compressor"] != "dense"]
+    comp = pd.concat([comp, _low_precision_dense(rows)], ignore_index=True)
     keys = ["source", "cluster", "trace", "world_size"]
     if dense.empty or comp.empty:
         return pd.DataFrame(columns=list(WHAT_IF_COLUMNS))
@@ -162,6 +189,8 @@ def what_if(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.Dat
         keys + ["compressor", "collective", "step_s", "scaling_efficiency", "payload_bytes_mean"]
     ]
     m = c.merge(d, on=keys, suffixes=("_c", "_d"), how="inner")
+    low = m["compressor"].astype(str).str.startswith("dense-")
+    m.loc[low, "trace"] = m.loc[low, "compressor"]
     out = pd.DataFrame(
         {
             "source": m["source"],
