@@ -1,11 +1,18 @@
 """Trace replay: every step of a trace on a simulated cluster, dense allreduce vs allgatherv.
 
 For each world size P and each recorded step, the per-rank inputs come from
-:func:`traces.replay.step_inputs` (the same numbers the closed-form models see). A rank
-computes (forward, then backward producing gradients in reverse layer order), runs the
-squared-gradient estimator and the codec on each bucket's gradients, and sends each bucket
-with the method's collective as soon as that bucket is ready and its previous collective has
-finished (one communication stream per rank):
+:func:`traces.replay.step_inputs` (the same numbers the closed-form models see: compute,
+variance, codec, decode and optimizer seconds from the cluster's device or from the trace,
+per ``cluster.compute``). A rank computes (forward, then backward producing gradients in
+reverse layer order), runs the squared-gradient estimator and the codec (for the bf16 / fp16
+dense baselines: the cast) on each bucket's gradients, and sends each bucket with the
+method's collective as soon as that bucket is ready and its previous collective has finished
+(one communication stream per rank); a compressed bucket's allgatherv is preceded by its size
+exchange (a ring allgather of one int64 per rank, ``size_exchange``; padded contains one).
+After each bucket's collective the rank decodes it (its element share of the rank's decode
+time) once the previous decode and its local work are done; the optimizer step follows the
+last decode. Methods: ``dense`` allreduce in each of ``dense_encodings`` and ``compressed``
+allgatherv. Buckets:
 
 * ``overlap = "none"`` — one bucket, the whole model, after all compute and codec;
 * ``overlap = "per_layer"`` — one bucket per layer;
@@ -23,9 +30,10 @@ flows ever share a channel), ``"message"``/``"collective"`` force one. Steps who
 relative start times repeat reuse the earlier result. The ``path`` column says which ran
 (``"message"`` if any part of that world size's step group needed the message level).
 
-Columns: ``compute_s``, ``variance_s``, ``codec_s`` are means over ranks; ``step_s`` is the
-last rank's finish time; ``comm_s = step_s − max over ranks of (compute + variance + codec)``,
-the communication time not hidden behind computation.
+Columns: ``compute_s``, ``variance_s``, ``codec_s`` are means over ranks, ``decode_s`` the
+slowest rank's; ``step_s`` is the last rank's finish time (after its optimizer step);
+``comm_s = step_s − optimizer − max over ranks of (compute + variance + codec + decode)``, the
+communication time not hidden behind computation.
 """
 
 from __future__ import annotations

@@ -39,3 +39,11 @@ def test_save_refuses_mixed_sources(tmp_path):
     mixed.loc[mixed.index[0], "source"] = "simulated"
     with pytest.raises(ResultsError):
         api.save(mixed, tmp_path / "x", SAMPLE, "1GbE")
+
+
+def test_compute_override_is_the_same_in_predict_and_simulate():
+    pred = api.predict(SAMPLE, "10GbE", world_sizes=[4], compute="trace")
+    sim = api.simulate(SAMPLE, "10GbE", world_sizes=[4], compute="trace", max_steps=3)
+    assert set(pred["compute_mode"]) == set(sim["compute_mode"]) == {"trace"}
+    assert set(pred["device"]) == set(sim["device"])
+    assert "V100" not in set(pred["device"])  # the recording machine, not the preset's device

@@ -163,7 +163,7 @@ def _model_compute(trace: Any, cluster: ClusterSpec, n_steps: int) -> np.ndarray
     if not flops or not batch:
         raise TraceError(
             f"trace {trace.name}: compute 'model' needs flops_per_sample and "
-            'batch_size_per_worker in the header (or use a cluster with compute = "trace")'
+            "batch_size_per_worker in the header; use --compute trace (the recorded seconds)"
         )
     modelled = float(flops) * float(batch) / cluster.device.effective_flops
     return np.full(n_steps, modelled)

@@ -65,40 +65,58 @@ def record(
     return _record(cfg, out_dir, progress=progress, overwrite=overwrite)
 
 
+def _with_compute(cluster: str | Path | ClusterSpec, compute: str | None) -> ClusterSpec:
+    import dataclasses
+
+    spec = load_cluster(cluster)
+    if compute is not None and compute != spec.compute:
+        spec = dataclasses.replace(spec, compute=compute)
+    return spec
+
+
 def predict(
     trace: str | Path | Trace,
     cluster: str | Path | ClusterSpec,
     world_sizes: Sequence[int] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+    *,
+    compute: str | None = None,
     **options: Any,
 ) -> pd.DataFrame:
-    """Closed-form step times of dense allreduce vs compressed allgatherv (source="predicted").
+    """Closed-form step times of dense allreduce (fp32, bf16, fp16) vs compressed allgatherv
+    (source="predicted").
 
-    ``options`` are the fields of :class:`models.predict.PredictOptions` (``allreduce``,
-    ``allgatherv``, ``encoding``, ``rule``, ``seed``, ``per_step``, ``overlap``, ...).
+    ``compute`` overrides the cluster's compute mode (``"model"``: every local time on the
+    cluster's device, the presets' default; ``"trace"``: the recorded seconds), as
+    ``--compute`` does. ``options`` are the fields of :class:`models.predict.PredictOptions`
+    (``allreduce``, ``allgatherv``, ``encoding``, ``rule``, ``seed``, ``per_step``,
+    ``overlap``, ``dense_encodings``, ``size_exchange``, ...).
     """
     from models.predict import PredictOptions, predict_trace
 
     opts = PredictOptions(world_sizes=tuple(int(p) for p in world_sizes), **options)
-    return predict_trace(load_trace(trace), load_cluster(cluster), opts)
+    return predict_trace(load_trace(trace), _with_compute(cluster, compute), opts)
 
 
 def simulate(
     trace: str | Path | Trace,
     cluster: str | Path | ClusterSpec,
     world_sizes: Sequence[int] = (2, 4, 8, 16, 32, 64),
+    *,
+    compute: str | None = None,
     **options: Any,
 ) -> pd.DataFrame:
     """Discrete-event replay of the trace on the cluster (source="simulated").
 
-    ``options`` are the fields of :class:`simulator.replay.SimulateConfig` (collectives,
-    ``overlap``, ``mode``, ``semantics``, ``path``, ``jitter``, ``seed``, ...).
+    ``compute`` as for :func:`predict`. ``options`` are the fields of
+    :class:`simulator.replay.SimulateConfig` (collectives, ``overlap``, ``mode``,
+    ``semantics``, ``path``, ``jitter``, ``seed``, ``dense_encodings``, ``size_exchange``, ...).
     """
     from simulator.replay import SimulateConfig, simulate_trace
     from traces.results import finalize_results
 
     t = load_trace(trace)
     df, _, _ = simulate_trace(
-        t, load_cluster(cluster), [int(p) for p in world_sizes], SimulateConfig(**options)
+        t, _with_compute(cluster, compute), [int(p) for p in world_sizes], SimulateConfig(**options)
     )
     batch = t.header.get("batch_size_per_worker")
     return finalize_results(df, batch_size_per_worker=int(batch) if batch else None)
