@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.collectives import get_collective
+from models.collectives import get_collective, size_exchange_time_s
 from traces.cluster import ClusterSpec
 from traces.errors import ConfigError
 
@@ -31,21 +31,32 @@ def crossover_payload_bytes(
     allreduce: str = "allreduce/ring",
     allgatherv: str = "allgatherv/ring",
     overhead_s: float = 0.0,
+    decode_s_per_byte: float = 0.0,
+    size_exchange: bool = False,
 ) -> float:
     """Per-rank compressed payload m* (bytes) at which the compressed step ties the dense one.
 
-    Formula: ``m* = max(0, (T_ar(n) − overhead_s − T_agv(0)) / b)`` with
-    ``b = (T_agv(n) − T_agv(0)) / n`` (balanced sizes, affine models).
+    Formula: ``m* = max(0, (T_ar(n) − overhead_s − T_agv(0) − X) / (b + (P−1)·δ))`` with
+    ``b = (T_agv(n) − T_agv(0)) / n`` (balanced sizes, affine models), δ =
+    ``decode_s_per_byte`` (decode + accumulate seconds per received payload byte: every rank
+    decodes the P − 1 others' m bytes after the allgatherv) and X the size exchange
+    (:func:`models.collectives.size_exchange_time_s`) when ``size_exchange`` and the
+    allgatherv is not the padded one (which contains it).
 
     Assumptions: every rank sends the same m; ``overhead_s`` = extra local time of the
-    compressed step (variance + codec), the compute being equal on both sides.
+    compressed step besides decode (variance + codec, minus any dense-side cast), the compute
+    and optimizer being equal on both sides; decode linear in the bytes received (its fixed
+    launch cost belongs in ``overhead_s``).
 
-    Source: the cost comparison of Tsuzuku, Imachi & Akiba 2018 (§5), solved in closed form.
+    Source: the cost comparison of Tsuzuku, Imachi & Akiba 2018 (§5), solved in closed form,
+    with the per-received-payload decode of ``traces.devicecost.decode_time_s``.
     """
     if world_size < 2:
         raise ConfigError("a crossover needs at least 2 ranks (P = 1 does not communicate)")
     if dense_bytes <= 0:
         raise ConfigError("dense_bytes must be positive")
+    if not decode_s_per_byte >= 0:
+        raise ConfigError("decode_s_per_byte must be >= 0")
     ar = get_collective(allreduce)
     agv = get_collective(allgatherv)
     if ar.op != "allreduce" or agv.op != "allgatherv":
@@ -54,7 +65,9 @@ def crossover_payload_bytes(
     dense = float(ar.time_s(np.full((1, world_size), float(dense_bytes)), cluster.link, **kw)[0])
     t0 = float(agv.time_s(np.zeros((1, world_size)), cluster.link, **kw)[0])
     tn = float(agv.time_s(np.full((1, world_size), float(dense_bytes)), cluster.link, **kw)[0])
-    slope = (tn - t0) / dense_bytes
+    slope = (tn - t0) / dense_bytes + (world_size - 1) * decode_s_per_byte
+    if size_exchange and allgatherv != "allgatherv/padded":
+        t0 += size_exchange_time_s(world_size, cluster.link)
     budget = dense - overhead_s - t0
     if budget <= 0:
         return 0.0

@@ -301,3 +301,23 @@ def test_predict_and_simulate_take_the_same_cost_options(tiny_trace_dir, tmp_pat
     bad = ["predict", str(tiny_trace_dir), "--cluster", "10GbE", "-o", str(tmp_path / "x")]
     assert main([*bad, "--dense-encodings", "bf16"]) == 2
     assert main([*bad, "--dense-encodings", "fp32,int8"]) == 2
+
+
+@pytest.mark.parametrize("agv", ["ring", "bruck", "padded"])
+def test_crossover_with_decode_and_size_exchange_ties_the_step(agv):
+    from models.crossover import crossover_payload_bytes
+
+    link = LinkSpec("l", 1.25e9, 5e-6, efficiency=0.94)
+    c = _star(link)
+    n, p, delta, over = 1e8, 32, 2e-12, 1e-4
+    key = f"allgatherv/{agv}"
+    m = crossover_payload_bytes(
+        n, p, c, allgatherv=key, overhead_s=over, decode_s_per_byte=delta, size_exchange=True
+    )
+    dense = float(collective_time_s("allreduce/ring", np.full((1, p), n), c)[0])
+    comm = float(collective_time_s(key, np.full((1, p), m), c)[0])
+    if agv != "padded":
+        comm += size_exchange_time_s(p, link)
+    assert comm + over + (p - 1) * m * delta == pytest.approx(dense, rel=1e-9)
+    # decode makes the tie payload smaller (compression must work harder)
+    assert m < crossover_payload_bytes(n, p, c, allgatherv=key, overhead_s=over)
