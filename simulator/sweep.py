@@ -9,6 +9,7 @@ A sweep file (TOML) names the factors and the replay options::
     bandwidths = ["10Gbps", "100Gbps"]         # optional: replaces the base link's bandwidth
     latencies = ["2us", "20us"]                # optional: replaces the base link's latency
     topologies = [{kind = "star"}, {kind = "leaf_spine", hosts_per_leaf = 8, oversubscription = 4.0}]
+    compute = ""                               # optional: "model" | "trace" overrides the cluster's
     workers = 0                                # processes; 0 = one per CPU
 
     [simulate]                                 # any SimulateConfig key
@@ -36,9 +37,9 @@ import pandas as pd
 
 from simulator.replay import SimulateConfig
 from simulator.topology import parse_topology
-from traces.cluster import ClusterSpec, load_cluster
+from traces.cluster import COMPUTE_MODES, ClusterSpec, load_cluster
 from traces.config import config_from_dict, load_toml
-from traces.errors import ConfigError
+from traces.errors import ConfigError, unknown_name
 from traces.units import format_bandwidth, format_time, parse_bandwidth_Bps, parse_time_s
 
 __all__ = ["SweepConfig", "SweepFile", "SweepJob", "expand_factors", "load_sweep", "run_sweep"]
@@ -56,9 +57,12 @@ class SweepConfig:
     bandwidths: tuple[Any, ...] = ()
     latencies: tuple[Any, ...] = ()
     topologies: tuple[dict, ...] = ()
+    compute: str = ""
     workers: int = 0
 
     def __post_init__(self) -> None:
+        if self.compute not in ("", *COMPUTE_MODES):
+            raise unknown_name("sweep.compute", self.compute, ("", *COMPUTE_MODES))
         if not self.traces:
             raise ConfigError("sweep.traces: give at least one trace run directory")
         if not self.world_sizes or any(p < 1 for p in self.world_sizes):
@@ -115,6 +119,8 @@ def _variant(base: ClusterSpec, bw: Any, lat: Any, topo: dict | None) -> tuple[C
 def expand_factors(cfg: SweepConfig) -> list[SweepJob]:
     """Every combination of the factors, in a stable order (trace-major, world size last)."""
     base = load_cluster(cfg.cluster)
+    if cfg.compute and cfg.compute != base.compute:
+        base = dataclasses.replace(base, compute=cfg.compute)
     bws = list(cfg.bandwidths) or [None]
     lats = list(cfg.latencies) or [None]
     topos: list[dict | None] = list(cfg.topologies) or [None]

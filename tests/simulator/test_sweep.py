@@ -71,3 +71,13 @@ def test_cli_sweep_on_a_process_pool(traces, tmp_path):
     assert len(df) == 2 * 2 * 2 * 4  # traces x P x bandwidths x (3 dense + compressed)
     assert header["options"]["summary"]["jobs"] == 8
     assert main(["sweep", str(cfg), "-o", str(out), "--set", "sweep.colour=red"]) == 2
+
+
+def test_sweep_compute_overrides_the_cluster(traces):
+    jobs = expand_factors(SweepConfig(traces=tuple(traces), compute="trace"))
+    assert {j.cluster.compute for j in jobs} == {"trace"}
+    assert {j.cluster.compute for j in expand_factors(SweepConfig(traces=tuple(traces)))} == {
+        "model"
+    }
+    with pytest.raises(ConfigError):
+        SweepConfig(traces=tuple(traces), compute="guess")
