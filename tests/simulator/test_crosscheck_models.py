@@ -197,3 +197,25 @@ def test_overlapped_replay_matches_predict(overlap):
     )
     assert len(merged) == len(sim) and (merged["method"] == "compressed").any()
     np.testing.assert_allclose(merged["step_s_sim"], merged["step_s_pred"], rtol=1e-3)
+
+
+def test_graph_links_take_efficiency_or_framing():
+    import dataclasses
+
+    from traces.errors import ConfigError
+
+    def graph(**extra):
+        links = [{"a": "x", "b": "y", "bandwidth": "8Gbps", "latency": "1us", **extra}]
+        return dataclasses.replace(
+            cluster(), topology={"kind": "graph", "hosts": ["x", "y"], "links": links}
+        )
+
+    assert build_topology(graph(), 2).route(0, 1).bandwidth_Bps == pytest.approx(1e9)
+    assert build_topology(graph(efficiency=0.5), 2).route(0, 1).bandwidth_Bps == pytest.approx(5e8)
+    tcp = build_topology(graph(framing="tcp-mtu9000"), 2).route(0, 1).bandwidth_Bps
+    assert tcp == pytest.approx(1e9 * 8948 / 9038)
+    for bad in (0.0, 1.5, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="efficiency"):
+            build_topology(graph(efficiency=bad), 2)
+    with pytest.raises(ConfigError, match="framing"):
+        build_topology(graph(framing="smoke-signals"), 2)
