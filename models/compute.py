@@ -1,7 +1,9 @@
 """Compute cost of one training step on one rank: forward + backward, and how it splits by layer.
 
 Two sources of compute time (``ClusterSpec.compute``): the trace's measured seconds × a
-scale factor (done in :mod:`traces.replay`), or the FLOP model here.
+scale factor, or the FLOP model :func:`compute_time_s` (defined once in
+:mod:`traces.devicecost`, below both models and simulator, and re-exported here); both are
+applied in :mod:`traces.replay`.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from traces.cluster import DeviceSpec
+from traces.devicecost import compute_time_s  # one FLOP model, shared with traces.replay
 from traces.errors import ConfigError
 
 __all__ = ["FORWARD_FRACTION", "compute_time_s", "layer_ready_fractions"]
@@ -19,27 +21,6 @@ __all__ = ["FORWARD_FRACTION", "compute_time_s", "layer_ready_fractions"]
 #: Source: the 2N forward / 4N backward FLOP count per parameter of J. Kaplan et al.,
 #: "Scaling Laws for Neural Language Models", 2020, §2.1. Assumption for other layer types.
 FORWARD_FRACTION = 1.0 / 3.0
-
-
-def compute_time_s(
-    flops_per_sample: ArrayLike, batch_size: ArrayLike, device: DeviceSpec
-) -> np.ndarray:
-    """Forward+backward seconds of one rank's minibatch on ``device``.
-
-    Formula: ``T = flops_per_sample · batch_size / (peak_flops · efficiency)``.
-
-    Assumptions: time linear in samples (no small-batch inefficiency beyond the constant
-    ``efficiency``); FLOPs are those of the trace header (``torch.utils.flop_counter``) or of a
-    published count.
-
-    Source: the roofline-style compute bound, e.g. S. Williams, A. Waterman and D. Patterson,
-    "Roofline", CACM 52(4), 2009, with the device's datasheet peak (``DeviceSpec.source``).
-    """
-    flops = np.asarray(flops_per_sample, dtype=np.float64)
-    batch = np.asarray(batch_size, dtype=np.float64)
-    if np.any(flops < 0) or np.any(batch < 0):
-        raise ConfigError("FLOPs and batch size must be non-negative")
-    return flops * batch / device.effective_flops
 
 
 def layer_ready_fractions(

@@ -32,6 +32,7 @@ from traces.errors import ConfigError, unknown_name
 
 __all__ = [
     "CAST_BYTES_PER_ELEMENT",
+    "compute_time_s",
     "CODEC_PROFILES",
     "DENSE_ENCODING_BYTES",
     "OPTIMIZER_BYTES_PER_PARAM",
@@ -43,6 +44,27 @@ __all__ = [
     "optimizer_time_s",
     "stream_time_s",
 ]
+
+
+def compute_time_s(
+    flops_per_sample: ArrayLike, batch_size: ArrayLike, device: DeviceSpec
+) -> np.ndarray:
+    """Forward+backward seconds of one rank's minibatch on ``device``.
+
+    Formula: ``T = flops_per_sample · batch_size / (peak_flops · efficiency)``.
+
+    Assumptions: time linear in samples (no small-batch inefficiency beyond the constant
+    ``efficiency``); FLOPs are those of the trace header (``torch.utils.flop_counter``) or of a
+    published count.
+
+    Source: the roofline-style compute bound, e.g. S. Williams, A. Waterman and D. Patterson,
+    "Roofline", CACM 52(4), 2009, with the device's datasheet peak (``DeviceSpec.source``).
+    """
+    flops = np.asarray(flops_per_sample, dtype=np.float64)
+    batch = np.asarray(batch_size, dtype=np.float64)
+    if np.any(flops < 0) or np.any(batch < 0):
+        raise ConfigError("FLOPs and batch size must be non-negative")
+    return flops * batch / device.effective_flops
 
 
 def stream_time_s(bytes_touched: ArrayLike, launches: ArrayLike, device: DeviceSpec) -> np.ndarray:

@@ -165,7 +165,7 @@ def _model_compute(trace: Any, cluster: ClusterSpec, n_steps: int) -> np.ndarray
             f"trace {trace.name}: compute 'model' needs flops_per_sample and "
             "batch_size_per_worker in the header; use --compute trace (the recorded seconds)"
         )
-    modelled = float(flops) * float(batch) / cluster.device.effective_flops
+    modelled = float(devicecost.compute_time_s(float(flops), float(batch), cluster.device))
     return np.full(n_steps, modelled)
 
 
