@@ -359,7 +359,7 @@ def run(args: argparse.Namespace) -> int:
     if switch is not None:
         print(
             f"p2p steps between {switch['below_bytes']} and {switch['above_bytes']} B "
-            "(a protocol switch?): below alpha = "
+            "(a protocol switch, or a token bucket's burst): below alpha = "
             f"{switch['below'][0] * 1e6:.1f} us, above alpha = {switch['above'][0] * 1e6:.1f} us; "
             "fit one side with --from ... --sizes MIN:MAX"
         )
