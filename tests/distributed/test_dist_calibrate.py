@@ -293,3 +293,22 @@ def test_under_torchrun_the_layout_belongs_to_torchrun(tmp_path, capsys, monkeyp
         monkeypatch.setenv(k, v)
     assert main(["calibrate", "--nnodes", "2", "-o", str(tmp_path / "c.toml")]) == 2
     assert "give the layout to torchrun" in capsys.readouterr().err
+
+
+def test_a_step_in_the_p2p_line_is_reported_where_it_is():
+    from traces.training.distributed_calibrate import default_sizes_bytes, protocol_switch
+
+    def table(step_at):
+        rows = []
+        for n in default_sizes_bytes():
+            # Eager below the switch, a rendezvous round trip (+300 us) from it on.
+            t = 20e-6 + n / 1e9 + (300e-6 if n >= step_at else 0.0)
+            rows.append({"op": "p2p", "size_bytes": n, "measured_s": t, "fitted_s": t})
+        return rows
+
+    found = protocol_switch(table(65536))
+    assert found is not None
+    assert (found["below_bytes"], found["above_bytes"]) == (16384, 65536)
+    assert found["below"][0] == pytest.approx(20e-6, rel=0.05)
+    assert found["above"][0] == pytest.approx(320e-6, rel=0.05)
+    assert protocol_switch(table(1 << 40)) is None  # one straight line: nothing to report
