@@ -259,6 +259,29 @@ def calibrate_argv(hosts: Hosts, i: int, port: int, out: Path, *extra: str) -> l
     )
 
 
+def record_argv(hosts: Hosts, i: int, port: int, out: Path, *settings: str) -> list[str]:
+    """Host ``i``'s rank of ``python -m traces.training.distributed`` (what ``vgcsim record
+    --backend gloo`` runs per rank) with the variables torchrun would set, one rank per host;
+    ``settings`` are RecordConfig ``KEY=VALUE`` pairs."""
+    env = [f"RANK={i}", "LOCAL_RANK=0", f"GROUP_RANK={i}", f"WORLD_SIZE={len(hosts.names)}"]
+    env += [f"MASTER_ADDR={hosts.addrs[0]}", f"MASTER_PORT={port}"]
+    env += [f"GLOO_SOCKET_IFNAME={hosts.iface}"]
+    argv = [sys.executable, "-m", "traces.training.distributed", "--backend", "gloo"]
+    argv += ["-o", str(out)]
+    for kv in settings:
+        argv += ["--set", kv]
+    return ["env", *env, *argv]
+
+
+#: The recordings of ``--record``: a dense MLP (2.4 MB fp32 allreduce per step) and the same
+#: MLP with variance compression (an allgatherv of the compressed payloads).
+RECORDINGS = {
+    "dense": ("compressor.name=dense",),
+    "variance": ("compressor.name=variance",),
+}
+RECORD_BASE = ("data.name=digits", "model.name=mlp", "model.width=4", "eval_every=0")
+
+
 def _main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rate", default="200mbit")
@@ -269,6 +292,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--check-sizes", default="8MB,40MB")
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--tolerance", default="0.05")
+    p.add_argument("--record", type=int, default=0, help="also record N steps of each RECORDINGS")
     p.add_argument("-o", "--out", type=Path, required=True, help="folder for the files")
     args = p.parse_args(argv)
     reason = missing_prerequisite()
@@ -301,6 +325,19 @@ def _main(argv: Sequence[str] | None = None) -> int:
                 for d in done:
                     print(d.stdout[-2000:], file=sys.stderr)
                 return 1
+        for k, (name, settings) in enumerate(RECORDINGS.items() if args.record else ()):
+            run = out / f"run-{name}"
+            kv = (*RECORD_BASE, *settings, f"steps={args.record}")
+            cmds = [record_argv(hosts, i, 29521 + k, run, *kv) for i in range(args.hosts)]
+            done = run_on_hosts(hosts, cmds, timeout_s=3600)
+            print(f"$ {' '.join(cmds[0][7:])}  (one rank per host)")
+            if any(d.returncode for d in done):
+                for d in done:
+                    print(d.stdout[-2000:], file=sys.stderr)
+                return 1
+            cmd = vgcsim_argv("validate", str(run), "--cluster", str(out / "cal.toml"))
+            print(f"$ vgcsim {' '.join(cmd[3:])}", flush=True)
+            subprocess.run([*cmd, "--steps", "0", "--tolerance", args.tolerance])
     for cluster in ("cal", "check"):
         cmd = vgcsim_argv(
             "validate",

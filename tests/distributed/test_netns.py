@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from _netns import (
-    Hosts,
+    RECORD_BASE,
+    RECORDINGS,
     burst_bytes,
     calibrate_argv,
     measure_tcp_goodput_Bps,
     missing_prerequisite,
+    record_argv,
     run_on_hosts,
     shaped_hosts,
     tcp_goodput_Bps,
@@ -52,19 +52,6 @@ def _ok(done: list[subprocess.CompletedProcess], what: str) -> None:
         assert d.returncode == 0, f"{what} failed on host {i}:\n{d.stdout[-3000:]}"
 
 
-def _record_argv(h: Hosts, i: int, port: int, out: Path) -> list[str]:
-    """Host ``i``'s rank of a dense MLP recording (2.4 MB per allreduce, 10 steps), started
-    with the variables torchrun would set (one process per host)."""
-    env = [f"RANK={i}", "LOCAL_RANK=0", f"GROUP_RANK={i}", f"WORLD_SIZE={HOSTS}"]
-    env += [f"MASTER_ADDR={h.addrs[0]}", f"MASTER_PORT={port}", f"GLOO_SOCKET_IFNAME={h.iface}"]
-    record = [sys.executable, "-m", "traces.training.distributed", "--backend", "gloo"]
-    record += ["-o", str(out)]
-    for kv in ("data.name=digits", "model.name=mlp", "model.width=4", "compressor.name=dense"):
-        record += ["--set", kv]
-    record += ["--set", "steps=10", "--set", "eval_every=0"]
-    return ["env", *env, *record]
-
-
 def test_calibrate_record_and_validate_across_namespaces(hosts, tmp_path):
     # Ground truth: one plain TCP stream between two hosts, next to the nominal
     # rate x 1448/1514 (TCP payload per Ethernet frame with timestamps).
@@ -75,10 +62,11 @@ def test_calibrate_record_and_validate_across_namespaces(hosts, tmp_path):
     # 4 MiB, far past the tbf bucket, so that the large sizes see the shaped rate.
     assert burst_bytes(RATE) * 16 < 4 << 20
     cal = tmp_path / "cal.toml"
-    # The latency of a loaded CI runner is noisy: the test checks alpha and beta below, not
-    # the small-message scatter, so the refusal threshold is wide here.
+    # Small-message latency on a loaded CI runner scatters by a factor of 2 or more, which
+    # the typical error counts (test_dist_calibrate checks the refusal); this test checks the
+    # fitted alpha and beta themselves, so it writes the file whatever the error (--force).
     sweep = ["--ops", "p2p,allreduce", "--sizes", "4,64,1KiB,64KiB,1MiB,4MiB"]
-    sweep += ["--repeats", "5", "--warmup", "1", "--budget", "1", "--max-error", "2"]
+    sweep += ["--repeats", "5", "--warmup", "1", "--budget", "1", "--force"]
     done = run_on_hosts(
         hosts,
         [calibrate_argv(hosts, i, 29531, cal, *sweep) for i in range(HOSTS)],
@@ -94,7 +82,12 @@ def test_calibrate_record_and_validate_across_namespaces(hosts, tmp_path):
     # validate: the measured allreduce time against the closed form and the simulator.
     run = tmp_path / "run"
     done = run_on_hosts(
-        hosts, [_record_argv(hosts, i, 29532, run) for i in range(HOSTS)], timeout_s=240
+        hosts,
+        [
+            record_argv(hosts, i, 29532, run, *RECORD_BASE, *RECORDINGS["dense"], "steps=10")
+            for i in range(HOSTS)
+        ],
+        timeout_s=240,
     )
     _ok(done, "python -m traces.training.distributed")
     val = subprocess.run(
