@@ -144,7 +144,8 @@ def _best(rows: pd.DataFrame, method: str) -> pd.DataFrame:
 def _low_precision_dense(rows: pd.DataFrame) -> pd.DataFrame:
     """Dense rows of 2-byte encodings as compressed-side rows of trace "dense-<encoding>".
 
-    One trace's rows per (source, cluster): the first trace by name. The returned rows keep
+    One trace's rows per (source, cluster): the first trace by name; fp16 only where its
+    step times differ from bf16's. The returned rows keep
     that trace's name in ``trace`` (to pair them with its fp32 rows) and carry
     ``compressor = "dense-<encoding>"``; :func:`what_if` renames them.
     """
@@ -155,6 +156,14 @@ def _low_precision_dense(rows: pd.DataFrame) -> pd.DataFrame:
     low = low[low["trace"] == first]
     idx = low.groupby(["source", "cluster", "trace", "world_size", "encoding"])["step_s"].idxmin()
     out = low.loc[idx.to_numpy()].copy()
+    # fp16 and bf16 are both 2-byte values: where their step times agree, show bf16 only
+    step = out.pivot_table(
+        index=["source", "cluster", "trace", "world_size"], columns="encoding", values="step_s"
+    )
+    if {"bf16", "fp16"} <= set(step.columns) and np.allclose(
+        step["bf16"], step["fp16"], rtol=1e-9, atol=0, equal_nan=True
+    ):
+        out = out[out["encoding"] != "fp16"]
     out["compressor"] = "dense-" + out["encoding"].astype(str)
     return out
 
@@ -174,7 +183,8 @@ def what_if(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.Dat
     a method of its own, trace ``dense-<encoding>``, label "dense <encoding>", against
     the fp32 baseline of the same rows: the free halving DDP users get from a compress
     hook. Its rows are taken from one trace per (source, cluster) (the first by name; the
-    dense rows of every trace of one model agree when compute is modelled).
+    dense rows of every trace of one model agree when compute is modelled); fp16 is left
+    out where its step times equal bf16's.
     """
     rows = mean_rows(df)
     dense = _best(rows, "dense")
@@ -404,6 +414,8 @@ def _acc_note(
 ) -> str:
     if accuracy is None:
         return ""
+    if trace.startswith("dense-"):  # a 2-byte dense baseline: no trace of its own
+        return " (test accuracy not recorded)"
     acc = accuracy.get(trace, math.nan)
     own = "test accuracy not recorded" if pd.isna(acc) else f"test accuracy {acc * 100:.1f} %"
     if dense_accuracy is not None and not pd.isna(dense_accuracy):

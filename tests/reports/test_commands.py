@@ -83,6 +83,28 @@ def test_demo_rejects_unknown_method(tmp_path, capsys):
     assert "unknown demo method 'nope'" in err and "variance" in err
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "steps=100",
+            "steps only apply to traces the demo records: add --set traces=record",
+        ),
+        (
+            'methods=["dense","hybrid"]',
+            "no committed demo trace for hybrid in",
+        ),
+        ("traces=download", "unknown demo trace source 'download'"),
+        ("target_accuracy=0.97", "target accuracy must be a percentage in (1, 100]"),
+    ],
+)
+def test_demo_user_errors_exit_2(tmp_path, capsys, override, message):
+    assert main(["demo", "-o", str(tmp_path), "--set", override]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not (tmp_path / "results").exists()
+
+
 def test_demo_reuses_only_complete_traces_with_same_config(tmp_path):
     from vgcsim.commands.demo import DemoConfig, _record_config, _reusable
 
@@ -116,6 +138,8 @@ def test_demo_end_to_end_tiny(tmp_path, capsys):
         "-o",
         str(out),
         "--quiet",
+        "--set",
+        "traces=record",
         "--set",
         "steps=3",
         "--set",

@@ -374,7 +374,9 @@ def test_bf16_dense_is_a_method_of_its_own_against_fp32(results):
     half = np.where(p == 1, 0.0, 2 * (p - 1) * lat + 2 * (p - 1) / p * (DENSE_BYTES / 2) / bw)
     bf16["comm_s"] = half
     bf16["step_s"] = 0.05 + half
-    t = tables.what_if(pd.concat([results, bf16], ignore_index=True), LABELS)
+    fp16 = bf16.assign(encoding="fp16")  # same cost: shown once, as bf16
+    t = tables.what_if(pd.concat([results, bf16, fp16], ignore_index=True), LABELS)
+    assert not (t.trace == "dense-fp16").any()
     low = t[t.trace == "dense-bf16"]
     # one row per (source, cluster, P): taken from one trace's dense rows, not three
     assert len(low) == 2 * 3 * 9

@@ -1,13 +1,18 @@
-"""``vgcsim demo``: the main job end to end — record, predict, simulate, report.
+"""``vgcsim demo``: the main job end to end — traces, predict, simulate, report.
 
 Stages talk only through files, in one direction::
 
+    tests/data/demo_traces/<method>/          committed traces (default), or
     OUT/traces/<method>/                      record (real training, W emulated workers)
     OUT/results/predicted/<method>-<cluster>/ closed-form models read the trace
     OUT/results/simulated/<method>-<cluster>/ the discrete-event simulator reads the trace
     OUT/report/index.html                     the report reads result tables and traces
 
-A trace is reused when its folder holds a *complete* trace recorded with the same
+By default the demo reads traces committed with the project: recorded by ``vgcsim
+record`` long enough for the variance compressor's density to settle (the commands are
+in the README beside them; recording them takes longer than the demo's time budget on two
+cores). With ``--set traces=record`` it records them itself with the same settings. A
+recorded trace is reused when its folder holds a *complete* trace recorded with the same
 configuration; anything else (missing, interrupted, other settings) is recorded again.
 """
 
@@ -24,9 +29,14 @@ from typing import Any
 from vgcsim.commands import add_set_option
 
 HELP = (
-    "record short real traces (dense, variance α=2, Strom, QSGD), predict and simulate them "
-    "on 1GbE, 10GbE and 100 Gb InfiniBand for P up to 256, and write the HTML report"
+    "predict and simulate real traces (dense, variance α=2, Strom, QSGD; committed, or "
+    "recorded with --set traces=record) on 1GbE, 10GbE and 100 Gb InfiniBand for P up to "
+    "256, and write the HTML report"
 )
+
+#: Traces committed for the demo (tests/data/demo_traces/README.md has their commands).
+DEMO_TRACES = Path(__file__).resolve().parents[2] / "tests" / "data" / "demo_traces"
+TRACE_SOURCES = ("committed", "record")
 
 #: Methods the demo can record: name -> (compressor, hyperparameters). The paper's settings:
 #: variance α = 2 (Algorithm 1), Strom's threshold τ, QSGD with 2 bits and buckets of 128.
@@ -38,37 +48,48 @@ DEMO_METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "hybrid": ("hybrid", {"alpha": 2.0, "tau": 0.01}),
 }
 COMPUTE_MODES = ("trace", "model")
+#: Fields that only shape a recording (must keep their defaults with committed traces).
+RECORD_FIELDS = ("steps", "workers", "batch_size", "eval_every", "seed", "lr_milestones")
 
 
 @dataclass(frozen=True)
 class DemoConfig:
-    """What the demo records and evaluates (every field settable with ``--set key=value``).
+    """What the demo evaluates (every field settable with ``--set key=value``).
 
-    steps, workers, batch_size, eval_every, seed: the recording (default workload of
-    ``vgcsim record`` otherwise). methods: keys of DEMO_METHODS. clusters: cluster presets
-    or TOML files. compute: "model" times forward/backward on each cluster's device from
-    the trace's FLOPs (codec and variance scaled by the same factor), "trace" uses the
-    CPU times measured while recording. sim_steps: steps replayed per world size (0: all).
+    traces: "committed" reads the traces committed in tests/data/demo_traces (recorded
+    with the settings below), "record" records them into OUT/traces. steps, workers,
+    batch_size, eval_every, seed, lr_milestones (Adam's learning rate × 0.1 at each):
+    the recording (default workload of ``vgcsim record`` otherwise; a step schedule, so
+    that the first steps of a recording do not depend on its length). methods: keys of
+    DEMO_METHODS. clusters: cluster presets or TOML files. compute: "model" times
+    forward/backward on each cluster's device, "trace" uses the CPU times measured while
+    recording. sim_steps: steps replayed per world size (0: all). target_accuracy: test
+    accuracy in percent for the time-to-accuracy table (0: the dense trace's final
+    accuracy minus 1 point).
     """
 
-    steps: int = 60
+    traces: str = "committed"
+    steps: int = 500
     workers: int = 4
     batch_size: int = 32
-    eval_every: int = 10
+    eval_every: int = 25
     seed: int = 0
+    lr_milestones: tuple[int, ...] = (300, 400)
     methods: tuple[str, ...] = ("dense", "variance", "strom", "qsgd")
     clusters: tuple[str, ...] = ("1GbE", "10GbE", "IB-EDR")
     world_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     compute: str = "model"
     sim_steps: int = 0
+    target_accuracy: float = 0.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--out", default="out/demo", help="output folder (default: out/demo)")
     add_set_option(
         parser,
-        "set a demo option: steps, workers, batch_size, eval_every, seed, methods, "
-        "clusters, world_sizes, compute (model|trace), sim_steps",
+        "set a demo option: traces (committed|record), steps, workers, batch_size, "
+        "eval_every, seed, lr_milestones, methods, clusters, world_sizes, compute "
+        "(model|trace), sim_steps, target_accuracy (percent)",
         dest="overrides",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
@@ -82,6 +103,25 @@ def _check(cfg: DemoConfig) -> None:
             raise unknown_name("demo method", m, DEMO_METHODS)
     if cfg.compute not in COMPUTE_MODES:
         raise unknown_name("compute mode", cfg.compute, COMPUTE_MODES)
+    if cfg.traces not in TRACE_SOURCES:
+        raise unknown_name("demo trace source", cfg.traces, TRACE_SOURCES)
+    if cfg.target_accuracy:
+        from vgcsim.commands.report import target_fraction
+
+        target_fraction(cfg.target_accuracy)
+    if cfg.traces == "committed":
+        changed = [f for f in RECORD_FIELDS if getattr(cfg, f) != getattr(DemoConfig(), f)]
+        if changed:
+            raise ConfigError(
+                f"{', '.join(changed)} only apply to traces the demo records: add "
+                "--set traces=record (the committed traces were recorded with the defaults)"
+            )
+        missing = [m for m in cfg.methods if not (DEMO_TRACES / m / "header.json").is_file()]
+        if missing:
+            raise ConfigError(
+                f"no committed demo trace for {', '.join(missing)} in {DEMO_TRACES}: "
+                "add --set traces=record to record it"
+            )
     if not cfg.clusters or not cfg.world_sizes or not cfg.methods:
         raise ConfigError("methods, clusters and world_sizes must not be empty")
     if any(int(p) < 1 for p in cfg.world_sizes):
@@ -95,16 +135,18 @@ def _check(cfg: DemoConfig) -> None:
 
 
 def _record_config(cfg: DemoConfig, method: str):
-    from traces.training.record_config import CompressorConfig, RecordConfig
+    from traces.training.record_config import CompressorConfig, OptimConfig, RecordConfig
 
     name, params = DEMO_METHODS[method]
     return RecordConfig(
         compressor=CompressorConfig(name=name, params=dict(params)),
+        optimizer=OptimConfig(schedule="step", milestones=tuple(cfg.lr_milestones)),
         workers=cfg.workers,
         batch_size=cfg.batch_size,
         steps=cfg.steps,
         seed=cfg.seed,
         eval_every=cfg.eval_every,
+        chunk_steps=100,  # as the committed traces (their test re-records one chunk)
     )
 
 
@@ -167,12 +209,17 @@ def run(args: argparse.Namespace) -> int:
     clusters = [_cluster(c, cfg.compute) for c in cfg.clusters]
     compressed = [m for m in cfg.methods if DEMO_METHODS[m][0] != "dense"]
     steps_total = len(cfg.methods) + 2 * len(compressed) * len(clusters) + 1
+    if cfg.traces == "committed":
+        steps_total -= len(cfg.methods)
     say = _Progress(args.quiet, steps_total)
     command = ["vgcsim", "demo", *sys.argv[2:]] if len(sys.argv) > 1 else ["vgcsim", "demo"]
 
-    # 1. record (or reuse) one trace per method
+    # 1. the committed traces, or record (or reuse) one trace per method
     trace_dirs: dict[str, Path] = {}
     for method in cfg.methods:
+        if cfg.traces == "committed":
+            trace_dirs[method] = DEMO_TRACES / method
+            continue
         run_dir = out / "traces" / method
         rcfg = _record_config(cfg, method)
         if _reusable(run_dir, rcfg):
@@ -217,18 +264,22 @@ def run(args: argparse.Namespace) -> int:
             say(f"simulated {tag} for P = {sizes[0]}..{sizes[-1]}")
 
     # 3. report from the result folders and the traces
-    first = read_trace(trace_dirs[cfg.methods[0]]).header["config"]
+    traces = {m: read_trace(d) for m, d in trace_dirs.items()}
     compute_note = (
         "forward/backward time modelled from the traces' FLOPs on each cluster's device "
-        f"({', '.join(sorted({c.device.name for c in clusters}))}); variance and codec times "
-        "scaled by the same factor"
+        f"({', '.join(sorted({c.device.name for c in clusters}))})"
         if cfg.compute == "model"
-        else "forward/backward, variance and codec times as measured on this machine's CPU"
+        else "forward/backward, variance and codec times as measured on the recording CPU"
+    )
+    where = (
+        "committed with the project (tests/data/demo_traces, recorded by `vgcsim record`; "
+        "commands in its README)"
+        if cfg.traces == "committed"
+        else f"recorded into {out / 'traces'}"
     )
     notes = [
-        f"Traces: {cfg.steps} steps of {first['model']['name']} on {first['data']['name']}, "
-        f"{cfg.workers} emulated workers × {cfg.batch_size} samples, seed {cfg.seed}. "
-        f"Clusters: {', '.join(c.name for c in clusters)}; P = {', '.join(map(str, sizes))}.",
+        demo_headline(traces, cfg.methods) + f" Traces {where}.",
+        f"Clusters: {', '.join(c.name for c in clusters)}; P = {', '.join(map(str, sizes))}. "
         f"Compute: {compute_note}.",
     ]
     html = render_report(
@@ -237,10 +288,61 @@ def run(args: argparse.Namespace) -> int:
         out / "report",
         title="vgcsim demo report",
         notes=notes,
+        target_accuracy=cfg.target_accuracy / 100 if cfg.target_accuracy else None,
     )
     say(f"report written to {html.parent}")
     summary = (html.parent / "report.json").read_text(encoding="utf-8")
+    print(notes[0])
     for line in json.loads(summary).get("summary", [])[:3]:
         print(line)
     print(html)
     return 0
+
+
+def _reading(params: dict[str, Any]) -> str:
+    """The post-send reading of a variance/hybrid compressor, e.g. "after_send=reset"."""
+    keys = ("after_send", "below_floor", "variance_scale")
+    shown = [f"{k}={params[k]}" for k in keys if k in params]
+    return ", ".join(shown) if shown else "reading not recorded"
+
+
+def demo_headline(traces: dict[str, Any], methods: tuple[str, ...] | list[str]) -> str:
+    """What the demo's numbers rest on: model, parameter count, steps, readings, accuracy.
+
+    e.g. "small_cnn (38,282 parameters) on mnist, 500 steps of 4 workers × 32 samples;
+    test accuracy: dense 98.4 %, variance α=2 (after_send=reset, below_floor=keep,
+    variance_scale=batch_mean; density 2.1 % over all steps, 1.2 % over the last 20 %)
+    97.9 %, …"
+    """
+    from reports.tables import final_accuracy, method_label
+
+    first = traces[methods[0]]
+    config = first.header.get("config") or {}
+    n_params = sum(int(layer["numel"]) for layer in first.layers)
+    parts = []
+    for m in methods:
+        t = traces[m]
+        comp = t.header.get("compressor") or {}
+        params = dict(comp.get("params") or {})
+        label = method_label(str(comp.get("name", m)), params)
+        detail = []
+        if comp.get("name") in ("variance", "hybrid"):
+            detail.append(_reading(params))
+        steps = t.steps.sort_values("step")
+        if comp.get("name") != "dense" and len(steps) and "density" in steps:
+            last = steps["density"].iloc[-max(1, len(steps) // 5) :].mean()
+            if steps["density"].mean() < 1.0:
+                detail.append(
+                    f"density {steps['density'].mean() * 100:.2g} % over all steps, "
+                    f"{last * 100:.2g} % over the last 20 %"
+                )
+        acc = final_accuracy(t.evals)
+        acc_s = "not evaluated" if acc != acc else f"{acc * 100:.1f} %"
+        details = f" ({'; '.join(detail)})" if detail else ""
+        parts.append(f"{label}{details} {acc_s}")
+    return (
+        f"{config.get('model', {}).get('name', '?')} ({n_params:,} parameters) on "
+        f"{config.get('data', {}).get('name', '?')}, {first.steps_count} steps of "
+        f"{first.workers} workers × {first.header.get('batch_size_per_worker', '?')} samples; "
+        f"final test accuracy: {', '.join(parts)}."
+    )
