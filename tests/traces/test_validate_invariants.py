@@ -53,7 +53,7 @@ def _problems(parts: dict) -> list[str]:
 def _only(parts: dict, needle: str) -> str:
     problems = _problems(parts)
     assert len(problems) == 1, problems
-    assert needle in problems[0], problems
+    assert problems[0].startswith(needle), problems
     return problems[0]
 
 
@@ -89,13 +89,13 @@ def test_numel_differs_from_the_product_of_the_shape(sample):
     t = _copy(sample)
     assert t["header"]["layers"][0]["shape"] == [16, 1, 3, 3]
     t["header"]["layers"][0]["shape"] = [16, 1, 3, 4]
-    _only(t, "numel 144 != prod(shape")
+    assert _only(t, "") == "header layer '0.weight': numel 144 != prod(shape [16, 1, 3, 4])"
 
 
 def test_dense_bytes_differ_from_four_bytes_per_parameter(sample):
     t = _copy(sample)
     t["header"]["dense_bytes_per_step"] += 4
-    _only(t, "dense_bytes_per_step")
+    assert _only(t, "") == "header dense_bytes_per_step 153132 != 4 x total numel 153128"
 
 
 def test_primary_encoding_not_among_the_encodings(sample):
@@ -110,7 +110,7 @@ def test_no_workers(sample):
     t = _copy(sample)
     t["header"]["workers"] = 0
     t["payloads"] = t["payloads"].iloc[0:0]
-    _only(t, "workers must be >= 1")
+    assert _only(t, "") == "header workers must be >= 1, got 0"
 
 
 def test_steps_recorded_differs_from_the_steps_table(sample):
@@ -127,7 +127,7 @@ def test_no_recorded_steps(sample):
     t["header"]["steps_recorded"] = 0
     for table in ("steps", "payloads", "evals"):
         t[table] = t[table].iloc[0:0]
-    _only(t, "no recorded steps")
+    _only(t, "the trace has no recorded steps")
 
 
 @pytest.mark.parametrize("value", (float("nan"), float("inf")))
@@ -137,12 +137,45 @@ def test_nan_or_inf_in_steps(sample, value):
     _only(t, "steps column loss contains NaN or Inf")
 
 
+def test_optional_step_columns_may_be_missing_but_not_infinite(sample):
+    # optional columns (decode_s, ...) hold NaN where a value was not measured
+    t = _copy(sample)
+    t["steps"].loc[[3, 4], "decode_s"] = float("nan")
+    assert _problems(t) == []
+    t["steps"].loc[5, "decode_s"] = float("inf")
+    assert _only(t, "") == "steps column decode_s contains NaN or Inf"
+
+
+def test_missing_value_in_a_nullable_integer_column(sample):
+    t = _copy(sample)
+    p = t["payloads"]
+    p["sent"] = p["sent"].astype("Int64")
+    p.loc[6, "sent"] = pd.NA
+    assert _only(t, "") == "payloads column sent contains NaN or Inf"
+
+
+def test_a_single_worker_trace_is_valid(sample):
+    t = _copy(sample)
+    t["header"]["workers"] = 1
+    t["payloads"] = t["payloads"][t["payloads"]["worker"] == 0].reset_index(drop=True)
+    assert _problems(t) == []
+
+
+def test_densities_and_accuracies_at_zero_and_one_are_valid(sample):
+    t = _copy(sample)
+    t["steps"].loc[1, "density"] = 0.0
+    t["steps"].loc[2, "density"] = 1.0
+    t["evals"].loc[0, ["train_acc", "test_acc"]] = [0.0, 1.0]
+    t["evals"].loc[1, ["train_acc", "test_acc"]] = [1.0, 0.0]
+    assert _problems(t) == []
+
+
 def test_steps_out_of_order(sample):
     # swap the numbers of steps 3 and 4: the same set of steps, not contiguous in order
     t = _copy(sample)
     s = t["steps"]
     s.loc[[3, 4], "step"] = [4, 3]
-    _only(t, "not contiguous from 0")
+    _only(t, "steps are not contiguous from 0")
 
 
 def test_negative_seconds(sample):
@@ -155,7 +188,7 @@ def test_negative_seconds(sample):
 def test_density_outside_unit_interval(sample, density):
     t = _copy(sample)
     t["steps"].loc[2, "density"] = density
-    _only(t, "density is outside [0, 1]")
+    assert _only(t, "") == "steps column density is outside [0, 1]"
 
 
 # -- payloads --------------------------------------------------------------------------------
@@ -176,21 +209,21 @@ def test_missing_payload_row(sample):
 
 
 def test_duplicate_payload_rows(sample):
-    # row 1 becomes a copy of row 0: the row count stays right, one (step, worker, layer)
-    # is now recorded twice (and another not at all)
+    # row 1 (step 0, worker 1, layer 0) is relabelled worker 0: the row count stays right,
+    # (0, 0, 0) is now recorded twice with different contents (and (0, 1, 0) not at all)
     t = _copy(sample)
     p = t["payloads"]
-    assert tuple(p.loc[0, ["step", "worker", "layer"]]) != tuple(
-        p.loc[1, ["step", "worker", "layer"]]
-    )
-    p.loc[1] = p.loc[0]
-    _only(t, "repeated (step, worker, layer)")
+    assert p.loc[0, ["step", "worker", "layer"]].tolist() == [0, 0, 0]
+    assert p.loc[1, ["step", "worker", "layer"]].tolist() == [0, 1, 0]
+    assert p.loc[0, "sent"] != p.loc[1, "sent"]
+    p.loc[1, "worker"] = 0
+    assert _only(t, "") == "payloads has repeated (step, worker, layer) rows"
 
 
 def test_payload_rows_of_an_unknown_step(sample):
     t = _copy(sample)
     t["payloads"].loc[5, "step"] = 100
-    _only(t, "steps that are not in the steps table")
+    assert _only(t, "") == "payloads has rows for steps that are not in the steps table"
 
 
 def test_payload_worker_out_of_range(sample):
@@ -259,10 +292,45 @@ def test_negative_bits(sample):
     _only(t, "payloads column bits_coo64 has negative bits")
 
 
+def test_zero_bits_are_outside_the_formula_not_negative(sample):
+    t = _copy(sample)
+    t["payloads"].loc[4, "bits_coo64"] = 0
+    _only(t, "payloads column bits_coo64: 1 rows have bits outside the coo64 size formula")
+
+
+def test_every_encoding_is_checked_after_a_bad_one(sample):
+    # negative bits in coo64 (2nd encoding) or a missing packed32 column (1st) must not
+    # stop the checks of the encodings after them
+    t = _copy(sample)
+    p = t["payloads"]
+    p.loc[4, "bits_coo64"] = -1
+    p.loc[8, "bits_bitmap"] = 1
+    problems = _problems(t)
+    assert len(problems) == 2, problems
+    assert problems[0] == "payloads column bits_coo64 has negative bits"
+    assert problems[1].startswith("payloads column bits_bitmap: 1 rows have bits outside")
+    t["payloads"] = p.drop(columns=["bits_packed32"])
+    problems = _problems(t)
+    assert len(problems) == 3, problems
+    assert problems[0] == "payloads lacks column bits_packed32 for encoding 'packed32'"
+
+
+def test_an_encoding_without_a_size_formula_does_not_stop_the_checks(sample):
+    # an encoding this version has no formula for is checked for negative bits only, and
+    # the encodings after it are still checked
+    t = _copy(sample)
+    t["header"]["encodings"] = ["fp8_custom", *ENCODINGS]
+    p = t["payloads"]
+    p["bits_fp8_custom"] = 12
+    assert _problems(t) == []
+    p.loc[8, "bits_bitmap"] = 1
+    _only(t, "payloads column bits_bitmap: 1 rows have bits outside")
+
+
 def test_missing_bits_column(sample):
     t = _copy(sample)
     t["payloads"] = t["payloads"].drop(columns=["bits_bitmap"])
-    _only(t, "lacks column bits_bitmap for encoding 'bitmap'")
+    assert _only(t, "") == "payloads lacks column bits_bitmap for encoding 'bitmap'"
 
 
 def _outside(enc: str, numel: int, sent: int) -> int:
@@ -300,7 +368,7 @@ def test_nan_in_evals(sample):
 def test_eval_of_an_unrecorded_step(sample):
     t = _copy(sample)
     t["evals"].loc[1, "step"] = 200
-    _only(t, "evals refer to steps that are not in the steps table")
+    assert _only(t, "") == "evals refer to steps that are not in the steps table"
 
 
 @pytest.mark.parametrize("col", ("train_acc", "test_acc"))
@@ -308,7 +376,7 @@ def test_eval_of_an_unrecorded_step(sample):
 def test_accuracy_outside_unit_interval(sample, col, value):
     t = _copy(sample)
     t["evals"].loc[2, col] = value
-    _only(t, f"evals column {col} is outside [0, 1]")
+    assert _only(t, "") == f"evals column {col} is outside [0, 1]"
 
 
 # -- through files and the command line ------------------------------------------------------
