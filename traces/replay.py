@@ -24,8 +24,9 @@ they see identical numbers. The rules (shared contract):
   (compute_s / W)); traces without the column fall back to ``compute_s / W`` of the batched
   pass (which underestimates a rank's own pass); ``optimizer_s`` measured (NaN steps take the
   mean); variance, codec (compress + encode) = the step's value / W; decode of the P − 1
-  received payloads = (P − 1) × ``decode_s`` / W (one recorded decode + accumulate per
-  payload). Whatever the trace lacks (decode_s, optimizer_s, the casts) is modelled on
+  received payloads = (P − 1) × one recorded decode + accumulate per payload (``decode_s`` /
+  W for emulated traces, / W² for torch.distributed allgatherv recordings, where every rank
+  decodes all W payloads and the column sums the ranks). Whatever the trace lacks (decode_s, optimizer_s, the casts) is modelled on
   ``cluster.device`` and named in ``time_sources``.
 
 Per-layer bytes (for bucketed overlap) are optional and may be grouped into buckets on the
@@ -136,6 +137,12 @@ def recording_device(trace: Any) -> str:
     if dev:
         return str(dev)
     return "synthetic" if trace.synthetic else "cpu"
+
+
+def _distributed_allgatherv(trace: Any) -> bool:
+    """True for a torch.distributed recording whose ranks exchanged by allgatherv."""
+    dist = trace.header.get("distributed")
+    return isinstance(dist, dict) and dist.get("collective") == "allgatherv"
 
 
 def _rank_compute_trace(trace: Any, cluster: ClusterSpec) -> tuple[np.ndarray, str]:
@@ -340,9 +347,15 @@ def step_inputs(
         dec = _optional_column(trace, "decode_s")
         if dec is not None:
             dec = np.nan_to_num(dec, nan=float(np.nanmean(dec)))
-            per = dec / workers * scale
+            # decodes per step in the recording: emulated, one per worker's payload (W);
+            # torch.distributed allgatherv, every rank decodes all W payloads (W x W)
+            per_step_decodes = workers * (workers if _distributed_allgatherv(trace) else 1)
+            per = dec / per_step_decodes * scale
             decode = np.broadcast_to((per * (world_size - 1))[:, None], shape).copy()
-            sources["decode_s"] = "measured: (P - 1) x decode_s / W (one decode per payload)"
+            sources["decode_s"] = (
+                f"measured: (P - 1) x decode_s / {per_step_decodes} (decodes per recorded "
+                "step: one per payload)"
+            )
         else:
             decode = decode_model()
             sources["decode_s"] = (

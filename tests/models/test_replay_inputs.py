@@ -165,3 +165,18 @@ def test_recording_device_names_the_machine(tmp_path, device, expected):
     head.update(device=device, synthetic=False)
     (run / "header.json").write_text(json.dumps(head))
     assert recording_device(read_trace(run)) == expected
+
+
+def test_distributed_allgatherv_decode_is_per_payload(tmp_path):
+    """A torch.distributed recording sums the ranks' decode_s, and every rank decoded all W
+    payloads: one payload's decode is decode_s / W²."""
+    import json
+
+    rows = [{"decode_s": 0.008}] * 3
+    run = write_tiny_trace(tmp_path / "t", step_rows=rows)
+    head = json.loads((run / "header.json").read_text())
+    head["distributed"] = {"backend": "gloo", "world_size": 2, "collective": "allgatherv"}
+    (run / "header.json").write_text(json.dumps(head))
+    si = step_inputs(read_trace(run), TRACE_MODE, 9)
+    assert si.decode_s[:, 0].tolist() == pytest.approx([8 * 0.008 / 4] * 3)
+    assert "/ 4" in si.time_sources["decode_s"]
