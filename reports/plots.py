@@ -17,6 +17,7 @@ from matplotlib.axes import Axes
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
+from matplotlib.transforms import offset_copy
 
 #: Stacking order and colours of the step-time parts.
 PARTS = (
@@ -44,7 +45,18 @@ def _world_size_axis(ax: Axes, sizes: Sequence[int]) -> None:
     ax.xaxis.set_major_locator(FixedLocator(sizes))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_locator(NullLocator())
+    if sizes:  # explicit: markers drawn on the top edge do not widen the data limits
+        ax.set_xlim(sizes[0] / 1.25, sizes[-1] * 1.25)
     ax.set_xlabel("workers P (log scale)")
+
+
+def _edge_transform(ax: Axes, row: int):
+    """x in data, y above the top edge of the axes: marker row ``row`` (9 pt per row).
+
+    Points without a value (no ratio suffices, target never reached) are drawn there, one
+    row per series so that two series at the same P do not hide each other.
+    """
+    return offset_copy(ax.get_xaxis_transform(), fig=ax.figure, y=6.0 + 9.0 * row, units="points")
 
 
 def _ratio_formatter(v: float, _: object) -> str:
@@ -119,9 +131,12 @@ def speedup_vs_world_size(
     scale = _ratio_axis(ax, t["speedup"])
     _world_size_axis(ax, t["world_size"])
     ax.set_ylabel(f"speedup over dense allreduce (×{scale})")
-    what = labels[0] if len(labels) == 1 else "compressed"
     src = ", ".join(sorted(set(t["source"])))
-    ax.set_title(f"{what} allgatherv vs dense allreduce ({src})")
+    if len(labels) == 1 and labels[0].startswith("dense "):  # a 2-byte dense baseline
+        ax.set_title(f"{labels[0]} allreduce vs dense fp32 allreduce ({src})")
+    else:
+        what = labels[0] if len(labels) == 1 else "compressed"
+        ax.set_title(f"{what} allgatherv vs dense allreduce ({src})")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(title="interconnect", fontsize="small")
     return ax
@@ -224,7 +239,7 @@ def crossover_map(
     values = [*finite_all.astype(float), *lines.values()]
     lo = min(values) / 2 if values else 1.0
     hi = max(values) * 3 if values else 10.0
-    edge = ax.get_xaxis_transform()  # x in data, y in axes coordinates
+    rows = 0  # marker rows used on the top edge
     for cluster in clusters:
         g = t[t["cluster"] == cluster].sort_values("world_size")
         req = g["required_ratio"].astype(float)
@@ -241,14 +256,15 @@ def crossover_map(
             ax.plot(
                 inf["world_size"],
                 np.ones(len(inf)),
-                transform=edge,
+                transform=_edge_transform(ax, rows),
                 linestyle="none",
                 marker="^",
-                markersize=9,
+                markersize=8,
                 color=color,
                 clip_on=False,
                 label=f"{cluster}: {note}",
             )
+            rows += 1
     for label, ratio in lines.items():
         ax.axhline(ratio, color="0.35", linestyle="--", linewidth=1.0)
         ax.text(
@@ -271,7 +287,10 @@ def crossover_map(
         _world_size_axis(ax, t["world_size"])
     ax.set_ylabel("compression ratio needed (×, log scale)")
     label = ", ".join(dict.fromkeys(t["method_label"]))
-    ax.set_title(f"Ratio needed to beat dense allreduce\n(with {label}'s own overheads)", pad=16)
+    ax.set_title(
+        f"Ratio needed to beat dense allreduce\n(with {label}'s own overheads)",
+        pad=12 + 9 * rows,
+    )
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize="x-small", title="interconnect", title_fontsize="small")
     return ax
@@ -295,7 +314,7 @@ def time_to_accuracy(
     labels = list(dict.fromkeys(t["method_label"]))
     styles = _style(labels)
     target = float(t["target_acc"].iloc[0]) * 100 if len(t) else math.nan
-    edge = ax.get_xaxis_transform()
+    rows = 0  # marker rows used on the top edge
     dense = t.groupby("world_size")["dense_time_to_target_s"].median().dropna()
     if len(dense):
         ax.plot(
@@ -329,14 +348,15 @@ def time_to_accuracy(
             ax.plot(
                 missed["world_size"],
                 np.ones(len(missed)),
-                transform=edge,
+                transform=_edge_transform(ax, rows),
                 linestyle="none",
                 marker="X",
-                markersize=9,
+                markersize=8,
                 color=color,
                 clip_on=False,
                 label=f"{label}: never reaches it (✕ at top; {acc:.1f} % after {n} steps)",
             )
+            rows += 1
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -347,7 +367,7 @@ def time_to_accuracy(
     cluster = ", ".join(dict.fromkeys(t["cluster"]))
     src = ", ".join(sorted(set(t["source"])))
     # room above the axes for the markers of methods that miss the target
-    ax.set_title(f"{cluster}: time to {target:.1f} % test accuracy ({src})", pad=16)
+    ax.set_title(f"{cluster}: time to {target:.1f} % test accuracy ({src})", pad=12 + 9 * rows)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize="x-small")
     return ax

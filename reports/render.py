@@ -794,11 +794,19 @@ def _html_page(
         parts.append(f'<p class="meta">{esc(note)}</p>')
     parts.append('<h2 id="summary">Summary</h2>')
     if report.summary:
-        parts.append(
-            '<div class="summary"><ul>'
-            + "".join(f"<li>{esc(s)}</li>" for s in report.summary)
-            + "</ul></div>"
+        # per-step speedups first, then the time-to-accuracy sentences under their target
+        split = next(
+            (i for i, s in enumerate(report.summary) if s.startswith("Time to accuracy")),
+            len(report.summary),
         )
+        step, tta = report.summary[:split], report.summary[split:]
+        block = '<div class="summary">'
+        if step:
+            block += "<ul>" + "".join(f"<li>{esc(s)}</li>" for s in step) + "</ul>"
+        if tta:
+            block += f"<p><strong>{esc(tta[0])}</strong></p>"
+            block += "<ul>" + "".join(f"<li>{esc(s)}</li>" for s in tta[1:]) + "</ul>"
+        parts.append(block + "</div>")
     else:
         parts.append(
             '<div class="summary"><p>No result tables given: trace validation only.</p></div>'

@@ -469,8 +469,8 @@ def headline(
 
 
 def headline_order(lines: Iterable[str], preferred: str = "10GbE") -> list[str]:
-    """Sentences about the ``preferred`` cluster first, variance methods first within a
-    cluster; otherwise the given order."""
+    """Sentences about the ``preferred`` cluster first, variance methods first and dense
+    2-byte baselines last within a cluster; otherwise the given order."""
     lines = list(lines)
     key = f"On {preferred},"
 
@@ -479,9 +479,14 @@ def headline_order(lines: Iterable[str], preferred: str = "10GbE") -> list[str]:
 
     order = list(dict.fromkeys(cluster(s) for s in lines))
 
-    def rank(s: str) -> tuple[bool, int, bool]:
+    def rank(s: str) -> tuple[bool, int, bool, bool]:
         method = s.split(", ", 1)[1] if ", " in s else s
-        return (not s.startswith(key), order.index(cluster(s)), not method.startswith("variance"))
+        return (
+            not s.startswith(key),
+            order.index(cluster(s)),
+            not method.startswith("variance"),
+            method.startswith("dense "),  # 2-byte dense baselines after the compressors
+        )
 
     return sorted(lines, key=rank)
 
