@@ -7,8 +7,9 @@ format, so reports and cross-checks read one thing.
 
 :func:`finalize_results` derives the relative columns from the absolute ones:
 ``speedup_vs_dense`` = dense ``step_s`` / ``step_s`` and ``scaling_efficiency`` = single-worker
-step time / ``step_s``, each within the same (source, path, trace, cluster, world_size, step)
-group, where "dense" is the fastest ``method == "dense"`` row of the group with encoding
+step time / ``step_s``, each within the same (source, path, trace, cluster, compute_mode,
+world_size, step) group (a model-mode row is never compared with a trace-mode one), where
+"dense" is the fastest ``method == "dense"`` row of the group with encoding
 ``fp32`` (the plain DDP baseline; bf16/fp16 dense rows are compared with it like any method)
 and the single-worker step time is that dense row's ``compute_s + optimizer_s`` (one worker
 alone neither communicates nor compresses: weak scaling).
@@ -54,7 +55,7 @@ RESULTS_PARQUET = "results.parquet"
 RESULTS_CSV = "results.csv"
 
 #: Rows that share these values are compared with each other (dense vs compressed).
-GROUP_COLUMNS = ("source", "path", "trace", "cluster", "world_size", "step")
+GROUP_COLUMNS = ("source", "path", "trace", "cluster", "compute_mode", "world_size", "step")
 
 _STR_COLUMNS = tuple(c for c in schema.RESULT_CONFIG_COLUMNS if c != "world_size")
 _INT_COLUMNS = ("world_size", "step")

@@ -141,3 +141,17 @@ def test_unknown_version_and_corrupt(tmp_path):
     (out2 / "results.parquet").write_bytes(b"garbage")
     with pytest.raises(ResultsError, match="corrupt"):
         read_results(out2)
+
+
+def test_compute_modes_are_never_compared():
+    dense = dict(method="dense", compressor="dense", encoding="fp32", collective="allreduce/ring")
+    df = pd.DataFrame(
+        [
+            _row(step_s=2.0, compute_mode="model"),
+            _row(**dense, step_s=4.0, compute_mode="model"),
+            _row(step_s=2.0, compute_mode="trace"),
+            _row(**dense, step_s=1.0, compute_mode="trace"),
+        ]
+    )
+    out = finalize_results(df)
+    assert list(out["speedup_vs_dense"]) == pytest.approx([2.0, 1.0, 0.5, 1.0])
