@@ -9,10 +9,12 @@ the caller's namespace; everything is deleted on exit, also on failure. Needs ro
 Each name starts with a tag unique to the process (``vgcsim<pid>``) and the hosts sit on the
 private subnet 10.213.0.0/24, reachable only from inside the namespaces.
 
-Run as a script it reproduces the figures of docs/distributed.md ("Calibration across
-namespaces"): ``python tests/distributed/_netns.py --rate 200mbit`` builds 4 hosts, measures
-TCP goodput between two of them, runs ``vgcsim calibrate`` across the 4, then ``vgcsim
-validate`` against a fresh sweep, and tears everything down.
+Run as a script it reproduces the figures of docs/distributed.md ("Measured across network
+namespaces"): ``python tests/distributed/_netns.py --rate 200mbit -o DIR`` builds 4 hosts,
+measures TCP goodput between two of them, runs ``vgcsim calibrate`` across the 4, a second
+sweep at 8 and 40 MB, ``vgcsim validate`` of the second against the first's cluster file
+(``--record N``: also N-step dense and variance recordings, validated), and tears everything
+down.
 """
 
 from __future__ import annotations
