@@ -98,8 +98,6 @@ class RankWorkers:
     (``worker_gradients(..., workers=1)``) on its device, and exchanges the compressed
     gradients through :func:`traces.training.distributed_hook.sync_gradients`."""
 
-    local_workers = 1
-
     def __init__(self, backend: str) -> None:
         import torch
         import torch.distributed as dist

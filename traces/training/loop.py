@@ -272,13 +272,11 @@ def build_header(
 class Workers(Protocol):
     """One process's part in a recording (see the module docstring).
 
-    ``rank`` 0 writes the trace; ``local_workers`` is how many of the ``world`` workers this
-    process computes (W emulated, or 1 per rank); ``device`` runs the gradient passes.
+    ``rank`` 0 writes the trace; ``world`` is W; ``device`` runs the gradient passes.
     """
 
     rank: int
     world: int
-    local_workers: int
     device: torch.device
 
     def load_data(self, cfg: RecordConfig) -> Dataset:

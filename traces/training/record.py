@@ -100,7 +100,7 @@ class EmulatedWorkers:
     rank = 0
 
     def __init__(self, workers: int, device: str = "cpu") -> None:
-        self.world = self.local_workers = workers
+        self.world = workers
         self.device = torch.device(resolve_device(device))
 
     def load_data(self, cfg: RecordConfig) -> Dataset:
