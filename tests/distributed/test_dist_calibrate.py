@@ -102,26 +102,36 @@ def test_calibrate_on_loopback_writes_a_cluster_predict_accepts(tmp_path, capsys
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_the_sweep_entry_runs_under_torchrun(tmp_path):
-    """What a cluster user does: torchrun the sweep, then fit with --from."""
+    """What a cluster user does: torchrun the sweep, then fit with --from; or torchrun
+    ``vgcsim calibrate`` itself, whose rank 0 fits and writes the cluster file."""
     import subprocess
     import sys
 
+    from traces.cluster import load_cluster
     from traces.training.distributed_launch import free_port
 
-    meas = tmp_path / "m.json"
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-        "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-        "-m", "traces.training.distributed_calibrate",
-        "--sizes", "64,4MiB", "--repeats", "3", "--warmup", "1", "-o", str(meas),
-    ]  # fmt: skip
+    def torchrun(*argv: str) -> subprocess.CompletedProcess:
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", *argv,
+        ]  # fmt: skip
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
     # A warm-up round keeps connection set-up out of the first (smallest) size, and 4 MiB
     # keeps the bandwidth term well above loopback noise: with no warm-up and 1 MiB the fit
     # once found the small size slower than the large one (beta = 0) in a full test run.
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    sweep = ["--sizes", "64,4MiB", "--repeats", "3", "--warmup", "1"]
+    meas = tmp_path / "m.json"
+    done = torchrun("traces.training.distributed_calibrate", *sweep, "-o", str(meas))
     assert done.returncode == 0, done.stderr[-2000:]
     assert read_measurements(meas)["world_size"] == 2
     assert main(["calibrate", "--from", str(meas), "-o", str(tmp_path / "c.toml")]) == 0
+
+    done = torchrun("vgcsim", "calibrate", "--ops", "p2p", *sweep, "--force", "-o", "t.toml")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("wrote t.toml") == 1  # rank 0 only
+    assert read_measurements(tmp_path / "t.measurements.json")["nodes"] == [0, 0]
+    assert load_cluster(str(tmp_path / "t.toml")).link.bandwidth_Bps > 0
 
 
 @pytest.mark.parametrize(
