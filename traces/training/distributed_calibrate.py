@@ -31,19 +31,22 @@ The fit (:func:`fit_link`) takes latency from small messages and bandwidth from 
 so that neither regime's many points can drag the other's parameter:
 
 1. *bandwidth regime*: the rows measured at least ``BANDWIDTH_FACTOR`` (4) times their op's
-   fastest time. On them β, γ ≥ 0 and a free intercept minimise the relative error
-   Σ ((t̂ − t)/t)², exactly (linear least squares over the active sets of β, γ). The
-   intercept absorbs whatever only shifts large messages (a token-bucket burst sent at line
-   rate, a rendezvous handshake) and is not used as α.
+   fastest time. On them β, γ ≥ 0 and a free intercept minimise Σ (t̂ − t)², exactly
+   (linear least squares over the active sets of β, γ): on the seconds themselves, so the
+   largest messages, the least noisy relative to their time, set the slope. The intercept
+   absorbs whatever only shifts large messages (a token-bucket burst sent at line rate, a
+   rendezvous handshake) and is not used as α.
 2. *latency regime*: the rows whose bandwidth terms explain at most a fifth of the measured
-   time; α ≥ 0 is the median of (t − bandwidth terms) / (α's coefficient) over them.
-3. When a regime is empty (a sweep of only large or only small sizes), α, β, γ ≥ 0 come from
-   one fit minimising the squared log ratio Σ (log t̂ − log t)² (Levenberg–Marquardt on
-   log-parameters, started from the exact non-negative relative-error least squares).
+   time; α ≥ 0 is the median of (t − bandwidth terms) / (α's coefficient) over them (no such
+   row: α = the intercept, if positive, else 0).
+3. When the bandwidth regime holds fewer than two sizes (or finds no per-byte cost),
+   α, β, γ ≥ 0 come from one fit minimising the squared log ratio Σ (log t̂ − log t)²
+   (Levenberg–Marquardt on log-parameters, started from the exact non-negative
+   relative-error least squares).
 
 By default α and β come from ``p2p`` alone (the link, without a collective algorithm's
 behaviour) and γ from ``allreduce``'s rows where β's term alone is at least half the measured
-time, with α and β fixed (what allreduce pays
+time, with α and β fixed, minimising the relative error Σ ((t̂ − t)/t)² (what allreduce pays
 beyond moving its bytes: the reduction). The other collectives are predicted, not fitted: their
 rows in the error table check the ring formulas on this link. ``p2p_intra`` is fitted the same
 way into the intra-node link. The fit's *typical error* is exp(rms log(t̂/t)) − 1 over the rows
