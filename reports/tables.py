@@ -448,13 +448,16 @@ def headline(
         if traces_per_label[label] > 1:  # as speedup_matrix: keep such traces apart
             label = f"{label} ({trace})"
         label += _acc_note(trace, accuracy, dense_accuracy)
+        base = "dense allreduce"
+        if str(trace).startswith("dense-"):  # a 2-byte dense baseline against fp32
+            label, base = label.replace("dense ", "dense allreduce of ", 1), "fp32"
         source = g["source"].iloc[0]
         pmax = int(g["world_size"].max())
         wins = g[g["winner"] == "compressed"]
         if wins.empty:
             best = g.loc[g["speedup"].idxmax()]
             lines.append(
-                f"On {cluster}, {label} never beats dense allreduce for P ≤ {pmax}; "
+                f"On {cluster}, {label} never beats {base} for P ≤ {pmax}; "
                 f"its best is {best['speedup']:.3g}× at P = {int(best['world_size'])} ({source})."
             )
             continue
@@ -462,7 +465,7 @@ def headline(
         best = wins.loc[wins["speedup"].idxmax()]
         upto = f"up to P = {largest}" if largest < pmax else f"at every P up to {pmax}"
         lines.append(
-            f"On {cluster}, {label} beats dense allreduce {upto}, "
+            f"On {cluster}, {label} beats {base} {upto}, "
             f"by up to {best['speedup']:.3g}× (at P = {int(best['world_size'])}, {source})."
         )
     return lines
