@@ -10,15 +10,28 @@ A sweep file (TOML) names the factors and the replay options::
     latencies = ["2us", "20us"]                # optional: replaces the base link's latency
     topologies = [{kind = "star"}, {kind = "leaf_spine", hosts_per_leaf = 8, oversubscription = 4.0}]
     compute = ""                               # optional: "model" | "trace" overrides the cluster's
-    workers = 0                                # processes; 0 = one per CPU
+    workers = 0                                # workers; 0 = one per CPU
+    scheduler = "local"                        # "local" | "processes" | "tcp://HOST:PORT"
 
     [simulate]                                 # any SimulateConfig key
     max_steps = 50
 
 :func:`expand_factors` is the one place factors become jobs (trace × bandwidth × latency ×
-topology × world size); :func:`run_sweep` runs them on a process pool with a progress bar
-and returns one finalized result table. Each cluster variant gets a name listing the factor
-values it changed, so dense and compressed rows of one variant compare with each other.
+topology × world size); :func:`run_sweep` runs them and returns one result table, rows in job
+order whatever ran them. Each cluster variant gets a name listing the factor values it
+changed, so dense and compressed rows of one variant compare with each other.
+
+Where the jobs run (``SCHEDULERS``, or a Dask scheduler address):
+
+* ``"local"`` — a Dask distributed ``LocalCluster`` on this machine, one single-threaded
+  worker process per worker (the default);
+* ``"tcp://HOST:PORT"`` (any Dask address with a ``://``) — an existing Dask cluster, e.g.
+  one started by dask-jobqueue on a batch system or by the Dask Kubernetes operator; its
+  workers need this package installed and the trace directories at the same paths;
+* ``"processes"`` — a local process pool without Dask (one worker: in this process).
+
+A job is a pure function of (trace, cluster variant, world size, simulate options), so every
+scheduler gives the same rows.
 """
 
 from __future__ import annotations
@@ -42,7 +55,19 @@ from traces.config import config_from_dict, load_toml
 from traces.errors import ConfigError, unknown_name
 from traces.units import format_bandwidth, format_time, parse_bandwidth_Bps, parse_time_s
 
-__all__ = ["SweepConfig", "SweepFile", "SweepJob", "expand_factors", "load_sweep", "run_sweep"]
+__all__ = [
+    "SCHEDULERS",
+    "SweepConfig",
+    "SweepFile",
+    "SweepJob",
+    "expand_factors",
+    "load_sweep",
+    "run_sweep",
+]
+
+SCHEDULERS = ("local", "processes")
+# Seconds to wait for a remote Dask scheduler before calling it unreachable.
+CONNECT_TIMEOUT_S = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +84,10 @@ class SweepConfig:
     topologies: tuple[dict, ...] = ()
     compute: str = ""
     workers: int = 0
+    scheduler: str = "local"
 
     def __post_init__(self) -> None:
+        check_scheduler(self.scheduler)
         if self.compute not in ("", *COMPUTE_MODES):
             raise unknown_name("sweep.compute", self.compute, ("", *COMPUTE_MODES))
         if not self.traces:
@@ -87,6 +114,16 @@ class SweepJob:
     cluster: ClusterSpec
     world_size: int
     factors: tuple[tuple[str, str], ...]
+
+
+def check_scheduler(scheduler: str) -> str:
+    """``scheduler`` if it names a known scheduler or looks like a Dask address, else ConfigError."""
+    if scheduler in SCHEDULERS or "://" in scheduler:
+        return scheduler
+    raise ConfigError(
+        f"sweep scheduler {scheduler!r}: use one of {', '.join(SCHEDULERS)} "
+        "or a Dask scheduler address such as tcp://HOST:8786"
+    )
 
 
 def load_sweep(path: str | Path) -> SweepFile:
@@ -154,35 +191,111 @@ def run_sweep(
     *,
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
+    scheduler: str | None = None,
+    connect_timeout_s: float = CONNECT_TIMEOUT_S,
 ) -> tuple[pd.DataFrame, list[SweepJob]]:
-    """Run every job of ``sweep`` (on a process pool when more than one worker) → (table, jobs)."""
+    """Run every job of ``sweep`` → (table, jobs); rows are in job order for every scheduler.
+
+    ``scheduler`` (default: ``sweep.sweep.scheduler``) is ``"local"`` (a Dask LocalCluster of
+    ``workers`` single-threaded processes), ``"processes"`` (a process pool; one worker runs
+    in this process) or the address of a running Dask scheduler, which is given
+    ``connect_timeout_s`` to answer before a ConfigError says it is unreachable. ``workers``
+    (default: ``sweep.sweep.workers``, 0 = one per CPU) does not apply to a remote cluster.
+    ``progress(1)`` is called as each job finishes.
+    """
+    scheduler = check_scheduler(scheduler or sweep.sweep.scheduler)
     jobs = expand_factors(sweep.sweep)
     for path in sorted({j.trace for j in jobs}):
-        _trace(path)  # a missing or corrupt trace fails here, before the pool starts
+        _trace(path)  # a missing or corrupt trace fails here, before any worker starts
     n = workers if workers is not None else (sweep.sweep.workers or os.cpu_count() or 1)
     n = max(1, min(n, len(jobs)))
+    if scheduler == "processes":
+        frames = _run_processes(jobs, sweep.simulate, n, progress)
+    else:
+        frames = _run_dask(jobs, sweep.simulate, scheduler, n, progress, connect_timeout_s)
+    table = pd.concat(frames, ignore_index=True)
+    return table, jobs
+
+
+def _run_processes(
+    jobs: list[SweepJob],
+    sim: SimulateConfig,
+    n: int,
+    progress: Callable[[int], None] | None,
+) -> list[pd.DataFrame]:
     frames: list[pd.DataFrame | None] = [None] * len(jobs)
     if n == 1:
         for i, job in enumerate(jobs):
-            frames[i] = _run_job(job, sweep.simulate)
+            frames[i] = _run_job(job, sim)
             if progress is not None:
                 progress(1)
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        return frames  # type: ignore[return-value]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        # Not fork: forking a process that runs threads (pyarrow's, BLAS's) can deadlock the
-        # child; forkserver (Python 3.14's default on Linux) starts workers from a clean one.
-        methods = multiprocessing.get_all_start_methods()
-        context = multiprocessing.get_context("forkserver" if "forkserver" in methods else None)
-        with ProcessPoolExecutor(max_workers=n, mp_context=context) as pool:
-            futures = {pool.submit(_run_job, job, sweep.simulate): i for i, job in enumerate(jobs)}
-            for fut in as_completed(futures):
-                frames[futures[fut]] = fut.result()
-                if progress is not None:
-                    progress(1)
-    table = pd.concat([f for f in frames if f is not None], ignore_index=True)
-    return table, jobs
+    # Not fork: forking a process that runs threads (pyarrow's, BLAS's) can deadlock the
+    # child; forkserver (Python 3.14's default on Linux) starts workers from a clean one.
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else None)
+    with ProcessPoolExecutor(max_workers=n, mp_context=context) as pool:
+        futures = {pool.submit(_run_job, job, sim): i for i, job in enumerate(jobs)}
+        for fut in as_completed(futures):
+            frames[futures[fut]] = fut.result()
+            if progress is not None:
+                progress(1)
+    return frames  # type: ignore[return-value]
+
+
+def _dask_client(scheduler: str, n: int, connect_timeout_s: float):
+    """A Dask client: on a fresh LocalCluster of ``n`` processes, or connected to ``scheduler``."""
+    from distributed import Client, LocalCluster
+
+    if scheduler == "local":
+        # One thread per worker: a job is pure Python (SimPy) and holds the GIL throughout.
+        cluster = LocalCluster(
+            n_workers=n,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.WARNING,
+        )
+        return Client(cluster), cluster
+    try:
+        client = Client(scheduler, timeout=connect_timeout_s)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ConfigError(
+            f"cannot reach the Dask scheduler at {scheduler} within {connect_timeout_s:g} s "
+            f"({type(exc).__name__}): is it running, and is the address right?"
+        ) from None
+    return client, None
+
+
+def _run_dask(
+    jobs: list[SweepJob],
+    sim: SimulateConfig,
+    scheduler: str,
+    n: int,
+    progress: Callable[[int], None] | None,
+    connect_timeout_s: float,
+) -> list[pd.DataFrame]:
+    from distributed import as_completed
+
+    client, cluster = _dask_client(scheduler, n, connect_timeout_s)
+    try:
+        log.info("sweep: %d jobs on Dask scheduler %s", len(jobs), client.scheduler.address)
+        # pure=False: every job runs even if two were equal; keys stay unique per submission.
+        futures = [client.submit(_run_job, job, sim, pure=False) for job in jobs]
+        index = {fut.key: i for i, fut in enumerate(futures)}
+        frames: list[pd.DataFrame | None] = [None] * len(jobs)
+        for fut in as_completed(futures):
+            frames[index[fut.key]] = fut.result()
+            if progress is not None:
+                progress(1)
+        return frames  # type: ignore[return-value]
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
 
 
 def sweep_summary(jobs: Sequence[SweepJob]) -> dict[str, Any]:

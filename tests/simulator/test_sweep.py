@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from simulator.replay import SimulateConfig
@@ -51,7 +52,7 @@ def test_run_sweep_returns_one_table(traces):
         SweepConfig(traces=tuple(traces), world_sizes=(2, 4), latencies=("1us", "100us")),
         SimulateConfig(max_steps=2),
     )
-    table, jobs = run_sweep(sweep, workers=1)
+    table, jobs = run_sweep(sweep, workers=1, scheduler="processes")
     assert len(jobs) == 8 and len(table) == 8 * 4  # dense fp32/bf16/fp16 + compressed
     slow = table[table["cluster"].str.contains("100 us")]
     quick = table[table["cluster"].str.contains("1 us")]
@@ -66,11 +67,14 @@ def test_cli_sweep_on_a_process_pool(traces, tmp_path):
     )
     assert load_sweep(cfg).simulate.max_steps == 2
     out = tmp_path / "out"
-    assert main(["sweep", str(cfg), "-o", str(out), "--workers", "2"]) == 0
+    assert (
+        main(["sweep", str(cfg), "-o", str(out), "--workers", "2", "--scheduler", "processes"]) == 0
+    )
     df, header = read_results(out)
     assert len(df) == 2 * 2 * 2 * 4  # traces x P x bandwidths x (3 dense + compressed)
     assert header["options"]["summary"]["jobs"] == 8
     assert main(["sweep", str(cfg), "-o", str(out), "--set", "sweep.colour=red"]) == 2
+    assert main(["sweep", str(cfg), "-o", str(out), "--scheduler", "yarn"]) == 2
 
 
 def test_sweep_compute_overrides_the_cluster(traces):
@@ -81,3 +85,78 @@ def test_sweep_compute_overrides_the_cluster(traces):
     }
     with pytest.raises(ConfigError):
         SweepConfig(traces=tuple(traces), compute="guess")
+
+
+def _two_factor_sweep(traces) -> SweepFile:
+    return SweepFile(
+        SweepConfig(
+            traces=tuple(traces),
+            world_sizes=(2, 3, 5),
+            bandwidths=("1Gbps", "10Gbps"),
+            topologies=({"kind": "star"}, {"kind": "ring"}),
+        ),
+        SimulateConfig(max_steps=2),
+    )
+
+
+def test_dask_local_cluster_rows_equal_the_process_pool(traces):
+    """A real LocalCluster of two single-threaded worker processes gives the pool's rows."""
+    from distributed import LocalCluster
+
+    sweep = _two_factor_sweep(traces)
+    pool, jobs = run_sweep(sweep, workers=2, scheduler="processes")
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        done: list[int] = []
+        dask, dask_jobs = run_sweep(
+            sweep, scheduler=cluster.scheduler_address, progress=done.append
+        )
+    assert dask_jobs == jobs and len(done) == len(jobs) == 2 * 3 * 2 * 2
+    assert len(dask) == len(jobs) * 4
+    pd.testing.assert_frame_equal(dask, pool)
+    # Cases differ, so equal tables mean each job's rows landed in the job's place.
+    assert dask["step_s"].nunique() >= len(jobs)
+    keys = list(dict.fromkeys(zip(dask["cluster"], dask["world_size"], strict=True)))
+    assert keys == list(dict.fromkeys((j.cluster.name, j.world_size) for j in jobs))
+
+
+@pytest.mark.slow
+def test_cli_scheduler_local_writes_the_process_pools_rows(traces, tmp_path):
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text(
+        f'[sweep]\ntraces = ["{traces[0]}"]\nworld_sizes = [2, 4]\n\n[simulate]\nmax_steps = 1\n'
+    )
+    run = ["sweep", str(cfg), "--workers", "2"]
+    assert main([*run, "-o", str(tmp_path / "pool"), "--scheduler", "processes"]) == 0
+    assert main([*run, "-o", str(tmp_path / "dask"), "--scheduler", "local"]) == 0
+    (pool, _), (dask, header) = read_results(tmp_path / "pool"), read_results(tmp_path / "dask")
+    pd.testing.assert_frame_equal(dask, pool)
+    assert header["options"]["sweep"]["scheduler"] == "local"
+
+
+def test_unreachable_scheduler_is_one_line_and_exit_2(traces, tmp_path, capsys):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        sweep = SweepFile(SweepConfig(traces=tuple(traces[:1])), SimulateConfig(max_steps=1))
+        with pytest.raises(
+            ConfigError, match=f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}"
+        ):
+            run_sweep(sweep, scheduler=f"tcp://127.0.0.1:{port}", connect_timeout_s=1.0)
+        cfg = tmp_path / "sweep.toml"
+        cfg.write_text(f'[sweep]\ntraces = ["{traces[0]}"]\n\n[simulate]\nmax_steps = 1\n')
+        args = [
+            "sweep",
+            str(cfg),
+            "-o",
+            str(tmp_path / "o"),
+            "--scheduler",
+            f"tcp://127.0.0.1:{port}",
+        ]
+        assert main([*args, "--set", "sweep.workers=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot reach the Dask scheduler" in err[0]
+    assert not (tmp_path / "o").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from vgcsim.commands import add_set_option
@@ -16,7 +17,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="sweep TOML file ([sweep] factors, [simulate] options)")
     parser.add_argument("-o", "--out", required=True, metavar="DIR", help="output result directory")
     parser.add_argument(
-        "--workers", type=int, default=None, help="processes (default: sweep.workers, 0 = CPUs)"
+        "--workers",
+        type=int,
+        default=None,
+        help="worker processes for local/processes (default: sweep.workers, 0 = CPUs)",
+    )
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="WHERE",
+        help="local (a Dask LocalCluster, default: sweep.scheduler), processes (a process pool "
+        "without Dask) or a running Dask scheduler's address, e.g. tcp://HOST:8786",
     )
     add_set_option(
         parser,
@@ -40,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
     sweep = apply_overrides(load_sweep(args.config), args.overrides)
     if args.workers is not None and args.workers < 0:
         raise ConfigError("--workers must be >= 0")
+    if args.scheduler is not None:  # validated by SweepConfig; recorded in the result header
+        sweep = dataclasses.replace(
+            sweep, sweep=dataclasses.replace(sweep.sweep, scheduler=args.scheduler)
+        )
     jobs = expand_factors(sweep.sweep)
     if args.dry_run:
         for job in jobs:
@@ -65,5 +80,5 @@ def run(args: argparse.Namespace) -> int:
         command=["vgcsim", *sys.argv[1:]],
     )
     out = write_results(table, args.out, header)
-    print(f"{len(jobs)} jobs, {len(table)} rows -> {out}")
+    print(f"{len(jobs)} jobs on {sweep.sweep.scheduler}, {len(table)} rows -> {out}")
     return 0
