@@ -64,7 +64,7 @@ def test_a_received_buffer_decodes_like_the_sender_payload():
 
 def test_variance_without_squared_sums_is_a_clear_error():
     model = small_model()
-    state = VGCState.for_model(model, get_compressor("variance"))
+    state = VGCState.for_model(model, get_compressor("variance"), batch_size=4)
     state.start_step()
     with pytest.raises(ConfigError, match="needs per-sample squared-gradient sums"):
         exchange(state, [0], [torch.zeros(20)])

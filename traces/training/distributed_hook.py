@@ -13,14 +13,19 @@ The ``dense`` compressor is the baseline a data-parallel job runs without compre
 decoded fp32 (or fp16-rounded) gradients go through one ``all_reduce`` instead, the collective
 the ``dense`` rows of the cost models assume.
 
-Use :func:`vgc_hook` with ``DistributedDataParallel.register_comm_hook`` or call
-:func:`sync_gradients` after ``loss.backward()`` in a plain loop (no DDP wrapper).
+Use :func:`register_vgc_hook` (or :func:`vgc_hook` with
+``DistributedDataParallel.register_comm_hook``) or call :func:`sync_gradients` after
+``loss.backward()`` in a plain loop (no DDP wrapper). With DDP, the squared-gradient sums
+that ``variance`` and ``hybrid`` need come from the ordinary backward pass
+(:mod:`traces.compression.sqsum_hooks`): a step is one forward and one backward. The public
+import path is :mod:`vgcsim.ddp`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,15 +34,20 @@ import torch
 import torch.distributed as dist
 
 from traces.compression import ENCODINGS
+from traces.compression.sqsum_hooks import SqsumHooks
 from traces.errors import ConfigError
-from traces.training.distributed_allgatherv import allgatherv_segments, wire_bytes
+from traces.training.distributed_allgatherv import UNEVEN_ALLGATHER_BACKENDS
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class StepCommStats:
-    """What one step's exchange did on this rank (reset by :meth:`VGCState.start_step`).
+    """What one step's exchange did on this rank.
+
+    Reset at the start of every synchronised backward (when DDP hands the hook its first
+    bucket, index 0), by :func:`sync_gradients` and by :meth:`VGCState.start_step`, so the
+    figures are one step's whatever the caller does.
 
     ``sent[layer]``, ``bits[layer][encoding]`` and ``numel[layer]`` describe this rank's own
     payloads. Seconds are wall-clock on this rank: ``compress_s`` (the compress calls; minus
@@ -50,7 +60,10 @@ class StepCommStats:
     bits: dict[int, dict[str, int]] = field(default_factory=dict)
     numel: dict[int, int] = field(default_factory=dict)
     collective: str = ""  # "allgatherv" or "allreduce"
-    wire_bytes: int = 0  # bytes this rank contributed to the payload collective
+    # Bytes this rank put on the wire: the length exchange (8 bytes per layer of each
+    # allgatherv) plus the payload all_gather (padding included on gloo), or 4 per element
+    # of the dense all_reduce.
+    wire_bytes: int = 0
     compress_s: float = 0.0
     encode_s: float = 0.0  # measured only when VGCState.time_encode
     comm_s: float = 0.0
@@ -61,37 +74,47 @@ class StepCommStats:
 class VGCState:
     """State of the compressed exchange, one per rank (the ``state`` of the DDP hook).
 
-    Hyperparameters:
+    Build it with :meth:`for_model` (or let :func:`register_vgc_hook` do it). Fields, what
+    they mean and what they cost:
 
     * ``compressor`` — any :class:`traces.compression.Compressor` (``get_compressor(name,
       **params)``); its own parameters (α, ζ for ``variance``; τ for ``strom``; bits and
       bucket size for ``qsgd``; ...) set how much is sent. One instance serves all layers.
+      ``variance`` at ``alpha=0`` with ``values="fp32"`` sends every element exactly, which
+      reproduces plain DDP.
     * ``layer_states`` — one ``compressor.init_state(numel)`` per layer (residual ``r`` and,
-      for variance, ``v``): error feedback lives here, across steps, per rank.
-    * ``batch_size`` — samples behind this rank's gradient (the compressor scales squared-
-      gradient sums by ``1/batch_size²``).
-    * ``sqsums`` — for compressors with ``needs_sqsum`` (``variance``, ``hybrid``): per-layer
-      Σ_z (∇f_z)² over this rank's samples, set by :meth:`start_step` before the exchange
-      (compute them with ``traces.compression.variance.worker_gradients(..., workers=1)``).
+      for variance, ``v``): error feedback lives here, across steps, per rank. Memory: one
+      fp32 copy of the model per state vector (``variance``: two).
+    * ``batch_size`` — the number of samples this rank's loss averages over (the per-rank
+      batch of the DDP tutorial, a micro-batch when accumulating with ``no_sync``). Required
+      by compressors with ``needs_sqsum``: the squared-gradient sums are scaled by
+      ``1/batch_size²``; a wrong value silently changes what is sent, so there is no default.
+    * ``sqsum_hooks`` — :class:`traces.compression.sqsum_hooks.SqsumHooks` gathering
+      Σ_z (∇f_z)² during the ordinary backward (set by :meth:`attach` or
+      :func:`register_vgc_hook`; ``estimator`` "fast" or "exact"). Cost: the fast
+      estimator adds roughly one weight-gradient product per Linear/Conv2d to the backward;
+      the exact one computes per-sample weight gradients of Conv2d layers.
+    * ``sqsums`` — squared sums handed over by :meth:`start_step` instead (the plain loop and
+      the recorder compute them with ``worker_gradients``); used once, by the next exchange.
     * ``generator`` — seeded generator for stochastic compressors (``qsgd``); seed it per rank.
     * ``barrier_before_comm`` — wait for every rank before the timed exchange, so ``comm_s``
       measures the collective alone and not the wait for a slower rank's compute (costs one
       barrier per exchange; meant for measurement runs).
     * ``time_encode`` — encode each primary buffer once more to time encoding apart from
       compression (``encode_s``), as the emulated recorder does.
+    * ``stats`` — :class:`StepCommStats` of the last step on this rank.
 
-    Cost: the exchange (for every compressor but ``dense``) is an allgatherv, whose time grows with the sum of every rank's payload
-    (P·m for P ranks of m bytes), unlike allreduce's 2·n for n dense bytes; it pays when the
-    payloads are ≲ 1/P of the dense gradient. On gloo the payload all_gather is padded to the
-    largest rank. Every rank decodes P payloads per layer (O(P·sent) work) and
-    compression itself costs one pass over each gradient (plus the squared-gradient sums for
-    variance, computed by the caller).
+    Cost: the exchange (for every compressor but ``dense``) is an allgatherv, whose time grows
+    with the sum of every rank's payload (P·m for P ranks of m bytes), unlike allreduce's 2·n
+    for n dense bytes; it pays when the payloads are ≲ 1/P of the dense gradient. On gloo the
+    payload all_gather is padded to the largest rank. Every rank decodes P payloads per layer
+    (O(P·sent) work) and compression itself costs one pass over each gradient on the CPU.
     """
 
     compressor: object
     layer_states: list
     process_group: dist.ProcessGroup | None = None
-    batch_size: int = 1
+    batch_size: int | None = None
     generator: torch.Generator | None = None
     device: str = "cpu"
     sqsums: dict[int, torch.Tensor] | None = None
@@ -99,11 +122,17 @@ class VGCState:
     barrier_before_comm: bool = False
     time_encode: bool = False
     stats: StepCommStats = field(default_factory=StepCommStats)
+    sqsum_hooks: SqsumHooks | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def collective(self) -> str:
         """``"allreduce"`` for the dense baseline, ``"allgatherv"`` for every compressor."""
         return "allreduce" if getattr(self.compressor, "name", "") == "dense" else "allgatherv"
+
+    @property
+    def needs_sqsum(self) -> bool:
+        return bool(getattr(self.compressor, "needs_sqsum", False))
 
     @classmethod
     def for_model(
@@ -112,19 +141,30 @@ class VGCState:
         compressor: object,
         *,
         process_group: dist.ProcessGroup | None = None,
-        batch_size: int = 1,
+        batch_size: int | None = None,
         generator: torch.Generator | None = None,
         device: str = "cpu",
         barrier_before_comm: bool = False,
         time_encode: bool = False,
     ) -> VGCState:
-        """State for every trainable parameter of ``model`` (layer = index in named_parameters)."""
+        """State for every trainable parameter of ``model`` (layer = index in named_parameters).
+
+        Raises ConfigError when the compressor scales squared-gradient sums and
+        ``batch_size`` is missing or not positive.
+        """
+        if bool(getattr(compressor, "needs_sqsum", False)) and batch_size is None:
+            raise ConfigError(
+                f"compressor {compressor.name!r} needs batch_size= (the samples this rank's "
+                "loss averages over per step) to scale its squared-gradient sums"
+            )
+        if batch_size is not None and int(batch_size) < 1:
+            raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
         params = trainable_parameters(model)
         return cls(
             compressor=compressor,
             layer_states=[compressor.init_state(p.numel()) for p in params],
             process_group=process_group,
-            batch_size=batch_size,
+            batch_size=None if batch_size is None else int(batch_size),
             generator=generator,
             device=device,
             layer_of={id(p): i for i, p in enumerate(params)},
@@ -132,17 +172,52 @@ class VGCState:
             time_encode=time_encode,
         )
 
+    def attach(
+        self, model: torch.nn.Module, *, estimator: str = "fast", sq_dtype: str = "auto"
+    ) -> None:
+        """Gather the squared-gradient sums in ``model``'s own backward (module hooks).
+
+        ``model`` is the module DDP wraps (``ddp_model.module``). Raises ConfigError when a
+        layer is unsupported (see :func:`traces.compression.sqsum_hooks.check_hookable`).
+        """
+        if self.sqsum_hooks is not None:
+            self.sqsum_hooks.remove()
+        self.sqsum_hooks = SqsumHooks(model, estimator, sq_dtype)
+
     def start_step(
         self,
         *,
         sqsums: Sequence[torch.Tensor] | None = None,
         batch_size: int | None = None,
     ) -> None:
-        """Begin a step: reset the statistics, set this step's squared-gradient sums."""
+        """Reset the statistics; optionally hand over this step's squared-gradient sums.
+
+        Not needed with DDP and :meth:`attach` (statistics reset themselves at every
+        synchronised backward and the sums come from the backward). ``sqsums`` are used by
+        the next exchange only.
+        """
         self.stats = StepCommStats()
         if batch_size is not None:
             self.batch_size = int(batch_size)
         self.sqsums = None if sqsums is None else {i: s for i, s in enumerate(sqsums)}
+
+    def take_sqsum(self, layer: int) -> torch.Tensor:
+        """This step's Σ_z (∇f_z)² of ``layer`` (flat fp32 on the CPU), consumed by the call."""
+        if self.sqsums is not None and layer in self.sqsums:
+            return self.sqsums.pop(layer).reshape(-1).to(torch.float32).cpu()
+        if self.sqsum_hooks is not None:
+            sq = self.sqsum_hooks.take(layer)
+            if sq is not None:
+                # The hooks sum each sample's contribution to the gradient of a loss that
+                # averages over batch_size samples, (∇f_z / B)²; the compressor wants Σ (∇f_z)².
+                b2 = float(self.batch_size or 1) ** 2
+                return (sq.reshape(-1) * b2).to(torch.float32).cpu()
+            return torch.zeros(self.layer_states[layer].residual.numel())
+        raise ConfigError(
+            f"compressor {self.compressor.name!r} needs per-sample squared-gradient sums: "
+            "register the hook with register_vgc_hook (or call state.attach(model)) so the "
+            "backward gathers them, or pass sqsums= to VGCState.start_step before each exchange"
+        )
 
 
 def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
@@ -159,31 +234,25 @@ def decode_received(own: object, data: bytes) -> torch.Tensor:
     return dataclasses.replace(own, data=data, message=None).decode()
 
 
-def exchange(state: VGCState, layers: Sequence[int], grads: Sequence[torch.Tensor]) -> list:
-    """Compress, allgatherv, decode and average the given layers; returns averaged 1-D grads.
-
-    A collective: every rank calls it with the same ``layers`` in the same order.
-    """
+def _compress_layers(state: VGCState, layers: Sequence[int], grads: Sequence[torch.Tensor]):
     comp = state.compressor
-    needs_sqsum = bool(getattr(comp, "needs_sqsum", False))
-    if needs_sqsum and (state.sqsums is None or any(i not in state.sqsums for i in layers)):
-        raise ConfigError(
-            f"compressor {comp.name!r} needs per-sample squared-gradient sums: pass sqsums= to "
-            "VGCState.start_step before the backward pass (see "
-            "traces.compression.variance.worker_gradients with workers=1)"
-        )
+    needs_sqsum = state.needs_sqsum
+    if needs_sqsum and state.sqsum_hooks is None:
+        missing = [i for i in layers if state.sqsums is None or i not in state.sqsums]
+        if missing:
+            state.take_sqsum(missing[0])  # raises the ConfigError that says what to do
     stats = state.stats
     encoder = ENCODINGS[comp.primary_encoding] if state.time_encode else None
     payloads = []
     for i, g in zip(layers, grads, strict=True):
         flat = g.detach().reshape(-1).to(torch.float32).cpu()
-        sq = state.sqsums[i].reshape(-1).to(torch.float32).cpu() if needs_sqsum else None
+        sq = state.take_sqsum(i) if needs_sqsum else None
         t0 = time.perf_counter()
         p = comp.compress(
             flat,
             state.layer_states[i],
             sqsum=sq,
-            batch_size=state.batch_size,
+            batch_size=state.batch_size or 1,
             layer=i,
             generator=state.generator,
         )
@@ -202,45 +271,96 @@ def exchange(state: VGCState, layers: Sequence[int], grads: Sequence[torch.Tenso
     if state.barrier_before_comm:
         dist.barrier(group=state.process_group)
     stats.collective = state.collective
-    if stats.collective == "allreduce":
-        return _allreduce_decoded(state, payloads, grads)
-    t1 = time.perf_counter()
-    gathered = allgatherv_segments(
-        [bytes(p.data) for p in payloads], group=state.process_group, device=state.device
-    )
-    t2 = time.perf_counter()
-    world = len(gathered.segments)
-    out = []
-    for k, g in enumerate(grads):
-        total = torch.zeros(g.numel(), dtype=torch.float32)
-        for r in range(world):
-            total += decode_received(payloads[k], gathered.segments[r][k])
-        out.append((total / world).to(dtype=g.dtype, device=g.device).view_as(g))
-    t3 = time.perf_counter()
-    stats.comm_s += t2 - t1
-    stats.decode_s += t3 - t2
-    stats.wire_bytes += wire_bytes(gathered)[dist.get_rank(state.process_group)]
-    return out
+    return payloads
 
 
-def _allreduce_decoded(state: VGCState, payloads: list, grads: Sequence[torch.Tensor]) -> list:
-    """Dense baseline: one all_reduce of this rank's decoded payloads, divided by the world."""
-    stats = state.stats
-    t0 = time.perf_counter()
-    flat = torch.cat([p.decode() for p in payloads]).to(state.device)
-    t1 = time.perf_counter()
-    dist.all_reduce(flat, group=state.process_group)
-    t2 = time.perf_counter()
-    flat = flat.cpu() / dist.get_world_size(state.process_group)
+def exchange(state: VGCState, layers: Sequence[int], grads: Sequence[torch.Tensor]) -> list:
+    """Compress, allgatherv, decode and average the given layers; returns averaged grads.
+
+    A collective: every rank calls it with the same ``layers`` in the same order.
+    """
+    payloads = _compress_layers(state, layers, grads)
+    if state.collective == "allreduce":
+        fut = _start_allreduce(state, payloads, grads)
+    else:
+        fut = _start_allgatherv(state, payloads, grads)
+    fut.wait()
+    flat = fut.value()
     out, offset = [], 0
     for g in grads:
         n = g.numel()
         out.append(flat[offset : offset + n].to(dtype=g.dtype, device=g.device).view_as(g))
         offset += n
-    stats.comm_s += t2 - t1
-    stats.decode_s += (t1 - t0) + (time.perf_counter() - t2)
-    stats.wire_bytes += 4 * flat.numel()
     return out
+
+
+def _start_allreduce(
+    state: VGCState, payloads: list, grads: Sequence[torch.Tensor]
+) -> torch.futures.Future:
+    """Dense baseline: one asynchronous all_reduce of the decoded payloads, then ÷ world."""
+    stats = state.stats
+    t0 = time.perf_counter()
+    flat = torch.cat([p.decode() for p in payloads]).to(state.device)
+    t1 = time.perf_counter()
+    world = dist.get_world_size(state.process_group)
+    stats.decode_s += t1 - t0
+    stats.wire_bytes += 4 * flat.numel()
+    work = dist.all_reduce(flat, group=state.process_group, async_op=True)
+
+    def finish(fut: torch.futures.Future) -> torch.Tensor:
+        t2 = time.perf_counter()
+        out = fut.value()[0] / world
+        with state._lock:
+            stats.comm_s += t2 - t1
+            stats.decode_s += time.perf_counter() - t2
+        return out
+
+    return work.get_future().then(finish)
+
+
+def _start_allgatherv(
+    state: VGCState, payloads: list, grads: Sequence[torch.Tensor]
+) -> torch.futures.Future:
+    """Length exchange now (8 bytes per layer), payload all_gather asynchronously; the
+    returned future decodes every rank's payloads and averages them (flat fp32)."""
+    stats, group = state.stats, state.process_group
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    segments = [bytes(p.data) for p in payloads]
+    t0 = time.perf_counter()
+    lengths = torch.tensor([len(seg) for seg in segments], dtype=torch.int64, device=state.device)
+    gathered = [torch.empty_like(lengths) for _ in range(world)]
+    dist.all_gather(gathered, lengths, group=group)
+    per_rank = [[int(v) for v in t.cpu().tolist()] for t in gathered]
+    totals = [sum(lens) for lens in per_rank]
+    if str(dist.get_backend(group)).lower() in UNEVEN_ALLGATHER_BACKENDS:
+        sizes = [max(t, 1) for t in totals]
+    else:
+        sizes = [max(max(totals), 1)] * world
+    mine = torch.zeros(sizes[rank], dtype=torch.uint8)
+    payload = b"".join(segments)
+    if payload:
+        mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    outputs = [torch.empty(n, dtype=torch.uint8, device=state.device) for n in sizes]
+    stats.wire_bytes += lengths.numel() * lengths.element_size() + sizes[rank]
+    work = dist.all_gather(outputs, mine.to(state.device), group=group, async_op=True)
+    numels = [g.numel() for g in grads]
+
+    def finish(_: torch.futures.Future) -> torch.Tensor:
+        t1 = time.perf_counter()
+        parts = [torch.zeros(n, dtype=torch.float32) for n in numels]
+        for r in range(world):
+            raw = outputs[r][: totals[r]].cpu().numpy().tobytes()
+            offset = 0
+            for k, length in enumerate(per_rank[r]):
+                parts[k] += decode_received(payloads[k], raw[offset : offset + length])
+                offset += length
+        out = torch.cat(parts) / world if parts else torch.zeros(0)
+        with state._lock:
+            stats.comm_s += t1 - t0
+            stats.decode_s += time.perf_counter() - t1
+        return out
+
+    return work.get_future().then(finish)
 
 
 def sync_gradients(
@@ -253,7 +373,8 @@ def sync_gradients(
     """Replace every ``p.grad`` by the compressed average over ranks (call after ``backward``).
 
     One allgatherv carries all layers. ``sqsums`` (per layer, named_parameters order) are
-    required for compressors with ``needs_sqsum``. Returns this step's statistics.
+    required for compressors with ``needs_sqsum`` unless :meth:`VGCState.attach` gathers them
+    in the backward. Returns this step's statistics.
     """
     state.start_step(sqsums=sqsums, batch_size=batch_size)
     params = trainable_parameters(model)
@@ -270,32 +391,33 @@ def sync_gradients(
 def vgc_hook(state: VGCState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: compressed allgatherv of a bucket's gradients, then the average.
 
-    Register with ``ddp_model.register_comm_hook(state, vgc_hook)`` where ``state`` is
-    ``VGCState.for_model(ddp_model.module, compressor, ...)``; call ``state.start_step(...)``
-    before each backward pass (with ``sqsums`` for variance-type compressors). The hook runs
-    synchronously and returns a completed future holding the averaged bucket. Layers are
-    identified by parameter identity, so the bucket order DDP chooses does not matter; each
-    bucket is one allgatherv (``dense``: one all_reduce).
+    Register with :func:`register_vgc_hook`, or with ``ddp_model.register_comm_hook(state,
+    vgc_hook)`` after ``state = VGCState.for_model(ddp_model.module, compressor,
+    batch_size=B)`` and, for ``variance``/``hybrid``, ``state.attach(ddp_model.module)``.
 
-    Example::
-
-        >>> # xdoctest: +SKIP
-        >>> state = VGCState.for_model(model, get_compressor("variance", alpha=2.0),
-        ...                            batch_size=32)
-        >>> ddp_model = DistributedDataParallel(model)
-        >>> ddp_model.register_comm_hook(state, vgc_hook)
-        >>> wg = worker_gradients(model, per_sample_loss, x, y, workers=1, estimator="fast")
-        >>> state.start_step(sqsums=[s[0] for s in wg.sqsums])
-        >>> loss_fn(ddp_model(x), y).mean().backward()
+    Per bucket the hook compresses the bucket's layers on this rank, exchanges the 8-byte
+    lengths, starts the payload all_gather asynchronously and returns its future chained
+    (``Future.then``) with the decode and the average: the transfer and decode of a bucket
+    overlap the backward of the layers before it. Layers are identified by parameter
+    identity, so DDP's bucket order does not matter. ``state.stats`` is reset when the first
+    bucket (index 0) of a synchronised backward arrives.
     """
+    if bucket.index() == 0:
+        state.stats = StepCommStats()
     params = bucket.parameters()
     grads = bucket.gradients()
     layers = [state.layer_of[id(p)] for p in params]
-    averaged = exchange(state, layers, grads)
-    out = torch.cat([g.reshape(-1) for g in averaged]).to(bucket.buffer().dtype)
-    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    fut.set_result(out)
-    return fut
+    payloads = _compress_layers(state, layers, grads)
+    if state.collective == "allreduce":
+        fut = _start_allreduce(state, payloads, grads)
+    else:
+        fut = _start_allgatherv(state, payloads, grads)
+    buffer = bucket.buffer()
+
+    def to_bucket(f: torch.futures.Future) -> torch.Tensor:
+        return f.value().to(dtype=buffer.dtype, device=buffer.device)
+
+    return fut.then(to_bucket)
 
 
 # DDP checks the hook's annotations against the real types; postponed (string) annotations
@@ -305,3 +427,37 @@ vgc_hook.__annotations__ = {
     "bucket": dist.GradBucket,
     "return": torch.futures.Future[torch.Tensor],
 }
+
+
+def register_vgc_hook(
+    ddp_model: torch.nn.parallel.DistributedDataParallel,
+    compressor: object,
+    *,
+    batch_size: int | None = None,
+    estimator: str = "fast",
+    sq_dtype: str = "auto",
+    process_group: dist.ProcessGroup | None = None,
+    generator: torch.Generator | None = None,
+) -> VGCState:
+    """Build the state for ``ddp_model.module``, gather squared sums in its backward when the
+    compressor needs them, register :func:`vgc_hook`; returns the state (read ``.stats``).
+
+    ``batch_size`` (samples per rank that the loss averages over) is required for ``variance``
+    and ``hybrid``; ``estimator`` ("fast" or "exact") and ``sq_dtype`` choose how the sums
+    are computed (:mod:`traces.compression.sqsum_hooks`). Unsupported layers or a missing
+    ``batch_size`` raise ConfigError before any training step.
+    """
+    nccl = str(dist.get_backend(process_group)).lower() == "nccl"
+    device = f"cuda:{torch.cuda.current_device()}" if nccl else "cpu"
+    state = VGCState.for_model(
+        ddp_model.module,
+        compressor,
+        process_group=process_group,
+        batch_size=batch_size,
+        generator=generator,
+        device=device,
+    )
+    if state.needs_sqsum:
+        state.attach(ddp_model.module, estimator=estimator, sq_dtype=sq_dtype)
+    ddp_model.register_comm_hook(state, vgc_hook)
+    return state
