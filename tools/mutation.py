@@ -134,8 +134,26 @@ def _statuses(copy: Path) -> dict[str, str]:
     return out
 
 
-def run_area(name: str, area: dict, settings: dict, equivalents: list[dict], nice: int, jobs: int):
+def run_area(
+    name: str,
+    area: dict,
+    settings: dict,
+    equivalents: list[dict],
+    nice: int,
+    jobs: int,
+    rerun: bool = True,
+):
     copy = OUT / name
+    if rerun:
+        _mutate(name, area, settings, copy, nice, jobs)
+    elif not (copy / "mutants").is_dir():
+        raise SystemExit(
+            f"[{name}] no earlier run in {copy.relative_to(ROOT)}: run without --report"
+        )
+    return _classify(name, copy, equivalents)
+
+
+def _mutate(name: str, area: dict, settings: dict, copy: Path, nice: int, jobs: int) -> None:
     _copy_tree(copy)
     if "mutmut" in tomllib.loads((copy / "pyproject.toml").read_text()).get("tool", {}):
         raise SystemExit(
@@ -159,10 +177,14 @@ def run_area(name: str, area: dict, settings: dict, equivalents: list[dict], nic
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     with log.open("w") as fh:
         rc = subprocess.run(cmd, cwd=copy, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
-    statuses = _statuses(copy)
-    if rc != 0 or not statuses:
+    if rc != 0 or not _statuses(copy):
         tail = log.read_text(errors="replace")[-3000:].replace("\r", "\n")
         raise SystemExit(f"[{name}] mutmut failed (exit {rc}); end of its log:\n{tail}")
+
+
+def _classify(name: str, copy: Path, equivalents: list[dict]) -> AreaResult:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    statuses = _statuses(copy)
     result = AreaResult(name)
     for status in statuses.values():
         result.counts[status] = result.counts.get(status, 0) + 1
@@ -200,6 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="mutmut worker processes (default 2)")
     ap.add_argument("--nice", type=int, default=15, help="nice level of mutmut (default 15)")
     ap.add_argument("--quiet", action="store_true", help="do not print surviving mutants' diffs")
+    ap.add_argument(
+        "--report",
+        action="store_true",
+        help="do not run mutmut again: classify the last run of each area (after editing the "
+        "equivalents of tools/mutation.toml)",
+    )
     args = ap.parse_args(argv)
     cfg = load_config()
     areas = cfg["areas"]
@@ -216,7 +244,15 @@ def main(argv: list[str] | None = None) -> int:
     settings = cfg.get("settings", {})
     target = float(settings.get("target_percent", 85))
     results = [
-        run_area(n, areas[n], settings, cfg.get("equivalent", []), args.nice, args.jobs)
+        run_area(
+            n,
+            areas[n],
+            settings,
+            cfg.get("equivalent", []),
+            args.nice,
+            args.jobs,
+            rerun=not args.report,
+        )
         for n in (args.areas or list(areas))
     ]
     ok = True
