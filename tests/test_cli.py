@@ -71,8 +71,8 @@ def test_simulate_takes_predicts_world_size_syntax(tmp_path, capsys):
         ["simulate", SAMPLE, "--cluster", "10GbE", "--world-sizes", "8", "--set", "seed=-1"],
         ["trace", "synth", "--layers", "vgg_like", "--steps", "1", "--seed", "-1"],
         ["record", "--steps", "1", "--seed", "-1", "-q"],
-        ["demo", "-q", "--set", "seed=-1"],
-        ["demo", "-q", "--set", "batch_size=0"],
+        ["demo", "-q", "--set", "traces=record", "--set", "seed=-1"],
+        ["demo", "-q", "--set", "traces=record", "--set", "batch_size=0"],
     ],
     ids=["predict", "simulate", "synth", "record", "demo-seed", "demo-batch"],
 )

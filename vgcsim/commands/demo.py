@@ -113,7 +113,8 @@ def _check(cfg: DemoConfig) -> None:
         changed = [f for f in RECORD_FIELDS if getattr(cfg, f) != getattr(DemoConfig(), f)]
         if changed:
             raise ConfigError(
-                f"{', '.join(changed)} only apply to traces the demo records: add "
+                f"{', '.join(changed)} {'applies' if len(changed) == 1 else 'apply'} only to "
+                "traces the demo records: add "
                 "--set traces=record (the committed traces were recorded with the defaults)"
             )
         missing = [m for m in cfg.methods if not (DEMO_TRACES / m / "header.json").is_file()]
