@@ -1,0 +1,106 @@
+"""Single-process checks of the DDP hook's state: no silent defaults, per-step statistics."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from traces.errors import ConfigError
+from traces.training.distributed_launch import free_port
+from vgcsim.ddp import VGCState, get_compressor, register_vgc_hook, sync_gradients
+
+
+def small_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 2))
+
+
+@pytest.mark.parametrize("name", ["variance", "hybrid"])
+def test_building_the_state_without_batch_size_is_one_clear_error(name):
+    with pytest.raises(ConfigError, match=f"compressor '{name}' needs batch_size=") as err:
+        VGCState.for_model(small_model(), get_compressor(name))
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="positive"):
+        VGCState.for_model(small_model(), get_compressor(name), batch_size=0)
+    # Compressors that do not scale squared sums do not need it.
+    assert VGCState.for_model(small_model(), get_compressor("strom")).batch_size is None
+
+
+@pytest.fixture
+def world_of_one():
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{free_port()}",
+        rank=0,
+        world_size=1,
+        timeout=datetime.timedelta(seconds=30),
+    )
+    yield
+    dist.destroy_process_group()
+
+
+def _backward(model: nn.Module, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(8, 5, generator=g), torch.randint(0, 2, (8,), generator=g)
+    model.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+
+
+def test_stats_are_per_step_and_count_the_length_exchange(world_of_one):
+    model = small_model()
+    state = VGCState.for_model(model, get_compressor("strom", tau=1e-4))
+    walls = []
+    for step in range(3):
+        _backward(model, step)
+        stats = sync_gradients(model, state)
+        walls.append(stats.wire_bytes)
+        payload = sum(stats.bits[i]["packed32"] for i in stats.bits) // 8
+        # 4 layers: one int64 length each, plus the payload (one rank: no padding).
+        assert stats.wire_bytes == 8 * 4 + payload
+    assert max(walls) < 2 * min(walls)  # not a running total
+
+
+def test_start_step_sums_serve_one_exchange_only(world_of_one):
+    model = small_model()
+    state = VGCState.for_model(model, get_compressor("variance", alpha=0.5), batch_size=8)
+    _backward(model, 0)
+    sq = [torch.ones_like(p) for p in model.parameters()]
+    sync_gradients(model, state, sqsums=sq)
+    _backward(model, 1)
+    state.stats = type(state.stats)()
+    from traces.training.distributed_hook import exchange
+
+    params = list(model.parameters())
+    with pytest.raises(ConfigError, match="register_vgc_hook"):
+        exchange(state, [0], [params[0].grad])
+
+
+def test_register_refuses_unsupported_layers_before_training(world_of_one):
+    model = nn.Sequential(nn.Conv1d(2, 2, 3), nn.Flatten(), nn.Linear(2, 2))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    with pytest.raises(ConfigError, match="found Conv1d"):
+        register_vgc_hook(ddp, get_compressor("variance"), batch_size=4)
+    with pytest.raises(ConfigError, match="needs batch_size"):
+        register_vgc_hook(ddp, get_compressor("variance"))
+
+
+def test_one_rank_hook_at_alpha_zero_leaves_the_gradient_unchanged(world_of_one):
+    model, reference = small_model(), small_model()
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    state = register_vgc_hook(
+        ddp, get_compressor("variance", alpha=0.0, values="fp32"), batch_size=8
+    )
+    for step in range(2):
+        g = torch.Generator().manual_seed(step)
+        x, y = torch.randn(8, 5, generator=g), torch.randint(0, 2, (8,), generator=g)
+        ddp.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        reference.zero_grad()
+        nn.functional.cross_entropy(reference(x), y).backward()
+        for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+            assert torch.equal(p.grad, q.grad)
+        assert sum(state.stats.sent.values()) == sum(p.numel() for p in model.parameters())
