@@ -1,0 +1,256 @@
+"""The same DDP training script timed with no hook, torch's hooks and the vgcsim hook.
+
+Two gloo ranks on loopback (``--ranks``) train scikit-learn's digits (real data shipped with
+the package) on ``small_cnn`` from the same initial weights, one DDP model per variant:
+
+- ``plain``          DDP's own allreduce (no hook)
+- ``fp16``           torch's ``default_hooks.fp16_compress_hook``
+- ``powersgd_r1/2/4`` torch's ``powerSGD_hook`` at matrix rank 1, 2, 4 (PowerSGD from the
+                     second step, error feedback and warm start on: torch's defaults)
+- ``variance_fast``  ``vgcsim.ddp.register_vgc_hook`` with variance α = 2, fast estimator
+- ``variance_exact`` the same with the exact estimator
+
+The variants run interleaved: every round trains each variant ``--chunk`` steps, order rotated
+every round, so the machine's load falls on all of them alike. Per variant (rank 0's view):
+
+- ``step_s``: median wall time of a training step (zero_grad, forward, backward with the
+  exchange, optimizer step) after ``--warmup`` steps;
+- ``bytes_per_step``: bytes this rank contributes to the collectives per step, averaged over
+  the timed steps — plain DDP 4·numel (fp32 allreduce), fp16 2·numel, PowerSGD 4 × the
+  elements its state counts after compression (``PowerSGDState.compression_stats``), the
+  variance hook its measured ``state.stats.wire_bytes`` (length exchange, payload and gloo
+  padding);
+- ``test_accuracy`` on the held-out split after all steps.
+
+Keys: ``variance_step_ratio`` = variance_fast step / plain step (same run; target ≤ 1.5),
+``variance_exact_step_ratio``, and ``second_backward``: measured — true unless every
+variance step ran exactly one model forward and one hooked-layer backward per layer.
+
+Usage: ``python benchmarks/ddp_hook.py --json [--rounds R --chunk K --warmup W --batch B]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+VARIANTS = (
+    "plain",
+    "fp16",
+    "powersgd_r1",
+    "powersgd_r2",
+    "powersgd_r4",
+    "variance_fast",
+    "variance_exact",
+)
+TARGET_RATIO = 1.5
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--chunk", type=int, default=10, help="steps per variant per round")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed first steps per variant")
+    ap.add_argument("--batch", type=int, default=32, help="samples per rank per step")
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rank-main", metavar="OUT", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+class Variant:
+    """One DDP model with its hook, its own data order and its counters."""
+
+    def __init__(self, name: str, data, args, rank: int, world: int):
+        import torch
+        import torch.nn.functional as F
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        from traces.training.nets import build_net
+        from vgcsim.ddp import get_compressor, register_vgc_hook
+
+        torch.manual_seed(args.seed)
+        self.name, self.data, self.args, self.F = name, data, args, F
+        self.model = build_net("small_cnn", data.input_shape, data.num_classes)
+        self.numel = sum(p.numel() for p in self.model.parameters())
+        self.forwards = 0
+        self.model.register_forward_hook(self._count)
+        self.ddp = DDP(self.model)
+        self.state = self.psgd = None
+        if name == "fp16":
+            self.ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        elif name.startswith("powersgd"):
+            self.psgd = powerSGD_hook.PowerSGDState(
+                process_group=None,
+                matrix_approximation_rank=int(name[-1]),
+                start_powerSGD_iter=2,
+                random_seed=args.seed,
+            )
+            self.ddp.register_comm_hook(self.psgd, powerSGD_hook.powerSGD_hook)
+        elif name.startswith("variance"):
+            self.state = register_vgc_hook(
+                self.ddp,
+                get_compressor("variance", alpha=2.0),
+                batch_size=args.batch,
+                estimator=name.split("_")[1],
+            )
+        self.opt = torch.optim.SGD(self.ddp.parameters(), lr=args.lr, momentum=0.9)
+        self.gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
+        self.rank, self.world = rank, world
+        self.times: list[float] = []
+        self.bytes: list[int] = []
+        self.steps = 0
+        self.one_pass = True
+
+    def _count(self, *_):
+        self.forwards += 1
+
+    def _psgd_after(self) -> int:
+        return self.psgd.compression_stats()[2] if self.psgd is not None else 0
+
+    def step(self) -> None:
+        import torch
+
+        n = self.data.x_train.shape[0]
+        # Each rank its own disjoint share of a seeded permutation (DistributedSampler-like).
+        idx = torch.randperm(n, generator=self.gen)[: self.args.batch * self.world]
+        idx = idx.reshape(self.world, -1)[self.rank]
+        x, y = self.data.x_train[idx], self.data.y_train[idx]
+        forwards = self.forwards
+        hooked = self.state.sqsum_hooks.backward_calls if self.state else 0
+        after = self._psgd_after()
+        t0 = time.perf_counter()
+        self.opt.zero_grad(set_to_none=True)
+        self.F.cross_entropy(self.ddp(x), y).backward()
+        self.opt.step()
+        dt = time.perf_counter() - t0
+        self.steps += 1
+        if self.state is not None:
+            layers = sum(
+                1 for m in self.model.modules() if any(True for _ in m.parameters(recurse=False))
+            )
+            calls = self.state.sqsum_hooks.backward_calls - hooked
+            self.one_pass &= self.forwards - forwards == 1 and calls == layers
+        if self.steps <= self.args.warmup:
+            return
+        self.times.append(dt)
+        if self.name == "plain":
+            self.bytes.append(4 * self.numel)
+        elif self.name == "fp16":
+            self.bytes.append(2 * self.numel)
+        elif self.psgd is not None:
+            self.bytes.append(4 * (self._psgd_after() - after))
+        else:
+            self.bytes.append(self.state.stats.wire_bytes)
+
+    def accuracy(self) -> float:
+        import torch
+
+        with torch.no_grad():
+            pred = self.model(self.data.x_test).argmax(1)
+        return float((pred == self.data.y_test).double().mean())
+
+
+def rank_main(args: argparse.Namespace) -> int:
+    import torch
+
+    from traces.training.datasets import load_dataset
+    from traces.training.distributed_launch import (
+        exit_rank,
+        init_process_group,
+        leave_process_group,
+    )
+
+    env = init_process_group("gloo", timeout_s=600)
+    data = load_dataset("digits", root=None, seed=args.seed, test_fraction=0.2, download=False)
+    variants = [Variant(n, data, args, env.rank, env.world_size) for n in VARIANTS]
+    for r in range(args.rounds):
+        k = r % len(variants)
+        for v in variants[k:] + variants[:k]:
+            for _ in range(args.chunk):
+                v.step()
+    rows = {
+        v.name: {
+            "step_s": statistics.median(v.times),
+            "bytes_per_step": statistics.fmean(v.bytes),
+            "test_accuracy": v.accuracy(),
+            "steps": v.steps,
+        }
+        for v in variants
+    }
+    one_pass = all(v.one_pass for v in variants if v.state is not None)
+    if env.rank == 0:
+        result = {
+            "backend": "gloo",
+            "device": "cpu",
+            "ranks": env.world_size,
+            "net": "small_cnn",
+            "dataset": "digits",
+            "batch_per_rank": args.batch,
+            "torch": torch.__version__,
+            "rows": rows,
+            "variance_step_ratio": rows["variance_fast"]["step_s"] / rows["plain"]["step_s"],
+            "variance_exact_step_ratio": rows["variance_exact"]["step_s"] / rows["plain"]["step_s"],
+            "target_variance_step_ratio": TARGET_RATIO,
+            "second_backward": not one_pass,
+        }
+        Path(args.rank_main).write_text(json.dumps(result))
+    leave_process_group(completed=True)
+    exit_rank(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    if args.rank_main:
+        return rank_main(args)
+    from traces.errors import ConfigError
+    from traces.training.distributed_launch import launch_local
+
+    if args.ranks < 1 or args.rounds < 1 or args.chunk < 1 or args.batch < 1:
+        raise ConfigError("--ranks, --rounds, --chunk and --batch must be positive")
+    if args.warmup >= args.rounds * args.chunk:
+        raise ConfigError("--warmup must be below --rounds × --chunk (no step left to time)")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--json"]
+        launch_local(
+            [os.path.abspath(__file__), *rest, "--rank-main", str(out)],
+            args.ranks,
+            timeout_s=1800,
+            threads_per_proc=1,
+        )
+        result = json.loads(out.read_text())
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for name, row in result["rows"].items():
+            print(
+                f"{name:15s} step {1e3 * row['step_s']:7.2f} ms  "
+                f"{row['bytes_per_step']:10.0f} B/step  acc {row['test_accuracy']:.3f}"
+            )
+        print(
+            f"variance_step_ratio {result['variance_step_ratio']:.2f} "
+            f"(target <= {TARGET_RATIO}); second_backward {result['second_backward']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as exc:  # noqa: BLE001 - user mistakes: one line and exit 2
+        from traces.errors import VgcsimError
+
+        if isinstance(exc, VgcsimError):
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        raise
