@@ -20,7 +20,10 @@ every round, so the machine's load falls on all of them alike. Per variant (rank
   elements its state counts after compression (``PowerSGDState.compression_stats``), the
   variance hook its measured ``state.stats.wire_bytes`` (length exchange, payload and gloo
   padding);
-- ``test_accuracy`` on the held-out split after all steps.
+- ``test_accuracy`` on the held-out split after all steps;
+- variance rows only: the medians of ``state.stats.compress_s``, ``comm_s`` (length
+  exchange to the end of the payload all_gather, per step, summed over buckets) and
+  ``decode_s``.
 
 Keys: ``variance_step_ratio`` = variance_fast step / plain step (same run; target ≤ 1.5),
 ``variance_exact_step_ratio``, and ``second_backward``: measured — true unless every
@@ -108,6 +111,7 @@ class Variant:
         self.rank, self.world = rank, world
         self.times: list[float] = []
         self.bytes: list[int] = []
+        self.split: list[tuple[float, float, float]] = []
         self.steps = 0
         self.one_pass = True
 
@@ -150,7 +154,9 @@ class Variant:
         elif self.psgd is not None:
             self.bytes.append(4 * (self._psgd_after() - after))
         else:
-            self.bytes.append(self.state.stats.wire_bytes)
+            st = self.state.stats
+            self.bytes.append(st.wire_bytes)
+            self.split.append((st.compress_s, st.comm_s, st.decode_s))
 
     def accuracy(self) -> float:
         import torch
@@ -187,6 +193,10 @@ def rank_main(args: argparse.Namespace) -> int:
         }
         for v in variants
     }
+    for v in variants:
+        if v.split:
+            for k, key in enumerate(("compress_s", "comm_s", "decode_s")):
+                rows[v.name][key] = statistics.median(s[k] for s in v.split)
     one_pass = all(v.one_pass for v in variants if v.state is not None)
     if env.rank == 0:
         result = {
