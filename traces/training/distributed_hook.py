@@ -303,8 +303,9 @@ def _start_allreduce(
     flat = torch.cat([p.decode() for p in payloads]).to(state.device)
     t1 = time.perf_counter()
     world = dist.get_world_size(state.process_group)
-    stats.decode_s += t1 - t0
-    stats.wire_bytes += 4 * flat.numel()
+    with state._lock:  # an earlier bucket's callback may be adding to the same step's stats
+        stats.decode_s += t1 - t0
+        stats.wire_bytes += 4 * flat.numel()
     work = dist.all_reduce(flat, group=state.process_group, async_op=True)
 
     def finish(fut: torch.futures.Future) -> torch.Tensor:
