@@ -2,24 +2,40 @@
 
 1. Event rate of the flow network (message-level ring allgatherv, 64 ranks) against a bare
    SimPy loop of timeouts: events per second of each and their ratio.
-2. Replay of 64 ranks x 1000 steps at message level (dense ring allreduce + ring allgatherv;
+2. Direct allgatherv on a 10GbE star, P = 16 and 64 (P(P-1) concurrent flows, max-min fair):
+   wall time of one message-level run, and of SimGrid's exact max-min solver (CM02 model, no
+   latency/bandwidth correction factors, no TCP window bound, split-duplex links) on the same
+   sizes when Debian's ``python3-simgrid`` is importable by ``--simgrid-python``. SimGrid runs
+   in a child process of that interpreter; it is not a dependency of this project. The
+   simulated finish times of both are printed too: they must agree.
+3. Replay of 64 ranks x 1000 steps at message level (dense ring allreduce + ring allgatherv;
    repeated dense steps are reused, every compressed step is simulated). Target <= 30 s.
-3. Replay of 1024 ranks x 1000 steps on the collective-level fast path. Target <= 60 s.
+4. Replay of 1024 and 4096 ranks x 1000 steps on the collective-level fast path (targets
+   <= 60 s for 4096).
+5. Leaf-spine 4:1, ``placement = "spread"``, ring allgatherv replayed from a ResNet-50-sized
+   synthetic trace, 100 steps, P = 256 and 1024 (targets <= 30 s and <= 60 s).
 
-The trace is synthetic (VGG-like layer list, 8 recorded workers, 1000 steps, density 1 %),
-written to a temporary directory. ``--steps`` and ``--quick`` shrink the runs.
+Every timed case runs under a wall-clock cap (``--cap-factor`` times its target, or
+``--limit-s``); a case that does not finish is reported as null with the reason, never as an
+estimate. The traces are synthetic, written to a temporary directory.
 
-Usage: python benchmarks/simulator.py [--steps N] [--quick]
+Usage: python benchmarks/simulator.py [--json] [--quick] [--steps N] [--limit-s S]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 # Run as a script, this file's folder comes first on sys.path and this module ("simulator")
 # would shadow the package of the same name.
@@ -71,47 +87,251 @@ def network_rate(world_size: int = 64, repeats: int = 10) -> tuple[float, float]
     return stats["events"] / wall, stats["flows"] / wall
 
 
-def replay_seconds(trace, world_size: int, path: str) -> tuple[float, dict]:
+class _TimeUp(Exception):
+    """A timed case ran past its cap."""
+
+
+def capped(limit_s: float, fn: Callable[[], Any]) -> tuple[float | None, Any, str]:
+    """(wall seconds, fn's value, "") or (None, None, reason) when fn runs past ``limit_s``."""
+
+    def alarm(signum, frame):
+        raise _TimeUp
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, limit_s)
+    t0 = time.perf_counter()
+    try:
+        value = fn()
+    except _TimeUp:
+        return None, None, f"did not finish within {limit_s:g} s (stopped there)"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    return time.perf_counter() - t0, value, ""
+
+
+def direct_agv_sizes(world_size: int) -> np.ndarray:
+    """Seeded whole-byte message sizes for the direct allgatherv cases (SimGrid takes ints)."""
+    return np.random.default_rng(world_size).integers(10_000, 1_000_000, world_size).astype(float)
+
+
+def direct_agv_ours(world_size: int) -> float:
+    """Simulated finish (s) of a message-level direct allgatherv on the 10GbE star."""
+    topo = build_topology(load_cluster("10GbE"), world_size)
+    sched = get_schedule("allgatherv/direct", world_size)
+    sizes = direct_agv_sizes(world_size)
+    out = run_message([Phase(np.zeros(world_size), sched, unit_sizes(sched, sizes))], topo)
+    return float(out.max())
+
+
+# Run by the SimGrid interpreter: the same star, one actor per rank posting all its sends and
+# receives at once (rendezvous: a flow starts when both are posted, here at t = 0).
+_SIMGRID_CHILD = r"""
+import json, os, sys, tempfile, time
+spec = json.load(sys.stdin)
+p, sizes = spec["world_size"], spec["sizes_bytes"]
+bw, lat = spec["bandwidth_Bps"], spec["channel_latency_s"]
+from simgrid import Actor, Comm, Engine, Host, Mailbox
+hosts = "".join(f'<host id="h{i}" speed="1Gf"/>' for i in range(p))
+links = "".join(
+    f'<link id="l{i}" bandwidth="{bw!r}Bps" latency="{lat!r}s" sharing_policy="SPLITDUPLEX"/>'
+    for i in range(p))
+routes = "".join(
+    f'<route src="h{i}" dst="h{j}" symmetrical="NO"><link_ctn id="l{i}" direction="UP"/>'
+    f'<link_ctn id="l{j}" direction="DOWN"/></route>'
+    for i in range(p) for j in range(p) if i != j)
+xml = ("<?xml version='1.0'?><!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">"
+       f'<platform version="4.1"><zone id="star" routing="Full">{hosts}{links}{routes}</zone>'
+       "</platform>")
+with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "star.xml")
+    with open(path, "w") as f:
+        f.write(xml)
+    e = Engine(["bench", "--log=root.thres:critical", "--cfg=network/model:CM02",
+                "--cfg=network/latency-factor:1", "--cfg=network/bandwidth-factor:1",
+                "--cfg=network/TCP-gamma:0", "--cfg=network/crosstraffic:0"])
+    e.load_platform(path)
+finish = [0.0] * p
+def rank(i):
+    puts = [Mailbox.by_name(f"{j}<-{i}").put_async(i, int(sizes[i])) for j in range(p) if j != i]
+    gets = [Mailbox.by_name(f"{i}<-{j}").get_async() for j in range(p) if j != i]
+    Comm.wait_all(puts + [g[0] for g in gets])  # g[1] holds the data: keep it alive
+    finish[i] = Engine.clock
+for i in range(p):
+    Actor.create(f"r{i}", Host.by_name(f"h{i}"), rank, i)
+t0 = time.perf_counter()
+e.run()
+json.dump({"wall_s": time.perf_counter() - t0, "finish_s": max(finish)}, sys.stdout)
+"""
+
+
+def simgrid_available(python: str) -> bool:
+    try:
+        done = subprocess.run(
+            [python, "-c", "import simgrid"], capture_output=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def direct_agv_simgrid(world_size: int, python: str, limit_s: float) -> dict | None:
+    """SimGrid's {"wall_s" (its engine's run only), "finish_s"} on the same case; None past the cap."""
+    route = build_topology(load_cluster("10GbE"), world_size).route(0, 1)
+    if len(route.channels) != 2:
+        raise RuntimeError("the SimGrid star expects an up and a down channel per route")
+    spec = {
+        "world_size": world_size,
+        "sizes_bytes": direct_agv_sizes(world_size).tolist(),
+        "bandwidth_Bps": route.bandwidth_Bps,
+        "channel_latency_s": route.latency_s / 2,
+    }
+    try:
+        done = subprocess.run(
+            [python, "-c", _SIMGRID_CHILD],
+            input=json.dumps(spec),
+            capture_output=True,
+            text=True,
+            timeout=limit_s,
+            check=True,
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    return json.loads(done.stdout)
+
+
+def replay_seconds(trace, world_size: int, path: str, cluster=None) -> tuple[float, dict]:
     cfg = SimulateConfig(path=path)
     t0 = time.perf_counter()
-    _, _, info = simulate_trace(trace, load_cluster("10GbE"), [world_size], cfg)
+    _, _, info = simulate_trace(trace, cluster or load_cluster("10GbE"), [world_size], cfg)
     return time.perf_counter() - t0, info[str(world_size)]
+
+
+def leaf_spine_cluster():
+    """10GbE hosts, 16 per leaf, one spine, 4:1 oversubscribed uplinks, ring neighbours spread."""
+    topo = {
+        "kind": "leaf_spine",
+        "hosts_per_leaf": 16,
+        "spines": 1,
+        "oversubscription": 4.0,
+        "placement": "spread",
+    }
+    base = load_cluster("10GbE")
+    return dataclasses.replace(base, name=base.name + "[leaf_spine 4:1 spread]", topology=topo)
+
+
+def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+    """Every figure of one run → a flat dict (None + ``reasons[key]`` where a case did not run)."""
+    quick = args.quick
+    steps = args.steps or (100 if quick else 1000)
+
+    def cap(target_s: float) -> float:
+        return args.limit_s if args.limit_s else args.cap_factor * target_s
+
+    out: dict[str, Any] = {"machine_cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0]}
+    reasons: dict[str, str] = {}
+
+    bare = bare_simpy_rate(timeouts=1000 if quick else 3000)
+    ours, flows = network_rate(repeats=3 if quick else 10)
+    out.update(
+        bare_simpy_events_per_s=bare,
+        network_events_per_s=ours,
+        network_flows_per_s=flows,
+        event_rate_ratio=ours / bare,
+    )
+    log(f"event rate: bare SimPy {bare:,.0f}/s, network {ours:,.0f}/s, ratio {ours / bare:.3f}")
+
+    have_simgrid = simgrid_available(args.simgrid_python)
+    if not have_simgrid:
+        print("skipped: simgrid not installed", file=sys.stderr)
+    for p in (16, 64):
+        key = f"direct_agv_p{p}_s"
+        wall, finish, why = capped(cap(60.0), lambda p=p: direct_agv_ours(p))
+        out[key], out[f"direct_agv_p{p}_finish_s"] = wall, finish
+        if why:
+            reasons[key] = why
+        sg_key = f"simgrid_{key}"
+        out[sg_key] = out[f"simgrid_direct_agv_p{p}_finish_s"] = None
+        if not have_simgrid:
+            reasons[sg_key] = "skipped: simgrid not installed"
+        else:
+            sg = direct_agv_simgrid(p, args.simgrid_python, cap(60.0))
+            if sg is None:
+                reasons[sg_key] = f"did not finish within {cap(60.0):g} s"
+            else:
+                out[sg_key], out[f"simgrid_direct_agv_p{p}_finish_s"] = sg["wall_s"], sg["finish_s"]
+        log(
+            f"direct allgatherv P={p}: ours {out[key]} s (finish {finish}), "
+            f"SimGrid {out[sg_key]} s (finish {out[f'simgrid_direct_agv_p{p}_finish_s']})"
+        )
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = SynthConfig(layers="vgg_like", workers=8, steps=steps, density=0.01, seed=1)
+        trace = read_trace(synth_trace(cfg, Path(tmp) / "vgg"))
+        cases = [
+            (f"message_p64_{steps}steps_s", 64, "message", 30.0),
+            (f"fast_p1024_{steps}steps_s", 1024, "auto", 60.0),
+            (f"fast_p4096_{steps}steps_s", 4096, "auto", 60.0),
+        ]
+        for key, p, path, target in cases:
+            wall, res, why = capped(
+                cap(target), lambda p=p, path=path: replay_seconds(trace, p, path)
+            )
+            out[key] = wall
+            if why:
+                reasons[key] = why
+            log(f"replay {p} ranks x {steps} steps, path={path}: {wall} s {res[1] if res else why}")
+
+        ls_steps = 2 if quick else 100
+        cfg = SynthConfig(layers="resnet50", workers=8, steps=ls_steps, density=0.01, seed=1)
+        trace = read_trace(synth_trace(cfg, Path(tmp) / "resnet50"))
+        cluster = leaf_spine_cluster()
+        for p, target in ((256, 30.0), (1024, 60.0)):
+            key = f"leafspine_p{p}_{ls_steps}steps_s"
+            wall, res, why = capped(
+                cap(target), lambda p=p: replay_seconds(trace, p, "auto", cluster)
+            )
+            out[key] = wall
+            if why:
+                reasons[key] = why + " (message level: every flow crosses a 4:1 uplink)"
+            log(
+                f"leaf-spine 4:1 spread, {p} ranks x {ls_steps} steps: {wall} s {reasons.get(key, res)}"
+            )
+    out["reasons"] = reasons
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=1000, help="trace steps to replay")
-    parser.add_argument("--quick", action="store_true", help="100 steps, smaller loops")
+    parser.add_argument(
+        "--steps", type=int, default=0, help="trace steps of the VGG replays (1000; --quick 100)"
+    )
+    parser.add_argument("--quick", action="store_true", help="100 / 2 steps, smaller loops")
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    parser.add_argument(
+        "--cap-factor", type=float, default=2.0, help="stop a case at this multiple of its target"
+    )
+    parser.add_argument("--limit-s", type=float, default=0.0, help="one cap for every case")
+    parser.add_argument(
+        "--simgrid-python",
+        default="/usr/bin/python3",
+        help="interpreter that can import simgrid (Debian's python3-simgrid)",
+    )
     args = parser.parse_args()
-    steps = 100 if args.quick else args.steps
 
-    bare = bare_simpy_rate(timeouts=1000 if args.quick else 3000)
-    ours, flows = network_rate(repeats=3 if args.quick else 10)
-    print("event rate (same run):")
-    print(f"  bare SimPy loop      {bare:12,.0f} events/s")
-    print(f"  flow network (P=64)  {ours:12,.0f} events/s  ({flows:,.0f} flows/s)")
-    print(f"  ratio ours / bare    {ours / bare:12.3f}")
+    def log(line: str) -> None:
+        print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = SynthConfig(layers="vgg_like", workers=8, steps=steps, density=0.01, seed=1)
-        trace = read_trace(synth_trace(cfg, Path(tmp) / "trace"))
-        msg_s, msg_info = replay_seconds(trace, 64, "message")
-        fast_s, fast_info = replay_seconds(trace, 1024, "auto")
-    print(f"replay {steps} steps (dense ring allreduce + ring allgatherv, 10GbE star):")
-    print(
-        f"  64 ranks, message level     {msg_s:8.2f} s   ({msg_s / steps * 1e3:.1f} ms/step; "
-        f"target <= {30 * steps / 1000:.0f} s)  paths {msg_info}"
-    )
-    print(
-        f"  1024 ranks, fast path       {fast_s:8.2f} s   ({fast_s / steps * 1e3:.1f} ms/step; "
-        f"target <= {60 * steps / 1000:.0f} s)  paths {fast_info}"
-    )
-    # The machine's speed in this run, as the bare loop saw it: a projection, not a measurement.
-    scale = bare / 1e6
-    print(
-        f"scaled to a core running bare SimPy at 1M events/s (x{scale:.2f}, projection): "
-        f"message level {msg_s * scale:.1f} s, fast path {fast_s * scale:.1f} s"
-    )
+    out = measure(args, log)
+    if args.json:
+        json.dump(out, sys.stdout, indent=1)
+        print()
+        return
+    for key, value in out.items():
+        if key != "reasons":
+            print(f"{key:34s} {value}")
+    for key, why in out["reasons"].items():
+        print(f"{key}: {why}")
 
 
 if __name__ == "__main__":
