@@ -299,9 +299,15 @@ class FairNetwork(_NetworkBase):
         now = self.env.now
         seen = set(seeds)
         stack = list(seeds)
+        # Each channel is scanned once: revisiting it from every flow on it made one reshare
+        # cost flows x channels-per-flow x flows-per-channel (the profile's top entry).
+        visited: set[int] = set()
         while stack:
             f = stack.pop()
             for c in f.channels:
+                if c in visited:
+                    continue
+                visited.add(c)
                 on = self._on[c]
                 self._expire(on, now)
                 for g in on:
