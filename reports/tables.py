@@ -611,13 +611,31 @@ def _num(value: Any) -> Any:
 
 
 #: How each compressor is named in reports: the hyperparameters a reader compares by.
+#: Readings of the variance/hybrid post-send rule and their defaults: a trace recorded under
+#: another reading names it in its label, so two traces differing only in reading stay apart.
+READING_DEFAULTS = {
+    "after_send": "reset",
+    "below_floor": "keep",
+    "variance_scale": "batch_mean",
+    "variance": "sqsum",
+}
+
+
+def _reading(p: Mapping[str, Any]) -> str:
+    """`` (error_feedback, floor)`` for the non-default readings present in ``p``, else ``""``."""
+    other = [str(p[k]) for k, d in READING_DEFAULTS.items() if k in p and p[k] != d]
+    return f" ({', '.join(other)})" if other else ""
+
+
 LABEL_FORMATS: dict[str, Any] = {
     "dense": lambda p: (
         "dense" if p.get("precision", "fp32") == "fp32" else f"dense {p['precision']}"
     ),
-    "variance": lambda p: f"variance α={_num(p.get('alpha', '?'))}",
+    "variance": lambda p: f"variance α={_num(p.get('alpha', '?'))}{_reading(p)}",
     "strom": lambda p: f"Strom τ={_num(p.get('tau', '?'))}",
-    "hybrid": lambda p: f"hybrid α={_num(p.get('alpha', '?'))}, τ={_num(p.get('tau', '?'))}",
+    "hybrid": lambda p: (
+        f"hybrid α={_num(p.get('alpha', '?'))}, τ={_num(p.get('tau', '?'))}{_reading(p)}"
+    ),
     "qsgd": lambda p: f"QSGD {p.get('bits', '?')} bit, d={p.get('bucket_size', '?')}",
 }
 

@@ -88,7 +88,7 @@ def test_demo_rejects_unknown_method(tmp_path, capsys):
     [
         (
             "steps=100",
-            "steps only apply to traces the demo records: add --set traces=record",
+            "steps applies only to traces the demo records: add --set traces=record",
         ),
         (
             'methods=["dense","hybrid"]',
