@@ -20,6 +20,7 @@ Every timed case runs under a wall-clock cap (``--cap-factor`` times its target,
 estimate. The traces are synthetic, written to a temporary directory.
 
 Usage: python benchmarks/simulator.py [--json] [--quick] [--steps N] [--limit-s S]
+       python benchmarks/simulator.py --profile-direct 32
 """
 
 from __future__ import annotations
@@ -301,6 +302,20 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
     return out
 
 
+def profile_direct(world_size: int, top: int = 8) -> None:
+    """cProfile of one message-level direct allgatherv: where the max-min solver spends time."""
+    import cProfile
+    import pstats
+
+    direct_agv_ours(min(world_size, 8))  # imports and caches out of the profile
+    profiler = cProfile.Profile()
+    profiler.enable()
+    finish = direct_agv_ours(world_size)
+    profiler.disable()
+    print(f"direct allgatherv P={world_size}: simulated finish {finish!r} s")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -317,7 +332,17 @@ def main() -> None:
         default="/usr/bin/python3",
         help="interpreter that can import simgrid (Debian's python3-simgrid)",
     )
+    parser.add_argument(
+        "--profile-direct",
+        type=int,
+        default=0,
+        metavar="P",
+        help="only profile (cProfile) one direct allgatherv at P ranks and print the top entries",
+    )
     args = parser.parse_args()
+    if args.profile_direct:
+        profile_direct(args.profile_direct)
+        return
 
     def log(line: str) -> None:
         print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
