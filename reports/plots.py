@@ -59,6 +59,21 @@ def _edge_transform(ax: Axes, row: int):
     return offset_copy(ax.get_xaxis_transform(), fig=ax.figure, y=6.0 + 9.0 * row, units="points")
 
 
+def _edge_markers(ax: Axes, x: pd.Series, row: int, marker: str, color: object, label: str) -> None:
+    """Markers at ``x`` on marker row ``row`` above the top edge (see :func:`_edge_transform`)."""
+    ax.plot(
+        x,
+        np.ones(len(x)),
+        transform=_edge_transform(ax, row),
+        linestyle="none",
+        marker=marker,
+        markersize=8,
+        color=color,
+        clip_on=False,
+        label=label,
+    )
+
+
 def _ratio_formatter(v: float, _: object) -> str:
     return f"{v:g}×"
 
@@ -253,17 +268,7 @@ def crossover_map(
             where = ", ".join(str(int(p)) for p in inf["world_size"])
             at = "at any P" if fin.empty else f"at P = {where}"
             note = f"no ratio suffices {at} (▲ on the top edge)"
-            ax.plot(
-                inf["world_size"],
-                np.ones(len(inf)),
-                transform=_edge_transform(ax, rows),
-                linestyle="none",
-                marker="^",
-                markersize=8,
-                color=color,
-                clip_on=False,
-                label=f"{cluster}: {note}",
-            )
+            _edge_markers(ax, inf["world_size"], rows, "^", color, f"{cluster}: {note}")
             rows += 1
     for label, ratio in lines.items():
         ax.axhline(ratio, color="0.35", linestyle="--", linewidth=1.0)
@@ -345,17 +350,8 @@ def time_to_accuracy(
         if len(missed):
             acc = float(missed["compressed_final_test_acc"].iloc[0]) * 100
             n = int(missed["compressed_steps_recorded"].iloc[0])
-            ax.plot(
-                missed["world_size"],
-                np.ones(len(missed)),
-                transform=_edge_transform(ax, rows),
-                linestyle="none",
-                marker="X",
-                markersize=8,
-                color=color,
-                clip_on=False,
-                label=f"{label}: never reaches it (✕ at top; {acc:.1f} % after {n} steps)",
-            )
+            note = f"never reaches it (✕ at top; {acc:.1f} % after {n} steps)"
+            _edge_markers(ax, missed["world_size"], rows, "X", color, f"{label}: {note}")
             rows += 1
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
