@@ -51,11 +51,28 @@ def allgatherv_segments(
     All ranks must pass the same number of segments (one per layer, say); a segment may be
     empty. Returns the segments of every rank in rank order.
     """
+    return start_allgatherv_segments(segments, group=group, device=device)[0].wait()
+
+
+def start_allgatherv_segments(
+    segments: Sequence[bytes],
+    *,
+    group: dist.ProcessGroup | None = None,
+    device: torch.device | str = "cpu",
+) -> tuple[torch.futures.Future, int]:
+    """:func:`allgatherv_segments` with the payload all_gather left running.
+
+    The length exchange runs now (it is small and sizes the payload buffers); the payload
+    all_gather is asynchronous. Returns a future of the :class:`GatherResult` and the bytes
+    this rank put on the wire (its lengths, plus its payload with any padding).
+    """
     world = dist.get_world_size(group)
     n = len(segments)
-    lengths = torch.tensor([len(s) for s in segments], dtype=torch.int64, device=device)
     if n == 0:
-        return GatherResult([[] for _ in range(world)], [0] * world, False)
+        done: torch.futures.Future = torch.futures.Future()
+        done.set_result(GatherResult([[] for _ in range(world)], [0] * world, False))
+        return done, 0
+    lengths = torch.tensor([len(s) for s in segments], dtype=torch.int64, device=device)
     gathered_lengths = [torch.empty_like(lengths) for _ in range(world)]
     dist.all_gather(gathered_lengths, lengths, group=group)
     per_rank = [[int(v) for v in t.cpu().tolist()] for t in gathered_lengths]
@@ -68,22 +85,27 @@ def allgatherv_segments(
         sizes = [max(t, 1) for t in totals]
     else:
         sizes = [max(max(totals), 1)] * world
-    mine = torch.zeros(sizes[dist.get_rank(group)], dtype=torch.uint8)
+    rank = dist.get_rank(group)
+    mine = torch.zeros(sizes[rank], dtype=torch.uint8)
     if payload:
         mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
     mine = mine.to(device)
     outputs = [torch.empty(s, dtype=torch.uint8, device=device) for s in sizes]
-    dist.all_gather(outputs, mine, group=group)
+    work = dist.all_gather(outputs, mine, group=group, async_op=True)
+    sent = lengths.numel() * lengths.element_size() + sizes[rank]
 
-    result: list[list[bytes]] = []
-    for r in range(world):
-        raw = outputs[r][: totals[r]].cpu().numpy().tobytes()
-        parts, offset = [], 0
-        for length in per_rank[r]:
-            parts.append(raw[offset : offset + length])
-            offset += length
-        result.append(parts)
-    return GatherResult(result, totals, not uneven)
+    def split(_: torch.futures.Future) -> GatherResult:
+        result: list[list[bytes]] = []
+        for r in range(world):
+            raw = outputs[r][: totals[r]].cpu().numpy().tobytes()
+            parts, offset = [], 0
+            for length in per_rank[r]:
+                parts.append(raw[offset : offset + length])
+                offset += length
+            result.append(parts)
+        return GatherResult(result, totals, not uneven)
+
+    return work.get_future().then(split), sent
 
 
 def wire_bytes(result: GatherResult) -> list[int]:

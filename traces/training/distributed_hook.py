@@ -36,7 +36,7 @@ import torch.distributed as dist
 from traces.compression import ENCODINGS
 from traces.compression.sqsum_hooks import SqsumHooks
 from traces.errors import ConfigError
-from traces.training.distributed_allgatherv import UNEVEN_ALLGATHER_BACKENDS
+from traces.training.distributed_allgatherv import start_allgatherv_segments
 
 log = logging.getLogger(__name__)
 
@@ -325,43 +325,26 @@ def _start_allgatherv(
     """Length exchange now (8 bytes per layer), payload all_gather asynchronously; the
     returned future decodes every rank's payloads and averages them (flat fp32)."""
     stats, group = state.stats, state.process_group
-    world, rank = dist.get_world_size(group), dist.get_rank(group)
     segments = [bytes(p.data) for p in payloads]
     t0 = time.perf_counter()
-    lengths = torch.tensor([len(seg) for seg in segments], dtype=torch.int64, device=state.device)
-    gathered = [torch.empty_like(lengths) for _ in range(world)]
-    dist.all_gather(gathered, lengths, group=group)
-    per_rank = [[int(v) for v in t.cpu().tolist()] for t in gathered]
-    totals = [sum(lens) for lens in per_rank]
-    if str(dist.get_backend(group)).lower() in UNEVEN_ALLGATHER_BACKENDS:
-        sizes = [max(t, 1) for t in totals]
-    else:
-        sizes = [max(max(totals), 1)] * world
-    mine = torch.zeros(sizes[rank], dtype=torch.uint8)
-    payload = b"".join(segments)
-    if payload:
-        mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-    outputs = [torch.empty(n, dtype=torch.uint8, device=state.device) for n in sizes]
-    stats.wire_bytes += lengths.numel() * lengths.element_size() + sizes[rank]
-    work = dist.all_gather(outputs, mine.to(state.device), group=group, async_op=True)
+    gathered, sent = start_allgatherv_segments(segments, group=group, device=state.device)
+    stats.wire_bytes += sent
     numels = [g.numel() for g in grads]
 
-    def finish(_: torch.futures.Future) -> torch.Tensor:
+    def finish(done: torch.futures.Future) -> torch.Tensor:
         t1 = time.perf_counter()
+        result = done.value()
         parts = [torch.zeros(n, dtype=torch.float32) for n in numels]
-        for r in range(world):
-            raw = outputs[r][: totals[r]].cpu().numpy().tobytes()
-            offset = 0
-            for k, length in enumerate(per_rank[r]):
-                parts[k] += decode_received(payloads[k], raw[offset : offset + length])
-                offset += length
-        out = torch.cat(parts) / world if parts else torch.zeros(0)
+        for rank_segments in result.segments:
+            for k, segment in enumerate(rank_segments):
+                parts[k] += decode_received(payloads[k], segment)
+        out = torch.cat(parts) / len(result.segments) if parts else torch.zeros(0)
         with state._lock:
             stats.comm_s += t1 - t0
             stats.decode_s += time.perf_counter() - t1
         return out
 
-    return work.get_future().then(finish)
+    return gathered.then(finish)
 
 
 def sync_gradients(
