@@ -12,7 +12,7 @@ $(BIN)/vgcsim: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[train,dev]"
 	touch $(BIN)/vgcsim
 
 setup: $(BIN)/vgcsim

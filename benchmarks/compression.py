@@ -24,7 +24,7 @@ bitmap) for the trace; ``fast_float32_overhead_ratio`` — the fast step with fp
 Targets: fast <= 1.3, exact <= 3.0, codec <= 0.10.
 
 Like ``vgcsim record``, the benchmark first keeps freed memory in the process
-(``traces.training.allocator``; ``--allocator default`` leaves glibc's malloc alone); the
+(``vgcsim.traces.training.allocator``; ``--allocator default`` leaves glibc's malloc alone); the
 setting applies to every variant, the plain forward+backward included.
 
 ``--gap`` instead measures, per layer, how far the fast squared-gradient sums are from the
@@ -42,11 +42,10 @@ import time
 
 import torch
 from torch import nn
-
-from traces.compression import get_compressor
-from traces.compression.base import make_payload
-from traces.compression.variance import SQ_DTYPES, resolve_sq_dtype, worker_gradients
-from traces.training.allocator import ALLOCATOR_MODES, keep_freed_memory
+from vgcsim.traces.compression import get_compressor
+from vgcsim.traces.compression.base import make_payload
+from vgcsim.traces.compression.variance import SQ_DTYPES, resolve_sq_dtype, worker_gradients
+from vgcsim.traces.training.allocator import ALLOCATOR_MODES, keep_freed_memory
 
 VARIANTS = ("plain", "fast", "fast_sized", "fast_float32", "exact")
 ROW_FIELDS = (
@@ -120,8 +119,7 @@ class DigitsCNN(nn.Module):
 def gap(workers: int, batch: int, steps: int, seed: int, sq_dtype: str = "auto") -> dict:
     """Per-layer fast-vs-exact gap of Σ_z (∇f_z)² on DigitsCNN, before and after training."""
     from sklearn.datasets import load_digits
-
-    from traces.compression.variance import estimator_gap
+    from vgcsim.traces.compression.variance import estimator_gap
 
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)

@@ -77,8 +77,8 @@ class Variant:
         import torch.nn.functional as F
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
         from torch.nn.parallel import DistributedDataParallel as DDP
+        from vgcsim.traces.training.nets import build_net
 
-        from traces.training.nets import build_net
         from vgcsim.ddp import get_compressor, register_vgc_hook
 
         torch.manual_seed(args.seed)
@@ -168,9 +168,8 @@ class Variant:
 
 def rank_main(args: argparse.Namespace) -> int:
     import torch
-
-    from traces.training.datasets import load_dataset
-    from traces.training.distributed_launch import (
+    from vgcsim.traces.training.datasets import load_dataset
+    from vgcsim.traces.training.distributed_launch import (
         exit_rank,
         init_process_group,
         leave_process_group,
@@ -222,8 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.rank_main:
         return rank_main(args)
-    from traces.errors import ConfigError
-    from traces.training.distributed_launch import launch_local
+    from vgcsim.traces.training.distributed_launch import launch_local
+
+    from vgcsim.core.errors import ConfigError
 
     if args.ranks < 1 or args.rounds < 1 or args.chunk < 1 or args.batch < 1:
         raise ConfigError("--ranks, --rounds, --chunk and --batch must be positive")
@@ -258,7 +258,7 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except Exception as exc:  # noqa: BLE001 - user mistakes: one line and exit 2
-        from traces.errors import VgcsimError
+        from vgcsim.core.errors import VgcsimError
 
         if isinstance(exc, VgcsimError):
             print(f"error: {exc}", file=sys.stderr)

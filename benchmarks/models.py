@@ -2,7 +2,7 @@
 
 For each world size P (powers of two, 2 … 1024) one ``[steps, P]`` array of uneven per-rank
 payloads (seeded lognormal around 100 kB) is priced by every model of
-``models.collectives.COLLECTIVES`` in one vectorized call. Prints the wall time, the number
+``vgcsim.models.collectives.COLLECTIVES`` in one vectorized call. Prints the wall time, the number
 of (step, P, collective) evaluations, evaluations per second and the budget ratio
 (time / 2 s; target ≤ 1). ``--json`` prints one JSON object instead.
 """
@@ -21,9 +21,9 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
     sys.path.pop(0)
 
 import numpy as np  # noqa: E402
+from vgcsim.models.collectives import COLLECTIVES  # noqa: E402
 
-from models.collectives import COLLECTIVES  # noqa: E402
-from traces.cluster import get_cluster  # noqa: E402
+from vgcsim.core.cluster import get_cluster  # noqa: E402
 
 BUDGET_S = 2.0
 

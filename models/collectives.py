@@ -1,4 +1,4 @@
-"""Closed-form cost models of the collectives in ``schema.COLLECTIVE_KEYS`` (α-β-γ, numpy).
+"""Closed-form cost models of the collectives in ``COLLECTIVE_KEYS`` (α-β-γ, numpy).
 
 Every model is a function ``f(sizes_bytes, link, *, intra_link=None, gpus_per_node=1)``:
 ``sizes_bytes`` is an array ``[..., P]`` of per-rank payload sizes (bytes) — the last axis is
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from traces import schema
-from traces.cluster import ClusterSpec, LinkSpec
-from traces.errors import ConfigError, unknown_name
+from vgcsim.core.cluster import ClusterSpec, LinkSpec
+from vgcsim.core.collectives import COLLECTIVE_KEYS
+from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
     "COLLECTIVES",
@@ -360,7 +360,7 @@ def size_exchange_time_s(world_size: int, link: LinkSpec) -> float:
     Formula: ``T = (P−1)·(α + 8β)`` (0 for P = 1).
 
     Assumptions: one length per rank per call (an implementation sending one length per
-    layer, as ``traces.training.distributed_allgatherv`` does, moves 8 B × layers instead);
+    layer, as ``vgcsim.traces.training.distributed_allgatherv`` does, moves 8 B × layers instead);
     the ring allgather of gloo and NCCL; every round pays the link's α. Implementations that
     know the sizes in advance skip it (``size_exchange = false`` in predict and simulate).
 
@@ -435,7 +435,7 @@ _FUNCTIONS: dict[str, CostFn] = {
 
 COLLECTIVES: dict[str, CollectiveModel] = {
     key: CollectiveModel(key, key.split("/")[0], key.split("/")[1], _FUNCTIONS[key])
-    for key in schema.COLLECTIVE_KEYS
+    for key in COLLECTIVE_KEYS
 }
 
 

@@ -2,17 +2,19 @@
 
 Two sources of compute time (``ClusterSpec.compute``): the trace's measured seconds × a
 scale factor, or the FLOP model :func:`compute_time_s` (defined once in
-:mod:`traces.devicecost`, below both models and simulator, and re-exported here); both are
-applied in :mod:`traces.replay`.
+:mod:`vgcsim.traces.devicecost`, below both models and simulator, and re-exported here); both are
+applied in :mod:`vgcsim.traces.replay`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numpy.typing import ArrayLike
+from vgcsim.traces.devicecost import (
+    compute_time_s,  # one FLOP model, shared with vgcsim.traces.replay
+)
 
-from traces.devicecost import compute_time_s  # one FLOP model, shared with traces.replay
-from traces.errors import ConfigError
+from vgcsim.core.errors import ConfigError
 
 __all__ = ["FORWARD_FRACTION", "compute_time_s", "layer_ready_fractions"]
 

@@ -15,10 +15,10 @@ density* = m*·8/(64·n/4) = 1/P.
 from __future__ import annotations
 
 import numpy as np
+from vgcsim.models.collectives import get_collective, size_exchange_time_s
 
-from models.collectives import get_collective, size_exchange_time_s
-from traces.cluster import ClusterSpec
-from traces.errors import ConfigError
+from vgcsim.core.cluster import ClusterSpec
+from vgcsim.core.errors import ConfigError
 
 __all__ = ["crossover_density", "crossover_payload_bytes", "crossover_ratio"]
 
@@ -40,7 +40,7 @@ def crossover_payload_bytes(
     ``b = (T_agv(n) − T_agv(0)) / n`` (balanced sizes, affine models), δ =
     ``decode_s_per_byte`` (decode + accumulate seconds per received payload byte: every rank
     decodes the P − 1 others' m bytes after the allgatherv) and X the size exchange
-    (:func:`models.collectives.size_exchange_time_s`) when ``size_exchange`` and the
+    (:func:`vgcsim.models.collectives.size_exchange_time_s`) when ``size_exchange`` and the
     allgatherv is not the padded one (which contains it).
 
     Assumptions: every rank sends the same m; ``overhead_s`` = extra local time of the
@@ -49,7 +49,7 @@ def crossover_payload_bytes(
     launch cost belongs in ``overhead_s``).
 
     Source: the cost comparison of Tsuzuku, Imachi & Akiba 2018 (§5), solved in closed form,
-    with the per-received-payload decode of ``traces.devicecost.decode_time_s``.
+    with the per-received-payload decode of ``vgcsim.traces.devicecost.decode_time_s``.
     """
     if world_size < 2:
         raise ConfigError("a crossover needs at least 2 ranks (P = 1 does not communicate)")

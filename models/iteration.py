@@ -42,9 +42,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
+from vgcsim.models.compute import FORWARD_FRACTION
 
-from models.compute import FORWARD_FRACTION
-from traces.errors import ConfigError, unknown_name
+from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
     "DEFAULT_BUCKET_BYTES",
@@ -185,7 +185,7 @@ def bucket_backward_share(
 ) -> np.ndarray:
     """Fraction of the backward pass done when each bucket (in order) is ready ``[K]``.
 
-    Assumption: backward time per layer ∝ parameter count (see models.compute).
+    Assumption: backward time per layer ∝ parameter count (see vgcsim.models.compute).
     """
     numel = np.asarray(layer_numel, dtype=np.float64)
     total = numel.sum()

@@ -1,6 +1,6 @@
 """Point-to-point cost: the Hockney α-β model with an optional γ reduction term.
 
-Every collective model in :mod:`models.collectives` is built from these two terms, so the
+Every collective model in :mod:`vgcsim.models.collectives` is built from these two terms, so the
 assumptions live here once.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from traces.cluster import LinkSpec
+from vgcsim.core.cluster import LinkSpec
 
 __all__ = ["p2p_time_s", "reduce_time_s"]
 

@@ -1,11 +1,11 @@
 """Predicting step times of a recorded trace on a cluster with the closed-form models.
 
-For each world size P the trace is extrapolated to P ranks (:func:`traces.replay.step_inputs`,
+For each world size P the trace is extrapolated to P ranks (:func:`vgcsim.traces.replay.step_inputs`,
 shared with the simulator), then every requested allreduce algorithm prices the dense
 baselines (fp32, and bf16 / fp16 with their casts: ``dense_encodings``) and every requested
 allgatherv algorithm prices the compressed payloads, step by step, each allgatherv preceded
 by its size exchange unless ``size_exchange`` is off (see
-:func:`models.collectives.size_exchange_time_s`; the padded algorithm then drops its own). Rows follow ``schema.RESULT_COLUMNS`` (``source="predicted"``,
+:func:`vgcsim.models.collectives.size_exchange_time_s`; the padded algorithm then drops its own). Rows follow ``RESULT_COLUMNS`` (``source="predicted"``,
 ``path="closed_form"``): one mean row per (P, method, collective) with ``step = -1`` and, with
 ``per_step``, one row per trace step as well. The dense baseline is always present.
 """
@@ -19,14 +19,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from models.collectives import (
+from vgcsim.models.collectives import (
     allgatherv_padded_data,
     collective_key,
     get_collective,
     size_exchange_time_s,
 )
-from models.iteration import (
+from vgcsim.models.iteration import (
     DEFAULT_BUCKET_BYTES,
     OVERLAP_MODES,
     StepBreakdown,
@@ -35,12 +34,13 @@ from models.iteration import (
     bucketed_step_time_s,
     iteration_time_s,
 )
-from traces import schema
-from traces.cluster import ClusterSpec
-from traces.errors import ConfigError, unknown_name
-from traces.extrapolate import RULES
-from traces.replay import DENSE_ENCODINGS, StepInputs, step_inputs
-from traces.results import finalize_results
+from vgcsim.traces.extrapolate import RULES
+from vgcsim.traces.replay import DENSE_ENCODINGS, StepInputs, step_inputs
+
+from vgcsim.core.cluster import ClusterSpec
+from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
+from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.results import RESULT_COLUMNS, finalize_results
 
 __all__ = ["PredictOptions", "frame_from_rows", "predict_trace", "rows_for"]
 
@@ -134,9 +134,7 @@ def rows_for(
 
 def frame_from_rows(parts: Sequence[dict[str, np.ndarray]]) -> pd.DataFrame:
     """One result frame (RESULT_COLUMNS order) from :func:`rows_for` outputs."""
-    return pd.DataFrame(
-        {c: np.concatenate([part[c] for part in parts]) for c in schema.RESULT_COLUMNS}
-    )
+    return pd.DataFrame({c: np.concatenate([part[c] for part in parts]) for c in RESULT_COLUMNS})
 
 
 def _dense_breakdown(
@@ -191,7 +189,7 @@ def allgatherv_time_s(
 ) -> np.ndarray:
     """Seconds of one compressed allgatherv ``[...]`` for per-rank sizes ``[..., P]``: the data
     collective plus, when ``size_exchange``, its size exchange as a collective of its own
-    (:func:`models.collectives.size_exchange_time_s`; the padded algorithm contains one, and
+    (:func:`vgcsim.models.collectives.size_exchange_time_s`; the padded algorithm contains one, and
     without ``size_exchange`` only its data phase is priced)."""
     p = sizes_bytes.shape[-1]
     if key == "allgatherv/padded" and not size_exchange:
@@ -375,10 +373,7 @@ def parse_algorithms(text: str, op: str) -> tuple[str, ...]:
     """``"ring,bruck"`` or ``"all"`` → algorithm names of ``op``, checked."""
     if text.strip() == "all":
         return tuple(
-            a
-            for a in (
-                schema.ALLREDUCE_ALGORITHMS if op == "allreduce" else schema.ALLGATHERV_ALGORITHMS
-            )
+            a for a in (ALLREDUCE_ALGORITHMS if op == "allreduce" else ALLGATHERV_ALGORITHMS)
         )
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     if not names:

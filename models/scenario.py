@@ -23,17 +23,17 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from vgcsim.models.collectives import collective_key, get_collective
+from vgcsim.models.compute import compute_time_s
+from vgcsim.models.crossover import crossover_ratio
+from vgcsim.models.iteration import StepBreakdown
+from vgcsim.models.predict import frame_from_rows, rows_for
+from vgcsim.traces.paper import paper_ratio
 
-from models.collectives import collective_key, get_collective
-from models.compute import compute_time_s
-from models.crossover import crossover_ratio
-from models.iteration import StepBreakdown
-from models.predict import frame_from_rows, rows_for
-from traces import schema
-from traces.cluster import CLUSTER_PRESETS, get_cluster, get_device
-from traces.errors import ConfigError, unknown_name
-from traces.paper import paper_ratio
-from traces.results import finalize_results
+from vgcsim.core.cluster import CLUSTER_PRESETS, get_cluster, get_device
+from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
+from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.results import finalize_results
 
 __all__ = [
     "NETS",
@@ -77,7 +77,7 @@ class Method:
 
 
 def _resnet50() -> NetSpec:
-    from traces.synth import resnet50_layers
+    from vgcsim.traces.synth import resnet50_layers
 
     return NetSpec(
         name="resnet50",
@@ -86,20 +86,20 @@ def _resnet50() -> NetSpec:
         # 4.09 G multiply-adds forward (torchvision ResNet-50 model card; He et al. 2016 give
         # 3.8 G), × 2 FLOPs per multiply-add, × 3 for forward + backward.
         flops_per_sample=3 * 2 * 4.09e9,
-        source="layer list of traces.synth (torchvision layout); 4.09 GMAC forward "
+        source="layer list of vgcsim.traces.synth (torchvision layout); 4.09 GMAC forward "
         "(torchvision model card) × 2 × 3 for forward+backward",
     )
 
 
 def _vgg_like() -> NetSpec:
-    from traces.synth import vgg_like_flops_per_sample, vgg_like_layers
+    from vgcsim.traces.synth import vgg_like_flops_per_sample, vgg_like_layers
 
     return NetSpec(
         name="vgg_like",
         title="VGG-like (CIFAR-10, 32×32)",
         params=sum(int(layer["numel"]) for layer in vgg_like_layers()),
         flops_per_sample=vgg_like_flops_per_sample(),
-        source="layer list and FLOP count of traces.synth (the paper's VGG-like CIFAR-10 net)",
+        source="layer list and FLOP count of vgcsim.traces.synth (the paper's VGG-like CIFAR-10 net)",
     )
 
 
@@ -142,8 +142,8 @@ class PaperScenarioConfig:
     world_sizes: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
     device: str = "P100"
     batch_size_per_worker: int = 32
-    allreduce: tuple[str, ...] = schema.ALLREDUCE_ALGORITHMS
-    allgatherv: tuple[str, ...] = schema.ALLGATHERV_ALGORITHMS
+    allreduce: tuple[str, ...] = ALLREDUCE_ALGORITHMS
+    allgatherv: tuple[str, ...] = ALLGATHERV_ALGORITHMS
     codec_s: float = 0.0
     paper_ratios: bool = True
 
@@ -336,7 +336,7 @@ def scenario_markdown(
         "",
         f"Made by: `{command}`",
         "",
-        "Closed-form α-β models (`models.collectives`); at every P the dense baseline is the "
+        "Closed-form α-β models (`vgcsim.models.collectives`); at every P the dense baseline is the "
         "fastest allreduce algorithm and each compressed method its fastest allgatherv "
         "algorithm. Every rank sends dense bytes / ratio (balanced). Step = compute + "
         f"codec ({cfg.codec_s:g} s) + communication, no overlap. Compute: "

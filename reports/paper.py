@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
-
-from traces.paper import PAPER_SOURCE, PAPER_TABLE1
+from vgcsim.traces.paper import PAPER_SOURCE, PAPER_TABLE1
 
 __all__ = ["PAPER_SOURCE", "PAPER_TABLE1", "paper_frame", "paper_key"]
 

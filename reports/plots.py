@@ -1,9 +1,9 @@
 """Report plots: each function draws one view of a table frame on a Matplotlib Axes.
 
-Every function takes the frame produced by the matching :mod:`reports.tables` function
+Every function takes the frame produced by the matching :mod:`vgcsim.reports.tables` function
 and an optional Axes, draws on it and returns it; none of them saves, shows or touches
 pyplot's global state (a missing Axes is created on a fresh ``Figure``). Rendering to
-files lives in :mod:`reports.render`.
+files lives in :mod:`vgcsim.reports.render`.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def speedup_vs_world_size(
 ) -> Axes:
     """Speedup of compressed allgatherv over dense allreduce vs P, one line per interconnect.
 
-    ``what_if`` is a :func:`reports.tables.what_if` frame; several method labels are drawn
+    ``what_if`` is a :func:`vgcsim.reports.tables.what_if` frame; several method labels are drawn
     with different line styles. Above the dashed line at 1× compression is faster.
     """
     ax = _axes(ax)
@@ -162,7 +162,7 @@ def step_breakdown(
 ) -> Axes:
     """Share of each step-time part per P: dense (hatched, left) beside compressed (right).
 
-    ``breakdown`` is a :func:`reports.tables.breakdown` frame for one cluster and one
+    ``breakdown`` is a :func:`vgcsim.reports.tables.breakdown` frame for one cluster and one
     trace (the caller filters). Bars are normalised to 100 % of the parts' sum, because
     step times span orders of magnitude over P; the absolute step time (ms) is written
     above each bar.
@@ -231,7 +231,7 @@ def crossover_map(
 ) -> Axes:
     """Compression ratio needed to beat dense allreduce vs P, one line per interconnect.
 
-    ``crossover`` is a :func:`reports.tables.crossover` frame for one method (one trace):
+    ``crossover`` is a :func:`vgcsim.reports.tables.crossover` frame for one method (one trace):
     every curve uses that method's own overheads (compute, variance, codec). The ratio the
     method achieves is drawn as a labelled dashed horizontal line (the median of the
     frame's ``achieved_ratio``; ``achieved`` maps labels to ratios to draw instead): the
@@ -306,7 +306,7 @@ def time_to_accuracy(
 ) -> Axes:
     """Time to the target test accuracy vs P, dense (black) and each method, one cluster.
 
-    ``tta`` is a :func:`reports.tables.time_to_accuracy` frame for one interconnect (the
+    ``tta`` is a :func:`vgcsim.reports.tables.time_to_accuracy` frame for one interconnect (the
     caller filters). Dense is the median over the rows' dense times (identical when the
     traces share the model and compute is modelled). A method that never reaches the
     target within its recorded steps is drawn as crosses on the top edge of the axes and
@@ -378,7 +378,7 @@ def density_heatmap(
 ) -> Axes:
     """Per-layer density over steps as a heatmap (log colour scale).
 
-    ``density`` is a :func:`reports.tables.layer_density` frame (index step, columns layer).
+    ``density`` is a :func:`vgcsim.reports.tables.layer_density` frame (index step, columns layer).
     Density 0 (nothing sent) shows in the lowest colour.
     """
     ax = _axes(ax, (8.0, 4.0))
@@ -416,7 +416,7 @@ def compression_ratio_over_steps(ratios: pd.DataFrame, ax: Axes | None = None) -
     """Compression ratio per step, one line per trace (log scale).
 
     ``ratios`` is a long frame with columns label, step, compression_ratio (the
-    concatenation of :func:`reports.tables.compression_over_steps` frames).
+    concatenation of :func:`vgcsim.reports.tables.compression_over_steps` frames).
     """
     ax = _axes(ax)
     labels = list(dict.fromkeys(ratios["label"]))
@@ -438,7 +438,7 @@ def compression_ratio_over_steps(ratios: pd.DataFrame, ax: Axes | None = None) -
 def accuracy_over_steps(curves: pd.DataFrame, ax: Axes | None = None) -> Axes:
     """Test accuracy over steps per trace; the dense run drawn thick and black.
 
-    ``curves`` is a :func:`reports.tables.accuracy_curves` frame.
+    ``curves`` is a :func:`vgcsim.reports.tables.accuracy_curves` frame.
     """
     ax = _axes(ax)
     labels = list(dict.fromkeys(curves["label"]))
@@ -462,7 +462,7 @@ def accuracy_over_steps(curves: pd.DataFrame, ax: Axes | None = None) -> Axes:
 def simulated_vs_predicted(agreement: pd.DataFrame, ax: Axes | None = None) -> Axes:
     """Simulated vs predicted mean step time, one colour per cluster (log-log).
 
-    ``agreement`` is a :func:`reports.tables.agreement` frame. Points on the diagonal
+    ``agreement`` is a :func:`vgcsim.reports.tables.agreement` frame. Points on the diagonal
     agree; the grey band is ±10 %.
     """
     ax = _axes(ax, (5.5, 5.0))

@@ -1,7 +1,7 @@
 """Report rendering: the one module that writes report files.
 
-It loads result tables and traces, computes the frames of :mod:`reports.tables`, draws
-the views of :mod:`reports.plots`, and writes into one output folder::
+It loads result tables and traces, computes the frames of :mod:`vgcsim.reports.tables`, draws
+the views of :mod:`vgcsim.reports.plots`, and writes into one output folder::
 
     OUT/
       index.html            self-contained page: summary first, plots embedded as PNG
@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from vgcsim.reports import tables
+from vgcsim.traces.schema import HEADER_FILE
 
-from reports import tables
-from traces.errors import ResultsError, TraceError
-from traces.schema import HEADER_FILE
+from vgcsim.core.errors import ResultsError, TraceError
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class ReportInputs:
 
     results: pd.DataFrame
     result_paths: tuple[str, ...] = ()
-    traces: tuple[Any, ...] = ()  # traces.io.Trace
+    traces: tuple[Any, ...] = ()  # vgcsim.traces.io.Trace
     labels: dict[str, str] = field(default_factory=dict)  # trace name -> method label
     #: time-to-accuracy target (test accuracy as a fraction); None: the dense trace's
     #: final test accuracy minus 1 point
@@ -107,8 +107,9 @@ def load_inputs(
     else the header.json at the path a result table records for its trace, when present.
     ``target_accuracy`` (a fraction in (0, 1]) sets the time-to-accuracy target.
     """
-    from traces.io import read_header, read_trace
-    from traces.results import read_results
+    from vgcsim.traces.io import read_header, read_trace
+
+    from vgcsim.core.results import read_results
 
     if not result_paths and not trace_paths:
         raise ResultsError("nothing to report: give at least one result table or trace")
@@ -364,7 +365,7 @@ def _dense_trace(traces_: Sequence[Any]) -> Any | None:
 
 def build_report(inputs: ReportInputs) -> Report:
     """Compute every table and draw every plot of a report (nothing is written)."""
-    from reports import plots
+    from vgcsim.reports import plots
 
     labels = dict(inputs.labels)
     res = inputs.results
@@ -596,7 +597,7 @@ def _trace_section(traces_, labels, out_tables, out_plots, plots) -> None:
     overview = pd.DataFrame(
         [tables.trace_overview(t, labels.get(t.name)) for t in traces_],
     )
-    from reports.paper import PAPER_SOURCE, paper_frame
+    from vgcsim.reports.paper import PAPER_SOURCE, paper_frame
 
     mt = tables.method_table(overview, paper_frame())
     out_tables.append(

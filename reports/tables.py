@@ -1,11 +1,11 @@
 """Report tables: pure transforms from result tables and traces to summary frames.
 
 Every function here maps DataFrames (or a loaded trace) to a new DataFrame and writes
-nothing; :mod:`reports.render` turns the frames into CSV, Markdown and HTML.
+nothing; :mod:`vgcsim.reports.render` turns the frames into CSV, Markdown and HTML.
 
-Inputs are result tables with exactly ``traces.schema.RESULT_COLUMNS`` (from ``vgcsim
+Inputs are result tables with exactly ``vgcsim.vgcsim.core.results.RESULT_COLUMNS`` (from ``vgcsim
 predict`` and ``vgcsim simulate``, possibly several concatenated) and trace tables
-(payloads, steps, evals) as described in :mod:`traces.schema`.
+(payloads, steps, evals) as described in :mod:`vgcsim.traces.schema`.
 
 Vocabulary used in column names:
 
@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from vgcsim.traces.schema import BITS_PREFIX
 
-from traces.errors import ResultsError
-from traces.schema import BITS_PREFIX, RESULT_COLUMNS, RESULT_CONFIG_COLUMNS
+from vgcsim.core.errors import ResultsError
+from vgcsim.core.results import RESULT_COLUMNS, RESULT_CONFIG_COLUMNS
 
 #: Columns identifying one configuration in a result table (everything but the step and
 #: the measured quantities).
@@ -64,7 +65,7 @@ def check_results(df: pd.DataFrame) -> pd.DataFrame:
     if missing:
         raise ResultsError(
             f"result table lacks columns {missing}; expected the columns of "
-            "traces.schema.RESULT_COLUMNS (written by `vgcsim predict` / `vgcsim simulate`)"
+            "vgcsim.vgcsim.core.results.RESULT_COLUMNS (written by `vgcsim predict` / `vgcsim simulate`)"
         )
     return df
 
@@ -530,7 +531,7 @@ def method_table(overview: pd.DataFrame, paper: pd.DataFrame | None = None) -> p
     dense_bits (total fp32 bits of the same gradients) and mean_density. Adds
     ``compression_ratio`` and ``acc_vs_dense`` (difference in test accuracy to the dense
     trace with the same optimizer and the most steps; NaN without one). With ``paper``
-    (:func:`reports.paper.paper_frame`), the paper's accuracy and ratio of the matching
+    (:func:`vgcsim.reports.paper.paper_frame`), the paper's accuracy and ratio of the matching
     row (same optimizer and paper_key) are set beside ours.
     """
     t = overview.copy()
@@ -560,8 +561,8 @@ def method_table(overview: pd.DataFrame, paper: pd.DataFrame | None = None) -> p
 
 
 def trace_overview(trace: Any, label: str | None = None) -> dict[str, Any]:
-    """One row of :func:`method_table` input from a loaded ``traces.io.Trace``."""
-    from reports.paper import paper_key
+    """One row of :func:`method_table` input from a loaded ``vgcsim.traces.io.Trace``."""
+    from vgcsim.reports.paper import paper_key
 
     p = trace.payloads
     enc = trace.primary_encoding
@@ -851,7 +852,7 @@ def local_times(df: pd.DataFrame) -> pd.DataFrame:
 
     One row per (cluster, compute_mode, device) of the result rows: ``compute_mode``
     "model" prices compute on the cluster's device, "trace" uses the seconds measured on
-    the recording machine (``traces.schema``).
+    the recording machine (``vgcsim.traces.schema``).
     """
     cols = ["cluster", "compute_mode", "device"]
     check_results(df)

@@ -1,9 +1,9 @@
 """Collective algorithms as communication schedules: who sends which bytes to whom, round by round.
 
-Every key of :data:`COLLECTIVES` (exactly ``traces.schema.COLLECTIVE_KEYS``) builds a
+Every key of :data:`COLLECTIVES` (exactly ``vgcsim.vgcsim.core.collectives.COLLECTIVE_KEYS``) builds a
 :class:`Schedule` for ``P`` ranks. A schedule is a list of :class:`Round`\\ s; in a round each
 listed flow sends a contiguous (circular) range of *units* from ``src`` to ``dst``. Every rank
-runs the rounds in order as its own SimPy process (``simulator.engine``): it posts the round's
+runs the rounds in order as its own SimPy process (``vgcsim.simulator.engine``): it posts the round's
 sends and receives, waits for all of them, and, in a reducing round, spends ``γ × bytes`` on
 the bytes it received. A rank with nothing to do in a round goes straight to the next one;
 ordering between ranks comes only from the messages themselves, so ranks that start late
@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from traces.errors import ConfigError, unknown_name
-from traces.schema import COLLECTIVE_KEYS
+from vgcsim.core.collectives import COLLECTIVE_KEYS
+from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
     "COLLECTIVES",

@@ -5,7 +5,7 @@ its unit sizes. A step runs a list of phases; a rank starts phase b at max(its r
 the end of its phase b−1), so phases queue on one communication stream per rank.
 
 * :func:`run_message` — one SimPy process per rank walks the schedule's rounds, posting each
-  send and receive on the flow network (:mod:`simulator.network`), waiting for all of them,
+  send and receive on the flow network (:mod:`vgcsim.simulator.network`), waiting for all of them,
   then reducing (``γ × received bytes``) in a reducing round. Contention, stragglers and
   fair sharing all come out of the event simulation.
 * :func:`run_fast` — the same rounds evaluated with numpy, one vector operation per round over
@@ -25,10 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import simpy
-
-from simulator.collectives import Schedule
-from simulator.network import Comm, LinkMonitor, Waiter, make_network
-from simulator.topology import Topology
+from vgcsim.simulator.collectives import Schedule
+from vgcsim.simulator.network import Comm, LinkMonitor, Waiter, make_network
+from vgcsim.simulator.topology import Topology
 
 __all__ = ["Phase", "RankSpan", "contention_free", "run_fast", "run_message"]
 

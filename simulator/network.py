@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
+from vgcsim.simulator.topology import Route, Topology
 
-from simulator.topology import Route, Topology
-from traces.errors import unknown_name
+from vgcsim.core.errors import unknown_name
 
 __all__ = [
     "MODES",

@@ -1,7 +1,7 @@
 """Trace replay: every step of a trace on a simulated cluster, dense allreduce vs allgatherv.
 
 For each world size P and each recorded step, the per-rank inputs come from
-:func:`traces.replay.step_inputs` (the same numbers the closed-form models see: compute,
+:func:`vgcsim.traces.replay.step_inputs` (the same numbers the closed-form models see: compute,
 variance, codec, decode and optimizer seconds from the cluster's device or from the trace,
 per ``cluster.compute``). A rank computes (forward, then backward producing gradients in
 reverse layer order), runs the squared-gradient estimator and the codec (for the bf16 / fp16
@@ -25,7 +25,7 @@ Optional seeded straggler jitter multiplies each (step, rank) compute time by a 
 lognormal factor with coefficient of variation ``jitter``.
 
 Each step runs on the message level or on the collective-level fast path
-(:mod:`simulator.engine`): ``path = "auto"`` takes the fast path when it is exact (no two
+(:mod:`vgcsim.simulator.engine`): ``path = "auto"`` takes the fast path when it is exact (no two
 flows ever share a channel), ``"message"``/``"collective"`` force one. Steps whose sizes and
 relative start times repeat reuse the earlier result. The ``path`` column says which ran
 (``"message"`` if any part of that world size's step group needed the message level).
@@ -46,22 +46,23 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from simulator.collectives import (
+from vgcsim.simulator.collectives import (
     SIZE_HEADER_BYTES,
     Schedule,
     get_schedule,
     padded_data_schedule,
     unit_sizes,
 )
-from simulator.engine import Phase, RankSpan, contention_free, run_fast, run_message
-from simulator.network import MODES, SEMANTICS, LinkMonitor
-from simulator.topology import Topology, build_topology
-from traces.cluster import ClusterSpec
-from traces.errors import ConfigError, unknown_name
-from traces.extrapolate import RULES
-from traces.replay import DENSE_ENCODINGS
-from traces.schema import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS, RESULT_COLUMNS
+from vgcsim.simulator.engine import Phase, RankSpan, contention_free, run_fast, run_message
+from vgcsim.simulator.network import MODES, SEMANTICS, LinkMonitor
+from vgcsim.simulator.topology import Topology, build_topology
+from vgcsim.traces.extrapolate import RULES
+from vgcsim.traces.replay import DENSE_ENCODINGS
+
+from vgcsim.core.cluster import ClusterSpec
+from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
+from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.results import RESULT_COLUMNS
 
 __all__ = [
     "OVERLAPS",
@@ -284,14 +285,14 @@ def simulate_trace(
 ) -> tuple[pd.DataFrame, list[StepTimeline], dict[str, Any]]:
     """Replay ``trace`` on ``cluster`` for each world size.
 
-    Returns ``(rows, timelines, info)``: result rows with ``schema.RESULT_COLUMNS`` (not yet
+    Returns ``(rows, timelines, info)``: result rows with ``RESULT_COLUMNS`` (not yet
     finalized: relative columns are NaN), a :class:`StepTimeline` per method for each trace
     step in ``timeline_steps`` (simulated again at message level with link recording) at
     every world size up to ``timeline_max_ranks`` (all when None; a timeline of a 1024-rank
     ring allreduce holds millions of flows), and ``info`` (how many steps ran on each path,
     per world size).
     """
-    from traces.replay import step_inputs
+    from vgcsim.traces.replay import step_inputs
 
     rows: list[dict[str, Any]] = []
     timelines: list[StepTimeline] = []
@@ -374,7 +375,7 @@ def simulate_trace(
                     var_t = variance[t]
                     payload = comp_bytes[t].sum(axis=1)
                 # Variance, codec and cast work of each bucket runs on the same device as
-                # the backward pass (one stream, as in models.iteration): it delays every
+                # the backward pass (one stream, as in vgcsim.models.iteration): it delays every
                 # later bucket's gradients by its own duration.
                 side = local[None, :] * frac[:, None]  # [K, P]
                 ready = grad_ready + np.cumsum(side, axis=0)

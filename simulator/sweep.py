@@ -47,13 +47,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from vgcsim.simulator.replay import SimulateConfig
+from vgcsim.simulator.topology import parse_topology
 
-from simulator.replay import SimulateConfig
-from simulator.topology import parse_topology
-from traces.cluster import COMPUTE_MODES, ClusterSpec, load_cluster
-from traces.config import config_from_dict, load_toml
-from traces.errors import ConfigError, unknown_name
-from traces.units import format_bandwidth, format_time, parse_bandwidth_Bps, parse_time_s
+from vgcsim.core.cluster import COMPUTE_MODES, ClusterSpec, load_cluster
+from vgcsim.core.config import config_from_dict, load_toml
+from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.units import format_bandwidth, format_time, parse_bandwidth_Bps, parse_time_s
 
 __all__ = [
     "SCHEDULERS",
@@ -172,14 +172,15 @@ def expand_factors(cfg: SweepConfig) -> list[SweepJob]:
 
 @functools.lru_cache(maxsize=8)
 def _trace(path: str):
-    from traces.io import read_trace
+    from vgcsim.traces.io import read_trace
 
     return read_trace(path)
 
 
 def _run_job(job: SweepJob, sim: SimulateConfig) -> pd.DataFrame:
-    from simulator.replay import simulate_trace
-    from traces.results import finalize_results
+    from vgcsim.simulator.replay import simulate_trace
+
+    from vgcsim.core.results import finalize_results
 
     trace = _trace(job.trace)
     df, _, _ = simulate_trace(trace, job.cluster, [job.world_size], sim)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.replay import StepTimeline
+from vgcsim.simulator.replay import StepTimeline
 
 __all__ = ["chrome_trace", "write_chrome_trace"]
 

@@ -2,13 +2,13 @@
 
 A cluster's ``topology`` dict names a ``kind`` from :data:`TOPOLOGIES`; its other keys are
 that kind's parameters (validated here, unknown keys are a :class:`ConfigError` listing the
-valid ones). :func:`build_topology` turns a :class:`~traces.cluster.ClusterSpec` and a world
+valid ones). :func:`build_topology` turns a :class:`~vgcsim.core.cluster.ClusterSpec` and a world
 size ``P`` into a :class:`Topology`: an undirected networkx graph whose every edge is a
 **full-duplex** link (two independent *channels*, one per direction, each with the link's
 bandwidth and latency), the host node of each rank, and a route for every rank pair.
 
 Bandwidth: every channel carries payload at the link's ``payload_Bps`` = line rate ×
-transport ``efficiency`` (``traces.cluster.FRAMINGS``), the same rate the closed-form models'
+transport ``efficiency`` (``vgcsim.core.cluster.FRAMINGS``), the same rate the closed-form models'
 β uses; a ``graph`` link takes ``efficiency`` or ``framing`` (default: its preset's, else 1).
 
 Latency: a link spec's ``latency_s`` is the end-to-end start-up time α of a message between
@@ -50,9 +50,9 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from traces.cluster import ClusterSpec, LinkSpec, get_framing, get_link
-from traces.errors import ConfigError, TopologyError, unknown_name
-from traces.units import parse_bandwidth_Bps, parse_time_s
+from vgcsim.core.cluster import ClusterSpec, LinkSpec, get_framing, get_link
+from vgcsim.core.errors import ConfigError, TopologyError, unknown_name
+from vgcsim.core.units import parse_bandwidth_Bps, parse_time_s
 
 __all__ = [
     "TOPOLOGIES",
@@ -262,7 +262,7 @@ def _parse_graph(d: Mapping[str, Any]) -> GraphSpec:
     if file:
         if "hosts" in d or "links" in d:
             raise ConfigError("topology: give either 'file' or inline 'hosts'/'links', not both")
-        from traces.config import load_toml
+        from vgcsim.core.config import load_toml
 
         data = load_toml(Path(file))
         for key in data:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from traces import schema
-from traces.errors import ResultsError
 from vgcsim import api
+from vgcsim.core.errors import ResultsError
+from vgcsim.core.results import RESULT_COLUMNS
 
 SAMPLE = Path(__file__).parent / "data" / "sample_trace"
 
@@ -17,7 +17,7 @@ def test_predict_and_simulate_agree_and_save(tmp_path):
     pred = api.predict(SAMPLE, "10GbE", world_sizes=[4, 8])
     sim = api.simulate(SAMPLE, "10GbE", world_sizes=[4, 8])
     for df, source in ((pred, "predicted"), (sim, "simulated")):
-        assert list(df.columns) == list(schema.RESULT_COLUMNS)
+        assert list(df.columns) == list(RESULT_COLUMNS)
         assert set(df["source"]) == {source}
         assert set(df["method"]) == {"dense", "compressed"}
         dense = df[(df["method"] == "dense") & (df["encoding"] == "fp32")]

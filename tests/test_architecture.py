@@ -8,71 +8,143 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import pytest
+import networkx as nx
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _module_level_imports(path: Path) -> set[str]:
-    """Top-level package names imported at module level (not inside functions)."""
+#: The layers, bottom up, and what each may import. Every name is installed under ``vgcsim``:
+#: the repository folders traces/, models/, simulator/ and reports/ are vgcsim.traces, ...;
+#: ``vgcsim.core`` is the shared bottom; ``front`` is the CLI, the notebook API and the hook.
+ALLOWED = {
+    "core": {"core", "root"},
+    "traces": {"core", "traces"},
+    "models": {"core", "traces", "models"},
+    "simulator": {"core", "traces", "simulator"},
+    "reports": {"core", "traces", "reports"},
+    "front": {"core", "traces", "models", "simulator", "reports", "front", "root"},
+}
+STAGES = ("core", "traces", "models", "simulator", "reports")
+SOURCE_DIRS = {
+    "traces": "traces",
+    "models": "models",
+    "simulator": "simulator",
+    "reports": "reports",
+}
+
+
+def _layer_of_file(path: Path) -> str:
+    rel = path.relative_to(ROOT).parts
+    if rel[0] == "vgcsim":
+        return "core" if rel[1] == "core" else "front"
+    return rel[0]
+
+
+def _module_name(path: Path) -> str:
+    rel = list(path.relative_to(ROOT).with_suffix("").parts)
+    if rel[-1] == "__init__":
+        rel = rel[:-1]
+    return ".".join(rel if rel[0] == "vgcsim" else ["vgcsim", *rel])
+
+
+def _layer_of_module(name: str) -> str | None:
+    parts = name.split(".")
+    if parts[0] != "vgcsim":
+        return None
+    if len(parts) == 1 or not _is_module(".".join(parts[:2])):
+        return "root"  # the package itself (its __version__)
+    return parts[1] if parts[1] in STAGES else "front"
+
+
+def _imports(path: Path, module_level_only: bool = False) -> set[str]:
+    """Absolute module names imported by ``path`` (anywhere, or at module level only)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = tree.body if module_level_only else ast.walk(tree)
     names: set[str] = set()
-    for node in tree.body:
+    for node in nodes:
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            # ``from pkg import sub`` imports the module pkg.sub; ``from mod import f`` imports mod
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                names.add(sub if _is_module(sub) else node.module)
     return names
 
 
-def _all_imports(path: Path) -> set[str]:
-    """Top-level packages imported anywhere in the module; ``vgcsim`` itself (for its
-    ``__version__``) does not count, its submodules (the CLI) do."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    modules: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            modules.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            modules.add(node.module)
-    return {m.split(".")[0] for m in modules if m != "vgcsim"}
+def _is_module(name: str) -> bool:
+    parts = name.split(".")
+    if parts[0] != "vgcsim" or len(parts) < 2:
+        return False
+    top = SOURCE_DIRS.get(parts[1])
+    base = ROOT / top if top else ROOT / "vgcsim" / parts[1]
+    path = base.joinpath(*parts[2:])
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
-def _py_files(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
+def _first_party_files() -> list[Path]:
+    files = sorted((ROOT / "vgcsim").rglob("*.py"))
+    for folder in SOURCE_DIRS.values():
+        files += sorted((ROOT / folder).rglob("*.py"))
+    return files
 
 
-@pytest.mark.parametrize(
-    ("package", "forbidden"), [("models", "simulator"), ("simulator", "models")]
-)
-def test_models_and_simulator_never_import_each_other(package, forbidden):
-    offenders = [p.relative_to(ROOT) for p in _py_files(package) if forbidden in _all_imports(p)]
-    assert not offenders, f"{package} imports {forbidden}: {offenders}"
+def test_every_layer_imports_only_layers_below_it():
+    offenders = {}
+    for path in _first_party_files():
+        layer = _layer_of_file(path)
+        used = {_layer_of_module(m) for m in _imports(path)} - {None}
+        bad = sorted(used - ALLOWED[layer])
+        if bad:
+            offenders[str(path.relative_to(ROOT))] = bad
+    assert not offenders, f"imports against the layering: {offenders}"
 
 
-@pytest.mark.parametrize("package", ["traces", "models", "simulator"])
-def test_no_stage_imports_a_later_one(package):
-    later = {
-        "traces": {"models", "simulator", "reports", "vgcsim"},
-        "models": {"reports", "vgcsim"},
-        "simulator": {"reports", "vgcsim"},
-    }[package]
-    offenders = {
-        str(p.relative_to(ROOT)): sorted(_all_imports(p) & later) for p in _py_files(package)
-    }
-    offenders = {k: v for k, v in offenders.items() if v}
-    assert not offenders, f"later stages imported from {package}: {offenders}"
+def test_models_and_simulator_never_import_each_other():
+    assert "simulator" not in ALLOWED["models"] and "models" not in ALLOWED["simulator"]
+
+
+def test_no_first_party_import_cycle():
+    """Module graph over every import (lazy ones included): no cycle anywhere. ``from pkg
+    import sub`` counts as an edge to pkg.sub only (Python runs pkg/__init__ first: a package
+    __init__ must therefore not import the submodules that import it back)."""
+    modules = {_module_name(p): p for p in _first_party_files()}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(modules)
+    for name, path in modules.items():
+        for imported in _imports(path):
+            # ``from pkg import sub`` names a submodule; ``from mod import func`` names mod.
+            if imported in modules and imported != name:
+                graph.add_edge(name, imported)
+    cycles = list(nx.simple_cycles(graph))
+    assert not cycles, f"first-party import cycles: {cycles[:5]}"
+
+
+def test_only_vgcsim_is_importable_from_outside_the_repository(tmp_path):
+    """The installed distribution provides one import name: the stage folders are vgcsim.*."""
+    code = (
+        "import importlib.util as u, vgcsim.traces, vgcsim.models, vgcsim.simulator, "
+        "vgcsim.reports, vgcsim.core; "
+        "print([n for n in ('traces', 'models', 'simulator', 'reports', 'core') "
+        "if u.find_spec(n) is not None])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    failed = subprocess.run(
+        [sys.executable, "-c", "import models"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert failed.returncode != 0 and "No module named 'models'" in failed.stderr
 
 
 def test_torch_only_in_compression_and_training():
     allowed = (ROOT / "traces" / "compression", ROOT / "traces" / "training")
     offenders = []
-    for package in ("traces", "models", "simulator", "reports"):
-        for path in _py_files(package):
-            if any(a in path.parents for a in allowed):
-                continue
-            if "torch" in _module_level_imports(path):
-                offenders.append(str(path.relative_to(ROOT)))
+    for path in _first_party_files():
+        if _layer_of_file(path) == "front" or any(a in path.parents for a in allowed):
+            continue
+        if "torch" in {m.split(".")[0] for m in _imports(path, module_level_only=True)}:
+            offenders.append(str(path.relative_to(ROOT)))
     assert not offenders, (
         f"module-level torch imports outside traces/compression|training: {offenders}"
     )
@@ -80,8 +152,8 @@ def test_torch_only_in_compression_and_training():
 
 def test_torch_free_stages_do_not_load_torch():
     code = (
-        "import sys, vgcsim.cli, traces.io, traces.results, models.predict, simulator.replay, "
-        "reports.render; vgcsim.cli.build_parser(); print('torch' in sys.modules)"
+        "import sys, vgcsim.cli, vgcsim.traces.io, vgcsim.core.results, vgcsim.models.predict, vgcsim.simulator.replay, "
+        "vgcsim.reports.render; vgcsim.cli.build_parser(); print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr

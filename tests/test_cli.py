@@ -58,7 +58,7 @@ def test_simulate_takes_predicts_world_size_syntax(tmp_path, capsys):
     out = tmp_path / "s"
     argv = ["simulate", SAMPLE, "--cluster", "10GbE", "--world-sizes", "2,4,...,8"]
     assert main([*argv, "--set", "max_steps=2", "-o", str(out)]) == 0
-    from traces.results import read_results
+    from vgcsim.core.results import read_results
 
     df, _ = read_results(out)
     assert sorted(set(df["world_size"])) == [2, 4, 8]

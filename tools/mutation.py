@@ -116,7 +116,7 @@ def _diff_lines(diff: str) -> tuple[str, str]:
 
 
 def _module_of(mutant: str) -> str:
-    """``traces.extrapolate.x_rank_workers__mutmut_3`` -> ``traces.extrapolate``."""
+    """``vgcsim.traces.extrapolate.x_rank_workers__mutmut_3`` -> ``vgcsim.traces.extrapolate``."""
     head = mutant.split("__mutmut_")[0]
     parts = head.split(".")
     # drop the mangled function (x_name, or xǁClassǁmethod for methods)

@@ -11,7 +11,7 @@ CACM 52(4), 2009): the codec's kernels do a handful of operations per element, f
 any GPU's FLOP/byte ridge point, so memory traffic, not arithmetic, sets their time. The
 bytes each stage touches are counted per element from what the stage must read and write
 (fp32 = 4 bytes; counts in :data:`CODEC_PROFILES`). Shared by the closed-form models and the
-simulator (both build their inputs with :func:`traces.replay.step_inputs`).
+simulator (both build their inputs with :func:`vgcsim.traces.replay.step_inputs`).
 
 Assumptions: every pass streams from device memory (no cache reuse between kernels, no kernel
 fusion beyond what the profile lists); launches do not overlap each other's work; a decode
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from traces.cluster import DeviceSpec
-from traces.errors import ConfigError, unknown_name
+from vgcsim.core.cluster import DeviceSpec
+from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
     "CAST_BYTES_PER_ELEMENT",
@@ -72,7 +72,7 @@ def stream_time_s(bytes_touched: ArrayLike, launches: ArrayLike, device: DeviceS
 
     Formula: ``T = bytes / (B_mem · e_mem) + n_launch · t_launch`` with B_mem the datasheet
     memory bandwidth, e_mem the sustained fraction and t_launch the launch overhead of
-    ``device`` (see ``traces.cluster.DEVICE_PRESETS`` for the sources).
+    ``device`` (see ``vgcsim.core.cluster.DEVICE_PRESETS`` for the sources).
 
     Source: the memory-bound roofline of Williams, Waterman & Patterson, CACM 2009, plus a
     fixed per-kernel launch cost (A. Gray, "Getting Started with CUDA Graphs", NVIDIA

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traces.errors import ConfigError, unknown_name
+from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = ["RULES", "rank_bits", "rank_workers"]
 

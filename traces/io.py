@@ -1,6 +1,6 @@
 """Reading and writing trace run directories (torch-free).
 
-A trace is a run directory (layout in :mod:`traces.schema`): ``header.json`` plus three
+A trace is a run directory (layout in :mod:`vgcsim.traces.schema`): ``header.json`` plus three
 tables, each a folder of closed Parquet chunks. :class:`TraceWriter` buffers rows and writes
 one chunk per table every ``chunk_steps`` steps, atomically (temporary file, fsync, rename),
 payloads and evals first and steps last: a chunk of the steps table is the commit marker.
@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from vgcsim.traces import schema
 
-from traces import schema
-from traces.errors import SchemaVersionError, TraceError, unknown_name
+from vgcsim.core.errors import SchemaVersionError, TraceError, unknown_name
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class TraceWriter:
                 w.add_eval({...})                               # optional
             w.finish("complete")
 
-    ``header`` must carry the keys in :data:`traces.schema.TRACE_HEADER_KEYS` except those the
+    ``header`` must carry the keys in :data:`vgcsim.traces.schema.TRACE_HEADER_KEYS` except those the
     writer fills (schema_version, kind, status, stop_reason, chunk_steps). Leaving the ``with``
     block through an exception finishes the run as ``stopped`` and keeps every full step.
     """

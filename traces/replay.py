@@ -5,17 +5,17 @@ they see identical numbers. The rules (shared contract):
 
 * payload bytes of a rank at a step = ⌈bits / 8⌉ of the total bits its recorded worker sent
   in that step under the chosen encoding (default: the trace's primary encoding); ranks map to
-  recorded workers by :mod:`traces.extrapolate` (``modulo`` or seeded ``resample``);
+  recorded workers by :mod:`vgcsim.traces.extrapolate` (``modulo`` or seeded ``resample``);
 * the dense baselines send ``dense_bytes_per_step`` (fp32 gradient) per rank with allreduce,
   or half of it as bf16 / fp16 (:data:`DENSE_ENCODINGS`), paying a cast before and after;
-* local times per rank and step depend on ``cluster.compute`` (see ``traces.schema`` for the
+* local times per rank and step depend on ``cluster.compute`` (see ``vgcsim.traces.schema`` for the
   result columns and which parts are measured):
 
   ``"model"`` — everything on ``cluster.device``: compute = ``flops_per_sample × B /
   (peak × efficiency)``; the squared-gradient estimator = modelled compute × its measured
   share (Σ variance_s / Σ compute_s, FLOP-bound extra backward work); compress + encode,
   decode + accumulate, the 2-byte casts and the optimizer step from bytes touched over memory
-  bandwidth plus launches (:mod:`traces.devicecost`), with the sent counts and payload bytes
+  bandwidth plus launches (:mod:`vgcsim.traces.devicecost`), with the sent counts and payload bytes
   of the trace.
 
   ``"trace"`` — the seconds measured on the recording machine × ``compute_scale``: compute =
@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from vgcsim.traces import devicecost, schema
+from vgcsim.traces.extrapolate import rank_workers
 
-from traces import devicecost, schema
-from traces.cluster import ClusterSpec
-from traces.errors import TraceError, unknown_name
-from traces.extrapolate import rank_workers
+from vgcsim.core.cluster import ClusterSpec
+from vgcsim.core.errors import TraceError, unknown_name
 
 __all__ = [
     "DDP_BUCKET_BYTES",
@@ -259,7 +259,7 @@ def _model_optimizer(trace: Any, cluster: ClusterSpec, n_steps: int) -> tuple[np
     t = devicecost.optimizer_time_s(name, momentum, params, len(trace.layers), cluster.device)
     return np.full(n_steps, t), (
         f"modelled on {cluster.device.name}: {name} step over {params:.0f} parameters ({why}), "
-        "traces.devicecost.optimizer_time_s"
+        "vgcsim.traces.devicecost.optimizer_time_s"
     )
 
 
@@ -329,10 +329,10 @@ def step_inputs(
             f"modelled on {device.name}: modelled compute x measured variance_s / compute_s"
         )
         codec = devicecost.compress_time_s(compressor, numel_r, sent_r, rb, n_layers, device)
-        sources["codec_s"] = f"modelled on {device.name}: traces.devicecost.compress_time_s"
+        sources["codec_s"] = f"modelled on {device.name}: vgcsim.traces.devicecost.compress_time_s"
         decode = decode_model()
         sources["decode_s"] = (
-            f"modelled on {device.name}: traces.devicecost.decode_time_s of the P - 1 "
+            f"modelled on {device.name}: vgcsim.traces.devicecost.decode_time_s of the P - 1 "
             "received payloads"
         )
         optimizer, sources["optimizer_s"] = _model_optimizer(trace, cluster, n_steps)
@@ -360,7 +360,7 @@ def step_inputs(
             decode = decode_model()
             sources["decode_s"] = (
                 f"modelled on {device.name} (the trace has no decode_s): "
-                "traces.devicecost.decode_time_s"
+                "vgcsim.traces.devicecost.decode_time_s"
             )
         opt = _optional_column(trace, "optimizer_s")
         if opt is not None:
@@ -370,7 +370,7 @@ def step_inputs(
             optimizer, why = _model_optimizer(trace, cluster, n_steps)
             sources["optimizer_s"] = f"{why} (the trace has no optimizer_s)"
         dev_name = recording_device(trace)
-    sources["dense_cast_s"] = f"modelled on {device.name}: traces.devicecost.cast_time_s"
+    sources["dense_cast_s"] = f"modelled on {device.name}: vgcsim.traces.devicecost.cast_time_s"
 
     layer_bytes = None
     if layers is not False:

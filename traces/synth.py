@@ -9,7 +9,7 @@ exact code lengths of a random index set with that many elements.
 
 Built-in layer lists (:data:`LAYER_LISTS`): ``resnet50`` (torchvision's ResNet-50 parameter
 order, 161 tensors, 25,557,032 parameters) and ``vgg_like`` (the VGG-like CIFAR-10 net of
-``traces.training.nets``, GroupNorm in place of BatchNorm). A JSON file with a list of
+``vgcsim.traces.training.nets``, GroupNorm in place of BatchNorm). A JSON file with a list of
 ``{"name": str, "shape": [int, ...]}`` (or a bare list of sizes) is also accepted.
 """
 
@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from vgcsim.traces import schema
+from vgcsim.traces.io import TraceWriter
 
-from traces import schema
-from traces.config import to_dict
-from traces.errors import ConfigError, unknown_name
-from traces.io import TraceWriter
-from traces.provenance import git_commit, machine_info, package_versions
+from vgcsim.core.config import to_dict
+from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.provenance import git_commit, machine_info, package_versions
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ VGG_LIKE_BLOCKS: tuple[tuple[int, ...], ...] = (
 def vgg_like_layers(
     width: float = 1.0, num_classes: int = 10, in_channels: int = 3
 ) -> list[dict[str, Any]]:
-    """Parameter tensors of the VGG-like net (names match ``traces.training.nets.VGGLike``)."""
+    """Parameter tensors of the VGG-like net (names match ``vgcsim.traces.training.nets.VGGLike``)."""
     specs: list[tuple[str, list[int]]] = []
     c_in = in_channels
     i = 0
@@ -217,7 +217,7 @@ def _packed32(numel: np.ndarray, sent: np.ndarray, rng: np.random.Generator) -> 
 
 
 #: encoding -> bits(numel, sent, rng) of a sparse payload of ``sent`` 4-bit-coded values,
-#: mirroring the wire formats of ``traces.compression.encoders`` (byte-padded buffers).
+#: mirroring the wire formats of ``vgcsim.traces.compression.encoders`` (byte-padded buffers).
 SYNTH_ENCODINGS: dict[str, Callable[[np.ndarray, np.ndarray, np.random.Generator], np.ndarray]] = {
     "packed32": _packed32,  # 28-bit index + 4-bit code in one word
     "coo64": lambda numel, sent, rng: HEADER_BITS + 64 * sent,  # u32 index + f32 value

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from vgcsim.traces import schema
+from vgcsim.traces.io import STATUSES, Trace, read_trace
 
-from traces import schema
-from traces.errors import TraceError
-from traces.io import STATUSES, Trace, read_trace
+from vgcsim.core.errors import TraceError
 
 #: Sparse formats: header of u32 layer, u32 count and (for 4-bit coded values) f32 scale.
 SPARSE_HEADER_BITS = (64, 96)
@@ -99,7 +99,7 @@ def _qsgd_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 #: encoding -> (numel, sent) -> (lowest, highest) bit count its wire format allows
-#: (formats: ``traces.compression.encoders``; values as 4-bit codes or fp32).
+#: (formats: ``vgcsim.traces.compression.encoders``; values as 4-bit codes or fp32).
 ENCODING_BOUNDS: dict[str, Bounds] = {
     "fp32": _dense_bounds(32),
     "fp16": _dense_bounds(16),

@@ -10,7 +10,7 @@ imports so that ``import vgcsim.api`` stays light (torch is only loaded by :func
     html = api.report([api.save(pred, "results/pred", run, "10GbE")], [run], "out/report")
 
 Frames returned by :func:`predict` and :func:`simulate` have exactly
-``traces.schema.RESULT_COLUMNS`` with the relative columns (speedup, efficiency) filled.
+``vgcsim.vgcsim.core.results.RESULT_COLUMNS`` with the relative columns (speedup, efficiency) filled.
 """
 
 from __future__ import annotations
@@ -22,22 +22,22 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from traces.cluster import ClusterSpec
-    from traces.io import Trace
+    from vgcsim.core.cluster import ClusterSpec
+    from vgcsim.traces.io import Trace
 
 __all__ = ["load_trace", "load_cluster", "record", "predict", "simulate", "save", "report"]
 
 
 def load_trace(trace: str | Path | Trace) -> Trace:
-    """Read a trace run directory (a :class:`traces.io.Trace` passes through)."""
-    from traces.io import Trace, read_trace
+    """Read a trace run directory (a :class:`vgcsim.traces.io.Trace` passes through)."""
+    from vgcsim.traces.io import Trace, read_trace
 
     return trace if isinstance(trace, Trace) else read_trace(trace)
 
 
 def load_cluster(cluster: str | Path | ClusterSpec) -> ClusterSpec:
     """A cluster preset name (``vgcsim clusters`` lists them) or a cluster TOML file."""
-    from traces.cluster import ClusterSpec, load_cluster
+    from vgcsim.core.cluster import ClusterSpec, load_cluster
 
     return cluster if isinstance(cluster, ClusterSpec) else load_cluster(str(cluster))
 
@@ -52,12 +52,12 @@ def record(
 ) -> Path:
     """Record a trace from real training with W emulated workers; return its directory.
 
-    ``config`` is a :class:`traces.training.record_config.RecordConfig` (default: the
+    ``config`` is a :class:`vgcsim.traces.training.record_config.RecordConfig` (default: the
     default workload); ``overrides`` are ``key=value`` strings as on the command line.
     """
-    from traces.config import apply_overrides
-    from traces.training.record import RecordConfig
-    from traces.training.record import record as _record
+    from vgcsim.core.config import apply_overrides
+    from vgcsim.traces.training.record import RecordConfig
+    from vgcsim.traces.training.record import record as _record
 
     cfg = config if config is not None else RecordConfig()
     if overrides:
@@ -87,11 +87,11 @@ def predict(
 
     ``compute`` overrides the cluster's compute mode (``"model"``: every local time on the
     cluster's device, the presets' default; ``"trace"``: the recorded seconds), as
-    ``--compute`` does. ``options`` are the fields of :class:`models.predict.PredictOptions`
+    ``--compute`` does. ``options`` are the fields of :class:`vgcsim.models.predict.PredictOptions`
     (``allreduce``, ``allgatherv``, ``encoding``, ``rule``, ``seed``, ``per_step``,
     ``overlap``, ``dense_encodings``, ``size_exchange``, ...).
     """
-    from models.predict import PredictOptions, predict_trace
+    from vgcsim.models.predict import PredictOptions, predict_trace
 
     opts = PredictOptions(world_sizes=tuple(int(p) for p in world_sizes), **options)
     return predict_trace(load_trace(trace), _with_compute(cluster, compute), opts)
@@ -108,11 +108,11 @@ def simulate(
     """Discrete-event replay of the trace on the cluster (source="simulated").
 
     ``compute`` as for :func:`predict`. ``options`` are the fields of
-    :class:`simulator.replay.SimulateConfig` (collectives, ``overlap``, ``mode``,
+    :class:`vgcsim.simulator.replay.SimulateConfig` (collectives, ``overlap``, ``mode``,
     ``semantics``, ``path``, ``jitter``, ``seed``, ``dense_encodings``, ``size_exchange``, ...).
     """
-    from simulator.replay import SimulateConfig, simulate_trace
-    from traces.results import finalize_results
+    from vgcsim.core.results import finalize_results
+    from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 
     t = load_trace(trace)
     df, _, _ = simulate_trace(
@@ -130,10 +130,10 @@ def save(
     **options: Any,
 ) -> Path:
     """Write a result frame as a versioned result table (what ``vgcsim report`` reads)."""
-    from models.predict import trace_entry
-    from traces.cluster import cluster_to_dict
-    from traces.errors import ResultsError
-    from traces.results import results_header, write_results
+    from vgcsim.core.cluster import cluster_to_dict
+    from vgcsim.core.errors import ResultsError
+    from vgcsim.core.results import results_header, write_results
+    from vgcsim.models.predict import trace_entry
 
     sources = sorted(set(df["source"]))
     if len(sources) != 1:
@@ -157,6 +157,6 @@ def report(
     title: str = "vgcsim report",
 ) -> Path:
     """Plots, tables and the self-contained HTML page; returns the HTML path."""
-    from reports.render import render_report
+    from vgcsim.reports.render import render_report
 
     return render_report(results, traces, out_dir, title=title)

@@ -3,7 +3,7 @@
 Each subcommand lives in ``vgcsim.commands.<module>`` and exposes ``HELP`` (one line),
 ``add_arguments(parser)`` and ``run(args) -> int``. Command modules keep heavy imports
 (torch, simpy, matplotlib) inside ``run`` so that ``vgcsim --help`` and the torch-free
-stages start fast. User mistakes raise :class:`traces.errors.VgcsimError`: we print the
+stages start fast. User mistakes raise :class:`vgcsim.core.errors.VgcsimError`: we print the
 message and exit 2. Anything else is a bug and keeps its traceback.
 """
 
@@ -12,10 +12,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
-from traces.errors import VgcsimError
+from vgcsim.core.errors import VgcsimError
 
 # name -> module under vgcsim.commands. Order is the order shown in --help.
 SUBCOMMANDS: dict[str, str] = {
@@ -31,6 +32,11 @@ SUBCOMMANDS: dict[str, str] = {
     "calibrate": "calibrate",
     "validate": "validate",
 }
+
+
+#: Modules only the training extra installs (record, calibrate, the DDP hook need them).
+TRAIN_MODULES = frozenset({"torch", "sklearn", "mlxtend"})
+TRAIN_EXTRA_HINT = "pip install 'vgcsim[train]'"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,9 +91,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except VgcsimError as exc:
         print(f"vgcsim {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").split(".")[0]
+        if top not in TRAIN_MODULES:
+            raise
+        print(
+            f"vgcsim {args.command}: error: needs the training extra ({top} is not installed): "
+            f"{TRAIN_EXTRA_HINT}",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print(f"vgcsim {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``vgcsim ... | head``): end quietly. Point stdout at devnull
+        # so that the interpreter's final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

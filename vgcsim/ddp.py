@@ -1,7 +1,7 @@
 """Compressed gradient exchange for ``torch.nn.parallel.DistributedDataParallel``.
 
 The public import path of the DDP communication hook (implemented in
-:mod:`traces.training.distributed_hook`)::
+:mod:`vgcsim.traces.training.distributed_hook`)::
 
     from vgcsim.ddp import get_compressor, register_vgc_hook
 
@@ -13,8 +13,8 @@ Importing this module imports torch.
 
 from __future__ import annotations
 
-from traces.compression import get_compressor
-from traces.training.distributed_hook import (
+from vgcsim.traces.compression import get_compressor
+from vgcsim.traces.training.distributed_hook import (
     StepCommStats,
     VGCState,
     register_vgc_hook,

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
-from traces.compression import (
+from vgcsim.traces.compression import (
     COMPRESSORS,
     DENSE_ENCODINGS,
     QSGD_ENCODINGS,
@@ -14,7 +13,8 @@ from traces.compression import (
     Compressor,
     get_compressor,
 )
-from traces.errors import ConfigError, UnknownNameError
+
+from vgcsim.core.errors import ConfigError, UnknownNameError
 
 W, N = 4, 3000
 
@@ -454,7 +454,7 @@ def test_qsgd_different_seed_different_bytes():
 
 @pytest.mark.parametrize("name", sorted(COMPRESSORS))
 def test_payload_bits_match_real_buffers(name):
-    from traces.compression import ENCODINGS
+    from vgcsim.traces.compression import ENCODINGS
 
     xs = grads(3, seed=5, n=1500)
     payloads, _ = run(get_compressor(name), xs)

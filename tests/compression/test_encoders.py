@@ -6,10 +6,9 @@ import struct
 
 import numpy as np
 import pytest
-
-from traces.compression import DENSE_ENCODINGS, ENCODINGS, QSGD_ENCODINGS, SPARSE_ENCODINGS
-from traces.compression.encoders import Packed32
-from traces.compression.messages import (
+from vgcsim.traces.compression import DENSE_ENCODINGS, ENCODINGS, QSGD_ENCODINGS, SPARSE_ENCODINGS
+from vgcsim.traces.compression.encoders import Packed32
+from vgcsim.traces.compression.messages import (
     DenseMessage,
     QSGDMessage,
     SparseMessage,

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-
-from traces.compression import get_compressor
-from traces.compression.estimator_effect import send_decision_gap, to_markdown, totals
+from vgcsim.traces.compression import get_compressor
+from vgcsim.traces.compression.estimator_effect import send_decision_gap, to_markdown, totals
 
 W, B, STEPS = 4, 8, 8
 LOSS = nn.CrossEntropyLoss(reduction="none")

@@ -6,9 +6,8 @@ import math
 
 import pytest
 import torch
-
-from traces.compression import get_compressor
-from traces.compression.messages import qsgd_values
+from vgcsim.traces.compression import get_compressor
+from vgcsim.traces.compression.messages import qsgd_values
 
 DRAWS = 10_000
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from vgcsim.traces.compression.sqsum_hooks import SqsumHooks
+from vgcsim.traces.compression.variance import worker_gradients
 
-from traces.compression.sqsum_hooks import SqsumHooks
-from traces.compression.variance import worker_gradients
-from traces.errors import ConfigError
+from vgcsim.core.errors import ConfigError
 
 B = 6
 

@@ -7,9 +7,8 @@ import torch
 
 # The CPU test module's models and batches (pytest puts this folder on sys.path).
 from test_variance_estimators import LOSS, W, _Residual, batch, cnn
-
-from traces.compression import variance
-from traces.compression.variance import worker_gradients
+from vgcsim.traces.compression import variance
+from vgcsim.traces.compression.variance import worker_gradients
 
 pytestmark = [
     pytest.mark.gpu,

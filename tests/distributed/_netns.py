@@ -262,13 +262,13 @@ def calibrate_argv(hosts: Hosts, i: int, port: int, out: Path, *extra: str) -> l
 
 
 def record_argv(hosts: Hosts, i: int, port: int, out: Path, *settings: str) -> list[str]:
-    """Host ``i``'s rank of ``python -m traces.training.distributed`` (what ``vgcsim record
+    """Host ``i``'s rank of ``python -m vgcsim.traces.training.distributed`` (what ``vgcsim record
     --backend gloo`` runs per rank) with the variables torchrun would set, one rank per host;
     ``settings`` are RecordConfig ``KEY=VALUE`` pairs."""
     env = [f"RANK={i}", "LOCAL_RANK=0", f"GROUP_RANK={i}", f"WORLD_SIZE={len(hosts.names)}"]
     env += [f"MASTER_ADDR={hosts.addrs[0]}", f"MASTER_PORT={port}"]
     env += [f"GLOO_SOCKET_IFNAME={hosts.iface}"]
-    argv = [sys.executable, "-m", "traces.training.distributed", "--backend", "gloo"]
+    argv = [sys.executable, "-m", "vgcsim.traces.training.distributed", "--backend", "gloo"]
     argv += ["-o", str(out)]
     for kv in settings:
         argv += ["--set", kv]

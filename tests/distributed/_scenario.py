@@ -11,9 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from traces.compression import get_compressor
-from traces.compression.variance import worker_gradients
+from vgcsim.traces.compression import get_compressor
+from vgcsim.traces.compression.variance import worker_gradients
 
 IN, HIDDEN, CLASSES = 12, 16, 3
 BATCH_PER_WORKER = 8

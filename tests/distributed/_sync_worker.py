@@ -21,11 +21,14 @@ from _scenario import (
     make_compressor,
     segments_of,
 )
-
-from traces.compression.variance import worker_gradients
-from traces.training.distributed_allgatherv import allgatherv_segments, wire_bytes
-from traces.training.distributed_hook import VGCState, sync_gradients, vgc_hook
-from traces.training.distributed_launch import exit_rank, init_process_group, leave_process_group
+from vgcsim.traces.compression.variance import worker_gradients
+from vgcsim.traces.training.distributed_allgatherv import allgatherv_segments, wire_bytes
+from vgcsim.traces.training.distributed_hook import VGCState, sync_gradients, vgc_hook
+from vgcsim.traces.training.distributed_launch import (
+    exit_rank,
+    init_process_group,
+    leave_process_group,
+)
 
 
 def one_run(mode: str, name: str, steps: int, seed: int, rank: int, world: int) -> dict:

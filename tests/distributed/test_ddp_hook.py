@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from _ddp_hook_worker import MICRO_STEPS, build_model
-
-from traces.training.distributed_launch import launch_local
+from vgcsim.traces.training.distributed_launch import launch_local
 
 HERE = Path(__file__).parent
 STEPS, SEED = 4, 3

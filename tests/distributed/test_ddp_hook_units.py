@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
+from vgcsim.traces.training.distributed_launch import free_port
 
-from traces.errors import ConfigError
-from traces.training.distributed_launch import free_port
+from vgcsim.core.errors import ConfigError
 from vgcsim.ddp import VGCState, get_compressor, register_vgc_hook, sync_gradients
 
 
@@ -72,7 +72,7 @@ def test_start_step_sums_serve_one_exchange_only(world_of_one):
     sync_gradients(model, state, sqsums=sq)
     _backward(model, 1)
     state.stats = type(state.stats)()
-    from traces.training.distributed_hook import exchange
+    from vgcsim.traces.training.distributed_hook import exchange
 
     params = list(model.parameters())
     with pytest.raises(ConfigError, match="register_vgc_hook"):

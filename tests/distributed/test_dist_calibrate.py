@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from traces.errors import ConfigError
-from traces.training.distributed_calibrate import (
+from vgcsim.traces.training.distributed_calibrate import (
     cost_coefficients,
     fit_link,
     read_measurements,
 )
+
 from vgcsim.cli import main
+from vgcsim.core.errors import ConfigError
 
 
 def synthetic_measurements(alpha, beta, gamma, world, noise=0.0, seed=0):
@@ -75,7 +75,7 @@ def test_bad_options_exit_2_before_starting_processes(tmp_path, capsys):
 
 @pytest.mark.distributed
 def test_calibrate_on_loopback_writes_a_cluster_predict_accepts(tmp_path, capsys):
-    from traces.cluster import load_cluster
+    from vgcsim.core.cluster import load_cluster
 
     out = tmp_path / "cluster.toml"
     # Loopback moves GB/s: only 16 MiB messages take long enough to show the per-byte cost;
@@ -107,8 +107,9 @@ def test_the_sweep_entry_runs_under_torchrun(tmp_path):
     import subprocess
     import sys
 
-    from traces.cluster import load_cluster
-    from traces.training.distributed_launch import free_port
+    from vgcsim.traces.training.distributed_launch import free_port
+
+    from vgcsim.core.cluster import load_cluster
 
     def torchrun(*argv: str) -> subprocess.CompletedProcess:
         cmd = [
@@ -122,7 +123,7 @@ def test_the_sweep_entry_runs_under_torchrun(tmp_path):
     # once found the small size slower than the large one (beta = 0) in a full test run.
     sweep = ["--sizes", "64,4MiB", "--repeats", "3", "--warmup", "1"]
     meas = tmp_path / "m.json"
-    done = torchrun("traces.training.distributed_calibrate", *sweep, "-o", str(meas))
+    done = torchrun("vgcsim.traces.training.distributed_calibrate", *sweep, "-o", str(meas))
     assert done.returncode == 0, done.stderr[-2000:]
     assert read_measurements(meas)["world_size"] == 2
     assert main(["calibrate", "--from", str(meas), "-o", str(tmp_path / "c.toml")]) == 0
@@ -146,7 +147,7 @@ def test_the_sweep_entry_runs_under_torchrun(tmp_path):
 def test_bad_fit_ops_or_timeout_exit_2_before_measuring(
     flags, message, tmp_path, capsys, monkeypatch
 ):
-    import traces.training.distributed_launch as launch
+    import vgcsim.traces.training.distributed_launch as launch
 
     def no_launch(*a, **k):
         raise AssertionError("processes started for a bad option")
@@ -166,7 +167,7 @@ def test_measurements_that_are_not_utf8_are_a_config_error(tmp_path):
 def bucket_link_measurements(alpha, rate_Bps, burst_bytes, world=4, noise=0.02, seed=0):
     """A token-bucket link (tbf): the first ``burst_bytes`` of a message leave at once, the
     rest at ``rate_Bps``; p2p and allreduce from 4 B to 64 MiB, as the sweep measures them."""
-    from traces.training.distributed_calibrate import (
+    from vgcsim.traces.training.distributed_calibrate import (
         MEASUREMENTS_KIND,
         MEASUREMENTS_VERSION,
         default_sizes_bytes,
@@ -223,7 +224,7 @@ def test_a_poor_fit_is_refused_with_one_line_unless_forced(tmp_path, capsys):
     assert main(["calibrate", "--from", str(meas), "--sizes", "16MiB:64MiB", "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert " 4194304 " not in text and " 67108864 " in text
-    from traces.cluster import load_cluster
+    from vgcsim.core.cluster import load_cluster
 
     assert load_cluster(str(out)).link.bandwidth_Bps == pytest.approx(25e6, rel=0.1)
     # Or write it anyway.
@@ -233,7 +234,7 @@ def test_a_poor_fit_is_refused_with_one_line_unless_forced(tmp_path, capsys):
 
 
 def test_size_ranges_are_log_spaced_and_inclusive():
-    from traces.training.distributed_calibrate import default_sizes_bytes, parse_sizes
+    from vgcsim.traces.training.distributed_calibrate import default_sizes_bytes, parse_sizes
 
     assert default_sizes_bytes()[0] == 4 and default_sizes_bytes()[-1] == 64 << 20
     assert len(default_sizes_bytes()) == 13
@@ -247,7 +248,7 @@ def test_size_ranges_are_log_spaced_and_inclusive():
 
 
 def test_p2p_pairs_cross_nodes_and_pair_inside_one():
-    from traces.training.distributed_calibrate import p2p_pairs
+    from vgcsim.traces.training.distributed_calibrate import p2p_pairs
 
     assert p2p_pairs([0, 0]) == {"p2p": (0, 1)}  # one node: the only pair there is
     assert p2p_pairs([0, 1, 2, 3]) == {"p2p": (0, 1)}  # one rank per node
@@ -259,12 +260,13 @@ def test_intra_and_inter_node_links_are_fitted_apart(tmp_path):
     """Two ranks on each of two nodes: the cluster file gets both links, hierarchical."""
     import json
 
-    from traces.cluster import load_cluster
-    from traces.training.distributed_calibrate import (
+    from vgcsim.traces.training.distributed_calibrate import (
         MEASUREMENTS_KIND,
         MEASUREMENTS_VERSION,
         default_sizes_bytes,
     )
+
+    from vgcsim.core.cluster import load_cluster
 
     links = {"p2p": (50e-6, 1e8), "p2p_intra": (5e-6, 5e9)}
     rows = [
@@ -306,7 +308,7 @@ def test_under_torchrun_the_layout_belongs_to_torchrun(tmp_path, capsys, monkeyp
 
 
 def test_a_step_in_the_p2p_line_is_reported_where_it_is():
-    from traces.training.distributed_calibrate import default_sizes_bytes, protocol_switch
+    from vgcsim.traces.training.distributed_calibrate import default_sizes_bytes, protocol_switch
 
     def table(step_at):
         rows = []

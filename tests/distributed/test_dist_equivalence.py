@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from _scenario import emulate, segments_of
-
-from traces.training.distributed_launch import launch_local
+from vgcsim.traces.training.distributed_launch import launch_local
 
 HERE = Path(__file__).parent
 WORKERS, STEPS, SEED = 4, 6, 7

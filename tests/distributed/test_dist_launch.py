@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from traces.training.distributed_launch import DistributedRunError, launch_local
+from vgcsim.traces.training.distributed_launch import DistributedRunError, launch_local
 
 
 def test_failed_rank_is_reported_with_its_output(tmp_path):
@@ -66,7 +65,7 @@ def test_a_node_of_a_multi_node_job_numbers_its_ranks_and_names_the_interface(tm
 
 
 def test_rank_env_reads_the_node_from_group_rank():
-    from traces.training.distributed_launch import rank_env
+    from vgcsim.traces.training.distributed_launch import rank_env
 
     base = {"RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "h0", "MASTER_PORT": "29500"}
     assert rank_env({**base, "GROUP_RANK": "1"}).node == "1"

@@ -3,7 +3,7 @@
 With a deterministic compressor, the same config and seed, a 4-process gloo run on 127.0.0.1
 must write the same payload table (elements sent and exact bits per worker, layer and step),
 the same losses and the same evaluations as the project's single-process emulation of 4
-workers (``traces.training.record.record``), and a measured ``comm_s`` per step.
+workers (``vgcsim.traces.training.record.record``), and a measured ``comm_s`` per step.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from vgcsim.traces.io import read_trace
+from vgcsim.traces.training.record import RecordConfig, record
+from vgcsim.traces.validate import validate_trace
 
-from traces.config import apply_overrides
-from traces.io import read_trace
-from traces.training.record import RecordConfig, record
-from traces.validate import validate_trace
 from vgcsim.cli import main
+from vgcsim.core.config import apply_overrides
 
 pytestmark = pytest.mark.distributed
 

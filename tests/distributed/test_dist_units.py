@@ -8,17 +8,17 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
-
-from traces.compression import get_compressor
-from traces.errors import ConfigError
-from traces.training.distributed_hook import (
+from vgcsim.traces.compression import get_compressor
+from vgcsim.traces.training.distributed_hook import (
     VGCState,
     decode_received,
     exchange,
     sync_gradients,
     trainable_parameters,
 )
-from traces.training.distributed_launch import check_backend, free_port, rank_env
+from vgcsim.traces.training.distributed_launch import check_backend, free_port, rank_env
+
+from vgcsim.core.errors import ConfigError
 
 
 def small_model() -> nn.Module:

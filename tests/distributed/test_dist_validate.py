@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from vgcsim.traces.io import read_trace
 
-from traces.cluster import load_cluster
-from traces.io import read_trace
 from vgcsim.cli import main
 from vgcsim.commands.validate import (
     ValidateOptions,
@@ -19,6 +18,7 @@ from vgcsim.commands.validate import (
     validation_summary,
     verdict,
 )
+from vgcsim.core.cluster import load_cluster
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
 
@@ -95,9 +95,9 @@ def test_verdict_names_the_worst_case():
 def measurements_on(cluster_name: str, world: int, scale: dict[str, float]):
     """A calibration measurement file whose times are the closed forms on ``cluster_name``,
     each op's multiplied by ``scale[op]``."""
-    from models.collectives import collective_time_s
-    from models.pointtopoint import p2p_time_s
-    from traces.training.distributed_calibrate import MEASUREMENTS_KIND, MEASUREMENTS_VERSION
+    from vgcsim.models.collectives import collective_time_s
+    from vgcsim.models.pointtopoint import p2p_time_s
+    from vgcsim.traces.training.distributed_calibrate import MEASUREMENTS_KIND, MEASUREMENTS_VERSION
 
     cluster = load_cluster(cluster_name)
     keys = {"allreduce": "allreduce/ring", "allgatherv": "allgatherv/padded"}

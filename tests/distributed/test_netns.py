@@ -25,7 +25,7 @@ from _netns import (
     vgcsim_argv,
 )
 
-from traces.cluster import load_cluster
+from vgcsim.core.cluster import load_cluster
 
 pytestmark = [pytest.mark.netns, pytest.mark.distributed, pytest.mark.slow]
 
@@ -89,7 +89,7 @@ def test_calibrate_record_and_validate_across_namespaces(hosts, tmp_path):
         ],
         timeout_s=240,
     )
-    _ok(done, "python -m traces.training.distributed")
+    _ok(done, "python -m vgcsim.traces.training.distributed")
     val = subprocess.run(
         vgcsim_argv("validate", str(run), "--cluster", str(cal), "--tolerance", "0.25"),
         capture_output=True,

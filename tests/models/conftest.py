@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from traces import schema
-from traces.io import TraceWriter, read_trace
+from vgcsim.traces import schema
+from vgcsim.traces.io import TraceWriter, read_trace
 
 #: bits_packed32[step, worker, layer] of the tiny trace: 3 steps, 2 workers, 2 layers.
 TINY_BITS = np.array(

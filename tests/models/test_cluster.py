@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from traces.cluster import (
+from vgcsim.core.cluster import (
     CLUSTER_PRESETS,
     DEVICE_PRESETS,
     LINK_PRESETS,
@@ -12,7 +12,7 @@ from traces.cluster import (
     cluster_to_dict,
     load_cluster,
 )
-from traces.errors import ConfigError, UnitError, UnknownNameError
+from vgcsim.core.errors import ConfigError, UnitError, UnknownNameError
 
 
 def test_every_preset_has_a_source():

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from models.collectives import COLLECTIVES
-from models.compute import compute_time_s, layer_ready_fractions
-from models.crossover import crossover_density, crossover_payload_bytes, crossover_ratio
-from models.iteration import (
+from vgcsim.models.collectives import COLLECTIVES
+from vgcsim.models.compute import compute_time_s, layer_ready_fractions
+from vgcsim.models.crossover import crossover_density, crossover_payload_bytes, crossover_ratio
+from vgcsim.models.iteration import (
     bucket_backward_share,
     bucket_layers,
     bucketed_step_time_s,
@@ -17,8 +16,9 @@ from models.iteration import (
     speedup,
     throughput_samples_per_s,
 )
-from traces.cluster import ClusterSpec, LinkSpec, get_cluster, get_device
-from traces.errors import ConfigError, UnknownNameError
+
+from vgcsim.core.cluster import ClusterSpec, LinkSpec, get_cluster, get_device
+from vgcsim.core.errors import ConfigError, UnknownNameError
 
 
 def _cluster(latency_s=0.0, bandwidth_Bps=1e9):

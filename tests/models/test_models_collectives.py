@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from models.collectives import (
+from vgcsim.models.collectives import (
     COLLECTIVES,
     SIZE_HEADER_BYTES,
     collective_key,
     collective_time_s,
     get_collective,
 )
-from traces import schema
-from traces.cluster import LinkSpec, get_cluster
-from traces.errors import UnknownNameError
+
+from vgcsim.core.cluster import LinkSpec, get_cluster
+from vgcsim.core.collectives import COLLECTIVE_KEYS
+from vgcsim.core.errors import UnknownNameError
 
 # α = 1 s, β = 1 s/B, γ = 0.5 s/B: hand arithmetic stays exact.
 UNIT = LinkSpec("unit", bandwidth_Bps=1.0, latency_s=1.0, gamma_s_per_byte=0.5)
@@ -31,7 +31,7 @@ def t(key, sizes, link=UNIT, **kw):
 
 
 def test_registry_keys_are_the_shared_vocabulary():
-    assert set(COLLECTIVES) == set(schema.COLLECTIVE_KEYS)
+    assert set(COLLECTIVES) == set(COLLECTIVE_KEYS)
     for key, model in COLLECTIVES.items():
         assert key == f"{model.op}/{model.algorithm}"
         doc = model.time_s.__doc__
@@ -94,12 +94,12 @@ def test_hierarchical_by_hand():
     assert t("allreduce/hierarchical", [8] * 2, gpus_per_node=2) == pytest.approx(2 * 1 + 2 * 8 + 4)
 
 
-@pytest.mark.parametrize("key", schema.COLLECTIVE_KEYS)
+@pytest.mark.parametrize("key", COLLECTIVE_KEYS)
 def test_one_rank_costs_nothing(key):
     assert t(key, [123.0], gpus_per_node=4) == 0.0
 
 
-@pytest.mark.parametrize("key", schema.COLLECTIVE_KEYS)
+@pytest.mark.parametrize("key", COLLECTIVE_KEYS)
 def test_zero_latency_is_linear_in_size(key):
     link = dataclasses.replace(UNIT, latency_s=0.0)
     sizes = np.array([3.0, 5.0, 7.0, 1.0, 2.0])
@@ -169,7 +169,7 @@ def test_properties_uneven_sizes(sizes, bump, who):
     total = s.sum()
     grown = s.copy()
     grown[who % p] += bump
-    for key in schema.COLLECTIVE_KEYS:
+    for key in COLLECTIVE_KEYS:
         base = t(key, s)
         # monotone in any rank's size
         assert t(key, grown) >= base - 1e-9 * max(1.0, base), key

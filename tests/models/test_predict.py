@@ -1,4 +1,4 @@
-"""`vgcsim predict` and models.predict end to end, on a hand-made and a synthetic ResNet-50 trace."""
+"""`vgcsim predict` and vgcsim.models.predict end to end, on a hand-made and a synthetic ResNet-50 trace."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from vgcsim.models.predict import PredictOptions, parse_algorithms, parse_world_sizes, predict_trace
+from vgcsim.traces.io import read_trace
 
-from models.predict import PredictOptions, parse_algorithms, parse_world_sizes, predict_trace
-from traces import schema
-from traces.cluster import get_cluster
-from traces.errors import ConfigError, UnknownNameError
-from traces.io import read_trace
-from traces.results import read_results
 from vgcsim.cli import main
+from vgcsim.core.cluster import get_cluster
+from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
+from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.core.results import RESULT_COLUMNS, read_results
 
 ALPHA = 10e-6  # 10GbE preset latency
 BETA = 1 / (1.25e9 * 1448 / 1538)  # 10 Gb/s line rate x TCP/MTU-1500 efficiency
@@ -27,7 +27,7 @@ def test_tiny_trace_by_hand(tiny_trace):
         world_sizes=(1, 2), allreduce=("ring",), allgatherv=("ring", "padded"), per_step=True
     )
     df = predict_trace(tiny_trace, TRACE_10GBE, opts)
-    assert list(df.columns) == list(schema.RESULT_COLUMNS)
+    assert list(df.columns) == list(RESULT_COLUMNS)
     assert set(df.compute_mode) == {"trace"} and set(df.device) == {"synthetic"}
 
     def row(p, coll, step, enc=None):
@@ -90,7 +90,7 @@ def test_buckets_never_slower_than_no_overlap(tiny_trace):
 
 
 def test_cli_end_to_end_on_synthetic_resnet50(tmp_path, capsys):
-    from traces.synth import SynthConfig, synth_trace
+    from vgcsim.traces.synth import SynthConfig, synth_trace
 
     run = synth_trace(
         SynthConfig(layers="resnet50", workers=4, steps=4, target_ratio=913.4), tmp_path / "r50"
@@ -129,7 +129,7 @@ def test_cli_end_to_end_on_synthetic_resnet50(tmp_path, capsys):
     small = df[(df.world_size == 8) & (df.step == -1) & (df.method == "compressed")]
     assert (small.speedup_vs_dense > 1).all()
     assert json.loads((out / "results.json").read_text())["options"]["allgatherv"] == list(
-        schema.ALLGATHERV_ALGORITHMS
+        ALLGATHERV_ALGORITHMS
     )
 
 
@@ -184,7 +184,7 @@ def test_world_size_parsing():
     for bad in ["", "0,2", "a,b", "2,4,...", "2,4,...,1001"]:
         with pytest.raises(ConfigError):
             parse_world_sizes(bad)
-    assert parse_algorithms("all", "allreduce") == schema.ALLREDUCE_ALGORITHMS
+    assert parse_algorithms("all", "allreduce") == ALLREDUCE_ALGORITHMS
     with pytest.raises(UnknownNameError):
         parse_algorithms("ring,mesh", "allgatherv")
 
@@ -197,7 +197,7 @@ def test_committed_sample_trace_with_modelled_compute(tmp_path):
     trace = read_trace(SAMPLE)
     cfg = tmp_path / "v100.toml"
     cfg.write_text('base = "IB-EDR"\ncompute = "model"\ndevice = "V100"\n')
-    from traces.cluster import load_cluster
+    from vgcsim.core.cluster import load_cluster
 
     cluster = load_cluster(cfg)
     df = predict_trace(

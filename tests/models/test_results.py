@@ -1,4 +1,4 @@
-"""traces.results: writing, reading and finalizing result tables."""
+"""vgcsim.core.results: writing, reading and finalizing result tables."""
 
 from __future__ import annotations
 
@@ -8,13 +8,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traces import schema
-from traces.errors import ResultsError
-from traces.results import finalize_results, read_results, results_header, write_results
+from vgcsim.core.errors import ResultsError
+from vgcsim.core.results import (
+    RESULT_COLUMNS,
+    RESULTS_HEADER_KEYS,
+    RESULTS_SCHEMA_VERSION,
+    finalize_results,
+    read_results,
+    results_header,
+    write_results,
+)
 
 
 def _row(**kw):
-    base = {c: np.nan for c in schema.RESULT_COLUMNS}
+    base = {c: np.nan for c in RESULT_COLUMNS}
     base.update(
         source="predicted",
         path="closed_form",
@@ -115,8 +122,8 @@ def test_write_read_round_trip(tmp_path):
     out = write_results(df, tmp_path / "res", _header())
     back, header = read_results(out)
     pd.testing.assert_frame_equal(back, df)
-    assert header["schema_version"] == schema.RESULTS_SCHEMA_VERSION
-    assert set(schema.RESULTS_HEADER_KEYS) <= set(header)
+    assert header["schema_version"] == RESULTS_SCHEMA_VERSION
+    assert set(RESULTS_HEADER_KEYS) <= set(header)
     back2, _ = read_results(out / "results.parquet")
     assert len(back2) == 2
     assert (out / "results.csv").read_text().startswith("source,path,trace")

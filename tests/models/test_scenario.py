@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from models.collectives import COLLECTIVES
-from models.scenario import (
+from vgcsim.models.collectives import COLLECTIVES
+from vgcsim.models.scenario import (
     PAPER_METHODS,
     PaperScenarioConfig,
     best_rows,
@@ -15,10 +14,11 @@ from models.scenario import (
     paper_scenario,
     scenario_markdown,
 )
-from traces.cluster import get_cluster
-from traces.errors import ConfigError, UnknownNameError
-from traces.results import read_results
+
 from vgcsim.cli import main
+from vgcsim.core.cluster import get_cluster
+from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.core.results import read_results
 
 
 @pytest.fixture(scope="module")

@@ -9,21 +9,21 @@ import math
 
 import numpy as np
 import pytest
-
-from models.collectives import (
+from vgcsim.models.collectives import (
     SIZE_HEADER_BYTES,
     allgatherv_padded_data,
     collective_time_s,
     size_exchange_time_s,
 )
-from models.iteration import bucketed_step_time_s, iteration_time_s
-from models.predict import PredictOptions, predict_trace
+from vgcsim.models.iteration import bucketed_step_time_s, iteration_time_s
+from vgcsim.models.predict import PredictOptions, predict_trace
+from vgcsim.traces import devicecost
+from vgcsim.traces.io import read_trace
+
 from tests.models.conftest import write_tiny_trace
-from traces import devicecost
-from traces.cluster import FRAMINGS, ClusterSpec, LinkSpec, get_cluster, get_device
-from traces.errors import ConfigError
-from traces.io import read_trace
 from vgcsim.cli import main
+from vgcsim.core.cluster import FRAMINGS, ClusterSpec, LinkSpec, get_cluster, get_device
+from vgcsim.core.errors import ConfigError
 
 V100 = get_device("V100")
 MEM = 900e9 * 0.83
@@ -122,7 +122,7 @@ def test_bad_cluster_values_are_one_line_and_exit_2(tmp_path, capsys, text):
 
 
 def test_framing_and_device_figures_from_a_file(tmp_path):
-    from traces.cluster import load_cluster
+    from vgcsim.core.cluster import load_cluster
 
     f = tmp_path / "c.toml"
     f.write_text(
@@ -244,7 +244,7 @@ def test_bucketed_decode_waits_for_its_collective_and_the_local_work():
 def test_synthetic_resnet50_on_10gbe(tmp_path):
     """decode_s grows with P for the compressed rows; bf16 comm is half of fp32 where bandwidth
     dominates; compute_mode is model (the preset's default)."""
-    from traces.synth import SynthConfig, synth_trace
+    from vgcsim.traces.synth import SynthConfig, synth_trace
 
     run = read_trace(
         synth_trace(
@@ -267,7 +267,7 @@ def test_synthetic_resnet50_on_10gbe(tmp_path):
 
 
 def test_predict_and_simulate_take_the_same_cost_options(tiny_trace_dir, tmp_path, capsys):
-    from traces.results import read_results
+    from vgcsim.core.results import read_results
 
     common = [
         str(tiny_trace_dir),
@@ -305,7 +305,7 @@ def test_predict_and_simulate_take_the_same_cost_options(tiny_trace_dir, tmp_pat
 
 @pytest.mark.parametrize("agv", ["ring", "bruck", "padded"])
 def test_crossover_with_decode_and_size_exchange_ties_the_step(agv):
-    from models.crossover import crossover_payload_bytes
+    from vgcsim.models.crossover import crossover_payload_bytes
 
     link = LinkSpec("l", 1.25e9, 5e-6, efficiency=0.94)
     c = _star(link)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from traces.errors import UnitError, VgcsimError
-from traces.units import (
+from vgcsim.core.errors import UnitError, VgcsimError
+from vgcsim.core.units import (
     format_bandwidth,
     format_time,
     parse_bandwidth_Bps,

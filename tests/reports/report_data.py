@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traces.schema import RESULT_COLUMNS
+from vgcsim.core.results import RESULT_COLUMNS
 
 #: name -> (bandwidth_Bps, latency_s)
 LINKS = {"1GbE": (125e6, 50e-6), "10GbE": (1.25e9, 20e-6), "IB-EDR": (12.5e9, 1e-6)}
@@ -145,7 +145,7 @@ LABELS = {"var2": "variance α=2", "strom": "strom τ=0.01", "qsgd": "qsgd s=4",
 
 
 class FakeTrace:
-    """The attributes of traces.io.Trace that reports read."""
+    """The attributes of vgcsim.traces.io.Trace that reports read."""
 
     def __init__(self, name: str, compressor: str, density: float) -> None:
         self.name = name

@@ -28,9 +28,9 @@ TTA_TARGETS = (None, 0.85)
 
 def compute() -> dict[str, pd.DataFrame]:
     """Every result-derived report table of the committed results."""
-    from reports import tables
-    from reports.render import load_inputs
-    from traces.io import read_trace
+    from vgcsim.reports import tables
+    from vgcsim.reports.render import load_inputs
+    from vgcsim.traces.io import read_trace
 
     inputs = load_inputs([p.parent for p in RESULTS])
     res, labels = inputs.results, inputs.labels

@@ -13,9 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from reports_golden import GOLDEN, RESULTS, ROOT, TRACE, compute
-
-from reports import tables
-from traces.io import read_trace
+from vgcsim.reports import tables
+from vgcsim.traces.io import read_trace
 
 
 def _roundtrip(df: pd.DataFrame) -> pd.DataFrame:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-
-from reports import tables
-from reports.paper import PAPER_TABLE1, paper_frame, paper_key
+from vgcsim.reports import tables
+from vgcsim.reports.paper import PAPER_TABLE1, paper_frame, paper_key
 
 
 @pytest.mark.parametrize(
@@ -32,7 +31,7 @@ def test_paper_key(compressor, params, key):
 
 def test_grid_methods_match_their_paper_rows():
     """The grid script labels its methods; the report matches traces by paper_key: they agree."""
-    grid = pytest.importorskip("traces.training.paper_grid")
+    grid = pytest.importorskip("vgcsim.traces.training.paper_grid")
     matched = 0
     for method in grid.METHODS:
         key = paper_key(method.compressor, dict(method.params))

@@ -7,8 +7,7 @@ import re
 import pandas as pd
 import pytest
 from report_data import LABELS, FakeTrace, build_results
-
-from reports import render
+from vgcsim.reports import render
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traces.cluster import DEVICE_PRESETS, ClusterSpec, LinkSpec
+from vgcsim.core.cluster import DEVICE_PRESETS, ClusterSpec, LinkSpec
 
 BW = 1.25e9  # 10 Gb/s in bytes/s
 LAT = 5e-6

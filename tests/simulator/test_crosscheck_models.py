@@ -1,7 +1,7 @@
 """CROSS-CHECK simulator vs models: this test imports both packages on purpose.
 
 On a non-blocking star (no contention, rendezvous messages so rounds stay lock-step) the
-message-level simulation must equal every closed form of ``models.collectives`` within 0.1 %,
+message-level simulation must equal every closed form of ``vgcsim.models.collectives`` within 0.1 %,
 for P a power of two and not, equal and uneven sizes (uneven where the lock-step closed form
 is exact; see tests/simulator/test_collectives.py for why).
 """
@@ -11,13 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-models_collectives = pytest.importorskip("models.collectives")
+models_collectives = pytest.importorskip("vgcsim.models.collectives")
 
 from simhelpers import cluster  # noqa: E402
-
-from simulator.collectives import COLLECTIVES, get_schedule, unit_sizes  # noqa: E402
-from simulator.engine import Phase, run_message  # noqa: E402
-from simulator.topology import build_topology  # noqa: E402
+from vgcsim.simulator.collectives import COLLECTIVES, get_schedule, unit_sizes  # noqa: E402
+from vgcsim.simulator.engine import Phase, run_message  # noqa: E402
+from vgcsim.simulator.topology import build_topology  # noqa: E402
 
 GAMMA = 2e-10
 N = 4e6
@@ -96,10 +95,11 @@ def test_transport_efficiency_is_applied_alike(key, topology):
 def test_replay_of_the_sample_trace_matches_predict(allreduce, allgatherv):
     from pathlib import Path
 
-    predict = pytest.importorskip("models.predict")
-    from simulator.replay import SimulateConfig, simulate_trace
-    from traces.cluster import load_cluster
-    from traces.io import read_trace
+    predict = pytest.importorskip("vgcsim.models.predict")
+    from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+    from vgcsim.traces.io import read_trace
+
+    from vgcsim.core.cluster import load_cluster
 
     path = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
     if not path.is_dir():
@@ -141,9 +141,10 @@ def test_synthetic_resnet50_star_simulate_equals_predict(
     size exchange, dense fp32/bf16/fp16 and compressed rows alike."""
     import dataclasses
 
-    from models.predict import PredictOptions, predict_trace
-    from simulator.replay import SimulateConfig, simulate_trace
-    from traces.cluster import get_cluster
+    from vgcsim.models.predict import PredictOptions, predict_trace
+    from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+
+    from vgcsim.core.cluster import get_cluster
 
     cl = dataclasses.replace(get_cluster("10GbE"), compute=mode)
     sizes = (2, 16, 128)
@@ -162,8 +163,8 @@ def test_synthetic_resnet50_star_simulate_equals_predict(
 
 @pytest.fixture(scope="module")
 def r50_trace(tmp_path_factory):
-    from traces.io import read_trace
-    from traces.synth import SynthConfig, synth_trace
+    from vgcsim.traces.io import read_trace
+    from vgcsim.traces.synth import SynthConfig, synth_trace
 
     out = tmp_path_factory.mktemp("r50") / "r50"
     cfg = SynthConfig(layers="resnet50", workers=4, steps=2, target_ratio=100.0)
@@ -176,10 +177,11 @@ def test_overlapped_replay_matches_predict(overlap):
     codec work (one stream per device) is the closed form's, so they agree without contention."""
     from pathlib import Path
 
-    predict = pytest.importorskip("models.predict")
-    from simulator.replay import SimulateConfig, simulate_trace
-    from traces.cluster import load_cluster
-    from traces.io import read_trace
+    predict = pytest.importorskip("vgcsim.models.predict")
+    from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+    from vgcsim.traces.io import read_trace
+
+    from vgcsim.core.cluster import load_cluster
 
     trace = read_trace(Path(__file__).resolve().parents[1] / "data" / "sample_trace")
     cl = load_cluster("10GbE")
@@ -202,7 +204,7 @@ def test_overlapped_replay_matches_predict(overlap):
 def test_graph_links_take_efficiency_or_framing():
     import dataclasses
 
-    from traces.errors import ConfigError
+    from vgcsim.core.errors import ConfigError
 
     def graph(**extra):
         links = [{"a": "x", "b": "y", "bandwidth": "8Gbps", "latency": "1us", **extra}]

@@ -17,12 +17,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from simhelpers import BW, cluster
-
-from simulator.collectives import COLLECTIVES, get_schedule, unit_sizes
-from simulator.engine import Phase, contention_free, run_fast, run_message
-from simulator.replay import SimulateConfig, simulate_trace
-from simulator.topology import build_topology
-from traces.io import read_trace
+from vgcsim.simulator.collectives import COLLECTIVES, get_schedule, unit_sizes
+from vgcsim.simulator.engine import Phase, contention_free, run_fast, run_message
+from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+from vgcsim.simulator.topology import build_topology
+from vgcsim.traces.io import read_trace
 
 P = 8
 N = 4e6

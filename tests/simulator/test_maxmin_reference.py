@@ -19,9 +19,8 @@ import numpy as np
 import pytest
 import simpy
 from simhelpers import BW, cluster
-
-from simulator.network import make_network
-from simulator.topology import build_topology
+from vgcsim.simulator.network import make_network
+from vgcsim.simulator.topology import build_topology
 
 N = 1e6  # bytes
 

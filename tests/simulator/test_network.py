@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import simpy
 from simhelpers import BW, LAT, cluster
+from vgcsim.simulator.network import Comm, LinkMonitor, make_network
+from vgcsim.simulator.topology import build_topology
 
-from simulator.network import Comm, LinkMonitor, make_network
-from simulator.topology import build_topology
-from traces.errors import UnknownNameError
+from vgcsim.core.errors import UnknownNameError
 
 N = 1e6  # bytes
 

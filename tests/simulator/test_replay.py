@@ -9,16 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 from simhelpers import cluster as _cluster
+from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+from vgcsim.simulator.timeline import chrome_trace
+from vgcsim.traces.io import read_trace
+from vgcsim.traces.synth import SynthConfig, synth_trace
 
-from simulator.replay import SimulateConfig, simulate_trace
-from simulator.timeline import chrome_trace
-from traces.cluster import load_cluster
-from traces.errors import ConfigError, UnknownNameError
-from traces.io import read_trace
-from traces.results import read_results
-from traces.schema import RESULT_COLUMNS
-from traces.synth import SynthConfig, synth_trace
 from vgcsim.cli import main
+from vgcsim.core.cluster import load_cluster
+from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.core.results import RESULT_COLUMNS, read_results
 
 LABELS = {"dense", "dense/bf16", "dense/fp16", "compressed"}
 

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from simulator.collectives import COLLECTIVES, get_schedule
+from vgcsim.simulator.collectives import COLLECTIVES, get_schedule
 
 WORLD_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 16)
 ALLGATHERV = sorted(k for k in COLLECTIVES if k.startswith("allgatherv/"))

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from vgcsim.simulator.replay import SimulateConfig
+from vgcsim.simulator.sweep import SweepConfig, SweepFile, expand_factors, load_sweep, run_sweep
+from vgcsim.traces.synth import SynthConfig, synth_trace
 
-from simulator.replay import SimulateConfig
-from simulator.sweep import SweepConfig, SweepFile, expand_factors, load_sweep, run_sweep
-from traces.errors import ConfigError, UnknownNameError
-from traces.results import read_results
-from traces.synth import SynthConfig, synth_trace
 from vgcsim.cli import main
+from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.core.results import read_results
 
 
 @pytest.fixture(scope="module")

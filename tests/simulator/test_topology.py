@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from simhelpers import BW, LAT, cluster
+from vgcsim.simulator.topology import TOPOLOGIES, build_topology, parse_topology
 
-from simulator.topology import TOPOLOGIES, build_topology, parse_topology
-from traces.cluster import LinkSpec
-from traces.errors import ConfigError, TopologyError, UnknownNameError
+from vgcsim.core.cluster import LinkSpec
+from vgcsim.core.errors import ConfigError, TopologyError, UnknownNameError
 
 
 def test_star_routes_cross_two_channels_full_duplex():

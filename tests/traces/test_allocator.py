@@ -7,8 +7,7 @@ import subprocess
 import sys
 
 import pytest
-
-from traces.training import allocator
+from vgcsim.traces.training import allocator
 
 
 @pytest.mark.skipif(
@@ -17,7 +16,7 @@ from traces.training import allocator
 def test_glibc_accepts_the_settings_once():
     # In a fresh interpreter, so the result does not depend on what other tests ran.
     code = (
-        "from traces.training import allocator as a; "
+        "from vgcsim.traces.training import allocator as a; "
         "print(a.keep_freed_memory(), a.keep_freed_memory(), a._applied)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

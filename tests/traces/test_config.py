@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from traces.config import apply_overrides, config_from_dict, load_toml, to_dict, valid_keys
-from traces.errors import ConfigError
+from vgcsim.core.config import apply_overrides, config_from_dict, load_toml, to_dict, valid_keys
+from vgcsim.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

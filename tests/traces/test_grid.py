@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from vgcsim.traces.training import paper_grid, speed
+from vgcsim.traces.training.record_config import RecordConfig
 
-from traces.config import apply_overrides
-from traces.training import paper_grid, speed
-from traces.training.record_config import RecordConfig
+from vgcsim.core.config import apply_overrides
 
 TINY = [
     "data.name=synthetic",

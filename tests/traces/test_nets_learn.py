@@ -2,19 +2,19 @@
 
 vgg_like used to stay at chance on both: its 1×1 feature maps were GroupNorm-ed one channel
 per group, which outputs zeros. The nets now size their GroupNorm groups from the map they
-normalise (``traces.training.nets.norm_groups``).
+normalise (``vgcsim.traces.training.nets.norm_groups``).
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from vgcsim.traces.io import read_trace
+from vgcsim.traces.training.nets import MIN_GROUP_ELEMENTS, build_net, norm_groups
+from vgcsim.traces.training.record import RecordConfig, record
+from vgcsim.traces.validate import validate_trace
 
-from traces.config import apply_overrides
-from traces.io import read_trace
-from traces.training.nets import MIN_GROUP_ELEMENTS, build_net, norm_groups
-from traces.training.record import RecordConfig, record
-from traces.validate import validate_trace
+from vgcsim.core.config import apply_overrides
 
 
 def _group_sizes(net: torch.nn.Module, shape: tuple[int, ...]) -> list[int]:

@@ -12,16 +12,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from vgcsim.traces.io import read_trace
+from vgcsim.traces.synth import vgg_like_layers
+from vgcsim.traces.training.datasets import load_dataset
+from vgcsim.traces.training.nets import build_net
+from vgcsim.traces.training.record import RecordConfig, check_config, record
+from vgcsim.traces.validate import validate_trace
 
-from traces.config import apply_overrides
-from traces.errors import ConfigError, TrainingDivergedError, UnknownNameError
-from traces.io import read_trace
-from traces.synth import vgg_like_layers
-from traces.training.datasets import load_dataset
-from traces.training.nets import build_net
-from traces.training.record import RecordConfig, check_config, record
-from traces.validate import validate_trace
 from vgcsim.cli import main
+from vgcsim.core.config import apply_overrides
+from vgcsim.core.errors import ConfigError, TrainingDivergedError, UnknownNameError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,7 +85,7 @@ def test_dense_sends_everything_and_learns(tmp_path):
 
 
 def test_separate_pass_matches_batched(tmp_path):
-    from traces.training.record import _gradients
+    from vgcsim.traces.training.record import _gradients
 
     cfg = tiny()
     data = load_dataset("synthetic")

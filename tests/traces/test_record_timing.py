@@ -8,15 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from vgcsim.traces import schema
+from vgcsim.traces.io import read_trace
+from vgcsim.traces.training import loop
+from vgcsim.traces.training.record import RecordConfig, record
+from vgcsim.traces.validate import validate_trace
 
-from traces import schema
-from traces.config import apply_overrides
-from traces.errors import TraceError
-from traces.io import read_trace
-from traces.training import loop
-from traces.training.record import RecordConfig, record
-from traces.validate import validate_trace
 from vgcsim.cli import main
+from vgcsim.core.config import apply_overrides
+from vgcsim.core.errors import TraceError
 
 SETTINGS = [
     "data.name=synthetic",

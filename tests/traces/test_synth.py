@@ -6,11 +6,17 @@ import json
 
 import numpy as np
 import pytest
+from vgcsim.traces.io import read_trace
+from vgcsim.traces.synth import (
+    SynthConfig,
+    load_layers,
+    resnet50_layers,
+    synth_trace,
+    vgg_like_layers,
+)
+from vgcsim.traces.validate import compression_ratios, validate_trace
 
-from traces.errors import ConfigError, UnknownNameError
-from traces.io import read_trace
-from traces.synth import SynthConfig, load_layers, resnet50_layers, synth_trace, vgg_like_layers
-from traces.validate import compression_ratios, validate_trace
+from vgcsim.core.errors import ConfigError, UnknownNameError
 
 
 def test_resnet50_layer_list_matches_torchvision_counts():

@@ -1,6 +1,6 @@
 """``trace validate`` size formulas and messages, and ``trace info`` numbers, by hand.
 
-The size formulas are the wire formats of ``traces.compression.encoders`` written out
+The size formulas are the wire formats of ``vgcsim.traces.compression.encoders`` written out
 (u32 layer + u32 count (+ f32 scale) header = 64 (96) bits; values as 4-bit codes or fp32):
 
     packed32   exactly 96 + 32·sent  (+ 32 per 2^28-element chunk when a layer has several)
@@ -23,10 +23,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-
-from traces.errors import TraceError
-from traces.io import Trace, read_trace
-from traces.validate import (
+from vgcsim.traces.io import Trace, read_trace
+from vgcsim.traces.validate import (
     ENCODING_BOUNDS,
     check_trace,
     compression_ratios,
@@ -35,6 +33,8 @@ from traces.validate import (
     trace_info,
     validate_trace,
 )
+
+from vgcsim.core.errors import TraceError
 
 SAMPLE = "tests/data/sample_trace"
 

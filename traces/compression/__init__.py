@@ -5,16 +5,16 @@ Public surface::
     COMPRESSORS, get_compressor(name, **params) -> Compressor
     ENCODINGS, SPARSE_ENCODINGS, DENSE_ENCODINGS, QSGD_ENCODINGS
     Compressor, Payload
-    traces.compression.variance: ESTIMATORS, worker_gradients(...) -> WorkerGrads
+    vgcsim.traces.compression.variance: ESTIMATORS, worker_gradients(...) -> WorkerGrads
 
 A "layer" is one trainable parameter tensor, in ``model.named_parameters()`` order.
 """
 
 from __future__ import annotations
 
-from traces.compression.base import Compressor, Payload
-from traces.compression.compressors import COMPRESSORS, get_compressor
-from traces.compression.encoders import (
+from vgcsim.traces.compression.base import Compressor, Payload
+from vgcsim.traces.compression.compressors import COMPRESSORS, get_compressor
+from vgcsim.traces.compression.encoders import (
     DENSE_ENCODINGS,
     ENCODINGS,
     QSGD_ENCODINGS,

@@ -19,10 +19,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from vgcsim.traces.compression.encoders import ENCODINGS
+from vgcsim.traces.compression.messages import DenseMessage, QSGDMessage, SparseMessage
 
-from traces.compression.encoders import ENCODINGS
-from traces.compression.messages import DenseMessage, QSGDMessage, SparseMessage
-from traces.errors import ConfigError
+from vgcsim.core.errors import ConfigError
 
 Message = SparseMessage | DenseMessage | QSGDMessage
 

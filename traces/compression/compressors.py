@@ -1,7 +1,7 @@
 """The compressors: dense, the paper's variance-based method, and its baselines.
 
 Each compressor maps one worker's mean minibatch gradient for one layer (1-D fp32), plus
-its explicit per-(worker, layer) state, to a :class:`~traces.compression.base.Payload`.
+its explicit per-(worker, layer) state, to a :class:`~vgcsim.traces.compression.base.Payload`.
 Error-feedback compressors (Strom, top-k, and the variance/hybrid compressors with
 ``after_send="error_feedback"``) keep what they did not send and the quantization error of
 what they did in a residual ``r``, so Σ decoded + r == Σ inputs element by element. The
@@ -22,16 +22,21 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-from traces.compression.base import Compressor, Payload, check_grad, make_payload
-from traces.compression.encoders import (
+from vgcsim.traces.compression.base import Compressor, Payload, check_grad, make_payload
+from vgcsim.traces.compression.encoders import (
     DENSE_ENCODINGS,
     QSGD_ENCODINGS,
     SPARSE_ENCODINGS,
 )
-from traces.compression.messages import CODE_SIGN_BIT, DenseMessage, QSGDMessage, SparseMessage
-from traces.compression.quantize import ROUNDINGS, SCALES, quantize_log4
-from traces.errors import ConfigError, unknown_name
+from vgcsim.traces.compression.messages import (
+    CODE_SIGN_BIT,
+    DenseMessage,
+    QSGDMessage,
+    SparseMessage,
+)
+from vgcsim.traces.compression.quantize import ROUNDINGS, SCALES, quantize_log4
+
+from vgcsim.core.errors import ConfigError, unknown_name
 
 VALUE_FORMATS = ("code4", "fp32")
 VARIANCE_READINGS = ("sqsum", "centered")

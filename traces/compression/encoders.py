@@ -43,9 +43,8 @@ import struct
 from typing import Any
 
 import numpy as np
-
-from traces.compression import bitstream
-from traces.compression.messages import (
+from vgcsim.traces.compression import bitstream
+from vgcsim.traces.compression.messages import (
     DenseMessage,
     QSGDMessage,
     SparseMessage,

@@ -1,6 +1,6 @@
 """How much the fast squared-gradient estimator changes what the variance compressor sends.
 
-The fast estimator (``traces.compression.variance``) is exact for Linear layers, biases and
+The fast estimator (``vgcsim.traces.compression.variance``) is exact for Linear layers, biases and
 norm layers, and approximates Conv2d weights by summing squares over spatial positions
 within a sample. This module measures the effect of that approximation on the send
 decisions, not only on the squared sums:
@@ -18,7 +18,7 @@ recorded with ``estimator="exact"`` would do). Per layer it counts
 The two copies diverge after their first differing decision (a sent element is reset in
 one copy only), so ``decision_diff`` includes that knock-on effect, as a trace would.
 
-``python -m traces.compression.estimator_effect [--model small_cnn] [--width 1] [--steps 300]``
+``python -m vgcsim.traces.compression.estimator_effect [--model small_cnn] [--width 1] [--steps 300]``
 prints the per-layer table in markdown for mnist, W = 4 workers × 32, Adam (lr 1e-3,
 constant), the default variance compressor (α = 2), seeded minibatches.
 """
@@ -32,9 +32,8 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 import torch
 from torch import nn
-
-from traces.compression.base import Compressor
-from traces.compression.variance import LossFn, worker_gradients
+from vgcsim.traces.compression.base import Compressor
+from vgcsim.traces.compression.variance import LossFn, worker_gradients
 
 
 def send_decision_gap(
@@ -172,9 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # The nets and datasets of `vgcsim record`; imported here so that the library part of
     # this module depends on compression code only.
-    from traces.compression import get_compressor
-    from traces.training.datasets import load_dataset
-    from traces.training.nets import build_net
+    from vgcsim.traces.compression import get_compressor
+    from vgcsim.traces.training.datasets import load_dataset
+    from vgcsim.traces.training.nets import build_net
 
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)

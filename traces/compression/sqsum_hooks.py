@@ -1,7 +1,7 @@
 """Per-sample squared-gradient sums gathered by module hooks during the ordinary backward.
 
 The variance criterion needs, per element, Σ_z (∇f_z)² over this rank's samples z. The
-recorder computes them in its own batched pass (:func:`traces.compression.variance.
+recorder computes them in its own batched pass (:func:`vgcsim.traces.compression.variance.
 worker_gradients`); a training job with a DDP communication hook already runs one forward
 and one backward per step, and :class:`SqsumHooks` gathers the same sums from that pass:
 
@@ -12,7 +12,7 @@ and one backward per step, and :class:`SqsumHooks` gathers the same sums from th
   their bucket to the communication hook), and adds the layer's squared sums into
   :attr:`SqsumHooks.sums`.
 
-The per-layer arithmetic is the recorder's, imported from :mod:`traces.compression.variance`
+The per-layer arithmetic is the recorder's, imported from :mod:`vgcsim.traces.compression.variance`
 (``_module_grads`` for the ``"fast"`` estimator and for biases and norm parameters). The
 ``"exact"`` estimator replaces the two approximated cases of ``"fast"`` by per-sample weight
 gradients from the same ``a`` and ``δ`` (Conv2d through ``unfold``; Linear with extra
@@ -37,8 +37,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from traces.compression.variance import (
+from vgcsim.traces.compression.variance import (
     _HOOKED,
     _TORCH_DTYPES,
     ESTIMATORS,
@@ -48,7 +47,8 @@ from traces.compression.variance import (
     _unsupported_modules,
     resolve_sq_dtype,
 )
-from traces.errors import ConfigError, unknown_name
+
+from vgcsim.core.errors import ConfigError, unknown_name
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class SqsumHooks:
     """Module hooks that sum Σ_z (∇f_z)² per trainable parameter during backward passes.
 
     ``estimator`` is ``"fast"`` or ``"exact"`` (module docstring); ``sq_dtype`` the fast
-    Conv2d precision (:func:`traces.compression.variance.resolve_sq_dtype`). Layer ``i`` is
+    Conv2d precision (:func:`vgcsim.traces.compression.variance.resolve_sq_dtype`). Layer ``i`` is
     the i-th trainable parameter in ``named_parameters()`` order, as everywhere in vgcsim.
     """
 

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from traces.errors import ConfigError, unknown_name
+from vgcsim.core.errors import ConfigError, unknown_name
 
 log = logging.getLogger(__name__)
 

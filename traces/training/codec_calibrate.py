@@ -1,7 +1,7 @@
 """``vgcsim calibrate --codec``: measure a device's streaming bandwidth and launch overhead with
 real torch kernels, and write them as the ``[device]`` entry of a cluster file.
 
-The device cost model (:mod:`traces.devicecost`) prices compression, decoding, casts and the
+The device cost model (:mod:`vgcsim.traces.devicecost`) prices compression, decoding, casts and the
 optimizer step as ``bytes / (memory_bandwidth × memory_efficiency) + launches × launch_overhead``.
 This module measures the two figures on the device that will run them:
 
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from traces.errors import ConfigError
+from vgcsim.core.errors import ConfigError
 
 __all__ = ["CodecCalibration", "measure_device", "resolve_device", "write_device_entry"]
 
@@ -192,7 +192,7 @@ def write_device_entry(
     """Write ``cal`` as the ``[device]`` table of the cluster file ``path``: replace the device
     of an existing file (keeping everything else), or start a new one on the 10GbE preset.
     ``preset`` supplies the device's peak FLOP/s and compute efficiency."""
-    from traces.cluster import get_device, load_cluster
+    from vgcsim.core.cluster import get_device, load_cluster
 
     base = get_device(preset)
     label = name or f"{base.name}-measured"

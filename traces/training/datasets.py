@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from traces.errors import ConfigError, unknown_name
+from vgcsim.core.errors import ConfigError, unknown_name
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Recording a trace from a real multi-process run on torch.distributed.
 
-The same training loop as :func:`traces.training.record.record`
-(:func:`traces.training.loop.train`), but each of the W workers is a real process (a rank,
+The same training loop as :func:`vgcsim.traces.training.record.record`
+(:func:`vgcsim.traces.training.loop.train`), but each of the W workers is a real process (a rank,
 :class:`RankWorkers`) and the compressed payloads cross a real network:
 
 * every rank builds the same model from the same seed and walks the same seeded sampler, then
@@ -9,7 +9,7 @@ The same training loop as :func:`traces.training.record.record`
 * each rank computes its shard's gradient and squared-gradient sums
   (``worker_gradients(..., workers=1)``), compresses with its own state, and exchanges the
   encoded bytes with a real allgatherv (``dense``: an all_reduce), see
-  :mod:`traces.training.distributed_hook`;
+  :mod:`vgcsim.traces.training.distributed_hook`;
 * rank 0 gathers every rank's counts and timings and writes the trace: the same schema as the
   emulated recorder, plus the steps column ``comm_s`` — the measured seconds of the exchange's
   collective, the slowest rank's (ranks wait at a barrier first, so it is the collective alone).
@@ -25,7 +25,7 @@ from the emulation's single generator; deterministic compressors reproduce the e
 Run it locally with ``vgcsim record --backend gloo --nprocs N`` (or
 :func:`run_distributed_record`), or on a cluster with torchrun::
 
-    torchrun --nnodes 2 --nproc-per-node 4 ... -m traces.training.distributed \\
+    torchrun --nnodes 2 --nproc-per-node 4 ... -m vgcsim.traces.training.distributed \\
         --config record.toml -o runs/x --backend nccl
 """
 
@@ -40,11 +40,11 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from traces.errors import ConfigError, TraceError, TrainingDivergedError, VgcsimError
+from vgcsim.core.errors import ConfigError, TraceError, TrainingDivergedError, VgcsimError
 
 log = logging.getLogger(__name__)
 
-#: Step columns this recorder adds to :data:`traces.schema.STEP_COLUMNS`.
+#: Step columns this recorder adds to :data:`vgcsim.traces.schema.STEP_COLUMNS`.
 EXTRA_STEP_COLUMNS = ("comm_s", "decode_s")
 
 
@@ -60,12 +60,13 @@ def run_distributed_record(
     """Record ``cfg`` with ``nprocs`` local processes (one worker each) and return the run dir.
 
     ``cfg.workers`` is replaced by ``nprocs``. Raises :class:`ConfigError` for bad input before
-    any process starts, and :class:`~traces.training.distributed_launch.DistributedRunError`
+    any process starts, and :class:`~vgcsim.traces.training.distributed_launch.DistributedRunError`
     when a rank fails (its message carries that rank's last output lines).
     """
-    from traces.config import to_dict
-    from traces.training.distributed_launch import check_backend, launch_local
-    from traces.training.record import check_config
+    from vgcsim.traces.training.distributed_launch import check_backend, launch_local
+    from vgcsim.traces.training.record import check_config
+
+    from vgcsim.core.config import to_dict
 
     if nprocs < 1:
         raise ConfigError(f"--nprocs must be >= 1, got {nprocs}")
@@ -93,16 +94,15 @@ def run_distributed_record(
 
 
 class RankWorkers:
-    """This rank is one worker (implements :class:`traces.training.loop.Workers`): it keeps its
+    """This rank is one worker (implements :class:`vgcsim.traces.training.loop.Workers`): it keeps its
     own slice of each step's minibatch, computes its gradient and squared-gradient sums
     (``worker_gradients(..., workers=1)``) on its device, and exchanges the compressed
-    gradients through :func:`traces.training.distributed_hook.sync_gradients`."""
+    gradients through :func:`vgcsim.traces.training.distributed_hook.sync_gradients`."""
 
     def __init__(self, backend: str) -> None:
         import torch
         import torch.distributed as dist
-
-        from traces.training.distributed_launch import device_for
+        from vgcsim.traces.training.distributed_launch import device_for
 
         self.backend = backend
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
@@ -112,8 +112,7 @@ class RankWorkers:
 
     def load_data(self, cfg):
         import torch.distributed as dist
-
-        from traces.training.datasets import load_dataset
+        from vgcsim.traces.training.datasets import load_dataset
 
         # Rank 0 loads first (and downloads, where a dataset may); the others then read it.
         if self.rank != 0:
@@ -131,8 +130,7 @@ class RankWorkers:
 
     def start(self, cfg, model, compressor, header: dict) -> None:
         import torch
-
-        from traces.training.distributed_hook import VGCState
+        from vgcsim.traces.training.distributed_hook import VGCState
 
         self.cfg, self.model = cfg, model
         header["distributed"] = {
@@ -157,8 +155,8 @@ class RankWorkers:
         return indices[self.rank * b : (self.rank + 1) * b]
 
     def gradients(self, model, x, y, estimator):
-        from traces.compression.variance import worker_gradients
-        from traces.training.loop import per_sample_loss
+        from vgcsim.traces.compression.variance import worker_gradients
+        from vgcsim.traces.training.loop import per_sample_loss
 
         return worker_gradients(
             model, per_sample_loss, x, y, 1, estimator, sq_dtype=self.cfg.sq_dtype
@@ -175,8 +173,7 @@ class RankWorkers:
     def exchange(self, step: int, wg, params: list) -> dict:
         import torch
         import torch.distributed as dist
-
-        from traces.training.distributed_hook import sync_gradients
+        from vgcsim.traces.training.distributed_hook import sync_gradients
 
         for p, g in zip(params, wg.grads, strict=True):
             p.grad = g[0].clone()
@@ -207,11 +204,11 @@ class RankWorkers:
 
 def record_rank(cfg, out_dir: Path, *, backend: str, overwrite: bool = False) -> Path | None:
     """The per-rank recording (every rank calls it inside an initialised process group): the
-    shared loop :func:`traces.training.loop.train` with this rank as one worker.
+    shared loop :func:`vgcsim.traces.training.loop.train` with this rank as one worker.
 
     Rank 0 writes the trace and returns its path; other ranks return None.
     """
-    from traces.training.loop import train
+    from vgcsim.traces.training.loop import train
 
     return train(cfg, RankWorkers(backend), out_dir, overwrite=overwrite)
 
@@ -221,7 +218,7 @@ def record_rank(cfg, out_dir: Path, *, backend: str, overwrite: bool = False) ->
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m traces.training.distributed",
+        prog="python -m vgcsim.traces.training.distributed",
         description=(
             "One rank of a distributed trace recording (start it with torchrun, or use "
             "`vgcsim record --backend gloo --nprocs N`). Rank 0 writes the trace."
@@ -237,8 +234,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _load_config(path: Path | None, overrides: list[str]):
-    from traces.config import apply_overrides, config_from_dict, load_toml
-    from traces.training.record_config import RecordConfig
+    from vgcsim.traces.training.record_config import RecordConfig
+
+    from vgcsim.core.config import apply_overrides, config_from_dict, load_toml
 
     if path is None:
         cfg = RecordConfig()
@@ -255,7 +253,7 @@ def _load_config(path: Path | None, overrides: list[str]):
 def main(argv: Sequence[str] | None = None) -> int:
     """torchrun entry: join the process group, record, leave. Exit 2 on a user error."""
 
-    from traces.training.distributed_launch import init_process_group, leave_process_group
+    from vgcsim.traces.training.distributed_launch import init_process_group, leave_process_group
 
     args = _parse_args(argv)
     logging.basicConfig(
@@ -283,6 +281,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from traces.training.distributed_launch import exit_rank
+    from vgcsim.traces.training.distributed_launch import exit_rank
 
     exit_rank(main())

@@ -1,7 +1,7 @@
 """Link calibration: time real messages and collectives over a size sweep and fit α, β, γ.
 
 Each rank runs the same sweep (a torchrun-compatible entry point:
-``python -m traces.training.distributed_calibrate --backend gloo -o measurements.json``, or
+``python -m vgcsim.traces.training.distributed_calibrate --backend gloo -o measurements.json``, or
 ``vgcsim calibrate``, which also fits); rank 0 writes the measurements. Timed on every rank
 after a barrier (a repetition's time is the slowest rank's):
 
@@ -12,7 +12,7 @@ after a barrier (a repetition's time is the slowest rank's):
 * ring allreduce of ``n`` bytes on ``P`` ranks:
   ``t = 2(P−1)·α + 2(P−1)/P·n·β + (P−1)/P·n·γ``
 * ring allgather of ``m`` bytes per rank: ``t = (P−1)·α + (P−1)·m·β``
-* vgcsim's allgatherv of ``m`` bytes per rank (:mod:`traces.training.distributed_allgatherv`:
+* vgcsim's allgatherv of ``m`` bytes per rank (:mod:`vgcsim.traces.training.distributed_allgatherv`:
   an all_gather of one int64 length, then the payload all_gather; on gloo the
   ``allgatherv/padded`` model): ``t = 2(P−1)·α + (P−1)·(m + 8)·β``
 
@@ -70,7 +70,7 @@ from pathlib import Path
 
 import numpy as np
 
-from traces.errors import ConfigError, VgcsimError, unknown_name
+from vgcsim.core.errors import ConfigError, VgcsimError, unknown_name
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def parse_sizes(text: str) -> tuple[tuple[int, ...], tuple[int, int] | None]:
     Returns the sizes and, for a range, its bounds (a refit keeps every measured size inside
     them).
     """
-    from traces.units import parse_size_bytes
+    from vgcsim.core.units import parse_size_bytes
 
     def one(v: str) -> int:
         try:
@@ -218,7 +218,7 @@ def _time_op(
         dist.all_reduce(buf)
         return time.perf_counter() - t0
     if op == "allgatherv":
-        from traces.training.distributed_allgatherv import allgatherv_segments
+        from vgcsim.traces.training.distributed_allgatherv import allgatherv_segments
 
         payload = bytes(size_bytes)
         dist.barrier()
@@ -688,7 +688,7 @@ def plot_fit(table: list[dict], ax=None):
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m traces.training.distributed_calibrate",
+        prog="python -m vgcsim.traces.training.distributed_calibrate",
         description="One rank of the link calibration sweep (run under torchrun or vgcsim calibrate).",
     )
     p.add_argument("--backend", default="gloo")
@@ -727,7 +727,7 @@ def run_rank(cfg: CalibrateConfig, output: Path, iface: str | None = None) -> in
     ``output``. Returns this rank's number."""
     import os
 
-    from traces.training.distributed_launch import (
+    from vgcsim.traces.training.distributed_launch import (
         device_for,
         init_process_group,
         leave_process_group,
@@ -764,6 +764,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from traces.training.distributed_launch import exit_rank
+    from vgcsim.traces.training.distributed_launch import exit_rank
 
     exit_rank(main())

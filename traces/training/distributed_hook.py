@@ -5,7 +5,7 @@ Both paths do the same per-rank work, the real counterpart of the emulated excha
 1. each rank compresses its own gradient of every layer with a vgcsim compressor (error
    feedback and variance state kept per layer in :class:`VGCState`);
 2. the encoded buffers (``Payload.data``, the primary encoding's real bytes) cross the
-   network in one real allgatherv (:mod:`traces.training.distributed_allgatherv`);
+   network in one real allgatherv (:mod:`vgcsim.traces.training.distributed_allgatherv`);
 3. every rank decodes every rank's payloads, sums them in rank order and divides by the
    world size, so all ranks hold the same averaged gradient.
 
@@ -17,7 +17,7 @@ Use :func:`register_vgc_hook` (or :func:`vgc_hook` with
 ``DistributedDataParallel.register_comm_hook``) or call :func:`sync_gradients` after
 ``loss.backward()`` in a plain loop (no DDP wrapper). With DDP, the squared-gradient sums
 that ``variance`` and ``hybrid`` need come from the ordinary backward pass
-(:mod:`traces.compression.sqsum_hooks`): a step is one forward and one backward. The public
+(:mod:`vgcsim.traces.compression.sqsum_hooks`): a step is one forward and one backward. The public
 import path is :mod:`vgcsim.ddp`.
 """
 
@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+from vgcsim.traces.compression import ENCODINGS
+from vgcsim.traces.compression.sqsum_hooks import SqsumHooks
+from vgcsim.traces.training.distributed_allgatherv import start_allgatherv_segments
 
-from traces.compression import ENCODINGS
-from traces.compression.sqsum_hooks import SqsumHooks
-from traces.errors import ConfigError
-from traces.training.distributed_allgatherv import start_allgatherv_segments
+from vgcsim.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class VGCState:
     Build it with :meth:`for_model` (or let :func:`register_vgc_hook` do it). Fields, what
     they mean and what they cost:
 
-    * ``compressor`` — any :class:`traces.compression.Compressor` (``get_compressor(name,
+    * ``compressor`` — any :class:`vgcsim.traces.compression.Compressor` (``get_compressor(name,
       **params)``); its own parameters (α, ζ for ``variance``; τ for ``strom``; bits and
       bucket size for ``qsgd``; ...) set how much is sent. One instance serves all layers.
       ``variance`` at ``alpha=0`` with ``values="fp32"`` sends every element exactly, which
@@ -89,7 +89,7 @@ class VGCState:
       batch of the DDP tutorial, a micro-batch when accumulating with ``no_sync``). Required
       by compressors with ``needs_sqsum``: the squared-gradient sums are scaled by
       ``1/batch_size²``; a wrong value silently changes what is sent, so there is no default.
-    * ``sqsum_hooks`` — :class:`traces.compression.sqsum_hooks.SqsumHooks` gathering
+    * ``sqsum_hooks`` — :class:`vgcsim.traces.compression.sqsum_hooks.SqsumHooks` gathering
       Σ_z (∇f_z)² during the ordinary backward (set by :meth:`attach` or
       :func:`register_vgc_hook`; ``estimator`` "fast" or "exact"). Cost: the fast
       estimator adds roughly one weight-gradient product per Linear/Conv2d to the backward;
@@ -178,7 +178,7 @@ class VGCState:
         """Gather the squared-gradient sums in ``model``'s own backward (module hooks).
 
         ``model`` is the module DDP wraps (``ddp_model.module``). Raises ConfigError when a
-        layer is unsupported (see :func:`traces.compression.sqsum_hooks.check_hookable`).
+        layer is unsupported (see :func:`vgcsim.traces.compression.sqsum_hooks.check_hookable`).
         """
         if self.sqsum_hooks is not None:
             self.sqsum_hooks.remove()
@@ -428,7 +428,7 @@ def register_vgc_hook(
 
     ``batch_size`` (samples per rank that the loss averages over) is required for ``variance``
     and ``hybrid``; ``estimator`` ("fast" or "exact") and ``sq_dtype`` choose how the sums
-    are computed (:mod:`traces.compression.sqsum_hooks`). Unsupported layers or a missing
+    are computed (:mod:`vgcsim.traces.compression.sqsum_hooks`). Unsupported layers or a missing
     ``batch_size`` raise ConfigError before any training step.
     """
     nccl = str(dist.get_backend(process_group)).lower() == "nccl"

@@ -1,6 +1,6 @@
 """Starting torch.distributed process groups: a local launcher and the torchrun environment.
 
-Every multi-process entry point in vgcsim (``python -m traces.training.distributed``, the
+Every multi-process entry point in vgcsim (``python -m vgcsim.traces.training.distributed``, the
 calibration benchmark) reads the environment variables ``torchrun`` sets: ``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` and ``GROUP_RANK`` (the
 node's index), so the same command runs under ``torchrun`` on a real cluster.
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from traces.errors import ConfigError, VgcsimError
+from vgcsim.core.errors import ConfigError, VgcsimError
 
 log = logging.getLogger(__name__)
 

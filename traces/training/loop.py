@@ -16,8 +16,8 @@ the net, optimizer and trace header, then per step
 What differs between one process emulating W workers and W real ranks — which samples a
 process trains on, how its gradients are computed, how the NaN verdict and the step's
 records are shared, and the exchange itself — sits behind :class:`Workers`:
-:class:`traces.training.record.EmulatedWorkers` and
-:class:`traces.training.distributed.RankWorkers`.
+:class:`vgcsim.traces.training.record.EmulatedWorkers` and
+:class:`vgcsim.traces.training.distributed.RankWorkers`.
 
 Timing columns (all wall-clock seconds; CUDA work is synchronised before a clock is read):
 
@@ -45,17 +45,17 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 from torch.nn import functional as F
+from vgcsim.traces import schema
+from vgcsim.traces.io import TraceWriter
+from vgcsim.traces.training.allocator import keep_freed_memory
+from vgcsim.traces.training.datasets import DATASETS, Dataset
+from vgcsim.traces.training.nets import NETS, build_net, flops_per_sample
+from vgcsim.traces.training.optim import build_optimizer
+from vgcsim.traces.training.record_config import DEVICES, GRADIENT_PASSES, RecordConfig
 
-from traces import schema
-from traces.config import to_dict
-from traces.errors import ConfigError, TrainingDivergedError, unknown_name
-from traces.io import TraceWriter
-from traces.provenance import git_commit, machine_info, package_versions
-from traces.training.allocator import keep_freed_memory
-from traces.training.datasets import DATASETS, Dataset
-from traces.training.nets import NETS, build_net, flops_per_sample
-from traces.training.optim import build_optimizer
-from traces.training.record_config import DEVICES, GRADIENT_PASSES, RecordConfig
+from vgcsim.core.config import to_dict
+from vgcsim.core.errors import ConfigError, TrainingDivergedError, unknown_name
+from vgcsim.core.provenance import git_commit, machine_info, package_versions
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +70,9 @@ SLOWEST_SECONDS = ("rank_compute_s", "optimizer_s", "comm_s")
 
 def check_config(cfg: RecordConfig) -> None:
     """Refuse unknown names and bad hyperparameters before any work starts."""
-    from traces.compression import get_compressor
-    from traces.compression.variance import ESTIMATORS, SQ_DTYPES
-    from traces.training.optim import OPTIMIZERS, SCHEDULES
+    from vgcsim.traces.compression import get_compressor
+    from vgcsim.traces.compression.variance import ESTIMATORS, SQ_DTYPES
+    from vgcsim.traces.training.optim import OPTIMIZERS, SCHEDULES
 
     checks = (
         ("dataset", cfg.data.name, DATASETS),
@@ -109,7 +109,7 @@ def resolve_config(cfg: RecordConfig) -> RecordConfig:
     """``cfg`` with its machine-dependent settings made explicit, as the trace header records
     them: ``sq_dtype="auto"`` → the precision this machine runs, ``device="auto"`` → cpu or
     cuda."""
-    from traces.compression.variance import resolve_sq_dtype
+    from vgcsim.traces.compression.variance import resolve_sq_dtype
 
     return dataclasses.replace(
         cfg, sq_dtype=resolve_sq_dtype(cfg.sq_dtype), device=resolve_device(cfg.device)
@@ -358,7 +358,7 @@ def _loop(
     progress: bool,
     overwrite: bool,
 ) -> Path | None:
-    from traces.compression import get_compressor
+    from vgcsim.traces.compression import get_compressor
 
     compressor = get_compressor(cfg.compressor.name, **cfg.compressor.params)
     params = list(model.parameters())

@@ -21,7 +21,7 @@ binds, so the paper's net is unchanged; the parameter list never depends on the 
   without bias + GroupNorm + ReLU, max-pool after each block (while the map is larger than
   1×1: mnist's 28×28 runs its last block at 1×1, digits' 8×8 its last two), then
   Linear(512, 512) → ReLU → Linear(512, classes). The original's BatchNorm and
-  dropout are replaced by GroupNorm and nothing. Layer list: ``traces.synth.vgg_like_layers``.
+  dropout are replaced by GroupNorm and nothing. Layer list: ``vgcsim.traces.synth.vgg_like_layers``.
 * ``resnet20``: CIFAR ResNet-20 (He et al. 2016, §4.2): conv3×3(16) then 3 stages × 3 basic
   blocks (16, 32, 64 channels, stride 2 between stages, 1×1 projection shortcuts),
   GroupNorm, global average pool, Linear(classes).
@@ -35,9 +35,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from torch.nn import functional as F
+from vgcsim.traces.synth import VGG_LIKE_BLOCKS
 
-from traces.errors import ConfigError, unknown_name
-from traces.synth import VGG_LIKE_BLOCKS
+from vgcsim.core.errors import ConfigError, unknown_name
 
 
 def _ch(c: int, width: float) -> int:

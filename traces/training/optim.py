@@ -13,9 +13,9 @@ import math
 from collections.abc import Callable, Iterable
 
 import torch
+from vgcsim.traces.training.record_config import OptimConfig
 
-from traces.errors import ConfigError, unknown_name
-from traces.training.record_config import OptimConfig
+from vgcsim.core.errors import ConfigError, unknown_name
 
 
 def _adam(params: Iterable[torch.nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimizer:

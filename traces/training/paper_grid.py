@@ -1,6 +1,6 @@
 """The paper's grid (Tsuzuku et al. 2018, Table 1) on our offline workload, as one script.
 
-``python -m traces.training.paper_grid [--steps N] [--out runs/paper_grid] [--set KEY=VALUE]
+``python -m vgcsim.traces.training.paper_grid [--steps N] [--out runs/paper_grid] [--set KEY=VALUE]
 [--methods LABEL,...] [--optimizers NAME,...] [--table docs/paper_grid.md]`` records every
 method of the grid with Adam and with momentum SGD, then writes a markdown table of final
 test accuracy, compression ratio (dense fp32 bits / sent bits under each trace's primary
@@ -30,14 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from vgcsim.traces import schema
+from vgcsim.traces.io import read_trace
+from vgcsim.traces.paper import PAPER_TABLE1
+from vgcsim.traces.training.record import RecordConfig, record
+from vgcsim.traces.validate import compression_ratios
 
-from traces import schema
-from traces.config import apply_overrides
-from traces.errors import TraceError, TrainingDivergedError, VgcsimError, unknown_name
-from traces.io import read_trace
-from traces.paper import PAPER_TABLE1
-from traces.training.record import RecordConfig, record
-from traces.validate import compression_ratios
+from vgcsim.core.config import apply_overrides
+from vgcsim.core.errors import TraceError, TrainingDivergedError, VgcsimError, unknown_name
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """Emulated data-parallel recording: ``record(config) -> Path`` trains and writes a trace.
 
-One process emulates W workers inside the shared loop (:func:`traces.training.loop.train`).
+One process emulates W workers inside the shared loop (:func:`vgcsim.traces.training.loop.train`).
 What :class:`EmulatedWorkers` does per step:
 
 1. every worker's B samples go through one batched pass
-   (``traces.compression.variance.worker_gradients``), yielding every worker's mean-loss
+   (``vgcsim.traces.compression.variance.worker_gradients``), yielding every worker's mean-loss
    gradient and, when the compressor needs it, Σ_z (∇f_z)² over its samples
    (``gradient_pass = "separate"`` runs W passes of B samples instead, for comparison);
    on ``device = "cuda"`` this pass runs on the GPU;
@@ -17,7 +17,7 @@ Columns ending in ``_s`` are wall-clock seconds; everything else is deterministi
 given config (same seed → identical tables). ``encode_s`` is measured by encoding the
 primary buffer once more, and ``compress_s`` is the compress call minus that; ``decode_s``
 is the decode + sum. The loop's own timing columns are described in
-:mod:`traces.training.loop`.
+:mod:`vgcsim.traces.training.loop`.
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from traces.training.datasets import Dataset, load_dataset
-from traces.training.loop import (
+from vgcsim.traces.training.datasets import Dataset, load_dataset
+from vgcsim.traces.training.loop import (
     WorkerSampler,
     build_header,
     check_config,
@@ -41,7 +40,7 @@ from traces.training.loop import (
     resolve_device,
     train,
 )
-from traces.training.record_config import GRADIENT_PASSES, RecordConfig
+from vgcsim.traces.training.record_config import GRADIENT_PASSES, RecordConfig
 
 __all__ = [
     "GRADIENT_PASSES",
@@ -61,7 +60,7 @@ _per_sample_loss = per_sample_loss
 
 
 def _gradients(model, x, y, cfg: RecordConfig, estimator: str | None):
-    from traces.compression.variance import WorkerGrads, worker_gradients
+    from vgcsim.traces.compression.variance import WorkerGrads, worker_gradients
 
     if cfg.gradient_pass == "batched":
         return worker_gradients(
@@ -95,7 +94,7 @@ def _gradients(model, x, y, cfg: RecordConfig, estimator: str | None):
 
 class EmulatedWorkers:
     """All W workers in this process (see the module docstring); implements
-    :class:`traces.training.loop.Workers`."""
+    :class:`vgcsim.traces.training.loop.Workers`."""
 
     rank = 0
 
@@ -113,7 +112,7 @@ class EmulatedWorkers:
         )
 
     def start(self, cfg: RecordConfig, model: torch.nn.Module, compressor, header: dict) -> None:
-        from traces.compression import ENCODINGS
+        from vgcsim.traces.compression import ENCODINGS
 
         self.cfg = cfg
         self.compressor = compressor

@@ -2,7 +2,7 @@
 
 Kept apart from the training loop so that the CLI can list and check keys without importing
 torch. Names (datasets, nets, optimizers, compressors) are checked against their registries
-by ``traces.training.record.check_config``.
+by ``vgcsim.traces.training.record.check_config``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Dataset (registry ``traces.training.datasets.DATASETS``) and where to find it."""
+    """Dataset (registry ``vgcsim.traces.training.datasets.DATASETS``) and where to find it."""
 
     name: str = "mnist"
     root: str | None = None
@@ -52,7 +52,7 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Network (registry ``traces.training.nets.NETS``); ``width`` scales channel counts."""
+    """Network (registry ``vgcsim.traces.training.nets.NETS``); ``width`` scales channel counts."""
 
     name: str = "small_cnn"
     width: float = 1.0
@@ -73,11 +73,11 @@ class RecordConfig:
 
     workers: W emulated workers; batch_size: samples per worker per step; estimator: the
     squared-gradient estimator when the compressor needs one ("exact" or "fast", see
-    ``traces.compression.variance``); sq_dtype: precision of the fast estimator's Conv2d
+    ``vgcsim.traces.compression.variance``); sq_dtype: precision of the fast estimator's Conv2d
     squared-sum convolution ("auto": bfloat16 on CPUs with native bf16 dot products, else
     float32; "float32"; "bfloat16"), resolved before recording so the header names what
     ran; gradient_pass: "batched" (one pass for all workers,
-    the faster one in ``python -m traces.training.speed``) or "separate" (W passes);
+    the faster one in ``python -m vgcsim.traces.training.speed``) or "separate" (W passes);
     threads: torch CPU threads while recording (1 by default: small nets gain little from
     more, and oversubscribed cores lose a lot; 0 keeps torch's default);
     device: where emulated workers run forward, backward and the estimator ("cpu",

@@ -1,6 +1,6 @@
 """Recording speed: one batched gradient pass vs W separate passes, and steps per second.
 
-``python -m traces.training.speed [--workers 4] [--batch-size 32] [--repeats 10] [--steps 40]``
+``python -m vgcsim.traces.training.speed [--workers 4] [--batch-size 32] [--repeats 10] [--steps 40]``
 prints one JSON object measured in one run on the default workload (or ``--set`` overrides):
 
 * ``pass_s``: median seconds of the per-worker gradient computation for every
@@ -21,12 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-
-from traces.config import apply_overrides
-from traces.training.allocator import keep_freed_memory
-from traces.training.datasets import load_dataset
-from traces.training.nets import build_net
-from traces.training.record import (
+from vgcsim.traces.training.allocator import keep_freed_memory
+from vgcsim.traces.training.datasets import load_dataset
+from vgcsim.traces.training.nets import build_net
+from vgcsim.traces.training.record import (
     GRADIENT_PASSES,
     RecordConfig,
     WorkerSampler,
@@ -34,6 +32,8 @@ from traces.training.record import (
     record,
     resolve_config,
 )
+
+from vgcsim.core.config import apply_overrides
 
 ESTIMATOR_CHOICES = ("none", "fast", "exact")
 

@@ -1,7 +1,7 @@
 """``vgcsim calibrate``: measure this network with real messages and collectives, fit the link,
 write a cluster file.
 
-Runs the size sweep of :mod:`traces.training.distributed_calibrate` and fits the α-β-γ link
+Runs the size sweep of :mod:`vgcsim.traces.training.distributed_calibrate` and fits the α-β-γ link
 (latency from small messages, bandwidth from large ones), prints the fit error per size (and
 plots it, ``OUTPUT.fit.png``), and writes a cluster TOML that ``predict``, ``simulate`` and
 ``validate`` accept with ``--cluster FILE``: a non-blocking star of the fitted link, or, when
@@ -31,7 +31,7 @@ import math
 import os
 from pathlib import Path
 
-from traces.errors import ConfigError, VgcsimError
+from vgcsim.core.errors import ConfigError, VgcsimError
 
 HELP = (
     "measure point-to-point, allreduce, allgather(v) times across ranks and nodes; fit "
@@ -46,7 +46,7 @@ class CalibrationError(VgcsimError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from traces.training.distributed_calibrate import DEFAULT_MAX_ERROR, DEFAULT_OPS
+    from vgcsim.traces.training.distributed_calibrate import DEFAULT_MAX_ERROR, DEFAULT_OPS
 
     parser.add_argument("-o", "--output", type=Path, required=True, help="cluster TOML to write")
     parser.add_argument(
@@ -139,7 +139,7 @@ def toml_value(value: object) -> str:
 
 
 def _link_lines(table: str, name: str, fit, what: str) -> list[str]:
-    from traces.cluster import LinkSpec
+    from vgcsim.core.cluster import LinkSpec
 
     source = (
         f"vgcsim calibrate: {what}, {fit.backend}, {fit.world_size} ranks, alpha and beta "
@@ -204,7 +204,7 @@ def op_errors(table: list[dict]) -> dict[str, float]:
 
 def _fit_ops(text: str | None) -> set[str]:
     """--fit-ops as a set of known op names (empty: the default)."""
-    from traces.training.distributed_calibrate import OPS
+    from vgcsim.traces.training.distributed_calibrate import OPS
 
     ops = {o.strip() for o in (text or "").split(",") if o.strip()}
     unknown = sorted(ops - set(OPS))
@@ -219,7 +219,7 @@ def under_torchrun() -> bool:
 
 
 def _check_options(args: argparse.Namespace) -> None:
-    from traces.training.distributed_calibrate import STATISTICS
+    from vgcsim.traces.training.distributed_calibrate import STATISTICS
 
     if args.statistic not in STATISTICS:
         raise ConfigError(f"--statistic must be one of {', '.join(STATISTICS)}")
@@ -232,8 +232,8 @@ def _check_options(args: argparse.Namespace) -> None:
 def _measure(args: argparse.Namespace, meas_path: Path) -> bool:
     """Run the sweep (this process as a torchrun rank, or ranks started here); True on the
     node or rank that fits and writes the file."""
-    from traces.training.distributed_calibrate import config_from_args, run_rank
-    from traces.training.distributed_launch import check_backend, launch_local
+    from vgcsim.traces.training.distributed_calibrate import config_from_args, run_rank
+    from vgcsim.traces.training.distributed_launch import check_backend, launch_local
 
     cfg = config_from_args(
         args.backend, args.ops, args.sizes, args.repeats, args.warmup, args.budget
@@ -250,7 +250,7 @@ def _measure(args: argparse.Namespace, meas_path: Path) -> bool:
         raise ConfigError(
             "--nprocs must be >= 2 (calibration times traffic between ranks), or give --nnodes >= 2"
         )
-    argv = ["-m", "traces.training.distributed_calibrate", "--backend", args.backend]
+    argv = ["-m", "vgcsim.traces.training.distributed_calibrate", "--backend", args.backend]
     argv += ["--ops", args.ops, "--repeats", str(args.repeats), "--warmup", str(args.warmup)]
     argv += ["--budget", str(args.budget), "-o", str(meas_path)]
     if args.sizes:
@@ -269,9 +269,9 @@ def _measure(args: argparse.Namespace, meas_path: Path) -> bool:
 
 
 def _run_codec(args: argparse.Namespace, out: Path) -> int:
-    """``--codec``: see :mod:`traces.training.codec_calibrate`."""
-    from traces.cluster import get_device
-    from traces.training.codec_calibrate import (
+    """``--codec``: see :mod:`vgcsim.traces.training.codec_calibrate`."""
+    from vgcsim.core.cluster import get_device
+    from vgcsim.traces.training.codec_calibrate import (
         measure_device,
         resolve_device,
         summary,
@@ -293,8 +293,8 @@ def _run_codec(args: argparse.Namespace, out: Path) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from traces.cluster import load_cluster
-    from traces.training.distributed_calibrate import (
+    from vgcsim.core.cluster import load_cluster
+    from vgcsim.traces.training.distributed_calibrate import (
         fit_intra_link,
         fit_link,
         parse_sizes,
@@ -398,7 +398,7 @@ def _save_plot(table: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from traces.training.distributed_calibrate import plot_fit
+    from vgcsim.traces.training.distributed_calibrate import plot_fit
 
     fig, ax = plt.subplots(figsize=(6, 4))
     plot_fit(table, ax)

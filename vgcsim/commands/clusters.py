@@ -31,7 +31,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from traces.cluster import (
+    from vgcsim.core.cluster import (
         CLUSTER_PRESETS,
         DEVICE_PRESETS,
         FRAMINGS,
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         cluster_to_dict,
         load_cluster,
     )
-    from traces.units import format_bandwidth, format_time
+    from vgcsim.core.units import format_bandwidth, format_time
 
     if args.cluster:
         spec = load_cluster(args.cluster)

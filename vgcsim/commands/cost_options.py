@@ -33,8 +33,8 @@ def add_cost_options(parser: argparse.ArgumentParser) -> None:
 
 def parse_cost_options(args: argparse.Namespace, cluster: Any) -> tuple[Any, tuple[str, ...], bool]:
     """``(cluster with --compute applied, dense encodings, size_exchange)``."""
-    from traces.errors import ConfigError, unknown_name
-    from traces.replay import DENSE_ENCODINGS
+    from vgcsim.core.errors import ConfigError, unknown_name
+    from vgcsim.traces.replay import DENSE_ENCODINGS
 
     if args.compute is not None and args.compute != cluster.compute:
         cluster = dataclasses.replace(cluster, compute=args.compute)

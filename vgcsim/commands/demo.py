@@ -96,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(cfg: DemoConfig) -> None:
-    from traces.errors import ConfigError, unknown_name
+    from vgcsim.core.errors import ConfigError, unknown_name
 
     for m in cfg.methods:
         if m not in DEMO_METHODS:
@@ -136,7 +136,7 @@ def _check(cfg: DemoConfig) -> None:
 
 
 def _record_config(cfg: DemoConfig, method: str):
-    from traces.training.record_config import CompressorConfig, OptimConfig, RecordConfig
+    from vgcsim.traces.training.record_config import CompressorConfig, OptimConfig, RecordConfig
 
     name, params = DEMO_METHODS[method]
     return RecordConfig(
@@ -157,10 +157,10 @@ def _normalized(obj: Any) -> Any:
 
 def _reusable(run_dir: Path, record_cfg: Any) -> bool:
     """True when ``run_dir`` holds a complete trace recorded with ``record_cfg``."""
-    from traces.config import to_dict
-    from traces.errors import TraceError
-    from traces.io import read_header
-    from traces.training.record import resolve_config
+    from vgcsim.core.config import to_dict
+    from vgcsim.core.errors import TraceError
+    from vgcsim.traces.io import read_header
+    from vgcsim.traces.training.record import resolve_config
 
     if not (run_dir / "header.json").is_file():
         return False
@@ -185,25 +185,25 @@ class _Progress:
 
 
 def _cluster(name: str, compute: str):
-    from traces.cluster import load_cluster
+    from vgcsim.core.cluster import load_cluster
 
     spec = load_cluster(name)
     return replace(spec, compute=compute) if spec.compute != compute else spec
 
 
 def run(args: argparse.Namespace) -> int:
-    from traces.config import apply_overrides, to_dict
+    from vgcsim.core.config import apply_overrides, to_dict
 
     cfg = apply_overrides(DemoConfig(), args.overrides)
     _check(cfg)
 
-    from models.predict import PredictOptions, options_dict, predict_trace, trace_entry
-    from reports.render import render_report
-    from simulator.replay import SimulateConfig, simulate_trace
-    from traces.cluster import cluster_to_dict
-    from traces.io import read_trace
-    from traces.results import finalize_results, results_header, write_results
-    from traces.training.record import record
+    from vgcsim.core.cluster import cluster_to_dict
+    from vgcsim.core.results import finalize_results, results_header, write_results
+    from vgcsim.models.predict import PredictOptions, options_dict, predict_trace, trace_entry
+    from vgcsim.reports.render import render_report
+    from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+    from vgcsim.traces.io import read_trace
+    from vgcsim.traces.training.record import record
 
     out = Path(args.out)
     sizes = tuple(sorted({int(p) for p in cfg.world_sizes}))
@@ -315,7 +315,7 @@ def demo_headline(traces: dict[str, Any], methods: tuple[str, ...] | list[str]) 
     variance_scale=batch_mean; density 2.1 % over all steps, 1.2 % over the last 20 %)
     97.9 %, …"
     """
-    from reports.tables import final_accuracy, method_label
+    from vgcsim.reports.tables import final_accuracy, method_label
 
     first = traces[methods[0]]
     config = first.header.get("config") or {}

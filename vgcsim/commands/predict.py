@@ -75,7 +75,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from models.predict import (
+    from vgcsim.core.cluster import cluster_to_dict, load_cluster
+    from vgcsim.core.results import results_header, write_results
+    from vgcsim.core.units import parse_size_bytes
+    from vgcsim.models.predict import (
         PredictOptions,
         options_dict,
         parse_algorithms,
@@ -85,10 +88,7 @@ def run(args: argparse.Namespace) -> int:
         time_sources,
         trace_entry,
     )
-    from traces.cluster import cluster_to_dict, load_cluster
-    from traces.io import read_trace
-    from traces.results import results_header, write_results
-    from traces.units import parse_size_bytes
+    from vgcsim.traces.io import read_trace
 
     cluster, dense_encodings, size_exchange = parse_cost_options(args, load_cluster(args.cluster))
     opts = PredictOptions(

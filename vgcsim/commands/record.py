@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from vgcsim.commands import add_set_option
 
 if TYPE_CHECKING:
-    from traces.training.record_config import RecordConfig
+    from vgcsim.traces.training.record_config import RecordConfig
 
 HELP = "record a compression trace from real training with W emulated workers"
 
@@ -26,8 +26,8 @@ rank_time_every steps) and optimizer_s (one optimizer step) time what a single r
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from traces.config import valid_keys
-    from traces.training.record_config import RecordConfig
+    from vgcsim.core.config import valid_keys
+    from vgcsim.traces.training.record_config import RecordConfig
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = _EPILOG.format(keys="\n  ".join(valid_keys(RecordConfig)))
@@ -68,8 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_config(args: argparse.Namespace) -> RecordConfig:
     """RecordConfig from --config, --set and the shortcut flags (in that order)."""
-    from traces.config import apply_overrides, config_from_dict, load_toml
-    from traces.training.record_config import RecordConfig
+    from vgcsim.core.config import apply_overrides, config_from_dict, load_toml
+    from vgcsim.traces.training.record_config import RecordConfig
 
     cfg = config_from_dict(RecordConfig, load_toml(args.config)) if args.config else RecordConfig()
     cfg = apply_overrides(cfg, args.set)
@@ -87,8 +87,8 @@ def build_config(args: argparse.Namespace) -> RecordConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    from traces.errors import ConfigError
-    from traces.training.record import check_config, record, resolve_device
+    from vgcsim.core.errors import ConfigError
+    from vgcsim.traces.training.record import check_config, record, resolve_device
 
     cfg = build_config(args)
     check_config(cfg)
@@ -107,10 +107,10 @@ def run(args: argparse.Namespace) -> int:
                 f"run on {backend_device}; drop --device or use --backend emulated"
             )
         try:
-            from traces.training.distributed import run_distributed_record
+            from vgcsim.traces.training.distributed import run_distributed_record
         except ImportError:
             raise ConfigError(
-                f"backend {args.backend!r} needs traces.training.distributed, which is not available; "
+                f"backend {args.backend!r} needs vgcsim.traces.training.distributed, which is not available; "
                 "use --backend emulated"
             ) from None
         path = run_distributed_record(

@@ -45,7 +45,7 @@ def target_fraction(percent: float | None) -> float | None:
     """
     import math
 
-    from traces.errors import ConfigError
+    from vgcsim.core.errors import ConfigError
 
     if percent is None:
         return None
@@ -58,8 +58,8 @@ def target_fraction(percent: float | None) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reports.render import build_report, load_inputs, write_report
-    from traces.errors import ResultsError
+    from vgcsim.core.errors import ResultsError
+    from vgcsim.reports.render import build_report, load_inputs, write_report
 
     if not args.results and not args.trace:
         raise ResultsError("nothing to report: give RESULTS folders and/or --trace RUN folders")

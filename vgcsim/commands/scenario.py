@@ -31,17 +31,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from models.scenario import (
+    from vgcsim.core.config import apply_overrides, to_dict
+    from vgcsim.core.errors import ConfigError, unknown_name
+    from vgcsim.core.results import results_header, write_results
+    from vgcsim.models.scenario import (
         SCENARIOS,
         crossover_table,
         method_from_trace,
         paper_scenario,
         scenario_markdown,
     )
-    from traces.config import apply_overrides, to_dict
-    from traces.errors import ConfigError, unknown_name
-    from traces.io import read_trace
-    from traces.results import results_header, write_results
+    from vgcsim.traces.io import read_trace
 
     if args.name not in SCENARIOS:
         raise unknown_name("scenario", args.name, SCENARIOS)

@@ -26,8 +26,8 @@ def _ints(text: str, minimum: int) -> list[int]:
 
 def _int_list(text: str) -> list[int]:
     """World sizes in `vgcsim predict`'s syntax: '8,16,64' or '2,4,...,256'."""
-    from models.predict import parse_world_sizes
-    from traces.errors import ConfigError
+    from vgcsim.core.errors import ConfigError
+    from vgcsim.models.predict import parse_world_sizes
 
     try:
         return list(parse_world_sizes(text.replace(" ", ",")))
@@ -92,13 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from models.predict import time_sources
-    from simulator.replay import SimulateConfig, simulate_trace
-    from simulator.timeline import write_chrome_trace
-    from traces.cluster import cluster_to_dict, load_cluster
-    from traces.config import apply_overrides, to_dict
-    from traces.io import read_trace
-    from traces.results import finalize_results, results_header, write_results
+    from vgcsim.core.cluster import cluster_to_dict, load_cluster
+    from vgcsim.core.config import apply_overrides, to_dict
+    from vgcsim.core.results import finalize_results, results_header, write_results
+    from vgcsim.models.predict import time_sources
+    from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+    from vgcsim.simulator.timeline import write_chrome_trace
+    from vgcsim.traces.io import read_trace
 
     cfg = apply_overrides(SimulateConfig(), args.overrides)
     if args.path:

@@ -42,11 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from simulator.sweep import expand_factors, load_sweep, run_sweep, sweep_summary
-    from traces.cluster import cluster_to_dict, load_cluster
-    from traces.config import apply_overrides, to_dict
-    from traces.errors import ConfigError
-    from traces.results import finalize_results, results_header, write_results
+    from vgcsim.core.cluster import cluster_to_dict, load_cluster
+    from vgcsim.core.config import apply_overrides, to_dict
+    from vgcsim.core.errors import ConfigError
+    from vgcsim.core.results import finalize_results, results_header, write_results
+    from vgcsim.simulator.sweep import expand_factors, load_sweep, run_sweep, sweep_summary
 
     sweep = apply_overrides(load_sweep(args.config), args.overrides)
     if args.workers is not None and args.workers < 0:

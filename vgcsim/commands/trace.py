@@ -62,8 +62,8 @@ def _fmt_ratio(x: float) -> str:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from traces.io import read_trace
-    from traces.validate import trace_info
+    from vgcsim.traces.io import read_trace
+    from vgcsim.traces.validate import trace_info
 
     info = trace_info(read_trace(args.run))
     if args.json:
@@ -146,7 +146,7 @@ def _render_info(info: dict[str, Any], with_layers: bool) -> str:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from traces.validate import validate_trace
+    from vgcsim.traces.validate import validate_trace
 
     for run_dir in args.run:
         t = validate_trace(run_dir)
@@ -158,8 +158,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _synth(args: argparse.Namespace) -> int:
-    from traces.config import apply_overrides, config_from_dict, load_toml
-    from traces.synth import SynthConfig, synth_trace
+    from vgcsim.core.config import apply_overrides, config_from_dict, load_toml
+    from vgcsim.traces.synth import SynthConfig, synth_trace
 
     cfg = config_from_dict(SynthConfig, load_toml(args.config)) if args.config else SynthConfig()
     flags = {

@@ -5,7 +5,7 @@ A trace recorded on real ranks (``vgcsim record --backend gloo|nccl``) carries `
 the measured seconds of each step's exchange collective (allgatherv of the compressed
 payloads; all_reduce for ``dense``). Replaying the same trace on a cluster — ideally the one
 ``vgcsim calibrate`` fitted on the same network — with the closed-form models
-(``models.predict``) and the discrete-event simulator (``simulator.replay``) gives their
+(``vgcsim.models.predict``) and the discrete-event simulator (``vgcsim.simulator.replay``) gives their
 ``comm_s`` for the same per-rank payloads. :func:`validation_frame` puts the three side by
 side per step, :func:`validation_summary` aggregates them, :func:`plot_validation` draws them
 (Axes in, Axes out). Errors are relative to the measurement: ``(model − measured) / measured``.
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from traces.errors import ConfigError, TraceError
+from vgcsim.core.errors import ConfigError, TraceError
 
 HELP = "compare measured communication of a distributed run with the models and the simulator"
 
@@ -78,7 +78,7 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
     import numpy as np
     import pandas as pd
 
-    from models.predict import PredictOptions, predict_trace
+    from vgcsim.models.predict import PredictOptions, predict_trace
 
     if "comm_s" not in trace.steps.columns:
         raise TraceError(
@@ -105,7 +105,7 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
     out["predicted_s"] = pred["comm_s"].reindex(out["step"]).to_numpy(dtype=float)
     out["simulated_s"] = np.nan
     if opts.simulate:
-        from simulator.replay import SimulateConfig, simulate_trace
+        from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 
         sim_cfg = SimulateConfig(
             dense_collective=f"allreduce/{opts.allreduce}",
@@ -213,9 +213,9 @@ def _model_key(op: str, backend: str) -> str | None:
 def _simulated_s(key: str, sizes: Any, cluster: Any) -> float:
     import numpy as np
 
-    from simulator.collectives import get_schedule, unit_sizes
-    from simulator.engine import Phase, run_message
-    from simulator.topology import build_topology
+    from vgcsim.simulator.collectives import get_schedule, unit_sizes
+    from vgcsim.simulator.engine import Phase, run_message
+    from vgcsim.simulator.topology import build_topology
 
     p = len(sizes)
     schedule = get_schedule(key, p, cluster.gpus_per_node)
@@ -239,9 +239,9 @@ def collective_frame(
     import numpy as np
     import pandas as pd
 
-    from models.collectives import collective_time_s
-    from models.pointtopoint import p2p_time_s
-    from traces.training.distributed_calibrate import STATISTICS
+    from vgcsim.models.collectives import collective_time_s
+    from vgcsim.models.pointtopoint import p2p_time_s
+    from vgcsim.traces.training.distributed_calibrate import STATISTICS
 
     p = int(measurements["world_size"])
     backend = str(measurements.get("backend", "gloo"))
@@ -350,8 +350,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _run_measurements(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from traces.cluster import load_cluster
-    from traces.training.distributed_calibrate import (
+    from vgcsim.core.cluster import load_cluster
+    from vgcsim.traces.training.distributed_calibrate import (
         STATISTICS,
         parse_sizes,
         read_measurements,
@@ -396,8 +396,8 @@ def _run_measurements(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from traces.cluster import load_cluster
-    from traces.io import read_trace
+    from vgcsim.core.cluster import load_cluster
+    from vgcsim.traces.io import read_trace
 
     if not args.tolerance > 0:
         raise ConfigError(f"--tolerance must be positive, got {args.tolerance}")

@@ -16,7 +16,7 @@ rate a large transfer actually moves is ``bandwidth_Bps × efficiency`` (:data:`
 the sourced values; a *measured* goodput, e.g. from ``vgcsim calibrate``, goes in with
 ``efficiency = 1``).
 
-Numbers are SI (bytes/s, seconds, FLOP/s); human strings are parsed with :mod:`traces.units`
+Numbers are SI (bytes/s, seconds, FLOP/s); human strings are parsed with :mod:`vgcsim.core.units`
 when a cluster file is loaded. Preset values are nominal line rates from the cited
 standards/datasheets; latencies are typical small-message MPI figures and are marked as
 assumptions in each ``source``.
@@ -40,7 +40,7 @@ A cluster file (TOML) looks like::
     [intra_link]
     preset = "NVLink2"
 
-Unknown keys anywhere are a :class:`~traces.errors.ConfigError` listing the valid ones.
+Unknown keys anywhere are a :class:`~vgcsim.core.errors.ConfigError` listing the valid ones.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traces.errors import ConfigError, unknown_name
-from traces.units import parse_bandwidth_Bps, parse_flops, parse_time_s
+from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.units import parse_bandwidth_Bps, parse_flops, parse_time_s
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Callable
 
-from traces.errors import UnitError
+from vgcsim.core.errors import UnitError
 
 __all__ = [
     "format_bandwidth",

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
-from traces.errors import ConfigError
+from vgcsim.core.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

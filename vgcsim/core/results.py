@@ -1,8 +1,8 @@
 """Result tables: the versioned files ``vgcsim predict`` and ``vgcsim simulate`` write.
 
 A result table is a folder holding ``results.json`` (the header, see
-``schema.RESULTS_HEADER_KEYS``), ``results.parquet`` and ``results.csv`` (the same rows, with
-exactly ``schema.RESULT_COLUMNS``). Both the closed-form models and the simulator emit this
+``RESULTS_HEADER_KEYS``), ``results.parquet`` and ``results.csv`` (the same rows, with
+exactly ``RESULT_COLUMNS``). Both the closed-form models and the simulator emit this
 format, so reports and cross-checks read one thing.
 
 :func:`finalize_results` derives the relative columns from the absolute ones:
@@ -32,9 +32,77 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces import schema
-from traces.errors import ResultsError
-from traces.provenance import git_commit, package_versions
+from vgcsim.core.errors import ResultsError
+from vgcsim.core.provenance import git_commit, package_versions
+
+RESULTS_SCHEMA_VERSION = 2
+#: Result schema versions this vgcsim reads (older ones are upgraded on read, see
+#: ``vgcsim.core.results.read_results``).
+RESULTS_SCHEMA_READABLE = (1, 2)
+RESULTS_KIND = "vgcsim-results"
+
+#: Keys every result header carries.
+RESULTS_HEADER_KEYS = (
+    "schema_version",
+    "kind",  # "vgcsim-results"
+    "source",  # "predicted" | "simulated"
+    "traces",  # [{"path", "name", "compressor", "synthetic", "schema_version"}]
+    "cluster",  # the full cluster spec as a dict
+    "extrapolation",  # {"rule": "modulo"|"resample", "seed": int|None}
+    "options",  # command options (collectives, overlap, per_step, ...)
+    "versions",
+    "git_commit",
+    "command",  # argv that produced it
+)
+
+#: Result table columns (predict and simulate emit the same ones).
+#:
+#: Which parts of a step are measured and which modelled (``compute_mode``):
+#:
+#: * ``"model"`` (the presets' default): every time is modelled on ``device`` — compute from
+#:   FLOPs, the optimizer step, compression, encoding, decoding and casts from bytes touched
+#:   over the device's memory bandwidth plus per-layer launch overhead (vgcsim.traces.devicecost); the
+#:   squared-gradient estimator's extra backward work scales with the modelled compute by its
+#:   measured share. Only the payload bits (and the sent counts) come from the trace.
+#: * ``"trace"``: the seconds measured on the recording machine: ``compute_s`` = one worker's
+#:   own forward + backward at its batch (steps column ``rank_compute_s``; for traces without it
+#:   ``compute_s / W`` of the batched pass), ``optimizer_s`` (steps column ``optimizer_s``),
+#:   ``variance_s``, ``codec_s`` and ``decode_s`` per worker as recorded; what a trace lacks is
+#:   modelled on ``device``. The result header's ``options.time_sources`` names the source of
+#:   every time column.
+RESULT_COLUMNS = (
+    "source",  # "predicted" | "simulated"
+    "path",  # "closed_form" | "message" | "collective" (which model produced the row)
+    "trace",  # trace name
+    "compressor",  # compressor name of the trace ("dense" for the baseline rows)
+    "encoding",  # encoding whose bits were used; dense rows: "fp32" | "bf16" | "fp16"
+    "cluster",  # cluster name
+    "topology",  # topology kind
+    "compute_mode",  # "model" | "trace": where the local times come from (see above)
+    "device",  # device whose times these are (cluster device, or the recording device)
+    "world_size",  # P
+    "method",  # "dense" (allreduce of the gradient in `encoding`) | "compressed" (allgatherv)
+    "collective",  # e.g. "allreduce/ring", "allgatherv/ring"
+    "step",  # trace step for per-step rows; -1 for the mean over steps
+    "compute_s",  # one rank's forward + backward at its own batch
+    "optimizer_s",  # one optimizer step on one rank
+    "variance_s",  # squared-gradient estimator (compressed rows)
+    "codec_s",  # compress + encode on one rank (dense bf16/fp16 rows: the fp32 -> 2-byte cast)
+    "decode_s",  # decode + accumulate of the P - 1 received payloads (dense 2-byte rows: the
+    #             cast back to fp32); charged after the collective
+    "comm_s",  # collective time (incl. the allgatherv size exchange when priced)
+    "step_s",
+    "payload_bytes_max",  # largest rank's payload (bytes) in the step
+    "payload_bytes_mean",  # mean rank payload (bytes)
+    "speedup_vs_dense",  # dense fp32 step_s / this step_s, same cluster, P and step
+    "scaling_efficiency",  # single-worker step time / step_s (weak scaling)
+    "throughput_samples_per_s",
+)
+
+#: The result columns that identify one configuration (everything before ``step``): rows
+#: that agree on all of them belong to one curve.
+RESULT_CONFIG_COLUMNS = RESULT_COLUMNS[: RESULT_COLUMNS.index("step")]
+
 
 __all__ = [
     "GROUP_COLUMNS",
@@ -57,28 +125,26 @@ RESULTS_CSV = "results.csv"
 #: Rows that share these values are compared with each other (dense vs compressed).
 GROUP_COLUMNS = ("source", "path", "trace", "cluster", "compute_mode", "world_size", "step")
 
-_STR_COLUMNS = tuple(c for c in schema.RESULT_CONFIG_COLUMNS if c != "world_size")
+_STR_COLUMNS = tuple(c for c in RESULT_CONFIG_COLUMNS if c != "world_size")
 _INT_COLUMNS = ("world_size", "step")
-_FLOAT_COLUMNS = tuple(
-    c for c in schema.RESULT_COLUMNS if c not in _STR_COLUMNS and c not in _INT_COLUMNS
-)
+_FLOAT_COLUMNS = tuple(c for c in RESULT_COLUMNS if c not in _STR_COLUMNS and c not in _INT_COLUMNS)
 
 
 def empty_results() -> pd.DataFrame:
     """A zero-row frame with the result columns and dtypes."""
-    return _coerce(pd.DataFrame({c: [] for c in schema.RESULT_COLUMNS}))
+    return _coerce(pd.DataFrame({c: [] for c in RESULT_COLUMNS}))
 
 
 def _coerce(df: pd.DataFrame) -> pd.DataFrame:
     cols = list(df.columns)
-    missing = [c for c in schema.RESULT_COLUMNS if c not in cols]
-    extra = [c for c in cols if c not in schema.RESULT_COLUMNS]
+    missing = [c for c in RESULT_COLUMNS if c not in cols]
+    extra = [c for c in cols if c not in RESULT_COLUMNS]
     if missing or extra:
         raise ResultsError(
-            f"result table columns differ from schema.RESULT_COLUMNS: missing {missing}, "
+            f"result table columns differ from RESULT_COLUMNS: missing {missing}, "
             f"unexpected {extra}"
         )
-    out = df.loc[:, list(schema.RESULT_COLUMNS)].copy()
+    out = df.loc[:, list(RESULT_COLUMNS)].copy()
     try:
         for c in _STR_COLUMNS:
             out[c] = out[c].astype(str)
@@ -102,8 +168,8 @@ def results_header(
 ) -> dict[str, Any]:
     """A complete result header (schema version, versions, git commit filled in)."""
     return {
-        "schema_version": schema.RESULTS_SCHEMA_VERSION,
-        "kind": schema.RESULTS_KIND,
+        "schema_version": RESULTS_SCHEMA_VERSION,
+        "kind": RESULTS_KIND,
         "source": source,
         "traces": [dict(t) for t in traces],
         "cluster": dict(cluster),
@@ -136,9 +202,9 @@ def write_results(df: pd.DataFrame, out_dir: str | Path, header: Mapping[str, An
     """
     df = _coerce(df)
     full = dict(header)
-    full.setdefault("schema_version", schema.RESULTS_SCHEMA_VERSION)
-    full.setdefault("kind", schema.RESULTS_KIND)
-    missing = [k for k in schema.RESULTS_HEADER_KEYS if k not in full]
+    full.setdefault("schema_version", RESULTS_SCHEMA_VERSION)
+    full.setdefault("kind", RESULTS_KIND)
+    missing = [k for k in RESULTS_HEADER_KEYS if k not in full]
     if missing:
         raise ResultsError(f"result header lacks keys {missing}; build it with results_header()")
     out = Path(out_dir)
@@ -173,13 +239,13 @@ def read_results(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         header = json.loads(head_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ResultsError(f"{head_path} is corrupt: {exc}") from None
-    if not isinstance(header, dict) or header.get("kind") != schema.RESULTS_KIND:
+    if not isinstance(header, dict) or header.get("kind") != RESULTS_KIND:
         raise ResultsError(f"{head_path} is not a vgcsim result header")
     version = header.get("schema_version")
-    if version not in schema.RESULTS_SCHEMA_READABLE:
+    if version not in RESULTS_SCHEMA_READABLE:
         raise ResultsError(
             f"{folder} has result schema version {version!r}; this vgcsim reads version "
-            f"{schema.RESULTS_SCHEMA_VERSION}. Re-run predict/simulate with this version, or "
+            f"{RESULTS_SCHEMA_VERSION}. Re-run predict/simulate with this version, or "
             "use the vgcsim version that wrote it"
         )
     try:
