@@ -20,7 +20,7 @@ from vgcsim.models.predict import PredictOptions, predict_trace
 from vgcsim.traces import devicecost
 from vgcsim.traces.io import read_trace
 
-from tests.models.conftest import write_tiny_trace
+from tests.conftest import write_tiny_trace
 from vgcsim.cli import main
 from vgcsim.core.cluster import FRAMINGS, ClusterSpec, LinkSpec, get_cluster, get_device
 from vgcsim.core.errors import ConfigError

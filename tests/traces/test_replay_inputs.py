@@ -10,7 +10,7 @@ from vgcsim.traces import devicecost
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.replay import step_inputs
 
-from tests.models.conftest import write_tiny_trace
+from tests.conftest import write_tiny_trace
 from vgcsim.core.cluster import get_cluster
 from vgcsim.core.errors import TraceError
 

@@ -1,4 +1,5 @@
-"""A tiny hand-made trace (TraceWriter) whose every number is known, for replay/predict tests."""
+"""Shared fixtures: a tiny hand-made trace (TraceWriter) whose every number is known, for replay,
+predict and scenario tests."""
 
 from __future__ import annotations
 
