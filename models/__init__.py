@@ -1,10 +1,9 @@
-"""Closed-form cost models (torch-free, numpy): collectives, compute, iteration; `vgcsim predict`.
+"""Closed-form cost models (torch-free, numpy): collectives, iteration; `vgcsim predict`.
 
-* :mod:`vgcsim.models.pointtopoint` — Hockney α-β(-γ) point-to-point cost;
+* :mod:`vgcsim.models.pointtopoint` — Hockney α-β point-to-point cost of one message;
 * :mod:`vgcsim.models.collectives` — every collective of ``COLLECTIVE_KEYS`` as a vectorized
   function of per-rank payload sizes (registry :data:`vgcsim.models.collectives.COLLECTIVES`);
-* :mod:`vgcsim.models.compute` — FLOP-based compute time and layer-wise gradient availability;
-* :mod:`vgcsim.models.iteration` — step time with no, full or bucketed overlap; speedup, efficiency;
+* :mod:`vgcsim.models.iteration` — step time with no, full or bucketed overlap;
 * :mod:`vgcsim.models.crossover` — the compression ratio / density at which compression stops paying;
 * :mod:`vgcsim.models.predict` — replaying a trace on a cluster into a result table;
 * :mod:`vgcsim.models.scenario` — the paper's cost analysis from model sizes alone.

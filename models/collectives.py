@@ -25,12 +25,11 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from vgcsim.core.cluster import ClusterSpec, LinkSpec
-from vgcsim.core.collectives import COLLECTIVE_KEYS
+from vgcsim.core.collectives import COLLECTIVE_KEYS, SIZE_HEADER_BYTES
 from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
     "COLLECTIVES",
-    "SIZE_HEADER_BYTES",
     "CollectiveModel",
     "allgatherv_padded_data",
     "size_exchange_time_s",
@@ -38,9 +37,6 @@ __all__ = [
     "collective_time_s",
     "get_collective",
 ]
-
-#: bytes of the per-rank size announcement exchanged before a padded allgather (one int64)
-SIZE_HEADER_BYTES = 8
 
 CostFn = Callable[..., np.ndarray]
 
@@ -66,6 +62,15 @@ def _ceil_lg(p: int) -> int:
 
 def _zeros_like_steps(s: np.ndarray) -> np.ndarray:
     return np.zeros(s.shape[:-1], dtype=np.float64)
+
+
+def _fold_unfold_s(n: np.ndarray, p: int, link: LinkSpec) -> np.ndarray | float:
+    """The fold and unfold of a recursive allreduce for P not a power of two:
+    ``[P ≠ p']·(2α + 2n·β + n·γ)`` (the r = P − p' extra ranks send their vector to a partner,
+    which reduces it, and receive the result at the end)."""
+    if _pow2_floor(p) == p:
+        return 0.0
+    return 2 * link.latency_s + 2 * n * link.beta_s_per_byte + n * link.gamma_s_per_byte
 
 
 # ------------------------------------------------------------------------------------------
@@ -125,11 +130,7 @@ def allreduce_recursive_doubling(
     if p == 1:
         return np.zeros_like(n)
     a, b, g = link.latency_s, link.beta_s_per_byte, link.gamma_s_per_byte
-    pp = _pow2_floor(p)
-    t = math.log2(pp) * (a + n * b + n * g)
-    if pp != p:
-        t = t + 2 * a + 2 * n * b + n * g
-    return t
+    return math.log2(_pow2_floor(p)) * (a + n * b + n * g) + _fold_unfold_s(n, p, link)
 
 
 def allreduce_rabenseifner(
@@ -158,9 +159,7 @@ def allreduce_rabenseifner(
     pp = _pow2_floor(p)
     frac = (pp - 1) / pp
     t = 2 * math.log2(pp) * a + 2 * frac * n * b + frac * n * g
-    if pp != p:
-        t = t + 2 * a + 2 * n * b + n * g
-    return t
+    return t + _fold_unfold_s(n, p, link)
 
 
 def allreduce_binomial_tree(

@@ -33,37 +33,29 @@ rank, d the largest rank's decode and o the optimizer step:
     ``bucketed`` with every layer its own bucket (one collective per parameter tensor).
 
 The names match the simulator's overlap modes (plus the closed-form-only ``full`` bound).
+Buckets and the backward share at which each is ready come from :mod:`vgcsim.traces.buckets`,
+the rule the simulator uses too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-from vgcsim.models.compute import FORWARD_FRACTION
+from vgcsim.traces.buckets import FORWARD_FRACTION
 
 from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
-    "DEFAULT_BUCKET_BYTES",
     "OVERLAP_MODES",
     "StepBreakdown",
-    "bucket_backward_share",
-    "bucket_layers",
     "bucketed_step_time_s",
     "critical_path",
     "iteration_time_s",
-    "scaling_efficiency",
-    "speedup",
-    "throughput_samples_per_s",
 ]
 
 OVERLAP_MODES = ("none", "full", "per_layer", "bucketed")
-
-#: PyTorch DistributedDataParallel's default bucket_cap_mb (25 MiB).
-DEFAULT_BUCKET_BYTES = 25 * 2**20
 
 
 @dataclass(frozen=True)
@@ -157,43 +149,6 @@ def iteration_time_s(
     return StepBreakdown(c, v, k, comm.copy(), step + d + o, d, o)
 
 
-def bucket_layers(
-    layer_numel: Sequence[int],
-    bucket_bytes: float = DEFAULT_BUCKET_BYTES,
-    bytes_per_element: int = 4,
-) -> list[list[int]]:
-    """Group layers into buckets in backward order (last layer first), each closed once it
-    holds at least ``bucket_bytes`` of dense gradient (PyTorch DDP's greedy rule)."""
-    if bucket_bytes <= 0:
-        raise ConfigError("bucket size must be positive")
-    groups: list[list[int]] = []
-    current: list[int] = []
-    size = 0.0
-    for layer in reversed(range(len(layer_numel))):
-        current.append(layer)
-        size += float(layer_numel[layer]) * bytes_per_element
-        if size >= bucket_bytes:
-            groups.append(current)
-            current, size = [], 0.0
-    if current:
-        groups.append(current)
-    return groups
-
-
-def bucket_backward_share(
-    layer_numel: Sequence[int], groups: Sequence[Sequence[int]]
-) -> np.ndarray:
-    """Fraction of the backward pass done when each bucket (in order) is ready ``[K]``.
-
-    Assumption: backward time per layer ∝ parameter count (see vgcsim.models.compute).
-    """
-    numel = np.asarray(layer_numel, dtype=np.float64)
-    total = numel.sum()
-    sizes = np.array([numel[list(g)].sum() for g in groups])
-    done = np.cumsum(sizes)
-    return done / total if total > 0 else np.ones(len(groups))
-
-
 def bucketed_step_time_s(
     compute_s: ArrayLike,
     variance_s: ArrayLike,
@@ -242,24 +197,3 @@ def bucketed_step_time_s(
         dec = np.maximum(end, dec) + (share[b] - prev) * d
         prev = share[b]
     return StepBreakdown(c, v, k, t.sum(axis=1), dec + o, d, o)
-
-
-def speedup(dense_step_s: ArrayLike, step_s: ArrayLike) -> np.ndarray:
-    """Speedup of a method over the dense baseline at the same P: ``T_dense / T``."""
-    return np.asarray(dense_step_s, dtype=np.float64) / np.asarray(step_s, dtype=np.float64)
-
-
-def scaling_efficiency(single_step_s: ArrayLike, step_s: ArrayLike) -> np.ndarray:
-    """Weak-scaling efficiency: ``T_1 / T_P`` (T_1 = one rank alone: compute, no comm)."""
-    return np.asarray(single_step_s, dtype=np.float64) / np.asarray(step_s, dtype=np.float64)
-
-
-def throughput_samples_per_s(
-    world_size: ArrayLike, batch_size_per_worker: float, step_s: ArrayLike
-) -> np.ndarray:
-    """Samples per second of the whole job: ``P · B / T``."""
-    return (
-        np.asarray(world_size, dtype=np.float64)
-        * batch_size_per_worker
-        / np.asarray(step_s, dtype=np.float64)
-    )

@@ -1,8 +1,5 @@
-"""Point-to-point cost: the Hockney α-β model with an optional γ reduction term.
-
-Every collective model in :mod:`vgcsim.models.collectives` is built from these two terms, so the
-assumptions live here once.
-"""
+"""Point-to-point cost: the Hockney α-β model of one message (what ``vgcsim validate`` and the
+torch.distributed validation compare measured point-to-point sends against)."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ from numpy.typing import ArrayLike
 
 from vgcsim.core.cluster import LinkSpec
 
-__all__ = ["p2p_time_s", "reduce_time_s"]
+__all__ = ["p2p_time_s"]
 
 
 def p2p_time_s(n_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
@@ -30,16 +27,3 @@ def p2p_time_s(n_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
     n = np.asarray(n_bytes, dtype=np.float64)
     return link.latency_s + n * link.beta_s_per_byte
 
-
-def reduce_time_s(n_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
-    """Time to combine (sum) ``n_bytes`` of received data into a local buffer: ``γ·n``.
-
-    Assumptions: reduction is compute-bound at a constant rate per byte, not overlapped with
-    the transfer. γ = ``link.gamma_s_per_byte`` (0 by default: reductions on accelerators are
-    much faster than the network).
-
-    Source: R. Thakur, R. Rabenseifner and W. Gropp, "Optimization of Collective Communication
-    Operations in MPICH", IJHPCA 19(1), 2005 (the α-β-γ cost model, §2).
-    """
-    n = np.asarray(n_bytes, dtype=np.float64)
-    return link.gamma_s_per_byte * n

@@ -26,14 +26,12 @@ from vgcsim.models.collectives import (
     size_exchange_time_s,
 )
 from vgcsim.models.iteration import (
-    DEFAULT_BUCKET_BYTES,
     OVERLAP_MODES,
     StepBreakdown,
-    bucket_backward_share,
-    bucket_layers,
     bucketed_step_time_s,
     iteration_time_s,
 )
+from vgcsim.traces.buckets import DDP_BUCKET_BYTES, bucket_backward_share, layer_groups
 from vgcsim.traces.extrapolate import RULES
 from vgcsim.traces.replay import DENSE_ENCODINGS, StepInputs, step_inputs
 
@@ -62,7 +60,7 @@ class PredictOptions:
     seed: int = 0
     per_step: bool = False
     overlap: str = "none"
-    bucket_bytes: float = DEFAULT_BUCKET_BYTES
+    bucket_bytes: float = DDP_BUCKET_BYTES
     dense_encodings: tuple[str, ...] = DENSE_ENCODINGS
     size_exchange: bool = True
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -251,11 +249,7 @@ def predict_trace(trace: Any, cluster: ClusterSpec, opts: PredictOptions) -> pd.
     layers: Any = False
     if opts.overlap in _BUCKETED:
         numel = np.array([int(layer["numel"]) for layer in trace.layers], dtype=np.float64)
-        groups = (
-            [[i] for i in reversed(range(len(numel)))]
-            if opts.overlap == "per_layer"
-            else bucket_layers(numel, opts.bucket_bytes)
-        )
+        groups = layer_groups(numel, opts.overlap, opts.bucket_bytes)
         buckets = (groups, bucket_backward_share(numel, groups), numel)
         layers = groups
     base = {

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from vgcsim.models.collectives import collective_key, get_collective
-from vgcsim.models.compute import compute_time_s
 from vgcsim.models.crossover import crossover_ratio
 from vgcsim.models.iteration import StepBreakdown
 from vgcsim.models.predict import frame_from_rows, rows_for
+from vgcsim.traces.devicecost import compute_time_s
 from vgcsim.traces.paper import paper_ratio
 
 from vgcsim.core.cluster import CLUSTER_PRESETS, get_cluster, get_device

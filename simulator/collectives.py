@@ -1,6 +1,6 @@
 """Collective algorithms as communication schedules: who sends which bytes to whom, round by round.
 
-Every key of :data:`COLLECTIVES` (exactly ``vgcsim.vgcsim.core.collectives.COLLECTIVE_KEYS``) builds a
+Every key of :data:`COLLECTIVES` (exactly ``vgcsim.core.collectives.COLLECTIVE_KEYS``) builds a
 :class:`Schedule` for ``P`` ranks. A schedule is a list of :class:`Round`\\ s; in a round each
 listed flow sends a contiguous (circular) range of *units* from ``src`` to ``dst``. Every rank
 runs the rounds in order as its own SimPy process (``vgcsim.simulator.engine``): it posts the round's
@@ -11,7 +11,8 @@ ordering between ranks comes only from the messages themselves, so ranks that st
 
 Units: an allgatherv's units are the ranks' blocks (uneven sizes allowed); an allreduce's
 units are ``n_units`` equal chunks of the ``n``-byte buffer (allreduce needs equal sizes).
-``allgatherv/padded`` pads every block to the largest one and adds one 8-byte size unit. Schedules may reorder units
+``allgatherv/padded`` pads every block to the largest one and adds one size unit of
+``vgcsim.core.collectives.SIZE_HEADER_BYTES``. Schedules may reorder units
 (``unit_order``) so that the blocks a rank holds stay contiguous.
 
 Algorithms (p' = largest power of two ≤ P, r = P − p'; for P not a power of two the
@@ -43,22 +44,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vgcsim.core.collectives import COLLECTIVE_KEYS
+from vgcsim.core.collectives import COLLECTIVE_KEYS, SIZE_HEADER_BYTES
 from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
     "COLLECTIVES",
-    "SIZE_HEADER_BYTES",
     "Round",
     "Schedule",
     "get_schedule",
     "padded_data_schedule",
     "unit_sizes",
 ]
-
-
-#: bytes each rank announces (its block size, one int64) before a padded allgather
-SIZE_HEADER_BYTES = 8.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,7 +133,7 @@ def unit_sizes(schedule: Schedule, sizes_bytes: np.ndarray | float) -> np.ndarra
             f"{schedule.key}: got {sizes.size} block sizes for {schedule.world_size} ranks"
         )
     if schedule.pad:  # every block padded to the largest, plus the size header unit
-        return np.append(np.full(schedule.world_size, sizes.max()), SIZE_HEADER_BYTES)
+        return np.append(np.full(schedule.world_size, sizes.max()), float(SIZE_HEADER_BYTES))
     return sizes
 
 

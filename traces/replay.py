@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 from vgcsim.traces import devicecost, schema
+from vgcsim.traces.buckets import DDP_BUCKET_BYTES
 from vgcsim.traces.extrapolate import rank_workers
 
 from vgcsim.core.cluster import ClusterSpec
@@ -59,9 +60,8 @@ __all__ = [
 #: Dense baselines: fp32 allreduce, and the 2-byte casts of PyTorch's bf16/fp16 compress hooks.
 DENSE_ENCODINGS = ("fp32", "bf16", "fp16")
 
-#: PyTorch DDP's default bucket_cap_mb (25 MiB): one cast kernel per bucket for the 2-byte
-#: dense baselines.
-DDP_BUCKET_BYTES = 25 * 2**20
+# DDP_BUCKET_BYTES (PyTorch DDP's default bucket_cap_mb, vgcsim.traces.buckets): one cast
+# kernel per bucket for the 2-byte dense baselines.
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,15 @@
-"""Compute, iteration (overlap modes) and crossover models against hand-computed numbers."""
+"""Compute, buckets, iteration (overlap modes) and crossover models against hand-computed
+numbers."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from vgcsim.models.collectives import COLLECTIVES
-from vgcsim.models.compute import compute_time_s, layer_ready_fractions
 from vgcsim.models.crossover import crossover_density, crossover_payload_bytes, crossover_ratio
-from vgcsim.models.iteration import (
-    bucket_backward_share,
-    bucket_layers,
-    bucketed_step_time_s,
-    iteration_time_s,
-    scaling_efficiency,
-    speedup,
-    throughput_samples_per_s,
-)
+from vgcsim.models.iteration import bucketed_step_time_s, iteration_time_s
+from vgcsim.traces.buckets import bucket_backward_share, bucket_layers, layer_groups
+from vgcsim.traces.devicecost import compute_time_s
 
 from vgcsim.core.cluster import ClusterSpec, LinkSpec, get_cluster, get_device
 from vgcsim.core.errors import ConfigError, UnknownNameError
@@ -37,10 +31,18 @@ def test_compute_model_by_hand():
     assert compute_time_s(12.3e9, 32, dev) == pytest.approx(12.3e9 * 32 / 6.28e12)
 
 
-def test_layer_ready_fractions():
-    r = layer_ready_fractions([1, 1, 2], forward_fraction=0.25)
-    # last layer first: layer 2 ready at 0.25 + 0.75·(2/4), layer 0 at the end
-    assert r.tolist() == pytest.approx([1.0, 0.25 + 0.75 * 0.75, 0.25 + 0.75 * 0.5])
+def test_layer_groups_follow_backward_order_for_every_overlap():
+    numel = [100, 300, 50, 200]  # fp32 bytes 400, 1200, 200, 800
+    assert layer_groups(numel, "none") == [[3, 2, 1, 0]]
+    assert layer_groups(numel, "per_layer") == [[3], [2], [1], [0]]
+    # greedy: 800 closes bucket [3]; 200 + 1200 closes [2, 1]; 400 is the rest
+    assert layer_groups(numel, "bucketed", bucket_bytes=800) == [[3], [2, 1], [0]]
+    share = bucket_backward_share(numel, layer_groups(numel, "per_layer"))
+    assert share.tolist() == pytest.approx([200 / 650, 250 / 650, 550 / 650, 1.0])
+    with pytest.raises(UnknownNameError):
+        layer_groups(numel, "full")
+    with pytest.raises(ConfigError):
+        bucket_layers(numel, bucket_bytes=0)
 
 
 def test_no_overlap_sums_the_critical_rank():
@@ -81,12 +83,6 @@ def test_buckets_by_hand():
         [[3.0]], [[0.0]], [[0.0]], [[0.1, 0.1]], share, forward_fraction=1 / 3
     )
     assert out.step_s[0] == pytest.approx(3.1)
-
-
-def test_relative_metrics():
-    assert speedup(4.0, 2.0) == 2.0
-    assert scaling_efficiency(1.0, 4.0) == 0.25
-    assert throughput_samples_per_s(8, 32, 2.0) == 128.0
 
 
 @pytest.mark.parametrize("p", [2, 4, 16, 100, 1024])

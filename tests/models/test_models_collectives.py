@@ -10,14 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from vgcsim.models.collectives import (
     COLLECTIVES,
-    SIZE_HEADER_BYTES,
     collective_key,
     collective_time_s,
     get_collective,
 )
 
 from vgcsim.core.cluster import LinkSpec, get_cluster
-from vgcsim.core.collectives import COLLECTIVE_KEYS
+from vgcsim.core.collectives import COLLECTIVE_KEYS, SIZE_HEADER_BYTES
 from vgcsim.core.errors import UnknownNameError
 
 # α = 1 s, β = 1 s/B, γ = 0.5 s/B: hand arithmetic stays exact.

@@ -10,7 +10,6 @@ import math
 import numpy as np
 import pytest
 from vgcsim.models.collectives import (
-    SIZE_HEADER_BYTES,
     allgatherv_padded_data,
     collective_time_s,
     size_exchange_time_s,
@@ -23,6 +22,7 @@ from vgcsim.traces.io import read_trace
 from tests.conftest import write_tiny_trace
 from vgcsim.cli import main
 from vgcsim.core.cluster import FRAMINGS, ClusterSpec, LinkSpec, get_cluster, get_device
+from vgcsim.core.collectives import SIZE_HEADER_BYTES
 from vgcsim.core.errors import ConfigError
 
 V100 = get_device("V100")
