@@ -7,18 +7,30 @@ payloads and evals first and steps last: a chunk of the steps table is the commi
 A run killed with SIGKILL therefore leaves a readable prefix and loses at most the open
 chunk; :func:`read_trace` drops payload/eval rows of steps whose steps chunk never landed.
 
+Stopping signals (SIGINT, SIGTERM, SIGHUP) are held while a chunk is written, so a chunk and
+its checkpoint land whole. A failed write (a full disk, a quota, an I/O error) removes the
+chunk it was writing, ends the run as ``stopped`` with the reason in the header — a small
+reserve file, freed first, leaves room for that header on a full disk — and raises one
+:class:`TraceError`. A recorder can pass a ``checkpoint`` callback: its training state is
+then written into ``checkpoint/chunk-NNNNNN/`` before that chunk's steps file commits it,
+and :func:`find_resume_point` + :meth:`TraceWriter.resume` continue the run from there.
+
 :class:`Trace` is the in-memory view later stages use: header fields as attributes, the three
 tables as DataFrames, and :meth:`Trace.worker_bits` (bits each worker sends per step).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import logging
 import os
 import re
-from collections.abc import Mapping
+import shutil
+import signal
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +43,18 @@ from vgcsim.core.errors import SchemaVersionError, TraceError, unknown_name
 log = logging.getLogger(__name__)
 
 _PART_RE = re.compile(r"^part-(\d{6})\.parquet$")
+_CHECKPOINT_RE = re.compile(r"^chunk-(\d{6})$")
+#: folder of a recording's resume state: ``chunk-NNNNNN/`` holds the training state after
+#: the steps of chunks 0..NNNNNN (``checkpoint.json`` + the recorder's files)
+CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_FILE = "checkpoint.json"
+#: file kept while a run is written so that a full disk still leaves room for its header
+RESERVE_FILE = ".reserve"
+_RESERVE_MIN_BYTES = 64 * 1024
+#: signals held while a chunk is written (a recorder turns them into a clean stop)
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 #: statuses a header may carry
 STATUSES = ("running", "complete", "stopped")
 
@@ -52,20 +76,55 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold :data:`STOP_SIGNALS` for the block; they are delivered when it ends."""
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
     _fsync_dir(path.parent)
+
+
+def _header_text(header: Mapping[str, Any]) -> bytes:
+    text = json.dumps(header, indent=2, sort_keys=False, default=_json_default) + "\n"
+    return text.encode("utf-8")
 
 
 def write_header(run_dir: Path, header: Mapping[str, Any]) -> None:
     """Write ``header.json`` atomically."""
-    text = json.dumps(header, indent=2, sort_keys=False, default=_json_default) + "\n"
-    _atomic_write_bytes(Path(run_dir) / schema.HEADER_FILE, text.encode("utf-8"))
+    _atomic_write_bytes(Path(run_dir) / schema.HEADER_FILE, _header_text(header))
+
+
+def _why(exc: OSError) -> str:
+    """An OSError in words: "no space left on device" rather than "[Errno 28] ..."."""
+    return (exc.strerror or str(exc)).lower()
+
+
+def _checkpoint_name(index: int) -> str:
+    return f"chunk-{index:06d}"
 
 
 def _json_default(obj: Any) -> Any:
@@ -87,11 +146,26 @@ def _write_chunk(table_dir: Path, index: int, df: pd.DataFrame) -> None:
     table_dir.mkdir(parents=True, exist_ok=True)
     path = table_dir / f"part-{index:06d}.parquet"
     tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp, compression="zstd")
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        # A Python file object, not a str path: pyarrow encodes paths as strict UTF-8, which
+        # a folder named with a non-UTF-8 byte is not.
+        with open(tmp, "wb") as fh:
+            pq.write_table(pa.Table.from_pandas(df, preserve_index=False), fh, compression="zstd")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
     _fsync_dir(table_dir)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for f in folder.iterdir():
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    _fsync_dir(folder)
 
 
 def _normalize(df: pd.DataFrame, int_cols: set[str]) -> pd.DataFrame:
@@ -128,6 +202,11 @@ class TraceWriter:
     ``header`` must carry the keys in :data:`vgcsim.traces.schema.TRACE_HEADER_KEYS` except those the
     writer fills (schema_version, kind, status, stop_reason, chunk_steps). Leaving the ``with``
     block through an exception finishes the run as ``stopped`` and keeps every full step.
+
+    ``checkpoint(folder)``, when given, is called each time ``add_step`` closes a chunk: it
+    writes the recorder's state after that chunk's last step into ``folder``, which becomes
+    ``checkpoint/chunk-NNNNNN/`` before the chunk's steps file lands (so the two never
+    disagree); earlier checkpoints are then removed, and a ``complete`` run removes its last.
     """
 
     def __init__(
@@ -137,6 +216,7 @@ class TraceWriter:
         chunk_steps: int = 50,
         *,
         overwrite: bool = False,
+        checkpoint: Callable[[Path], None] | None = None,
     ) -> None:
         if chunk_steps < 1:
             raise ValueError("chunk_steps must be >= 1")
@@ -151,34 +231,105 @@ class TraceWriter:
                         "choose another -o or pass --overwrite"
                     )
                 _clear_run_dir(self.run_dir)
+        created = not self.run_dir.exists()
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise TraceError(f"cannot create trace folder {self.run_dir}: {exc.strerror}") from None
         self.chunk_steps = int(chunk_steps)
-        self.header: dict[str, Any] = dict(header)
-        self.header.update(
+        header = dict(header)
+        header.update(
             schema_version=schema.TRACE_SCHEMA_VERSION,
             kind=schema.TRACE_KIND,
             status="running",
             stop_reason=None,
             chunk_steps=self.chunk_steps,
         )
-        self.header.setdefault("synthetic", False)
-        self.header.setdefault("created_utc", _utc_now())
-        missing = [k for k in schema.TRACE_HEADER_KEYS if k not in self.header]
+        header.setdefault("synthetic", False)
+        header.setdefault("created_utc", _utc_now())
+        missing = [k for k in schema.TRACE_HEADER_KEYS if k not in header]
         if missing:
             raise ValueError(f"trace header lacks keys: {', '.join(missing)}")
+        self._setup(header, checkpoint, chunk_index=0, steps_written=0)
+        try:
+            self._start()
+        except OSError as exc:
+            # Nothing was recorded yet: leave no header-only folder behind.
+            for name in (schema.HEADER_FILE, RESERVE_FILE):
+                _unlink(self.run_dir / name)
+            if created:
+                with contextlib.suppress(OSError):
+                    self.run_dir.rmdir()
+            raise TraceError(f"cannot write trace {self.run_dir}: {_why(exc)}") from None
+
+    def _setup(
+        self,
+        header: dict[str, Any],
+        checkpoint: Callable[[Path], None] | None,
+        *,
+        chunk_index: int,
+        steps_written: int,
+    ) -> None:
+        self.header = header
+        self._checkpoint = checkpoint
         self._bits_cols = [schema.BITS_PREFIX + e for e in self.header["encodings"]]
         self._payload_cols = list(schema.PAYLOAD_COLUMNS) + self._bits_cols
         self._payload_buf: list[pd.DataFrame] = []
         self._step_buf: list[dict[str, Any]] = []
         self._eval_buf: list[dict[str, Any]] = []
-        self._chunk_index = 0
-        self._steps_written = 0
-        self._last_step: int | None = None
+        self._chunk_index = chunk_index
+        self._steps_written = steps_written
+        self._last_step: int | None = steps_written - 1 if steps_written else None
         self._finished = False
-        write_header(self.run_dir, self.header)
+        self._failed: str | None = None
+
+    def _start(self) -> None:
+        """Write the reserve, then the ``running`` header."""
+        text = _header_text(self.header)
+        size = max(_RESERVE_MIN_BYTES, 4 * len(text))
+        _atomic_write_bytes(self.run_dir / RESERVE_FILE, b"\0" * size)
+        _atomic_write_bytes(self.run_dir / schema.HEADER_FILE, text)
+
+    @classmethod
+    def resume(
+        cls, point: ResumePoint, *, checkpoint: Callable[[Path], None] | None = None
+    ) -> TraceWriter:
+        """Reopen an interrupted run at ``point`` (see :func:`find_resume_point`): remove the
+        chunks after it and every other checkpoint, mark the header ``running`` again (with a
+        ``resumes`` entry) and continue writing at the next chunk."""
+        self = cls.__new__(cls)
+        self.run_dir = point.run_dir
+        self.chunk_steps = int(point.header["chunk_steps"])
+        header = dict(point.header)
+        for key in ("steps_recorded", "finished_utc"):
+            header.pop(key, None)
+        header.update(status="running", stop_reason=None)
+        header["resumes"] = [
+            *header.get("resumes", []),
+            {"from_step": point.steps_written, "utc": _utc_now()},
+        ]
+        self._setup(
+            header,
+            checkpoint,
+            chunk_index=point.chunk_index,
+            steps_written=point.steps_written,
+        )
+        try:
+            with _signals_held():
+                for table in schema.TRACE_TABLES:
+                    d = self.run_dir / table
+                    if not d.is_dir():
+                        continue
+                    for f in d.iterdir():
+                        m = _PART_RE.match(f.name)
+                        if f.name.endswith(".tmp") or (m and int(m.group(1)) >= point.chunk_index):
+                            f.unlink()
+                keep = point.state_dir.name if point.state_dir is not None else None
+                self._remove_checkpoints(keep=keep)
+                self._start()
+        except OSError as exc:
+            raise TraceError(f"cannot resume {self.run_dir}: {_why(exc)}") from None
+        return self
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> TraceWriter:
@@ -213,7 +364,7 @@ class TraceWriter:
         self._last_step = step
         self._step_buf.append(dict(row))
         if len(self._step_buf) >= self.chunk_steps:
-            self.flush()
+            self.flush(checkpoint=True)
 
     def add_eval(self, row: Mapping[str, Any]) -> None:
         """Buffer one evaluation row (EVAL_COLUMNS)."""
@@ -227,39 +378,122 @@ class TraceWriter:
         """Steps already in closed chunks on disk."""
         return self._steps_written
 
-    def flush(self) -> None:
-        """Write the buffered rows as one closed chunk per table (steps last: the commit)."""
+    def flush(self, *, checkpoint: bool = False) -> None:
+        """Write the buffered rows as one closed chunk per table (steps last: the commit),
+        and with ``checkpoint`` the recorder's state before the commit.
+
+        A failed write removes what this chunk wrote, drops its rows, and raises
+        :class:`TraceError`; the run keeps every step before it (finish it ``stopped``).
+        """
+        if self._failed is not None:
+            raise TraceError(self._failed)
         if not (self._step_buf or self._eval_buf or self._payload_buf):
             return
         idx = self._chunk_index
+        with _signals_held():
+            try:
+                self._write_chunks(idx, checkpoint and self._checkpoint is not None)
+            except OSError as exc:
+                self._discard_chunk(idx)
+                self._payload_buf, self._eval_buf, self._step_buf = [], [], []
+                where = exc.filename if exc.filename else self.run_dir
+                self._failed = (
+                    f"cannot write {where}: {_why(exc)}; {self.run_dir} keeps the "
+                    f"{self._steps_written} steps recorded before it"
+                )
+                raise TraceError(self._failed) from None
+            self._steps_written += len(self._step_buf)
+            self._payload_buf, self._eval_buf, self._step_buf = [], [], []
+            self._chunk_index += 1
+
+    def _write_chunks(self, idx: int, checkpoint: bool) -> None:
         if self._payload_buf:
             payloads = _normalize(pd.concat(self._payload_buf, ignore_index=True), _PAYLOAD_INT)
             _write_chunk(self.run_dir / schema.PAYLOADS_TABLE, idx, payloads)
         if self._eval_buf:
             evals = _normalize(pd.DataFrame(self._eval_buf), _EVAL_INT)
             _write_chunk(self.run_dir / schema.EVALS_TABLE, idx, evals)
+        if checkpoint:
+            self._write_checkpoint(idx, self._steps_written + len(self._step_buf))
         if self._step_buf:
             steps = _normalize(pd.DataFrame(self._step_buf), _STEP_INT)
             _write_chunk(self.run_dir / schema.STEPS_TABLE, idx, steps)
-        self._steps_written += len(self._step_buf)
-        self._payload_buf, self._eval_buf, self._step_buf = [], [], []
-        self._chunk_index += 1
+        if checkpoint:
+            self._remove_checkpoints(keep=_checkpoint_name(idx))
+
+    def _write_checkpoint(self, idx: int, steps_written: int) -> None:
+        root = self.run_dir / CHECKPOINT_DIR
+        final = root / _checkpoint_name(idx)
+        tmp = root / (final.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        assert self._checkpoint is not None
+        self._checkpoint(tmp)
+        info = {"chunk_index": idx, "steps_written": steps_written}
+        (tmp / CHECKPOINT_FILE).write_text(json.dumps(info) + "\n", encoding="utf-8")
+        _fsync_tree(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+
+    def _remove_checkpoints(self, keep: str | None) -> None:
+        root = self.run_dir / CHECKPOINT_DIR
+        if not root.is_dir():
+            return
+        for d in root.iterdir():
+            if d.name != keep and (_CHECKPOINT_RE.match(d.name) or d.name.endswith(".tmp")):
+                shutil.rmtree(d, ignore_errors=True)
+
+    def _discard_chunk(self, idx: int) -> None:
+        """Remove whatever chunk ``idx`` wrote (it never committed), freeing its space."""
+        for table in schema.TRACE_TABLES:
+            for name in (f"part-{idx:06d}.parquet", f"part-{idx:06d}.parquet.tmp"):
+                _unlink(self.run_dir / table / name)
+        for name in (_checkpoint_name(idx), _checkpoint_name(idx) + ".tmp"):
+            shutil.rmtree(self.run_dir / CHECKPOINT_DIR / name, ignore_errors=True)
 
     def finish(self, status: str = "complete", stop_reason: str | None = None) -> Path:
-        """Flush what is buffered and record the final status in the header."""
+        """Flush what is buffered and record the final status in the header.
+
+        A ``complete`` run drops its checkpoints (there is nothing left to resume). When the
+        last chunk cannot be written the run ends ``stopped`` with that reason and the
+        :class:`TraceError` is raised after the header is written.
+        """
         if status not in STATUSES[1:]:
             raise ValueError(f"status must be one of {STATUSES[1:]}, got {status!r}")
         if self._finished:
             return self.run_dir
-        self.flush()
-        self.header.update(
-            status=status,
-            stop_reason=stop_reason,
-            steps_recorded=self._steps_written,
-            finished_utc=_utc_now(),
-        )
-        write_header(self.run_dir, self.header)
-        self._finished = True
+        error: TraceError | None = None
+        if self._failed is None:
+            try:
+                self.flush()
+            except TraceError as exc:
+                error = exc
+        with _signals_held():
+            if self._failed is not None:
+                status = "stopped"
+                if stop_reason is None or error is not None:
+                    stop_reason = self._failed
+            self.header.update(
+                status=status,
+                stop_reason=stop_reason,
+                steps_recorded=self._steps_written,
+                finished_utc=_utc_now(),
+            )
+            # The reserve goes first: on a full disk its space takes the new header.
+            _unlink(self.run_dir / RESERVE_FILE)
+            try:
+                write_header(self.run_dir, self.header)
+            except OSError as exc:
+                raise TraceError(
+                    f"cannot update {self.run_dir / schema.HEADER_FILE}: {_why(exc)} "
+                    f"(it still says running; the {self._steps_written} steps recorded are kept)"
+                ) from None
+            if status == "complete":
+                shutil.rmtree(self.run_dir / CHECKPOINT_DIR, ignore_errors=True)
+            self._finished = True
+        if error is not None:
+            raise error
         return self.run_dir
 
 
@@ -274,6 +508,78 @@ def _clear_run_dir(run_dir: Path) -> None:
                     f.unlink()
     if header.exists():
         header.unlink()
+    shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)
+    _unlink(run_dir / RESERVE_FILE)
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where an interrupted recording continues: every chunk before ``chunk_index`` (holding
+    ``steps_written`` steps) is kept, and ``state_dir`` holds the training state after them
+    (None: no chunk closed with a checkpoint; the run starts over from step 0)."""
+
+    run_dir: Path
+    header: dict[str, Any]
+    chunk_index: int
+    steps_written: int
+    state_dir: Path | None
+
+
+def _parquet_rows(path: Path) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        with open(path, "rb") as fh:
+            return int(pq.ParquetFile(fh).metadata.num_rows)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise TraceError(f"{path} is truncated or corrupt ({exc})") from None
+
+
+def find_resume_point(path: str | Path) -> ResumePoint:
+    """The last closed chunk of an interrupted recording that has a checkpoint.
+
+    Refuses (:class:`TraceError`) a folder that is not a trace, a synthetic trace, a
+    complete run, and a steps table whose chunks are not 0, 1, 2, ... . Nothing is changed
+    on disk (:meth:`TraceWriter.resume` does that).
+    """
+    run_dir = _run_dir(path)
+    header = read_header(run_dir)
+    if header.get("synthetic"):
+        raise TraceError(f"{run_dir} is a synthetic trace; only a recording can be resumed")
+    if header.get("status") == "complete":
+        raise TraceError(
+            f"{run_dir} is complete ({header.get('steps_recorded', '?')} steps); nothing to resume"
+        )
+    steps = chunk_files(run_dir, schema.STEPS_TABLE)
+    indices = [int(_PART_RE.match(f.name).group(1)) for f in steps]  # type: ignore[union-attr]
+    if indices != list(range(len(indices))):
+        raise TraceError(
+            f"{run_dir / schema.STEPS_TABLE} has chunks {indices}, not 0, 1, 2, ...; "
+            "it cannot be resumed"
+        )
+    root = run_dir / CHECKPOINT_DIR
+    found = sorted(
+        (int(m.group(1)), d)
+        for d in (root.iterdir() if root.is_dir() else ())
+        if (m := _CHECKPOINT_RE.match(d.name)) and (d / CHECKPOINT_FILE).is_file()
+    )
+    usable = [(i, d) for i, d in found if i < len(steps)]
+    if not usable:
+        return ResumePoint(run_dir, header, 0, 0, None)
+    idx, state_dir = usable[-1]
+    try:
+        info = json.loads((state_dir / CHECKPOINT_FILE).read_text(encoding="utf-8"))
+        written = int(info["steps_written"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TraceError(f"{state_dir / CHECKPOINT_FILE} is corrupt ({exc})") from None
+    rows = sum(_parquet_rows(f) for f in steps[: idx + 1])
+    if info.get("chunk_index") != idx or rows != written:
+        raise TraceError(
+            f"{state_dir} says {written} steps but chunks 0..{idx} of "
+            f"{run_dir / schema.STEPS_TABLE} hold {rows}; it cannot be resumed"
+        )
+    return ResumePoint(run_dir, header, idx + 1, written, state_dir)
 
 
 # -- reading -------------------------------------------------------------------------------
