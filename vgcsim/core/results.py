@@ -2,8 +2,14 @@
 
 A result table is a folder holding ``results.json`` (the header, see
 ``RESULTS_HEADER_KEYS``), ``results.parquet`` and ``results.csv`` (the same rows, with
-exactly ``RESULT_COLUMNS``). Both the closed-form models and the simulator emit this
-format, so reports and cross-checks read one thing.
+``RESULT_COLUMNS`` and, in a sweep's table, the ``FACTOR_COLUMNS``), and the folder marker
+``.vgcsim.json`` (:mod:`vgcsim.core.outdir`). Both the closed-form models and the simulator
+emit this format, so reports and cross-checks read one thing. ``results.parquet`` is the file
+pandas reads: ``pd.read_parquet("OUT/results.parquet")``.
+
+:func:`save_results` is the one path from a frame to a folder: finish (relative columns) →
+header → write (each file atomically, mode 0644 under umask 022, never over a file vgcsim did
+not write).
 
 :func:`finalize_results` derives the relative columns from the absolute ones:
 ``speedup_vs_dense`` = dense ``step_s`` / ``step_s`` and ``scaling_efficiency`` = single-worker
@@ -23,9 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from vgcsim.core.errors import ResultsError
+from vgcsim.core.outdir import prepare_output
 from vgcsim.core.provenance import git_commit, package_versions
 
 RESULTS_SCHEMA_VERSION = 2
@@ -103,8 +108,18 @@ RESULT_COLUMNS = (
 #: that agree on all of them belong to one curve.
 RESULT_CONFIG_COLUMNS = RESULT_COLUMNS[: RESULT_COLUMNS.index("step")]
 
+#: Optional columns after RESULT_COLUMNS: the factors a sweep varies, one value per row, so
+#: that a sweep's table filters and groups by them without parsing the cluster name.
+FACTOR_COLUMNS: dict[str, type] = {
+    "trace_path": str,  # the trace run directory the row replays
+    "bandwidth_Bps": float,  # line rate of the cluster's (inter-node) link
+    "latency_s": float,  # latency of that link
+    "topology_spec": str,  # the topology table as JSON, e.g. {"kind": "star"}
+}
+
 
 __all__ = [
+    "FACTOR_COLUMNS",
     "GROUP_COLUMNS",
     "RESULTS_CSV",
     "RESULTS_JSON",
@@ -113,6 +128,8 @@ __all__ = [
     "finalize_results",
     "read_results",
     "results_header",
+    "save_results",
+    "trace_entry",
     "write_results",
 ]
 
@@ -138,19 +155,20 @@ def empty_results() -> pd.DataFrame:
 def _coerce(df: pd.DataFrame) -> pd.DataFrame:
     cols = list(df.columns)
     missing = [c for c in RESULT_COLUMNS if c not in cols]
-    extra = [c for c in cols if c not in RESULT_COLUMNS]
+    extra = [c for c in cols if c not in RESULT_COLUMNS and c not in FACTOR_COLUMNS]
     if missing or extra:
         raise ResultsError(
             f"result table columns differ from RESULT_COLUMNS: missing {missing}, "
             f"unexpected {extra}"
         )
-    out = df.loc[:, list(RESULT_COLUMNS)].copy()
+    factors = [c for c in FACTOR_COLUMNS if c in cols]
+    out = df.loc[:, [*RESULT_COLUMNS, *factors]].copy()
     try:
-        for c in _STR_COLUMNS:
+        for c in (*_STR_COLUMNS, *(f for f in factors if FACTOR_COLUMNS[f] is str)):
             out[c] = out[c].astype(str)
         for c in _INT_COLUMNS:
             out[c] = out[c].astype(np.int64)
-        for c in _FLOAT_COLUMNS:
+        for c in (*_FLOAT_COLUMNS, *(f for f in factors if FACTOR_COLUMNS[f] is float)):
             out[c] = out[c].astype(np.float64)
     except (TypeError, ValueError) as exc:
         raise ResultsError(f"result table has a column of the wrong type: {exc}") from None
@@ -181,23 +199,37 @@ def results_header(
     }
 
 
-def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def trace_entry(trace: Any) -> dict[str, Any]:
+    """The result-header entry of one input trace (a :class:`vgcsim.traces.io.Trace`)."""
+    return {
+        "path": str(trace.path),
+        "name": trace.name,
+        "compressor": trace.compressor,
+        "synthetic": bool(trace.synthetic),
+        "schema_version": trace.header.get("schema_version"),
+    }
 
 
-def write_results(df: pd.DataFrame, out_dir: str | Path, header: Mapping[str, Any]) -> Path:
-    """Write ``df`` (exactly RESULT_COLUMNS) and ``header`` into ``out_dir``; return the dir.
+def _command_name(command: Sequence[str] | None) -> str:
+    words = [str(w) for w in (command or [])]
+    if len(words) > 1 and words[0].endswith("vgcsim"):
+        return f"vgcsim {words[1]}"
+    return words[0] if words else "vgcsim"
 
+
+def write_results(
+    df: pd.DataFrame,
+    out_dir: str | Path,
+    header: Mapping[str, Any],
+    *,
+    overwrite: bool = False,
+    files: Mapping[str, Callable[[str], Any]] | None = None,
+) -> Path:
+    """Write ``df`` (RESULT_COLUMNS, optionally FACTOR_COLUMNS) and ``header`` into ``out_dir``,
+    then ``files`` (name -> ``write(path)``) beside them; return the dir.
+
+    The folder is checked and marked by :func:`vgcsim.core.outdir.prepare_output` (an earlier
+    vgcsim output is replaced only with ``overwrite``; a folder vgcsim did not write never).
     Each file is written atomically (temporary file, fsync, rename).
     """
     df = _coerce(df)
@@ -207,18 +239,54 @@ def write_results(df: pd.DataFrame, out_dir: str | Path, header: Mapping[str, An
     missing = [k for k in RESULTS_HEADER_KEYS if k not in full]
     if missing:
         raise ResultsError(f"result header lacks keys {missing}; build it with results_header()")
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        reason = "it is not a folder" if out.is_file() else exc.strerror
-        raise ResultsError(f"cannot write results to {out}: {reason}") from None
-    _atomic_write(out / RESULTS_PARQUET, lambda p: df.to_parquet(p, index=False))
-    _atomic_write(out / RESULTS_CSV, lambda p: df.to_csv(p, index=False))
+    extra = dict(files or {})
+    out = prepare_output(
+        out_dir,
+        _command_name(full.get("command")),
+        overwrite=overwrite,
+        files=[RESULTS_PARQUET, RESULTS_CSV, RESULTS_JSON, *extra],
+    )
+    out.write(RESULTS_PARQUET, lambda p: df.to_parquet(p, index=False))
+    out.write(RESULTS_CSV, lambda p: df.to_csv(p, index=False))
     text = json.dumps(full, indent=2, sort_keys=True, default=str)
-    _atomic_write(out / RESULTS_JSON, lambda p: Path(p).write_text(text + "\n", encoding="utf-8"))
-    log.info("wrote %d result rows to %s", len(df), out)
-    return out
+    out.write_text(RESULTS_JSON, text + "\n")
+    for name, write in extra.items():
+        out.write(name, write)
+    out.commit()
+    log.info("wrote %d result rows to %s", len(df), out.path)
+    return out.path
+
+
+def save_results(
+    df: pd.DataFrame,
+    out_dir: str | Path,
+    *,
+    source: str,
+    traces: Sequence[Mapping[str, Any]],
+    cluster: Mapping[str, Any],
+    extrapolation: Mapping[str, Any],
+    options: Mapping[str, Any],
+    command: Sequence[str] | None = None,
+    batch_size_per_worker: int | None = None,
+    overwrite: bool = False,
+    files: Mapping[str, Callable[[str], Any]] | None = None,
+) -> Path:
+    """Finish, head and write a result table: the one path every command and the API take.
+
+    :func:`finalize_results` (relative columns; throughput given ``batch_size_per_worker``) →
+    :func:`results_header` → :func:`write_results` (with ``overwrite`` and extra ``files``).
+    """
+    batch = int(batch_size_per_worker) if batch_size_per_worker else None
+    finished = finalize_results(df, batch_size_per_worker=batch)
+    header = results_header(
+        source=source,
+        traces=traces,
+        cluster=cluster,
+        extrapolation=extrapolation,
+        options=options,
+        command=command,
+    )
+    return write_results(finished, out_dir, header, overwrite=overwrite, files=files)
 
 
 def read_results(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:

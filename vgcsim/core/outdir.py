@@ -1,0 +1,238 @@
+"""Output folders: what vgcsim writes, it marks, and it never replaces what it did not write.
+
+Every folder a command writes (a result table, a scenario, a report, a validation, the demo)
+carries a marker file, :data:`MARKER` (``.vgcsim.json``), naming the command and listing the
+files it wrote. A trace folder's ``header.json`` (kind ``vgcsim-trace``) is its marker.
+
+The rules (:func:`prepare_output`):
+
+* a missing or empty folder is created and written;
+* a non-empty folder without a marker (and that is not a trace) is refused: vgcsim did not
+  write it, so nothing in it is vgcsim's to replace;
+* a folder holding an earlier vgcsim output is refused unless ``overwrite``; with it, only
+  files the marker lists (or new names) are written, nothing is deleted, and a file about to
+  be written that the marker does not list is refused.
+
+:func:`atomic_write` is the one way files are written: a temporary file in the same folder,
+fsync, the permissions the umask gives a new file (0644 under the usual umask 022, not the
+0600 of a temporary file), then a rename, so that a full disk or a crash never leaves a
+half-written file under the final name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vgcsim.core.errors import VgcsimError
+
+__all__ = [
+    "MARKER",
+    "MARKER_KIND",
+    "OutputDir",
+    "OutputError",
+    "atomic_write",
+    "atomic_write_text",
+    "check_output",
+    "is_trace_dir",
+    "prepare_output",
+    "read_marker",
+]
+
+MARKER = ".vgcsim.json"
+MARKER_KIND = "vgcsim-output"
+#: The header file and kind that mark a trace folder (kept equal to vgcsim.traces.schema's).
+TRACE_HEADER = "header.json"
+TRACE_KIND = "vgcsim-trace"
+
+
+class OutputError(VgcsimError):
+    """An output path vgcsim must not write (not a folder, not vgcsim's, or already written)."""
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | Path, write: Callable[[str], Any]) -> Path:
+    """Write ``path`` through ``write(tmp_path)`` atomically; return ``path``.
+
+    The temporary file is removed when ``write`` (or the disk) fails, so the final name holds
+    either the previous file or the complete new one. The file gets mode 0666 minus the umask.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """:func:`atomic_write` of UTF-8 text."""
+    return atomic_write(path, lambda p: Path(p).write_text(text, encoding="utf-8"))
+
+
+def read_marker(folder: str | Path) -> dict[str, Any] | None:
+    """The marker of ``folder`` as a dict, or None when it has none (or an unreadable one)."""
+    p = Path(folder) / MARKER
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.get("kind") != MARKER_KIND:
+        return None
+    files = data.get("files")
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return None
+    return data
+
+
+def is_trace_dir(folder: str | Path) -> bool:
+    """True when ``folder`` holds a vgcsim trace header (its marker)."""
+    p = Path(folder) / TRACE_HEADER
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("kind") == TRACE_KIND
+
+
+@dataclass
+class OutputDir:
+    """A folder prepared by :func:`prepare_output`; :meth:`commit` writes its marker."""
+
+    path: Path
+    command: str
+    previous: tuple[str, ...] = ()
+    written: list[str] = field(default_factory=list)
+
+    def file(self, name: str) -> Path:
+        """The path of ``name`` (relative, may hold a subfolder), recorded as written."""
+        self._check(name)
+        if name not in self.written:
+            self.written.append(name)
+        target = self.path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target
+
+    def _check(self, name: str) -> None:
+        target = self.path / name
+        if target.exists() and name not in self.previous and name not in self.written:
+            raise OutputError(
+                f"{target} exists and was not written by vgcsim; not replacing it "
+                "(choose another -o)"
+            )
+
+    def write(self, name: str, write: Callable[[str], Any]) -> Path:
+        """:func:`atomic_write` of ``name`` inside the folder."""
+        return atomic_write(self.file(name), write)
+
+    def write_text(self, name: str, text: str) -> Path:
+        return atomic_write_text(self.file(name), text)
+
+    def commit(self, extra: Iterable[str] = ()) -> Path:
+        """Write the marker listing every file written (now or by an earlier vgcsim run)."""
+        for name in extra:
+            if name not in self.written:
+                self.written.append(name)
+        kept = [f for f in self.previous if f not in self.written and (self.path / f).exists()]
+        from vgcsim import __version__
+
+        marker = {
+            "kind": MARKER_KIND,
+            "command": self.command,
+            "files": sorted([*self.written, *kept]),
+            "vgcsim": __version__,
+        }
+        return atomic_write_text(self.path / MARKER, json.dumps(marker, indent=2) + "\n")
+
+
+def check_output(
+    folder: str | Path,
+    command: str,
+    *,
+    overwrite: bool = False,
+    files: Iterable[str] = (),
+) -> tuple[str, ...]:
+    """Refuse (:class:`OutputError`, one line naming the folder) an output folder ``command``
+    may not write (see the module doc); create nothing. Returns the files an earlier vgcsim
+    output there lists. Commands call it before their work, :func:`prepare_output` again
+    when they write."""
+    out = Path(folder)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"cannot write {command} output to {out}: it is not a folder")
+    previous: tuple[str, ...] = ()
+    if out.is_dir() and any(out.iterdir()):
+        marker = read_marker(out)
+        if marker is None:
+            if is_trace_dir(out):
+                raise OutputError(
+                    f"{out} holds a vgcsim trace; write {command} output to another folder"
+                )
+            raise OutputError(
+                f"{out} is not empty and was not written by vgcsim; not writing {command} "
+                "output there (choose a new or empty folder)"
+            )
+        if not overwrite:
+            raise OutputError(
+                f"{out} already holds {marker.get('command', 'vgcsim')} output; pass "
+                "--overwrite to replace its files, or choose another folder"
+            )
+        previous = tuple(marker["files"])
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise OutputError(f"cannot write {command} output to {out}: {parent} is a file")
+            break
+    probe = OutputDir(out, command, previous)
+    for name in files:
+        probe._check(name)
+    return previous
+
+
+def prepare_output(
+    folder: str | Path,
+    command: str,
+    *,
+    overwrite: bool = False,
+    files: Iterable[str] = (),
+) -> OutputDir:
+    """:func:`check_output`, then create the folder; write through the returned
+    :class:`OutputDir` and :meth:`OutputDir.commit` its marker at the end."""
+    previous = check_output(folder, command, overwrite=overwrite, files=files)
+    out = Path(folder)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot write {command} output to {out}: {exc.strerror}") from None
+    return OutputDir(out, command, previous)
