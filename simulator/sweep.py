@@ -5,12 +5,12 @@ A sweep file (TOML) names the factors and the replay options::
     [sweep]
     traces = ["runs/variance", "runs/strom"]   # compressor-trace factor
     cluster = "10GbE"                          # base cluster: preset name or TOML file
-    world_sizes = [8, 16, 64]
+    world_sizes = [8, 16, 64]                  # or "8:64:x2" (vgcsim.core.worldsizes); default 2:1024:x2
     bandwidths = ["10Gbps", "100Gbps"]         # optional: replaces the base link's bandwidth
     latencies = ["2us", "20us"]                # optional: replaces the base link's latency
     topologies = [{kind = "star"}, {kind = "leaf_spine", hosts_per_leaf = 8, oversubscription = 4.0}]
     compute = ""                               # optional: "model" | "trace" overrides the cluster's
-    workers = 0                                # workers; 0 = one per CPU
+    processes = 0                              # worker processes; 0 = one per CPU
     scheduler = "local"                        # "local" | "processes" | "tcp://HOST:PORT"
 
     [simulate]                                 # any SimulateConfig key
@@ -19,16 +19,19 @@ A sweep file (TOML) names the factors and the replay options::
 :func:`expand_factors` is the one place factors become jobs (trace × bandwidth × latency ×
 topology × world size); :func:`run_sweep` runs them and returns one result table, rows in job
 order whatever ran them. Each cluster variant gets a name listing the factor values it
-changed, so dense and compressed rows of one variant compare with each other.
+changed, so dense and compressed rows of one variant compare with each other, and every row
+carries its factors as columns of their own (``FACTOR_COLUMNS`` of vgcsim.core.results:
+``trace_path``, ``bandwidth_Bps``, ``latency_s``, ``topology_spec``) beside ``world_size`` and
+``topology`` (the kind).
 
 Where the jobs run (``SCHEDULERS``, or a Dask scheduler address):
 
-* ``"local"`` — a Dask distributed ``LocalCluster`` on this machine, one single-threaded
-  worker process per worker (the default);
+* ``"local"`` — a Dask distributed ``LocalCluster`` on this machine, ``processes``
+  single-threaded worker processes (the default);
 * ``"tcp://HOST:PORT"`` (any Dask address with a ``://``) — an existing Dask cluster, e.g.
   one started by dask-jobqueue on a batch system or by the Dask Kubernetes operator; its
   workers need this package installed and the trace directories at the same paths;
-* ``"processes"`` — a local process pool without Dask (one worker: in this process).
+* ``"processes"`` — a local process pool without Dask (one process: in this process).
 
 A job is a pure function of (trace, cluster variant, world size, simulate options), so every
 scheduler gives the same rows.
@@ -54,6 +57,7 @@ from vgcsim.core.cluster import COMPUTE_MODES, ClusterSpec, load_cluster
 from vgcsim.core.config import config_from_dict, load_toml
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.core.units import format_bandwidth, format_time, parse_bandwidth_Bps, parse_time_s
+from vgcsim.core.worldsizes import DEFAULT_WORLD_SIZES, parse_world_sizes
 
 __all__ = [
     "SCHEDULERS",
@@ -78,12 +82,12 @@ class SweepConfig:
 
     traces: tuple[str, ...] = ()
     cluster: str = "10GbE"
-    world_sizes: tuple[int, ...] = (8,)
+    world_sizes: tuple[int, ...] = parse_world_sizes(DEFAULT_WORLD_SIZES)
     bandwidths: tuple[Any, ...] = ()
     latencies: tuple[Any, ...] = ()
     topologies: tuple[dict, ...] = ()
     compute: str = ""
-    workers: int = 0
+    processes: int = 0
     scheduler: str = "local"
 
     def __post_init__(self) -> None:
@@ -92,10 +96,9 @@ class SweepConfig:
             raise unknown_name("sweep.compute", self.compute, ("", *COMPUTE_MODES))
         if not self.traces:
             raise ConfigError("sweep.traces: give at least one trace run directory")
-        if not self.world_sizes or any(p < 1 for p in self.world_sizes):
-            raise ConfigError("sweep.world_sizes: give positive integers")
-        if self.workers < 0:
-            raise ConfigError("sweep.workers must be >= 0 (0 = one per CPU)")
+        parse_world_sizes(",".join(str(p) for p in self.world_sizes))  # 1..MAX_WORLD_SIZE
+        if self.processes < 0:
+            raise ConfigError("sweep.processes must be >= 0 (0 = one per CPU)")
 
 
 @dataclass(frozen=True)
@@ -127,10 +130,15 @@ def check_scheduler(scheduler: str) -> str:
 
 
 def load_sweep(path: str | Path) -> SweepFile:
-    """Read a sweep TOML file (unknown keys are a ConfigError listing the valid ones)."""
+    """Read a sweep TOML file (unknown keys are a ConfigError listing the valid ones).
+
+    ``world_sizes`` is a list of integers or a string in the ``--world-sizes`` syntax."""
     data = load_toml(path)
-    if "sweep" not in data:
+    if not isinstance(data.get("sweep"), dict):
         raise ConfigError(f"sweep file {path} needs a [sweep] table")
+    sizes = data["sweep"].get("world_sizes")
+    if isinstance(sizes, str):
+        data["sweep"]["world_sizes"] = list(parse_world_sizes(sizes))
     return config_from_dict(SweepFile, data)
 
 
@@ -178,19 +186,27 @@ def _trace(path: str):
 
 
 def _run_job(job: SweepJob, sim: SimulateConfig) -> pd.DataFrame:
+    import json
+
     from vgcsim.simulator.replay import simulate_trace
 
     from vgcsim.core.results import finalize_results
 
     trace = _trace(job.trace)
     df, _, _ = simulate_trace(trace, job.cluster, [job.world_size], sim)
-    return finalize_results(df, batch_size_per_worker=trace.header.get("batch_size_per_worker"))
+    df = finalize_results(df, batch_size_per_worker=trace.header.get("batch_size_per_worker"))
+    return df.assign(
+        trace_path=job.trace,
+        bandwidth_Bps=float(job.cluster.link.bandwidth_Bps),
+        latency_s=float(job.cluster.link.latency_s),
+        topology_spec=json.dumps(dict(job.cluster.topology or {}), sort_keys=True, default=str),
+    )
 
 
 def run_sweep(
     sweep: SweepFile,
     *,
-    workers: int | None = None,
+    processes: int | None = None,
     progress: Callable[[int], None] | None = None,
     scheduler: str | None = None,
     connect_timeout_s: float = CONNECT_TIMEOUT_S,
@@ -198,17 +214,17 @@ def run_sweep(
     """Run every job of ``sweep`` → (table, jobs); rows are in job order for every scheduler.
 
     ``scheduler`` (default: ``sweep.sweep.scheduler``) is ``"local"`` (a Dask LocalCluster of
-    ``workers`` single-threaded processes), ``"processes"`` (a process pool; one worker runs
-    in this process) or the address of a running Dask scheduler, which is given
-    ``connect_timeout_s`` to answer before a ConfigError says it is unreachable. ``workers``
-    (default: ``sweep.sweep.workers``, 0 = one per CPU) does not apply to a remote cluster.
+    ``processes`` single-threaded processes), ``"processes"`` (a process pool; one process
+    runs in this process) or the address of a running Dask scheduler, which is given
+    ``connect_timeout_s`` to answer before a ConfigError says it is unreachable. ``processes``
+    (default: ``sweep.sweep.processes``, 0 = one per CPU) does not apply to a remote cluster.
     ``progress(1)`` is called as each job finishes.
     """
     scheduler = check_scheduler(scheduler or sweep.sweep.scheduler)
     jobs = expand_factors(sweep.sweep)
     for path in sorted({j.trace for j in jobs}):
         _trace(path)  # a missing or corrupt trace fails here, before any worker starts
-    n = workers if workers is not None else (sweep.sweep.workers or os.cpu_count() or 1)
+    n = processes if processes is not None else (sweep.sweep.processes or os.cpu_count() or 1)
     n = max(1, min(n, len(jobs)))
     if scheduler == "processes":
         frames = _run_processes(jobs, sweep.simulate, n, progress)

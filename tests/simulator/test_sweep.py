@@ -52,7 +52,7 @@ def test_run_sweep_returns_one_table(traces):
         SweepConfig(traces=tuple(traces), world_sizes=(2, 4), latencies=("1us", "100us")),
         SimulateConfig(max_steps=2),
     )
-    table, jobs = run_sweep(sweep, workers=1, scheduler="processes")
+    table, jobs = run_sweep(sweep, processes=1, scheduler="processes")
     assert len(jobs) == 8 and len(table) == 8 * 4  # dense fp32/bf16/fp16 + compressed
     slow = table[table["cluster"].str.contains("100 us")]
     quick = table[table["cluster"].str.contains("1 us")]
@@ -68,7 +68,8 @@ def test_cli_sweep_on_a_process_pool(traces, tmp_path):
     assert load_sweep(cfg).simulate.max_steps == 2
     out = tmp_path / "out"
     assert (
-        main(["sweep", str(cfg), "-o", str(out), "--workers", "2", "--scheduler", "processes"]) == 0
+        main(["sweep", str(cfg), "-o", str(out), "--processes", "2", "--scheduler", "processes"])
+        == 0
     )
     df, header = read_results(out)
     assert len(df) == 2 * 2 * 2 * 4  # traces x P x bandwidths x (3 dense + compressed)
@@ -104,7 +105,7 @@ def test_dask_local_cluster_rows_equal_the_process_pool(traces):
     from distributed import LocalCluster
 
     sweep = _two_factor_sweep(traces)
-    pool, jobs = run_sweep(sweep, workers=2, scheduler="processes")
+    pool, jobs = run_sweep(sweep, processes=2, scheduler="processes")
     with LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     ) as cluster:
@@ -127,7 +128,7 @@ def test_cli_scheduler_local_writes_the_process_pools_rows(traces, tmp_path):
     cfg.write_text(
         f'[sweep]\ntraces = ["{traces[0]}"]\nworld_sizes = [2, 4]\n\n[simulate]\nmax_steps = 1\n'
     )
-    run = ["sweep", str(cfg), "--workers", "2"]
+    run = ["sweep", str(cfg), "--processes", "2"]
     assert main([*run, "-o", str(tmp_path / "pool"), "--scheduler", "processes"]) == 0
     assert main([*run, "-o", str(tmp_path / "dask"), "--scheduler", "local"]) == 0
     (pool, _), (dask, header) = read_results(tmp_path / "pool"), read_results(tmp_path / "dask")
@@ -156,7 +157,7 @@ def test_unreachable_scheduler_is_one_line_and_exit_2(traces, tmp_path, capsys):
             "--scheduler",
             f"tcp://127.0.0.1:{port}",
         ]
-        assert main([*args, "--set", "sweep.workers=1"]) == 2
+        assert main([*args, "--set", "sweep.processes=1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot reach the Dask scheduler" in err[0]
     assert not (tmp_path / "o").exists()

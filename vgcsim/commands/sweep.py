@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
-from vgcsim.commands import add_set_option
+from vgcsim.commands import add_out_option, add_set_option, add_world_sizes_option
 
 HELP = (
     "run a sweep (bandwidth x latency x P x topology x trace) of simulated replays; one table out"
@@ -15,12 +14,14 @@ HELP = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="sweep TOML file ([sweep] factors, [simulate] options)")
-    parser.add_argument("-o", "--out", required=True, metavar="DIR", help="output result directory")
+    add_world_sizes_option(parser)
     parser.add_argument(
-        "--workers",
+        "--processes",
         type=int,
         default=None,
-        help="worker processes for local/processes (default: sweep.workers, 0 = CPUs)",
+        metavar="N",
+        help="worker processes of the local/processes schedulers (--set sweep.processes=N; "
+        "default: the file's, 0 = one per CPU)",
     )
     parser.add_argument(
         "--scheduler",
@@ -31,40 +32,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_set_option(
         parser,
-        "override a sweep file key, e.g. sweep.world_sizes=8,16 or simulate.max_steps=10",
-        dest="overrides",
+        "override a sweep file key, e.g. sweep.world_sizes=8:64:x2 or simulate.max_steps=10",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="list the jobs the factors expand to and exit"
+    )
+    add_out_option(
+        parser, "result table folder (pandas reads OUT/results.parquet; factors as columns)"
     )
 
 
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from vgcsim.commands import check_out, settings
     from vgcsim.core.cluster import cluster_to_dict, load_cluster
     from vgcsim.core.config import apply_overrides, to_dict
-    from vgcsim.core.errors import ConfigError
-    from vgcsim.core.results import finalize_results, results_header, write_results
+    from vgcsim.core.results import save_results
     from vgcsim.simulator.sweep import expand_factors, load_sweep, run_sweep, sweep_summary
 
-    sweep = apply_overrides(load_sweep(args.config), args.overrides)
-    if args.workers is not None and args.workers < 0:
-        raise ConfigError("--workers must be >= 0")
+    overrides = settings(args.set, ("sweep.world_sizes",))
+    if args.world_sizes is not None:
+        overrides += settings([f"sweep.world_sizes={args.world_sizes}"], ("sweep.world_sizes",))
+    if args.processes is not None:
+        overrides.append(f"sweep.processes={args.processes}")
     if args.scheduler is not None:  # validated by SweepConfig; recorded in the result header
-        sweep = dataclasses.replace(
-            sweep, sweep=dataclasses.replace(sweep.sweep, scheduler=args.scheduler)
-        )
+        overrides.append(f"sweep.scheduler={args.scheduler}")
+    sweep = apply_overrides(load_sweep(args.config), overrides)
     jobs = expand_factors(sweep.sweep)
     if args.dry_run:
         for job in jobs:
             print(f"{job.trace}  {job.cluster.name}  P={job.world_size}")
         print(f"{len(jobs)} jobs")
         return 0
+    check_out(args, "sweep")
     with tqdm(total=len(jobs), desc="sweep", unit="job", disable=not sys.stderr.isatty()) as bar:
-        table, jobs = run_sweep(sweep, workers=args.workers or None, progress=bar.update)
-    table = finalize_results(table)
-    header = results_header(
+        table, jobs = run_sweep(sweep, progress=bar.update)
+    out = save_results(
+        table,
+        args.out,
         source="simulated",
         traces=[{"path": t, "name": t.rstrip("/").split("/")[-1]} for t in sweep.sweep.traces],
         cluster=cluster_to_dict(load_cluster(sweep.sweep.cluster)),
@@ -78,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             "summary": sweep_summary(jobs),
         },
         command=["vgcsim", *sys.argv[1:]],
+        overwrite=args.overwrite,
     )
-    out = write_results(table, args.out, header)
     print(f"{len(jobs)} jobs on {sweep.sweep.scheduler}, {len(table)} rows -> {out}")
     return 0
