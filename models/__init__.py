@@ -7,4 +7,5 @@
 * :mod:`vgcsim.models.crossover` — the compression ratio / density at which compression stops paying;
 * :mod:`vgcsim.models.predict` — replaying a trace on a cluster into a result table;
 * :mod:`vgcsim.models.scenario` — the paper's cost analysis from model sizes alone.
+* :mod:`vgcsim.models.linkfit` — the α-β-γ link fit of a calibration's measurements.
 """

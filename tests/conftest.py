@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from vgcsim.traces import schema
-from vgcsim.traces.io import TraceWriter, read_trace
 
 #: bits_packed32[step, worker, layer] of the tiny trace: 3 steps, 2 workers, 2 layers.
 TINY_BITS = np.array(
@@ -25,6 +23,10 @@ def write_tiny_trace(
     run_dir, *, bits=TINY_BITS, numel=TINY_NUMEL, step_row=TINY_STEP, step_rows=None
 ):
     """``step_rows``: optional extra step columns, one dict per step."""
+    # Imported here, not at the top: every test folder loads this conftest.
+    from vgcsim.traces import schema
+    from vgcsim.traces.io import TraceWriter
+
     steps, workers, n_layers = bits.shape
     layers = [
         {"index": i, "name": f"l{i}", "shape": [numel[i]], "numel": numel[i]}
@@ -81,4 +83,6 @@ def tiny_trace_dir(tmp_path):
 
 @pytest.fixture
 def tiny_trace(tiny_trace_dir):
+    from vgcsim.traces.io import read_trace
+
     return read_trace(tiny_trace_dir)

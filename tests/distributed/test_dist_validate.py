@@ -97,7 +97,7 @@ def measurements_on(cluster_name: str, world: int, scale: dict[str, float]):
     each op's multiplied by ``scale[op]``."""
     from vgcsim.models.collectives import collective_time_s
     from vgcsim.models.pointtopoint import p2p_time_s
-    from vgcsim.traces.training.distributed_calibrate import MEASUREMENTS_KIND, MEASUREMENTS_VERSION
+    from vgcsim.traces.calibration import MEASUREMENTS_KIND, MEASUREMENTS_VERSION
 
     cluster = load_cluster(cluster_name)
     keys = {"allreduce": "allreduce/ring", "allgatherv": "allgatherv/padded"}

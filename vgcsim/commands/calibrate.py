@@ -1,8 +1,9 @@
 """``vgcsim calibrate``: measure this network with real messages and collectives, fit the link,
 write a cluster file.
 
-Runs the size sweep of :mod:`vgcsim.traces.training.distributed_calibrate` and fits the α-β-γ link
-(latency from small messages, bandwidth from large ones), prints the fit error per size (and
+Runs the size sweep of :mod:`vgcsim.traces.training.distributed_calibrate` (measurement file:
+:mod:`vgcsim.traces.calibration`) and fits the α-β-γ link (:mod:`vgcsim.models.linkfit`:
+latency from small messages, bandwidth from large ones), prints the fit error per size (and
 plots it, ``OUTPUT.fit.png``), and writes a cluster TOML that ``predict``, ``simulate`` and
 ``validate`` accept with ``--cluster FILE``: a non-blocking star of the fitted link, or, when
 the job spans several nodes with several ranks on each, a hierarchical cluster whose
@@ -46,7 +47,8 @@ class CalibrationError(VgcsimError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from vgcsim.traces.training.distributed_calibrate import DEFAULT_MAX_ERROR, DEFAULT_OPS
+    from vgcsim.models.linkfit import DEFAULT_MAX_ERROR
+    from vgcsim.traces.calibration import DEFAULT_OPS
 
     parser.add_argument("-o", "--output", type=Path, required=True, help="cluster TOML to write")
     parser.add_argument(
@@ -180,31 +182,9 @@ def cluster_toml(
     return "\n".join(lines)
 
 
-def format_fit_table(table: list[dict]) -> str:
-    """Per-size fit error as an aligned text table."""
-    head = (
-        f"{'op':<10} {'size_bytes':>11} {'measured_s':>12} {'fitted_s':>12} {'rel_error':>9} role"
-    )
-    rows = [
-        f"{r['op']:<10} {r['size_bytes']:>11d} {r['measured_s']:>12.4g} "
-        f"{r['fitted_s']:>12.4g} {r['rel_error']:>+9.1%} {r.get('role', '')}"
-        for r in table
-    ]
-    return "\n".join([head, *rows])
-
-
-def op_errors(table: list[dict]) -> dict[str, float]:
-    """Typical error per op: exp(rms log(fitted/measured)) − 1 over its rows."""
-    out = {}
-    for op in dict.fromkeys(r["op"] for r in table):
-        logs = [math.log(r["fitted_s"] / r["measured_s"]) ** 2 for r in table if r["op"] == op]
-        out[op] = math.expm1(math.sqrt(sum(logs) / len(logs)))
-    return out
-
-
 def _fit_ops(text: str | None) -> set[str]:
     """--fit-ops as a set of known op names (empty: the default)."""
-    from vgcsim.traces.training.distributed_calibrate import OPS
+    from vgcsim.traces.calibration import OPS
 
     ops = {o.strip() for o in (text or "").split(",") if o.strip()}
     unknown = sorted(ops - set(OPS))
@@ -219,7 +199,7 @@ def under_torchrun() -> bool:
 
 
 def _check_options(args: argparse.Namespace) -> None:
-    from vgcsim.traces.training.distributed_calibrate import STATISTICS
+    from vgcsim.traces.calibration import STATISTICS
 
     if args.statistic not in STATISTICS:
         raise ConfigError(f"--statistic must be one of {', '.join(STATISTICS)}")
@@ -232,11 +212,18 @@ def _check_options(args: argparse.Namespace) -> None:
 def _measure(args: argparse.Namespace, meas_path: Path) -> bool:
     """Run the sweep (this process as a torchrun rank, or ranks started here); True on the
     node or rank that fits and writes the file."""
-    from vgcsim.traces.training.distributed_calibrate import config_from_args, run_rank
+    from vgcsim.core.config import to_dict
+    from vgcsim.traces.calibration import CalibrateConfig, default_sizes_bytes, parse_sizes
+    from vgcsim.traces.training.distributed_calibrate import run_rank
     from vgcsim.traces.training.distributed_launch import check_backend, launch_local
 
-    cfg = config_from_args(
-        args.backend, args.ops, args.sizes, args.repeats, args.warmup, args.budget
+    cfg = CalibrateConfig(
+        backend=args.backend,
+        ops=tuple(o.strip() for o in args.ops.split(",") if o.strip()),
+        sizes_bytes=parse_sizes(args.sizes)[0] if args.sizes else default_sizes_bytes(),
+        repeats=args.repeats,
+        warmup=args.warmup,
+        budget_s=args.budget,
     )
     check_backend(args.backend)
     if under_torchrun():
@@ -250,11 +237,9 @@ def _measure(args: argparse.Namespace, meas_path: Path) -> bool:
         raise ConfigError(
             "--nprocs must be >= 2 (calibration times traffic between ranks), or give --nnodes >= 2"
         )
-    argv = ["-m", "vgcsim.traces.training.distributed_calibrate", "--backend", args.backend]
-    argv += ["--ops", args.ops, "--repeats", str(args.repeats), "--warmup", str(args.warmup)]
-    argv += ["--budget", str(args.budget), "-o", str(meas_path)]
-    if args.sizes:
-        argv += ["--sizes", args.sizes]
+    # Each rank gets the sweep as the JSON of its config (what the measurement file records).
+    argv = ["-m", "vgcsim.traces.training.distributed_calibrate"]
+    argv += [json.dumps(to_dict(cfg)), str(meas_path)]
     launch_local(
         argv,
         nprocs,
@@ -294,14 +279,9 @@ def _run_codec(args: argparse.Namespace, out: Path) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from vgcsim.core.cluster import load_cluster
-    from vgcsim.traces.training.distributed_calibrate import (
-        fit_intra_link,
-        fit_link,
-        parse_sizes,
-        protocol_switch,
-        read_measurements,
-        select_rows,
-    )
+    from vgcsim.models.linkfit import fit_intra_link, fit_link, op_errors, protocol_switch
+    from vgcsim.reports.calibration import fit_table_text
+    from vgcsim.traces.calibration import parse_sizes, read_measurements, select_rows
 
     out: Path = args.output
     if args.codec:
@@ -345,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
     if intra is not None:
         table += intra[1]
     _save_plot(table, out.with_name(out.stem + ".fit.png"))
-    print(format_fit_table(table))
+    print(fit_table_text(table))
     print()
     _print_fit("link", fit)
     if intra is not None:
@@ -393,15 +373,6 @@ def _print_fit(label: str, fit) -> None:
 
 
 def _save_plot(table: list[dict], path: Path) -> None:
-    import matplotlib
+    from vgcsim.reports.calibration import plot_fit
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from vgcsim.traces.training.distributed_calibrate import plot_fit
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    plot_fit(table, ax)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plot_fit(table).figure.savefig(path, dpi=120)

@@ -241,7 +241,7 @@ def collective_frame(
 
     from vgcsim.models.collectives import collective_time_s
     from vgcsim.models.pointtopoint import p2p_time_s
-    from vgcsim.traces.training.distributed_calibrate import STATISTICS
+    from vgcsim.traces.calibration import STATISTICS
 
     p = int(measurements["world_size"])
     backend = str(measurements.get("backend", "gloo"))
@@ -351,7 +351,7 @@ def _run_measurements(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from vgcsim.core.cluster import load_cluster
-    from vgcsim.traces.training.distributed_calibrate import (
+    from vgcsim.traces.calibration import (
         STATISTICS,
         parse_sizes,
         read_measurements,

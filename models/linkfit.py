@@ -1,0 +1,374 @@
+"""The α-β-γ link fit of a calibration: cost coefficients of each measured op, the fit, its error.
+
+The measurement file (:mod:`vgcsim.traces.calibration`) gives, per op and size, repetitions of
+a time. Each op's cost is linear in α (per-message latency, s), β = 1/bandwidth (s/byte) and
+γ (per-byte reduction cost, s/byte), the standard ring costs of Thakur, Rabenseifner & Gropp,
+"Optimization of Collective Communication Operations in MPICH" (IJHPCA 2005), on ``P`` ranks:
+
+* ``p2p`` / ``p2p_intra``, half a ping-pong round trip of ``n`` bytes: ``t = α + n·β``
+* ring allreduce of ``n`` bytes: ``t = 2(P−1)·α + 2(P−1)/P·n·β + (P−1)/P·n·γ``
+* ring allgather of ``m`` bytes per rank: ``t = (P−1)·α + (P−1)·m·β``
+* vgcsim's allgatherv of ``m`` bytes per rank (an all_gather of one int64 length, then the
+  payload all_gather; on gloo the ``allgatherv/padded`` model):
+  ``t = 2(P−1)·α + (P−1)·(m + h)·β`` with ``h`` = :data:`~vgcsim.core.collectives.SIZE_HEADER_BYTES`
+
+The fit (:func:`fit_link`) takes latency from small messages and bandwidth from large ones,
+so that neither regime's many points can drag the other's parameter:
+
+1. *bandwidth regime*: the rows measured at least ``BANDWIDTH_FACTOR`` (4) times their op's
+   fastest time. On them β, γ ≥ 0 and a free intercept minimise Σ (t̂ − t)², exactly
+   (linear least squares over the active sets of β, γ): on the seconds themselves, so the
+   largest messages, the least noisy relative to their time, set the slope. The intercept
+   absorbs whatever only shifts large messages (a token-bucket burst sent at line rate, a
+   rendezvous handshake) and is not used as α.
+2. *latency regime*: the rows whose bandwidth terms explain at most a fifth of the measured
+   time; α ≥ 0 is the median of (t − bandwidth terms) / (α's coefficient) over them (no such
+   row: α = the intercept, if positive, else 0).
+3. When the bandwidth regime holds fewer than two sizes (or finds no per-byte cost),
+   α, β, γ ≥ 0 come from one fit minimising the squared log ratio Σ (log t̂ − log t)²
+   (Levenberg–Marquardt on log-parameters, started from the exact non-negative
+   relative-error least squares).
+
+By default α and β come from ``p2p`` alone (the link, without a collective algorithm's
+behaviour) and γ from ``allreduce``'s rows where β's term alone is at least half the measured
+time, with α and β fixed, minimising the relative error Σ ((t̂ − t)/t)² (what allreduce pays
+beyond moving its bytes: the reduction). The other collectives are predicted, not fitted: their
+rows in the error table check the ring formulas on this link. ``p2p_intra`` is fitted the same
+way into the intra-node link. The fit's *typical error* is exp(rms log(t̂/t)) − 1 over the rows
+of the ops that fixed α and β; rows between the two regimes count too, so a link that the α-β
+line does not describe (a large burst, a protocol switch) shows as a large typical error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from vgcsim.traces.calibration import OPS, measured_seconds
+
+from vgcsim.core.collectives import SIZE_HEADER_BYTES
+from vgcsim.core.errors import ConfigError, VgcsimError
+
+#: A row is in the bandwidth regime from this many times its op's fastest time.
+BANDWIDTH_FACTOR = 4.0
+#: A row is in the latency regime while the bandwidth terms explain at most this share.
+LATENCY_SHARE = 0.2
+#: Refuse to write a cluster file above this typical error (exp(rms log ratio) − 1).
+DEFAULT_MAX_ERROR = 0.25
+
+
+def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, float, float]:
+    """Coefficients ``(k_α, k_β, k_γ)`` of one measurement's cost ``t = k_α·α + k_β·β + k_γ·γ``
+    (the ring costs of the module docstring, after Thakur, Rabenseifner & Gropp 2005)."""
+    p, n = world, float(size_bytes)
+    if op in ("p2p", "p2p_intra"):
+        return (1.0, n, 0.0)
+    if op == "allreduce":
+        return (2.0 * (p - 1), 2.0 * (p - 1) / p * n, (p - 1) / p * n)
+    if op == "allgather":
+        return (float(p - 1), (p - 1) * n, 0.0)
+    if op == "allgatherv":
+        return (2.0 * (p - 1), (p - 1) * (n + SIZE_HEADER_BYTES), 0.0)
+    raise ConfigError(f"unknown op {op!r}; valid: {', '.join(OPS)}")
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """Fitted link: ``latency_s`` = α, ``bandwidth_Bps`` = 1/β, ``gamma_s_per_byte`` = γ.
+
+    ``rms_rel_error`` and ``rms_log_error`` are over the rows of ``fit_ops`` (the ops that fixed
+    α and β); ``typical_error`` = exp(rms_log_error) − 1.
+    """
+
+    latency_s: float
+    bandwidth_Bps: float
+    gamma_s_per_byte: float
+    rms_rel_error: float
+    rms_log_error: float  # sqrt(mean(log(fitted/measured)²)); exp() of it is a typical factor
+    world_size: int
+    backend: str
+    fit_ops: tuple[str, ...] = ()
+    gamma_op: str = ""
+    method: str = "regimes"
+
+    @property
+    def typical_error(self) -> float:
+        return math.expm1(self.rms_log_error)
+
+
+def _nnls_small(a: np.ndarray, b: np.ndarray, free: Sequence[int] = ()) -> np.ndarray:
+    """Exact least squares of ``a·x ≈ b`` with x ≥ 0 except the columns in ``free`` (any sign),
+    for a handful of columns: the best solution over every active set."""
+    k = a.shape[1]
+    bound = [j for j in range(k) if j not in free]
+    best, best_res = np.zeros(k), math.inf
+    for r in range(len(bound) + 1):
+        for extra in itertools.combinations(bound, r):
+            cols = sorted([*free, *extra])
+            if not cols:
+                res = float(np.sum(b**2))
+                if res < best_res:
+                    best, best_res = np.zeros(k), res
+                continue
+            sub = a[:, cols]
+            if np.linalg.matrix_rank(sub) < len(cols):
+                continue
+            x, *_ = np.linalg.lstsq(sub, b, rcond=None)
+            if np.any(x[[cols.index(j) for j in extra]] < 0):
+                continue
+            res = float(np.sum((sub @ x - b) ** 2))
+            if res < best_res:
+                best, best_res = np.zeros(k), res
+                best[cols] = x
+    return best
+
+
+def _fit_log_ratio(a: np.ndarray, t: np.ndarray, x0: np.ndarray) -> np.ndarray:
+    """Minimise Σ (log(a·x) − log t)² over x ≥ 0 by Levenberg–Marquardt in log x, from x0."""
+    active = np.flatnonzero(a.any(axis=0))
+    x = np.zeros(a.shape[1])
+    if active.size == 0:
+        return x
+    a = a[:, active]
+    # Floor each start value at a thousandth of the time its term would need to explain alone,
+    # so that a parameter the start set to 0 can still grow.
+    with np.errstate(divide="ignore"):
+        scale = np.array([np.median(t[a[:, j] > 0] / a[a[:, j] > 0, j]) for j in range(a.shape[1])])
+    phi = np.log(np.maximum(x0[active], 1e-3 * scale))
+    log_t = np.log(t)
+
+    def residual(phi: np.ndarray) -> np.ndarray:
+        return np.log(a @ np.exp(phi)) - log_t
+
+    r = residual(phi)
+    cost, damping = float(r @ r), 1e-3
+    for _ in range(500):
+        theta = np.exp(phi)
+        jac = a * theta[None, :] / (a @ theta)[:, None]
+        h = jac.T @ jac
+        step = np.linalg.solve(h + damping * np.diag(np.diag(h) + 1e-12), -(jac.T @ r))
+        r_new = residual(phi + step)
+        if float(r_new @ r_new) < cost:
+            phi, r, cost = phi + step, r_new, float(r_new @ r_new)
+            damping = max(damping / 3, 1e-12)
+            if np.max(np.abs(step)) < 1e-9:
+                break
+        else:
+            damping *= 5
+            if damping > 1e12:
+                break
+    theta = np.exp(phi)
+    # A term that explains under a millionth of every measurement is zero, not 1e-90.
+    share = (a * theta[None, :]) / (a @ theta)[:, None]
+    theta[share.max(axis=0) < 1e-6] = 0.0
+    x[active] = theta
+    return x
+
+
+def _fit_joint(a: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """α, β, γ ≥ 0 minimising the squared log ratio (started from the relative-error NNLS)."""
+    return _fit_log_ratio(a, t, _nnls_small(a / t[:, None], np.ones_like(t)))
+
+
+def _fit_regimes(
+    a: np.ndarray, t: np.ndarray, ops: Sequence[str]
+) -> tuple[np.ndarray, list[str], str]:
+    """Latency from small messages, bandwidth from large ones (steps 1-3 of the module
+    docstring). Returns (α, β, γ), each row's regime and the method used."""
+    ops_arr = np.asarray(ops)
+    floor = {op: float(t[ops_arr == op].min()) for op in set(ops)}
+    band = np.array([ti >= BANDWIDTH_FACTOR * floor[op] for ti, op in zip(t, ops, strict=True)])
+    if np.unique(a[band, 1]).size >= 2:
+        # β, γ ≥ 0 and a free-sign intercept (column 0) by least squares on the seconds
+        # themselves, so that the largest messages, the least noisy relative to their time,
+        # set the slope (scaled by the largest time for conditioning only).
+        scale = float(t[band].max())
+        x_band = _nnls_small(a[band] / scale, t[band] / scale, free=(0,))
+        if x_band[1] > 0:
+            bw = a[:, 1] * x_band[1] + a[:, 2] * x_band[2]
+            lat = bw <= LATENCY_SHARE * t
+            alpha = (
+                float(np.median((t[lat] - bw[lat]) / a[lat, 0])) if lat.any() else float(x_band[0])
+            )
+            roles = [
+                "latency" if lat[i] else "bandwidth" if band[i] else "between"
+                for i in range(len(t))
+            ]
+            return np.array([max(alpha, 0.0), x_band[1], x_band[2]]), roles, "regimes"
+    return _fit_joint(a, t), ["joint"] * len(t), "joint"
+
+
+def _gamma_given(a: np.ndarray, t: np.ndarray, alpha: float, beta: float) -> float:
+    """γ ≥ 0 minimising Σ ((α·k_α + β·k_β + γ·k_γ − t)/t)² with α, β fixed (closed form)."""
+    rest = t - a[:, 0] * alpha - a[:, 1] * beta
+    c = a[:, 2] / t
+    den = float(c @ c)
+    return max(0.0, float(c @ (rest / t)) / den) if den > 0 else 0.0
+
+
+def fit_link(
+    measurements: dict,
+    statistic: str = "median",
+    *,
+    ops: Sequence[str] | None = None,
+    gamma_op: str | None = "allreduce",
+) -> tuple[LinkFit, list[dict]]:
+    """Fit α, β, γ to a measurement file's rows; returns the fit and the per-size error table.
+
+    ``ops`` fix α and β (and γ when one of them has a γ term); default ``p2p`` when it was
+    measured, else every measured collective. ``gamma_op`` (default ``allreduce``), when
+    measured and not among ``ops``, then gives γ from its bandwidth-bound rows with α, β fixed.
+    ``p2p_intra`` rows are left out (see :func:`fit_intra_link`). Each table row: op,
+    size_bytes, measured_s (``statistic`` over repetitions), fitted_s, rel_error and role
+    (latency, bandwidth, between, joint: how the row entered the fit; gamma; check: predicted
+    only).
+    """
+    world = int(measurements["world_size"])
+    rows = [r for r in measurements["rows"] if r["op"] != "p2p_intra"]
+    if not rows:
+        raise ConfigError("calibration measurements hold no rows for the inter-node link")
+    measured = {r["op"] for r in rows}
+    if ops:
+        fit_ops = tuple(o for o in ops if o in measured)
+        if not fit_ops:
+            raise ConfigError(
+                f"none of the ops to fit ({', '.join(ops)}) was measured "
+                f"(measured: {', '.join(sorted(measured))})"
+            )
+    else:
+        fit_ops = ("p2p",) if "p2p" in measured else tuple(o for o in OPS if o in measured)
+    a = np.array([cost_coefficients(r["op"], r["size_bytes"], world) for r in rows])
+    t = np.array([measured_seconds(r, statistic) for r in rows])
+    if np.any(t <= 0):
+        raise VgcsimError("a measured time is not positive; the timer or the sweep is broken")
+    used = np.array([r["op"] in fit_ops for r in rows])
+    used_ops = [r["op"] for r, u in zip(rows, used, strict=True) if u]
+    x, used_roles, method = _fit_regimes(a[used], t[used], used_ops)
+    roles = np.array(["check"] * len(rows), dtype=object)
+    roles[used] = used_roles
+    g_op = ""
+    if gamma_op and gamma_op in measured and gamma_op not in fit_ops and x[2] == 0:
+        g = np.array([r["op"] == gamma_op for r in rows])
+        g_t = t[g]
+        # Its rows that the fitted link already calls bandwidth-bound (β's term alone is at
+        # least half the measured time), where a per-byte excess can show.
+        g_band = a[g, 1] * x[1] >= 0.5 * g_t
+        if g_band.any():
+            x[2] = _gamma_given(a[g][g_band], g_t[g_band], x[0], x[1])
+            g_idx = np.flatnonzero(g)[g_band]
+            roles[g_idx] = "gamma"
+            g_op = gamma_op
+    fitted = a @ x
+    rel = (fitted - t) / t
+    with np.errstate(divide="ignore"):
+        log_ratio = np.log(fitted / t)
+    alpha, beta, gamma = (float(v) for v in x)
+    fit = LinkFit(
+        latency_s=alpha,
+        bandwidth_Bps=(1.0 / beta) if beta > 0 else float("inf"),
+        gamma_s_per_byte=gamma,
+        rms_rel_error=float(np.sqrt(np.mean(rel[used] ** 2))),
+        rms_log_error=float(np.sqrt(np.mean(log_ratio[used] ** 2))),
+        world_size=world,
+        backend=str(measurements.get("backend", "")),
+        fit_ops=fit_ops,
+        gamma_op=g_op,
+        method=method,
+    )
+    return fit, _table(rows, t, fitted, rel, roles)
+
+
+def _table(rows, t, fitted, rel, roles) -> list[dict]:
+    return [
+        {
+            "op": r["op"],
+            "size_bytes": int(r["size_bytes"]),
+            "measured_s": float(ti),
+            "fitted_s": float(fi),
+            "rel_error": float(ei),
+            "role": str(ro),
+        }
+        for r, ti, fi, ei, ro in zip(rows, t, fitted, rel, roles, strict=True)
+    ]
+
+
+def fit_intra_link(
+    measurements: dict, statistic: str = "median"
+) -> tuple[LinkFit, list[dict]] | None:
+    """α and β of the intra-node link from the ``p2p_intra`` rows (None when not measured)."""
+    rows = [r for r in measurements["rows"] if r["op"] == "p2p_intra"]
+    if not rows:
+        return None
+    a = np.array([cost_coefficients(r["op"], r["size_bytes"], 2) for r in rows])
+    t = np.array([measured_seconds(r, statistic) for r in rows])
+    if np.any(t <= 0):
+        raise VgcsimError("a measured time is not positive; the timer or the sweep is broken")
+    x, roles, method = _fit_regimes(a, t, ["p2p_intra"] * len(rows))
+    fitted = a @ x
+    rel = (fitted - t) / t
+    fit = LinkFit(
+        latency_s=float(x[0]),
+        bandwidth_Bps=(1.0 / x[1]) if x[1] > 0 else float("inf"),
+        gamma_s_per_byte=0.0,
+        rms_rel_error=float(np.sqrt(np.mean(rel**2))),
+        rms_log_error=float(np.sqrt(np.mean(np.log(fitted / t) ** 2))),
+        world_size=int(measurements["world_size"]),
+        backend=str(measurements.get("backend", "")),
+        fit_ops=("p2p_intra",),
+        method=method,
+    )
+    return fit, _table(rows, t, fitted, rel, roles)
+
+
+def protocol_switch(table: list[dict], op: str = "p2p") -> dict | None:
+    """Where ``op``'s timings step from one α-β line to another (an eager/rendezvous switch).
+
+    Tries every split of the sorted sizes with at least 3 sizes on each side, fits each side
+    by the log-ratio fit, and reports the split when two lines halve the rms log error of one
+    line that is itself over 10 % typical error: ``{"below_bytes", "above_bytes", "below":
+    (α, β), "above": (α, β)}``. None when no split does that.
+    """
+    rows = sorted((r for r in table if r["op"] == op), key=lambda r: r["size_bytes"])
+    if len(rows) < 6:
+        return None
+    n = np.array([r["size_bytes"] for r in rows], dtype=float)
+    t = np.array([r["measured_s"] for r in rows])
+    a = np.column_stack([np.ones_like(n), n])
+
+    def rms(x: np.ndarray, sl: slice) -> float:
+        return float(np.sum(np.log((a[sl] @ x) / t[sl]) ** 2))
+
+    one = _fit_joint(a, t)
+    base = math.sqrt(rms(one, slice(None)) / len(t))
+    if math.expm1(base) <= 0.1:
+        return None
+    best = None
+    for k in range(3, len(t) - 2):
+        lo, hi = slice(0, k), slice(k, None)
+        x_lo, x_hi = _fit_joint(a[lo], t[lo]), _fit_joint(a[hi], t[hi])
+        if x_lo[1] <= 0 and x_hi[1] <= 0:
+            continue
+        two = math.sqrt((rms(x_lo, lo) + rms(x_hi, hi)) / len(t))
+        if two < 0.5 * base and (best is None or two < best[0]):
+            best = (two, k, x_lo, x_hi)
+    if best is None:
+        return None
+    _, k, x_lo, x_hi = best
+    return {
+        "below_bytes": int(n[k - 1]),
+        "above_bytes": int(n[k]),
+        "below": (float(x_lo[0]), float(x_lo[1])),
+        "above": (float(x_hi[0]), float(x_hi[1])),
+    }
+
+
+def op_errors(table: list[dict]) -> dict[str, float]:
+    """Typical error per op: exp(rms log(fitted/measured)) − 1 over its rows."""
+    out = {}
+    for op in dict.fromkeys(r["op"] for r in table):
+        logs = [math.log(r["fitted_s"] / r["measured_s"]) ** 2 for r in table if r["op"] == op]
+        out[op] = math.expm1(math.sqrt(sum(logs) / len(logs)))
+    return out
