@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from vgcsim.traces import schema
 from vgcsim.traces.io import TraceWriter
+from vgcsim.traces.wire import bitstream, sizes
 
 from vgcsim.core.config import to_dict
 from vgcsim.core.errors import ConfigError, unknown_name
@@ -174,25 +175,6 @@ def load_layers(spec: str) -> tuple[list[dict[str, Any]], float | None]:
 
 # -- encodings' size formulas -------------------------------------------------------------
 
-#: Sparse payload header of the compression library's wire formats: u32 layer, u32 count,
-#: f32 scale M (values travel as 4-bit codes ±M·2^-e). Dense formats carry u32 layer, u32 n.
-HEADER_BITS = 96
-DENSE_HEADER_BITS = 64
-
-
-def _bytes_bits(bits: np.ndarray) -> np.ndarray:
-    """Round a bit count up to whole bytes (buffers are byte strings)."""
-    return 8 * ((np.asarray(bits, dtype=np.int64) + 7) // 8)
-
-
-def _elias_gamma_len(g: np.ndarray) -> np.ndarray:
-    return 2 * np.floor(np.log2(g)).astype(np.int64) + 1
-
-
-def _elias_delta_len(g: np.ndarray) -> np.ndarray:
-    n = np.floor(np.log2(g)).astype(np.int64)
-    return n + 2 * np.floor(np.log2(n + 1)).astype(np.int64) + 1
-
 
 def _gap_bits(length: Callable[[np.ndarray], np.ndarray]):
     def bits(numel: np.ndarray, sent: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -206,26 +188,21 @@ def _gap_bits(length: Callable[[np.ndarray], np.ndarray]):
         if len(nz):
             starts = np.concatenate(([0], np.cumsum(sent[nz])[:-1]))
             stream[nz] = np.add.reduceat(lengths, starts)
-        return HEADER_BITS + _bytes_bits(4 * sent) + _bytes_bits(stream)
+        return sizes.gap_bits(sent, stream, coded=True)
 
     return bits
 
 
-def _packed32(numel: np.ndarray, sent: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    chunks = -(-numel // 2**28)
-    return HEADER_BITS + 32 * sent + np.where(chunks > 1, 32 * chunks, 0)
-
-
-#: encoding -> bits(numel, sent, rng) of a sparse payload of ``sent`` 4-bit-coded values,
-#: mirroring the wire formats of ``vgcsim.traces.compression.encoders`` (byte-padded buffers).
+#: encoding -> bits(numel, sent, rng) of a sparse payload of ``sent`` 4-bit-coded values:
+#: the closed forms of :mod:`vgcsim.traces.wire.sizes` (byte-padded buffers).
 SYNTH_ENCODINGS: dict[str, Callable[[np.ndarray, np.ndarray, np.random.Generator], np.ndarray]] = {
-    "packed32": _packed32,  # 28-bit index + 4-bit code in one word
-    "coo64": lambda numel, sent, rng: HEADER_BITS + 64 * sent,  # u32 index + f32 value
-    "bitmap": lambda numel, sent, rng: HEADER_BITS + _bytes_bits(numel) + _bytes_bits(4 * sent),
-    "gap_elias_gamma": _gap_bits(_elias_gamma_len),
-    "gap_elias_delta": _gap_bits(_elias_delta_len),
-    "fp32": lambda numel, sent, rng: DENSE_HEADER_BITS + 32 * numel,
-    "fp16": lambda numel, sent, rng: DENSE_HEADER_BITS + 16 * numel,
+    "packed32": lambda numel, sent, rng: sizes.packed32_bits(numel, sent),
+    "coo64": lambda numel, sent, rng: sizes.coo64_bits(sent, coded=True),
+    "bitmap": lambda numel, sent, rng: sizes.bitmap_bits(numel, sent, coded=True),
+    "gap_elias_gamma": _gap_bits(bitstream.gamma_lengths),
+    "gap_elias_delta": _gap_bits(bitstream.delta_lengths),
+    "fp32": lambda numel, sent, rng: sizes.dense_bits(numel, sizes.DENSE_ELEMENT_BITS["fp32"]),
+    "fp16": lambda numel, sent, rng: sizes.dense_bits(numel, sizes.DENSE_ELEMENT_BITS["fp16"]),
 }
 
 

@@ -21,14 +21,13 @@ import numpy as np
 import pandas as pd
 from vgcsim.traces import schema
 from vgcsim.traces.io import STATUSES, Trace, read_trace
+from vgcsim.traces.wire import sizes
 
 from vgcsim.core.errors import TraceError
 
 #: Sparse formats: header of u32 layer, u32 count and (for 4-bit coded values) f32 scale.
-SPARSE_HEADER_BITS = (64, 96)
-DENSE_HEADER_BITS = 64
-#: packed32 splits layers into chunks of at most 2**28 elements (one u32 count per chunk).
-PACKED32_CHUNK = 2**28
+SPARSE_HEADER_BITS = (sizes.SPARSE_HEADER_BITS_UNCODED, sizes.SPARSE_HEADER_BITS_CODED)
+DENSE_HEADER_BITS = sizes.DENSE_HEADER_BITS
 #: Slack for variable-length formats: byte padding of up to two bit streams.
 PAD_BITS = 16
 
@@ -61,22 +60,13 @@ def _gap_bounds(code_len: Callable[[np.ndarray], np.ndarray]) -> Bounds:
     return bounds
 
 
-def _gamma_len(lg: np.ndarray) -> np.ndarray:
-    return 2 * lg + 1
-
-
-def _delta_len(lg: np.ndarray) -> np.ndarray:
-    return lg + 2 * np.log2(lg + 1) + 1
-
-
 def _packed32_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    chunks = np.ceil(numel / PACKED32_CHUNK)
-    exact = SPARSE_HEADER_BITS[1] + 32 * sent + np.where(chunks > 1, 32 * chunks, 0)
+    exact = sizes.packed32_bits(numel, sent)
     return exact, exact
 
 
 def _coo64_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return SPARSE_HEADER_BITS[0] + 64 * sent, SPARSE_HEADER_BITS[1] + 64 * sent
+    return sizes.coo64_bits(sent, coded=False), sizes.coo64_bits(sent, coded=True)
 
 
 def _bitmap_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -86,7 +76,7 @@ def _bitmap_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.
 
 def _dense_bounds(bits_per_element: int) -> Bounds:
     def bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        exact = DENSE_HEADER_BITS + bits_per_element * numel
+        exact = sizes.dense_bits(numel, bits_per_element)
         return exact, exact
 
     return bounds
@@ -99,15 +89,15 @@ def _qsgd_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 #: encoding -> (numel, sent) -> (lowest, highest) bit count its wire format allows
-#: (formats: ``vgcsim.traces.compression.encoders``; values as 4-bit codes or fp32).
+#: (formats: :mod:`vgcsim.traces.wire.sizes`; values as 4-bit codes or fp32).
 ENCODING_BOUNDS: dict[str, Bounds] = {
-    "fp32": _dense_bounds(32),
-    "fp16": _dense_bounds(16),
+    "fp32": _dense_bounds(sizes.DENSE_ELEMENT_BITS["fp32"]),
+    "fp16": _dense_bounds(sizes.DENSE_ELEMENT_BITS["fp16"]),
     "packed32": _packed32_bounds,
     "coo64": _coo64_bounds,
     "bitmap": _bitmap_bounds,
-    "gap_elias_gamma": _gap_bounds(_gamma_len),
-    "gap_elias_delta": _gap_bounds(_delta_len),
+    "gap_elias_gamma": _gap_bounds(sizes.elias_gamma_bits),
+    "gap_elias_delta": _gap_bounds(sizes.elias_delta_bits_envelope),
     "qsgd_fixed": _qsgd_bounds,
     "qsgd_elias": _qsgd_bounds,
 }

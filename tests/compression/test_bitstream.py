@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from vgcsim.traces.compression import bitstream
+from vgcsim.traces.wire import bitstream
 
 # Elias (1975): gamma(1)=1, gamma(2)=010, gamma(5)=00101, gamma(9)=0001001;
 # delta(1)=1, delta(2)=0100, delta(5)=01101, delta(17)=001010001.

@@ -7,9 +7,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from vgcsim.traces.compression import ENCODINGS, SPARSE_ENCODINGS, get_compressor
-from vgcsim.traces.compression.encoders import Packed32
-from vgcsim.traces.compression.messages import SparseMessage
-from vgcsim.traces.compression.quantize import ROUNDINGS, SCALES, quantize_log4
+from vgcsim.traces.wire.encoders import Packed32
+from vgcsim.traces.wire.messages import SparseMessage
+from vgcsim.traces.wire.quantize import ROUNDINGS, SCALES, quantize_log4
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -168,7 +168,7 @@ def test_compressors_over_shapes_and_dtypes(name, shape, dtype, seed):
     st.integers(0, 2**31 - 1),
 )
 def test_qsgd_encoders_round_trip_with_exact_bits(n, d, s, density, seed):
-    from vgcsim.traces.compression.messages import QSGDMessage
+    from vgcsim.traces.wire.messages import QSGDMessage
 
     rng = np.random.default_rng(seed)
     levels = rng.integers(-s, s + 1, n) * (rng.random(n) < density)

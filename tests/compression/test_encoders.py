@@ -7,8 +7,8 @@ import struct
 import numpy as np
 import pytest
 from vgcsim.traces.compression import DENSE_ENCODINGS, ENCODINGS, QSGD_ENCODINGS, SPARSE_ENCODINGS
-from vgcsim.traces.compression.encoders import Packed32
-from vgcsim.traces.compression.messages import (
+from vgcsim.traces.wire.encoders import Packed32
+from vgcsim.traces.wire.messages import (
     DenseMessage,
     QSGDMessage,
     SparseMessage,

@@ -7,7 +7,7 @@ weakened therefore fails its own test instead of hiding behind another check tha
 to fire on the same edit.
 
 Edits that change a payload row's size keep the row consistent with the wire formats by
-hand (``vgcsim.traces.compression.encoders``): one more sent value costs 32 bits in ``packed32``
+hand (``vgcsim.traces.wire.encoders``): one more sent value costs 32 bits in ``packed32``
 (fp32 value + packed index), 64 in ``coo64`` (u32 index + fp32 value), at
 least 5 and at most 33 more in the gap codes (value + Elias code of a gap of 1), and one
 more element of a layer costs one more bitmap bit.

@@ -1,6 +1,6 @@
 """``trace validate`` size formulas and messages, and ``trace info`` numbers, by hand.
 
-The size formulas are the wire formats of ``vgcsim.traces.compression.encoders`` written out
+The size formulas are the wire formats of ``vgcsim.traces.wire.encoders`` written out
 (u32 layer + u32 count (+ f32 scale) header = 64 (96) bits; values as 4-bit codes or fp32):
 
     packed32   exactly 96 + 32·sent  (+ 32 per 2^28-element chunk when a layer has several)

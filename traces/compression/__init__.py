@@ -1,33 +1,39 @@
-"""Compressors and byte-honest encoders (torch): variance, strom, qsgd, hybrid, topk, dense.
+"""Compressors (torch): variance, strom, qsgd, hybrid, topk, dense, one module each.
 
-Public surface::
+Modules::
 
-    COMPRESSORS, get_compressor(name, **params) -> Compressor
-    ENCODINGS, SPARSE_ENCODINGS, DENSE_ENCODINGS, QSGD_ENCODINGS
-    Compressor, Payload
+    vgcsim.traces.compression.compressors: COMPRESSORS, get_compressor(name, **params)
+    vgcsim.traces.compression.base: Compressor, Payload, make_payload
     vgcsim.traces.compression.variance: ESTIMATORS, worker_gradients(...) -> WorkerGrads
+    vgcsim.traces.wire (torch-free): messages, encoders (ENCODINGS), sizes, bitstream
 
 A "layer" is one trainable parameter tensor, in ``model.named_parameters()`` order.
+
+Importing this package loads nothing: the names below are looked up on first use
+(PEP 562), so ``vgcsim.traces.compression`` never pulls torch in by itself.
 """
 
 from __future__ import annotations
 
-from vgcsim.traces.compression.base import Compressor, Payload
-from vgcsim.traces.compression.compressors import COMPRESSORS, get_compressor
-from vgcsim.traces.compression.encoders import (
-    DENSE_ENCODINGS,
-    ENCODINGS,
-    QSGD_ENCODINGS,
-    SPARSE_ENCODINGS,
-)
+import importlib
+from typing import Any
 
-__all__ = [
-    "COMPRESSORS",
-    "DENSE_ENCODINGS",
-    "ENCODINGS",
-    "QSGD_ENCODINGS",
-    "SPARSE_ENCODINGS",
-    "Compressor",
-    "Payload",
-    "get_compressor",
-]
+#: public name -> the module that defines it
+_LAZY = {
+    "COMPRESSORS": "vgcsim.traces.compression.compressors",
+    "get_compressor": "vgcsim.traces.compression.compressors",
+    "Compressor": "vgcsim.traces.compression.base",
+    "Payload": "vgcsim.traces.compression.base",
+    "ENCODINGS": "vgcsim.traces.wire.encoders",
+    "SPARSE_ENCODINGS": "vgcsim.traces.wire.encoders",
+    "DENSE_ENCODINGS": "vgcsim.traces.wire.encoders",
+    "QSGD_ENCODINGS": "vgcsim.traces.wire.encoders",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

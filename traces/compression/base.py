@@ -19,10 +19,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from vgcsim.traces.compression.encoders import ENCODINGS
-from vgcsim.traces.compression.messages import DenseMessage, QSGDMessage, SparseMessage
+from vgcsim.traces.wire.encoders import ENCODINGS
+from vgcsim.traces.wire.messages import DenseMessage, QSGDMessage, SparseMessage
 
-from vgcsim.core.errors import ConfigError
+from vgcsim.core.errors import ConfigError, unknown_name
 
 Message = SparseMessage | DenseMessage | QSGDMessage
 
@@ -83,6 +83,16 @@ def make_payload(
         message=msg if keep_message else None,
         encode_s=time.perf_counter() - start,
     )
+
+
+@dataclass(frozen=True)
+class LayerStep:
+    """What a compressor gets for one layer in one step besides the gradient and its state."""
+
+    layer: int = 0
+    sqsum: torch.Tensor | None = None
+    batch_size: int = 1
+    generator: torch.Generator | None = None
 
 
 class Compressor:
@@ -164,6 +174,14 @@ class Compressor:
         layer: int = 0,
         generator: torch.Generator | None = None,
     ) -> Payload:
+        """One worker's layer gradient ``grad`` (any shape, any float dtype) and its state
+        (updated in place) to the payload it sends. ``sqsum``: per-element Σ_z (∇f_z)² over
+        the worker's ``batch_size`` samples (when :attr:`needs_sqsum`); ``generator``: the
+        seeded source of every random draw (qsgd)."""
+        return self._compress(grad, state, LayerStep(layer, sqsum, batch_size, generator))
+
+    def _compress(self, grad: torch.Tensor, state: Any, step: LayerStep) -> Payload:
+        """The compressor's rule; :meth:`compress` is its public form."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -176,3 +194,9 @@ def check_grad(grad: torch.Tensor) -> torch.Tensor:
     if grad.dtype == torch.float32 and grad.is_contiguous():
         return grad.detach().view(-1)
     return grad.detach().reshape(-1).to(torch.float32).contiguous()
+
+
+def check_choice(kind: str, value: str, valid: tuple[str, ...]) -> None:
+    """UnknownNameError naming the valid choices when ``value`` is not among them."""
+    if value not in valid:
+        raise unknown_name(kind, value, valid)

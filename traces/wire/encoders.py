@@ -43,8 +43,8 @@ import struct
 from typing import Any
 
 import numpy as np
-from vgcsim.traces.compression import bitstream
-from vgcsim.traces.compression.messages import (
+from vgcsim.traces.wire import bitstream, sizes
+from vgcsim.traces.wire.messages import (
     DenseMessage,
     QSGDMessage,
     SparseMessage,
@@ -57,7 +57,7 @@ _LE_F16 = np.dtype("<f2")
 
 
 def _header_bytes(coded: bool) -> int:
-    return 12 if coded else 8
+    return sizes.sparse_header_bits(coded) // 8
 
 
 def _sparse_header(msg: SparseMessage) -> bytes:
@@ -85,7 +85,7 @@ def _value_block(msg: SparseMessage) -> bytes:
 
 
 def _value_block_bytes(count: int, coded: bool) -> int:
-    return (count + 1) // 2 if coded else 4 * count
+    return sizes.value_block_bits(count, coded) // 8
 
 
 def _read_value_block(
@@ -100,11 +100,10 @@ def _read_value_block(
     return None, np.frombuffer(block, dtype=_LE_F32).astype(np.float32), offset + size
 
 
-#: Bits of the Elias-gamma and Elias-delta codes of a gap with floor(log2 gap) = N, N = 0..64:
-#: gamma 2N + 1; delta N plus the gamma code of its length L = N + 1, 2·floor(log2 L) + 1.
+#: Bits of the Elias-gamma and Elias-delta codes of a gap with floor(log2 gap) = N, N = 0..64.
 _N = np.arange(65, dtype=np.int64)
-_GAMMA_BITS = 2 * _N + 1
-_DELTA_BITS = 2 * bitstream.floor_log2(_N + 1).astype(np.int64) + 1 + _N
+_GAMMA_BITS = sizes.elias_gamma_bits(_N)
+_DELTA_BITS = sizes.elias_delta_bits(_N)
 
 
 def _gaps(indices: np.ndarray) -> np.ndarray:
@@ -150,7 +149,7 @@ class Packed32(Encoding):
         self.name = name
 
     def _chunks(self, numel: int) -> int:
-        return max(1, -(-numel // (1 << self.index_bits)))
+        return int(sizes.packed32_chunks(numel, self.index_bits))
 
     def supports(self, msg: Any) -> bool:
         return isinstance(msg, SparseMessage) and msg.coded
@@ -173,8 +172,7 @@ class Packed32(Encoding):
         return b"".join(parts)
 
     def bit_length(self, msg: SparseMessage) -> int:
-        chunks = self._chunks(msg.numel)
-        return 8 * (12 + (4 * chunks if chunks > 1 else 0) + 4 * msg.count)
+        return int(sizes.packed32_bits(msg.numel, msg.count, self.index_bits))
 
     def decode(self, data: bytes, *, numel: int, coded: bool = True, **_: Any) -> SparseMessage:
         layer, count, scale, offset = _read_sparse_header(data, True)
@@ -206,7 +204,7 @@ class Coo64(Encoding):
         return _sparse_header(msg) + rec.tobytes()
 
     def bit_length(self, msg: SparseMessage) -> int:
-        return 8 * (_header_bytes(msg.coded) + 8 * msg.count)
+        return sizes.coo64_bits(msg.count, msg.coded)
 
     def decode(self, data: bytes, *, numel: int, coded: bool = True, **_: Any) -> SparseMessage:
         layer, count, scale, offset = _read_sparse_header(data, coded)
@@ -248,8 +246,7 @@ class GapElias(Encoding):
     @staticmethod
     def buffer_bits(count: int, coded: bool, stream_bits: int) -> int:
         """Buffer bits for ``count`` elements whose gap codes take ``stream_bits``."""
-        fixed = _header_bytes(coded) + _value_block_bytes(count, coded)
-        return 8 * (fixed + (stream_bits + 7) // 8)
+        return sizes.gap_bits(count, stream_bits, coded)
 
     def decode(self, data: bytes, *, numel: int, coded: bool = True, **_: Any) -> SparseMessage:
         layer, count, scale, offset = _read_sparse_header(data, coded)
@@ -271,8 +268,7 @@ class Bitmap(Encoding):
         return _sparse_header(msg) + np.packbits(mask).tobytes() + _value_block(msg)
 
     def bit_length(self, msg: SparseMessage) -> int:
-        fixed = _header_bytes(msg.coded) + _value_block_bytes(msg.count, msg.coded)
-        return 8 * (fixed + (msg.numel + 7) // 8)
+        return sizes.bitmap_bits(msg.numel, msg.count, msg.coded)
 
     def decode(self, data: bytes, *, numel: int, coded: bool = True, **_: Any) -> SparseMessage:
         layer, count, scale, offset = _read_sparse_header(data, coded)
@@ -301,7 +297,7 @@ class DenseFloat(Encoding):
         return struct.pack("<II", msg.layer, msg.numel) + values.tobytes()
 
     def bit_length(self, msg: DenseMessage) -> int:
-        return 8 * (8 + self.dtype.itemsize * msg.numel)
+        return sizes.dense_bits(msg.numel, 8 * self.dtype.itemsize)
 
     def decode(self, data: bytes, *, numel: int, **_: Any) -> DenseMessage:
         layer, count = struct.unpack_from("<II", data)
@@ -311,11 +307,6 @@ class DenseFloat(Encoding):
         return DenseMessage(layer, numel, values)
 
 
-def qsgd_level_bits(s: int) -> int:
-    """Magnitude bits of a QSGD level in 0..s for the fixed-width format."""
-    return max(1, int(s).bit_length())
-
-
 class QSGDFixed(Encoding):
     """QSGD with fixed-width levels: 1 sign bit + ⌈log2(s+1)⌉ magnitude bits per element."""
 
@@ -323,7 +314,7 @@ class QSGDFixed(Encoding):
     kind = "qsgd"
 
     def encode(self, msg: QSGDMessage) -> bytes:
-        width = 1 + qsgd_level_bits(msg.s)
+        width = 1 + sizes.qsgd_level_bits(msg.s)
         lv = np.asarray(msg.levels, dtype=np.int64)
         fields = ((lv < 0).astype(np.int64) << (width - 1)) | np.abs(lv)
         return (
@@ -333,14 +324,13 @@ class QSGDFixed(Encoding):
         )
 
     def bit_length(self, msg: QSGDMessage) -> int:
-        width = 1 + qsgd_level_bits(msg.s)
-        return 8 * (8 + 4 * msg.norms.size + (msg.numel * width + 7) // 8)
+        return sizes.qsgd_fixed_bits(msg.numel, msg.norms.size, msg.s)
 
     def decode(self, data: bytes, *, numel: int, bucket_size: int, s: int, **_: Any) -> QSGDMessage:
         layer, count = struct.unpack_from("<II", data)
-        buckets = -(-numel // bucket_size)
+        buckets = sizes.qsgd_buckets(numel, bucket_size)
         norms = np.frombuffer(data, dtype=_LE_F32, count=buckets, offset=8).astype(np.float32)
-        width = 1 + qsgd_level_bits(s)
+        width = 1 + sizes.qsgd_level_bits(s)
         offset = 8 + 4 * buckets
         if count != numel or len(data) != offset + (numel * width + 7) // 8:
             raise ValueError("qsgd_fixed buffer length does not match the layer")
@@ -385,11 +375,11 @@ class QSGDElias(Encoding):
         if nz.size:
             stream = int(bitstream.gamma_lengths(_gaps(nz)).sum())
             stream += nz.size + int(bitstream.gamma_lengths(np.abs(lv[nz])).sum())
-        return 8 * (8 + 4 * msg.norms.size + (stream + 7) // 8)
+        return sizes.qsgd_elias_bits(msg.norms.size, stream)
 
     def decode(self, data: bytes, *, numel: int, bucket_size: int, s: int, **_: Any) -> QSGDMessage:
         layer, nnz = struct.unpack_from("<II", data)
-        buckets = -(-numel // bucket_size)
+        buckets = sizes.qsgd_buckets(numel, bucket_size)
         norms = np.frombuffer(data, dtype=_LE_F32, count=buckets, offset=8).astype(np.float32)
         stream = np.frombuffer(data, dtype=np.uint8, offset=8 + 4 * buckets)
         gaps, neg, mag = bitstream.decode_fields_sequence(stream, nnz, ("gamma", "bit", "gamma"))

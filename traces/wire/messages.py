@@ -7,7 +7,7 @@ Three message shapes cover every compressor:
 - :class:`DenseMessage` — every element as fp32 (or fp16-representable) values;
 - :class:`QSGDMessage` — per-bucket norms and signed integer levels.
 
-Encoders (``vgcsim.traces.compression.encoders``) turn a message into real bytes and back; a
+Encoders (``vgcsim.traces.wire.encoders``) turn a message into real bytes and back; a
 message's :meth:`dense` is the tensor the receiver adds up.
 """
 

@@ -1,0 +1,52 @@
+"""No compression: the dense baseline (what a plain allreduce carries), fp32 or fp16."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from vgcsim.traces.compression.base import (
+    Compressor,
+    LayerStep,
+    Payload,
+    check_choice,
+    check_grad,
+    make_payload,
+)
+from vgcsim.traces.wire.encoders import DENSE_ENCODINGS
+from vgcsim.traces.wire.messages import DenseMessage
+
+
+@dataclass(frozen=True)
+class DenseParams:
+    """precision: "fp32" (what a dense allreduce carries) or "fp16" (values rounded to half)."""
+
+    precision: str = "fp32"
+
+
+class DenseCompressor(Compressor):
+    """No compression: every element, fp32 (or fp16). Stateless; sends numel elements."""
+
+    name = "dense"
+    Params = DenseParams
+
+    def _validate(self) -> None:
+        check_choice("precision", self.config.precision, DENSE_ENCODINGS)
+
+    @property
+    def encodings(self) -> tuple[str, ...]:
+        return DENSE_ENCODINGS
+
+    @property
+    def primary_encoding(self) -> str:
+        return self.config.precision
+
+    def _compress(self, grad: torch.Tensor, state: object, step: LayerStep) -> Payload:
+        g = check_grad(grad)
+        if self.config.precision == "fp16":
+            g = g.to(torch.float16).to(torch.float32)
+        # A copy: the message must not alias the caller's gradient buffer.
+        msg = DenseMessage(step.layer, g.numel(), g.numpy().copy())
+        return make_payload(
+            msg, sent=g.numel(), encodings=self.encodings, primary=self.primary_encoding
+        )

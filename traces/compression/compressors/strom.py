@@ -1,0 +1,53 @@
+"""Strom 2015: send ±τ where the accumulated residual reaches the threshold τ.
+
+Strom, *Scalable distributed DNN training using commodity GPU cloud computing*,
+Interspeech 2015. r += g; elements with |r_i| ≥ τ are sent as ±τ and r_i ∓= τ.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from vgcsim.traces.compression.base import LayerStep, Payload
+from vgcsim.traces.compression.compressors.sparse import (
+    ResidualState,
+    SparseCompressor,
+    sparse_payload,
+    state_input,
+)
+
+from vgcsim.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class StromParams:
+    """tau: threshold τ; elements with |r_i| ≥ τ are sent as ±τ (τ = 0 sends every element)."""
+
+    tau: float = 0.01
+
+
+def check_tau(name: str, tau: float) -> None:
+    """ConfigError unless τ is a finite number ≥ 0 (strom and hybrid)."""
+    if not (tau >= 0 and math.isfinite(tau)):
+        raise ConfigError(f"{name}: tau must be a finite number >= 0, got {tau}")
+
+
+class StromCompressor(SparseCompressor):
+    """Strom 2015: r += g; send ±τ where |r_i| ≥ τ; r_i ∓= τ."""
+
+    name = "strom"
+    Params = StromParams
+
+    def _validate(self) -> None:
+        check_tau(self.name, self.config.tau)
+
+    def _compress(self, grad: torch.Tensor, state: ResidualState, step: LayerStep) -> Payload:
+        r = state.residual.numpy()
+        r += state_input(grad, r.size, "grad")
+        indices = np.flatnonzero(np.abs(r) >= np.float32(self.config.tau))
+        return sparse_payload(
+            self, r, indices, layer=step.layer, values="code4", fixed_magnitude=self.config.tau
+        )
