@@ -42,8 +42,8 @@ import time
 
 import torch
 from torch import nn
-from vgcsim.traces.compression import get_compressor
 from vgcsim.traces.compression.base import make_payload
+from vgcsim.traces.compression.compressors import get_compressor
 from vgcsim.traces.compression.variance import SQ_DTYPES, resolve_sq_dtype, worker_gradients
 from vgcsim.traces.training.allocator import ALLOCATOR_MODES, keep_freed_memory
 

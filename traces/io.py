@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import signal
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,12 +38,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from vgcsim.traces import schema
+from vgcsim.traces.reading import (
+    PART_RE,
+    Trace,
+    chunk_files,
+    read_header,
+    read_trace_parts,
+    run_dir_of,
+)
+from vgcsim.traces.validate import check_trace
 
-from vgcsim.core.errors import SchemaVersionError, TraceError, unknown_name
+from vgcsim.core.errors import TraceError
 
 log = logging.getLogger(__name__)
 
-_PART_RE = re.compile(r"^part-(\d{6})\.parquet$")
+_PART_RE = PART_RE
 _CHECKPOINT_RE = re.compile(r"^chunk-(\d{6})$")
 #: folder of a recording's resume state: ``chunk-NNNNNN/`` holds the training state after
 #: the steps of chunks 0..NNNNNN (``checkpoint.json`` + the recorder's files)
@@ -56,7 +66,7 @@ STOP_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
 )
 #: statuses a header may carry
-STATUSES = ("running", "complete", "stopped")
+STATUSES = schema.STATUSES
 
 
 def _utc_now() -> str:
@@ -83,15 +93,26 @@ def _unlink(path: Path) -> None:
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """Hold :data:`STOP_SIGNALS` for the block; they are delivered when it ends."""
-    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
+    """Hold :data:`STOP_SIGNALS` for the block; they are raised again when it ends.
+
+    Python runs a signal's handler between bytecodes, possibly well after the signal came,
+    so the handlers themselves are swapped for one that only notes the signal (a mask at the
+    OS level would not stop a handler already due).
+    """
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    caught: list[int] = []
+    previous = {
+        s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in STOP_SIGNALS
+    }
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        for s in dict.fromkeys(caught):
+            signal.raise_signal(s)
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -543,7 +564,7 @@ def find_resume_point(path: str | Path) -> ResumePoint:
     complete run, and a steps table whose chunks are not 0, 1, 2, ... . Nothing is changed
     on disk (:meth:`TraceWriter.resume` does that).
     """
-    run_dir = _run_dir(path)
+    run_dir = run_dir_of(path)
     header = read_header(run_dir)
     if header.get("synthetic"):
         raise TraceError(f"{run_dir} is a synthetic trace; only a recording can be resumed")
@@ -582,173 +603,27 @@ def find_resume_point(path: str | Path) -> ResumePoint:
     return ResumePoint(run_dir, header, idx + 1, written, state_dir)
 
 
-# -- reading -------------------------------------------------------------------------------
+# -- reading (vgcsim.traces.reading reads; read_trace adds the invariants) -----------------
 
 
-def read_header(path: str | Path) -> dict[str, Any]:
-    """Read and check a trace header (kind, schema version, required keys)."""
-    run_dir = _run_dir(path)
-    hp = run_dir / schema.HEADER_FILE
-    if not hp.is_file():
-        raise TraceError(f"{run_dir} is not a trace run directory (no {schema.HEADER_FILE})")
-    try:
-        header = json.loads(hp.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{hp} is corrupt (not valid JSON: {exc})") from None
-    if not isinstance(header, dict):
-        raise TraceError(f"{hp} is corrupt (expected a JSON object)")
-    if header.get("kind") != schema.TRACE_KIND:
-        raise TraceError(f"{hp} is not a vgcsim trace header (kind={header.get('kind')!r})")
-    version = header.get("schema_version")
-    if version != schema.TRACE_SCHEMA_VERSION:
-        if isinstance(version, int) and version > schema.TRACE_SCHEMA_VERSION:
-            hint = "it was written by a newer vgcsim; upgrade vgcsim to read it"
-        else:
-            hint = "re-record it with this version of vgcsim"
-        raise SchemaVersionError(
-            f"{run_dir}: trace schema version {version!r} is not supported "
-            f"(this vgcsim reads version {schema.TRACE_SCHEMA_VERSION}); {hint}"
-        )
-    missing = [k for k in schema.TRACE_HEADER_KEYS if k not in header]
-    if missing:
-        raise TraceError(f"{hp} lacks required keys: {', '.join(missing)}")
-    return header
-
-
-def _run_dir(path: str | Path) -> Path:
-    p = Path(path)
-    if p.name == schema.HEADER_FILE:
-        p = p.parent
-    if not p.exists():
-        raise TraceError(f"trace not found: {p}")
-    if not p.is_dir():
-        raise TraceError(f"{p} is not a trace run directory")
-    return p
-
-
-def chunk_files(run_dir: Path, table: str) -> list[Path]:
-    """The closed chunk files of one table, in order (temporary files are ignored)."""
-    d = run_dir / table
-    if not d.is_dir():
-        return []
-    return sorted(f for f in d.iterdir() if _PART_RE.match(f.name))
-
-
-def _read_table(run_dir: Path, table: str, columns: list[str]) -> pd.DataFrame:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    frames = []
-    for f in chunk_files(run_dir, table):
-        try:
-            frames.append(pq.read_table(f).to_pandas())
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            raise TraceError(
-                f"{f} is truncated or corrupt ({exc}); "
-                "delete that chunk and the ones after it to keep the valid prefix"
-            ) from None
-    if not frames:
-        return pd.DataFrame(
-            {c: pd.Series(dtype="int64" if c == "step" else "float64") for c in columns}
-        )
-    df = pd.concat(frames, ignore_index=True)
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise TraceError(f"{run_dir / table} lacks columns: {', '.join(missing)}")
-    return df
-
-
-class Trace:
-    """A trace in memory: header fields as attributes plus the three tables as DataFrames."""
-
-    def __init__(
-        self,
-        path: Path,
-        header: dict[str, Any],
-        payloads: pd.DataFrame,
-        steps: pd.DataFrame,
-        evals: pd.DataFrame,
-    ) -> None:
-        self.path = Path(path)
-        self.name = self.path.name
-        self.header = header
-        self.payloads = payloads
-        self.steps = steps
-        self.evals = evals
-        self.workers = int(header["workers"])
-        self.layers: list[dict[str, Any]] = list(header["layers"])
-        self.encodings: list[str] = list(header["encodings"])
-        self.primary_encoding: str = header["primary_encoding"]
-        self.compressor: str = header["compressor"]["name"]
-        self.synthetic = bool(header["synthetic"])
-        self.status: str = header["status"]
-
-    @property
-    def steps_count(self) -> int:
-        """Number of recorded steps."""
-        return len(self.steps)
-
-    def __repr__(self) -> str:
-        return (
-            f"Trace({self.name!r}, compressor={self.compressor!r}, workers={self.workers}, "
-            f"steps={self.steps_count}, layers={len(self.layers)}, status={self.status!r})"
-        )
-
-    def _bits_column(self, encoding: str | None) -> str:
-        enc = self.primary_encoding if encoding is None else encoding
-        if enc not in self.encodings:
-            raise unknown_name("encoding of this trace", enc, self.encodings)
-        return schema.BITS_PREFIX + enc
-
-    def worker_bits(self, encoding: str | None = None) -> pd.DataFrame:
-        """Total bits each worker sends per step (summed over layers) under ``encoding``.
-
-        Index: step (every recorded step); columns: worker 0..W-1; values int64 bits.
-        ``encoding`` defaults to the trace's primary encoding.
-        """
-        col = self._bits_column(encoding)
-        wide = self.payloads.groupby(["step", "worker"], sort=True)[col].sum().unstack("worker")
-        wide = wide.reindex(
-            index=pd.Index(self.steps["step"].to_numpy(), name="step"),
-            columns=range(self.workers),
-            fill_value=0,
-        )
-        wide.columns.name = "worker"
-        return wide.fillna(0).astype(np.int64)
-
-    def layer_bits(self, encoding: str | None = None) -> pd.DataFrame:
-        """Per-(step, worker, layer) bits under ``encoding`` as a long frame (step, worker, layer, bits)."""
-        col = self._bits_column(encoding)
-        df = self.payloads[["step", "worker", "layer", col]].rename(columns={col: "bits"})
-        return df.sort_values(["step", "worker", "layer"], ignore_index=True)
-
-    def dense_bits_per_worker(self) -> int:
-        """Bits of one worker's full fp32 gradient: 32 × total numel."""
-        return 32 * sum(int(layer["numel"]) for layer in self.layers)
-
-
-def read_trace(path: str | Path) -> Trace:
-    """Read a trace run directory (or its header.json).
+def read_trace(path: str | Path, *, check: bool = True) -> Trace:
+    """Read a trace run directory (or its header.json) and refuse it unless it is valid.
 
     A run that did not finish (status ``running`` after a crash, or ``stopped``) is read up to
     its last closed steps chunk; rows of later steps in the other tables are dropped.
-    Raises :class:`TraceError` for missing/corrupt files and :class:`SchemaVersionError` for
-    unknown schema versions.
+    Raises :class:`TraceError` for missing/corrupt files, a header or table that breaks the
+    trace's typed description (one line naming the file, the field and the rule) or, with
+    ``check`` (the default: every command reads this way), any invariant ``vgcsim trace
+    validate`` checks; :class:`SchemaVersionError` for unknown schema versions.
     """
-    run_dir = _run_dir(path)
-    header = read_header(run_dir)
-    bits_cols = [schema.BITS_PREFIX + e for e in header["encodings"]]
-    payloads = _read_table(run_dir, schema.PAYLOADS_TABLE, list(schema.PAYLOAD_COLUMNS) + bits_cols)
-    steps = _read_table(run_dir, schema.STEPS_TABLE, list(schema.STEP_COLUMNS))
-    evals = _read_table(run_dir, schema.EVALS_TABLE, list(schema.EVAL_COLUMNS))
-    if header["status"] != "complete":
-        last = int(steps["step"].max()) if len(steps) else -1
-        dropped = int((payloads["step"] > last).sum()) if len(payloads) else 0
-        if dropped:
-            log.info(
-                "%s: dropping %d payload rows after the last closed step %d", run_dir, dropped, last
+    trace = read_trace_parts(path)
+    if check:
+        problems = check_trace(trace)
+        if problems:
+            more = (
+                f" (and {len(problems) - 1} more; `vgcsim trace validate` lists them)"
+                if len(problems) > 1
+                else ""
             )
-            payloads = payloads[payloads["step"] <= last].reset_index(drop=True)
-        if len(evals):
-            evals = evals[evals["step"] <= last].reset_index(drop=True)
-    return Trace(run_dir, header, payloads, steps, evals)
+            raise TraceError(f"{trace.path} is not a valid trace: {problems[0]}{more}")
+    return trace

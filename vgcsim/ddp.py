@@ -13,7 +13,7 @@ Importing this module imports torch.
 
 from __future__ import annotations
 
-from vgcsim.traces.compression import get_compressor
+from vgcsim.traces.compression.compressors import get_compressor
 from vgcsim.traces.training.distributed_hook import (
     StepCommStats,
     VGCState,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from vgcsim.traces.compression import get_compressor
+from vgcsim.traces.compression.compressors import get_compressor
 from vgcsim.traces.compression.variance import worker_gradients
 
 IN, HIDDEN, CLASSES = 12, 16, 3

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
-from vgcsim.traces.compression import get_compressor
+from vgcsim.traces.compression.compressors import get_compressor
 from vgcsim.traces.training.distributed_hook import (
     VGCState,
     decode_received,

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from vgcsim.traces.compression import ENCODINGS, QSGD_ENCODINGS, SPARSE_ENCODINGS
-from vgcsim.traces.wire.messages import DenseMessage, QSGDMessage, SparseMessage
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.synth import SYNTH_ENCODINGS
 from vgcsim.traces.validate import ENCODING_BOUNDS, check_trace
+from vgcsim.traces.wire.encoders import ENCODINGS, QSGD_ENCODINGS, SPARSE_ENCODINGS
+from vgcsim.traces.wire.messages import DenseMessage, QSGDMessage, SparseMessage
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
 

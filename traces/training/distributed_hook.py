@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-from vgcsim.traces.compression import ENCODINGS
 from vgcsim.traces.compression.sqsum_hooks import SqsumHooks
 from vgcsim.traces.training.distributed_allgatherv import start_allgatherv_segments
+from vgcsim.traces.wire.encoders import ENCODINGS
 
 from vgcsim.core.errors import ConfigError
 

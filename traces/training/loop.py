@@ -10,8 +10,17 @@ the net, optimizer and trace header, then per step
 5. time one worker's own forward + backward at its batch B, every ``rank_time_every`` steps;
 6. compress, exchange, decode and average the gradients (the :class:`Workers` in use);
 7. step the optimizer (timed) and the schedule;
-8. gather every process's counts and seconds on rank 0, which writes the payload rows, the
-   step row and, every ``eval_every`` steps, an evaluation.
+8. gather every process's counts and seconds on rank 0, which writes, every ``eval_every``
+   steps, an evaluation, then the payload rows and the step row.
+
+Stopping and resuming: SIGINT, SIGTERM and SIGHUP stop a recording cleanly (status
+``stopped``, the open chunk kept, ``stop_reason`` naming the signal) by raising
+:class:`RecordingInterrupted`; a write that fails (a full disk) stops it the same way with
+one :class:`TraceError`. With emulated workers each closed chunk carries a checkpoint of the
+training state (:mod:`vgcsim.traces.training.checkpoint`), and ``train(..., resume=point)``
+continues from the last one: the resumed trace equals an uninterrupted run's in every
+column but the wall-clock seconds. Every global generator (torch, numpy, Python) is seeded
+from ``cfg.seed`` for the run and restored afterwards, so hidden draws are reproducible too.
 
 What differs between one process emulating W workers and W real ranks — which samples a
 process trains on, how its gradients are computed, how the NaN verdict and the step's
@@ -34,11 +43,17 @@ Timing columns (all wall-clock seconds; CUDA work is synchronised before a clock
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
+import os
 import platform
+import random
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,7 +61,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 from vgcsim.traces import schema
-from vgcsim.traces.io import TraceWriter
+from vgcsim.traces.io import STOP_SIGNALS, ResumePoint, TraceWriter
+from vgcsim.traces.training import checkpoint as ckpt
 from vgcsim.traces.training.allocator import keep_freed_memory
 from vgcsim.traces.training.datasets import DATASETS, Dataset
 from vgcsim.traces.training.nets import NETS, build_net, flops_per_sample
@@ -54,7 +70,13 @@ from vgcsim.traces.training.optim import build_optimizer
 from vgcsim.traces.training.record_config import DEVICES, GRADIENT_PASSES, RecordConfig
 
 from vgcsim.core.config import to_dict
-from vgcsim.core.errors import ConfigError, TrainingDivergedError, unknown_name
+from vgcsim.core.errors import (
+    ConfigError,
+    TraceError,
+    TrainingDivergedError,
+    VgcsimError,
+    unknown_name,
+)
 from vgcsim.core.provenance import git_commit, machine_info, package_versions
 
 log = logging.getLogger(__name__)
@@ -70,7 +92,7 @@ SLOWEST_SECONDS = ("rank_compute_s", "optimizer_s", "comm_s")
 
 def check_config(cfg: RecordConfig) -> None:
     """Refuse unknown names and bad hyperparameters before any work starts."""
-    from vgcsim.traces.compression import get_compressor
+    from vgcsim.traces.compression.compressors import get_compressor
     from vgcsim.traces.compression.variance import ESTIMATORS, SQ_DTYPES
     from vgcsim.traces.training.optim import OPTIMIZERS, SCHEDULES
 
@@ -150,6 +172,21 @@ class WorkerSampler:
             out.append(self._order[w][self._pos[w] : self._pos[w] + self.batch_size])
             self._pos[w] += self.batch_size
         return np.concatenate(out)
+
+    def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Where every worker is: its epoch's order (tensors), position and generator (JSON)."""
+        orders = {str(w): torch.from_numpy(o.astype(np.int64)) for w, o in enumerate(self._order)}
+        return orders, {
+            "pos": list(self._pos),
+            "rngs": [rng.bit_generator.state for rng in self.rngs],
+        }
+
+    def load_state(self, tensors: dict[str, torch.Tensor], scalars: dict[str, Any]) -> None:
+        """Inverse of :meth:`state`."""
+        self._order = [tensors[str(w)].numpy().copy() for w in range(len(self.shards))]
+        self._pos = [int(p) for p in scalars["pos"]]
+        for rng, saved in zip(self.rngs, scalars["rngs"], strict=True):
+            rng.bit_generator.state = saved
 
 
 def per_sample_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -310,6 +347,128 @@ class Workers(Protocol):
         ...
 
 
+# -- what a run needs, stopping and global generators ----------------------------------------
+
+
+def available_memory_bytes() -> int | None:
+    """Memory the OS can give this process now (MemAvailable on Linux, else physical)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return None
+
+
+def state_bytes(cfg: RecordConfig, numel: int, input_numel: int, compressor) -> int:
+    """Lower bound of the memory a recording holds, in bytes (activations not counted):
+
+    ``4·P·(2 + m + W·(1 + s + q)) + 4·W·B·x``: P parameters, their gradient and the
+    optimizer's m moments per parameter (adam 2, momentum_sgd 1); per worker w of W its
+    gradient, its s compressor state tensors (variance: r and v) and, when the compressor
+    needs it, its squared-gradient sum (q = 1); plus the float32 step batch of W·B inputs of
+    x elements each.
+    """
+    moments = {"adam": 2, "momentum_sgd": 1}.get(cfg.optimizer.name, 2)
+    state = compressor.init_state(1)
+    slots = (
+        sum(isinstance(getattr(state, f.name), torch.Tensor) for f in dataclasses.fields(state))
+        if dataclasses.is_dataclass(state)
+        else 0
+    )
+    per_worker = 1 + slots + (1 if compressor.needs_sqsum else 0)
+    return 4 * numel * (2 + moments + cfg.workers * per_worker) + (
+        4 * cfg.workers * cfg.batch_size * input_numel
+    )
+
+
+def check_memory(cfg: RecordConfig, data: Dataset, compressor) -> None:
+    """Refuse, before anything is allocated or written, a net and worker count whose state
+    (:func:`state_bytes`) exceeds the memory available; the net is sized on torch's meta
+    device, which allocates nothing."""
+    with torch.device("meta"):
+        net = build_net(cfg.model.name, data.input_shape, data.num_classes, cfg.model.width)
+    numel = sum(p.numel() for p in net.parameters())
+    need = state_bytes(cfg, numel, math.prod(data.input_shape), compressor)
+    have = available_memory_bytes()
+    if have is not None and need > have:
+        raise ConfigError(
+            f"model {cfg.model.name} at model.width={cfg.model.width:g} has {numel:,} "
+            f"parameters; recording it with {cfg.workers} workers needs at least "
+            f"{need / 2**30:,.1f} GiB (parameters, gradients, optimizer and compressor state), "
+            f"more than the {have / 2**30:,.1f} GiB available; use a smaller model.width or "
+            "fewer workers"
+        )
+
+
+class RecordingInterrupted(KeyboardInterrupt):
+    """A stopping signal (SIGINT, SIGTERM or SIGHUP) arrived while recording; ``signum``
+    says which (a command exits 128 + signum, the shell convention)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = int(signum)
+        self.signal_name = signal.Signals(signum).name
+        super().__init__(f"interrupted by {self.signal_name}")
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Turn SIGINT, SIGTERM and SIGHUP into :class:`RecordingInterrupted` for the block
+    (main thread only; a second signal while the first one stops the run is ignored)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if fired:
+            return
+        fired.append(signum)
+        raise RecordingInterrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, signal.SIG_DFL if h is None else h)
+
+
+@contextlib.contextmanager
+def seeded_global_rngs(seed: int) -> Iterator[None]:
+    """Seed torch's, numpy's and Python's global generators from ``seed`` for the block and
+    give the caller's states back afterwards."""
+    np_state, py_state = np.random.get_state(), random.getstate()
+    root = np.random.SeedSequence([seed, 0x61_0BA1])
+    torch_seed, np_seed, py_seed = (int(x) for x in root.generate_state(3, dtype=np.uint32))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(torch_seed)
+        np.random.seed(np_seed)
+        random.seed(py_seed)
+        try:
+            yield
+        finally:
+            np.random.set_state(np_state)
+            random.setstate(py_state)
+
+
+def stop_reason(exc: BaseException, step: int | None) -> str:
+    """The header's ``stop_reason`` for a run that ended with ``exc`` during ``step``."""
+    where = "" if step is None else f" during step {step}"
+    if isinstance(exc, RecordingInterrupted):
+        return f"{exc}{where}"
+    if isinstance(exc, KeyboardInterrupt):
+        return f"interrupted (KeyboardInterrupt){where}"
+    if isinstance(exc, VgcsimError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
 # -- the loop ---------------------------------------------------------------------------------
 
 
@@ -320,11 +479,17 @@ def train(
     *,
     progress: bool = False,
     overwrite: bool = False,
+    resume: ResumePoint | None = None,
 ) -> Path | None:
     """Record ``cfg`` as ``workers`` (one process's part); rank 0 returns the run directory.
 
+    With ``resume`` (:func:`vgcsim.traces.io.find_resume_point` of ``out_dir``), continue that
+    interrupted run from its last checkpoint instead (emulated workers only).
+
     Raises :class:`TrainingDivergedError` when NaN/Inf appears (the trace keeps every step
-    before it, status ``stopped``); config problems raise :class:`ConfigError` up front.
+    before it, status ``stopped``), :class:`RecordingInterrupted` on SIGINT, SIGTERM or SIGHUP
+    and :class:`TraceError` when the trace cannot be written (both: status ``stopped``, the
+    steps before kept); config problems raise :class:`ConfigError` up front.
     """
     if cfg.workers != workers.world:
         cfg = dataclasses.replace(cfg, workers=workers.world)
@@ -338,13 +503,22 @@ def train(
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     try:
-        # Model initialisation uses torch's default generator: fork it so that the caller's
-        # global RNG state is untouched and our draws depend on cfg.seed only.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.seed)
-            data = workers.load_data(cfg)
-            model = build_net(cfg.model.name, data.input_shape, data.num_classes, cfg.model.width)
-        return _loop(cfg, workers, data, model, Path(out_dir), progress, overwrite)
+        with stop_on_signals():
+            # Model initialisation uses torch's default generator: fork it so that the
+            # caller's global RNG state is untouched and our draws depend on cfg.seed only.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(cfg.seed)
+                data = workers.load_data(cfg)
+                from vgcsim.traces.compression.compressors import get_compressor
+
+                check_memory(
+                    cfg, data, get_compressor(cfg.compressor.name, **cfg.compressor.params)
+                )
+                model = build_net(
+                    cfg.model.name, data.input_shape, data.num_classes, cfg.model.width
+                )
+            with seeded_global_rngs(cfg.seed):
+                return _loop(cfg, workers, data, model, Path(out_dir), progress, overwrite, resume)
     finally:
         torch.set_num_threads(saved_threads)
 
@@ -357,8 +531,9 @@ def _loop(
     out_dir: Path,
     progress: bool,
     overwrite: bool,
+    resume: ResumePoint | None,
 ) -> Path | None:
-    from vgcsim.traces.compression import get_compressor
+    from vgcsim.traces.compression.compressors import get_compressor
 
     compressor = get_compressor(cfg.compressor.name, **cfg.compressor.params)
     params = list(model.parameters())
@@ -380,14 +555,67 @@ def _loop(
     bits_sum = dense_sum = 0
     last_acc = float("nan")
 
-    writer = (
-        TraceWriter(out_dir, header, chunk_steps=cfg.chunk_steps, overwrite=overwrite)
-        if workers.rank == 0
-        else None
-    )
-    bar = _progress(cfg.steps, progress and writer is not None)
+    resumable = hasattr(workers, "checkpoint_state")
+    if resume is not None and not resumable:
+        raise ConfigError(
+            f"{type(workers).__name__} cannot resume a recording; resume with emulated workers"
+        )
+
+    def save_checkpoint(folder: Path) -> None:
+        tensors = ckpt.prefixed("model", model.state_dict())
+        opt_t, opt_j = ckpt.optimizer_state(optimizer)
+        work_t, work_j = workers.checkpoint_state()  # type: ignore[attr-defined]
+        samp_t, samp_j = sampler.state()
+        rng_t, rng_j = ckpt.global_rng_state()
+        for name, part in (
+            ("optimizer", opt_t),
+            ("workers", work_t),
+            ("sampler", samp_t),
+            ("rng", rng_t),
+        ):
+            tensors.update(ckpt.prefixed(name, part))
+        scalars = {
+            "optimizer": opt_j,
+            "scheduler": scheduler.state_dict(),
+            "workers": work_j,
+            "sampler": samp_j,
+            "rng": rng_j,
+        }
+        ckpt.save_state(folder, tensors, scalars)
+
+    start = 0
+    writer = None
+    if workers.rank == 0:
+        save = save_checkpoint if resumable else None
+        if resume is None:
+            writer = TraceWriter(
+                out_dir, header, chunk_steps=cfg.chunk_steps, overwrite=overwrite, checkpoint=save
+            )
+        else:
+            _check_same_run(resume.header, header, out_dir)
+            if resume.state_dir is not None:
+                tensors, scalars = ckpt.load_state(resume.state_dir)
+                try:
+                    model.load_state_dict(ckpt.unprefixed("model", tensors))
+                    ckpt.load_optimizer_state(
+                        optimizer, ckpt.unprefixed("optimizer", tensors), scalars["optimizer"]
+                    )
+                    scheduler.load_state_dict(scalars["scheduler"])
+                    workers.load_checkpoint_state(  # type: ignore[attr-defined]
+                        ckpt.unprefixed("workers", tensors), scalars["workers"]
+                    )
+                    sampler.load_state(ckpt.unprefixed("sampler", tensors), scalars["sampler"])
+                    ckpt.set_global_rng_state(ckpt.unprefixed("rng", tensors), scalars["rng"])
+                except (KeyError, ValueError, RuntimeError, TypeError, IndexError) as exc:
+                    raise TraceError(
+                        f"checkpoint {resume.state_dir} does not fit this run ({exc})"
+                    ) from None
+            writer = TraceWriter.resume(resume, checkpoint=save)
+            start = resume.steps_written
+    bar = _progress(cfg.steps, progress and writer is not None, start)
+    step: int | None = None
     try:
-        for step in range(cfg.steps):
+        for step in range(start, cfg.steps):
             idx = torch.from_numpy(workers.local_indices(sampler.next_indices()))
             x, y = data.x_train[idx].to(device), data.y_train[idx].to(device)
             synchronize(device)
@@ -453,9 +681,10 @@ def _loop(
                     # NaN when not measured on this step (max() would hide it behind ranks).
                     vals = [e[c] for e in everyone]
                     row[c] = math.nan if any(math.isnan(v) for v in vals) else max(vals)
-            writer.add_step(row)
             bits_sum += int(rows[schema.BITS_PREFIX + compressor.primary_encoding].sum())
             dense_sum += 32 * cfg.workers * sum(numels)
+            # The evaluation goes before the step row: the row may close the chunk, and a
+            # chunk's checkpoint must come after everything its steps wrote.
             if (cfg.eval_every and (step + 1) % cfg.eval_every == 0) or step == cfg.steps - 1:
                 train_loss, train_acc = evaluate(
                     model, data.x_train[train_eval], data.y_train[train_eval]
@@ -473,6 +702,7 @@ def _loop(
                     }
                 )
                 last_acc = test_acc
+            writer.add_step(row)
             if bar is not None:
                 bar.update(1)
                 if step % 5 == 0 or step == cfg.steps - 1:
@@ -485,7 +715,12 @@ def _loop(
                 log.info("step %d loss %.4f", step, row["loss"])
     except BaseException as exc:
         if writer is not None:
-            writer.finish("stopped", f"{type(exc).__name__}: {exc}")
+            writer.finish("stopped", stop_reason(exc, step))
+            if isinstance(exc, TraceError) and resumable:
+                raise TraceError(
+                    f"{exc}; once it can be written, continue it with: "
+                    f"vgcsim record --resume {out_dir}"
+                ) from None
         raise
     finally:
         if bar is not None:
@@ -523,9 +758,53 @@ def _all_finite(losses: torch.Tensor, grads: list[torch.Tensor]) -> bool:
     return bool(torch.isfinite(losses).all()) and all(bool(torch.isfinite(g).all()) for g in grads)
 
 
-def _progress(total: int, enabled: bool) -> Any:
+def _check_same_run(old: dict[str, Any], new: dict[str, Any], out_dir: Path) -> None:
+    """Refuse to resume ``old`` (the header on disk) with a run whose header ``new`` differs
+    in what the trace's numbers depend on."""
+    if "distributed" in old:
+        raise ConfigError(
+            f"{out_dir} was recorded with torch.distributed ({old['distributed'].get('backend')}); "
+            "--resume continues emulated recordings only"
+        )
+    keys = (
+        "config",
+        "workers",
+        "batch_size_per_worker",
+        "compressor",
+        "encodings",
+        "primary_encoding",
+        "layers",
+        "dataset",
+    )
+    differ = [k for k in keys if old.get(k) != new.get(k)]
+    if differ:
+        detail = ""
+        if "config" in differ:
+            a, b = _flat(old.get("config")), _flat(new.get("config"))
+            diff = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+            detail = ": " + ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in diff[:5])
+        raise ConfigError(
+            f"cannot resume {out_dir}: this run's {', '.join(differ)} differ from the trace's"
+            f"{detail}"
+        )
+    for pkg in ("torch", "numpy"):
+        was, now = old.get("versions", {}).get(pkg), new.get("versions", {}).get(pkg)
+        if was != now:
+            log.warning("%s was recorded with %s %s, resuming with %s", out_dir, pkg, was, now)
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix.rstrip("."): d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def _progress(total: int, enabled: bool, initial: int = 0) -> Any:
     if not enabled:
         return None
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="step", dynamic_ncols=True, leave=True)
+    return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, leave=True)

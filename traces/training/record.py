@@ -18,10 +18,15 @@ given config (same seed → identical tables). ``encode_s`` is measured by encod
 primary buffer once more, and ``compress_s`` is the compress call minus that; ``decode_s``
 is the decode + sum. The loop's own timing columns are described in
 :mod:`vgcsim.traces.training.loop`.
+
+:func:`resume` continues an interrupted recording (SIGKILL, a signal, a full disk) from its
+last checkpointed chunk; the result equals an uninterrupted run in every column but the
+wall-clock seconds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -29,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from vgcsim.traces.io import find_resume_point
 from vgcsim.traces.training.datasets import Dataset, load_dataset
 from vgcsim.traces.training.loop import (
     WorkerSampler,
@@ -42,6 +48,9 @@ from vgcsim.traces.training.loop import (
 )
 from vgcsim.traces.training.record_config import GRADIENT_PASSES, RecordConfig
 
+from vgcsim.core.config import config_from_dict
+from vgcsim.core.errors import TraceError
+
 __all__ = [
     "GRADIENT_PASSES",
     "EmulatedWorkers",
@@ -51,6 +60,7 @@ __all__ = [
     "check_config",
     "evaluate",
     "record",
+    "resume",
     "resolve_config",
     "resolve_device",
 ]
@@ -112,7 +122,7 @@ class EmulatedWorkers:
         )
 
     def start(self, cfg: RecordConfig, model: torch.nn.Module, compressor, header: dict) -> None:
-        from vgcsim.traces.compression import ENCODINGS
+        from vgcsim.traces.wire.encoders import ENCODINGS
 
         self.cfg = cfg
         self.compressor = compressor
@@ -125,6 +135,38 @@ class EmulatedWorkers:
 
     def local_indices(self, indices: np.ndarray) -> np.ndarray:
         return indices
+
+    def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Every worker's compressor state (``compressor/<worker>/<layer>/<field>``) and the
+        compression generator, for :mod:`vgcsim.traces.training.checkpoint`."""
+        tensors: dict[str, torch.Tensor] = {"generator": self.generator.get_state()}
+        scalars: dict[str, Any] = {}
+        for w, layers in enumerate(self.states):
+            for layer, state in enumerate(layers):
+                for name, value in _state_fields(state).items():
+                    key = f"compressor/{w}/{layer}/{name}"
+                    if isinstance(value, torch.Tensor):
+                        tensors[key] = value
+                    else:
+                        scalars[key] = value
+        return tensors, scalars
+
+    def load_checkpoint_state(
+        self, tensors: dict[str, torch.Tensor], scalars: dict[str, Any]
+    ) -> None:
+        """Inverse of :meth:`checkpoint_state` (tensors copied into the live state in place)."""
+        self.generator.set_state(tensors["generator"])
+        for w, layers in enumerate(self.states):
+            for layer, state in enumerate(layers):
+                for name, value in _state_fields(state).items():
+                    key = f"compressor/{w}/{layer}/{name}"
+                    if isinstance(value, torch.Tensor):
+                        saved = tensors[key]
+                        if saved.shape != value.shape or saved.dtype != value.dtype:
+                            raise ValueError(f"{key} is {saved.dtype}{list(saved.shape)}")
+                        value.copy_(saved)
+                    else:
+                        setattr(state, name, scalars[key])
 
     def gradients(self, model, x, y, estimator: str | None):
         return _gradients(model, x, y, self.cfg, estimator)
@@ -201,3 +243,32 @@ def record(
     path = train(cfg, workers, out_dir, progress=progress, overwrite=overwrite)
     assert path is not None  # rank 0 always writes
     return path
+
+
+def resume(run_dir: str | Path, cfg: RecordConfig | None = None, *, progress: bool = False) -> Path:
+    """Continue the interrupted recording in ``run_dir`` from its last checkpointed chunk.
+
+    ``cfg`` defaults to the config in its header; a given one must equal it. Refuses
+    (:class:`TraceError` / :class:`ConfigError`) a folder that is not a trace, a complete
+    run, a synthetic or torch.distributed trace and a different config.
+    """
+    point = find_resume_point(run_dir)
+    saved = point.header.get("config")
+    if not isinstance(saved, dict):
+        raise TraceError(f"{point.run_dir}: the header holds no record config to resume")
+    if cfg is None:
+        cfg = config_from_dict(RecordConfig, saved)
+    check_config(cfg)
+    workers = EmulatedWorkers(cfg.workers, cfg.device)
+    path = train(cfg, workers, point.run_dir, progress=progress, resume=point)
+    assert path is not None
+    return path
+
+
+def _state_fields(state: object) -> dict[str, Any]:
+    """The fields of one (worker, layer) compressor state (None: a stateless compressor)."""
+    if state is None:
+        return {}
+    if not dataclasses.is_dataclass(state):
+        raise TypeError(f"cannot checkpoint compressor state {type(state).__name__}")
+    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}

@@ -22,6 +22,10 @@ Example:
   vgcsim record --model vgg_like --set model.width=0.25 --compressor dense --device auto -o runs/vgg
 Step columns rank_compute_s (one worker's forward + backward at its own batch, every
 rank_time_every steps) and optimizer_s (one optimizer step) time what a single rank runs.
+SIGINT, SIGTERM and SIGHUP stop a recording cleanly (status stopped, exit 130/143/129);
+  vgcsim record --resume runs/x
+continues a stopped or killed recording from its last complete chunk, with the config in
+its header (options given with it must agree with that config).
 """
 
 
@@ -64,14 +68,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--nprocs", type=int, default=2, help="processes for a torch.distributed backend"
     )
+    parser.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="continue the interrupted recording in RUN (killed, stopped by a signal or a full "
+        "disk) from its last complete chunk; the trace equals an uninterrupted run's",
+    )
 
 
-def build_config(args: argparse.Namespace) -> RecordConfig:
-    """RecordConfig from --config, --set and the shortcut flags (in that order)."""
+def build_config(args: argparse.Namespace, base: dict | None = None) -> RecordConfig:
+    """RecordConfig from --config, --set and the shortcut flags (in that order), on top of
+    the defaults or of ``base`` (a trace header's config, for --resume)."""
     from vgcsim.core.config import apply_overrides, config_from_dict, load_toml
     from vgcsim.traces.training.record_config import RecordConfig
 
-    cfg = config_from_dict(RecordConfig, load_toml(args.config)) if args.config else RecordConfig()
+    data = dict(base or {})
+    if args.config:
+        data = _merged(data, load_toml(args.config))
+    cfg = config_from_dict(RecordConfig, data) if data else RecordConfig()
     cfg = apply_overrides(cfg, args.set)
     flags = {
         "compressor.name": args.compressor,
@@ -86,7 +100,56 @@ def build_config(args: argparse.Namespace) -> RecordConfig:
     return apply_overrides(cfg, [f"{k}={v}" for k, v in flags.items() if v is not None])
 
 
+def _merged(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from vgcsim.core.config import to_dict
+    from vgcsim.core.errors import ConfigError
+    from vgcsim.traces.io import find_resume_point
+    from vgcsim.traces.training.record import resume
+
+    if args.overwrite or args.backend != "emulated":
+        raise ConfigError("--resume continues a run in place; drop --overwrite and --backend")
+    point = find_resume_point(args.resume)
+    saved = point.header.get("config")
+    cfg = build_config(args, saved if isinstance(saved, dict) else {})
+    if to_dict(cfg) != saved:
+        raise ConfigError(
+            f"the options given with --resume change the config recorded in {point.run_dir}; "
+            "resume with the trace's own config (give no options) or record a new run"
+        )
+    path = resume(point.run_dir, cfg, progress=not args.quiet)
+    if not args.quiet:
+        print(f"resumed and completed trace {path}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    from vgcsim.traces.training.loop import RecordingInterrupted
+
+    out = args.resume if args.resume is not None else args.out
+    try:
+        return _resume(args) if args.resume is not None else _record(args)
+    except RecordingInterrupted as exc:
+        import sys
+        from pathlib import Path
+
+        kept = (
+            f"; {out} keeps every step recorded (status stopped); continue it with: "
+            f"vgcsim record --resume {out}"
+            if (Path(out) / "header.json").is_file()
+            else ""
+        )
+        print(f"vgcsim record: {exc}{kept}", file=sys.stderr)
+        return 128 + exc.signum
+
+
+def _record(args: argparse.Namespace) -> int:
     from vgcsim.core.errors import ConfigError
     from vgcsim.traces.training.record import check_config, record, resolve_device
 
