@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -70,7 +70,10 @@ class Round:
 
 @dataclass(frozen=True, eq=False)
 class Schedule:
-    """A collective for ``world_size`` ranks as rounds of flows over ``n_units`` units."""
+    """A collective for ``world_size`` ranks as rounds of flows over ``n_units`` units.
+
+    A frozen spec: the engine keeps what it derives from a schedule in its own run cache
+    (``vgcsim.simulator.engine.RunCache``), so one schedule may serve any number of runs."""
 
     key: str
     world_size: int
@@ -79,35 +82,6 @@ class Schedule:
     allreduce: bool
     unit_order: np.ndarray | None = None
     pad: bool = False
-    _cache: dict = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def one_to_one(self) -> bool:
-        """True when every rank sends at most one and receives at most one flow per round."""
-        hit = self._cache.get("one_to_one")
-        if hit is None:
-            p = self.world_size
-            hit = all(
-                np.bincount(r.src, minlength=p).max() <= 1
-                and np.bincount(r.dst, minlength=p).max() <= 1
-                for r in self.rounds
-                if len(r.src)
-            )
-            self._cache["one_to_one"] = hit
-        return hit
-
-    def pairs(self) -> np.ndarray:
-        """Unique (src, dst) pairs over all rounds, shape [n, 2]."""
-        hit = self._cache.get("pairs")
-        if hit is None:
-            if self.rounds:
-                p = self.world_size
-                code = np.unique(np.concatenate([r.src * p + r.dst for r in self.rounds]))
-                hit = np.stack([code // p, code % p], axis=1)
-            else:
-                hit = np.zeros((0, 2), dtype=np.int64)
-            self._cache["pairs"] = hit
-        return hit
 
     def round_bytes(self, units: np.ndarray) -> list[np.ndarray]:
         """Bytes of every flow of every round for unit sizes ``units`` (see :func:`unit_sizes`)."""

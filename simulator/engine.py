@@ -15,13 +15,20 @@ the end of its phase b−1), so phases queue on one communication stream per ran
   flows of one sender only (a rank sends one flow at a time), or, of one receiver only; in
   the latter case under eager semantics :func:`run_fast` also checks at run time that
   messages into a rank never overlap, and returns ``None`` if they do.
+
+Derived tables of a schedule (who sends what in which round, route bandwidths and latencies
+on a topology, the stacked matrices of the fast path) are built on first use and kept in a
+:class:`RunCache` of one topology, which a caller that runs many steps keeps for the run
+(``vgcsim.simulator.replay`` does); the frozen :class:`~vgcsim.simulator.collectives.Schedule`
+itself is never written to. Without a cache each call builds what it needs.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import simpy
@@ -29,7 +36,9 @@ from vgcsim.simulator.collectives import Schedule
 from vgcsim.simulator.network import Comm, LinkMonitor, Waiter, make_network
 from vgcsim.simulator.topology import Topology
 
-__all__ = ["Phase", "RankSpan", "contention_free", "run_fast", "run_message"]
+from vgcsim.core.errors import ConfigError
+
+__all__ = ["Phase", "RankSpan", "RunCache", "contention_free", "run_fast", "run_message"]
 
 log = logging.getLogger(__name__)
 
@@ -54,24 +63,148 @@ class RankSpan:
     end_s: float
 
 
-def _rank_ops(
-    schedule: Schedule,
-) -> list[list[tuple[int, list[tuple[int, int]], list[tuple[int, int]], bool]]]:
-    """Per rank: [(round, [(dst, flow)], [(src, flow)], reduce)] for the rounds it takes part in."""
-    hit = schedule._cache.get("rank_ops")
-    if hit is not None:
+RankOps = list[list[tuple[int, list[tuple[int, int]], list[tuple[int, int]], bool]]]
+
+
+class _Tables:
+    """What the engine derives from one schedule on one topology, each built on first use."""
+
+    def __init__(self, schedule: Schedule, topology: Topology):
+        self.schedule = schedule  # held, so that the id keying this entry is not reused
+        self.topology = topology
+
+    @cached_property
+    def one_to_one(self) -> bool:
+        """True when every rank sends at most one and receives at most one flow per round."""
+        p = self.schedule.world_size
+        return all(
+            np.bincount(r.src, minlength=p).max() <= 1
+            and np.bincount(r.dst, minlength=p).max() <= 1
+            for r in self.schedule.rounds
+            if len(r.src)
+        )
+
+    @cached_property
+    def pairs(self) -> np.ndarray:
+        """Unique (src, dst) pairs over all rounds, shape [n, 2]."""
+        rounds = self.schedule.rounds
+        if not rounds:
+            return np.zeros((0, 2), dtype=np.int64)
+        p = self.schedule.world_size
+        code = np.unique(np.concatenate([r.src * p + r.dst for r in rounds]))
+        return np.stack([code // p, code % p], axis=1)
+
+    @cached_property
+    def rank_ops(self) -> RankOps:
+        """Per rank: [(round, [(dst, flow)], [(src, flow)], reduce)] for the rounds it takes
+        part in."""
+        schedule = self.schedule
+        ops: list[dict[int, tuple[list, list]]] = [{} for _ in range(schedule.world_size)]
+        for k, rnd in enumerate(schedule.rounds):
+            for f, (s, d) in enumerate(zip(rnd.src.tolist(), rnd.dst.tolist(), strict=True)):
+                ops[s].setdefault(k, ([], []))[0].append((d, f))
+                ops[d].setdefault(k, ([], []))[1].append((s, f))
+        return [
+            [
+                (k, sends, recvs, schedule.rounds[k].reduce)
+                for k, (sends, recvs) in sorted(per.items())
+            ]
+            for per in ops
+        ]
+
+    @cached_property
+    def pair_tables(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per round: (bandwidth, latency) of each flow's route."""
+        p = self.schedule.world_size
+        pairs = self.pairs
+        bw_of = np.empty(len(pairs))
+        lat_of = np.empty(len(pairs))
+        for j, (s, d) in enumerate(pairs.tolist()):
+            route = self.topology.route(s, d)
+            bw_of[j] = route.bandwidth_Bps
+            lat_of[j] = route.latency_s
+        codes = pairs[:, 0] * p + pairs[:, 1]
+        out = []
+        for rnd in self.schedule.rounds:
+            j = np.searchsorted(codes, rnd.src * p + rnd.dst)
+            out.append((bw_of[j], lat_of[j]))
+        return out
+
+    @cached_property
+    def permutations(self) -> list[np.ndarray | None]:
+        """Per round: the inverse of ``dst`` when ``src`` is every rank in order and ``dst`` a
+        permutation (then the round needs gathers only), else None."""
+        p = self.schedule.world_size
+        ident = np.arange(p)
+        out: list[np.ndarray | None] = []
+        for rnd in self.schedule.rounds:
+            if (
+                len(rnd.src) == p
+                and np.array_equal(rnd.src, ident)
+                and len(np.unique(rnd.dst)) == p
+            ):
+                inv = np.empty(p, dtype=np.int64)
+                inv[rnd.dst] = ident
+                out.append(inv)
+            else:
+                out.append(None)
+        return out
+
+    @cached_property
+    def stacked(self) -> tuple[np.ndarray, ...]:
+        """All-permutation schedules as [rounds, P] matrices: lo, count, dst, inverse, bw, lat,
+        and the reduce flag per round."""
+        rounds = self.schedule.rounds
+        tables = self.pair_tables
+        return (
+            np.stack([r.lo for r in rounds]),
+            np.stack([r.count for r in rounds]),
+            np.stack([r.dst for r in rounds]),
+            np.stack(self.permutations),
+            np.stack([bw for bw, _ in tables]),
+            np.stack([lat for _, lat in tables]),
+            np.array([r.reduce for r in rounds]),
+        )
+
+
+@dataclass(eq=False)
+class RunCache:
+    """Derived tables of the schedules run on one topology, kept by the run that owns them.
+
+    Pass the same cache to every :func:`run_message`, :func:`run_fast` and
+    :func:`contention_free` call of a run on ``topology`` to build each table once.
+    """
+
+    topology: Topology
+    _tables: dict[int, _Tables] = field(default_factory=dict, repr=False)
+
+    def tables(self, schedule: Schedule) -> _Tables:
+        hit = self._tables.get(id(schedule))
+        if hit is None or hit.schedule is not schedule:
+            hit = _Tables(schedule, self.topology)
+            self._tables[id(schedule)] = hit
         return hit
-    ops: list[dict[int, tuple[list, list]]] = [{} for _ in range(schedule.world_size)]
-    for k, rnd in enumerate(schedule.rounds):
-        for f, (s, d) in enumerate(zip(rnd.src.tolist(), rnd.dst.tolist(), strict=True)):
-            ops[s].setdefault(k, ([], []))[0].append((d, f))
-            ops[d].setdefault(k, ([], []))[1].append((s, f))
-    out = [
-        [(k, sends, recvs, schedule.rounds[k].reduce) for k, (sends, recvs) in sorted(per.items())]
-        for per in ops
-    ]
-    schedule._cache["rank_ops"] = out
-    return out
+
+
+def _cache_for(topology: Topology, cache: RunCache | None) -> RunCache:
+    if cache is None:
+        return RunCache(topology)
+    if cache.topology is not topology:
+        raise ConfigError("a RunCache serves the topology it was made for, not another one")
+    return cache
+
+
+def _run_counting(env: simpy.Environment) -> int:
+    """Run ``env`` until no event is left; return how many events it processed. With nothing
+    left at the end every scheduled event was processed exactly once."""
+    n = 0
+    step = env.step
+    try:
+        while True:
+            step()
+            n += 1
+    except simpy.core.EmptySchedule:
+        return n
 
 
 def run_message(
@@ -84,19 +217,26 @@ def run_message(
     monitor: LinkMonitor | None = None,
     spans: list[RankSpan] | None = None,
     stats: dict[str, int] | None = None,
+    cache: RunCache | None = None,
 ) -> np.ndarray:
     """Simulate ``phases`` at message level; return each rank's finish time per phase [B, P].
 
     ``spans``, if given, receives one span per rank per phase and per round it takes part in.
-    ``stats``, if given, receives the number of SimPy events scheduled and flows started.
+    ``stats``, if given, receives the number of SimPy events processed (every event scheduled,
+    since the run ends when none is left) and flows started. ``cache``: see :class:`RunCache`.
     """
     p = topology.world_size
+    cache = _cache_for(topology, cache)
     env = simpy.Environment()
     net = make_network(mode, env, topology, monitor)
     comm = Comm(net, semantics)
     finish = np.zeros((len(phases), p))
     plans = [
-        (ph, _rank_ops(ph.schedule), [fb.tolist() for fb in ph.schedule.round_bytes(ph.units)])
+        (
+            ph,
+            cache.tables(ph.schedule).rank_ops,
+            [fb.tolist() for fb in ph.schedule.round_bytes(ph.units)],
+        )
         for ph in phases
     ]
 
@@ -130,25 +270,29 @@ def run_message(
 
     for i in range(p):
         env.process(rank_proc(i))
-    env.run()
-    if stats is not None:
-        # SimPy numbers every scheduled event from one counter; its next value is the count.
-        stats["events"] = stats.get("events", 0) + next(env._eid)  # type: ignore[attr-defined]
+    if stats is None:
+        env.run()
+    else:
+        stats["events"] = stats.get("events", 0) + _run_counting(env)
         stats["flows"] = stats.get("flows", 0) + net.monitor.flows
     return finish
 
 
-def contention_free(schedules: Sequence[Schedule], topology: Topology) -> str | None:
+def contention_free(
+    schedules: Sequence[Schedule], topology: Topology, *, cache: RunCache | None = None
+) -> str | None:
     """Whether the fast path is exact for these schedules on this topology.
 
     Returns ``None`` if not; ``"src"`` if every channel carries flows of a single sender;
     ``"dst"`` if some channel carries flows of several senders but all to one receiver (exact
     under rendezvous; under eager it needs the run-time check of :func:`run_fast`).
     """
-    if not all(s.one_to_one for s in schedules):
+    cache = _cache_for(topology, cache)
+    tables = [cache.tables(s) for s in schedules]
+    if not all(t.one_to_one for t in tables):
         return None
     pairs = np.unique(
-        np.concatenate([s.pairs() for s in schedules] + [np.zeros((0, 2), np.int64)]), axis=0
+        np.concatenate([t.pairs for t in tables] + [np.zeros((0, 2), np.int64)]), axis=0
     )
     srcs: dict[int, set[int]] = {}
     dsts: dict[int, set[int]] = {}
@@ -165,79 +309,12 @@ def contention_free(schedules: Sequence[Schedule], topology: Topology) -> str | 
     return verdict
 
 
-def _pair_tables(schedule: Schedule, topology: Topology) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per round: (bandwidth, latency) of each flow's route."""
-    key = ("pair_tables", id(topology))
-    hit = schedule._cache.get(key)
-    if hit is not None and hit[0] is topology:
-        return hit[1]
-    p = schedule.world_size
-    pairs = schedule.pairs()
-    bw_of = np.empty(len(pairs))
-    lat_of = np.empty(len(pairs))
-    for j, (s, d) in enumerate(pairs.tolist()):
-        route = topology.route(s, d)
-        bw_of[j] = route.bandwidth_Bps
-        lat_of[j] = route.latency_s
-    codes = pairs[:, 0] * p + pairs[:, 1]
-    out = []
-    for rnd in schedule.rounds:
-        j = np.searchsorted(codes, rnd.src * p + rnd.dst)
-        out.append((bw_of[j], lat_of[j]))
-    schedule._cache[key] = (topology, out)
-    return out
-
-
-def _permutations(schedule: Schedule) -> list[np.ndarray | None]:
-    """Per round: the inverse of ``dst`` when ``src`` is every rank in order and ``dst`` a
-    permutation (then the round needs gathers only), else None."""
-    hit = schedule._cache.get("permutations")
-    if hit is None:
-        p = schedule.world_size
-        ident = np.arange(p)
-        hit = []
-        for rnd in schedule.rounds:
-            if (
-                len(rnd.src) == p
-                and np.array_equal(rnd.src, ident)
-                and len(np.unique(rnd.dst)) == p
-            ):
-                inv = np.empty(p, dtype=np.int64)
-                inv[rnd.dst] = ident
-                hit.append(inv)
-            else:
-                hit.append(None)
-        schedule._cache["permutations"] = hit
-    return hit
-
-
-def _stacked(schedule: Schedule, topology: Topology) -> tuple[np.ndarray, ...]:
-    """All-permutation schedules as [rounds, P] matrices: lo, count, dst, inverse, bw, lat."""
-    key = ("stacked", id(topology))
-    hit = schedule._cache.get(key)
-    if hit is not None and hit[0] is topology:
-        return hit[1]
-    rounds = schedule.rounds
-    tables = _pair_tables(schedule, topology)
-    out = (
-        np.stack([r.lo for r in rounds]),
-        np.stack([r.count for r in rounds]),
-        np.stack([r.dst for r in rounds]),
-        np.stack(_permutations(schedule)),
-        np.stack([bw for bw, _ in tables]),
-        np.stack([lat for _, lat in tables]),
-        np.array([r.reduce for r in rounds]),
-    )
-    schedule._cache[key] = (topology, out)
-    return out
-
-
 def _run_stacked(
-    ph: Phase, topology: Topology, t: np.ndarray, eager: bool, gamma_s_per_byte: float
+    ph: Phase, tables: _Tables, t: np.ndarray, eager: bool, gamma_s_per_byte: float
 ) -> np.ndarray:
     """:func:`run_fast` for schedules whose every round is a permutation (ring, Bruck, ...):
     all byte counts and transfer times at once, then a few gathers per round."""
-    lo, count, dst, inv, bw, lat, reduce = _stacked(ph.schedule, topology)
+    lo, count, dst, inv, bw, lat, reduce = tables.stacked
     units = ph.units if ph.schedule.unit_order is None else ph.units[ph.schedule.unit_order]
     cs = np.concatenate(([0.0], np.cumsum(np.concatenate((units, units)))))
     fb = cs[lo + count] - cs[lo]
@@ -267,6 +344,7 @@ def run_fast(
     semantics: str = "rendezvous",
     gamma_s_per_byte: float = 0.0,
     check_overlap: bool = True,
+    cache: RunCache | None = None,
 ) -> np.ndarray | None:
     """Evaluate ``phases`` with the contention-free recurrence; finish times [B, P].
 
@@ -275,24 +353,25 @@ def run_fast(
     rendezvous — the transfer starts at ``max(t_src, t_dst)`` and both ends finish on arrival.
     A rank's time becomes the max over its sends and receives, plus ``γ × received bytes`` in a
     reducing round. Returns ``None`` when ``check_overlap`` finds two messages into one rank
-    overlapping in time (the message level must run instead).
+    overlapping in time (the message level must run instead). ``cache``: see :class:`RunCache`.
     """
     p = topology.world_size
+    cache = _cache_for(topology, cache)
     eager = semantics == "eager"
     t = np.zeros(p)
     busy_in = np.full(p, -np.inf)
     finish = np.zeros((len(phases), p))
     for b, ph in enumerate(phases):
         t = np.maximum(t, ph.ready_s)
-        perms = _permutations(ph.schedule)
+        tables = cache.tables(ph.schedule)
+        perms = tables.permutations
         if not check_overlap and ph.schedule.rounds and all(v is not None for v in perms):
-            t = _run_stacked(ph, topology, t, eager, gamma_s_per_byte)
+            t = _run_stacked(ph, tables, t, eager, gamma_s_per_byte)
             finish[b] = t
             continue
-        tables = _pair_tables(ph.schedule, topology)
         rounds = ph.schedule.rounds
         for rnd, fb, (bw, lat), inv in zip(
-            rounds, ph.schedule.round_bytes(ph.units), tables, perms, strict=True
+            rounds, ph.schedule.round_bytes(ph.units), tables.pair_tables, perms, strict=True
         ):
             tx = fb / bw
             if inv is not None:  # every rank sends once and receives once: gathers only

@@ -214,7 +214,7 @@ class _NetworkBase:
             self._arrived(flow)
 
     def _arrival_cb(self, event: simpy.Event) -> None:
-        self._arrived(event._value)
+        self._arrived(event.value)
 
     @staticmethod
     def _arrived(flow: _Flow) -> None:
@@ -287,7 +287,7 @@ class FairNetwork(_NetworkBase):
         )
 
     def _lazy_cb(self, event: simpy.Event) -> None:
-        flow, version = event._value
+        flow, version = event.value
         if version != flow.version:
             return  # it met another flow and was rescheduled
         if flow.lazy:
@@ -509,10 +509,3 @@ class Comm:
         self.post_recv(dst, src, tag, w)
         w.done_one()
         return w.event
-
-
-def bottleneck_time_s(route: Route, nbytes: float) -> float:
-    """Uncontended message time: ``latency + nbytes / bandwidth`` (0 for a rank to itself)."""
-    if math.isinf(route.bandwidth_Bps):
-        return 0.0
-    return route.latency_s + nbytes / route.bandwidth_Bps

@@ -19,8 +19,10 @@ allgatherv. Buckets:
 * ``overlap = "bucketed"`` — consecutive layers (in backward order) grouped until their fp32
   size reaches ``bucket_bytes`` (PyTorch DDP's default is 25 MiB).
 
-Backward is the last ``backward_fraction`` of the compute time and is split among layers in
-proportion to their element count; variance and codec time are split the same way.
+Backward is the last ``backward_fraction`` of the compute time (default: all but
+``vgcsim.traces.buckets.FORWARD_FRACTION``) and is split among layers in proportion to their
+element count; variance and codec time are split the same way. Buckets and their backward
+shares come from :mod:`vgcsim.traces.buckets`, the rule the closed-form models use too.
 Optional seeded straggler jitter multiplies each (step, rank) compute time by a mean-one
 lognormal factor with coefficient of variation ``jitter``.
 
@@ -42,25 +44,41 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 from vgcsim.simulator.collectives import (
-    SIZE_HEADER_BYTES,
     Schedule,
     get_schedule,
     padded_data_schedule,
     unit_sizes,
 )
-from vgcsim.simulator.engine import Phase, RankSpan, contention_free, run_fast, run_message
+from vgcsim.simulator.engine import (
+    Phase,
+    RankSpan,
+    RunCache,
+    contention_free,
+    run_fast,
+    run_message,
+)
 from vgcsim.simulator.network import MODES, SEMANTICS, LinkMonitor
 from vgcsim.simulator.topology import Topology, build_topology
+from vgcsim.traces.buckets import (
+    DDP_BUCKET_BYTES,
+    FORWARD_FRACTION,
+    bucket_backward_share,
+    layer_groups,
+)
 from vgcsim.traces.extrapolate import RULES
-from vgcsim.traces.replay import DENSE_ENCODINGS
+from vgcsim.traces.replay import DENSE_ENCODINGS, StepInputs, step_inputs
 
 from vgcsim.core.cluster import ClusterSpec
-from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
+from vgcsim.core.collectives import (
+    ALLGATHERV_ALGORITHMS,
+    ALLREDUCE_ALGORITHMS,
+    SIZE_HEADER_BYTES,
+)
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.core.results import RESULT_COLUMNS
 
@@ -71,6 +89,9 @@ __all__ = [
     "StepTimeline",
     "simulate_trace",
 ]
+
+if TYPE_CHECKING:
+    from vgcsim.traces.io import Trace
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +107,8 @@ class SimulateConfig:
     dense_collective: str = "allreduce/ring"
     compressed_collective: str = "allgatherv/ring"
     overlap: str = "none"
-    bucket_bytes: float = 25 * 2**20
-    backward_fraction: float = 2.0 / 3.0
+    bucket_bytes: float = DDP_BUCKET_BYTES
+    backward_fraction: float = 1.0 - FORWARD_FRACTION
     mode: str = "fair"
     semantics: str = "rendezvous"
     path: str = "auto"
@@ -181,6 +202,7 @@ class _Runner:
     topology: Topology
     cfg: SimulateConfig
     gamma_s_per_byte: float
+    cache: RunCache
     memo: dict[Any, _Outcome] = field(default_factory=dict)
     verdicts: dict[tuple[str, ...], str | None] = field(default_factory=dict)
     counts: dict[str, int] = field(
@@ -190,7 +212,7 @@ class _Runner:
     def verdict(self, schedules: Sequence[Schedule]) -> str | None:
         key = tuple(sorted({s.key for s in schedules}))
         if key not in self.verdicts:
-            self.verdicts[key] = contention_free(schedules, self.topology)
+            self.verdicts[key] = contention_free(schedules, self.topology, cache=self.cache)
         return self.verdicts[key]
 
     def run(self, phases: list[Phase]) -> _Outcome:
@@ -225,6 +247,7 @@ class _Runner:
                     semantics=cfg.semantics,
                     gamma_s_per_byte=self.gamma_s_per_byte,
                     check_overlap=cfg.semantics == "eager" and verdict == "dst",
+                    cache=self.cache,
                 )
                 if fin is not None:
                     return _Outcome(fin, "collective")
@@ -239,30 +262,9 @@ class _Runner:
             mode=cfg.mode,
             semantics=cfg.semantics,
             gamma_s_per_byte=self.gamma_s_per_byte,
+            cache=self.cache,
         )
         return _Outcome(fin, "message")
-
-
-def _buckets(trace: Any, cfg: SimulateConfig) -> list[list[int]]:
-    """Layer groups in the order their gradients become ready (backward = reverse order)."""
-    n = len(trace.layers)
-    order = list(range(n - 1, -1, -1))
-    if cfg.overlap == "none":
-        return [order]
-    if cfg.overlap == "per_layer":
-        return [[i] for i in order]
-    groups: list[list[int]] = []
-    current: list[int] = []
-    size = 0.0
-    for i in order:
-        current.append(i)
-        size += 4.0 * int(trace.layers[i]["numel"])
-        if size >= cfg.bucket_bytes:
-            groups.append(current)
-            current, size = [], 0.0
-    if current:
-        groups.append(current)
-    return groups
 
 
 def _jitter(cfg: SimulateConfig, world_size: int, shape: tuple[int, int]) -> np.ndarray:
@@ -273,8 +275,182 @@ def _jitter(cfg: SimulateConfig, world_size: int, shape: tuple[int, int]) -> np.
     return rng.lognormal(-sigma2 / 2, math.sqrt(sigma2), size=shape)
 
 
+@dataclass(frozen=True)
+class _Buckets:
+    """The layer groups of a replay, in the order their gradients are ready."""
+
+    groups: list[list[int]]
+    numel: np.ndarray  # [K] elements per group
+    frac: np.ndarray  # [K] each group's share of the backward pass (and of side work)
+    cum: np.ndarray  # [K] share of the backward pass done when each group is ready
+
+    @classmethod
+    def of(cls, trace: Trace, cfg: SimulateConfig) -> _Buckets:
+        numel = np.array([int(layer["numel"]) for layer in trace.layers], dtype=float)
+        groups = layer_groups(numel, cfg.overlap, cfg.bucket_bytes)
+        cum = bucket_backward_share(numel, groups)
+        return cls(
+            groups, np.array([numel[g].sum() for g in groups]), np.diff(cum, prepend=0.0), cum
+        )
+
+
+@dataclass(frozen=True)
+class _WorldSize:
+    """What stays fixed while the steps of one world size are replayed."""
+
+    p: int
+    topology: Topology
+    inputs: StepInputs
+    n_steps: int
+    compute: np.ndarray  # [T, P] with jitter
+    fwd: np.ndarray  # [T, P]
+    bwd: np.ndarray  # [T, P]
+    comp_bytes: np.ndarray  # [T, P, K] compressed bytes per group
+    decode: np.ndarray  # [T, P]
+    optimizer: np.ndarray  # [T]
+    data_schedules: dict[str, Schedule]  # method -> its collective's schedule
+    exchange: Schedule | None  # the size exchange before a compressed collective
+
+
+@dataclass(frozen=True)
+class _StepPlan:
+    """One step of one variant: the collectives it runs and the local work around them."""
+
+    phases: list[Phase]
+    data_index: list[int]  # which phases are the data collectives (one per group)
+    local: np.ndarray  # [P] variance + codec (compressed) or cast (dense) seconds
+    dec: np.ndarray  # [P] decode (compressed) or cast back (dense) seconds
+    variance: np.ndarray  # [P]
+    payload: np.ndarray  # [P] bytes sent per rank
+    grad_ready: np.ndarray  # [K, P] when each group's gradients are ready
+    ready: np.ndarray  # [K, P] when each group is ready to send (after its side work)
+
+
+def _world_size(
+    trace: Trace, cluster: ClusterSpec, p: int, cfg: SimulateConfig, buckets: _Buckets
+) -> _WorldSize:
+    inputs = step_inputs(
+        trace,
+        cluster,
+        p,
+        encoding=cfg.encoding,
+        rule=cfg.rule,
+        seed=cfg.seed,
+        layers=buckets.groups if cfg.overlap != "none" else False,
+    )
+    n_steps = len(inputs.steps)
+    if cfg.max_steps:
+        n_steps = min(n_steps, cfg.max_steps)
+    compute = inputs.compute_s[:n_steps] * _jitter(cfg, p, (n_steps, p))
+    if inputs.layer_bytes is not None:
+        comp_bytes = inputs.layer_bytes[:n_steps].astype(float)  # [T, P, K]
+    else:
+        comp_bytes = inputs.rank_bytes[:n_steps, :, None].astype(float)
+    exchange = (
+        get_schedule("allgatherv/ring", p)
+        if cfg.size_exchange and cfg.compressed_collective != "allgatherv/padded"
+        else None
+    )
+    return _WorldSize(
+        p=p,
+        topology=build_topology(cluster, p),
+        inputs=inputs,
+        n_steps=n_steps,
+        compute=compute,
+        fwd=compute * (1.0 - cfg.backward_fraction),
+        bwd=compute * cfg.backward_fraction,
+        comp_bytes=comp_bytes,
+        decode=inputs.decode()[:n_steps],
+        optimizer=inputs.optimizer()[:n_steps],
+        data_schedules={
+            "dense": get_schedule(cfg.dense_collective, p, cluster.gpus_per_node),
+            "compressed": _compressed_schedule(cfg, p),
+        },
+        exchange=exchange,
+    )
+
+
+def _step_plan(
+    ws: _WorldSize, buckets: _Buckets, t: int, method: str, encoding: str, label: str
+) -> _StepPlan:
+    """The phases of step ``t`` of one variant and the local work they wait for."""
+    p, inputs, k_groups = ws.p, ws.inputs, len(buckets.groups)
+    grad_ready = ws.fwd[t][None, :] + ws.bwd[t][None, :] * buckets.cum[:, None]  # [K, P]
+    if method == "dense":
+        payload_bytes, cast, uncast = inputs.dense_times(encoding)
+        per_element = payload_bytes / max(inputs.dense_bytes / 4, 1.0)
+        group_bytes = (
+            per_element * buckets.numel if k_groups > 1 else np.array([float(payload_bytes)])
+        )
+        local = np.full(p, cast if p > 1 else 0.0)
+        dec = np.full(p, uncast if p > 1 else 0.0)
+        sizes = [group_bytes[k] for k in range(k_groups)]
+        variance = np.zeros(p)
+        payload = np.full(p, float(payload_bytes))
+    else:
+        variance = inputs.variance_s[t]
+        local = variance + inputs.codec_s[t]
+        dec = ws.decode[t]
+        sizes = [ws.comp_bytes[t, :, k] for k in range(k_groups)]
+        payload = ws.comp_bytes[t].sum(axis=1)
+    # Variance, codec and cast work of each bucket runs on the same device as the backward
+    # pass (one stream, as in vgcsim.models.iteration): it delays every later bucket's
+    # gradients by its own duration.
+    side = local[None, :] * buckets.frac[:, None]  # [K, P]
+    ready = grad_ready + np.cumsum(side, axis=0)
+    schedule = ws.data_schedules[method]
+    phases: list[Phase] = []
+    data_index = []
+    for k in range(k_groups):
+        if method == "compressed" and ws.exchange is not None:
+            header = np.full(p, float(SIZE_HEADER_BYTES))
+            phases.append(Phase(ready[k], ws.exchange, header, f"{label} b{k} sizes"))
+        data_index.append(len(phases))
+        phases.append(Phase(ready[k], schedule, unit_sizes(schedule, sizes[k]), f"{label} b{k}"))
+    return _StepPlan(phases, data_index, local, dec, variance, payload, grad_ready, ready)
+
+
+def _step_record(
+    ws: _WorldSize, buckets: _Buckets, t: int, plan: _StepPlan, out: _Outcome
+) -> dict[str, Any]:
+    """One step's result columns: decode of bucket k runs after its collective, the previous
+    decode and the rank's local work (the same device), for its share of the decode time."""
+    work = ws.compute[t] + plan.local
+    done = work.copy()
+    for k, b in enumerate(plan.data_index):
+        done = np.maximum(out.finish[b], done) + plan.dec * buckets.frac[k]
+    optimizer = float(ws.optimizer[t])
+    step_s = float(done.max()) + optimizer
+    return {
+        "path": out.path,
+        "step": int(ws.inputs.steps[t]),
+        "compute_s": float(ws.compute[t].mean()),
+        "optimizer_s": optimizer,
+        "variance_s": float(plan.variance.mean()),
+        "codec_s": float(plan.local.mean() - plan.variance.mean()),
+        "decode_s": float(plan.dec.max()),
+        # exposed communication; never below zero (float residue at P = 1)
+        "comm_s": max(step_s - float((work + plan.dec).max()) - optimizer, 0.0),
+        "step_s": step_s,
+        "payload_bytes_max": float(plan.payload.max()),
+        "payload_bytes_mean": float(plan.payload.mean()),
+    }
+
+
+def _timeline_steps(ws: _WorldSize, timeline_steps: Sequence[int]) -> set[int]:
+    want = {int(s) for s in timeline_steps}
+    steps = ws.inputs.steps
+    missing = want - {int(s) for s in steps[: ws.n_steps]}
+    if missing:
+        raise ConfigError(
+            f"timeline steps {sorted(missing)} are not among the replayed steps "
+            f"{int(steps[0])}..{int(steps[ws.n_steps - 1])}"
+        )
+    return want
+
+
 def simulate_trace(
-    trace: Any,
+    trace: Trace,
     cluster: ClusterSpec,
     world_sizes: Sequence[int],
     cfg: SimulateConfig = SimulateConfig(),
@@ -292,156 +468,35 @@ def simulate_trace(
     ring allreduce holds millions of flows), and ``info`` (how many steps ran on each path,
     per world size).
     """
-    from vgcsim.traces.replay import step_inputs
-
     rows: list[dict[str, Any]] = []
     timelines: list[StepTimeline] = []
     info: dict[str, Any] = {}
-    groups = _buckets(trace, cfg)
-    numel = np.array([int(layer["numel"]) for layer in trace.layers], dtype=float)
-    group_numel = np.array([numel[g].sum() for g in groups])
-    frac = group_numel / max(numel.sum(), 1.0)
-    cum = np.cumsum(frac)
+    buckets = _Buckets.of(trace, cfg)
     encoding = cfg.encoding or trace.primary_encoding
+    variants = [("dense", e) for e in cfg.dense_encodings] + [("compressed", encoding)]
+    labels = [_label(m, e) for m, e in variants]
+    gamma = cluster.link.gamma_s_per_byte
     for p in world_sizes:
-        p = int(p)
-        topo = build_topology(cluster, p)
-        inputs = step_inputs(
-            trace,
-            cluster,
-            p,
-            encoding=cfg.encoding,
-            rule=cfg.rule,
-            seed=cfg.seed,
-            layers=groups if cfg.overlap != "none" else False,
-        )
-        n_steps = len(inputs.steps)
-        if cfg.max_steps:
-            n_steps = min(n_steps, cfg.max_steps)
-        compute = inputs.compute_s[:n_steps] * _jitter(cfg, p, (n_steps, p))
-        variance = inputs.variance_s[:n_steps]
-        codec = inputs.codec_s[:n_steps]
-        if inputs.layer_bytes is not None:
-            comp_bytes = inputs.layer_bytes[:n_steps].astype(float)  # [T, P, K]
-        else:
-            comp_bytes = inputs.rank_bytes[:n_steps, :, None].astype(float)
-        decode = inputs.decode()[:n_steps]
-        optimizer = inputs.optimizer()[:n_steps]
-        gpn = cluster.gpus_per_node
-        variants = [("dense", e) for e in cfg.dense_encodings] + [("compressed", encoding)]
-        labels = [_label(m, e) for m, e in variants]
-        data_sched = {
-            "dense": get_schedule(cfg.dense_collective, p, gpn),
-            "compressed": _compressed_schedule(cfg, p),
-        }
-        exchange = (
-            get_schedule("allgatherv/ring", p)
-            if cfg.size_exchange and cfg.compressed_collective != "allgatherv/padded"
-            else None
-        )
-        runners = {lab: _Runner(topo, cfg, cluster.link.gamma_s_per_byte) for lab in labels}
-        gamma = cluster.link.gamma_s_per_byte
-        fwd = compute * (1.0 - cfg.backward_fraction)
-        bwd = compute * cfg.backward_fraction
+        ws = _world_size(trace, cluster, int(p), cfg, buckets)
+        cache = RunCache(ws.topology)
+        runners = {lab: _Runner(ws.topology, cfg, gamma, cache) for lab in labels}
         per_step: dict[str, list[dict[str, Any]]] = {lab: [] for lab in labels}
-        want_timeline = set(int(s) for s in timeline_steps)
-        missing = want_timeline - set(int(s) for s in inputs.steps[:n_steps])
-        if missing:
-            raise ConfigError(
-                f"timeline steps {sorted(missing)} are not among the replayed steps "
-                f"{int(inputs.steps[0])}..{int(inputs.steps[n_steps - 1])}"
-            )
-        for t in range(n_steps):
-            grad_ready = fwd[t][None, :] + bwd[t][None, :] * cum[:, None]  # [K, P]
+        want_timeline = _timeline_steps(ws, timeline_steps)
+        draw = timeline_max_ranks is None or ws.p <= timeline_max_ranks
+        for t in range(ws.n_steps):
+            step = int(ws.inputs.steps[t])
             for (method, enc), label in zip(variants, labels, strict=True):
-                s = data_sched[method]
-                if method == "dense":
-                    payload_bytes, cast, uncast = inputs.dense_times(enc)
-                    per_element = payload_bytes / max(inputs.dense_bytes / 4, 1.0)
-                    group_bytes = (
-                        per_element * group_numel
-                        if len(groups) > 1
-                        else np.array([float(payload_bytes)])
-                    )
-                    local = np.full(p, cast if p > 1 else 0.0)
-                    dec = np.full(p, uncast if p > 1 else 0.0)
-                    sizes = [group_bytes[k] for k in range(len(groups))]
-                    var_t = np.zeros(p)
-                    payload = np.full(p, float(payload_bytes))
-                else:
-                    local = variance[t] + codec[t]
-                    dec = decode[t]
-                    sizes = [comp_bytes[t, :, k] for k in range(len(groups))]
-                    var_t = variance[t]
-                    payload = comp_bytes[t].sum(axis=1)
-                # Variance, codec and cast work of each bucket runs on the same device as
-                # the backward pass (one stream, as in vgcsim.models.iteration): it delays every
-                # later bucket's gradients by its own duration.
-                side = local[None, :] * frac[:, None]  # [K, P]
-                ready = grad_ready + np.cumsum(side, axis=0)
-                phases: list[Phase] = []
-                data_index = []
-                for k in range(len(groups)):
-                    if method == "compressed" and exchange is not None:
-                        phases.append(
-                            Phase(
-                                ready[k],
-                                exchange,
-                                np.full(p, SIZE_HEADER_BYTES),
-                                f"{label} b{k} sizes",
-                            )
-                        )
-                    data_index.append(len(phases))
-                    phases.append(Phase(ready[k], s, unit_sizes(s, sizes[k]), f"{label} b{k}"))
-                out = runners[label].run(phases)
-                work = compute[t] + local
-                # decode of bucket k: after its collective, the previous decode and the
-                # rank's local work (the same device), its share of the rank's decode time
-                done = work.copy()
-                for k, b in enumerate(data_index):
-                    done = np.maximum(out.finish[b], done) + dec * frac[k]
-                step_s = float(done.max()) + float(optimizer[t])
-                per_step[label].append(
-                    {
-                        "path": out.path,
-                        "step": int(inputs.steps[t]),
-                        "compute_s": float(compute[t].mean()),
-                        "optimizer_s": float(optimizer[t]),
-                        "variance_s": float(var_t.mean()),
-                        "codec_s": float(local.mean() - var_t.mean()),
-                        "decode_s": float(dec.max()),
-                        # exposed communication; never below zero (float residue at P = 1)
-                        "comm_s": max(
-                            step_s - float((work + dec).max()) - float(optimizer[t]), 0.0
-                        ),
-                        "step_s": step_s,
-                        "payload_bytes_max": float(payload.max()),
-                        "payload_bytes_mean": float(payload.mean()),
-                    }
-                )
-                if int(inputs.steps[t]) in want_timeline and (
-                    timeline_max_ranks is None or p <= timeline_max_ranks
-                ):
+                plan = _step_plan(ws, buckets, t, method, enc, label)
+                out = runners[label].run(plan.phases)
+                per_step[label].append(_step_record(ws, buckets, t, plan, out))
+                if draw and step in want_timeline:
                     timelines.append(
-                        _timeline(
-                            topo,
-                            cfg,
-                            gamma,
-                            phases,
-                            p,
-                            label,
-                            int(inputs.steps[t]),
-                            compute[t],
-                            fwd[t],
-                            grad_ready,
-                            ready,
-                            local,
-                        )
+                        _timeline(ws, plan, cfg=cfg, gamma=gamma, method=label, t=t, cache=cache)
                     )
             if progress is not None:
                 progress(1)
-        info[str(p)] = {lab: dict(runners[lab].counts) for lab in labels}
-        rows.extend(_rows(trace, cluster, p, cfg, variants, inputs.device, per_step))
+        info[str(ws.p)] = {lab: dict(runners[lab].counts) for lab in labels}
+        rows.extend(_rows(trace, cluster, ws.p, cfg, variants, ws.inputs.device, per_step))
     df = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
     return df, timelines, info
 
@@ -464,7 +519,7 @@ def _compressed_schedule(cfg: SimulateConfig, p: int) -> Schedule:
 
 
 def _rows(
-    trace: Any,
+    trace: Trace,
     cluster: ClusterSpec,
     p: int,
     cfg: SimulateConfig,
@@ -525,41 +580,41 @@ def _rows(
 
 
 def _timeline(
-    topo: Topology,
+    ws: _WorldSize,
+    plan: _StepPlan,
+    *,
     cfg: SimulateConfig,
     gamma: float,
-    phases: list[Phase],
-    p: int,
     method: str,
-    step: int,
-    compute: np.ndarray,
-    fwd: np.ndarray,
-    grad_ready: np.ndarray,
-    ready: np.ndarray,
-    extra: np.ndarray,
+    t: int,
+    cache: RunCache,
 ) -> StepTimeline:
+    """Step ``t`` of one variant again at message level, recording every flow and rank span."""
+    topo = ws.topology
     monitor = LinkMonitor(topo.n_channels, record_intervals=True)
     spans: list[RankSpan] = []
     fin = run_message(
-        phases,
+        plan.phases,
         topo,
         mode=cfg.mode,
         semantics=cfg.semantics,
         gamma_s_per_byte=gamma,
         monitor=monitor,
         spans=spans,
+        cache=cache,
     )
-    for r in range(p):
+    compute, fwd = ws.compute[t], ws.fwd[t]
+    for r in range(ws.p):
         spans.append(RankSpan(r, "forward", 0.0, float(fwd[r])))
         spans.append(RankSpan(r, "backward", float(fwd[r]), float(compute[r])))
-        if extra[r] > 0:
-            start = float(grad_ready[0, r])
+        if plan.local[r] > 0:
+            start = float(plan.grad_ready[0, r])
             name = "variance+codec" if method == "compressed" else "cast"
-            spans.append(RankSpan(r, name, start, float(ready[-1, r])))
+            spans.append(RankSpan(r, name, start, float(plan.ready[-1, r])))
     return StepTimeline(
-        world_size=p,
+        world_size=ws.p,
         method=method,
-        step=step,
+        step=int(ws.inputs.steps[t]),
         step_s=float(fin[-1].max()),
         spans=spans,
         link_intervals=list(monitor.intervals),
