@@ -6,8 +6,8 @@ import numpy as np
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from vgcsim.traces.compression import ENCODINGS, SPARSE_ENCODINGS, get_compressor
-from vgcsim.traces.wire.encoders import Packed32
+from vgcsim.traces.compression.compressors import get_compressor
+from vgcsim.traces.wire.encoders import ENCODINGS, SPARSE_ENCODINGS, Packed32
 from vgcsim.traces.wire.messages import SparseMessage
 from vgcsim.traces.wire.quantize import ROUNDINGS, SCALES, quantize_log4
 

@@ -5,14 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from vgcsim.traces.compression import (
-    COMPRESSORS,
-    DENSE_ENCODINGS,
-    QSGD_ENCODINGS,
-    SPARSE_ENCODINGS,
-    Compressor,
-    get_compressor,
-)
+from vgcsim.traces.compression.base import Compressor
+from vgcsim.traces.compression.compressors import COMPRESSORS, get_compressor
+from vgcsim.traces.wire.encoders import DENSE_ENCODINGS, QSGD_ENCODINGS, SPARSE_ENCODINGS
 
 from vgcsim.core.errors import ConfigError, UnknownNameError
 
@@ -454,7 +449,7 @@ def test_qsgd_different_seed_different_bytes():
 
 @pytest.mark.parametrize("name", sorted(COMPRESSORS))
 def test_payload_bits_match_real_buffers(name):
-    from vgcsim.traces.compression import ENCODINGS
+    from vgcsim.traces.wire.encoders import ENCODINGS
 
     xs = grads(3, seed=5, n=1500)
     payloads, _ = run(get_compressor(name), xs)

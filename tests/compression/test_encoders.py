@@ -6,8 +6,13 @@ import struct
 
 import numpy as np
 import pytest
-from vgcsim.traces.compression import DENSE_ENCODINGS, ENCODINGS, QSGD_ENCODINGS, SPARSE_ENCODINGS
-from vgcsim.traces.wire.encoders import Packed32
+from vgcsim.traces.wire.encoders import (
+    DENSE_ENCODINGS,
+    ENCODINGS,
+    QSGD_ENCODINGS,
+    SPARSE_ENCODINGS,
+    Packed32,
+)
 from vgcsim.traces.wire.messages import (
     DenseMessage,
     QSGDMessage,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from vgcsim.traces.compression import get_compressor
+from vgcsim.traces.compression.compressors import get_compressor
 from vgcsim.traces.wire.messages import qsgd_values
 
 DRAWS = 10_000

@@ -171,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # The nets and datasets of `vgcsim record`; imported here so that the library part of
     # this module depends on compression code only.
-    from vgcsim.traces.compression import get_compressor
+    from vgcsim.traces.compression.compressors import get_compressor
     from vgcsim.traces.training.datasets import load_dataset
     from vgcsim.traces.training.nets import build_net
 
