@@ -8,6 +8,7 @@ the golden CSVs with ``.venv/bin/python tests/reports/reports_golden.py --write`
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pandas as pd
@@ -36,9 +37,32 @@ def computed():
         os.chdir(cwd)
 
 
-def test_golden_results_are_committed():
-    assert len(RESULTS) == 4
-    assert (GOLDEN / "README.md").is_file()
+def test_golden_results_are_what_the_readme_says():
+    """Each committed result set is the README's command: predicted or simulated, one
+    cluster, the sample trace, P = 1, 2, 4, …, 256; its CSV, Parquet and JSON header agree."""
+    assert [p.parent.name for p in RESULTS] == [
+        "predicted-10GbE",
+        "predicted-1GbE",
+        "simulated-10GbE",
+        "simulated-1GbE",
+    ]
+    for path in RESULTS:
+        source, cluster = path.parent.name.split("-", 1)
+        df = pd.read_parquet(path)
+        pd.testing.assert_frame_equal(
+            pd.read_csv(path.with_name("results.csv")), _roundtrip(df), check_dtype=False
+        )
+        header = json.loads(path.with_name("results.json").read_text(encoding="utf-8"))
+        assert header["source"] == source and header["cluster"]["name"] == cluster
+        assert [t["path"] for t in header["traces"]] == ["tests/data/sample_trace"]
+        assert set(df["source"]) == {source} and set(df["cluster"]) == {cluster}
+        assert set(df["trace"]) == {TRACE.name}
+        assert sorted(df["world_size"].unique()) == [2**i for i in range(9)]
+
+
+def test_every_golden_table_is_recomputed(computed):
+    """No golden table without a computation, and none computed without a golden file."""
+    assert sorted(p.stem for p in (GOLDEN / "tables").glob("*.csv")) == sorted(computed)
 
 
 @pytest.mark.parametrize(
