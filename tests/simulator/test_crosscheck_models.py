@@ -8,15 +8,22 @@ is exact; see tests/simulator/test_collectives.py for why).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from simhelpers import cluster
+from vgcsim.models import collectives as models_collectives
+from vgcsim.models import predict
+from vgcsim.simulator.collectives import COLLECTIVES, get_schedule, unit_sizes
+from vgcsim.simulator.engine import Phase, run_message
+from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+from vgcsim.simulator.topology import build_topology
+from vgcsim.traces.io import read_trace
 
-models_collectives = pytest.importorskip("vgcsim.models.collectives")
+from vgcsim.core.cluster import load_cluster
 
-from simhelpers import cluster  # noqa: E402
-from vgcsim.simulator.collectives import COLLECTIVES, get_schedule, unit_sizes  # noqa: E402
-from vgcsim.simulator.engine import Phase, run_message  # noqa: E402
-from vgcsim.simulator.topology import build_topology  # noqa: E402
+SAMPLE_TRACE = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
 
 GAMMA = 2e-10
 N = 4e6
@@ -93,18 +100,7 @@ def test_transport_efficiency_is_applied_alike(key, topology):
     [("ring", "ring"), ("rabenseifner", "bruck"), ("binomial_tree", "recursive_doubling")],
 )
 def test_replay_of_the_sample_trace_matches_predict(allreduce, allgatherv):
-    from pathlib import Path
-
-    predict = pytest.importorskip("vgcsim.models.predict")
-    from vgcsim.simulator.replay import SimulateConfig, simulate_trace
-    from vgcsim.traces.io import read_trace
-
-    from vgcsim.core.cluster import load_cluster
-
-    path = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
-    if not path.is_dir():
-        pytest.skip("no committed sample trace")
-    trace = read_trace(path)
+    trace = read_trace(SAMPLE_TRACE)
     cl = load_cluster("10GbE")
     sizes = (4, 6, 16)
     cfg = SimulateConfig(
@@ -175,15 +171,7 @@ def r50_trace(tmp_path_factory):
 def test_overlapped_replay_matches_predict(overlap):
     """Per-layer and bucketed overlap: the simulator's schedule of backward, variance and
     codec work (one stream per device) is the closed form's, so they agree without contention."""
-    from pathlib import Path
-
-    predict = pytest.importorskip("vgcsim.models.predict")
-    from vgcsim.simulator.replay import SimulateConfig, simulate_trace
-    from vgcsim.traces.io import read_trace
-
-    from vgcsim.core.cluster import load_cluster
-
-    trace = read_trace(Path(__file__).resolve().parents[1] / "data" / "sample_trace")
+    trace = read_trace(SAMPLE_TRACE)
     cl = load_cluster("10GbE")
     sizes = (4, 8)
     bucket = 2.0**14

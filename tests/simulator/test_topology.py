@@ -28,7 +28,13 @@ def test_leaf_spine_oversubscription_sets_uplink_bandwidth():
     assert topo.capacity_Bps[up] == pytest.approx(4 * BW / (2.0 * 2))
     r = topo.route(0, 5)  # leaf0 -> leaf1 through a spine: 4 hops
     assert len(r.channels) == 4
-    assert topo.route(0, 1).channels == topo.route(0, 1).channels  # cached and stable
+    names = [topo.channel_names[c] for c in r.channels]
+    assert names[0] == "h0->leaf0" and names[-1] == "leaf1->h5"
+    assert names[1].startswith("leaf0->spine") and names[2].endswith("->leaf1")
+    # two hosts on one leaf stay below it: two hops, full host bandwidth
+    same_leaf = topo.route(0, 1)
+    assert [topo.channel_names[c] for c in same_leaf.channels] == ["h0->leaf0", "leaf0->h1"]
+    assert same_leaf.bandwidth_Bps == BW
 
 
 def test_leaf_spine_ecmp_is_deterministic_and_uses_several_spines():

@@ -1,0 +1,73 @@
+"""The engine keeps what it derives from a schedule in a RunCache, never in the frozen Schedule."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from simhelpers import cluster
+from vgcsim.simulator.collectives import Schedule, get_schedule, unit_sizes
+from vgcsim.simulator.engine import Phase, RunCache, contention_free, run_fast, run_message
+from vgcsim.simulator.topology import build_topology
+
+from vgcsim.core.errors import ConfigError
+
+
+def _phase(key: str, p: int, nbytes: float = 1e6) -> Phase:
+    s = get_schedule(key, p)
+    return Phase(np.zeros(p), s, unit_sizes(s, np.full(p, nbytes)))
+
+
+def test_schedule_is_a_spec_without_runtime_state():
+    assert {f.name for f in dataclasses.fields(Schedule)} == {
+        "key",
+        "world_size",
+        "rounds",
+        "n_units",
+        "allreduce",
+        "unit_order",
+        "pad",
+    }
+    ph = _phase("allreduce/ring", 6)
+    before = dict(vars(ph.schedule))
+    topo = build_topology(cluster(), 6)
+    run_message([ph], topo)
+    run_fast([ph], topo, check_overlap=False)
+    contention_free([ph.schedule], topo)
+    assert vars(ph.schedule).keys() == before.keys()
+    assert all(vars(ph.schedule)[k] is v for k, v in before.items())
+
+
+def test_one_cache_serves_a_run_and_gives_the_same_times_as_none():
+    topo = build_topology(cluster(), 8)
+    cache = RunCache(topo)
+    ph = _phase("allgatherv/bruck", 8)
+    fresh = run_message([ph], topo)
+    cached = [run_message([ph], topo, cache=cache) for _ in range(2)]
+    assert all(np.array_equal(fresh, c) for c in cached)
+    assert cache.tables(ph.schedule) is cache.tables(ph.schedule)
+    fast = run_fast([ph], topo, check_overlap=False, cache=cache)
+    assert np.array_equal(fast, run_fast([ph], topo, check_overlap=False))
+    # Bruck sends to i - 2^k: a switch port into a rank carries several senders, one receiver
+    assert contention_free([ph.schedule], topo, cache=cache) == "dst"
+
+
+def test_a_cache_refuses_another_topology():
+    cache = RunCache(build_topology(cluster(), 4))
+    other = build_topology(cluster(), 4)
+    with pytest.raises(ConfigError, match="topology"):
+        run_message([_phase("allgatherv/ring", 4)], other, cache=cache)
+
+
+def test_event_count_is_the_same_for_the_same_run_and_adds_up():
+    topo = build_topology(cluster(), 4)
+    ph = _phase("allgatherv/ring", 4)
+    one: dict[str, int] = {}
+    run_message([ph], topo, stats=one)
+    two: dict[str, int] = {}
+    run_message([ph], topo, stats=two)
+    run_message([ph], topo, stats=two)
+    # 4 ranks x 3 rounds = 12 flows; every flow needs at least its arrival event
+    assert one["flows"] == 12 and one["events"] >= 12
+    assert two == {"events": 2 * one["events"], "flows": 24}
