@@ -18,7 +18,7 @@ $(BIN)/vgcsim: pyproject.toml
 setup: $(BIN)/vgcsim
 
 demo: setup
-	$(BIN)/vgcsim demo -o $(OUT)
+	$(BIN)/vgcsim demo -o $(OUT) --overwrite
 
 # The report's browser test needs Debian's headless Chromium: install it where missing
 # (as root, through apt); without it the browser test skips locally and fails under CI=true.

@@ -10,7 +10,7 @@ imports so that ``import vgcsim.api`` stays light (torch is only loaded by :func
     html = api.report([api.save(pred, "results/pred", run, "10GbE")], [run], "out/report")
 
 Frames returned by :func:`predict` and :func:`simulate` have exactly
-``vgcsim.vgcsim.core.results.RESULT_COLUMNS`` with the relative columns (speedup, efficiency) filled.
+``vgcsim.core.results.RESULT_COLUMNS`` with the relative columns (speedup, efficiency) filled.
 """
 
 from __future__ import annotations
@@ -65,6 +65,18 @@ def record(
     return _record(cfg, out_dir, progress=progress, overwrite=overwrite)
 
 
+def _world_sizes(world_sizes: Sequence[int] | str | None) -> tuple[int, ...]:
+    """World sizes as the commands read them: a list, or a string in the ``--world-sizes``
+    syntax (vgcsim.core.worldsizes); None is the commands' default, 2:1024:x2."""
+    from vgcsim.core.worldsizes import DEFAULT_WORLD_SIZES, parse_world_sizes
+
+    if world_sizes is None:
+        world_sizes = DEFAULT_WORLD_SIZES
+    if not isinstance(world_sizes, str):
+        world_sizes = ",".join(str(int(p)) for p in world_sizes)
+    return parse_world_sizes(world_sizes)
+
+
 def _with_compute(cluster: str | Path | ClusterSpec, compute: str | None) -> ClusterSpec:
     import dataclasses
 
@@ -77,13 +89,16 @@ def _with_compute(cluster: str | Path | ClusterSpec, compute: str | None) -> Clu
 def predict(
     trace: str | Path | Trace,
     cluster: str | Path | ClusterSpec,
-    world_sizes: Sequence[int] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+    world_sizes: Sequence[int] | str | None = None,
     *,
     compute: str | None = None,
     **options: Any,
 ) -> pd.DataFrame:
     """Closed-form step times of dense allreduce (fp32, bf16, fp16) vs compressed allgatherv
     (source="predicted").
+
+    ``world_sizes``: a list or a ``--world-sizes`` string such as ``"2:1024:x2"`` (the
+    default).
 
     ``compute`` overrides the cluster's compute mode (``"model"``: every local time on the
     cluster's device, the presets' default; ``"trace"``: the recorded seconds), as
@@ -93,19 +108,21 @@ def predict(
     """
     from vgcsim.models.predict import PredictOptions, predict_trace
 
-    opts = PredictOptions(world_sizes=tuple(int(p) for p in world_sizes), **options)
+    opts = PredictOptions(world_sizes=_world_sizes(world_sizes), **options)
     return predict_trace(load_trace(trace), _with_compute(cluster, compute), opts)
 
 
 def simulate(
     trace: str | Path | Trace,
     cluster: str | Path | ClusterSpec,
-    world_sizes: Sequence[int] = (2, 4, 8, 16, 32, 64),
+    world_sizes: Sequence[int] | str | None = None,
     *,
     compute: str | None = None,
     **options: Any,
 ) -> pd.DataFrame:
     """Discrete-event replay of the trace on the cluster (source="simulated").
+
+    ``world_sizes`` as for :func:`predict` (default ``"2:1024:x2"``).
 
     ``compute`` as for :func:`predict`. ``options`` are the fields of
     :class:`vgcsim.simulator.replay.SimulateConfig` (collectives, ``overlap``, ``mode``,
@@ -116,7 +133,10 @@ def simulate(
 
     t = load_trace(trace)
     df, _, _ = simulate_trace(
-        t, _with_compute(cluster, compute), [int(p) for p in world_sizes], SimulateConfig(**options)
+        t,
+        _with_compute(cluster, compute),
+        list(_world_sizes(world_sizes)),
+        SimulateConfig(**options),
     )
     batch = t.header.get("batch_size_per_worker")
     return finalize_results(df, batch_size_per_worker=int(batch) if batch else None)
@@ -127,26 +147,36 @@ def save(
     out_dir: str | Path,
     trace: str | Path | Trace,
     cluster: str | Path | ClusterSpec,
+    *,
+    overwrite: bool = False,
     **options: Any,
 ) -> Path:
-    """Write a result frame as a versioned result table (what ``vgcsim report`` reads)."""
+    """Write a result frame as a versioned result table (what ``vgcsim report`` reads).
+
+    The same path as the commands' (:func:`vgcsim.core.results.save_results`): relative
+    columns finished, header, atomic files and the folder marker; an earlier vgcsim output in
+    ``out_dir`` is replaced only with ``overwrite``, a folder vgcsim did not write never.
+    """
     from vgcsim.core.cluster import cluster_to_dict
     from vgcsim.core.errors import ResultsError
-    from vgcsim.core.results import results_header, write_results
-    from vgcsim.models.predict import trace_entry
+    from vgcsim.core.results import save_results, trace_entry
 
     sources = sorted(set(df["source"]))
     if len(sources) != 1:
         raise ResultsError(f"save one source per result table, got {sources}")
-    header = results_header(
+    t = load_trace(trace)
+    return save_results(
+        df,
+        out_dir,
         source=sources[0],
-        traces=[trace_entry(load_trace(trace))],
+        traces=[trace_entry(t)],
         cluster=cluster_to_dict(load_cluster(cluster)),
         extrapolation={"rule": options.get("rule", "modulo"), "seed": options.get("seed")},
         options=dict(options),
         command=["vgcsim.api.save"],
+        batch_size_per_worker=t.header.get("batch_size_per_worker"),
+        overwrite=overwrite,
     )
-    return write_results(df, out_dir, header)
 
 
 def report(
@@ -155,8 +185,17 @@ def report(
     out_dir: str | Path = "out/report",
     *,
     title: str = "vgcsim report",
+    overwrite: bool = False,
 ) -> Path:
-    """Plots, tables and the self-contained HTML page; returns the HTML path."""
+    """Plots, tables and the self-contained HTML page; returns the HTML path.
+
+    ``out_dir`` is checked and marked as the command's (``overwrite`` as for :func:`save`)."""
+    from vgcsim.commands.report import report_folder
     from vgcsim.reports.render import render_report
 
-    return render_report(results, traces, out_dir, title=title)
+    return report_folder(
+        out_dir,
+        lambda out: render_report(results, traces, out, title=title),
+        overwrite,
+        command="api.report",
+    )

@@ -40,7 +40,7 @@ def test_report_cli_target_accuracy(tmp_path, capsys, monkeypatch):
     meta = json.loads((out / "report.json").read_text())
     assert "time_to_accuracy" not in meta["plots"]
     assert any("give --target-accuracy" in s for s in meta["summary"])
-    assert main([*args, "--target-accuracy", "85"]) == 0
+    assert main([*args, "--target-accuracy", "85", "--overwrite"]) == 0
     meta = json.loads((out / "report.json").read_text())
     assert "time_to_accuracy" in meta["plots"]
     assert "Time to accuracy: target 85.0 % test accuracy (as given); no dense trace" in (
@@ -160,6 +160,8 @@ def test_demo_end_to_end_tiny(tmp_path, capsys):
     assert (out / "results" / "simulated" / "variance-10GbE" / "results.parquet").is_file()
     header = out / "traces" / "variance" / "header.json"
     stamp = header.stat().st_mtime_ns
-    assert main(args) == 0  # second run reuses both complete traces
+    assert main(args) == 2  # an earlier output is never replaced silently
+    assert "--overwrite" in capsys.readouterr().err
+    assert main([*args, "--overwrite"]) == 0  # second run reuses both complete traces
     assert header.stat().st_mtime_ns == stamp
     assert "On 10GbE, variance α=2" in html.read_text()

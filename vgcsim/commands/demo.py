@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vgcsim.commands import add_set_option
+from vgcsim.commands import add_out_option, add_set_option, add_world_sizes_option
 
 HELP = (
     "predict and simulate real traces (dense, variance α=2, Strom, QSGD; committed, or "
@@ -48,6 +48,9 @@ DEMO_METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "hybrid": ("hybrid", {"alpha": 2.0, "tau": 0.01}),
 }
 COMPUTE_MODES = ("trace", "model")
+#: The demo's world sizes: its own default (P = 1 is the single-worker baseline of its plots;
+#: it stops at 256 to keep the whole job within minutes on two cores).
+DEMO_WORLD_SIZES = "1,2:256:x2"
 #: Fields that only shape a recording (must keep their defaults with committed traces).
 RECORD_FIELDS = ("steps", "workers", "batch_size", "eval_every", "seed", "lr_milestones")
 
@@ -84,13 +87,19 @@ class DemoConfig:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-o", "--out", default="out/demo", help="output folder (default: out/demo)")
     add_set_option(
         parser,
         "set a demo option: traces (committed|record), steps, workers, batch_size, "
         "eval_every, seed, lr_milestones, methods, clusters, world_sizes, compute "
         "(model|trace), sim_steps, target_accuracy (percent)",
         dest="overrides",
+    )
+    add_world_sizes_option(parser, default=DEMO_WORLD_SIZES)
+    add_out_option(
+        parser,
+        "output folder (traces/ when recorded, results/, report/; --overwrite to run it "
+        "again into the same folder)",
+        default="out/demo",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
@@ -192,20 +201,29 @@ def _cluster(name: str, compute: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    from vgcsim.commands import settings
     from vgcsim.core.config import apply_overrides, to_dict
 
-    cfg = apply_overrides(DemoConfig(), args.overrides)
+    overrides = settings(args.overrides)
+    if args.world_sizes is not None:
+        overrides += settings([f"world_sizes={args.world_sizes}"])
+    cfg = apply_overrides(DemoConfig(), overrides)
     _check(cfg)
 
+    from vgcsim.commands.report import report_folder
     from vgcsim.core.cluster import cluster_to_dict
-    from vgcsim.core.results import finalize_results, results_header, write_results
-    from vgcsim.models.predict import PredictOptions, options_dict, predict_trace, trace_entry
+    from vgcsim.core.outdir import prepare_output
+    from vgcsim.core.results import save_results, trace_entry
+    from vgcsim.models.predict import PredictOptions, options_dict, predict_trace
     from vgcsim.reports.render import render_report
     from vgcsim.simulator.replay import SimulateConfig, simulate_trace
     from vgcsim.traces.io import read_trace
     from vgcsim.traces.training.record import record
 
-    out = Path(args.out)
+    folder = prepare_output(
+        args.out, "vgcsim demo", overwrite=args.overwrite, files=("traces", "results", "report")
+    )
+    out = folder.path
     sizes = tuple(sorted({int(p) for p in cfg.world_sizes}))
     clusters = [_cluster(c, cfg.compute) for c in cfg.clusters]
     compressed = [m for m in cfg.methods if DEMO_METHODS[m][0] != "dense"]
@@ -240,28 +258,36 @@ def run(args: argparse.Namespace) -> int:
             tag = f"{method}-{cluster.name}"
             opts = PredictOptions(world_sizes=sizes)
             df = predict_trace(trace, cluster, opts)
-            header = results_header(
-                source="predicted",
+            common = dict(
                 traces=[trace_entry(trace)],
                 cluster=cluster_to_dict(cluster),
-                extrapolation={"rule": opts.rule, "seed": None},
-                options=options_dict(opts),
                 command=command,
+                batch_size_per_worker=batch,
+                overwrite=args.overwrite,
             )
-            result_dirs.append(write_results(df, out / "results" / "predicted" / tag, header))
+            result_dirs.append(
+                save_results(
+                    df,
+                    out / "results" / "predicted" / tag,
+                    source="predicted",
+                    extrapolation={"rule": opts.rule, "seed": None},
+                    options=options_dict(opts),
+                    **common,
+                )
+            )
             say(f"predicted {tag} for P = {sizes[0]}..{sizes[-1]}")
 
             df, _, info = simulate_trace(trace, cluster, sizes, sim_cfg)
-            df = finalize_results(df, batch_size_per_worker=int(batch) if batch else None)
-            header = results_header(
-                source="simulated",
-                traces=[trace_entry(trace)],
-                cluster=cluster_to_dict(cluster),
-                extrapolation={"rule": sim_cfg.rule, "seed": None},
-                options={**to_dict(sim_cfg), "world_sizes": list(sizes), "paths_run": info},
-                command=command,
+            result_dirs.append(
+                save_results(
+                    df,
+                    out / "results" / "simulated" / tag,
+                    source="simulated",
+                    extrapolation={"rule": sim_cfg.rule, "seed": None},
+                    options={**to_dict(sim_cfg), "world_sizes": list(sizes), "paths_run": info},
+                    **common,
+                )
             )
-            result_dirs.append(write_results(df, out / "results" / "simulated" / tag, header))
             say(f"simulated {tag} for P = {sizes[0]}..{sizes[-1]}")
 
     # 3. report from the result folders and the traces
@@ -283,14 +309,20 @@ def run(args: argparse.Namespace) -> int:
         f"Clusters: {', '.join(c.name for c in clusters)}; P = {', '.join(map(str, sizes))}. "
         f"Compute: {compute_note}.",
     ]
-    html = render_report(
-        result_dirs,
-        list(trace_dirs.values()),
+    html = report_folder(
         out / "report",
-        title="vgcsim demo report",
-        notes=notes,
-        target_accuracy=cfg.target_accuracy / 100 if cfg.target_accuracy else None,
+        lambda where: render_report(
+            result_dirs,
+            list(trace_dirs.values()),
+            where,
+            title="vgcsim demo report",
+            notes=notes,
+            target_accuracy=cfg.target_accuracy / 100 if cfg.target_accuracy else None,
+        ),
+        args.overwrite,
+        command="demo",
     )
+    folder.commit()
     say(f"report written to {html.parent}")
     summary = (html.parent / "report.json").read_text(encoding="utf-8")
     print(notes[0])

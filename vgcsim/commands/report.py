@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from vgcsim.commands import add_out_option
 
 HELP = "write plots, what-if tables and a self-contained HTML report from result tables"
+
+#: The report's files at the top of its folder (plots/ and tables/ hold the rest).
+REPORT_FILES = ("index.html", "summary.md", "report.json")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,9 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="trace run folders to validate (density, compression ratio, accuracy)",
     )
     parser.add_argument(
-        "-o", "--out", default="out/report", help="output folder (default: out/report)"
-    )
-    parser.add_argument(
         "--title", default="vgcsim report", help="heading of the HTML page (default: %(default)s)"
     )
     parser.add_argument(
@@ -36,6 +40,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="test accuracy (in %%, e.g. 96.5) for the time-to-accuracy table and plot "
         "(default: the final test accuracy of the dense --trace run minus 1 point)",
     )
+    add_out_option(parser, "output folder", default="out/report")
+
+
+def report_folder(
+    out_dir: str | Path, write: Callable[[Path], Path], overwrite: bool, command: str = "report"
+) -> Path:
+    """Run ``write(folder)`` (a report writer returning its HTML path) into ``out_dir``, checked
+    and marked as every vgcsim output folder is (vgcsim.core.outdir); return the HTML path."""
+    from vgcsim.core.outdir import prepare_output
+
+    out = prepare_output(out_dir, f"vgcsim {command}", overwrite=overwrite, files=REPORT_FILES)
+    before = out.snapshot()
+    path = write(out.path)
+    out.commit_changed(before)
+    return path
 
 
 def target_fraction(percent: float | None) -> float | None:
@@ -58,6 +77,7 @@ def target_fraction(percent: float | None) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vgcsim.commands import check_out
     from vgcsim.core.errors import ResultsError
     from vgcsim.reports.render import build_report, load_inputs, write_report
 
@@ -69,9 +89,12 @@ def run(args: argparse.Namespace) -> int:
             "--target-accuracy needs --trace RUN folders: the steps to a target come from "
             "the traces' evaluation curves"
         )
+    check_out(args, "report")
     inputs = load_inputs(args.results, args.trace, target_accuracy=target)
     report = build_report(inputs)
-    path = write_report(report, args.out, title=args.title)
+    path = report_folder(
+        args.out, lambda out: write_report(report, out, title=args.title), args.overwrite
+    )
     for line in report.summary[:3]:
         print(line)
     print(f"{len(report.plots)} plots, {len(report.tables)} tables in {path.parent}")

@@ -6,14 +6,13 @@ import argparse
 import shlex
 import sys
 
-from vgcsim.commands import add_set_option
+from vgcsim.commands import add_out_option, add_set_option, add_world_sizes_option
 
 HELP = "run a built-in cost-model scenario (paper: ResNet-50/VGG-like on 1/10 GbE and 56 Gb IB, P=2..1024)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="scenario: paper")
-    parser.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
     parser.add_argument(
         "--trace",
         action="append",
@@ -24,16 +23,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_set_option(
         parser,
         "override a scenario key, e.g. --set device=V100 --set links=1GbE,IB-EDR "
-        "--set world_sizes=8,64,512 --set codec_s=0.01",
+        "--set codec_s=0.01",
+    )
+    add_world_sizes_option(parser)
+    add_out_option(
+        parser, "output folder: result table (OUT/results.parquet), crossover.csv, scenario.md"
     )
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from vgcsim.commands import check_out, settings
     from vgcsim.core.config import apply_overrides, to_dict
     from vgcsim.core.errors import ConfigError, unknown_name
-    from vgcsim.core.results import results_header, write_results
+    from vgcsim.core.results import save_results, trace_entry
     from vgcsim.models.scenario import (
         SCENARIOS,
         crossover_table,
@@ -46,9 +50,13 @@ def run(args: argparse.Namespace) -> int:
     if args.name not in SCENARIOS:
         raise unknown_name("scenario", args.name, SCENARIOS)
     try:
-        cfg = apply_overrides(SCENARIOS[args.name](), args.set)
+        sets = settings(args.set)
+        if args.world_sizes is not None:
+            sets += settings([f"world_sizes={args.world_sizes}"])
+        cfg = apply_overrides(SCENARIOS[args.name](), sets)
     except (TypeError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
+    check_out(args, "scenario")
     traces = [read_trace(p) for p in args.trace]
     methods = [method_from_trace(t) for t in traces]
     df, info = paper_scenario(cfg, methods)
@@ -57,18 +65,13 @@ def run(args: argparse.Namespace) -> int:
         if sys.argv
         else "vgcsim scenario"
     )
-    header = results_header(
+    cross = crossover_table(cfg, df)
+    text = scenario_markdown(cfg, df, info, command)
+    out = save_results(
+        df,
+        args.out,
         source="predicted",
-        traces=[
-            {
-                "path": str(t.path),
-                "name": t.name,
-                "compressor": t.compressor,
-                "synthetic": t.synthetic,
-                "schema_version": t.header.get("schema_version"),
-            }
-            for t in traces
-        ],
+        traces=[trace_entry(t) for t in traces],
         cluster={"scenario_links": info["links"], "device": info["device"]},
         extrapolation={"rule": None, "seed": None},
         options={
@@ -77,13 +80,13 @@ def run(args: argparse.Namespace) -> int:
             "nets": info["nets"],
             "methods": info["methods"],
         },
-        command=list(sys.argv),
+        command=["vgcsim", *sys.argv[1:]],
+        overwrite=args.overwrite,
+        files={
+            "crossover.csv": lambda p: cross.to_csv(p, index=False),
+            "scenario.md": lambda p: Path(p).write_text(text, encoding="utf-8"),
+        },
     )
-    out = write_results(df, args.output, header)
-    cross = crossover_table(cfg, df)
-    cross.to_csv(Path(out) / "crossover.csv", index=False)
-    text = scenario_markdown(cfg, df, info, command)
-    (Path(out) / "scenario.md").write_text(text, encoding="utf-8")
     print(text)
     print(f"wrote {len(df)} rows, crossover.csv and scenario.md to {out}")
     return 0

@@ -134,6 +134,7 @@ class OutputDir:
     path: Path
     command: str
     previous: tuple[str, ...] = ()
+    planned: tuple[str, ...] = ()
     written: list[str] = field(default_factory=list)
 
     def file(self, name: str) -> Path:
@@ -147,7 +148,8 @@ class OutputDir:
 
     def _check(self, name: str) -> None:
         target = self.path / name
-        if target.exists() and name not in self.previous and name not in self.written:
+        known = (*self.previous, *self.planned, *self.written)
+        if target.exists() and name not in known:
             raise OutputError(
                 f"{target} exists and was not written by vgcsim; not replacing it "
                 "(choose another -o)"
@@ -160,18 +162,35 @@ class OutputDir:
     def write_text(self, name: str, text: str) -> Path:
         return atomic_write_text(self.file(name), text)
 
+    def snapshot(self) -> dict[str, tuple[int, int]]:
+        """Every file below the folder (but the marker) → (mtime_ns, size), for
+        :meth:`commit_changed` after a writer that names its own files."""
+        out = {}
+        for f in sorted(self.path.rglob("*")):
+            if f.is_file() and f.name != MARKER:
+                st = f.stat()
+                out[f.relative_to(self.path).as_posix()] = (st.st_mtime_ns, st.st_size)
+        return out
+
+    def commit_changed(self, before: dict[str, tuple[int, int]]) -> Path:
+        """:meth:`commit` listing the files new or changed since ``before``."""
+        after = self.snapshot()
+        return self.commit(name for name, stat in after.items() if before.get(name) != stat)
+
     def commit(self, extra: Iterable[str] = ()) -> Path:
-        """Write the marker listing every file written (now or by an earlier vgcsim run)."""
+        """Write the marker listing every file written (now or by an earlier vgcsim run) and
+        every file planned (so that an interrupted run's files stay vgcsim's)."""
         for name in extra:
             if name not in self.written:
                 self.written.append(name)
-        kept = [f for f in self.previous if f not in self.written and (self.path / f).exists()]
+        kept = [f for f in self.previous if (self.path / f).exists()]
+        names = set(self.written) | set(self.planned) | set(kept)
         from vgcsim import __version__
 
         marker = {
             "kind": MARKER_KIND,
             "command": self.command,
-            "files": sorted([*self.written, *kept]),
+            "files": sorted(names),
             "vgcsim": __version__,
         }
         return atomic_write_text(self.path / MARKER, json.dumps(marker, indent=2) + "\n")
@@ -227,12 +246,16 @@ def prepare_output(
     overwrite: bool = False,
     files: Iterable[str] = (),
 ) -> OutputDir:
-    """:func:`check_output`, then create the folder; write through the returned
-    :class:`OutputDir` and :meth:`OutputDir.commit` its marker at the end."""
+    """:func:`check_output`, then create the folder and mark it at once (listing ``files``, so
+    that a run stopped half-way leaves a folder vgcsim may write again); write through the
+    returned :class:`OutputDir` and :meth:`OutputDir.commit` the final marker at the end."""
+    files = tuple(files)
     previous = check_output(folder, command, overwrite=overwrite, files=files)
     out = Path(folder)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"cannot write {command} output to {out}: {exc.strerror}") from None
-    return OutputDir(out, command, previous)
+    result = OutputDir(out, command, previous, files)
+    result.commit()
+    return result
