@@ -10,6 +10,7 @@ message and exit 2. Anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
@@ -37,6 +38,10 @@ SUBCOMMANDS: dict[str, str] = {
 #: Modules only the training extra installs (record, calibrate, the DDP hook need them).
 TRAIN_MODULES = frozenset({"torch", "sklearn", "mlxtend"})
 TRAIN_EXTRA_HINT = "pip install 'vgcsim[train]'"
+
+
+#: errno values of a full disk or an exhausted quota: one line and exit 2, never a traceback.
+_DISK_FULL = frozenset(e for e in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if e is not None)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -104,6 +109,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"vgcsim {args.command}: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        if exc.errno not in _DISK_FULL:
+            raise
+        # Every output is written atomically: the files under their final names are complete.
+        where = f" writing {exc.filename}" if exc.filename else ""
+        print(
+            f"vgcsim {args.command}: error: {os.strerror(exc.errno)}{where}; free space and "
+            "run it again",
+            file=sys.stderr,
+        )
+        return 2
     except BrokenPipeError:
         # The reader went away (``vgcsim ... | head``): end quietly. Point stdout at devnull
         # so that the interpreter's final flush does not raise again.
