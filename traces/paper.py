@@ -3,7 +3,7 @@
 Tsuzuku, Imachi, Akiba (2018), *Variance-based Gradient Compression for Efficient Distributed
 Deep Learning*, Table 1: final test accuracy (%) and compression ratio (×) of each method,
 trained with Adam and with momentum SGD. ``None`` where the paper gives no number.
-Torch-free data, read by the grid script (vgcsim.traces.training.paper_grid), the cost-model
+Torch-free data, read by the grid script (experiments/paper_grid.py), the cost-model
 scenario (vgcsim.models.scenario) and the report (vgcsim.reports.paper).
 """
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from vgcsim.traces.training import paper_grid, speed
+from repo_scripts import load_script
 from vgcsim.traces.training.record_config import RecordConfig
 
 from vgcsim.core.config import apply_overrides
+
+paper_grid = load_script("experiments/paper_grid.py")
+speed = load_script("benchmarks/recording.py")
 
 TINY = [
     "data.name=synthetic",

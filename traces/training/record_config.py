@@ -77,7 +77,7 @@ class RecordConfig:
     squared-sum convolution ("auto": bfloat16 on CPUs with native bf16 dot products, else
     float32; "float32"; "bfloat16"), resolved before recording so the header names what
     ran; gradient_pass: "batched" (one pass for all workers,
-    the faster one in ``python -m vgcsim.traces.training.speed``) or "separate" (W passes);
+    the faster one in ``python benchmarks/recording.py``) or "separate" (W passes);
     threads: torch CPU threads while recording (1 by default: small nets gain little from
     more, and oversubscribed cores lose a lot; 0 keeps torch's default);
     device: where emulated workers run forward, backward and the estimator ("cpu",

@@ -1,6 +1,6 @@
 """Recording speed: one batched gradient pass vs W separate passes, and steps per second.
 
-``python -m vgcsim.traces.training.speed [--workers 4] [--batch-size 32] [--repeats 10] [--steps 40]``
+``python benchmarks/recording.py [--workers 4] [--batch-size 32] [--repeats 10] [--steps 40]``
 prints one JSON object measured in one run on the default workload (or ``--set`` overrides):
 
 * ``pass_s``: median seconds of the per-worker gradient computation for every

@@ -1,6 +1,6 @@
 """The paper's grid (Tsuzuku et al. 2018, Table 1) on our offline workload, as one script.
 
-``python -m vgcsim.traces.training.paper_grid [--steps N] [--out runs/paper_grid] [--set KEY=VALUE]
+``python experiments/paper_grid.py [--steps N] [--out runs/paper_grid] [--set KEY=VALUE]
 [--methods LABEL,...] [--optimizers NAME,...] [--table docs/paper_grid.md]`` records every
 method of the grid with Adam and with momentum SGD, then writes a markdown table of final
 test accuracy, compression ratio (dense fp32 bits / sent bits under each trace's primary
