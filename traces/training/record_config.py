@@ -7,11 +7,32 @@ by ``vgcsim.traces.training.record.check_config``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 GRADIENT_PASSES = ("batched", "separate")
 #: where emulated workers run their gradient passes ("auto": cuda when torch sees a GPU)
 DEVICES = ("cpu", "cuda", "auto")
+#: seeds are in [0, 2**63): torch's generators take 64-bit seeds and derived seeds add to it
+SEED_LIMIT = 2**63
+#: torch CPU threads a recording may ask for
+MAX_THREADS = 1024
+
+
+def _finite(name: str, value: float, *, low: float, high: float = math.inf, low_open=False) -> None:
+    """Refuse ``value`` unless it is a finite number in [low, high] (low excluded with
+    ``low_open``): NaN and Inf fail every comparison they should pass."""
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value > low if low_open else value >= low)
+        and value <= high
+    )
+    if not ok:
+        side = "(" if low_open else "["
+        top = "inf)" if math.isinf(high) else f"{high:g}]"
+        raise ValueError(f"{name} must be a finite number in {side}{low:g}, {top}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -30,14 +51,22 @@ class OptimConfig:
     gamma: float = 0.1
 
     def __post_init__(self) -> None:
-        if not self.lr > 0:
-            raise ValueError(f"optimizer.lr must be > 0, got {self.lr}")
-        if not 0 <= self.momentum < 1:
+        _finite("optimizer.lr", self.lr, low=0, low_open=True)
+        _finite("optimizer.momentum", self.momentum, low=0, high=1)
+        if not self.momentum < 1:
             raise ValueError(f"optimizer.momentum must be in [0, 1), got {self.momentum}")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+        if len(self.betas) != 2 or not all(
+            isinstance(b, (int, float)) and 0 <= b < 1 for b in self.betas
+        ):
             raise ValueError(f"optimizer.betas must be two numbers in [0, 1), got {self.betas}")
-        if self.weight_decay < 0 or self.warmup_steps < 0:
-            raise ValueError("optimizer.weight_decay and warmup_steps must be >= 0")
+        _finite("optimizer.weight_decay", self.weight_decay, low=0)
+        _finite("optimizer.gamma", self.gamma, low=0, low_open=True)
+        if self.warmup_steps < 0:
+            raise ValueError(f"optimizer.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if not all(isinstance(m, int) and m >= 0 for m in self.milestones):
+            raise ValueError(
+                f"optimizer.milestones must be steps >= 0, got {list(self.milestones)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -49,6 +78,9 @@ class DataConfig:
     test_fraction: float = 0.2
     download: bool = True
 
+    def __post_init__(self) -> None:
+        _finite("data.test_fraction", self.test_fraction, low=0, high=0.9, low_open=True)
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -56,6 +88,11 @@ class ModelConfig:
 
     name: str = "small_cnn"
     width: float = 1.0
+
+    def __post_init__(self) -> None:
+        # A width too large for memory is refused with an estimate once the data is known
+        # (vgcsim.traces.training.loop.check_memory).
+        _finite("model.width", self.width, low=0, low_open=True)
 
 
 @dataclass(frozen=True)
@@ -122,5 +159,7 @@ class RecordConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.eval_every < 0 or self.threads < 0:
             raise ValueError("eval_every and threads must be >= 0")
-        if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if self.threads > MAX_THREADS:
+            raise ValueError(f"threads must be <= {MAX_THREADS}, got {self.threads}")
+        if not 0 <= self.seed < SEED_LIMIT:
+            raise ValueError(f"seed must be in [0, 2**63), got {self.seed}")

@@ -100,6 +100,12 @@ def build_config(args: argparse.Namespace, base: dict | None = None) -> RecordCo
     return apply_overrides(cfg, [f"{k}={v}" for k, v in flags.items() if v is not None])
 
 
+def _shown(path: object) -> str:
+    """A path printable on any terminal: bytes that are not UTF-8 (a folder named with
+    one) are shown as \\xNN escapes instead of failing the print."""
+    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _merged(base: dict, top: dict) -> dict:
     out = dict(base)
     for k, v in top.items():
@@ -125,7 +131,7 @@ def _resume(args: argparse.Namespace) -> int:
         )
     path = resume(point.run_dir, cfg, progress=not args.quiet)
     if not args.quiet:
-        print(f"resumed and completed trace {path}")
+        print(f"resumed and completed trace {_shown(path)}")
     return 0
 
 
@@ -183,6 +189,6 @@ def _record(args: argparse.Namespace) -> int:
         resolve_device(cfg.device)  # cuda asked for but absent: one line, before any work
         path = record(cfg, args.out, progress=not args.quiet, overwrite=args.overwrite)
     if not args.quiet:
-        print(f"wrote trace {path}")
-        print(f"inspect it with: vgcsim trace info {path}")
+        print(f"wrote trace {_shown(path)}")
+        print(f"inspect it with: vgcsim trace info {_shown(path)}")
     return 0
