@@ -32,6 +32,7 @@ import math
 import os
 from pathlib import Path
 
+from vgcsim.commands import add_out_option, add_set_option
 from vgcsim.core.errors import ConfigError, VgcsimError
 
 HELP = (
@@ -50,7 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from vgcsim.models.linkfit import DEFAULT_MAX_ERROR
     from vgcsim.traces.calibration import DEFAULT_OPS
 
-    parser.add_argument("-o", "--output", type=Path, required=True, help="cluster TOML to write")
+    add_out_option(parser, "cluster TOML file to write", type=Path)
+    add_set_option(
+        parser,
+        "set a CalibrateConfig key of the measurement sweep (backend, ops, sizes_bytes, "
+        "repeats, warmup, budget_s), applied after the flags of the same names",
+    )
     parser.add_argument(
         "--codec",
         action="store_true",
@@ -123,7 +129,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--force", action="store_true", help="write the file whatever the error")
     parser.add_argument("--name", default=None, help="cluster name (default calibrated-BACKEND-N)")
-    parser.add_argument("--device", default="cpu", help="device preset written to the file")
+    parser.add_argument(
+        "--device-preset",
+        dest="device",
+        default="cpu",
+        metavar="NAME",
+        help="device preset written to the file (see `vgcsim clusters`; default: cpu)",
+    )
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before giving up")
 
 
@@ -168,7 +180,7 @@ def cluster_toml(
     """The cluster file text for a fitted link: a non-blocking star of identical NICs, or a
     hierarchical cluster with ``ranks_per_node`` ranks per node on the fitted ``intra`` link."""
     lines = [
-        f"# Written by vgcsim calibrate. {note}",
+        f"{WRITTEN_BY} {note}",
         f"name = {toml_value(name)}",
         f"device = {toml_value(device)}",
         'compute = "trace"',
@@ -212,7 +224,7 @@ def _check_options(args: argparse.Namespace) -> None:
 def _measure(args: argparse.Namespace, meas_path: Path) -> bool:
     """Run the sweep (this process as a torchrun rank, or ranks started here); True on the
     node or rank that fits and writes the file."""
-    from vgcsim.core.config import to_dict
+    from vgcsim.core.config import apply_overrides, to_dict
     from vgcsim.traces.calibration import CalibrateConfig, default_sizes_bytes, parse_sizes
     from vgcsim.traces.training.distributed_calibrate import run_rank
     from vgcsim.traces.training.distributed_launch import check_backend, launch_local
@@ -225,6 +237,7 @@ def _measure(args: argparse.Namespace, meas_path: Path) -> bool:
         warmup=args.warmup,
         budget_s=args.budget,
     )
+    cfg = apply_overrides(cfg, args.set)
     check_backend(args.backend)
     if under_torchrun():
         if args.nnodes != 1 or args.node_rank != 0 or args.nprocs is not None:
@@ -268,7 +281,7 @@ def _run_codec(args: argparse.Namespace, out: Path) -> int:
     device = resolve_device(args.codec_device)
     get_device(args.device)
     if device == "cuda" and args.device == "cpu":
-        raise ConfigError("--codec on cuda: name the GPU's preset with --device (e.g. H100)")
+        raise ConfigError("--codec on cuda: name the GPU's preset with --device-preset (e.g. H100)")
     out.parent.mkdir(parents=True, exist_ok=True)
     cal = measure_device(device, repeats=max(args.repeats, 1), warmup=args.warmup)
     print(summary(cal))
@@ -279,17 +292,19 @@ def _run_codec(args: argparse.Namespace, out: Path) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from vgcsim.core.cluster import load_cluster
+    from vgcsim.core.outdir import atomic_write_text
     from vgcsim.models.linkfit import fit_intra_link, fit_link, op_errors, protocol_switch
     from vgcsim.reports.calibration import fit_table_text
     from vgcsim.traces.calibration import parse_sizes, read_measurements, select_rows
 
-    out: Path = args.output
+    out: Path = args.out
     if args.codec:
         return _run_codec(args, out)
     fit_ops = _fit_ops(args.fit_ops)
     _check_options(args)
     if out.is_dir():
         raise ConfigError(f"-o {out} is a folder; give the cluster TOML file to write")
+    _check_out_file(out, args.overwrite)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -354,8 +369,8 @@ def run(args: argparse.Namespace) -> int:
     nodes = measurements.get("nodes") or [0] * int(measurements["world_size"])
     ranks_per_node = nodes.count(nodes[0])
     name = args.name or f"calibrated-{fit.backend}-{fit.world_size}"
-    out.write_text(
-        cluster_toml(name, fit, args.device, note, intra[0] if intra else None, ranks_per_node)
+    atomic_write_text(
+        out, cluster_toml(name, fit, args.device, note, intra[0] if intra else None, ranks_per_node)
     )
     load_cluster(str(out))  # what predict/simulate will do: fail here, not later
     print(f"wrote {out} and {out.stem}.fit.png")
@@ -372,7 +387,33 @@ def _print_fit(label: str, fit) -> None:
     )
 
 
+#: The first line of every cluster file calibrate writes: its marker (vgcsim.core.outdir).
+WRITTEN_BY = "# Written by vgcsim calibrate."
+
+
+def _check_out_file(out: Path, overwrite: bool) -> None:
+    """Refuse to replace a file calibrate did not write, or one it did without --overwrite."""
+    from vgcsim.core.outdir import OutputError
+
+    if not out.exists():
+        return
+    try:
+        with open(out, encoding="utf-8", errors="replace") as fh:
+            first = fh.readline()
+    except OSError:
+        first = ""
+    if not first.startswith(WRITTEN_BY):
+        raise OutputError(f"{out} exists and was not written by vgcsim calibrate; not replacing it")
+    if not overwrite:
+        raise OutputError(
+            f"{out} already holds a cluster file from vgcsim calibrate; pass --overwrite to "
+            "replace it, or choose another -o"
+        )
+
+
 def _save_plot(table: list[dict], path: Path) -> None:
+    from vgcsim.core.outdir import atomic_write
     from vgcsim.reports.calibration import plot_fit
 
-    plot_fit(table).figure.savefig(path, dpi=120)
+    figure = plot_fit(table).figure
+    atomic_write(path, lambda p: figure.savefig(p, dpi=120, format="png"))

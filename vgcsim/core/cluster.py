@@ -467,8 +467,8 @@ DEVICE_PRESETS: dict[str, DeviceSpec] = {
             "FLOP/cycle = 160 GFLOPS (assumption); efficiency 0.3 (assumption); memory: "
             "dual-channel DDR4-2666 = 2 x 8 B x 2666 MT/s = 42.7 GB/s (JEDEC JESD79-4 data "
             "rate), memory_efficiency 0.25 and launch_overhead 10 us per PyTorch op on 2 cores "
-            "(assumptions of the order `vgcsim calibrate --codec --device cpu` measures, see "
-            "docs/models.md)",
+            "(assumptions of the order `vgcsim calibrate --codec --device-preset cpu` "
+            "measures, see docs/models.md)",
             memory_bandwidth_Bps=42.7e9,
             memory_efficiency=0.25,
             launch_overhead_s=10e-6,
