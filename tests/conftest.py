@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-#: bits_packed32[step, worker, layer] of the tiny trace: 3 steps, 2 workers, 2 layers.
+#: bits_hand[step, worker, layer] of the tiny trace: 3 steps, 2 workers, 2 layers.
 TINY_BITS = np.array(
     [
         [[800, 160], [1600, 320]],
@@ -42,15 +42,18 @@ def write_tiny_trace(
         "workers": workers,
         "batch_size_per_worker": 8,
         "compressor": {"name": "variance", "params": {"alpha": 2.0}},
-        "encodings": ["packed32", "coo64"],
-        "primary_encoding": "packed32",
+        # hand-picked bit counts, not those a real wire format gives (packed32 would be exactly
+        # 96 + 32 per value): encodings without a size formula, which validate checks for
+        # bits >= 0 only, so that every reader accepts the trace
+        "encodings": ["hand", "hand2x"],
+        "primary_encoding": "hand",
         "layers": layers,
         "flops_per_sample": 1e9,
         "dense_bytes_per_step": 4 * sum(numel),
     }
     with TraceWriter(run_dir, header, chunk_steps=2) as w:
         for t in range(steps):
-            rows = {c: [] for c in [*schema.PAYLOAD_COLUMNS, "bits_packed32", "bits_coo64"]}
+            rows = {c: [] for c in [*schema.PAYLOAD_COLUMNS, "bits_hand", "bits_hand2x"]}
             for wk in range(workers):
                 for layer in range(n_layers):
                     b = int(bits[t, wk, layer])
@@ -59,8 +62,8 @@ def write_tiny_trace(
                     rows["layer"].append(layer)
                     rows["numel"].append(numel[layer])
                     rows["sent"].append(b // 32)
-                    rows["bits_packed32"].append(b)
-                    rows["bits_coo64"].append(2 * b)
+                    rows["bits_hand"].append(b)
+                    rows["bits_hand2x"].append(2 * b)
             w.add_payload_rows(rows)
             w.add_step(
                 {

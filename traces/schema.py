@@ -16,9 +16,21 @@ killed with SIGKILL leaves a valid prefix. Columns whose name ends in ``_s`` are
 measurements; every other column is deterministic for a given config and seed.
 
 Readers refuse unknown schema versions with a message saying what to do.
+
+**The typed description.** :class:`TraceHeader` (pydantic v2, strict: no coercion of ``"4"``
+to ``4``, no NaN or Inf) states the type and range of every header field; the ``*_TABLE``
+tuples of :class:`Column` state each table's columns, their Arrow type class and their range.
+:mod:`vgcsim.traces.invariants` applies both, plus the rules that relate fields and rows
+(numel = prod(shape), one payload row per step, worker and layer, ...); every reader of a
+trace (``read_trace``) refuses what ``vgcsim trace validate`` refuses.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 TRACE_SCHEMA_VERSION = 1
 
@@ -53,10 +65,99 @@ TRACE_HEADER_KEYS = (
     "chunk_steps",  # steps per closed chunk
 )
 
+#: statuses a header may carry
+STATUSES = ("running", "complete", "stopped")
+
+#: Largest integer a count may hold: the tables store counts as int64.
+INT64_MAX = 2**63 - 1
+#: Deepest nesting of JSON containers a header may have (the deepest a writer produces is 4:
+#: config -> optimizer -> betas -> value); deeper is refused before anything walks it.
+MAX_HEADER_DEPTH = 64
+
+_Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+_Positive = Annotated[int, Field(ge=1, le=INT64_MAX)]
+_Name = Annotated[str, Field(min_length=1)]
+
+
+class _Strict(BaseModel):
+    # strict: JSON types as written ("4" is not 4, true is not 1); no NaN or Inf; fields this
+    # version does not know (a header may carry "dataset", "timing", "device", ...) are kept
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="allow")
+
+
+class LayerHeader(_Strict):
+    """One gradient tensor: position in the payload table, name, shape and element count."""
+
+    index: _Count
+    name: str
+    shape: list[_Count]
+    numel: _Count
+
+
+class CompressorHeader(_Strict):
+    """The compressor that produced the payloads and its hyperparameters."""
+
+    name: _Name
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class TraceHeader(_Strict):
+    """``header.json``: the type and range of every field (see :data:`TRACE_HEADER_KEYS`)."""
+
+    schema_version: Literal[1]
+    kind: Literal["vgcsim-trace"]
+    synthetic: bool
+    status: Literal["running", "complete", "stopped"]
+    stop_reason: str | None
+    config: dict[str, Any]
+    seeds: dict[str, Any]
+    versions: dict[str, Any]
+    git_commit: str | None
+    machine: dict[str, Any]
+    workers: _Positive
+    batch_size_per_worker: _Positive
+    compressor: CompressorHeader
+    encodings: list[_Name] = Field(min_length=1)
+    primary_encoding: _Name
+    layers: list[LayerHeader] = Field(min_length=1)
+    #: None: unknown (a synthetic trace of a custom layer list); compute "model" then refuses
+    flops_per_sample: Annotated[float, Field(gt=0)] | None
+    dense_bytes_per_step: _Count
+    chunk_steps: _Positive
+    steps_recorded: _Count | None = None
+    created_utc: str | None = None
+    finished_utc: str | None = None
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column: name, Arrow type class (``"int"``: any Arrow integer, read as int64;
+    ``"float"``: any Arrow floating point or integer, read as float64), closed range
+    ``[ge, le]`` and whether NaN ("not measured") is allowed. Values are always finite."""
+
+    name: str
+    kind: Literal["int", "float"]
+    ge: float | None = None
+    le: float | None = None
+    nan_ok: bool = False
+
+
 #: payloads table: one row per (step, worker, layer), plus one ``bits_<encoding>`` int64
 #: column per name in header["encodings"] (exact bits of the encoded buffer, headers included).
-PAYLOAD_COLUMNS = ("step", "worker", "layer", "numel", "sent")
+#: Their ranges are relations checked row by row (step among the recorded steps, worker < W,
+#: layer < L, numel = the header's, 0 <= sent <= numel, bits within the encoding's formula).
+PAYLOAD_TABLE = (
+    Column("step", "int"),
+    Column("worker", "int"),
+    Column("layer", "int"),
+    Column("numel", "int"),
+    Column("sent", "int"),
+)
+PAYLOAD_COLUMNS = tuple(c.name for c in PAYLOAD_TABLE)
 BITS_PREFIX = "bits_"
+#: the column type of every ``bits_<encoding>`` column (its range, >= 0 and within the
+#: encoding's size formula, is checked per encoding)
+BITS_COLUMN = Column(BITS_PREFIX + "<encoding>", "int")
 
 #: steps table: one row per step. ``*_s`` columns are wall-clock seconds (not deterministic).
 STEP_COLUMNS = (
@@ -83,3 +184,65 @@ OPTIONAL_STEP_COLUMNS = (
 
 #: evals table: one row per evaluation.
 EVAL_COLUMNS = ("step", "train_loss", "train_acc", "test_loss", "test_acc")
+
+#: steps table, every column (optional ones included): ``*_s`` are seconds >= 0.
+STEP_TABLE = (
+    Column("step", "int", ge=0),
+    Column("loss", "float"),
+    Column("lr", "float", ge=0),
+    Column("grad_norm", "float", ge=0),
+    Column("density", "float", ge=0, le=1),
+    *(Column(c, "float", ge=0) for c in STEP_COLUMNS if c.endswith("_s")),
+    *(Column(c, "float", ge=0, nan_ok=True) for c in OPTIONAL_STEP_COLUMNS),
+)
+#: evals table: accuracies are fractions in [0, 1].
+EVAL_TABLE = (
+    Column("step", "int", ge=0),
+    Column("train_loss", "float"),
+    Column("train_acc", "float", ge=0, le=1),
+    Column("test_loss", "float"),
+    Column("test_acc", "float", ge=0, le=1),
+)
+#: table folder -> its column descriptions
+TABLE_COLUMNS = {PAYLOADS_TABLE: PAYLOAD_TABLE, STEPS_TABLE: STEP_TABLE, EVALS_TABLE: EVAL_TABLE}
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _nests_deeper(obj: Any, limit: int) -> bool:
+    """Whether JSON containers in ``obj`` nest deeper than ``limit`` (iterative: no recursion)."""
+    stack = [(obj, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def header_type_problems(header: Any) -> list[str]:
+    """``header`` against :class:`TraceHeader`: one line per field of the wrong type or out of
+    range, ``header field <path>: <rule> (got <value>)``; empty when the types are right."""
+    if not isinstance(header, dict):
+        return [f"the header is a JSON {type(header).__name__}, expected an object"]
+    if _nests_deeper(header, MAX_HEADER_DEPTH):
+        return [f"the header nests deeper than {MAX_HEADER_DEPTH} levels"]
+    try:
+        TraceHeader.model_validate(header)
+    except ValidationError as exc:
+        out = []
+        for err in exc.errors(include_url=False):
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+            got = "" if err["type"] == "missing" else f" (got {_shown(err.get('input'))})"
+            out.append(f"header field {where.lstrip('.')}: {err['msg'].lower()}{got}")
+        return out
+    return []

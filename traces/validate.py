@@ -13,14 +13,14 @@ accuracies in [0, 1]; evaluation steps among the recorded steps.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from vgcsim.traces import schema
-from vgcsim.traces.io import STATUSES, Trace, read_trace
+from vgcsim.traces.reading import Trace, read_trace_parts
 from vgcsim.traces.wire import sizes
 
 from vgcsim.core.errors import TraceError
@@ -111,110 +111,193 @@ def _examples(df: pd.DataFrame, mask: np.ndarray, cols: list[str]) -> str:
 
 
 def check_trace(trace: Trace) -> list[str]:
-    """Every violated invariant of ``trace`` as a readable message (empty list: valid)."""
-    problems: list[str] = []
-    h = trace.header
-    if h["status"] not in STATUSES:
-        problems.append(f"header status {h['status']!r} is not one of {', '.join(STATUSES)}")
-    layers = trace.layers
-    if [int(layer.get("index", -1)) for layer in layers] != list(range(len(layers))):
+    """Every violated invariant of ``trace`` as a one-line message (empty list: valid)."""
+    return trace_problems(trace.header, trace.payloads, trace.steps, trace.evals)
+
+
+def trace_problems(
+    header: Any, payloads: pd.DataFrame, steps: pd.DataFrame, evals: pd.DataFrame
+) -> list[str]:
+    """Every violated invariant of a trace given as its header and three tables."""
+    problems = header_problems(header)
+    if schema.header_type_problems(header):  # the tables cannot be read against a bad header
+        return problems
+    return problems + table_problems(header, payloads, steps, evals)
+
+
+def header_problems(header: Any) -> list[str]:
+    """Every violated rule of the header alone: types and ranges first; the relations between
+    fields only when the types are right (they read the fields as numbers and lists)."""
+    problems = schema.header_type_problems(header)
+    if problems:
+        return problems
+    h = header
+    layers = h["layers"]
+    if [layer["index"] for layer in layers] != list(range(len(layers))):
         problems.append("header layers are not indexed 0..L-1 in order")
     for layer in layers:
-        if int(layer["numel"]) != math.prod(int(d) for d in layer["shape"]):
+        if layer["numel"] != math.prod(layer["shape"]):
             problems.append(
                 f"header layer {layer['name']!r}: numel {layer['numel']} != prod(shape {layer['shape']})"
             )
-    total = sum(int(layer["numel"]) for layer in layers)
-    if int(h["dense_bytes_per_step"]) != 4 * total:
+    total = sum(layer["numel"] for layer in layers)
+    if h["dense_bytes_per_step"] != 4 * total:
         problems.append(
             f"header dense_bytes_per_step {h['dense_bytes_per_step']} != 4 x total numel {4 * total}"
         )
-    if trace.primary_encoding not in trace.encodings:
+    if h["primary_encoding"] not in h["encodings"]:
         problems.append(
-            f"primary encoding {trace.primary_encoding!r} is not among encodings {trace.encodings}"
+            f"primary encoding {h['primary_encoding']!r} is not among encodings {h['encodings']}"
         )
-    if trace.workers < 1:
-        problems.append(f"header workers must be >= 1, got {trace.workers}")
+    if len(set(h["encodings"])) != len(h["encodings"]):
+        problems.append(f"header encodings {h['encodings']} name an encoding twice")
+    return problems
 
-    steps = trace.steps
+
+_KIND_NAMES = {"int": "integers", "float": "numbers"}
+
+
+def _column_problems(
+    df: pd.DataFrame, table: str, columns: tuple[schema.Column, ...], extra: schema.Column | None
+) -> tuple[list[str], bool]:
+    """Type, finiteness and range of each described column (``extra``: the description of
+    columns not listed, e.g. ``bits_*``). Returns (problems, types_ok)."""
+    described = {c.name: c for c in columns}
+    problems: list[str] = []
+    types_ok = True
+    for name in df.columns:
+        col = described.get(name, extra)
+        series = df[name]
+        if col is None:  # a column this version does not describe: numbers must be finite
+            if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
+                if not np.isfinite(series.to_numpy(dtype=np.float64, na_value=np.nan)).all():
+                    problems.append(f"{table} column {name} contains NaN or Inf")
+            continue
+        if pd.api.types.is_bool_dtype(series) or not pd.api.types.is_numeric_dtype(series):
+            problems.append(
+                f"{table} column {name} has type {series.dtype}; expected {_KIND_NAMES[col.kind]}"
+            )
+            types_ok = False
+            continue
+        values = series.to_numpy(dtype=np.float64, na_value=np.nan)
+        finite = np.isfinite(values)
+        if col.nan_ok:
+            finite |= np.isnan(values)
+        if not finite.all():
+            problems.append(f"{table} column {name} contains NaN or Inf")
+            if col.kind == "int":
+                types_ok = False
+            continue
+        if col.kind == "int" and (
+            not np.array_equal(values, np.round(values)) or (np.abs(values) > 2.0**62).any()
+        ):
+            problems.append(f"{table} column {name} has values that are not int64 integers")
+            types_ok = False
+            continue
+        known = values[~np.isnan(values)]
+        if col.le is not None and ((known < col.ge) | (known > col.le)).any():
+            problems.append(f"{table} column {name} is outside [{col.ge:g}, {col.le:g}]")
+        elif col.ge is not None and (known < col.ge).any():
+            what = (
+                "seconds"
+                if name.endswith("_s")
+                else "bits"
+                if name.startswith("bits_")
+                else "values"
+            )
+            problems.append(f"{table} column {name} has negative {what}")
+    return problems, types_ok
+
+
+def _expected_eval_steps(header: Mapping[str, Any], step_ids: np.ndarray) -> set[int] | None:
+    """Steps a complete recording evaluated (the training loop evaluates every ``eval_every``
+    steps and at its last step), or None where the header does not say (synthetic traces)."""
+    cfg = header.get("config")
+    if header.get("synthetic") or header.get("status") != "complete" or not isinstance(cfg, dict):
+        return None
+    every, steps = cfg.get("eval_every"), cfg.get("steps")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (every, steps)):
+        return None
+    if every < 0 or steps < 1 or len(step_ids) != steps:
+        return None
+    return {int(s) for s in step_ids if (every and (s + 1) % every == 0) or s == steps - 1}
+
+
+def table_problems(
+    header: Mapping[str, Any], payloads: pd.DataFrame, steps: pd.DataFrame, evals: pd.DataFrame
+) -> list[str]:
+    """Every violated rule of the three tables (``header`` must pass :func:`header_problems`)."""
+    problems: list[str] = []
     if steps.empty:
         problems.append(
             "the trace has no recorded steps (recording stopped before its first chunk)"
         )
-    problems += _no_nan(steps, "steps", nan_ok=schema.OPTIONAL_STEP_COLUMNS)
+    found, steps_ok = _column_problems(steps, "steps", schema.STEP_TABLE, None)
+    problems += found
+    if not steps_ok or "step" not in steps.columns:
+        return problems
     step_ids = steps["step"].to_numpy()
     if len(step_ids) and not np.array_equal(step_ids, np.arange(len(step_ids))):
         problems.append(
             "steps are not contiguous from 0 (missing, repeated or out-of-order step numbers)"
         )
-    for col in steps.columns:
-        if col.endswith("_s") and len(steps) and (steps[col] < 0).any():
-            problems.append(f"steps column {col} has negative seconds")
-    if len(steps) and ((steps["density"] < 0) | (steps["density"] > 1)).any():
-        problems.append("steps column density is outside [0, 1]")
-    if (
-        h["status"] == "complete"
-        and "steps_recorded" in h
-        and int(h["steps_recorded"]) != len(steps)
-    ):
+    recorded = header.get("steps_recorded")
+    if header["status"] == "complete" and recorded is not None and recorded != len(steps):
         problems.append(
-            f"header says {h['steps_recorded']} steps were recorded but the steps table has {len(steps)}"
+            f"header says {recorded} steps were recorded but the steps table has {len(steps)}"
         )
 
-    problems += _check_payloads(trace, set(step_ids.tolist()))
+    problems += _check_payloads(header, payloads, set(step_ids.tolist()))
 
-    ev = trace.evals
-    problems += _no_nan(ev, "evals")
-    if len(ev):
-        if not ev["step"].isin(step_ids).all():
-            problems.append("evals refer to steps that are not in the steps table")
-        for col in ("train_acc", "test_acc"):
-            if ((ev[col] < 0) | (ev[col] > 1)).any():
-                problems.append(f"evals column {col} is outside [0, 1]")
+    found, evals_ok = _column_problems(evals, "evals", schema.EVAL_TABLE, None)
+    problems += found
+    if evals_ok and len(evals) and not evals["step"].isin(step_ids).all():
+        problems.append("evals refer to steps that are not in the steps table")
+        evals_ok = False
+    expected = _expected_eval_steps(header, step_ids)
+    if evals_ok and expected is not None:
+        have = set(evals["step"].astype(np.int64).tolist()) if len(evals) else set()
+        missing = sorted(expected - have)
+        if missing:
+            problems.append(
+                f"evals lack {len(missing)} of the {len(expected)} evaluations a complete "
+                f"recording makes (config eval_every, and the last step), e.g. step {missing[0]}; "
+                "was the evals folder or a chunk of it deleted?"
+            )
     return problems
 
 
-def _no_nan(df: pd.DataFrame, table: str, nan_ok: tuple[str, ...] = ()) -> list[str]:
-    out = []
-    for col in df.columns:
-        if pd.api.types.is_numeric_dtype(df[col]):
-            values = df[col].to_numpy(dtype=np.float64)
-            if col in nan_ok:
-                values = values[~np.isnan(values)]
-            if not np.isfinite(values).all():
-                out.append(f"{table} column {col} contains NaN or Inf")
-    return out
-
-
-def _check_payloads(trace: Trace, step_ids: set[int]) -> list[str]:
-    p = trace.payloads
-    problems = _no_nan(p, "payloads")
-    if problems:
+def _check_payloads(header: Mapping[str, Any], p: pd.DataFrame, step_ids: set[int]) -> list[str]:
+    encodings = header["encodings"]
+    problems, types_ok = _column_problems(p, "payloads", schema.PAYLOAD_TABLE, schema.BITS_COLUMN)
+    if not types_ok:
         return problems
-    n_layers = len(trace.layers)
-    expected_rows = len(step_ids) * trace.workers * n_layers
+    workers = header["workers"]
+    layers = header["layers"]
+    n_layers = len(layers)
+    expected_rows = len(step_ids) * workers * n_layers
     if len(p) != expected_rows:
         problems.append(
             f"payloads has {len(p)} rows; expected steps x workers x layers = "
-            f"{len(step_ids)} x {trace.workers} x {n_layers} = {expected_rows}"
+            f"{len(step_ids)} x {workers} x {n_layers} = {expected_rows}"
         )
     if p.duplicated(["step", "worker", "layer"]).any():
         problems.append("payloads has repeated (step, worker, layer) rows")
     if not set(p["step"].unique().tolist()) <= step_ids:
         problems.append("payloads has rows for steps that are not in the steps table")
-    bad_w = (p["worker"] < 0) | (p["worker"] >= trace.workers)
+    bad_w = (p["worker"] < 0) | (p["worker"] >= workers)
     if bad_w.any():
-        problems.append(f"payloads worker outside 0..{trace.workers - 1}")
+        problems.append(f"payloads worker outside 0..{workers - 1}")
     bad_l = (p["layer"] < 0) | (p["layer"] >= n_layers)
     if bad_l.any():
         problems.append(f"payloads layer outside 0..{n_layers - 1}")
         return problems
     if p.empty:  # nothing to check per row (and an empty column cannot index numel_h)
         return problems
-    numel_h = np.array([int(layer["numel"]) for layer in trace.layers], dtype=np.int64)
+    numel_h = np.array([layer["numel"] for layer in layers], dtype=np.int64)
     numel = p["numel"].to_numpy()
     sent = p["sent"].to_numpy()
-    mism = numel != numel_h[p["layer"].to_numpy()]
+    mism = numel != numel_h[p["layer"].to_numpy().astype(np.int64)]
     if mism.any():
         problems.append(
             "payloads numel differs from the header's layer numel"
@@ -226,7 +309,7 @@ def _check_payloads(trace: Trace, step_ids: set[int]) -> list[str]:
             "payloads violate 0 <= sent <= numel"
             + _examples(p, bad, ["step", "worker", "layer", "numel", "sent"])
         )
-    for enc in trace.encodings:
+    for enc in encodings:
         col = schema.BITS_PREFIX + enc
         if col not in p.columns:
             problems.append(f"payloads lacks column {col} for encoding {enc!r}")
@@ -250,7 +333,7 @@ def _check_payloads(trace: Trace, step_ids: set[int]) -> list[str]:
 
 def validate_trace(path: str | Path | Trace) -> Trace:
     """Read (if needed) and check a trace; raise :class:`TraceError` listing every violation."""
-    trace = path if isinstance(path, Trace) else read_trace(path)
+    trace = path if isinstance(path, Trace) else read_trace_parts(path)
     problems = check_trace(trace)
     if problems:
         listed = problems[:_MAX_LISTED]

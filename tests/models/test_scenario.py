@@ -104,7 +104,7 @@ def test_ratio_from_a_trace(tiny_trace):
     m = method_from_trace(tiny_trace)
     # dense 32·1250 bits; mean worker bits per step (960+1920+804+88+9600+32)/6
     assert m.ratio == pytest.approx(40000 / (13404 / 6))
-    assert method_from_trace(tiny_trace, "coo64").ratio == pytest.approx(m.ratio / 2)
+    assert method_from_trace(tiny_trace, "hand2x").ratio == pytest.approx(m.ratio / 2)
 
 
 def test_bad_config():

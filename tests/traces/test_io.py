@@ -51,8 +51,8 @@ def write_steps(w: TraceWriter, steps: range, workers: int = 2) -> None:
                         layer["index"],
                         layer["numel"],
                         sent,
-                        32 * sent + 64,
-                        32 * layer["numel"],
+                        32 * sent + 96,  # packed32: u32 layer, count, f32 scale + 32 per value
+                        32 * layer["numel"] + 64,  # fp32: u32 layer, count + 32 per element
                     ),
                     strict=True,
                 ):
@@ -102,7 +102,7 @@ def test_worker_bits_sums_layers(tmp_path):
     p = t.payloads
     expect = p[(p.step == 2) & (p.worker == 1)]["bits_packed32"].sum()
     assert wb.loc[2, 1] == expect
-    assert (t.worker_bits("fp32").to_numpy() == 32 * 16).all()
+    assert (t.worker_bits("fp32").to_numpy() == 32 * 16 + 2 * 64).all()
     with pytest.raises(UnknownNameError, match="packed32"):
         t.worker_bits("bitmap")
 

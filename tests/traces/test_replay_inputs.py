@@ -37,7 +37,7 @@ def test_bytes_are_ceil_of_total_bits_over_8(tiny_trace):
 
 
 def test_encoding_selects_bits_column(tiny_trace):
-    si = step_inputs(tiny_trace, get_cluster("10GbE"), 2, encoding="coo64")
+    si = step_inputs(tiny_trace, get_cluster("10GbE"), 2, encoding="hand2x")
     assert si.rank_bytes[0].tolist() == [240, 480]
 
 

@@ -69,7 +69,9 @@ def test_the_sample_trace_is_valid(sample):
 def test_unknown_status(sample):
     t = _copy(sample)
     t["header"]["status"] = "paused"
-    assert _only(t, "") == "header status 'paused' is not one of running, complete, stopped"
+    assert _only(t, "") == (
+        "header field status: input should be 'running', 'complete' or 'stopped' (got 'paused')"
+    )
 
 
 def test_layers_not_indexed_in_order(sample):
@@ -81,7 +83,7 @@ def test_layers_not_indexed_in_order(sample):
 def test_layer_without_an_index(sample):
     t = _copy(sample)
     del t["header"]["layers"][1]["index"]
-    assert _only(t, "") == "header layers are not indexed 0..L-1 in order"
+    assert _only(t, "") == "header field layers[1].index: field required"
 
 
 def test_numel_differs_from_the_product_of_the_shape(sample):
@@ -110,7 +112,9 @@ def test_no_workers(sample):
     t = _copy(sample)
     t["header"]["workers"] = 0
     t["payloads"] = t["payloads"].iloc[0:0]
-    assert _only(t, "") == "header workers must be >= 1, got 0"
+    assert _only(t, "") == (
+        "header field workers: input should be greater than or equal to 1 (got 0)"
+    )
 
 
 def test_steps_recorded_differs_from_the_steps_table(sample):
@@ -397,7 +401,7 @@ def test_cli_rejects_a_trace_file_with_a_duplicate_payload_row(tmp_path, capsys)
     assert main(["trace", "validate", str(run)]) == 2
     err = capsys.readouterr().err
     assert "repeated (step, worker, layer)" in err and "Traceback" not in err
-    assert len(check_trace(read_trace(run))) == 1
+    assert len(check_trace(read_trace(run, check=False))) == 1
 
 
 def test_cli_rejects_a_header_whose_shape_disagrees_with_numel(tmp_path, capsys):

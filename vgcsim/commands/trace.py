@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from typing import Any
 
 from vgcsim.commands import add_set_option
@@ -146,15 +147,22 @@ def _render_info(info: dict[str, Any], with_layers: bool) -> str:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from vgcsim.core.errors import VgcsimError
     from vgcsim.traces.validate import validate_trace
 
+    invalid = 0  # every run is checked and reported; exit 2 when any is invalid
     for run_dir in args.run:
-        t = validate_trace(run_dir)
+        try:
+            t = validate_trace(run_dir)
+        except VgcsimError as exc:
+            print(f"vgcsim trace: error: {exc}", file=sys.stderr)
+            invalid += 1
+            continue
         note = "" if t.status == "complete" else f" (status {t.status}: a valid prefix)"
         print(
             f"{t.path}: valid — {t.steps_count} steps, {t.workers} workers, {len(t.layers)} layers{note}"
         )
-    return 0
+    return 2 if invalid else 0
 
 
 def _synth(args: argparse.Namespace) -> int:
