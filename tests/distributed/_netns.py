@@ -339,7 +339,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
                 return 1
             cmd = vgcsim_argv("validate", str(run), "--cluster", str(out / "cal.toml"))
             print(f"$ vgcsim {' '.join(cmd[3:])}", flush=True)
-            subprocess.run([*cmd, "--steps", "0", "--tolerance", args.tolerance])
+            subprocess.run([*cmd, "--show-steps", "0", "--tolerance", args.tolerance])
     for cluster in ("cal", "check"):
         cmd = vgcsim_argv(
             "validate",

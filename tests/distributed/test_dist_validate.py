@@ -57,7 +57,9 @@ def test_cli_writes_table_and_plot(tmp_path, capsys):
     out = tmp_path / "val"
     # 5 ms measured where the model says about 1 ms: the table and files are written, and the
     # verdict fails (exit 1) naming the collective.
-    assert main(["validate", str(run), "--cluster", "1GbE", "-o", str(out), "--steps", "3"]) == 1
+    assert (
+        main(["validate", str(run), "--cluster", "1GbE", "-o", str(out), "--show-steps", "3"]) == 1
+    )
     text = capsys.readouterr().out
     assert "FAIL: worst case allgatherv/padded mean over steps" in text
     assert "measured" in text and "predicted" in text and "simulated" in text

@@ -22,15 +22,21 @@ def add_set_option(
 
 
 def add_out_option(
-    parser: argparse.ArgumentParser, help: str, *, default: str | None = None, **kwargs: Any
+    parser: argparse.ArgumentParser,
+    help: str,
+    *,
+    default: str | None = None,
+    required: bool = True,
+    **kwargs: Any,
 ) -> None:
-    """``-o/--out`` (required unless a default is given) and ``--overwrite``."""
+    """``-o/--out`` (required unless a default is given or ``required=False``) and
+    ``--overwrite``."""
     if default is not None:
         help = f"{help} (default: {default})"
     parser.add_argument(
         "-o",
         "--out",
-        required=default is None,
+        required=required and default is None,
         default=default,
         metavar="PATH",
         help=help,

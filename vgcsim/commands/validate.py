@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vgcsim.commands import add_out_option
 from vgcsim.core.errors import ConfigError, TraceError
+from vgcsim.core.outdir import check_output, prepare_output
 
 HELP = "compare measured communication of a distributed run with the models and the simulator"
 
@@ -319,7 +321,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "measurement file (FILE.measurements.json)",
     )
     parser.add_argument("--cluster", required=True, help="cluster preset name or TOML file")
-    parser.add_argument("-o", "--out", type=Path, default=None, help="write CSVs and a plot here")
+    add_out_option(
+        parser,
+        "folder to write CSVs and a plot into (default: print only)",
+        required=False,
+        type=Path,
+    )
     parser.add_argument("--allreduce", default="ring", help="allreduce algorithm (dense runs)")
     parser.add_argument(
         "--allgatherv",
@@ -327,7 +334,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="allgatherv algorithm (default: what the run used: padded on gloo, ring on nccl)",
     )
     parser.add_argument("--no-simulate", action="store_true", help="closed-form models only")
-    parser.add_argument("--steps", type=int, default=10, help="per-step rows to print")
+    parser.add_argument(
+        "--show-steps",
+        type=int,
+        default=10,
+        metavar="N",
+        help="per-step rows to print (default 10)",
+    )
     parser.add_argument(
         "--tolerance",
         type=float,
@@ -385,8 +398,14 @@ def _run_measurements(args: argparse.Namespace) -> int:
             )
         )
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        df.to_csv(args.out / "validation_collectives.csv", index=False)
+        out = prepare_output(
+            args.out,
+            "vgcsim validate",
+            overwrite=args.overwrite,
+            files=["validation_collectives.csv"],
+        )
+        out.write("validation_collectives.csv", lambda p: df.to_csv(p, index=False))
+        out.commit()
         print(f"wrote {args.out / 'validation_collectives.csv'}")
     result = verdict(_collective_cases(df), args.tolerance)
     print(result.line())
@@ -401,8 +420,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.tolerance > 0:
         raise ConfigError(f"--tolerance must be positive, got {args.tolerance}")
-    if args.out is not None and args.out.exists() and not args.out.is_dir():
-        raise TraceError(f"-o {args.out}: exists and is not a folder")
+    if args.out is not None:
+        check_output(args.out, "vgcsim validate", overwrite=args.overwrite)
     if Path(args.run).is_file():
         return _run_measurements(args)
     trace = read_trace(args.run)
@@ -419,11 +438,13 @@ def run(args: argparse.Namespace) -> int:
     )
     with pd.option_context("display.width", 120, "display.max_columns", 20):
         print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-        if args.steps > 0:
+        if args.show_steps > 0:
             cols = ["step", "measured_s", "predicted_s", "simulated_s", "payload_bytes_max"]
             print()
             print(
-                df[cols].head(args.steps).to_string(index=False, float_format=lambda v: f"{v:.4g}")
+                df[cols]
+                .head(args.show_steps)
+                .to_string(index=False, float_format=lambda v: f"{v:.4g}")
             )
     if args.out is not None:
         import matplotlib
@@ -431,14 +452,20 @@ def run(args: argparse.Namespace) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        args.out.mkdir(parents=True, exist_ok=True)
-        df.to_csv(args.out / "validation.csv", index=False)
-        summary.to_csv(args.out / "validation_summary.csv", index=False)
+        out = prepare_output(
+            args.out,
+            "vgcsim validate",
+            overwrite=args.overwrite,
+            files=["validation.csv", "validation_summary.csv", "validation.png"],
+        )
+        out.write("validation.csv", lambda p: df.to_csv(p, index=False))
+        out.write("validation_summary.csv", lambda p: summary.to_csv(p, index=False))
         fig, ax = plt.subplots(figsize=(7, 3.5))
         plot_validation(df, ax)
         fig.tight_layout()
-        fig.savefig(args.out / "validation.png", dpi=120)
+        out.write("validation.png", lambda p: fig.savefig(p, dpi=120, format="png"))
         plt.close(fig)
+        out.commit()
         print(f"wrote {args.out / 'validation.csv'}, validation_summary.csv, validation.png")
     # The verdict is on the mean over steps: per-step times carry scheduling noise that a
     # model of the network does not claim to predict (the summary shows it).
