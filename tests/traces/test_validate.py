@@ -98,7 +98,7 @@ def test_info_json(synth_run, capsys):
     assert info["steps"] == 6 and info["workers"] == 2 and info["synthetic"] is True
     assert info["compression_ratio"]["packed32"] > 50
     assert len(info["per_layer"]) == 43
-    assert main(["trace", "info", str(synth_run), "--layers"]) == 0
+    assert main(["trace", "info", str(synth_run), "--per-layer"]) == 0
     assert "features.0.conv.weight" in capsys.readouterr().out
     assert trace_info(read_trace(synth_run))["density"] == pytest.approx(0.01, rel=0.3)
 

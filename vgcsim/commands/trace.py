@@ -8,7 +8,7 @@ import math
 import sys
 from typing import Any
 
-from vgcsim.commands import add_set_option
+from vgcsim.commands import add_out_option, add_set_option
 
 HELP = "inspect, validate or synthesise compression traces"
 
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     info.add_argument("run", metavar="RUN", help="trace run directory")
     info.add_argument("--json", action="store_true", help="print the summary as JSON")
-    info.add_argument("--layers", action="store_true", help="also list per-layer ratios")
+    info.add_argument("--per-layer", action="store_true", help="also list per-layer ratios")
 
     val = sub.add_parser(
         "validate", help="check schema version and invariants; exit 2 on any violation"
@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "e.g. --set density_model=exp_decay --set worker_cv=0.3."
         ),
     )
-    syn.add_argument("-o", "--out", required=True, help="output run directory")
+    add_out_option(syn, "output run directory")
     syn.add_argument("--layers", help="built-in layer list (resnet50, vgg_like) or JSON file")
     syn.add_argument("--workers", type=int, help="emulated workers W")
     syn.add_argument("--steps", type=int, help="steps to write")
@@ -51,7 +51,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     syn.add_argument("--seed", type=int, help="random seed")
     syn.add_argument("--config", help="TOML file with SynthConfig keys")
     add_set_option(syn)
-    syn.add_argument("--overwrite", action="store_true", help="replace an existing trace in --out")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,7 +69,7 @@ def _info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_strict(info), indent=2, default=_json_default, allow_nan=False))
         return 0
-    print(_render_info(info, with_layers=args.layers))
+    print(_render_info(info, with_layers=args.per_layer))
     return 0
 
 
