@@ -15,7 +15,7 @@ Frames returned by :func:`predict` and :func:`simulate` have exactly
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,9 +23,19 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from vgcsim.core.cluster import ClusterSpec
+    from vgcsim.simulator.call import CollectiveRun
     from vgcsim.traces.io import Trace
 
-__all__ = ["load_trace", "load_cluster", "record", "predict", "simulate", "save", "report"]
+__all__ = [
+    "load_trace",
+    "load_cluster",
+    "record",
+    "predict",
+    "simulate",
+    "save",
+    "report",
+    "collective",
+]
 
 
 def load_trace(trace: str | Path | Trace) -> Trace:
@@ -199,3 +209,68 @@ def report(
         overwrite,
         command="api.report",
     )
+
+
+def collective(
+    cluster: str | Path | Mapping[str, Any] | ClusterSpec,
+    key: str,
+    sizes_bytes: Sequence[float],
+    *,
+    engine: str = "model",
+    detail: bool = False,
+    mode: str = "fair",
+    semantics: str = "rendezvous",
+) -> float | CollectiveRun:
+    """Seconds of one collective call of per-rank sizes ``sizes_bytes`` on ``cluster``.
+
+    ``cluster``: a preset name (``"10GbE"``), a TOML file, a dict as a TOML file would hold
+    (``{"base": "10GbE", "topology": {"kind": "graph", ...}}``) or a ``ClusterSpec``; any
+    topology, a graph included. ``key``: one of ``vgcsim.core.collectives.COLLECTIVE_KEYS``
+    (``"allreduce/ring"``, ``"allgatherv/bruck"``, ...). ``sizes_bytes``: one size per rank,
+    so P = ``len(sizes_bytes)``; allreduce needs equal sizes.
+
+    ``engine="model"``: the closed form (:func:`vgcsim.models.collectives.collective_time_s`,
+    α-β-γ of the cluster's link on a non-blocking fabric; the topology is not priced).
+    ``engine="simulate"``: the message-level simulation on the cluster's topology
+    (:func:`vgcsim.simulator.call.simulate_collective`, ``mode`` and ``semantics`` of the
+    network). Returns the seconds as a float; with ``detail=True`` (simulate only) the
+    :class:`vgcsim.simulator.call.CollectiveRun`: ``time_s``, each rank's ``finish_s`` and
+    ``links``, a DataFrame of the bytes, busy seconds and utilization of every link used.
+    """
+    import numpy as np
+
+    from vgcsim.core.cluster import ClusterSpec, cluster_from_dict
+    from vgcsim.core.collectives import COLLECTIVE_KEYS
+    from vgcsim.core.errors import ConfigError, unknown_name
+
+    engines = ("model", "simulate")
+    if engine not in engines:
+        raise unknown_name("collective engine", str(engine), engines)
+    if key not in COLLECTIVE_KEYS:
+        raise unknown_name("collective", str(key), COLLECTIVE_KEYS)
+    if detail and engine != "simulate":
+        raise ConfigError("per-link detail comes from the simulator: use engine='simulate'")
+    if isinstance(cluster, Mapping):
+        spec = cluster_from_dict(cluster)
+    elif isinstance(cluster, ClusterSpec):
+        spec = cluster
+    else:
+        spec = load_cluster(cluster)
+    try:
+        sizes = np.asarray(sizes_bytes, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError("sizes_bytes must be numbers, one per rank") from None
+    if sizes.ndim != 1 or len(sizes) < 1:
+        raise ConfigError("sizes_bytes must be a non-empty list with one size per rank")
+    if not np.all(np.isfinite(sizes)) or np.any(sizes < 0):
+        raise ConfigError("sizes_bytes must be finite and >= 0")
+    if key.startswith("allreduce/") and np.any(sizes != sizes[0]):
+        raise ConfigError(f"{key} needs the same size on every rank")
+    if engine == "model":
+        from vgcsim.models.collectives import collective_time_s
+
+        return float(collective_time_s(key, sizes, spec))
+    from vgcsim.simulator.call import simulate_collective
+
+    run = simulate_collective(key, sizes, spec, mode=mode, semantics=semantics)
+    return run if detail else run.time_s

@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, str] = {
     "scenario": "scenario",
     "clusters": "clusters",
     "simulate": "simulate",
+    "collective": "collective",
     "sweep": "sweep",
     "report": "report",
     "calibrate": "calibrate",

@@ -1,0 +1,123 @@
+"""``vgcsim collective``: what one collective of given per-rank sizes costs on a cluster."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "price one collective call (closed form or simulation) for given per-rank sizes"
+
+
+def _sizes(text: str) -> list[float]:
+    """'4e6,4e6,1MiB' → bytes per rank (a number of bytes or a size such as 4MB, 1MiB)."""
+    from vgcsim.core.errors import ConfigError
+    from vgcsim.core.units import parse_size_bytes
+
+    try:
+        return [parse_size_bytes(v) for v in text.replace(",", " ").split()]
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "cluster", metavar="CLUSTER", help="cluster preset name (see `vgcsim clusters`) or TOML"
+    )
+    parser.add_argument(
+        "key", metavar="COLLECTIVE", help="e.g. allreduce/ring, allgatherv/bruck (op/algorithm)"
+    )
+    parser.add_argument(
+        "--sizes-bytes",
+        required=True,
+        type=_sizes,
+        metavar="LIST",
+        help="bytes per rank, comma-separated (one per rank: P = their count), e.g. "
+        "4e6,4e6,2MiB; with --world-size one size for every rank",
+    )
+    parser.add_argument(
+        "--world-size",
+        type=int,
+        metavar="P",
+        help="repeat a single --sizes-bytes value for P ranks",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("model", "simulate"),
+        default="model",
+        help="closed form (default) or message-level simulation on the cluster's topology",
+    )
+    parser.add_argument(
+        "--mode", default="fair", help="simulate: network sharing model (fair, fifo)"
+    )
+    parser.add_argument(
+        "--semantics",
+        default="rendezvous",
+        help="simulate: message matching (rendezvous, eager)",
+    )
+    parser.add_argument(
+        "-o",
+        "--out",
+        metavar="FILE",
+        help="also write a table (.csv, or .parquet): one row per link used (simulate) or "
+        "one row (model), with the call's collective, cluster, world_size, engine, time_s",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import pandas as pd
+
+    from vgcsim import api
+    from vgcsim.core.errors import ConfigError
+    from vgcsim.core.units import format_bytes, format_time
+
+    sizes = args.sizes_bytes
+    if args.world_size is not None:
+        if len(sizes) != 1 or args.world_size < 1:
+            raise ConfigError("--world-size P takes one --sizes-bytes value and P >= 1")
+        sizes = sizes * args.world_size
+    out = Path(args.out) if args.out else None
+    if out is not None and out.suffix.lower() not in (".csv", ".parquet"):
+        raise ConfigError(f"--out {out}: give a .csv or .parquet file")
+    simulate = args.engine == "simulate"
+    result = api.collective(
+        args.cluster,
+        args.key,
+        sizes,
+        engine=args.engine,
+        detail=simulate,
+        mode=args.mode,
+        semantics=args.semantics,
+    )
+    time_s = float(result)
+    print(
+        f"{args.key} on {args.cluster}, P = {len(sizes)}, {format_bytes(sum(sizes))} in all: "
+        f"{format_time(time_s)} ({args.engine}; time_s = {time_s:.9g})"
+    )
+    summary = {
+        "collective": args.key,
+        "cluster": args.cluster,
+        "world_size": len(sizes),
+        "engine": args.engine,
+        "time_s": time_s,
+    }
+    if simulate:
+        links = result.links.sort_values(["busy_s", "link"], ascending=[False, True])
+        for row in links.head(5).itertuples():
+            print(
+                f"  {row.link}: {format_bytes(row.bytes)}, busy {format_time(row.busy_s)} "
+                f"({row.utilization:.0%})"
+            )
+        if len(links) > 5:
+            print(f"  ... {len(links) - 5} more links (-o FILE writes all)")
+        table = links.assign(**summary)[[*summary, *links.columns]]
+    else:
+        table = pd.DataFrame([summary])
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.suffix.lower() == ".parquet":
+            table.to_parquet(out, index=False)
+        else:
+            table.to_csv(out, index=False)
+        print(f"wrote {out}")
+    return 0
