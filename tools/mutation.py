@@ -5,12 +5,24 @@ Usage (from the repository root)::
     python tools/mutation.py                 # every area of tools/mutation.toml
     python tools/mutation.py validate inputs # some areas
     python tools/mutation.py --list          # the areas and what they cover
+    python tools/mutation.py validate --mutants 'vgcsim.traces.validate.x_check_trace__*'
+                                             # only the mutants matching a glob (a quick check)
 
 ``make mutation`` and ``make mutation AREA=models`` call this. Each area runs in its own copy
 of the working tree (tracked and untracked, not ignored, files) under ``out/mutation/AREA/``
 so that the working tree is never mutated, with a ``setup.cfg`` ``[mutmut]`` section written
 from the area's entry in ``tools/mutation.toml``. mutmut itself runs at low CPU priority
-(``nice``). The score counts killed and timed-out mutants over all mutants less the argued
+(``nice``).
+
+The copy is laid out by import name: a stage folder installed as ``vgcsim.X`` (pyproject's
+``[tool.setuptools.package-dir]``, e.g. ``traces/`` -> ``vgcsim.traces``) is copied to
+``vgcsim/X/``. mutmut names each mutant after its file's path, so ``vgcsim/traces/replay.py``
+gives mutants of module ``vgcsim.traces.replay``, the name the tests import; and mutmut puts
+``mutants/`` first on ``sys.path``, where the path finder resolves ``vgcsim`` and every
+subpackage to the mutated copy before the editable install's finder (appended to
+``sys.meta_path``) could map them to the working tree. ``PYTHONPATH`` names the same folder so
+that test subprocesses (``python -m vgcsim ...``) import the mutated copy too. Before mutmut
+starts, a child interpreter checks that every ``vgcsim`` subpackage imports from the copy. The score counts killed and timed-out mutants over all mutants less the argued
 equivalents listed in the same file; surviving mutants that are not listed are printed with
 their diff, and the exit status is 1 when an area scores below the target.
 """
@@ -18,6 +30,7 @@ their diff, and the exit status is 1 when an area scores below the target.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -34,8 +47,9 @@ except ModuleNotFoundError:  # Python 3.10
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "tools" / "mutation.toml"
 OUT = ROOT / "out" / "mutation"
-#: packages copied next to the mutated ones so the copy imports nothing from the working tree
-PACKAGES = ("vgcsim", "traces", "models", "simulator", "reports")
+PYPROJECT = ROOT / "pyproject.toml"
+#: what mutmut's own run leaves at the top of a copy, never copied into ``mutants/`` again
+NOT_COPIED = ("mutants", "mutmut.log", "report.json", "setup.cfg")
 
 #: mutmut exit codes (mutmut.stats.status_by_exit_code) that count as a detected mutant
 DETECTED = ("killed", "timeout", "caught by type check", "segfault")
@@ -67,6 +81,28 @@ def load_config(path: Path = CONFIG) -> dict:
         return tomllib.load(f)
 
 
+def package_dirs(pyproject: Path = PYPROJECT) -> dict[str, str]:
+    """Repository folder -> folder in the copy, from ``[tool.setuptools.package-dir]``:
+    ``{"traces": "vgcsim/traces", ...}`` (folders installed under their own name are left out)."""
+    with pyproject.open("rb") as f:
+        mapping = tomllib.load(f).get("tool", {}).get("setuptools", {}).get("package-dir", {})
+    out = {}
+    for name, folder in mapping.items():
+        target = name.replace(".", "/")
+        if folder.strip("/") != target:
+            out[folder.strip("/")] = target
+    return out
+
+
+def copy_path(rel: str, dirs: dict[str, str]) -> str:
+    """Where repository path ``rel`` lies in the copy (``traces/replay.py`` ->
+    ``vgcsim/traces/replay.py``); paths outside a remapped folder keep their place."""
+    for folder in sorted(dirs, key=len, reverse=True):
+        if rel == folder or rel.startswith(folder + "/"):
+            return dirs[folder] + rel[len(folder) :]
+    return rel
+
+
 def _tree_files() -> list[str]:
     out = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"],
@@ -77,22 +113,26 @@ def _tree_files() -> list[str]:
     return [p for p in out.split("\0") if p and (ROOT / p).is_file()]
 
 
-def _copy_tree(dest: Path) -> None:
+def _copy_tree(dest: Path, dirs: dict[str, str]) -> None:
     if dest.exists():
         shutil.rmtree(dest)
     for rel in _tree_files():
-        target = dest / rel
+        target = dest / copy_path(rel, dirs)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, target)
 
 
-def _setup_cfg(area: dict, settings: dict) -> str:
+def _setup_cfg(area: dict, settings: dict, dirs: dict[str, str], top: list[str]) -> str:
+    """The ``[mutmut]`` section: the area's paths as they lie in the copy, and every other
+    top-level entry of the copy (the whole ``vgcsim`` package, tests, data, benchmarks) copied
+    into ``mutants/`` so that the mutated tree imports and reads nothing outside it."""
+
     def block(key: str, values: list[str]) -> str:
         return f"{key} =\n" + "".join(f"    {v}\n" for v in values)
 
     text = "[mutmut]\n"
-    text += block("source_paths", area["paths"])
-    text += block("also_copy", [p for p in PACKAGES])
+    text += block("source_paths", [copy_path(p, dirs) for p in area["paths"]])
+    text += block("also_copy", [p for p in top if p not in NOT_COPIED])
     text += block("pytest_add_cli_args", settings.get("pytest_args", []))
     text += block("pytest_add_cli_args_test_selection", area["tests"])
     if "process_isolation" in area:
@@ -116,20 +156,24 @@ def _diff_lines(diff: str) -> tuple[str, str]:
 
 
 def _module_of(mutant: str) -> str:
-    """``vgcsim.traces.extrapolate.x_rank_workers__mutmut_3`` -> ``vgcsim.traces.extrapolate``."""
+    """``vgcsim.traces.extrapolate.x_rank_workers__mutmut_3`` -> ``vgcsim.traces.extrapolate``
+    (mutants are named by import name: the copy is laid out by it)."""
     head = mutant.split("__mutmut_")[0]
     parts = head.split(".")
     # drop the mangled function (x_name, or xǁClassǁmethod for methods)
     return ".".join(parts[:-1])
 
 
-def _statuses(copy: Path) -> dict[str, str]:
+def _statuses(copy: Path, only: list[str] | None = None) -> dict[str, str]:
+    """Status of every mutant of the last run (``only``: those matching one of these globs)."""
     from mutmut.stats import status_by_exit_code
 
     out: dict[str, str] = {}
     for meta in sorted((copy / "mutants").rglob("*.meta")):
         data = json.loads(meta.read_text())
         for name, code in data.get("exit_code_by_key", {}).items():
+            if only and not any(fnmatch.fnmatchcase(name, g) for g in only):
+                continue
             out[name] = status_by_exit_code[code]
     return out
 
@@ -142,24 +186,70 @@ def run_area(
     nice: int,
     jobs: int,
     rerun: bool = True,
+    only: list[str] | None = None,
 ):
     copy = OUT / name
     if rerun:
-        _mutate(name, area, settings, copy, nice, jobs)
+        _mutate(name, area, settings, copy, nice, jobs, only)
     elif not (copy / "mutants").is_dir():
         raise SystemExit(
             f"[{name}] no earlier run in {copy.relative_to(ROOT)}: run without --report"
         )
-    return _classify(name, copy, equivalents)
+    return _classify(name, copy, equivalents, only)
 
 
-def _mutate(name: str, area: dict, settings: dict, copy: Path, nice: int, jobs: int) -> None:
-    _copy_tree(copy)
+def _run_env(tree: Path) -> dict[str, str]:
+    """The environment of a run on ``tree``: ``PYTHONPATH`` is that tree alone."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(tree)
+    return env
+
+
+def check_imports_from(tree: Path, dirs: dict[str, str]) -> None:
+    """Fail unless a fresh interpreter with ``tree`` first on its path imports ``vgcsim`` and
+    every remapped subpackage from ``tree`` (not from the editable install's folders)."""
+    names = ["vgcsim", *sorted(d.replace("/", ".") for d in dirs.values())]
+    code = "import importlib, json; print(json.dumps({n: importlib.import_module(n).__file__ for n in %r}))"
+    out = subprocess.run(
+        [sys.executable, "-c", code % names],
+        cwd=tree,
+        env={**_run_env(tree), "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"cannot import the copy in {tree}: {out.stderr.strip().splitlines()[-1]}")
+    files = json.loads(out.stdout)
+    outside = {n: f for n, f in files.items() if not Path(f).resolve().is_relative_to(tree)}
+    if outside:
+        raise SystemExit(
+            f"the copy in {tree} is not what the tests would import: "
+            + ", ".join(f"{n} from {f}" for n, f in outside.items())
+        )
+
+
+def _mutate(
+    name: str,
+    area: dict,
+    settings: dict,
+    copy: Path,
+    nice: int,
+    jobs: int,
+    only: list[str] | None = None,
+) -> None:
+    dirs = package_dirs()
+    _copy_tree(copy, dirs)
     if "mutmut" in tomllib.loads((copy / "pyproject.toml").read_text()).get("tool", {}):
         raise SystemExit(
             "pyproject.toml must not hold [tool.mutmut]: areas live in tools/mutation.toml"
         )
-    (copy / "setup.cfg").write_text(_setup_cfg(area, settings))
+    check_imports_from(copy.resolve(), dirs)
+    top = sorted(p.name for p in copy.iterdir() if not p.name.startswith("."))
+    (copy / "setup.cfg").write_text(_setup_cfg(area, settings, dirs, top))
+    # It must exist before mutmut starts: Python caches a missing sys.path folder as holding
+    # nothing, and mutmut's own entry for it would then be skipped, falling back to the
+    # editable install (the working tree, unmutated).
+    (copy / "mutants").mkdir()
     log = copy / "mutmut.log"
     cmd = [
         "nice",
@@ -171,20 +261,23 @@ def _mutate(name: str, area: dict, settings: dict, copy: Path, nice: int, jobs: 
         "run",
         "--max-children",
         str(jobs),
+        *(only or []),
     ]
     print(f"[{name}] mutating {', '.join(area['paths'])} against {', '.join(area['tests'])}")
     print(f"[{name}] {' '.join(cmd[3:])} in {copy.relative_to(ROOT)} (log: mutmut.log)", flush=True)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = _run_env((copy / "mutants").resolve())
     with log.open("w") as fh:
         rc = subprocess.run(cmd, cwd=copy, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
-    if rc != 0 or not _statuses(copy):
+    if rc != 0 or not _statuses(copy, only):
         tail = log.read_text(errors="replace")[-3000:].replace("\r", "\n")
         raise SystemExit(f"[{name}] mutmut failed (exit {rc}); end of its log:\n{tail}")
 
 
-def _classify(name: str, copy: Path, equivalents: list[dict]) -> AreaResult:
+def _classify(
+    name: str, copy: Path, equivalents: list[dict], only: list[str] | None = None
+) -> AreaResult:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    statuses = _statuses(copy)
+    statuses = _statuses(copy, only)
     result = AreaResult(name)
     for status in statuses.values():
         result.counts[status] = result.counts.get(status, 0) + 1
@@ -210,6 +303,7 @@ def _classify(name: str, copy: Path, equivalents: list[dict]) -> AreaResult:
         "equivalent": result.equivalent,
         "survivors": [s for s, _ in result.survivors],
         "score_percent": result.score,
+        "only": only or [],
     }
     (copy / "report.json").write_text(json.dumps(report, indent=2))
     return result
@@ -227,6 +321,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="do not run mutmut again: classify the last run of each area (after editing the "
         "equivalents of tools/mutation.toml)",
+    )
+    ap.add_argument(
+        "--mutants",
+        nargs="+",
+        metavar="GLOB",
+        default=None,
+        help="run (and count) only the mutants whose names match these globs, e.g. "
+        "'vgcsim.traces.validate.x_check_trace__*'",
     )
     args = ap.parse_args(argv)
     cfg = load_config()
@@ -252,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
             args.nice,
             args.jobs,
             rerun=not args.report,
+            only=args.mutants,
         )
         for n in (args.areas or list(areas))
     ]
@@ -274,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         ok &= r.score >= target
     print(f"target: {target:.0f} % per area")
+    if args.mutants:
+        print(f"(counted: only the mutants matching {' '.join(args.mutants)})")
     return 0 if ok else 1
 
 
