@@ -49,6 +49,7 @@ from vgcsim.traces.reading import (
 from vgcsim.traces.validate import check_trace
 
 from vgcsim.core.errors import TraceError
+from vgcsim.core.outdir import is_trace_dir
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +251,11 @@ class TraceWriter:
                     raise TraceError(
                         f"output directory {self.run_dir} is not empty; "
                         "choose another -o or pass --overwrite"
+                    )
+                if not is_trace_dir(self.run_dir):  # --overwrite replaces a trace, nothing else
+                    raise TraceError(
+                        f"{self.run_dir} is not a vgcsim trace folder (no trace header.json); "
+                        "--overwrite replaces only a trace's files: choose another -o"
                     )
                 _clear_run_dir(self.run_dir)
         created = not self.run_dir.exists()

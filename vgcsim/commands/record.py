@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from vgcsim.commands import add_set_option
+from vgcsim.commands import add_out_option, add_set_option
 
 if TYPE_CHECKING:
     from vgcsim.traces.training.record_config import RecordConfig
@@ -35,9 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = _EPILOG.format(keys="\n  ".join(valid_keys(RecordConfig)))
-    parser.add_argument(
-        "-o", "--out", default="runs/record", help="output run directory (default: runs/record)"
-    )
+    add_out_option(parser, "output run directory", default="runs/record")
     parser.add_argument("--config", help="TOML file with RecordConfig keys")
     add_set_option(parser)
     parser.add_argument(
@@ -55,9 +53,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where emulated workers run forward, backward and the variance estimate: cpu "
         "(default), cuda, or auto (cuda when torch sees a GPU); compression stays on the CPU. "
         "A torch.distributed backend decides its own device (gloo: cpu, nccl: cuda)",
-    )
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace an existing trace in --out"
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar (for CI)")
     parser.add_argument(
