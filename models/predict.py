@@ -330,37 +330,10 @@ def options_dict(opts: PredictOptions) -> dict[str, Any]:
 
 
 def parse_world_sizes(text: str) -> tuple[int, ...]:
-    """``"2,4,...,1024"`` (doubling), ``"10,20,...,100"`` (arithmetic), or a plain list.
+    """World sizes in the one syntax every command reads (:mod:`vgcsim.core.worldsizes`)."""
+    from vgcsim.core.worldsizes import parse_world_sizes as parse
 
-    An ellipsis continues the doubling when the first two terms double and the last term is
-    reached that way; otherwise it continues the arithmetic progression.
-    """
-    parts = [x.strip() for x in text.split(",") if x.strip()]
-    try:
-        if "..." in parts:
-            i = parts.index("...")
-            if i < 2 or i != len(parts) - 2:
-                raise ConfigError(f"world sizes {text!r}: write 'a,b,...,z' (two terms, ..., last)")
-            head = [int(x) for x in parts[:i]]
-            last = int(parts[-1])
-            a, b = head[-2], head[-1]
-            out = head[:-2]
-            if a >= 1 and b == 2 * a and last >= a and (last / a) == 2 ** round(np.log2(last / a)):
-                out += [a * 2**k for k in range(round(np.log2(last / a)) + 1)]
-            elif b > a and (last - a) % (b - a) == 0 and last >= a:
-                out += list(range(a, last + 1, b - a))
-            else:
-                raise ConfigError(
-                    f"world sizes {text!r}: the last term is not reached from {a},{b}"
-                )
-            values = out
-        else:
-            values = [int(x) for x in parts]
-    except ValueError:
-        raise ConfigError(f"world sizes {text!r}: expected integers like 2,4,...,1024") from None
-    if not values or any(v < 1 for v in values):
-        raise ConfigError(f"world sizes {text!r}: need integers >= 1")
-    return tuple(values)
+    return parse(text)
 
 
 def parse_algorithms(text: str, op: str) -> tuple[str, ...]:

@@ -103,7 +103,7 @@ def test_cli_end_to_end_on_synthetic_resnet50(tmp_path, capsys):
             "--cluster",
             "10GbE",
             "--world-sizes",
-            "2,4,...,1024",
+            "2:1024:x2",
             "--allgatherv",
             "all",
             "--extrapolation",
@@ -178,10 +178,10 @@ def test_cli_user_errors_exit_2(tmp_path, tiny_trace_dir, capsys):
 
 
 def test_world_size_parsing():
-    assert parse_world_sizes("2,4,...,1024") == tuple(2**k for k in range(1, 11))
+    assert parse_world_sizes("2:1024:x2") == tuple(2**k for k in range(1, 11))
     assert parse_world_sizes("10,20,...,50") == (10, 20, 30, 40, 50)
     assert parse_world_sizes("1,3,8") == (1, 3, 8)
-    for bad in ["", "0,2", "a,b", "2,4,...", "2,4,...,1001"]:
+    for bad in ["", "0,2", "a,b", "2,4,...", "2,4,...,1001", "2,4,...,1024"]:
         with pytest.raises(ConfigError):
             parse_world_sizes(bad)
     assert parse_algorithms("all", "allreduce") == ALLREDUCE_ALGORITHMS
