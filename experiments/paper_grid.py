@@ -1,7 +1,7 @@
 """The paper's grid (Tsuzuku et al. 2018, Table 1) on our offline workload, as one script.
 
 ``python experiments/paper_grid.py [--steps N] [--out runs/paper_grid] [--set KEY=VALUE]
-[--methods LABEL,...] [--optimizers NAME,...] [--table docs/paper_grid.md]`` records every
+[--methods SLUG,...] [--optimizers NAME,...] [--table docs/paper_grid.md]`` records every
 method of the grid with Adam and with momentum SGD, then writes a markdown table of final
 test accuracy, compression ratio (dense fp32 bits / sent bits under each trace's primary
 encoding, over the whole run and over its last 20 % of steps) and density beside the
@@ -11,8 +11,9 @@ Methods: dense; variance α ∈ {1, 1.5, 2} (the default reading: after_send "re
 below_floor "keep", variance_scale "batch_mean") and, at α = 2, each alternative reading
 alone (error_feedback, floor, per_sample) and the earlier rule (error_feedback + floor);
 Strom τ ∈ {0.001, 0.01, 0.1}; hybrid τ ∈ {0.01, 0.1} with α = 2; QSGD 2 bit d = 128,
-3 bit d = 512, 4 bit d = 512. ``--methods`` and ``--optimizers`` pick a subset (labels as
-in the table, comma-separated).
+3 bit d = 512, 4 bit d = 512. ``--methods`` and ``--optimizers`` pick a subset (comma-separated;
+a method by its slug, the label in lower case without spaces: ``variance_alpha1.5``,
+``strom_tau0.01``, ``hybrid_alpha2_tau0.1``, ``qsgd_2_bit_d128``; its run folder has that name).
 
 Settling: the last 20 % of steps are split into two halves; the trace counts as settled
 when the two halves' densities differ by under 10 % (``drift_last20`` is that relative
@@ -32,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 from vgcsim.traces import schema
 from vgcsim.traces.io import read_trace
+from vgcsim.traces.labels import method_label, slug
 from vgcsim.traces.paper import PAPER_TABLE1
 from vgcsim.traces.training.record import RecordConfig, record
 from vgcsim.traces.validate import compression_ratios
@@ -44,40 +46,41 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Method:
-    """One row of the grid: a label, a compressor and its hyperparameters."""
+    """One row of the grid: a compressor and its hyperparameters, named by its method label
+    (:func:`vgcsim.traces.labels.method_label`, as in reports and the paper's table)."""
 
-    label: str
     compressor: str
     params: tuple[tuple[str, float | int | str], ...] = ()
 
+    @property
+    def label(self) -> str:
+        return method_label(self.compressor, dict(self.params))
+
+    @property
+    def slug(self) -> str:
+        """The run folder's name and the ``--methods`` name, e.g. ``hybrid_alpha2_tau0.1``."""
+        return slug(self.label)
+
 
 METHODS: tuple[Method, ...] = (
-    Method("dense", "dense"),
-    Method("variance α=1", "variance", (("alpha", 1.0),)),
-    Method("variance α=1.5", "variance", (("alpha", 1.5),)),
-    Method("variance α=2", "variance", (("alpha", 2.0),)),
+    Method("dense"),
+    Method("variance", (("alpha", 1.0),)),
+    Method("variance", (("alpha", 1.5),)),
+    Method("variance", (("alpha", 2.0),)),
+    Method("variance", (("alpha", 2.0), ("after_send", "error_feedback"))),
+    Method("variance", (("alpha", 2.0), ("below_floor", "floor"))),
+    Method("variance", (("alpha", 2.0), ("variance_scale", "per_sample"))),
     Method(
-        "variance α=2 error_feedback",
-        "variance",
-        (("alpha", 2.0), ("after_send", "error_feedback")),
+        "variance", (("alpha", 2.0), ("after_send", "error_feedback"), ("below_floor", "floor"))
     ),
-    Method("variance α=2 floor", "variance", (("alpha", 2.0), ("below_floor", "floor"))),
-    Method(
-        "variance α=2 per_sample", "variance", (("alpha", 2.0), ("variance_scale", "per_sample"))
-    ),
-    Method(
-        "variance α=2 error_feedback+floor",
-        "variance",
-        (("alpha", 2.0), ("after_send", "error_feedback"), ("below_floor", "floor")),
-    ),
-    Method("strom τ=0.001", "strom", (("tau", 0.001),)),
-    Method("strom τ=0.01", "strom", (("tau", 0.01),)),
-    Method("strom τ=0.1", "strom", (("tau", 0.1),)),
-    Method("hybrid τ=0.01", "hybrid", (("tau", 0.01), ("alpha", 2.0))),
-    Method("hybrid τ=0.1", "hybrid", (("tau", 0.1), ("alpha", 2.0))),
-    Method("qsgd 2bit d=128", "qsgd", (("bits", 2), ("bucket_size", 128))),
-    Method("qsgd 3bit d=512", "qsgd", (("bits", 3), ("bucket_size", 512))),
-    Method("qsgd 4bit d=512", "qsgd", (("bits", 4), ("bucket_size", 512))),
+    Method("strom", (("tau", 0.001),)),
+    Method("strom", (("tau", 0.01),)),
+    Method("strom", (("tau", 0.1),)),
+    Method("hybrid", (("tau", 0.01), ("alpha", 2.0))),
+    Method("hybrid", (("tau", 0.1), ("alpha", 2.0))),
+    Method("qsgd", (("bits", 2), ("bucket_size", 128))),
+    Method("qsgd", (("bits", 3), ("bucket_size", 512))),
+    Method("qsgd", (("bits", 4), ("bucket_size", 512))),
 )
 
 #: optimizer label -> overrides. Momentum SGD uses a larger base learning rate, as usual.
@@ -91,16 +94,6 @@ PAPER_CIFAR10 = PAPER_TABLE1
 #: Relative change between the two halves of the last 20 % of steps under which a trace's
 #: density counts as settled.
 SETTLED_DRIFT = 0.10
-
-
-def _slug(label: str) -> str:
-    return (
-        label.replace(" ", "_")
-        .replace("τ=", "tau")
-        .replace("α=", "alpha")
-        .replace("=", "")
-        .replace("+", "_")
-    )
 
 
 def select(names: str | None, valid: Sequence[str], what: str) -> list[str]:
@@ -139,7 +132,7 @@ def run_grid(
     rows = []
     for optimizer in optimizers:
         for method in methods:
-            run_dir = out / optimizer / _slug(method.label)
+            run_dir = out / optimizer / method.slug
             cfg = method_config(base, method, optimizer)
             status = _status(run_dir)
             if status != "complete":
@@ -258,7 +251,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override for every cell"
     )
-    parser.add_argument("--methods", help="comma-separated method labels (default: all)")
+    parser.add_argument(
+        "--methods", help="comma-separated method slugs, e.g. strom_tau0.01 (default: all)"
+    )
     parser.add_argument("--optimizers", help="comma-separated optimizers (default: all)")
     parser.add_argument("--table", help="write the markdown table to this file")
     parser.add_argument("-q", "--quiet", action="store_true")
@@ -266,8 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     try:
         base = apply_overrides(RecordConfig(), [f"steps={args.steps}", "eval_every=0", *args.set])
-        by_label = {m.label: m for m in METHODS}
-        methods = [by_label[m] for m in select(args.methods, list(by_label), "method")]
+        by_slug = {m.slug: m for m in METHODS}
+        methods = [by_slug[m] for m in select(args.methods, list(by_slug), "method")]
         optimizers = select(args.optimizers, list(OPTIMIZERS), "optimizer")
     except VgcsimError as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")

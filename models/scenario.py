@@ -28,6 +28,7 @@ from vgcsim.models.crossover import crossover_ratio
 from vgcsim.models.iteration import StepBreakdown
 from vgcsim.models.predict import frame_from_rows, rows_for
 from vgcsim.traces.devicecost import compute_time_s
+from vgcsim.traces.labels import method_label
 from vgcsim.traces.paper import paper_ratio
 
 from vgcsim.core.cluster import CLUSTER_PRESETS, get_cluster, get_device
@@ -108,28 +109,19 @@ NETS: dict[str, Callable[[], NetSpec]] = {"resnet50": _resnet50, "vgg_like": _vg
 
 _PAPER = "Tsuzuku, Imachi & Akiba 2018, table of compression ratios"
 
+
+def _paper_method(compressor: str, params: dict[str, float], what: str) -> Method:
+    """A method at the paper's Adam compression ratio, named by its method label."""
+    label = method_label(compressor, params)
+    return Method(
+        label, compressor, paper_ratio("adam", label), "paper-ratio", f"{_PAPER} ({what})"
+    )
+
+
 PAPER_METHODS: tuple[Method, ...] = (
-    Method(
-        "variance α=2",
-        "variance",
-        paper_ratio("adam", "variance α=2"),
-        "paper-ratio",
-        f"{_PAPER} (variance-based, α=2, Adam)",
-    ),
-    Method(
-        "hybrid τ=0.1",
-        "hybrid",
-        paper_ratio("adam", "hybrid τ=0.1"),
-        "paper-ratio",
-        f"{_PAPER} (hybrid, τ=0.1)",
-    ),
-    Method(
-        "QSGD 2 bit",
-        "qsgd",
-        paper_ratio("adam", "qsgd 2bit d=128"),
-        "paper-ratio",
-        f"{_PAPER} (QSGD, 2 bit)",
-    ),
+    _paper_method("variance", {"alpha": 2}, "variance-based, α=2, Adam"),
+    _paper_method("hybrid", {"alpha": 2, "tau": 0.1}, "hybrid, τ=0.1"),
+    _paper_method("qsgd", {"bits": 2, "bucket_size": 128}, "QSGD, 2 bit"),
 )
 
 
@@ -168,6 +160,10 @@ class PaperScenarioConfig:
             raise ConfigError("batch_size_per_worker must be >= 1 and codec_s a finite number >= 0")
 
 
+def _compressor_params(trace: Any) -> dict[str, Any]:
+    return dict((trace.header.get("compressor") or {}).get("params") or {})
+
+
 def method_from_trace(trace: Any, encoding: str | None = None) -> Method:
     """A method whose ratio is measured from a recorded trace: dense bits per worker per step
     ÷ mean bits a worker sends per step under ``encoding`` (default: primary)."""
@@ -178,7 +174,7 @@ def method_from_trace(trace: Any, encoding: str | None = None) -> Method:
         raise ConfigError(f"trace {trace.name} sends no bits; cannot derive a compression ratio")
     ratio = trace.dense_bits_per_worker() / mean_bits
     return Method(
-        label=f"{trace.compressor} ({trace.name})",
+        label=f"{method_label(trace.compressor, _compressor_params(trace))} ({trace.name})",
         compressor=trace.compressor,
         ratio=ratio,
         encoding=enc,

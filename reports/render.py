@@ -30,6 +30,7 @@ from typing import Any
 
 import pandas as pd
 from vgcsim.reports import tables
+from vgcsim.traces.labels import method_label
 from vgcsim.traces.schema import HEADER_FILE
 
 from vgcsim.core.errors import ResultsError, TraceError
@@ -91,7 +92,7 @@ class Report:
 def _label_from_header(header: dict[str, Any]) -> str:
     comp = header.get("compressor") or {}
     if isinstance(comp, dict):
-        return tables.method_label(str(comp.get("name", "?")), comp.get("params"))
+        return method_label(str(comp.get("name", "?")), comp.get("params"))
     return str(comp)
 
 
@@ -127,7 +128,7 @@ def load_inputs(
             comp = entry.get("compressor")
             if isinstance(comp, dict):
                 labels.setdefault(
-                    name, tables.method_label(comp.get("name", "?"), comp.get("params"))
+                    name, method_label(comp.get("name", "?"), comp.get("params"))
                 )
                 continue
             tpath = Path(str(entry.get("path", "")))

@@ -605,57 +605,6 @@ def accuracy_curves(evals_by_trace: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def _num(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-#: How each compressor is named in reports: the hyperparameters a reader compares by.
-#: Readings of the variance/hybrid post-send rule and their defaults: a trace recorded under
-#: another reading names it in its label, so two traces differing only in reading stay apart.
-READING_DEFAULTS = {
-    "after_send": "reset",
-    "below_floor": "keep",
-    "variance_scale": "batch_mean",
-    "variance": "sqsum",
-}
-
-
-def _reading(p: Mapping[str, Any]) -> str:
-    """`` (error_feedback, floor)`` for the non-default readings present in ``p``, else ``""``."""
-    other = [str(p[k]) for k, d in READING_DEFAULTS.items() if k in p and p[k] != d]
-    return f" ({', '.join(other)})" if other else ""
-
-
-LABEL_FORMATS: dict[str, Any] = {
-    "dense": lambda p: (
-        "dense" if p.get("precision", "fp32") == "fp32" else f"dense {p['precision']}"
-    ),
-    "variance": lambda p: f"variance α={_num(p.get('alpha', '?'))}{_reading(p)}",
-    "strom": lambda p: f"Strom τ={_num(p.get('tau', '?'))}",
-    "hybrid": lambda p: (
-        f"hybrid α={_num(p.get('alpha', '?'))}, τ={_num(p.get('tau', '?'))}{_reading(p)}"
-    ),
-    "qsgd": lambda p: f"QSGD {p.get('bits', '?')} bit, d={p.get('bucket_size', '?')}",
-}
-
-
-def method_label(name: str, params: Mapping[str, Any] | None) -> str:
-    """Human label of a compressor and its key hyperparameters, e.g. "variance α=2".
-
-    Compressors without an entry in :data:`LABEL_FORMATS` show up to two scalar
-    hyperparameters.
-    """
-    params = dict(params or {})
-    if name in LABEL_FORMATS:
-        return LABEL_FORMATS[name](params)
-    shown = [
-        f"{k}={_num(v)}" for k, v in sorted(params.items()) if isinstance(v, (int, float, str))
-    ][:2]
-    return f"{name} {', '.join(shown)}" if shown else name
-
-
 # --- time to accuracy -------------------------------------------------------------------
 
 TIME_TO_ACCURACY_COLUMNS = (

@@ -33,8 +33,8 @@ def small():
 def test_paper_ratios():
     assert {m.label: m.ratio for m in PAPER_METHODS} == {
         "variance α=2": 913.4,
-        "hybrid τ=0.1": 12822.4,
-        "QSGD 2 bit": 12.3,
+        "hybrid α=2, τ=0.1": 12822.4,
+        "QSGD 2 bit, d=128": 12.3,
     }
 
 
@@ -65,7 +65,7 @@ def test_numbers_by_hand(small):
 def test_compression_pays_less_as_p_grows(small):
     _, df, _ = small
     best = best_rows(df)
-    q = best[(best.compressor == "QSGD 2 bit") & (best.cluster == "10GbE")].sort_values(
+    q = best[(best.compressor == "QSGD 2 bit, d=128") & (best.cluster == "10GbE")].sort_values(
         "world_size"
     )
     assert q.speedup_vs_dense.iloc[0] > 1 > q.speedup_vs_dense.iloc[-1]
@@ -97,7 +97,7 @@ def test_markdown_has_the_tables(small):
     assert "`vgcsim scenario paper -o out`" in text
     assert "### Speedup of compressed over dense step time" in text
     assert "### Where compression stops paying" in text
-    assert "| 10GbE | QSGD 2 bit |" in text
+    assert "| 10GbE | QSGD 2 bit, d=128 |" in text
 
 
 def test_ratio_from_a_trace(tiny_trace):
@@ -137,7 +137,7 @@ def test_cli(tmp_path, tiny_trace_dir, capsys):
     assert rc == 0
     df, header = read_results(out)
     assert set(df.world_size) == {2, 8} and set(df.cluster) == {"IB-FDR56"}
-    assert "variance (tiny)" in set(df.compressor)
+    assert "variance α=2 (tiny)" in set(df.compressor)
     assert (
         (out / "scenario.md").read_text().startswith("# Dense allreduce vs compressed allgatherv")
     )

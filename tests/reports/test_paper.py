@@ -17,13 +17,15 @@ from vgcsim.reports.paper import PAPER_TABLE1, paper_frame, paper_key
         ("variance", {"alpha": 2.0, "after_send": "reset", "below_floor": "keep"}, "variance α=2"),
         ("variance", {"alpha": 2.0, "after_send": "error_feedback"}, None),
         ("hybrid", {"alpha": 2.0, "tau": 0.1, "below_floor": "floor"}, None),
-        ("strom", {"tau": 0.001}, "strom τ=0.001"),
-        ("hybrid", {"alpha": 2.0, "tau": 0.1}, "hybrid τ=0.1"),
+        ("strom", {"tau": 0.001}, "Strom τ=0.001"),
+        ("hybrid", {"alpha": 2.0, "tau": 0.1}, "hybrid α=2, τ=0.1"),
         ("hybrid", {"alpha": 1.0, "tau": 0.1}, None),
-        ("qsgd", {"bits": 2, "bucket_size": 128, "levels": 0}, "qsgd 2bit d=128"),
+        ("qsgd", {"bits": 2, "bucket_size": 128, "levels": 0}, "QSGD 2 bit, d=128"),
         ("dense", {"precision": "fp32"}, "dense"),
         ("dense", {"precision": "fp16"}, None),
         ("topk", {"k": 0.01}, None),
+        ("variance", {"alpha": 2.0, "variance": "centered"}, None),
+        ("variance", {"alpha": 3.0}, None),
     ],
 )
 def test_paper_key(compressor, params, key):

@@ -184,32 +184,6 @@ def test_method_table_relative_to_dense():
     assert v.acc_vs_dense == pytest.approx(-0.02)
 
 
-@pytest.mark.parametrize(
-    ("name", "params", "label"),
-    [
-        ("variance", {"alpha": 2.0, "zeta": 0.999, "rounding": "nearest"}, "variance α=2"),
-        # the default reading is not named; another one is, so the two stay apart
-        ("variance", {"alpha": 2, "after_send": "reset", "below_floor": "keep"}, "variance α=2"),
-        (
-            "variance",
-            {"alpha": 2, "after_send": "error_feedback", "below_floor": "floor"},
-            "variance α=2 (error_feedback, floor)",
-        ),
-        (
-            "hybrid",
-            {"alpha": 1, "tau": 0.01, "variance_scale": "per_sample"},
-            "hybrid α=1, τ=0.01 (per_sample)",
-        ),
-        ("strom", {"tau": 0.01}, "Strom τ=0.01"),
-        ("qsgd", {"bits": 2, "bucket_size": 128, "levels": 0}, "QSGD 2 bit, d=128"),
-        ("dense", {"precision": "fp32"}, "dense"),
-        ("topk", {"k": 0.01, "x": [1]}, "topk k=0.01"),
-    ],
-)
-def test_method_label(name, params, label):
-    assert tables.method_label(name, params) == label
-
-
 def test_speedup_matrix_prefers_simulated_and_orders_slow_links_first(results):
     wi = tables.what_if(results, LABELS)
     m = tables.speedup_matrix(wi)

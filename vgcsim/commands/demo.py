@@ -347,7 +347,8 @@ def demo_headline(traces: dict[str, Any], methods: tuple[str, ...] | list[str]) 
     variance_scale=batch_mean; density 2.1 % over all steps, 1.2 % over the last 20 %)
     97.9 %, …"
     """
-    from vgcsim.reports.tables import final_accuracy, method_label
+    from vgcsim.reports.tables import final_accuracy
+    from vgcsim.traces.labels import method_label
 
     first = traces[methods[0]]
     config = first.header.get("config") or {}

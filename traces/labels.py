@@ -1,0 +1,75 @@
+"""Method labels: the one name of a compressor configuration that every stage shows.
+
+A label names a compressor and the hyperparameters a reader compares by ("variance α=2",
+"Strom τ=0.01", "hybrid α=2, τ=0.1", "QSGD 2 bit, d=128", "dense"). Reports, the cost-model
+scenario, the paper's reference table and the paper-grid script all take their labels from
+:func:`method_label`, so one configuration has one name everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["LABEL_FORMATS", "READING_DEFAULTS", "method_label", "slug"]
+
+
+def _num(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: Readings of the variance/hybrid post-send rule and their defaults: a trace recorded under
+#: another reading names it in its label, so two traces differing only in reading stay apart.
+READING_DEFAULTS = {
+    "after_send": "reset",
+    "below_floor": "keep",
+    "variance_scale": "batch_mean",
+    "variance": "sqsum",
+}
+
+
+def _reading(p: Mapping[str, Any]) -> str:
+    """`` (error_feedback, floor)`` for the non-default readings present in ``p``, else ``""``."""
+    other = [str(p[k]) for k, d in READING_DEFAULTS.items() if k in p and p[k] != d]
+    return f" ({', '.join(other)})" if other else ""
+
+
+#: compressor name -> label of its parameters (the hyperparameters a reader compares by)
+LABEL_FORMATS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "dense": lambda p: (
+        "dense" if p.get("precision", "fp32") == "fp32" else f"dense {p['precision']}"
+    ),
+    "variance": lambda p: f"variance α={_num(p.get('alpha', '?'))}{_reading(p)}",
+    "strom": lambda p: f"Strom τ={_num(p.get('tau', '?'))}",
+    "hybrid": lambda p: (
+        f"hybrid α={_num(p.get('alpha', '?'))}, τ={_num(p.get('tau', '?'))}{_reading(p)}"
+    ),
+    "qsgd": lambda p: f"QSGD {p.get('bits', '?')} bit, d={p.get('bucket_size', '?')}",
+}
+
+
+def method_label(name: str, params: Mapping[str, Any] | None) -> str:
+    """Human label of a compressor and its key hyperparameters, e.g. "variance α=2".
+
+    Compressors without an entry in :data:`LABEL_FORMATS` show up to two scalar
+    hyperparameters.
+    """
+    params = dict(params or {})
+    if name in LABEL_FORMATS:
+        return LABEL_FORMATS[name](params)
+    shown = [
+        f"{k}={_num(v)}" for k, v in sorted(params.items()) if isinstance(v, (int, float, str))
+    ][:2]
+    return f"{name} {', '.join(shown)}" if shown else name
+
+
+def slug(label: str) -> str:
+    """A label as a folder or option name: lower case, no spaces, commas or brackets
+    ("hybrid α=2, τ=0.1" -> "hybrid_alpha2_tau0.1")."""
+    s = label.lower().replace("α=", "alpha").replace("τ=", "tau")
+    for ch in "(),":
+        s = s.replace(ch, " ")
+    s = s.replace("=", "").replace("+", " ")
+    return "_".join(s.split())
