@@ -12,7 +12,6 @@ from vgcsim.models.scenario import (
     crossover_table,
     method_from_trace,
     paper_scenario,
-    scenario_markdown,
 )
 
 from vgcsim.cli import main
@@ -89,15 +88,6 @@ def test_crossover_ratio_is_about_p_over_2_for_large_messages(small):
             np.full((1, r.world_size), n / r.crossover_ratio), cluster.link
         )[0]
         assert agv == pytest.approx(ar, rel=1e-9)
-
-
-def test_markdown_has_the_tables(small):
-    cfg, df, info = small
-    text = scenario_markdown(cfg, df, info, "vgcsim scenario paper -o out")
-    assert "`vgcsim scenario paper -o out`" in text
-    assert "### Speedup of compressed over dense step time" in text
-    assert "### Where compression stops paying" in text
-    assert "| 10GbE | QSGD 2 bit, d=128 |" in text
 
 
 def test_ratio_from_a_trace(tiny_trace):

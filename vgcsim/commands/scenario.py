@@ -40,11 +40,12 @@ def run(args: argparse.Namespace) -> int:
     from vgcsim.core.results import save_results, trace_entry
     from vgcsim.models.scenario import (
         SCENARIOS,
+        best_rows,
         crossover_table,
         method_from_trace,
         paper_scenario,
-        scenario_markdown,
     )
+    from vgcsim.reports.scenario import scenario_markdown
     from vgcsim.traces.io import read_trace
 
     if args.name not in SCENARIOS:
@@ -66,7 +67,14 @@ def run(args: argparse.Namespace) -> int:
         else "vgcsim scenario"
     )
     cross = crossover_table(cfg, df)
-    text = scenario_markdown(cfg, df, info, command)
+    text = scenario_markdown(
+        best_rows(df),
+        cross,
+        info,
+        command,
+        codec_s=cfg.codec_s,
+        batch_size_per_worker=cfg.batch_size_per_worker,
+    )
     out = save_results(
         df,
         args.out,
