@@ -1,8 +1,9 @@
 """Cluster topologies: frozen specs, their networkx graphs, and deterministic routing.
 
 A cluster's ``topology`` dict names a ``kind`` from :data:`TOPOLOGIES`; its other keys are
-that kind's parameters (validated here, unknown keys are a :class:`ConfigError` listing the
-valid ones). :func:`build_topology` turns a :class:`~vgcsim.core.cluster.ClusterSpec` and a world
+that kind's parameters (validated where the cluster spec is built, in
+:mod:`vgcsim.core.cluster`, so that predict and simulate refuse the same topologies; unknown
+keys are a :class:`ConfigError` listing the valid ones). :func:`build_topology` turns a :class:`~vgcsim.core.cluster.ClusterSpec` and a world
 size ``P`` into a :class:`Topology`: an undirected networkx graph whose every edge is a
 **full-duplex** link (two independent *channels*, one per direction, each with the link's
 bandwidth and latency), the host node of each rank, and a route for every rank pair.
@@ -42,17 +43,23 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
 
 import networkx as nx
 import numpy as np
 
-from vgcsim.core.cluster import ClusterSpec, LinkSpec, get_framing, get_link
-from vgcsim.core.errors import ConfigError, TopologyError, unknown_name
-from vgcsim.core.units import parse_bandwidth_Bps, parse_time_s
+from vgcsim.core.cluster import (
+    TOPOLOGIES,
+    ClusterSpec,
+    GraphSpec,
+    HierarchicalSpec,
+    LeafSpineSpec,
+    RingSpec,
+    StarSpec,
+    Torus2dSpec,
+    parse_topology,
+)
+from vgcsim.core.errors import ConfigError, TopologyError
 
 __all__ = [
     "TOPOLOGIES",
@@ -69,47 +76,6 @@ __all__ = [
 ]
 
 SWITCH = "sw"
-
-
-@dataclass(frozen=True)
-class StarSpec:
-    """A non-blocking switch with one NIC per rank."""
-
-
-@dataclass(frozen=True)
-class LeafSpineSpec:
-    """Two-tier Clos: leaves of ``hosts_per_leaf`` hosts, ``spines`` spines, an oversubscription ratio."""
-
-    hosts_per_leaf: int = 16
-    spines: int = 1
-    oversubscription: float = 1.0
-    placement: str = "packed"
-
-
-@dataclass(frozen=True)
-class HierarchicalSpec:
-    """``gpus_per_node`` ranks per node on the intra-node link, one NIC per node to a switch."""
-
-
-@dataclass(frozen=True)
-class RingSpec:
-    """Hosts cabled in a ring (rank i to rank i+1 mod P)."""
-
-
-@dataclass(frozen=True)
-class Torus2dSpec:
-    """A ``rows × cols`` 2-D torus; ``rows = 0`` picks the most square factorisation of P."""
-
-    rows: int = 0
-
-
-@dataclass(frozen=True)
-class GraphSpec:
-    """An arbitrary graph: hosts in rank order and links (inline or from a TOML ``file``)."""
-
-    hosts: tuple[str, ...] = ()
-    links: tuple[tuple[str, str, float, float], ...] = ()  # (a, b, payload_Bps, latency_s)
-    file: str = ""
 
 
 @dataclass(frozen=True)
@@ -179,144 +145,6 @@ class Topology:
             float(self.latency_s[ch].sum()),
             float(self.capacity_Bps[ch].min()),
         )
-
-
-# --------------------------------------------------------------------------------------------
-# spec parsing
-# --------------------------------------------------------------------------------------------
-
-TOPOLOGIES: dict[str, type] = {
-    "star": StarSpec,
-    "leaf_spine": LeafSpineSpec,
-    "hierarchical": HierarchicalSpec,
-    "ring": RingSpec,
-    "torus2d": Torus2dSpec,
-    "graph": GraphSpec,
-}
-
-_PLACEMENTS = ("packed", "spread")
-
-
-def _int(where: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"topology.{where}: expected an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _parse_graph_links(where: str, links: Any) -> tuple[tuple[str, str, float, float], ...]:
-    if not isinstance(links, (list, tuple)) or not links:
-        raise TopologyError(f"{where}: 'links' must be a non-empty list of tables")
-    valid = (
-        "a",
-        "b",
-        "preset",
-        "bandwidth",
-        "bandwidth_Bps",
-        "latency",
-        "latency_s",
-        "efficiency",
-        "framing",
-    )
-    out = []
-    for i, link in enumerate(links):
-        if not isinstance(link, Mapping):
-            raise TopologyError(f"{where}: links[{i}] must be a table, got {link!r}")
-        for key in link:
-            if key not in valid:
-                raise ConfigError(
-                    f"unknown key {key!r} in {where}.links[{i}]; valid keys: {', '.join(valid)}"
-                )
-        if "a" not in link or "b" not in link:
-            raise TopologyError(f"{where}: links[{i}] needs endpoints 'a' and 'b'")
-        base: LinkSpec | None = get_link(link["preset"]) if "preset" in link else None
-        bw = link.get("bandwidth", link.get("bandwidth_Bps"))
-        lat = link.get("latency", link.get("latency_s"))
-        if base is None and (bw is None or lat is None):
-            raise TopologyError(f"{where}: links[{i}] needs 'preset' or 'bandwidth' and 'latency'")
-        bandwidth = parse_bandwidth_Bps(bw) if bw is not None else base.bandwidth_Bps
-        latency = parse_time_s(lat) if lat is not None else base.latency_s
-        if not (bandwidth > 0):
-            raise TopologyError(f"{where}: links[{i}] bandwidth must be positive")
-        if "framing" in link and "efficiency" in link:
-            raise ConfigError(f"{where}: links[{i}]: give either 'efficiency' or 'framing'")
-        if "framing" in link:
-            eff = get_framing(str(link["framing"])).efficiency
-        elif "efficiency" in link:
-            eff = link["efficiency"]
-            if isinstance(eff, bool) or not isinstance(eff, (int, float)):
-                raise ConfigError(f"{where}: links[{i}].efficiency: expected a number, got {eff!r}")
-        else:
-            eff = base.efficiency if base is not None else 1.0
-        if not (math.isfinite(eff) and 0 < eff <= 1):
-            raise ConfigError(
-                f"{where}: links[{i}].efficiency must be in (0, 1] (payload bytes per wire "
-                f"byte), got {eff!r}"
-            )
-        out.append((str(link["a"]), str(link["b"]), float(bandwidth) * float(eff), float(latency)))
-    return tuple(out)
-
-
-def _parse_graph(d: Mapping[str, Any]) -> GraphSpec:
-    data: Mapping[str, Any] = d
-    file = str(d.get("file", ""))
-    if file:
-        if "hosts" in d or "links" in d:
-            raise ConfigError("topology: give either 'file' or inline 'hosts'/'links', not both")
-        from vgcsim.core.config import load_toml
-
-        data = load_toml(Path(file))
-        for key in data:
-            if key not in ("hosts", "links"):
-                raise ConfigError(
-                    f"unknown key {key!r} in topology file {file}; valid keys: hosts, links"
-                )
-    hosts = data.get("hosts")
-    if not isinstance(hosts, (list, tuple)) or not hosts:
-        raise TopologyError("graph topology: 'hosts' must be a non-empty list of node names")
-    hosts_t = tuple(str(h) for h in hosts)
-    if len(set(hosts_t)) != len(hosts_t):
-        raise TopologyError("graph topology: 'hosts' has duplicate names")
-    return GraphSpec(
-        hosts=hosts_t, links=_parse_graph_links("graph topology", data.get("links")), file=file
-    )
-
-
-def parse_topology(d: Mapping[str, Any]) -> Any:
-    """Validate a cluster's topology dict and return the kind's frozen spec.
-
-    Unknown kinds raise UnknownNameError listing the valid kinds; unknown keys a ConfigError
-    listing the kind's valid keys; bad values a ConfigError naming the key.
-    """
-    if not isinstance(d, Mapping) or "kind" not in d:
-        raise ConfigError("topology must be a table with a 'kind' key")
-    kind = d["kind"]
-    if kind not in TOPOLOGIES:
-        raise unknown_name("topology kind", str(kind), TOPOLOGIES)
-    cls = TOPOLOGIES[kind]
-    valid = ("kind",) + tuple(f.name for f in fields(cls))
-    for key in d:
-        if key not in valid:
-            raise ConfigError(
-                f"unknown key {key!r} in {kind} topology; valid keys: {', '.join(valid)}"
-            )
-    if cls is GraphSpec:
-        return _parse_graph(d)
-    params = {k: v for k, v in d.items() if k != "kind"}
-    if cls is LeafSpineSpec:
-        spec = LeafSpineSpec(**params)
-        _int("hosts_per_leaf", spec.hosts_per_leaf, 1)
-        _int("spines", spec.spines, 1)
-        ratio = spec.oversubscription
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not ratio > 0:
-            raise ConfigError(f"topology.oversubscription: expected a number > 0, got {ratio!r}")
-        if spec.placement not in _PLACEMENTS:
-            raise unknown_name("leaf_spine placement", str(spec.placement), _PLACEMENTS)
-        return spec
-    if cls is Torus2dSpec:
-        spec = Torus2dSpec(**params)
-        _int("rows", spec.rows, 0)
-        return spec
-    return cls(**params)
 
 
 # --------------------------------------------------------------------------------------------

@@ -50,11 +50,11 @@ import json
 import math
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.errors import ConfigError, TopologyError, unknown_name
 from vgcsim.core.units import parse_bandwidth_Bps, parse_flops, parse_time_s
 
 if sys.version_info >= (3, 11):
@@ -65,6 +65,15 @@ else:  # pragma: no cover - Python 3.10 only
 __all__ = [
     "CLUSTER_PRESETS",
     "COMPUTE_MODES",
+    "RANGES",
+    "TOPOLOGIES",
+    "GraphSpec",
+    "HierarchicalSpec",
+    "LeafSpineSpec",
+    "RingSpec",
+    "StarSpec",
+    "Torus2dSpec",
+    "parse_topology",
     "DEVICE_PRESETS",
     "FRAMINGS",
     "LINK_PRESETS",
@@ -82,7 +91,31 @@ COMPUTE_MODES = ("model", "trace")
 
 
 def _finite(value: float) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+#: Accepted ranges, wide enough for any real hardware and narrow enough that no step time
+#: overflows or divides by a subnormal: (lowest, highest) in SI units.
+RANGES: dict[str, tuple[float, float]] = {
+    "bandwidth_Bps": (1.0, 1e15),  # 1 B/s .. 1 PB/s
+    "latency_s": (0.0, 1.0),  # a start-up time above a second is a unit mistake
+    "gamma_s_per_byte": (0.0, 1.0),
+    "peak_flops": (1e6, 1e21),  # 1 MFLOP/s .. 1 ZFLOP/s
+    "memory_bandwidth_Bps": (1.0, 1e15),
+    "launch_overhead_s": (0.0, 1.0),
+    "compute_scale": (1e-6, 1e6),
+    "gpus_per_node": (1, 2**20),
+    "oversubscription": (1e-6, 1e6),
+}
+
+
+def _check_range(owner: str, key: str, value: Any) -> None:
+    """ConfigError unless ``value`` is a finite number within ``RANGES[key]``."""
+    lo, hi = RANGES[key]
+    if not (_finite(value) and lo <= value <= hi):
+        raise ConfigError(
+            f"{owner}: {key} must be a finite number in [{lo:g}, {hi:g}], got {value!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -163,16 +196,8 @@ class LinkSpec:
     efficiency: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (_finite(self.bandwidth_Bps) and self.bandwidth_Bps > 0):
-            raise ConfigError(
-                f"link {self.name!r}: bandwidth must be a finite positive number, "
-                f"got {self.bandwidth_Bps!r}"
-            )
-        for what, value in (("latency", self.latency_s), ("gamma", self.gamma_s_per_byte)):
-            if not (_finite(value) and value >= 0):
-                raise ConfigError(
-                    f"link {self.name!r}: {what} must be a finite number >= 0, got {value!r}"
-                )
+        for key in ("bandwidth_Bps", "latency_s", "gamma_s_per_byte"):
+            _check_range(f"link {self.name!r}", key, getattr(self, key))
         if not (_finite(self.efficiency) and 0 < self.efficiency <= 1):
             raise ConfigError(
                 f"link {self.name!r}: efficiency (payload bytes per wire byte) must be in "
@@ -209,25 +234,16 @@ class DeviceSpec:
     launch_overhead_s: float | None = None
 
     def __post_init__(self) -> None:
-        if not (_finite(self.peak_flops) and self.peak_flops > 0):
-            raise ConfigError(f"device {self.name!r}: peak_flops must be a finite positive number")
+        _check_range(f"device {self.name!r}", "peak_flops", self.peak_flops)
         for what, value in (
             ("efficiency", self.efficiency),
             ("memory_efficiency", self.memory_efficiency),
         ):
             if not (_finite(value) and 0 < value <= 1):
                 raise ConfigError(f"device {self.name!r}: {what} must be in (0, 1], got {value!r}")
-        bw = self.memory_bandwidth_Bps
-        if bw is not None and not (_finite(bw) and bw > 0):
-            raise ConfigError(
-                f"device {self.name!r}: memory_bandwidth must be a finite positive number, "
-                f"got {bw!r}"
-            )
-        lo = self.launch_overhead_s
-        if lo is not None and not (_finite(lo) and lo >= 0):
-            raise ConfigError(
-                f"device {self.name!r}: launch_overhead must be a finite number >= 0, got {lo!r}"
-            )
+        for key in ("memory_bandwidth_Bps", "launch_overhead_s"):
+            if getattr(self, key) is not None:
+                _check_range(f"device {self.name!r}", key, getattr(self, key))
 
     @property
     def sustained_memory_Bps(self) -> float:
@@ -274,17 +290,220 @@ class ClusterSpec:
         if not isinstance(kind, str) or not kind:
             raise ConfigError(f"cluster {self.name!r}: topology needs a 'kind' string")
         if self.compute not in COMPUTE_MODES:
-            raise unknown_name("compute mode", self.compute, COMPUTE_MODES)
-        if not (isinstance(self.gpus_per_node, int) and self.gpus_per_node >= 1):
+            raise unknown_name("compute mode", str(self.compute), COMPUTE_MODES)
+        if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int):
             raise ConfigError(f"cluster {self.name!r}: gpus_per_node must be an integer >= 1")
-        if not (_finite(self.compute_scale) and self.compute_scale > 0):
-            raise ConfigError(
-                f"cluster {self.name!r}: compute_scale must be a finite positive number"
-            )
+        _check_range(f"cluster {self.name!r}", "gpus_per_node", self.gpus_per_node)
+        _check_range(f"cluster {self.name!r}", "compute_scale", self.compute_scale)
+        # the topology is checked here, where every cluster is built, so that predict and
+        # simulate (and sweep) refuse the same topologies: kind, keys, values, connectivity
+        spec = parse_topology(self.topology)
+        if isinstance(spec, HierarchicalSpec) and self.intra_link is None:
+            raise TopologyError(f"cluster {self.name!r}: hierarchical topology needs an intra_link")
 
     def __hash__(self) -> int:
         # the topology dict is not hashable; hash the canonical JSON so specs can key caches
         return hash(json.dumps(cluster_to_dict(self), sort_keys=True, default=str))
+
+
+# --------------------------------------------------------------------------------------------
+# Topologies: the kinds, their parameters and the checks every cluster passes (the simulator
+# builds their graphs, vgcsim.simulator.topology; the models read the kind)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StarSpec:
+    """A non-blocking switch with one NIC per rank."""
+
+
+@dataclass(frozen=True)
+class LeafSpineSpec:
+    """Two-tier Clos: leaves of ``hosts_per_leaf`` hosts, ``spines`` spines, an oversubscription ratio."""
+
+    hosts_per_leaf: int = 16
+    spines: int = 1
+    oversubscription: float = 1.0
+    placement: str = "packed"
+
+
+@dataclass(frozen=True)
+class HierarchicalSpec:
+    """``gpus_per_node`` ranks per node on the intra-node link, one NIC per node to a switch."""
+
+
+@dataclass(frozen=True)
+class RingSpec:
+    """Hosts cabled in a ring (rank i to rank i+1 mod P)."""
+
+
+@dataclass(frozen=True)
+class Torus2dSpec:
+    """A ``rows × cols`` 2-D torus; ``rows = 0`` picks the most square factorisation of P."""
+
+    rows: int = 0
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """An arbitrary graph: hosts in rank order and links (inline or from a TOML ``file``)."""
+
+    hosts: tuple[str, ...] = ()
+    links: tuple[tuple[str, str, float, float], ...] = ()  # (a, b, payload_Bps, latency_s)
+    file: str = ""
+
+
+TOPOLOGIES: dict[str, type] = {
+    "star": StarSpec,
+    "leaf_spine": LeafSpineSpec,
+    "hierarchical": HierarchicalSpec,
+    "ring": RingSpec,
+    "torus2d": Torus2dSpec,
+    "graph": GraphSpec,
+}
+
+_PLACEMENTS = ("packed", "spread")
+
+
+def _int(where: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"topology.{where}: expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _parse_graph_links(where: str, links: Any) -> tuple[tuple[str, str, float, float], ...]:
+    if not isinstance(links, (list, tuple)) or not links:
+        raise TopologyError(f"{where}: 'links' must be a non-empty list of tables")
+    valid = (
+        "a",
+        "b",
+        "preset",
+        "bandwidth",
+        "bandwidth_Bps",
+        "latency",
+        "latency_s",
+        "efficiency",
+        "framing",
+    )
+    out = []
+    for i, link in enumerate(links):
+        if not isinstance(link, Mapping):
+            raise TopologyError(f"{where}: links[{i}] must be a table, got {link!r}")
+        for key in link:
+            if key not in valid:
+                raise ConfigError(
+                    f"unknown key {key!r} in {where}.links[{i}]; valid keys: {', '.join(valid)}"
+                )
+        if "a" not in link or "b" not in link:
+            raise TopologyError(f"{where}: links[{i}] needs endpoints 'a' and 'b'")
+        base: LinkSpec | None = get_link(link["preset"]) if "preset" in link else None
+        bw = link.get("bandwidth", link.get("bandwidth_Bps"))
+        lat = link.get("latency", link.get("latency_s"))
+        if base is None and (bw is None or lat is None):
+            raise TopologyError(f"{where}: links[{i}] needs 'preset' or 'bandwidth' and 'latency'")
+        bandwidth = parse_bandwidth_Bps(bw) if bw is not None else base.bandwidth_Bps
+        latency = parse_time_s(lat) if lat is not None else base.latency_s
+        _check_range(f"{where}: links[{i}]", "bandwidth_Bps", bandwidth)
+        _check_range(f"{where}: links[{i}]", "latency_s", latency)
+        if "framing" in link and "efficiency" in link:
+            raise ConfigError(f"{where}: links[{i}]: give either 'efficiency' or 'framing'")
+        if "framing" in link:
+            eff = get_framing(str(link["framing"])).efficiency
+        elif "efficiency" in link:
+            eff = link["efficiency"]
+            if isinstance(eff, bool) or not isinstance(eff, (int, float)):
+                raise ConfigError(f"{where}: links[{i}].efficiency: expected a number, got {eff!r}")
+        else:
+            eff = base.efficiency if base is not None else 1.0
+        if not (math.isfinite(eff) and 0 < eff <= 1):
+            raise ConfigError(
+                f"{where}: links[{i}].efficiency must be in (0, 1] (payload bytes per wire "
+                f"byte), got {eff!r}"
+            )
+        out.append((str(link["a"]), str(link["b"]), float(bandwidth) * float(eff), float(latency)))
+    return tuple(out)
+
+
+def _parse_graph(d: Mapping[str, Any]) -> GraphSpec:
+    data: Mapping[str, Any] = d
+    file = str(d.get("file", ""))
+    if file:
+        if "hosts" in d or "links" in d:
+            raise ConfigError("topology: give either 'file' or inline 'hosts'/'links', not both")
+        from vgcsim.core.config import load_toml
+
+        data = load_toml(Path(file))
+        for key in data:
+            if key not in ("hosts", "links"):
+                raise ConfigError(
+                    f"unknown key {key!r} in topology file {file}; valid keys: hosts, links"
+                )
+    hosts = data.get("hosts")
+    if not isinstance(hosts, (list, tuple)) or not hosts:
+        raise TopologyError("graph topology: 'hosts' must be a non-empty list of node names")
+    hosts_t = tuple(str(h) for h in hosts)
+    if len(set(hosts_t)) != len(hosts_t):
+        raise TopologyError("graph topology: 'hosts' has duplicate names")
+    spec = GraphSpec(
+        hosts=hosts_t, links=_parse_graph_links("graph topology", data.get("links")), file=file
+    )
+    _check_connected(spec)
+    return spec
+
+
+def _check_connected(spec: GraphSpec) -> None:
+    """TopologyError unless every host reaches every other one (no self-loops either)."""
+    import networkx as nx
+
+    g = nx.Graph()
+    g.add_nodes_from(spec.hosts)
+    for a, b, _, _ in spec.links:
+        if a == b:
+            raise TopologyError(f"graph topology: self-loop link on {a!r}")
+        g.add_edge(a, b)
+    reach = nx.node_connected_component(g, spec.hosts[0])
+    missing = [h for h in spec.hosts if h not in reach]
+    if missing:
+        raise TopologyError(
+            f"topology 'graph' is disconnected: hosts {', '.join(missing[:5])}"
+            f"{' ...' if len(missing) > 5 else ''} cannot reach {spec.hosts[0]}"
+        )
+
+
+def parse_topology(d: Mapping[str, Any]) -> Any:
+    """Validate a cluster's topology dict and return the kind's frozen spec.
+
+    Unknown kinds raise UnknownNameError listing the valid kinds; unknown keys a ConfigError
+    listing the kind's valid keys; bad values a ConfigError naming the key.
+    """
+    if not isinstance(d, Mapping) or "kind" not in d:
+        raise ConfigError("topology must be a table with a 'kind' key")
+    kind = d["kind"]
+    if kind not in TOPOLOGIES:
+        raise unknown_name("topology kind", str(kind), TOPOLOGIES)
+    cls = TOPOLOGIES[kind]
+    valid = ("kind",) + tuple(f.name for f in fields(cls))
+    for key in d:
+        if key not in valid:
+            raise ConfigError(
+                f"unknown key {key!r} in {kind} topology; valid keys: {', '.join(valid)}"
+            )
+    if cls is GraphSpec:
+        return _parse_graph(d)
+    params = {k: v for k, v in d.items() if k != "kind"}
+    if cls is LeafSpineSpec:
+        spec = LeafSpineSpec(**params)
+        _int("hosts_per_leaf", spec.hosts_per_leaf, 1)
+        _int("spines", spec.spines, 1)
+        _check_range("topology", "oversubscription", spec.oversubscription)
+        if not isinstance(spec.placement, str) or spec.placement not in _PLACEMENTS:
+            raise unknown_name("leaf_spine placement", str(spec.placement), _PLACEMENTS)
+        return spec
+    if cls is Torus2dSpec:
+        spec = Torus2dSpec(**params)
+        _int("rows", spec.rows, 0)
+        return spec
+    return cls(**params)
 
 
 # --------------------------------------------------------------------------------------------
@@ -576,15 +795,28 @@ def _number_key(where: str, key: str, value: Any) -> float:
     return float(value)
 
 
-def _link_from(where: str, value: Any) -> LinkSpec:
+def _preset_or_table(
+    where: str, value: Any, spec_type: type, lookup: Any, keys: tuple[str, ...], what: str
+) -> tuple[Any, Mapping[str, Any], Any]:
+    """``(spec, {}, None)`` for a preset name or a spec; ``(None, table, base preset or None)``
+    for a table (its keys checked)."""
     if isinstance(value, str):
-        return get_link(value)
-    if isinstance(value, LinkSpec):
-        return value
+        return lookup(value), {}, None
+    if isinstance(value, spec_type):
+        return value, {}, None
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a link preset name or a table, got {value!r}")
-    _check_keys(where, value, _LINK_KEYS)
-    base = get_link(value["preset"]) if "preset" in value else None
+        raise ConfigError(f"{where}: expected a {what} preset name or a table, got {value!r:.80}")
+    _check_keys(where, value, keys)
+    preset = value.get("preset")
+    if preset is not None and not isinstance(preset, str):
+        raise ConfigError(f"{where}.preset: expected a {what} preset name, got {preset!r:.80}")
+    return None, value, (lookup(preset) if preset is not None else None)
+
+
+def _link_from(where: str, value: Any) -> LinkSpec:
+    spec, value, base = _preset_or_table(where, value, LinkSpec, get_link, _LINK_KEYS, "link")
+    if spec is not None:
+        return spec
     bw = _one_of(where, value, "bandwidth", "bandwidth_Bps")
     lat = _one_of(where, value, "latency", "latency_s")
     if base is None and (bw is None or lat is None):
@@ -641,14 +873,11 @@ _DEVICE_KEYS = (
 
 
 def _device_from(where: str, value: Any) -> DeviceSpec:
-    if isinstance(value, str):
-        return get_device(value)
-    if isinstance(value, DeviceSpec):
-        return value
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a device preset name or a table, got {value!r}")
-    _check_keys(where, value, _DEVICE_KEYS)
-    base = get_device(value["preset"]) if "preset" in value else None
+    spec, value, base = _preset_or_table(
+        where, value, DeviceSpec, get_device, _DEVICE_KEYS, "device"
+    )
+    if spec is not None:
+        return spec
     if base is None and "peak_flops" not in value:
         raise ConfigError(f"{where}: give 'preset' or 'peak_flops'")
     eff = _number_key(
@@ -707,6 +936,8 @@ def cluster_from_dict(d: Mapping[str, Any], *, default_name: str = "custom") -> 
     if not isinstance(d, Mapping):
         raise ConfigError(f"cluster spec must be a table, got {type(d).__name__}")
     _check_keys("", d, _CLUSTER_KEYS)
+    if "base" in d and not isinstance(d["base"], str):
+        raise ConfigError(f"base: expected a cluster preset name, got {d['base']!r:.80}")
     base = get_cluster(d["base"]) if "base" in d else None
     topology = d.get("topology", base.topology if base else {"kind": "star"})
     if not isinstance(topology, Mapping):
@@ -771,4 +1002,9 @@ def load_cluster(name_or_path: str | Path) -> ClusterSpec:
         raise ConfigError(f"cluster file {path} is not valid TOML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read cluster file {path}: {exc}") from None
-    return cluster_from_dict(data, default_name=path.stem)
+    except RecursionError:
+        raise ConfigError(f"cluster file {path} nests tables too deeply to read") from None
+    try:
+        return cluster_from_dict(data, default_name=path.stem)
+    except ConfigError as exc:  # name the file; keep the error's class (UnknownNameError, ...)
+        raise type(exc)(f"cluster file {path}: {exc}") from None
