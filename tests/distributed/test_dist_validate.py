@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from vgcsim.reports.validation import validation_summary
 from vgcsim.traces.io import read_trace
 
 from vgcsim.cli import main
@@ -15,7 +16,6 @@ from vgcsim.commands.validate import (
     ValidateOptions,
     collective_frame,
     validation_frame,
-    validation_summary,
     verdict,
 )
 from vgcsim.core.cluster import load_cluster

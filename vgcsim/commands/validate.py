@@ -7,8 +7,9 @@ payloads; all_reduce for ``dense``). Replaying the same trace on a cluster — i
 ``vgcsim calibrate`` fitted on the same network — with the closed-form models
 (``vgcsim.models.predict``) and the discrete-event simulator (``vgcsim.simulator.replay``) gives their
 ``comm_s`` for the same per-rank payloads. :func:`validation_frame` puts the three side by
-side per step, :func:`validation_summary` aggregates them, :func:`plot_validation` draws them
-(Axes in, Axes out). Errors are relative to the measurement: ``(model − measured) / measured``.
+side per step; :mod:`vgcsim.reports.validation` aggregates them (``validation_summary``) and
+draws them (``plot_validation``, Axes in, Axes out). Errors are relative to the measurement:
+``(model − measured) / measured``.
 
 The command prints the aggregate table and the first steps, and with ``-o DIR`` writes
 ``validation.csv`` (per step), ``validation_summary.csv`` and ``validation.png``.
@@ -34,10 +35,10 @@ from typing import Any
 from vgcsim.commands import add_out_option
 from vgcsim.core.errors import ConfigError, TraceError
 from vgcsim.core.outdir import check_output, prepare_output
+from vgcsim.reports.validation import SOURCES
 
 HELP = "compare measured communication of a distributed run with the models and the simulator"
 
-SOURCES = ("predicted", "simulated")
 DEFAULT_TOLERANCE = 0.10
 
 
@@ -132,72 +133,6 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
         trace=trace.name,
     )
     return out
-
-
-def validation_summary(df: Any) -> Any:
-    """Aggregate rows, one per source: total and mean seconds over steps, the error of the
-    mean, the median and 90th-percentile absolute per-step error, and how often the model
-    is within 25 % of the measurement."""
-    import pandas as pd
-
-    rows = []
-    measured = df["measured_s"]
-    for src in ("measured", *SOURCES):
-        col = df[f"{src}_s"]
-        if col.isna().all():
-            continue
-        row = {"source": src, "total_s": float(col.sum()), "mean_s": float(col.mean())}
-        if src == "measured":
-            row.update(
-                mean_rel_error=0.0,
-                median_abs_rel_error=0.0,
-                p90_abs_rel_error=0.0,
-                within_25pct=1.0,
-            )
-        else:
-            err = (col - measured).abs() / measured
-            row.update(
-                mean_rel_error=float((col.mean() - measured.mean()) / measured.mean()),
-                median_abs_rel_error=float(err.median()),
-                p90_abs_rel_error=float(err.quantile(0.9)),
-                within_25pct=float((err <= 0.25).mean()),
-            )
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def plot_validation(df: Any, ax: Any = None) -> Any:
-    """Measured, predicted and simulated communication seconds per step on one Axes."""
-    if ax is None:
-        import matplotlib.pyplot as plt
-
-        _, ax = plt.subplots(figsize=(7, 3.5))
-    ax.plot(df["step"], df["measured_s"] * 1e3, "o-", ms=3, lw=1, label="measured", color="k")
-    styles = {"predicted": ("--", "", "tab:blue"), "simulated": (":", "x", "tab:orange")}
-    for src, (ls, marker, color) in styles.items():
-        if not df[f"{src}_s"].isna().all():
-            ax.plot(
-                df["step"],
-                df[f"{src}_s"] * 1e3,
-                ls=ls,
-                marker=marker,
-                ms=4,
-                lw=1.5,
-                label=src,
-                color=color,
-            )
-    ax.set_xlabel("step")
-    ax.set_ylabel("communication per step (ms)")
-    title = df.attrs.get("collective", "")
-    if title:
-        ax.set_title(
-            f"{df.attrs.get('trace', '')}: {title}, P={df.attrs.get('world_size')} "
-            f"on {df.attrs.get('cluster', '')}",
-            fontsize=9,
-        )
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
-    return ax
 
 
 def _model_key(op: str, backend: str) -> str | None:
@@ -361,9 +296,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_measurements(args: argparse.Namespace) -> int:
-    import pandas as pd
-
     from vgcsim.core.cluster import load_cluster
+    from vgcsim.reports.validation import collective_text
     from vgcsim.traces.calibration import (
         STATISTICS,
         parse_sizes,
@@ -385,18 +319,7 @@ def _run_measurements(args: argparse.Namespace) -> int:
         f"{args.run}: {len(df)} measurements on {df.attrs['world_size']} ranks "
         f"({df.attrs['backend']}), cluster {cluster.name}"
     )
-    cols = ["op", "collective", "size_bytes", "measured_s", "predicted_s", "simulated_s"]
-    cols += [f"{src}_rel_error" for src in SOURCES]
-    with pd.option_context("display.width", 140, "display.max_columns", 20):
-        print(
-            df[cols].to_string(
-                index=False,
-                formatters={
-                    **{c: "{:.4g}".format for c in ("measured_s", "predicted_s", "simulated_s")},
-                    **{f"{src}_rel_error": "{:+.1%}".format for src in SOURCES},
-                },
-            )
-        )
+    print(collective_text(df))
     if args.out is not None:
         out = prepare_output(
             args.out,
@@ -413,9 +336,8 @@ def _run_measurements(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    import pandas as pd
-
     from vgcsim.core.cluster import load_cluster
+    from vgcsim.reports.validation import plot_validation, steps_text, validation_summary
     from vgcsim.traces.io import read_trace
 
     if not args.tolerance > 0:
@@ -436,22 +358,8 @@ def run(args: argparse.Namespace) -> int:
         f"{a['trace']}: {a['collective']} on {a['world_size']} ranks, cluster {a['cluster']}, "
         f"{len(df)} steps"
     )
-    with pd.option_context("display.width", 120, "display.max_columns", 20):
-        print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-        if args.show_steps > 0:
-            cols = ["step", "measured_s", "predicted_s", "simulated_s", "payload_bytes_max"]
-            print()
-            print(
-                df[cols]
-                .head(args.show_steps)
-                .to_string(index=False, float_format=lambda v: f"{v:.4g}")
-            )
+    print(steps_text(df, summary, args.show_steps))
     if args.out is not None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
         out = prepare_output(
             args.out,
             "vgcsim validate",
@@ -460,11 +368,8 @@ def run(args: argparse.Namespace) -> int:
         )
         out.write("validation.csv", lambda p: df.to_csv(p, index=False))
         out.write("validation_summary.csv", lambda p: summary.to_csv(p, index=False))
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        plot_validation(df, ax)
-        fig.tight_layout()
+        fig = plot_validation(df).figure
         out.write("validation.png", lambda p: fig.savefig(p, dpi=120, format="png"))
-        plt.close(fig)
         out.commit()
         print(f"wrote {args.out / 'validation.csv'}, validation_summary.csv, validation.png")
     # The verdict is on the mean over steps: per-step times carry scheduling noise that a
