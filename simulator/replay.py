@@ -97,6 +97,9 @@ log = logging.getLogger(__name__)
 
 OVERLAPS = ("none", "per_layer", "bucketed")
 PATHS = ("auto", "message", "collective")
+#: Largest straggler jitter (coefficient of variation of the compute factor): 10 is a spread
+#: of 1000 %, far beyond any measured straggler; larger values only overflow.
+MAX_JITTER = 10.0
 METHODS = ("dense", "compressed")  # result `method` values (dense rows: one per encoding)
 
 
@@ -137,12 +140,12 @@ class SimulateConfig:
         ):
             if value not in valid:
                 raise unknown_name(name, str(value), valid)
-        if not (self.bucket_bytes > 0):
-            raise ConfigError("bucket_bytes must be positive")
+        if not (0 < self.bucket_bytes < math.inf):
+            raise ConfigError(f"bucket_bytes must be a finite number > 0, got {self.bucket_bytes}")
         if not (0.0 <= self.backward_fraction <= 1.0):
             raise ConfigError("backward_fraction must be in [0, 1]")
-        if not (self.jitter >= 0) or not math.isfinite(self.jitter):
-            raise ConfigError("jitter must be a finite number >= 0")
+        if not (0 <= self.jitter <= MAX_JITTER):  # also refuses NaN; jitter**2 must not overflow
+            raise ConfigError(f"jitter must be a number in [0, {MAX_JITTER:g}], got {self.jitter}")
         if self.max_steps < 0:
             raise ConfigError("max_steps must be >= 0 (0 = all steps)")
         if self.seed < 0:
