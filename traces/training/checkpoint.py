@@ -15,6 +15,7 @@ writes both into the chunk's checkpoint folder before the chunk commits.
 from __future__ import annotations
 
 import json
+import pickle
 import random
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ def load_state(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         with open(folder / TENSORS_FILE, "rb") as fh:
             tensors = torch.load(fh, map_location="cpu", weights_only=True)
         scalars = json.loads((folder / SCALARS_FILE).read_text(encoding="utf-8"))
-    except (OSError, RuntimeError, ValueError, EOFError) as exc:
+    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as exc:
         raise TraceError(f"checkpoint {folder} is unreadable ({exc})") from None
     if not (
         isinstance(tensors, dict)

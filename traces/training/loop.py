@@ -459,11 +459,13 @@ def seeded_global_rngs(seed: int) -> Iterator[None]:
 
 def stop_reason(exc: BaseException, step: int | None) -> str:
     """The header's ``stop_reason`` for a run that ended with ``exc`` during ``step``."""
-    where = "" if step is None else f" during step {step}"
+    # A signal may be handled just after its step's row closed a chunk: the header's
+    # steps_recorded, not a step number here, says how far the run got.
     if isinstance(exc, RecordingInterrupted):
-        return f"{exc}{where}"
+        return str(exc)
     if isinstance(exc, KeyboardInterrupt):
-        return f"interrupted (KeyboardInterrupt){where}"
+        return "interrupted (KeyboardInterrupt)"
+    where = "" if step is None else f" during step {step}"
     if isinstance(exc, VgcsimError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}{where}"
