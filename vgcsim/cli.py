@@ -93,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args._run(args) or 0)
+        code = int(args._run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at exit
+        return code
     except VgcsimError as exc:
         print(f"vgcsim {args.command}: error: {exc}", file=sys.stderr)
         return 2
@@ -110,6 +112,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"vgcsim {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``vgcsim ... | head``): end quietly. Point stdout at devnull
+        # so that the interpreter's final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except OSError as exc:
         if exc.errno not in _DISK_FULL:
             raise
@@ -121,12 +129,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except BrokenPipeError:
-        # The reader went away (``vgcsim ... | head``): end quietly. Point stdout at devnull
-        # so that the interpreter's final flush does not raise again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 141
 
 
 if __name__ == "__main__":

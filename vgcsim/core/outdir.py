@@ -81,7 +81,12 @@ def atomic_write(path: str | Path, write: Callable[[str], Any]) -> Path:
     either the previous file or the complete new one. The file gets mode 0666 minus the umask.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
     os.close(fd)
     try:
         write(tmp)
@@ -89,9 +94,11 @@ def atomic_write(path: str | Path, write: Callable[[str], Any]) -> Path:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(path)  # a full disk names the file it could not write
         raise
     _fsync_dir(path.parent)
     return path
