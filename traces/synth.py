@@ -30,6 +30,7 @@ from vgcsim.traces.wire import bitstream, sizes
 
 from vgcsim.core.config import to_dict
 from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.memory import check_fits
 from vgcsim.core.provenance import git_commit, machine_info, package_versions
 
 log = logging.getLogger(__name__)
@@ -153,24 +154,67 @@ def load_layers(spec: str) -> tuple[list[dict[str, Any]], float | None]:
         raw = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read layer list {p}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"cannot read layer list {p}: JSON nested too deeply") from None
     if isinstance(raw, dict):
         raw = raw.get("layers", raw)
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"layer list {p} must be a non-empty JSON list")
     layers = []
     for i, item in enumerate(raw):
-        if isinstance(item, int) and item > 0:
+        if isinstance(item, int) and not isinstance(item, bool) and item > 0:
             layers.append(_layer(i, f"layer{i}", [item]))
         elif isinstance(item, dict) and isinstance(item.get("shape"), list):
             shape = item["shape"]
-            if not all(isinstance(d, int) and d > 0 for d in shape):
-                raise ConfigError(f"layer {i} of {p}: shape must be positive integers, got {shape}")
+            if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+                raise ConfigError(
+                    f"layer {i} of {p}: shape must be positive integers, got {shape!r:.80}"
+                )
             layers.append(_layer(i, str(item.get("name", f"layer{i}")), shape))
         else:
             raise ConfigError(
-                f"layer {i} of {p}: expected a size or {{'name', 'shape'}}, got {item!r}"
+                f"layer {i} of {p}: expected a size or {{'name', 'shape'}}, got {item!r:.80}"
+            )
+        if layers[-1]["numel"] > MAX_LAYER_NUMEL:
+            raise ConfigError(
+                f"layer {i} of {p} has {layers[-1]['numel']:,} elements; at most 2**48 "
+                "(bit counts are int64)"
             )
     return layers, None
+
+
+#: Largest layer a synthetic trace takes: 64 bits per element must stay within int64.
+MAX_LAYER_NUMEL = 2**48
+
+
+def estimate_bytes(
+    cfg: SynthConfig, layers: list[dict[str, Any]], encodings: tuple[str, ...]
+) -> int:
+    """Bytes of memory writing (and later reading) the trace needs, at least.
+
+    The payload table has ``steps × W × L`` rows of ``5 + E`` int64 columns; readers hold it
+    whole, twice while Arrow hands it to pandas: ``2 · 8 · (5 + E) · steps · W · L``. Writing
+    buffers one chunk (``chunk_steps`` steps) and copies it twice on the way to Parquet; a
+    gap-coded encoding draws one gap per sent element and step (three int64/float64 arrays of
+    ``W · Σ numel · density`` values; density 1 for the dense compressor).
+    """
+    n_layers, workers = len(layers), cfg.workers
+    row_bytes = 8 * (5 + len(encodings))
+    read = 2 * row_bytes * cfg.steps * workers * n_layers
+    write = 3 * row_bytes * min(cfg.chunk_steps, cfg.steps) * workers * n_layers
+    gaps = 0
+    if any(e.startswith("gap_") for e in encodings):
+        density = (
+            1.0
+            if cfg.compressor == "dense"
+            else max(
+                cfg.density if cfg.target_ratio is None else 1.0 / cfg.target_ratio,
+                cfg.density_start or 0.0,
+            )
+        )
+        total = sum(layer["numel"] for layer in layers)
+        gaps = int(3 * 8 * workers * total * min(1.0, 3 * density))  # 3 x: lognormal spread
+    return int(max(read, write + gaps))
 
 
 # -- encodings' size formulas -------------------------------------------------------------
@@ -274,6 +318,16 @@ class SynthConfig:
             raise ValueError("seed must be >= 0")
         if not 0.0 < self.density <= 1.0:
             raise ValueError("density must be in (0, 1]")
+        if self.chunk_steps < 1:
+            raise ValueError(f"chunk_steps must be >= 1, got {self.chunk_steps}")
+        if self.batch_size_per_worker < 1:
+            raise ValueError(
+                f"batch_size_per_worker must be >= 1, got {self.batch_size_per_worker}"
+            )
+        if self.flops_per_sample is not None and not 0.0 < self.flops_per_sample < math.inf:
+            raise ValueError(
+                f"flops_per_sample must be a finite number > 0, got {self.flops_per_sample}"
+            )
         if self.target_ratio is not None and not 1.0 <= self.target_ratio < math.inf:
             raise ValueError("target_ratio must be a finite number >= 1")
         if self.density_start is not None and not 0.0 < self.density_start <= 1.0:
@@ -317,6 +371,12 @@ def synth_trace(cfg: SynthConfig, out_dir: str | Path, *, overwrite: bool = Fals
         flops = cfg.flops_per_sample
     dense = cfg.compressor == "dense"
     encodings = ("fp32", "fp16") if dense else tuple(cfg.encodings)
+    check_fits(
+        estimate_bytes(cfg, layers, encodings),
+        f"a synthetic trace of {cfg.steps:,} steps x {cfg.workers:,} workers x "
+        f"{len(layers):,} layers",
+        "lower workers, steps or the density, or pick a smaller layer list",
+    )
     primary = "fp32" if dense else cfg.primary_encoding
     base_density = 1.0 if dense else (1.0 / cfg.target_ratio if cfg.target_ratio else cfg.density)
     rng = np.random.default_rng(cfg.seed)

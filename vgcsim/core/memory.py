@@ -1,0 +1,40 @@
+"""What this machine can hold: the memory available now, and a refusal of sizes that cannot fit.
+
+Commands that build large tables (``vgcsim trace synth``) estimate the bytes they will need
+before allocating or writing anything and refuse, with the estimate, what exceeds the memory
+the OS can give them (:func:`check_fits`).
+"""
+
+from __future__ import annotations
+
+import os
+
+from vgcsim.core.errors import ConfigError
+
+__all__ = ["available_memory_bytes", "check_fits"]
+
+
+def available_memory_bytes() -> int | None:
+    """Memory the OS can give this process now (MemAvailable on Linux, else physical)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return None
+
+
+def check_fits(need_bytes: int, what: str, hint: str) -> None:
+    """ConfigError naming ``what``, the estimate and the memory available when ``need_bytes``
+    exceeds it (nothing is checked where the OS does not say)."""
+    have = available_memory_bytes()
+    if have is not None and need_bytes > have:
+        raise ConfigError(
+            f"{what} needs about {need_bytes / 2**30:,.1f} GiB of memory, more than the "
+            f"{have / 2**30:,.1f} GiB available; {hint}"
+        )
