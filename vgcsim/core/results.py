@@ -27,6 +27,7 @@ header's cluster, ``optimizer_s`` and ``decode_s`` are 0 (version 1 did not char
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -307,22 +308,114 @@ def read_results(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         header = json.loads(head_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ResultsError(f"{head_path} is corrupt: {exc}") from None
+    except RecursionError:
+        raise ResultsError(f"{head_path} is corrupt (JSON nested too deeply to read)") from None
     if not isinstance(header, dict) or header.get("kind") != RESULTS_KIND:
         raise ResultsError(f"{head_path} is not a vgcsim result header")
     version = header.get("schema_version")
-    if version not in RESULTS_SCHEMA_READABLE:
+    if isinstance(version, bool) or version not in RESULTS_SCHEMA_READABLE:
         raise ResultsError(
-            f"{folder} has result schema version {version!r}; this vgcsim reads version "
+            f"{folder} has result schema version {version!r:.60}; this vgcsim reads version "
             f"{RESULTS_SCHEMA_VERSION}. Re-run predict/simulate with this version, or "
             "use the vgcsim version that wrote it"
         )
+    problem = _header_problem(header)
+    if problem:
+        raise ResultsError(f"{head_path}: {problem}")
     try:
-        df = pd.read_parquet(table_path)
+        # through a Python file object: pyarrow cannot open paths that are not UTF-8
+        with open(table_path, "rb") as fh:
+            df = pd.read_parquet(fh)
     except Exception as exc:  # pyarrow raises several unrelated types for corrupt files
         raise ResultsError(f"{table_path} is corrupt: {exc}") from None
     if version == 1:
         df = _upgrade_v1(df, header)
-    return _coerce(df), header
+    try:
+        df = _coerce(df)
+    except ResultsError as exc:
+        raise ResultsError(f"{table_path}: {exc}") from None
+    problem = _value_problem(df)
+    if problem:
+        raise ResultsError(f"{table_path}: {problem}")
+    return df, header
+
+
+#: Values a result row may hold: string columns from a fixed vocabulary; times and sizes
+#: finite and >= 0 (times: >= -ROUNDING_S); world size >= 1; step >= -1 (the mean row); the relative columns NaN
+#: (no dense row in the group) or finite and >= 0.
+RESULT_VOCABULARY = {
+    "source": ("predicted", "simulated"),
+    "method": ("dense", "compressed"),
+    "compute_mode": ("model", "trace"),
+}
+#: Times are differences of simulated clocks: a time within 1 ns below zero is float rounding
+#: (the simulator's comm_s of one rank is -1e-19 s), anything lower is refused.
+ROUNDING_S = 1e-9
+_RELATIVE_COLUMNS = ("speedup_vs_dense", "scaling_efficiency", "throughput_samples_per_s")
+
+
+def _value_problem(df: pd.DataFrame) -> str | None:
+    """The first rule a result table breaks, as one line naming the column (None: valid)."""
+    for col, valid in RESULT_VOCABULARY.items():
+        bad = ~df[col].isin(valid)
+        if bad.any():
+            return f"column {col} holds {df.loc[bad, col].iloc[0]!r:.40}; valid: {', '.join(valid)}"
+    if (df["world_size"] < 1).any():
+        return "column world_size has values below 1"
+    if (df["step"] < -1).any():
+        return "column step has values below -1 (-1 is the mean over steps)"
+    for col in _FLOAT_COLUMNS:
+        values = df[col].to_numpy()
+        known = values[~np.isnan(values)] if col in _RELATIVE_COLUMNS else values
+        if not np.isfinite(known).all():
+            nan_ok = (
+                " (NaN only where a group has no dense row)" if col in _RELATIVE_COLUMNS else ""
+            )
+            return f"column {col} contains NaN or Inf{nan_ok}"
+        if (known < (-ROUNDING_S if col.endswith("_s") else 0.0)).any():
+            return f"column {col} has negative values"
+    return None
+
+
+@functools.cache
+def _header_model() -> Any:
+    """The typed description of a result header (pydantic, built on first use so that
+    importing vgcsim.core stays light)."""
+    from pydantic import BaseModel, ConfigDict
+
+    class _Strict(BaseModel):
+        model_config = ConfigDict(strict=True, extra="allow")
+
+    class CompressorEntry(_Strict):
+        name: str = "?"
+        params: dict[str, Any] | None = None
+
+    class TraceEntry(_Strict):
+        name: str | None = None
+        path: str | None = None
+        compressor: str | CompressorEntry | None = None
+
+    class ResultsHeader(_Strict):
+        source: str
+        traces: list[TraceEntry]
+        cluster: dict[str, Any]
+        extrapolation: dict[str, Any]
+        options: dict[str, Any]
+
+    return ResultsHeader
+
+
+def _header_problem(header: Mapping[str, Any]) -> str | None:
+    """The first field of a result header with the wrong type (None: the types are right)."""
+    from pydantic import ValidationError
+
+    try:
+        _header_model().model_validate(header)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in err["loc"])
+        return f"field {where}: {err['msg'].lower()} (got {err.get('input')!r:.60})"
+    return None
 
 
 def _upgrade_v1(df: pd.DataFrame, header: Mapping[str, Any]) -> pd.DataFrame:
