@@ -46,7 +46,14 @@ _DISK_FULL = frozenset(e for e in (errno.ENOSPC, getattr(errno, "EDQUOT", None))
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse exits 2 on usage errors already; keep its message short and clear."""
+    """argparse exits 2 on usage errors already; keep its message short and clear.
+
+    No abbreviations: a prefix such as ``--device`` must not quietly mean ``--device-preset``
+    (options are renamed when their meaning differs between commands)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
 
 def _load(module: str):
