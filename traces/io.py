@@ -309,6 +309,7 @@ class TraceWriter:
         self._last_step: int | None = steps_written - 1 if steps_written else None
         self._finished = False
         self._failed: str | None = None
+        self._target: Path = self.run_dir
 
     def _start(self) -> None:
         """Write the reserve, then the ``running`` header."""
@@ -423,7 +424,7 @@ class TraceWriter:
             except OSError as exc:
                 self._discard_chunk(idx)
                 self._payload_buf, self._eval_buf, self._step_buf = [], [], []
-                where = exc.filename if exc.filename else self.run_dir
+                where = exc.filename if exc.filename else self._target
                 self._failed = (
                     f"cannot write {where}: {_why(exc)}; {self.run_dir} keeps the "
                     f"{self._steps_written} steps recorded before it"
@@ -434,16 +435,22 @@ class TraceWriter:
             self._chunk_index += 1
 
     def _write_chunks(self, idx: int, checkpoint: bool) -> None:
+        # _target names what is being written, for the message when a write fails.
+        part = f"part-{idx:06d}.parquet"
         if self._payload_buf:
             payloads = _normalize(pd.concat(self._payload_buf, ignore_index=True), _PAYLOAD_INT)
+            self._target = self.run_dir / schema.PAYLOADS_TABLE / part
             _write_chunk(self.run_dir / schema.PAYLOADS_TABLE, idx, payloads)
         if self._eval_buf:
             evals = _normalize(pd.DataFrame(self._eval_buf), _EVAL_INT)
+            self._target = self.run_dir / schema.EVALS_TABLE / part
             _write_chunk(self.run_dir / schema.EVALS_TABLE, idx, evals)
         if checkpoint:
+            self._target = self.run_dir / CHECKPOINT_DIR / _checkpoint_name(idx)
             self._write_checkpoint(idx, self._steps_written + len(self._step_buf))
         if self._step_buf:
             steps = _normalize(pd.DataFrame(self._step_buf), _STEP_INT)
+            self._target = self.run_dir / schema.STEPS_TABLE / part
             _write_chunk(self.run_dir / schema.STEPS_TABLE, idx, steps)
         if checkpoint:
             self._remove_checkpoints(keep=_checkpoint_name(idx))

@@ -14,6 +14,7 @@ writes both into the chunk's checkpoint folder before the chunk commits.
 
 from __future__ import annotations
 
+import io
 import json
 import pickle
 import random
@@ -35,8 +36,12 @@ STATE_FORMAT = 1
 def save_state(folder: Path, tensors: dict[str, torch.Tensor], scalars: dict[str, Any]) -> None:
     """Write ``tensors`` (CPU copies) and ``scalars`` (JSON) into ``folder``."""
     flat = {name: t.detach().to("cpu", copy=True) for name, t in tensors.items()}
+    # Serialised in memory first: torch.save reports a failed write (a full disk) as a
+    # RuntimeError, a plain file write as the OSError the trace writer handles.
+    buffer = io.BytesIO()
+    torch.save(flat, buffer)
     with open(folder / TENSORS_FILE, "wb") as fh:
-        torch.save(flat, fh)
+        fh.write(buffer.getbuffer())
     text = json.dumps({"format": STATE_FORMAT, **scalars})
     (folder / SCALARS_FILE).write_text(text + "\n", encoding="utf-8")
 
