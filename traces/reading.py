@@ -142,6 +142,12 @@ def _read_table(run_dir: Path, table: str, columns: list[str]) -> pd.DataFrame:
     return df
 
 
+def printable(path: str | Path) -> str:
+    """``path`` as text any UTF-8 stream can print: bytes that are not UTF-8 (kept by Python
+    as surrogate escapes) become U+FFFD."""
+    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 class Trace:
     """A trace in memory: header fields as attributes plus the three tables as DataFrames."""
 
@@ -155,7 +161,7 @@ class Trace:
     ) -> None:
         self.path = Path(path)
         # the label results carry: a folder name that is not UTF-8 gets U+FFFD for its bad bytes
-        self.name = self.path.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        self.name = printable(self.path.name)
         self.header = header
         self.payloads = payloads
         self.steps = steps

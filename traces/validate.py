@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from vgcsim.traces import schema
-from vgcsim.traces.reading import Trace, read_trace_parts
+from vgcsim.traces.reading import Trace, printable, read_trace_parts
 from vgcsim.traces.wire import sizes
 
 from vgcsim.core.errors import TraceError
@@ -397,7 +397,7 @@ def trace_info(trace: Trace) -> dict[str, Any]:
     steps = trace.steps
     seconds = {c: float(steps[c].sum()) for c in steps.columns if c.endswith("_s")}
     return {
-        "path": str(trace.path),
+        "path": printable(trace.path),
         "name": trace.name,
         "status": trace.status,
         "stop_reason": h.get("stop_reason"),

@@ -147,6 +147,7 @@ def _render_info(info: dict[str, Any], with_layers: bool) -> str:
 
 def _validate(args: argparse.Namespace) -> int:
     from vgcsim.core.errors import VgcsimError
+    from vgcsim.traces.reading import printable
     from vgcsim.traces.validate import validate_trace
 
     invalid = 0  # every run is checked and reported; exit 2 when any is invalid
@@ -159,7 +160,8 @@ def _validate(args: argparse.Namespace) -> int:
             continue
         note = "" if t.status == "complete" else f" (status {t.status}: a valid prefix)"
         print(
-            f"{t.path}: valid — {t.steps_count} steps, {t.workers} workers, {len(t.layers)} layers{note}"
+            f"{printable(t.path)}: valid — {t.steps_count} steps, {t.workers} workers, "
+            f"{len(t.layers)} layers{note}"
         )
     return 2 if invalid else 0
 
