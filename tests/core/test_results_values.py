@@ -1,0 +1,70 @@
+"""read_results refuses a result table that breaks its value rules, in one line naming the file
+and the column (issue reproduction 11: report on step_s NaN raised ValueError; a negative
+step_s was accepted)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from vgcsim.cli import main
+from vgcsim.core.errors import ResultsError
+from vgcsim.core.results import read_results
+
+GOLDEN = "tests/data/golden/results/predicted-10GbE"
+
+
+def _table(tmp_path, column, value):
+    run = tmp_path / "r"
+    shutil.copytree(GOLDEN, run)
+    df = pd.read_parquet(run / "results.parquet")
+    df.loc[3, column] = value
+    df.to_parquet(run / "results.parquet", index=False)
+    return run
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "needle"),
+    [
+        ("step_s", float("nan"), "column step_s contains NaN or Inf"),
+        ("step_s", -0.001, "column step_s has negative values"),
+        ("comm_s", float("inf"), "column comm_s contains NaN or Inf"),
+        ("payload_bytes_max", -1.0, "column payload_bytes_max has negative values"),
+        ("speedup_vs_dense", float("inf"), "column speedup_vs_dense contains NaN or Inf"),
+        ("world_size", 0, "column world_size has values below 1"),
+        ("method", "sparse", "column method holds 'sparse'"),
+    ],
+)
+def test_report_refuses_bad_values_in_one_line(tmp_path, capsys, column, value, needle):
+    run = _table(tmp_path, column, value)
+    with pytest.raises(ResultsError, match=needle):
+        read_results(run)
+    assert main(["report", str(run), "-o", str(tmp_path / "rep")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and str(run / "results.parquet") in err and err.count("\n") == 1
+
+
+def test_nan_relative_columns_and_float_rounding_are_accepted(tmp_path):
+    run = _table(tmp_path, "speedup_vs_dense", float("nan"))  # a group without a dense row
+    df = pd.read_parquet(run / "results.parquet")
+    df.loc[4, "comm_s"] = -1e-19  # the simulator's comm_s of one rank
+    df.to_parquet(run / "results.parquet", index=False)
+    assert len(read_results(run)[0]) == len(df)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("traces", "x"), ("cluster", []), ("traces", [{"compressor": {"params": 5}}])],
+)
+def test_a_mistyped_result_header_is_refused(tmp_path, capsys, field, value):
+    run = tmp_path / "r"
+    shutil.copytree(GOLDEN, run)
+    h = json.loads((run / "results.json").read_text())
+    h[field] = value
+    (run / "results.json").write_text(json.dumps(h))
+    assert main(["report", str(run), "-o", str(tmp_path / "rep")]) == 2
+    err = capsys.readouterr().err
+    assert f"field {field}" in err and "Traceback" not in err and err.count("\n") == 1
