@@ -264,6 +264,7 @@ def run(args: argparse.Namespace) -> int:
                 command=command,
                 batch_size_per_worker=batch,
                 overwrite=args.overwrite,
+                writer="vgcsim demo",
             )
             result_dirs.append(
                 save_results(

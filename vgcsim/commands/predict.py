@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         command=["vgcsim", *sys.argv[1:]],
         batch_size_per_worker=trace.header.get("batch_size_per_worker"),
         overwrite=args.overwrite,
+        writer="vgcsim predict",
     )
     print(summarize(df))
     print(f"wrote {len(df)} rows to {out}")

@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         },
         command=["vgcsim", *sys.argv[1:]],
         overwrite=args.overwrite,
+        writer="vgcsim scenario",
         files={
             "crossover.csv": lambda p: cross.to_csv(p, index=False),
             "scenario.md": lambda p: Path(p).write_text(text, encoding="utf-8"),

@@ -114,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         command=["vgcsim", *sys.argv[1:]],
         batch_size_per_worker=trace.header.get("batch_size_per_worker"),
         overwrite=args.overwrite,
+        writer="vgcsim simulate",
         files=files,
     )
     if args.timeline and not timelines:

@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         },
         command=["vgcsim", *sys.argv[1:]],
         overwrite=args.overwrite,
+        writer="vgcsim sweep",
     )
     print(f"{len(jobs)} jobs on {sweep.sweep.scheduler}, {len(table)} rows -> {out}")
     return 0

@@ -225,9 +225,11 @@ def write_results(
     *,
     overwrite: bool = False,
     files: Mapping[str, Callable[[str], Any]] | None = None,
+    writer: str | None = None,
 ) -> Path:
     """Write ``df`` (RESULT_COLUMNS, optionally FACTOR_COLUMNS) and ``header`` into ``out_dir``,
-    then ``files`` (name -> ``write(path)``) beside them; return the dir.
+    then ``files`` (name -> ``write(path)``) beside them; return the dir. ``writer`` names
+    what wrote the folder in its marker (default: from the header's command).
 
     The folder is checked and marked by :func:`vgcsim.core.outdir.prepare_output` (an earlier
     vgcsim output is replaced only with ``overwrite``; a folder vgcsim did not write never).
@@ -243,7 +245,7 @@ def write_results(
     extra = dict(files or {})
     out = prepare_output(
         out_dir,
-        _command_name(full.get("command")),
+        writer or _command_name(full.get("command")),
         overwrite=overwrite,
         files=[RESULTS_PARQUET, RESULTS_CSV, RESULTS_JSON, *extra],
     )
@@ -271,11 +273,13 @@ def save_results(
     batch_size_per_worker: int | None = None,
     overwrite: bool = False,
     files: Mapping[str, Callable[[str], Any]] | None = None,
+    writer: str | None = None,
 ) -> Path:
     """Finish, head and write a result table: the one path every command and the API take.
 
     :func:`finalize_results` (relative columns; throughput given ``batch_size_per_worker``) →
-    :func:`results_header` → :func:`write_results` (with ``overwrite`` and extra ``files``).
+    :func:`results_header` → :func:`write_results` (with ``overwrite``, extra ``files`` and
+    the marker's ``writer``, e.g. ``"vgcsim predict"``).
     """
     batch = int(batch_size_per_worker) if batch_size_per_worker else None
     finished = finalize_results(df, batch_size_per_worker=batch)
@@ -287,7 +291,7 @@ def save_results(
         options=options,
         command=command,
     )
-    return write_results(finished, out_dir, header, overwrite=overwrite, files=files)
+    return write_results(finished, out_dir, header, overwrite=overwrite, files=files, writer=writer)
 
 
 def read_results(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
