@@ -149,6 +149,20 @@ def _checkpoint_name(index: int) -> str:
     return f"chunk-{index:06d}"
 
 
+def _remove_checkpoints(run_dir: Path, keep: str | None) -> None:
+    """Remove the checkpoint folders a writer made (all but ``keep``); the checkpoint folder
+    goes too once empty (only what vgcsim wrote is removed)."""
+    root = run_dir / CHECKPOINT_DIR
+    if not root.is_dir():
+        return
+    for d in root.iterdir():
+        if d.name != keep and d.is_dir() and _CHECKPOINT_RE.match(d.name.removesuffix(".tmp")):
+            shutil.rmtree(d, ignore_errors=True)
+    if keep is None:
+        with contextlib.suppress(OSError):
+            root.rmdir()
+
+
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, np.integer):
         return int(obj)
@@ -353,7 +367,7 @@ class TraceWriter:
                         if f.name.endswith(".tmp") or (m and int(m.group(1)) >= point.chunk_index):
                             f.unlink()
                 keep = point.state_dir.name if point.state_dir is not None else None
-                self._remove_checkpoints(keep=keep)
+                _remove_checkpoints(self.run_dir, keep=keep)
                 self._start()
         except OSError as exc:
             raise TraceError(f"cannot resume {self.run_dir}: {_why(exc)}") from None
@@ -453,7 +467,7 @@ class TraceWriter:
             self._target = self.run_dir / schema.STEPS_TABLE / part
             _write_chunk(self.run_dir / schema.STEPS_TABLE, idx, steps)
         if checkpoint:
-            self._remove_checkpoints(keep=_checkpoint_name(idx))
+            _remove_checkpoints(self.run_dir, keep=_checkpoint_name(idx))
 
     def _write_checkpoint(self, idx: int, steps_written: int) -> None:
         root = self.run_dir / CHECKPOINT_DIR
@@ -469,14 +483,6 @@ class TraceWriter:
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         _fsync_dir(root)
-
-    def _remove_checkpoints(self, keep: str | None) -> None:
-        root = self.run_dir / CHECKPOINT_DIR
-        if not root.is_dir():
-            return
-        for d in root.iterdir():
-            if d.name != keep and (_CHECKPOINT_RE.match(d.name) or d.name.endswith(".tmp")):
-                shutil.rmtree(d, ignore_errors=True)
 
     def _discard_chunk(self, idx: int) -> None:
         """Remove whatever chunk ``idx`` wrote (it never committed), freeing its space."""
@@ -524,7 +530,7 @@ class TraceWriter:
                     f"(it still says running; the {self._steps_written} steps recorded are kept)"
                 ) from None
             if status == "complete":
-                shutil.rmtree(self.run_dir / CHECKPOINT_DIR, ignore_errors=True)
+                _remove_checkpoints(self.run_dir, keep=None)
             self._finished = True
         if error is not None:
             raise error
@@ -542,7 +548,7 @@ def _clear_run_dir(run_dir: Path) -> None:
                     f.unlink()
     if header.exists():
         header.unlink()
-    shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)
+    _remove_checkpoints(run_dir, keep=None)
     _unlink(run_dir / RESERVE_FILE)
 
 

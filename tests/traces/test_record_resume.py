@@ -228,3 +228,14 @@ def test_resume_after_sigterm_equals_uninterrupted(tmp_path, stopped_run, uninte
     assert_same_trace(uninterrupted["variance-adam"], run)
     (entry,) = read_trace(run).header["resumes"]
     assert entry["from_step"] == 3 * (entry["from_step"] // 3) <= kept
+
+
+def test_resume_refuses_a_distributed_recording(tmp_path, stopped_run, capsys):
+    run = _stopped_copy(stopped_run, tmp_path)
+    header = json.loads((run / "header.json").read_text())
+    header["distributed"] = {"backend": "gloo", "world_size": 2}
+    (run / "header.json").write_text(json.dumps(header))
+    assert main(["record", "--resume", str(run), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "torch.distributed" in err and "emulated recordings only" in err
+    assert read_trace(run).status == "stopped"

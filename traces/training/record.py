@@ -49,7 +49,7 @@ from vgcsim.traces.training.loop import (
 from vgcsim.traces.training.record_config import GRADIENT_PASSES, RecordConfig
 
 from vgcsim.core.config import config_from_dict
-from vgcsim.core.errors import TraceError
+from vgcsim.core.errors import ConfigError, TraceError
 
 __all__ = [
     "GRADIENT_PASSES",
@@ -253,6 +253,11 @@ def resume(run_dir: str | Path, cfg: RecordConfig | None = None, *, progress: bo
     run, a synthetic or torch.distributed trace and a different config.
     """
     point = find_resume_point(run_dir)
+    if "distributed" in point.header:
+        raise ConfigError(
+            f"{point.run_dir} was recorded with torch.distributed, whose ranks write no "
+            "checkpoint; --resume continues emulated recordings only"
+        )
     saved = point.header.get("config")
     if not isinstance(saved, dict):
         raise TraceError(f"{point.run_dir}: the header holds no record config to resume")
