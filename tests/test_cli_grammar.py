@@ -253,3 +253,36 @@ def test_renamed_options_parse():
     # --workers and --steps keep one meaning: emulated workers W and training steps
     assert parse(["record", "--workers", "8", "--steps", "5"]).workers == 8
     assert parse(["trace", "synth", "-o", "t", "--workers", "8", "--steps", "5"]).steps == 5
+
+
+# -- the README table --------------------------------------------------------------------
+
+
+def _readme_commands() -> dict[str, str]:
+    """command name -> the first command line of its README table row."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"\| `(vgcsim [^`]+)`", line)
+        if m:
+            cmd = m.group(1).replace("\\|", "|")
+            rows[cmd.split()[1]] = cmd
+    return rows
+
+
+def test_the_readme_table_lists_every_command_in_the_current_grammar():
+    import re
+    import shlex
+
+    from vgcsim.cli import SUBCOMMANDS
+
+    rows = _readme_commands()
+    assert set(rows) == set(SUBCOMMANDS)
+    parser = build_parser()
+    for name, cmd in rows.items():
+        line = re.sub(r"\[[^\]]*\]", "", cmd).replace("…", "")  # optional parts, ellipses
+        args = parser.parse_args(shlex.split(line)[1:])
+        assert args.command == name
