@@ -49,6 +49,7 @@ from vgcsim.traces.reading import (
 from vgcsim.traces.validate import check_trace
 
 from vgcsim.core.errors import TraceError
+from vgcsim.core.outdir import fsync_dir as _fsync_dir
 from vgcsim.core.outdir import is_trace_dir
 
 log = logging.getLogger(__name__)
@@ -72,19 +73,6 @@ STATUSES = schema.STATUSES
 
 def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
 
 
 def _unlink(path: Path) -> None:

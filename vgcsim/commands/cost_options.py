@@ -138,3 +138,41 @@ def with_compute(args: argparse.Namespace, cluster: Any) -> Any:
     if args.compute is not None and args.compute != cluster.compute:
         cluster = dataclasses.replace(cluster, compute=args.compute)
     return cluster
+
+
+def save_replay(
+    args: argparse.Namespace,
+    df: Any,
+    trace: Any,
+    cluster: Any,
+    *,
+    source: str,
+    config: Any,
+    options: dict[str, Any],
+    files: dict[str, Any] | None = None,
+) -> Any:
+    """predict's and simulate's result table: :func:`vgcsim.core.results.save_results` with the
+    trace, the cluster, the extrapolation rule of ``config`` and the time sources."""
+    import sys
+
+    from vgcsim.core.cluster import cluster_to_dict
+    from vgcsim.core.results import save_results, trace_entry
+    from vgcsim.models.predict import time_sources
+
+    return save_results(
+        df,
+        args.out,
+        source=source,
+        traces=[trace_entry(trace)],
+        cluster=cluster_to_dict(cluster),
+        extrapolation={
+            "rule": config.rule,
+            "seed": config.seed if config.rule == "resample" else None,
+        },
+        options={**options, "time_sources": time_sources(trace, cluster)},
+        command=["vgcsim", *sys.argv[1:]],
+        batch_size_per_worker=trace.header.get("batch_size_per_worker"),
+        overwrite=args.overwrite,
+        files=files,
+        writer=f"vgcsim {args.command}",
+    )

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from vgcsim.commands import add_out_option
-from vgcsim.commands.cost_options import add_replay_options, replay_overrides, with_compute
+from vgcsim.commands.cost_options import (
+    add_replay_options,
+    replay_overrides,
+    save_replay,
+    with_compute,
+)
 
 HELP = "predict step times of dense allreduce vs compressed allgatherv from a trace (closed-form models)"
 
@@ -29,15 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vgcsim.commands import check_out, world_sizes
-    from vgcsim.core.cluster import cluster_to_dict, load_cluster
+    from vgcsim.core.cluster import load_cluster
     from vgcsim.core.config import apply_overrides
-    from vgcsim.core.results import save_results, trace_entry
     from vgcsim.models.predict import (
         PredictOptions,
         options_dict,
         predict_trace,
         summarize,
-        time_sources,
     )
     from vgcsim.traces.io import read_trace
 
@@ -47,23 +49,8 @@ def run(args: argparse.Namespace) -> int:
     check_out(args, "predict")
     trace = read_trace(args.trace)
     df = predict_trace(trace, cluster, opts)
-    out = save_results(
-        df,
-        args.out,
-        source="predicted",
-        traces=[trace_entry(trace)],
-        cluster=cluster_to_dict(cluster),
-        extrapolation={"rule": opts.rule, "seed": opts.seed if opts.rule == "resample" else None},
-        options={
-            **options_dict(opts),
-            "encoding": opts.encoding or trace.primary_encoding,
-            "time_sources": time_sources(trace, cluster),
-        },
-        command=["vgcsim", *sys.argv[1:]],
-        batch_size_per_worker=trace.header.get("batch_size_per_worker"),
-        overwrite=args.overwrite,
-        writer="vgcsim predict",
-    )
+    options = {**options_dict(opts), "encoding": opts.encoding or trace.primary_encoding}
+    out = save_replay(args, df, trace, cluster, source="predicted", config=opts, options=options)
     print(summarize(df))
     print(f"wrote {len(df)} rows to {out}")
     return 0

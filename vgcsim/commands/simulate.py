@@ -6,7 +6,12 @@ import argparse
 import sys
 
 from vgcsim.commands import add_out_option
-from vgcsim.commands.cost_options import add_replay_options, replay_overrides, with_compute
+from vgcsim.commands.cost_options import (
+    add_replay_options,
+    replay_overrides,
+    save_replay,
+    with_compute,
+)
 
 HELP = "replay a trace on a discrete-event cluster model; write the result table (source=simulated)"
 
@@ -60,10 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vgcsim.commands import check_out, world_sizes
-    from vgcsim.core.cluster import cluster_to_dict, load_cluster
+    from vgcsim.core.cluster import load_cluster
     from vgcsim.core.config import apply_overrides, to_dict
-    from vgcsim.core.results import save_results, trace_entry
-    from vgcsim.models.predict import time_sources
     from vgcsim.simulator.replay import SimulateConfig, simulate_trace
     from vgcsim.simulator.timeline import write_chrome_trace
     from vgcsim.traces.io import read_trace
@@ -98,24 +101,9 @@ def run(args: argparse.Namespace) -> int:
         links = pd.concat([t.link_table() for t in timelines], ignore_index=True)
         files["timeline.json"] = lambda p: write_chrome_trace(timelines, p)
         files["links.csv"] = lambda p: links.to_csv(p, index=False)
-    out = save_results(
-        df,
-        args.out,
-        source="simulated",
-        traces=[trace_entry(trace)],
-        cluster=cluster_to_dict(cluster),
-        extrapolation={"rule": cfg.rule, "seed": cfg.seed if cfg.rule == "resample" else None},
-        options={
-            **to_dict(cfg),
-            "world_sizes": sizes,
-            "paths_run": info,
-            "time_sources": time_sources(trace, cluster),
-        },
-        command=["vgcsim", *sys.argv[1:]],
-        batch_size_per_worker=trace.header.get("batch_size_per_worker"),
-        overwrite=args.overwrite,
-        writer="vgcsim simulate",
-        files=files,
+    options = {**to_dict(cfg), "world_sizes": sizes, "paths_run": info}
+    out = save_replay(
+        args, df, trace, cluster, source="simulated", config=cfg, options=options, files=files
     )
     if args.timeline and not timelines:
         print(

@@ -39,6 +39,7 @@ __all__ = [
     "atomic_write",
     "atomic_write_text",
     "check_output",
+    "fsync_dir",
     "is_trace_dir",
     "prepare_output",
     "read_marker",
@@ -61,7 +62,8 @@ def _umask() -> int:
     return mask
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a folder (its entries, after a rename); a no-op where folders cannot be opened."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:  # pragma: no cover - platforms without directory fds
@@ -100,7 +102,7 @@ def atomic_write(path: str | Path, write: Callable[[str], Any]) -> Path:
         if isinstance(exc, OSError) and exc.filename is None:
             exc.filename = str(path)  # a full disk names the file it could not write
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return path
 
 
