@@ -334,17 +334,16 @@ class SynthConfig:
             raise ValueError("density_start must be in (0, 1]")
         if not 0.0 < self.decay_steps < math.inf:
             raise ValueError("decay_steps must be a finite number > 0")
-        for name in (
-            "layer_cv",
-            "worker_cv",
-            "step_cv",
-            "compute_s_per_worker",
-            "variance_s_per_worker",
-            "codec_s_per_worker",
+        # coefficients of variation up to 10 (a 1000 % spread; cv**2 must not overflow) and
+        # seconds per worker up to a day (times W must stay finite in the steps table)
+        for names, hi in (
+            (("layer_cv", "worker_cv", "step_cv"), 10.0),
+            (("compute_s_per_worker", "variance_s_per_worker", "codec_s_per_worker"), 86400.0),
         ):
-            # written as "not in range" so that NaN fails too
-            if not 0.0 <= getattr(self, name) < math.inf:
-                raise ValueError(f"{name} must be a finite number >= 0")
+            for name in names:
+                # written as "not in range" so that NaN fails too
+                if not 0.0 <= getattr(self, name) <= hi:
+                    raise ValueError(f"{name} must be a number in [0, {hi:g}]")
 
 
 def _lognormal(rng: np.random.Generator, cv: float, size) -> np.ndarray:
