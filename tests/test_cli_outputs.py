@@ -218,6 +218,31 @@ def test_calibrate_never_replaces_a_cluster_file_it_did_not_write(tmp_path, caps
     assert mine.read_text() == 'name = "mine"\n'
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["clusters", "10GbE"],
+        ["trace", "info", SAMPLE],
+        ["trace", "validate", SAMPLE],
+    ],
+    ids=["clusters", "trace-info", "trace-validate"],
+)
+def test_json_files_are_marked_and_never_replace_a_users_file(argv, tmp_path, capsys):
+    mine = tmp_path / "mine.json"
+    mine.write_text('{"mine": 1}')
+    for extra in ([], ["--overwrite"]):
+        assert main([*argv, "-o", str(mine), *extra]) == 2
+        assert "not written by vgcsim" in capsys.readouterr().err
+    assert mine.read_text() == '{"mine": 1}'
+    ours = tmp_path / "ours.json"
+    assert main([*argv, "-o", str(ours)]) == 0
+    data = json.loads(ours.read_text())
+    assert data["written_by"] == "vgcsim " + " ".join(argv[:2] if argv[0] == "trace" else argv[:1])
+    assert main([*argv, "-o", str(ours)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert main([*argv, "-o", str(ours), "--overwrite"]) == 0
+
+
 # -- a full disk ----------------------------------------------------------------------------
 
 

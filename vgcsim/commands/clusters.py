@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from vgcsim.commands import add_out_option
+
 HELP = "list cluster/link/device presets with their sources, or show one cluster (preset or TOML)"
 
 
@@ -16,6 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--sources", action="store_true", help="also print where each preset value comes from"
+    )
+    add_out_option(
+        parser,
+        "also write the cluster (or, without NAME, every cluster preset) as a JSON file",
+        required=False,
     )
 
 
@@ -41,6 +48,14 @@ def run(args: argparse.Namespace) -> int:
     )
     from vgcsim.core.units import format_bandwidth, format_time
 
+    if args.out is not None:
+        from vgcsim.core.outdir import write_json_output
+
+        if args.cluster:
+            data = cluster_to_dict(load_cluster(args.cluster))
+        else:
+            data = {"clusters": {n: cluster_to_dict(c) for n, c in CLUSTER_PRESETS.items()}}
+        write_json_output(args.out, "vgcsim clusters", data, overwrite=args.overwrite)
     if args.cluster:
         spec = load_cluster(args.cluster)
         print(json.dumps(cluster_to_dict(spec), indent=2))

@@ -22,11 +22,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     info.add_argument("run", metavar="RUN", help="trace run directory")
     info.add_argument("--json", action="store_true", help="print the summary as JSON")
     info.add_argument("--per-layer", action="store_true", help="also list per-layer ratios")
+    add_out_option(info, "also write the summary as a JSON file", required=False)
 
     val = sub.add_parser(
         "validate", help="check schema version and invariants; exit 2 on any violation"
     )
     val.add_argument("run", metavar="RUN", nargs="+", help="trace run directory")
+    add_out_option(val, "also write each run's verdict to a JSON file", required=False)
 
     syn = sub.add_parser(
         "synth",
@@ -66,6 +68,11 @@ def _info(args: argparse.Namespace) -> int:
     from vgcsim.traces.validate import trace_info
 
     info = trace_info(read_trace(args.run))
+    if args.out is not None:
+        from vgcsim.core.outdir import write_json_output
+
+        summary = json.loads(json.dumps(_strict(info), default=_json_default))
+        write_json_output(args.out, "vgcsim trace info", summary, overwrite=args.overwrite)
     if args.json:
         print(json.dumps(_strict(info), indent=2, default=_json_default, allow_nan=False))
         return 0
@@ -150,19 +157,31 @@ def _validate(args: argparse.Namespace) -> int:
     from vgcsim.traces.reading import printable
     from vgcsim.traces.validate import validate_trace
 
+    if args.out is not None:
+        from vgcsim.core.outdir import check_output_file
+
+        check_output_file(args.out, "vgcsim trace validate", overwrite=args.overwrite)
     invalid = 0  # every run is checked and reported; exit 2 when any is invalid
+    verdicts = []
     for run_dir in args.run:
         try:
             t = validate_trace(run_dir)
         except VgcsimError as exc:
             print(f"vgcsim trace: error: {exc}", file=sys.stderr)
             invalid += 1
+            verdicts.append({"run": printable(run_dir), "valid": False, "error": str(exc)})
             continue
         note = "" if t.status == "complete" else f" (status {t.status}: a valid prefix)"
         print(
             f"{printable(t.path)}: valid — {t.steps_count} steps, {t.workers} workers, "
             f"{len(t.layers)} layers{note}"
         )
+        verdicts.append({"run": printable(t.path), "valid": True, "status": t.status})
+    if args.out is not None:
+        from vgcsim.core.outdir import write_json_output
+
+        data = {"runs": verdicts}
+        write_json_output(args.out, "vgcsim trace validate", data, overwrite=args.overwrite)
     return 2 if invalid else 0
 
 

@@ -39,10 +39,12 @@ __all__ = [
     "atomic_write",
     "atomic_write_text",
     "check_output",
+    "check_output_file",
     "fsync_dir",
     "is_trace_dir",
     "prepare_output",
     "read_marker",
+    "write_json_output",
 ]
 
 MARKER = ".vgcsim.json"
@@ -268,3 +270,47 @@ def prepare_output(
     result = OutputDir(out, command, previous, files)
     result.commit()
     return result
+
+
+#: The key a JSON file written with ``-o FILE`` carries: its marker (the command that wrote it).
+WRITTEN_BY = "written_by"
+
+
+def _json_written_by_vgcsim(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and str(data.get(WRITTEN_BY, "")).startswith("vgcsim")
+
+
+def check_output_file(path: str | Path, command: str, *, overwrite: bool = False) -> None:
+    """The single-file form of :func:`check_output` for a JSON file written with ``-o FILE``:
+    a folder, or a file vgcsim did not write, is refused; a file vgcsim wrote is replaced only
+    with ``overwrite``."""
+    out = Path(path)
+    if out.is_dir():
+        raise OutputError(f"cannot write {command} output to {out}: it is a folder")
+    if out.exists():
+        if not _json_written_by_vgcsim(out):
+            raise OutputError(f"{out} exists and was not written by vgcsim; not replacing it")
+        if not overwrite:
+            raise OutputError(
+                f"{out} already holds vgcsim output; pass --overwrite to replace it, or choose "
+                "another -o"
+            )
+
+
+def write_json_output(
+    path: str | Path, command: str, data: dict[str, Any], *, overwrite: bool = False
+) -> Path:
+    """Write ``data`` (plus ``written_by: command``, the file's marker) as the JSON file
+    ``path``, atomically, after :func:`check_output_file`."""
+    check_output_file(path, command, overwrite=overwrite)
+    out = Path(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot write {command} output to {out}: {exc.strerror}") from None
+    text = json.dumps({WRITTEN_BY: command, **data}, indent=2, allow_nan=False) + "\n"
+    return atomic_write_text(out, text)
