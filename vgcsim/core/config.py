@@ -96,6 +96,34 @@ def _parse_literal(text: str) -> Any:
         return text
 
 
+def _coerce_int(value: Any, key: str) -> int:
+    if isinstance(value, bool):
+        raise ConfigError(f"config key {key!r} expects an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip().replace("_", ""))
+        except ValueError:
+            pass
+    raise ConfigError(f"config key {key!r} expects an integer, got {value!r:.80}")
+
+
+def _coerce_float(value: Any, key: str) -> float:
+    if isinstance(value, bool):
+        raise ConfigError(f"config key {key!r} expects a number, got {value!r}")
+    try:
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            return float(value.strip())
+    except (ValueError, OverflowError):
+        pass
+    raise ConfigError(f"config key {key!r} expects a number, got {value!r:.80}")
+
+
 def _coerce(value: Any, tp: Any, key: str) -> Any:
     """Convert ``value`` (from TOML or from a ``--set`` string) to the declared type ``tp``."""
     optional, inner = _optional_inner(tp)
@@ -118,29 +146,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             return value.strip().lower() in _TRUE
         raise ConfigError(f"config key {key!r} expects true or false, got {value!r}")
     if tp is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"config key {key!r} expects an integer, got {value!r}")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value.strip().replace("_", ""))
-            except ValueError:
-                pass
-        raise ConfigError(f"config key {key!r} expects an integer, got {value!r}")
+        return _coerce_int(value, key)
     if tp is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"config key {key!r} expects a number, got {value!r}")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                pass
-        raise ConfigError(f"config key {key!r} expects a number, got {value!r}")
+        return _coerce_float(value, key)
     if tp is str:
         if isinstance(value, str):
             return value
