@@ -80,7 +80,7 @@ class VarianceParams:
         pass, so the largest element is always sent and M is the same under both rules;
         with scale "mean", M is recomputed over the kept elements until none falls below.
     scale: choice of the per-message scale M of the 4-bit code ("max" or "mean").
-    rounding: 4-bit rounding rule ("nearest", "log", "down"); see quantize.py.
+    rounding: 4-bit rounding rule ("nearest", "log", "down"); see vgcsim.traces.wire.quantize.
     values: "code4" (the paper's 4-bit code) or "fp32" (unquantized, for ablations).
     """
 
