@@ -42,6 +42,7 @@ from vgcsim.traces.labels import method_label
 from vgcsim.traces.schema import HEADER_FILE
 
 from vgcsim.core.errors import ResultsError, TraceError
+from vgcsim.core.outdir import atomic_write, atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -223,28 +224,38 @@ def write_report(
     images: dict[str, str] = {}
     for plot in report.plots:
         png = _png_bytes(plot.figure)
-        (out / "plots" / f"{plot.name}.png").write_bytes(png)
-        plot.figure.savefig(out / "plots" / f"{plot.name}.svg", format="svg")
+        # every file atomically: a full disk never leaves a half-written one
+        atomic_write(
+            out / "plots" / f"{plot.name}.png", lambda p, png=png: Path(p).write_bytes(png)
+        )
+        atomic_write(
+            out / "plots" / f"{plot.name}.svg",
+            lambda p, fig=plot.figure: fig.savefig(p, format="svg"),
+        )
         images[plot.name] = base64.b64encode(png).decode("ascii")
 
     md_parts = [f"# {title}\n", *(f"{n}\n" for n in notes)]
     if report.summary:
         md_parts.append("\n".join(f"- {s}" for s in report.summary) + "\n")
     for table in report.tables:
-        table.frame.to_csv(out / "tables" / f"{table.name}.csv", index=False)
+        atomic_write(
+            out / "tables" / f"{table.name}.csv",
+            lambda p, frame=table.frame: frame.to_csv(p, index=False),
+        )
         md = f"## {table.title}\n\n{table.caption}\n\n{to_markdown(table.display)}"
-        (out / "tables" / f"{table.name}.md").write_text(md, encoding="utf-8")
+        atomic_write_text(out / "tables" / f"{table.name}.md", md)
         if table.name in ("speedup_matrix", "what_if"):
             md_parts.append(md)
     md_parts.append(
         "## Plots\n\n" + "\n".join(f"- plots/{p.name}.png — {p.title}" for p in report.plots) + "\n"
     )
-    (out / "summary.md").write_text("\n".join(md_parts), encoding="utf-8")
+    atomic_write_text(out / "summary.md", "\n".join(md_parts))
 
     page = _html_page(report, images, title, notes)
     path = out / "index.html"
-    path.write_text(page, encoding="utf-8")
-    (out / "report.json").write_text(
+    atomic_write_text(path, page)
+    atomic_write_text(
+        out / "report.json",
         json.dumps(
             {
                 "summary": report.summary,
@@ -254,7 +265,6 @@ def write_report(
             },
             indent=2,
         ),
-        encoding="utf-8",
     )
     return path
 
