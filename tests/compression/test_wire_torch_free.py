@@ -111,3 +111,14 @@ def test_synth_and_validate_use_the_same_closed_forms():
     assert SYNTH_ENCODINGS["packed32"](numel, sent, rng).tolist() == (
         sizes.packed32_bits(numel, sent).tolist()
     )
+
+
+def test_package_names_are_the_modules_objects():
+    import vgcsim.traces.compression as pkg
+    from vgcsim.traces.compression.base import Compressor
+    from vgcsim.traces.compression.compressors import COMPRESSORS, get_compressor
+
+    assert pkg.get_compressor is get_compressor and pkg.COMPRESSORS is COMPRESSORS
+    assert pkg.Compressor is Compressor and pkg.ENCODINGS is ENCODINGS
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = pkg.nope
