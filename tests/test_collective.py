@@ -106,6 +106,10 @@ def test_cli_prints_the_time_and_writes_a_table(tmp_path, capsys):
     one = pd.read_csv(tmp_path / "m.csv")
     assert len(one) == 1 and one["engine"].item() == "model"
     assert one["time_s"].item() == api.collective("10GbE", "allgatherv/direct", [1e6, 2**21])
+    # an existing file is replaced only with --overwrite
+    assert main([*agv, "--out", str(tmp_path / "m.csv")]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert main([*agv, "--out", str(tmp_path / "m.csv"), "--overwrite"]) == 0
 
 
 @pytest.mark.parametrize(

@@ -19,46 +19,33 @@ def _sizes(text: str) -> list[float]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "cluster", metavar="CLUSTER", help="cluster preset name (see `vgcsim clusters`) or TOML"
-    )
-    parser.add_argument(
-        "key", metavar="COLLECTIVE", help="e.g. allreduce/ring, allgatherv/bruck (op/algorithm)"
-    )
+    from vgcsim.commands import add_out_option
+
+    parser.add_argument("cluster", metavar="CLUSTER", help="cluster preset name or TOML file")
+    parser.add_argument("key", metavar="COLLECTIVE", help="op/algorithm, e.g. allgatherv/bruck")
     parser.add_argument(
         "--sizes-bytes",
         required=True,
         type=_sizes,
         metavar="LIST",
-        help="bytes per rank, comma-separated (one per rank: P = their count), e.g. "
-        "4e6,4e6,2MiB; with --world-size one size for every rank",
+        help="bytes per rank, comma-separated, P = their count (e.g. 4e6,4e6,2MiB)",
     )
-    parser.add_argument(
-        "--world-size",
-        type=int,
-        metavar="P",
-        help="repeat a single --sizes-bytes value for P ranks",
-    )
+    parser.add_argument("--world-size", type=int, metavar="P", help="one size for P ranks")
     parser.add_argument(
         "--engine",
         choices=("model", "simulate"),
         default="model",
         help="closed form (default) or message-level simulation on the cluster's topology",
     )
+    parser.add_argument("--mode", default="fair", help="simulate: link sharing (fair, fifo)")
     parser.add_argument(
-        "--mode", default="fair", help="simulate: network sharing model (fair, fifo)"
+        "--semantics", default="rendezvous", help="simulate: messages (rendezvous, eager)"
     )
-    parser.add_argument(
-        "--semantics",
-        default="rendezvous",
-        help="simulate: message matching (rendezvous, eager)",
-    )
-    parser.add_argument(
-        "-o",
-        "--out",
-        metavar="FILE",
-        help="also write a table (.csv, or .parquet): one row per link used (simulate) or "
-        "one row (model), with the call's collective, cluster, world_size, engine, time_s",
+    add_out_option(
+        parser,
+        "also write a table (.csv or .parquet): the call's collective, cluster, world_size, "
+        "engine, time_s, and with --engine simulate one row per link used",
+        required=False,
     )
 
 
@@ -79,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     if out is not None and out.suffix.lower() not in (".csv", ".parquet"):
         raise ConfigError(f"--out {out}: give a .csv or .parquet file")
+    if out is not None and out.exists() and not args.overwrite:
+        raise ConfigError(f"--out {out} exists; pass --overwrite to replace it")
     simulate = args.engine == "simulate"
     result = api.collective(
         args.cluster,
