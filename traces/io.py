@@ -137,6 +137,36 @@ def _checkpoint_name(index: int) -> str:
     return f"chunk-{index:06d}"
 
 
+def _lock_folder(folder: Path) -> int | None:
+    """An exclusive, non-blocking ``flock`` on ``folder``: its descriptor (close it to
+    unlock), or None where there is no flock. Raises BlockingIOError when another open
+    holds it."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def being_written(run_dir: str | Path) -> bool:
+    """True while a :class:`TraceWriter` (in any process) holds ``run_dir``'s lock."""
+    try:
+        fd = _lock_folder(Path(run_dir))
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    if fd is not None:
+        os.close(fd)
+    return False
+
+
 def _remove_checkpoints(run_dir: Path, keep: str | None) -> None:
     """Remove the checkpoint folders a writer made (all but ``keep``); the checkpoint folder
     goes too once empty (only what vgcsim wrote is removed)."""
@@ -283,6 +313,7 @@ class TraceWriter:
         try:
             self._start()
         except OSError as exc:
+            self._unlock()
             # Nothing was recorded yet: leave no header-only folder behind.
             for name in (schema.HEADER_FILE, RESERVE_FILE):
                 _unlink(self.run_dir / name)
@@ -312,9 +343,29 @@ class TraceWriter:
         self._finished = False
         self._failed: str | None = None
         self._target: Path = self.run_dir
+        self._lock_fd: int | None = None
+
+    def _lock(self) -> None:
+        """Hold the run folder's lock while writing: a second writer (``--resume`` of a
+        run that is still recording) is refused; the lock goes with the process, even on
+        SIGKILL."""
+        if self._lock_fd is not None:
+            return
+        try:
+            self._lock_fd = _lock_folder(self.run_dir)
+        except BlockingIOError:
+            raise TraceError(
+                f"{self.run_dir} is being written by another running vgcsim process"
+            ) from None
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def _start(self) -> None:
-        """Write the reserve, then the ``running`` header."""
+        """Lock the run, write the reserve, then the ``running`` header."""
+        self._lock()
         text = _header_text(self.header)
         size = max(_RESERVE_MIN_BYTES, 4 * len(text))
         _atomic_write_bytes(self.run_dir / RESERVE_FILE, b"\0" * size)
@@ -344,6 +395,7 @@ class TraceWriter:
             chunk_index=point.chunk_index,
             steps_written=point.steps_written,
         )
+        self._lock()
         try:
             with _signals_held():
                 for table in schema.TRACE_TABLES:
@@ -513,6 +565,7 @@ class TraceWriter:
             try:
                 write_header(self.run_dir, self.header)
             except OSError as exc:
+                self._unlock()
                 raise TraceError(
                     f"cannot update {self.run_dir / schema.HEADER_FILE}: {_why(exc)} "
                     f"(it still says running; the {self._steps_written} steps recorded are kept)"
@@ -520,6 +573,7 @@ class TraceWriter:
             if status == "complete":
                 _remove_checkpoints(self.run_dir, keep=None)
             self._finished = True
+            self._unlock()
         if error is not None:
             raise error
         return self.run_dir
@@ -575,6 +629,11 @@ def find_resume_point(path: str | Path) -> ResumePoint:
     header = read_header(run_dir)
     if header.get("synthetic"):
         raise TraceError(f"{run_dir} is a synthetic trace; only a recording can be resumed")
+    if being_written(run_dir):
+        raise TraceError(
+            f"{run_dir} is being written by another running vgcsim process; "
+            "resume it once that process has ended"
+        )
     if header.get("status") == "complete":
         raise TraceError(
             f"{run_dir} is complete ({header.get('steps_recorded', '?')} steps); nothing to resume"

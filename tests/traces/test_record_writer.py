@@ -14,6 +14,7 @@ from vgcsim.traces.io import (
     CHECKPOINT_FILE,
     RESERVE_FILE,
     TraceWriter,
+    being_written,
     find_resume_point,
     read_header,
     read_trace,
@@ -78,8 +79,6 @@ def test_checkpoint_lands_before_its_chunk_and_only_the_last_is_kept(tmp_path):
         (tmp_path / "r" / CHECKPOINT_DIR / "chunk-000001" / CHECKPOINT_FILE).read_text()
     )
     assert info == {"chunk_index": 1, "steps_written": 4}
-    point = find_resume_point(tmp_path / "r")
-    assert (point.chunk_index, point.steps_written) == (2, 4)
     w.finish("complete")
     assert not (tmp_path / "r" / CHECKPOINT_DIR).exists()
     assert not (tmp_path / "r" / RESERVE_FILE).exists()
@@ -143,6 +142,23 @@ def test_steps_chunks_with_a_gap_are_not_resumed(tmp_path):
     w = TraceWriter(run, HEADER, chunk_steps=1)
     for t in range(3):
         _step(w, t)
+    w.finish("stopped", "test")
     (run / schema.STEPS_TABLE / "part-000001.parquet").unlink()
     with pytest.raises(TraceError, match="cannot be resumed"):
         find_resume_point(run)
+
+
+def test_a_run_being_written_is_not_resumed(tmp_path):
+    """The writer locks its folder: resuming it meanwhile is refused; after finish it is not."""
+    run = tmp_path / "r"
+    w = TraceWriter(run, HEADER, chunk_steps=2, checkpoint=lambda folder: None)
+    for t in range(3):
+        _step(w, t)
+    assert being_written(run)
+    with pytest.raises(TraceError, match="being written by another running vgcsim process"):
+        find_resume_point(run)
+    w.finish("stopped", "test")
+    assert not being_written(run)
+    w2 = TraceWriter.resume(find_resume_point(run))
+    assert being_written(run)
+    w2.finish("stopped", "test")
