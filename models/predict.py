@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -39,6 +39,9 @@ from vgcsim.core.cluster import ClusterSpec
 from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.core.results import RESULT_COLUMNS, finalize_results
+
+if TYPE_CHECKING:
+    from vgcsim.traces.io import Trace
 
 __all__ = ["PredictOptions", "frame_from_rows", "predict_trace", "rows_for"]
 
@@ -239,7 +242,7 @@ def _compressed_breakdown(
     )
 
 
-def predict_trace(trace: Any, cluster: ClusterSpec, opts: PredictOptions) -> pd.DataFrame:
+def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> pd.DataFrame:
     """Closed-form predictions for ``trace`` on ``cluster`` (a finalized result frame)."""
     encoding = opts.encoding or trace.primary_encoding
     if encoding not in trace.encodings:
@@ -302,7 +305,7 @@ def predict_trace(trace: Any, cluster: ClusterSpec, opts: PredictOptions) -> pd.
     return finalize_results(df, batch_size_per_worker=int(batch) if batch else None)
 
 
-def trace_entry(trace: Any) -> dict[str, Any]:
+def trace_entry(trace: Trace) -> dict[str, Any]:
     """The header entry describing one input trace."""
     return {
         "path": str(trace.path),
@@ -373,7 +376,7 @@ def summarize(df: pd.DataFrame, world_sizes: Sequence[int] | None = None) -> str
     return "\n".join(lines)
 
 
-def time_sources(trace: Any, cluster: ClusterSpec) -> dict[str, str]:
+def time_sources(trace: Trace, cluster: ClusterSpec) -> dict[str, str]:
     """Where each local time column comes from on ``cluster`` (measured or modelled, and on
     which device), for the result header's ``options.time_sources``."""
     si = step_inputs(trace, cluster, 1)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,9 @@ from vgcsim.core.cluster import CLUSTER_PRESETS, get_cluster, get_device
 from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.core.results import finalize_results
+
+if TYPE_CHECKING:
+    from vgcsim.traces.io import Trace
 
 __all__ = [
     "NETS",
@@ -159,11 +162,11 @@ class PaperScenarioConfig:
             raise ConfigError("batch_size_per_worker must be >= 1 and codec_s a finite number >= 0")
 
 
-def _compressor_params(trace: Any) -> dict[str, Any]:
+def _compressor_params(trace: Trace) -> dict[str, Any]:
     return dict((trace.header.get("compressor") or {}).get("params") or {})
 
 
-def method_from_trace(trace: Any, encoding: str | None = None) -> Method:
+def method_from_trace(trace: Trace, encoding: str | None = None) -> Method:
     """A method whose ratio is measured from a recorded trace: dense bits per worker per step
     ÷ mean bits a worker sends per step under ``encoding`` (default: primary)."""
     enc = encoding or trace.primary_encoding
