@@ -171,6 +171,19 @@ def test_overwrite_never_replaces_a_file_the_marker_does_not_list(tmp_path, caps
     assert (out / "timeline.json").read_text() == "my own timeline"
 
 
+def test_a_result_table_from_before_markers_is_replaced_only_with_overwrite(tmp_path, capsys):
+    old = tmp_path / "old"
+    shutil.copytree(GOLDEN, old)
+    assert not (old / MARKER).exists()
+    (old / "notes.txt").write_text("mine")
+    argv = [*TABLES["predict"](tmp_path), "-o", str(old)]
+    assert main(argv) == 2
+    assert "already holds an earlier vgcsim output" in capsys.readouterr().err
+    assert main([*argv, "--overwrite"]) == 0
+    assert sorted(set(read_results(old)[0]["world_size"])) == [2, 8]
+    assert (old / "notes.txt").read_text() == "mine"
+
+
 def test_results_never_go_into_a_trace_folder(tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(SAMPLE, run)

@@ -87,7 +87,11 @@ def settings(items: Iterable[str], world_sizes_keys: Sequence[str] = ("world_siz
 def check_out(args: argparse.Namespace, command: str, folder: Any = None) -> None:
     """Refuse ``-o`` before any work when vgcsim may not write it (see vgcsim.core.outdir)."""
     from vgcsim.core.outdir import check_output
+    from vgcsim.core.results import legacy_result_files
 
     check_output(
-        args.out if folder is None else folder, f"vgcsim {command}", overwrite=args.overwrite
+        args.out if folder is None else folder,
+        f"vgcsim {command}",
+        overwrite=args.overwrite,
+        legacy=legacy_result_files,
     )

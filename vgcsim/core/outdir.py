@@ -213,17 +213,22 @@ def check_output(
     *,
     overwrite: bool = False,
     files: Iterable[str] = (),
+    legacy: Callable[[Path], Iterable[str] | None] | None = None,
 ) -> tuple[str, ...]:
     """Refuse (:class:`OutputError`, one line naming the folder) an output folder ``command``
     may not write (see the module doc); create nothing. Returns the files an earlier vgcsim
     output there lists. Commands call it before their work, :func:`prepare_output` again
-    when they write."""
+    when they write. ``legacy(folder)`` recognises an output written before markers existed
+    (the files vgcsim wrote there, or None)."""
     out = Path(folder)
     if out.exists() and not out.is_dir():
         raise OutputError(f"cannot write {command} output to {out}: it is not a folder")
     previous: tuple[str, ...] = ()
     if out.is_dir() and any(out.iterdir()):
         marker = read_marker(out)
+        known = legacy(out) if marker is None and legacy is not None else None
+        if marker is None and known is not None:
+            marker = {"command": "an earlier vgcsim", "files": sorted(known)}
         if marker is None:
             if is_trace_dir(out):
                 raise OutputError(
@@ -256,12 +261,13 @@ def prepare_output(
     *,
     overwrite: bool = False,
     files: Iterable[str] = (),
+    legacy: Callable[[Path], Iterable[str] | None] | None = None,
 ) -> OutputDir:
     """:func:`check_output`, then create the folder and mark it at once (listing ``files``, so
     that a run stopped half-way leaves a folder vgcsim may write again); write through the
     returned :class:`OutputDir` and :meth:`OutputDir.commit` the final marker at the end."""
     files = tuple(files)
-    previous = check_output(folder, command, overwrite=overwrite, files=files)
+    previous = check_output(folder, command, overwrite=overwrite, files=files, legacy=legacy)
     out = Path(folder)
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -127,6 +127,7 @@ __all__ = [
     "RESULTS_PARQUET",
     "empty_results",
     "finalize_results",
+    "legacy_result_files",
     "read_results",
     "results_header",
     "save_results",
@@ -211,6 +212,30 @@ def trace_entry(trace: Any) -> dict[str, Any]:
     }
 
 
+#: Files of a result folder written before folder markers existed (vgcsim.core.outdir).
+_LEGACY_FILES = (
+    RESULTS_JSON,
+    RESULTS_PARQUET,
+    RESULTS_CSV,
+    "timeline.json",
+    "links.csv",
+    "crossover.csv",
+    "scenario.md",
+)
+
+
+def legacy_result_files(folder: Path) -> list[str] | None:
+    """The files of a result table written before markers existed (its ``results.json`` is a
+    vgcsim result header), so that ``--overwrite`` replaces it; None for any other folder."""
+    try:
+        header = json.loads((Path(folder) / RESULTS_JSON).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(header, dict) or header.get("kind") != RESULTS_KIND:
+        return None
+    return [name for name in _LEGACY_FILES if (Path(folder) / name).exists()]
+
+
 def _command_name(command: Sequence[str] | None) -> str:
     words = [str(w) for w in (command or [])]
     if len(words) > 1 and words[0].endswith("vgcsim"):
@@ -248,6 +273,7 @@ def write_results(
         writer or _command_name(full.get("command")),
         overwrite=overwrite,
         files=[RESULTS_PARQUET, RESULTS_CSV, RESULTS_JSON, *extra],
+        legacy=legacy_result_files,
     )
     out.write(RESULTS_PARQUET, lambda p: df.to_parquet(p, index=False))
     out.write(RESULTS_CSV, lambda p: df.to_csv(p, index=False))
