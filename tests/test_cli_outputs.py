@@ -184,6 +184,18 @@ def test_a_result_table_from_before_markers_is_replaced_only_with_overwrite(tmp_
     assert (old / "notes.txt").read_text() == "mine"
 
 
+def test_a_demo_folder_from_before_markers_needs_overwrite(tmp_path, capsys):
+    old = tmp_path / "demo"
+    (old / "report").mkdir(parents=True)
+    (old / "results").mkdir()
+    (old / "report" / "report.json").write_text("{}")
+    assert main(["demo", "-q", "-o", str(old)]) == 2
+    assert "already holds an earlier vgcsim output" in capsys.readouterr().err
+    (old / "report" / "report.json").unlink()  # no longer a demo's folder: never written
+    assert main(["demo", "-q", "-o", str(old), "--overwrite"]) == 2
+    assert "not written by vgcsim" in capsys.readouterr().err
+
+
 def test_results_never_go_into_a_trace_folder(tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(SAMPLE, run)

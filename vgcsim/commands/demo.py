@@ -193,6 +193,17 @@ class _Progress:
             print(f"[{self.done}/{self.total} {elapsed:5.0f} s] {msg}", file=sys.stderr, flush=True)
 
 
+#: What the demo writes into its folder.
+DEMO_FOLDERS = ("traces", "results", "report")
+
+
+def _legacy_demo(out: Path) -> list[str] | None:
+    """A demo folder written before folder markers existed: its report and results folders."""
+    if (out / "report" / "report.json").is_file() and (out / "results").is_dir():
+        return [name for name in DEMO_FOLDERS if (out / name).exists()]
+    return None
+
+
 def _cluster(name: str, compute: str):
     from vgcsim.core.cluster import load_cluster
 
@@ -221,7 +232,11 @@ def run(args: argparse.Namespace) -> int:
     from vgcsim.traces.training.record import record
 
     folder = prepare_output(
-        args.out, "vgcsim demo", overwrite=args.overwrite, files=("traces", "results", "report")
+        args.out,
+        "vgcsim demo",
+        overwrite=args.overwrite,
+        files=DEMO_FOLDERS,
+        legacy=_legacy_demo,
     )
     out = folder.path
     sizes = tuple(sorted({int(p) for p in cfg.world_sizes}))
