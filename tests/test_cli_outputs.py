@@ -184,6 +184,18 @@ def test_a_result_table_from_before_markers_is_replaced_only_with_overwrite(tmp_
     assert (old / "notes.txt").read_text() == "mine"
 
 
+def test_a_report_from_before_markers_is_replaced_only_with_overwrite(tmp_path, capsys):
+    out = tmp_path / "rep"
+    assert main(["report", str(GOLDEN), "-o", str(out)]) == 0
+    (out / MARKER).unlink()  # as a report written before markers existed
+    (out / "notes.txt").write_text("mine")
+    assert main(["report", str(GOLDEN), "-o", str(out)]) == 2
+    assert "already holds an earlier vgcsim output" in capsys.readouterr().err
+    assert main(["report", str(GOLDEN), "-o", str(out), "--overwrite"]) == 0
+    assert (out / "notes.txt").read_text() == "mine"
+    assert "notes.txt" not in json.loads((out / MARKER).read_text())["files"]
+
+
 def test_a_demo_folder_from_before_markers_needs_overwrite(tmp_path, capsys):
     old = tmp_path / "demo"
     (old / "report").mkdir(parents=True)

@@ -84,8 +84,11 @@ def settings(items: Iterable[str], world_sizes_keys: Sequence[str] = ("world_siz
     return out
 
 
-def check_out(args: argparse.Namespace, command: str, folder: Any = None) -> None:
-    """Refuse ``-o`` before any work when vgcsim may not write it (see vgcsim.core.outdir)."""
+def check_out(
+    args: argparse.Namespace, command: str, folder: Any = None, legacy: Any = None
+) -> None:
+    """Refuse ``-o`` before any work when vgcsim may not write it (see vgcsim.core.outdir);
+    ``legacy`` recognises an output from before markers (default: a result table)."""
     from vgcsim.core.outdir import check_output
     from vgcsim.core.results import legacy_result_files
 
@@ -93,5 +96,5 @@ def check_out(args: argparse.Namespace, command: str, folder: Any = None) -> Non
         args.out if folder is None else folder,
         f"vgcsim {command}",
         overwrite=args.overwrite,
-        legacy=legacy_result_files,
+        legacy=legacy or legacy_result_files,
     )

@@ -43,6 +43,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_out_option(parser, "output folder", default="out/report")
 
 
+def _legacy_report(out: Path) -> list[str] | None:
+    """A report folder written before folder markers existed: its top files and those in
+    plots/ and tables/ (what the report writes there)."""
+    if not ((out / "report.json").is_file() and (out / "index.html").is_file()):
+        return None
+    names = [name for name in REPORT_FILES if (out / name).exists()]
+    for sub in ("plots", "tables"):
+        names += [f"{sub}/{p.name}" for p in sorted((out / sub).glob("*")) if p.is_file()]
+    return names
+
+
 def report_folder(
     out_dir: str | Path, write: Callable[[Path], Path], overwrite: bool, command: str = "report"
 ) -> Path:
@@ -50,7 +61,13 @@ def report_folder(
     and marked as every vgcsim output folder is (vgcsim.core.outdir); return the HTML path."""
     from vgcsim.core.outdir import prepare_output
 
-    out = prepare_output(out_dir, f"vgcsim {command}", overwrite=overwrite, files=REPORT_FILES)
+    out = prepare_output(
+        out_dir,
+        f"vgcsim {command}",
+        overwrite=overwrite,
+        files=REPORT_FILES,
+        legacy=_legacy_report,
+    )
     before = out.snapshot()
     path = write(out.path)
     out.commit_changed(before)
@@ -89,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             "--target-accuracy needs --trace RUN folders: the steps to a target come from "
             "the traces' evaluation curves"
         )
-    check_out(args, "report")
+    check_out(args, "report", legacy=_legacy_report)
     inputs = load_inputs(args.results, args.trace, target_accuracy=target)
     report = build_report(inputs)
     path = report_folder(
