@@ -38,8 +38,9 @@ MAX_WORLD_SIZE = 65536
 MAX_WORLD_SIZES = 4096
 
 WORLD_SIZES_HELP = (
-    "ranks P: a list 8,16,64; a doubling A:B:xR (2:1024:x2 = 2,4,8,...,1024); a count "
-    "A:B:+D (8:64:+8 = 8,16,24,...,64); items may be mixed, e.g. 1,2:256:x2 "
+    "ranks P: a list 8,16,64; a geometric A:B:xR (2:1024:x2 = 2,4,8,...,1024); an "
+    "arithmetic A:B:+D (8:64:+8 = 8,16,24,...,64); items may be mixed, e.g. 1,2:256:x2; "
+    "'a,b,...,z' only where one progression alone reaches z "
     f"(each 1..{MAX_WORLD_SIZE})"
 )
 
