@@ -305,17 +305,6 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
     return finalize_results(df, batch_size_per_worker=int(batch) if batch else None)
 
 
-def trace_entry(trace: Trace) -> dict[str, Any]:
-    """The header entry describing one input trace."""
-    return {
-        "path": str(trace.path),
-        "name": trace.name,
-        "compressor": trace.compressor,
-        "synthetic": bool(trace.synthetic),
-        "schema_version": trace.header.get("schema_version"),
-    }
-
-
 def options_dict(opts: PredictOptions) -> dict[str, Any]:
     """The options as written into the result header."""
     return {
