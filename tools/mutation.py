@@ -273,6 +273,28 @@ def _mutate(
         raise SystemExit(f"[{name}] mutmut failed (exit {rc}); end of its log:\n{tail}")
 
 
+def _diffs(copy: Path, mutants: list[str], env: dict[str, str]) -> dict[str, str]:
+    """Each mutant's diff, from one child interpreter in the copy (``mutmut show`` per mutant
+    would start one per mutant)."""
+    code = (
+        "import json, sys\n"
+        "from mutmut.mutation.diff_apply import find_mutant, get_diff_for_mutant\n"
+        "names = json.load(sys.stdin)\n"
+        "print(json.dumps({n: get_diff_for_mutant(n, path=find_mutant(n).path) for n in names}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=copy,
+        input=json.dumps(mutants),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"cannot read the mutants' diffs in {copy}: {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout)
+
+
 def _classify(
     name: str, copy: Path, equivalents: list[dict], only: list[str] | None = None
 ) -> AreaResult:
@@ -282,16 +304,10 @@ def _classify(
     for status in statuses.values():
         result.counts[status] = result.counts.get(status, 0) + 1
     eq_keys = {(e["module"], e["original"].strip(), e["mutant"].strip()) for e in equivalents}
-    for mutant, status in sorted(statuses.items()):
-        if status in DETECTED:
-            continue
-        diff = subprocess.run(
-            [sys.executable, "-m", "mutmut", "show", mutant],
-            cwd=copy,
-            capture_output=True,
-            text=True,
-            env=env,
-        ).stdout
+    undetected = sorted(m for m, status in statuses.items() if status not in DETECTED)
+    diffs = _diffs(copy, undetected, env)
+    for mutant in undetected:
+        status, diff = statuses[mutant], diffs[mutant]
         minus, plus = _diff_lines(diff)
         if status == "survived" and (_module_of(mutant), minus, plus) in eq_keys:
             result.equivalent.append(mutant)
@@ -366,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             for name, diff in r.survivors:
                 print(f"--- {name}")
-                print("\n".join(ln for ln in diff.splitlines()[1:] if ln.strip()))
+                print("\n".join(ln for ln in diff.splitlines() if ln.strip()))
     print("\narea         mutants  killed  timeout  survived  equivalent  score")
     for r in results:
         survived = r.total - r.detected - len(r.equivalent)
