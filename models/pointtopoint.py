@@ -26,4 +26,3 @@ def p2p_time_s(n_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
     """
     n = np.asarray(n_bytes, dtype=np.float64)
     return link.latency_s + n * link.beta_s_per_byte
-
