@@ -272,39 +272,29 @@ def run(args: argparse.Namespace) -> int:
         for cluster in clusters:
             tag = f"{method}-{cluster.name}"
             opts = PredictOptions(world_sizes=sizes)
-            df = predict_trace(trace, cluster, opts)
-            common = dict(
-                traces=[trace_entry(trace)],
-                cluster=cluster_to_dict(cluster),
-                command=command,
-                batch_size_per_worker=batch,
-                overwrite=args.overwrite,
-                writer="vgcsim demo",
-            )
-            result_dirs.append(
-                save_results(
-                    df,
-                    out / "results" / "predicted" / tag,
-                    source="predicted",
-                    extrapolation={"rule": opts.rule, "seed": None},
-                    options=options_dict(opts),
-                    **common,
+            predicted = predict_trace(trace, cluster, opts)
+            simulated, _, info = simulate_trace(trace, cluster, sizes, sim_cfg)
+            sim_options = {**to_dict(sim_cfg), "world_sizes": list(sizes), "paths_run": info}
+            for source, df, options, rule in (
+                ("predicted", predicted, options_dict(opts), opts.rule),
+                ("simulated", simulated, sim_options, sim_cfg.rule),
+            ):
+                result_dirs.append(
+                    save_results(
+                        df,
+                        out / "results" / source / tag,
+                        source=source,
+                        traces=[trace_entry(trace)],
+                        cluster=cluster_to_dict(cluster),
+                        extrapolation={"rule": rule, "seed": None},
+                        options=options,
+                        command=command,
+                        batch_size_per_worker=batch,
+                        overwrite=args.overwrite,
+                        writer="vgcsim demo",
+                    )
                 )
-            )
-            say(f"predicted {tag} for P = {sizes[0]}..{sizes[-1]}")
-
-            df, _, info = simulate_trace(trace, cluster, sizes, sim_cfg)
-            result_dirs.append(
-                save_results(
-                    df,
-                    out / "results" / "simulated" / tag,
-                    source="simulated",
-                    extrapolation={"rule": sim_cfg.rule, "seed": None},
-                    options={**to_dict(sim_cfg), "world_sizes": list(sizes), "paths_run": info},
-                    **common,
-                )
-            )
-            say(f"simulated {tag} for P = {sizes[0]}..{sizes[-1]}")
+                say(f"{source} {tag} for P = {sizes[0]}..{sizes[-1]}")
 
     # 3. report from the result folders and the traces
     traces = {m: read_trace(d) for m, d in trace_dirs.items()}

@@ -290,34 +290,29 @@ def save_results(
     df: pd.DataFrame,
     out_dir: str | Path,
     *,
-    source: str,
-    traces: Sequence[Mapping[str, Any]],
-    cluster: Mapping[str, Any],
-    extrapolation: Mapping[str, Any],
-    options: Mapping[str, Any],
-    command: Sequence[str] | None = None,
     batch_size_per_worker: int | None = None,
     overwrite: bool = False,
     files: Mapping[str, Callable[[str], Any]] | None = None,
     writer: str | None = None,
+    **header: Any,
 ) -> Path:
     """Finish, head and write a result table: the one path every command and the API take.
 
     :func:`finalize_results` (relative columns; throughput given ``batch_size_per_worker``) →
-    :func:`results_header` → :func:`write_results` (with ``overwrite``, extra ``files`` and
-    the marker's ``writer``, e.g. ``"vgcsim predict"``).
+    :func:`results_header` of ``header`` (its keyword arguments: ``source``, ``traces``,
+    ``cluster``, ``extrapolation``, ``options``, ``command``) → :func:`write_results` (with
+    ``overwrite``, extra ``files`` and the marker's ``writer``, e.g. ``"vgcsim predict"``).
     """
     batch = int(batch_size_per_worker) if batch_size_per_worker else None
     finished = finalize_results(df, batch_size_per_worker=batch)
-    header = results_header(
-        source=source,
-        traces=traces,
-        cluster=cluster,
-        extrapolation=extrapolation,
-        options=options,
-        command=command,
+    return write_results(
+        finished,
+        out_dir,
+        results_header(**header),
+        overwrite=overwrite,
+        files=files,
+        writer=writer,
     )
-    return write_results(finished, out_dir, header, overwrite=overwrite, files=files, writer=writer)
 
 
 def read_results(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
