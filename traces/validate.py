@@ -1,13 +1,17 @@
 """Checking and summarising traces (torch-free): the invariants behind ``vgcsim trace validate``
-and the numbers behind ``vgcsim trace info``.
+(and behind every reader: :func:`vgcsim.traces.io.read_trace` refuses a trace that breaks
+one) and the numbers behind ``vgcsim trace info``.
 
-Invariants (:func:`check_trace`): known schema version and status; header consistent with
-itself (numel = prod(shape), dense bytes = 4 × Σ numel, primary encoding listed); steps
-contiguous from 0 and unique; exactly one payload row per (step, worker, layer) for every
-recorded step; ``0 ≤ sent ≤ numel`` and numel equal to the header's; bits of every encoding
-within that encoding's size formula (:data:`ENCODING_BOUNDS`); no NaN or Inf anywhere
-(except NaN, "not measured on this step", in the optional step columns);
-accuracies in [0, 1]; evaluation steps among the recorded steps.
+Invariants (:func:`check_trace`): the header against its typed description
+(:class:`vgcsim.traces.schema.TraceHeader`: types, ranges, finiteness) and consistent with
+itself (layers indexed 0..L-1, numel = prod(shape), dense bytes = 4 × Σ numel, primary
+encoding listed, encodings unique); each table's columns against ``schema.*_TABLE`` (type,
+finite, range; NaN only in the optional step columns, "not measured"); steps contiguous
+from 0 and unique; exactly one payload row per (step, worker, layer) for every recorded
+step; ``0 ≤ sent ≤ numel`` and numel equal to the header's; bits of every encoding within
+that encoding's size formula (:data:`ENCODING_BOUNDS`); evaluation steps among the recorded
+steps, and a complete recording evaluated where its config says (every ``eval_every`` steps
+and its last step).
 """
 
 from __future__ import annotations
