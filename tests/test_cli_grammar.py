@@ -296,3 +296,22 @@ def test_the_readme_table_lists_every_command_in_the_current_grammar():
         line = re.sub(r"\[[^\]]*\]", "", cmd).replace("…", "")  # optional parts, ellipses
         args = parser.parse_args(shlex.split(line)[1:])
         assert args.command == name
+
+
+def test_calibrate_set_reaches_the_sweep_config(tmp_path, monkeypatch, capsys):
+    import json
+
+    import vgcsim.traces.training.distributed_launch as launch
+
+    seen: dict = {}
+
+    def no_launch(argv, nprocs, **kwargs):
+        seen.update(json.loads(argv[2]))
+        raise ConfigError("stopped before measuring")
+
+    monkeypatch.setattr(launch, "launch_local", no_launch)
+    out = str(tmp_path / "c.toml")
+    assert main(["calibrate", "--repeats", "9", "--set", "repeats=4", "-o", out]) == 2
+    assert seen["repeats"] == 4  # --set applies after the flag of the same name
+    assert main(["calibrate", "--set", "colour=red", "-o", out]) == 2
+    assert "unknown config key 'colour'" in capsys.readouterr().err

@@ -238,7 +238,7 @@ def _measure(args: argparse.Namespace, meas_path: Path) -> bool:
         budget_s=args.budget,
     )
     cfg = apply_overrides(cfg, args.set)
-    check_backend(args.backend)
+    check_backend(cfg.backend)
     if under_torchrun():
         if args.nnodes != 1 or args.node_rank != 0 or args.nprocs is not None:
             raise ConfigError(
