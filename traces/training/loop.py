@@ -47,7 +47,6 @@ import contextlib
 import dataclasses
 import logging
 import math
-import os
 import platform
 import random
 import signal
@@ -77,6 +76,7 @@ from vgcsim.core.errors import (
     VgcsimError,
     unknown_name,
 )
+from vgcsim.core.memory import available_memory_bytes
 from vgcsim.core.provenance import git_commit, machine_info, package_versions
 
 log = logging.getLogger(__name__)
@@ -348,21 +348,6 @@ class Workers(Protocol):
 
 
 # -- what a run needs, stopping and global generators ----------------------------------------
-
-
-def available_memory_bytes() -> int | None:
-    """Memory the OS can give this process now (MemAvailable on Linux, else physical)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
-        return None
 
 
 def state_bytes(cfg: RecordConfig, numel: int, input_numel: int, compressor) -> int:
