@@ -231,7 +231,7 @@ def test_from_a_malformed_file_is_one_line_and_exit_2(tmp_path, capsys, text, me
         (["--ops p2p", "m.json"], "CONFIG_JSON is not JSON"),
         (['{"ops": ["bcast"]}', "m.json"], "unknown op 'bcast'"),
         (['{"repeats": 0}', "m.json"], "repeats must be >= 1"),
-        (['{"sizes": [4]}', "m.json"], "sizes"),
+        (['{"sizes": [4]}', "m.json"], "unknown config key 'sizes'"),
     ],
 )
 def test_the_rank_entry_refuses_a_bad_config_before_joining_a_group(argv, message, capsys):
