@@ -38,12 +38,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from vgcsim.traces import devicecost, schema
 from vgcsim.traces.buckets import DDP_BUCKET_BYTES
 from vgcsim.traces.extrapolate import rank_workers
+from vgcsim.traces.reading import Trace
 
 from vgcsim.core.cluster import ClusterSpec
 from vgcsim.core.errors import TraceError, unknown_name
@@ -109,14 +109,14 @@ def _bits_to_bytes(bits: np.ndarray) -> np.ndarray:
     return (bits + 7) // 8
 
 
-def _step_column(trace: Any, name: str) -> np.ndarray:
+def _step_column(trace: Trace, name: str) -> np.ndarray:
     steps = trace.steps
     if name not in steps.columns:
         raise TraceError(f"trace {trace.name}: steps table lacks column {name!r}")
     return steps[name].to_numpy(dtype=np.float64)
 
 
-def _optional_column(trace: Any, name: str) -> np.ndarray | None:
+def _optional_column(trace: Trace, name: str) -> np.ndarray | None:
     """A steps column with at least one finite value, else None."""
     if name not in trace.steps.columns:
         return None
@@ -124,7 +124,7 @@ def _optional_column(trace: Any, name: str) -> np.ndarray | None:
     return col if np.isfinite(col).any() else None
 
 
-def recording_device(trace: Any) -> str:
+def recording_device(trace: Trace) -> str:
     """The device that measured the trace's seconds: the header's ``device`` (a name, or a
     table with ``type`` and ``name``: ``"cpu (AMD EPYC)"``); traces from before it was
     recorded ran on the CPU; synthetic traces say ``synthetic``."""
@@ -139,13 +139,13 @@ def recording_device(trace: Any) -> str:
     return "synthetic" if trace.synthetic else "cpu"
 
 
-def _distributed_allgatherv(trace: Any) -> bool:
+def _distributed_allgatherv(trace: Trace) -> bool:
     """True for a torch.distributed recording whose ranks exchanged by allgatherv."""
     dist = trace.header.get("distributed")
     return isinstance(dist, dict) and dist.get("collective") == "allgatherv"
 
 
-def _rank_compute_trace(trace: Any, cluster: ClusterSpec) -> tuple[np.ndarray, str]:
+def _rank_compute_trace(trace: Trace, cluster: ClusterSpec) -> tuple[np.ndarray, str]:
     workers = int(trace.workers)
     batched = _step_column(trace, "compute_s") / workers
     rank = _optional_column(trace, "rank_compute_s")
@@ -163,7 +163,7 @@ def _rank_compute_trace(trace: Any, cluster: ClusterSpec) -> tuple[np.ndarray, s
     )
 
 
-def _model_compute(trace: Any, cluster: ClusterSpec, n_steps: int) -> np.ndarray:
+def _model_compute(trace: Trace, cluster: ClusterSpec, n_steps: int) -> np.ndarray:
     header = trace.header
     flops = header.get("flops_per_sample")
     batch = header.get("batch_size_per_worker")
@@ -176,7 +176,7 @@ def _model_compute(trace: Any, cluster: ClusterSpec, n_steps: int) -> np.ndarray
     return np.full(n_steps, modelled)
 
 
-def compute_scale_factor(trace: Any, cluster: ClusterSpec) -> tuple[np.ndarray, float]:
+def compute_scale_factor(trace: Trace, cluster: ClusterSpec) -> tuple[np.ndarray, float]:
     """Per-rank compute seconds per step ``[T]`` under ``cluster`` and the factor applied to
     the trace's measured per-worker variance seconds (trace mode: ``compute_scale``; model
     mode: modelled compute / mean batched per-worker compute, the estimator's measured share
@@ -192,7 +192,7 @@ def compute_scale_factor(trace: Any, cluster: ClusterSpec) -> tuple[np.ndarray, 
     return modelled, factor
 
 
-def _layer_groups(trace: Any, layers: bool | Sequence[Sequence[int]]) -> list[list[int]]:
+def _layer_groups(trace: Trace, layers: bool | Sequence[Sequence[int]]) -> list[list[int]]:
     n_layers = len(trace.layers)
     if layers is True:
         return [[i] for i in range(n_layers)]
@@ -203,7 +203,7 @@ def _layer_groups(trace: Any, layers: bool | Sequence[Sequence[int]]) -> list[li
     return groups
 
 
-def _step_worker_sums(trace: Any, step_index: np.ndarray, columns: Sequence[str]) -> list:
+def _step_worker_sums(trace: Trace, step_index: np.ndarray, columns: Sequence[str]) -> list:
     """Per (step, worker) sums ``[T, W]`` of payload columns (numel, sent)."""
     p = trace.payloads
     pos = np.searchsorted(step_index, p["step"].to_numpy())
@@ -219,7 +219,7 @@ def _step_worker_sums(trace: Any, step_index: np.ndarray, columns: Sequence[str]
 
 
 def _layer_group_bits(
-    trace: Any, encoding: str | None, groups: list[list[int]], step_index: np.ndarray
+    trace: Trace, encoding: str | None, groups: list[list[int]], step_index: np.ndarray
 ) -> np.ndarray:
     """Bits per (step, worker, group): ``[T, W, K]``."""
     enc = trace.primary_encoding if encoding is None else encoding
@@ -245,7 +245,7 @@ def _layer_group_bits(
     return out
 
 
-def _optimizer_spec(trace: Any) -> tuple[str, float, str]:
+def _optimizer_spec(trace: Trace) -> tuple[str, float, str]:
     cfg = trace.header.get("config") or {}
     opt = cfg.get("optimizer") if isinstance(cfg, dict) else None
     if isinstance(opt, dict) and opt.get("name"):
@@ -253,7 +253,7 @@ def _optimizer_spec(trace: Any) -> tuple[str, float, str]:
     return "momentum_sgd", 0.9, "momentum SGD assumed (the trace names no optimizer)"
 
 
-def _model_optimizer(trace: Any, cluster: ClusterSpec, n_steps: int) -> tuple[np.ndarray, str]:
+def _model_optimizer(trace: Trace, cluster: ClusterSpec, n_steps: int) -> tuple[np.ndarray, str]:
     name, momentum, why = _optimizer_spec(trace)
     params = float(sum(int(layer["numel"]) for layer in trace.layers))
     t = devicecost.optimizer_time_s(name, momentum, params, len(trace.layers), cluster.device)
@@ -271,7 +271,7 @@ def _dense_casts(dense_bytes: int, cluster: ClusterSpec) -> dict[str, tuple[floa
 
 
 def step_inputs(
-    trace: Any,
+    trace: Trace,
     cluster: ClusterSpec,
     world_size: int,
     *,
