@@ -99,25 +99,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    # the command as typed, for messages: "vgcsim trace validate: error: ..."
+    name = " ".join(filter(None, (args.command, getattr(args, "trace_command", None))))
     try:
         code = int(args._run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at exit
         return code
     except VgcsimError as exc:
-        print(f"vgcsim {args.command}: error: {exc}", file=sys.stderr)
+        print(f"vgcsim {name}: error: {exc}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:
         top = (exc.name or "").split(".")[0]
         if top not in TRAIN_MODULES:
             raise
         print(
-            f"vgcsim {args.command}: error: needs the training extra ({top} is not installed): "
+            f"vgcsim {name}: error: needs the training extra ({top} is not installed): "
             f"{TRAIN_EXTRA_HINT}",
             file=sys.stderr,
         )
         return 2
     except KeyboardInterrupt:
-        print(f"vgcsim {args.command}: interrupted", file=sys.stderr)
+        print(f"vgcsim {name}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader went away (``vgcsim ... | head``): end quietly. Point stdout at devnull
@@ -131,8 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Every output is written atomically: the files under their final names are complete.
         where = f" writing {exc.filename}" if exc.filename else ""
         print(
-            f"vgcsim {args.command}: error: {os.strerror(exc.errno)}{where}; free space and "
-            "run it again",
+            f"vgcsim {name}: error: {os.strerror(exc.errno)}{where}; free space and run it again",
             file=sys.stderr,
         )
         return 2

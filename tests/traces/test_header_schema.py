@@ -135,7 +135,7 @@ def test_the_refusal_states_the_rule(tmp_path, capsys):
     _edit(run, workers="abc")
     err = _refused(["trace", "info", str(run)], capsys)
     assert err == (
-        f"vgcsim trace: error: {run / 'header.json'}: header field workers: "
+        f"vgcsim trace info: error: {run / 'header.json'}: header field workers: "
         "input should be a valid integer (got 'abc')\n"
     )
 

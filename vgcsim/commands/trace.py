@@ -167,7 +167,7 @@ def _validate(args: argparse.Namespace) -> int:
         try:
             t = validate_trace(run_dir)
         except VgcsimError as exc:
-            print(f"vgcsim trace: error: {exc}", file=sys.stderr)
+            print(f"vgcsim trace validate: error: {exc}", file=sys.stderr)
             invalid += 1
             verdicts.append({"run": printable(run_dir), "valid": False, "error": str(exc)})
             continue
