@@ -92,10 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING - 10 * min(args.verbose, 2),
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # Libraries that set their own loggers' levels (Dask's scheduler logs at INFO) still go
+    # through this handler: it shows only what -v asked for.
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(level)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
