@@ -302,6 +302,10 @@ def test_time_to_accuracy_column_types_and_empty_curves(results):
     assert (var2.compressed_steps_to_target == 15).all()
     assert (var2.dense_steps_to_target == 20).all()
     assert np.allclose(var2.compressed_time_to_target_s, 15 * var2.compressed_step_s)
+    # a target nobody reaches: every step count missing, still a nullable integer column
+    t = tables.time_to_accuracy(results, evals, 0.99, dense_trace="d", labels=LABELS)
+    assert str(t.compressed_steps_to_target.dtype) == "Int64"
+    assert t.compressed_steps_to_target.isna().all() and not t.reached.any()
     # without a dense trace the dense side is missing and typed as a nullable integer
     t = tables.time_to_accuracy(results, evals, 0.9, labels=LABELS)
     assert str(t.dense_steps_to_target.dtype) == "Int64"
