@@ -592,3 +592,29 @@ def test_accuracy_helpers_without_a_test_accuracy_column():
     ev = pd.DataFrame({"step": [1, 2], "train_acc": [0.5, 0.6]})
     assert tables.steps_to_accuracy(ev, 0.5) is None
     assert math.isnan(tables.final_accuracy(ev))
+
+
+# --- 2-byte dense baselines ---------------------------------------------------------------
+
+
+def _two_byte(fp16_step):
+    """One source, cluster and trace at P = 2, 4: bf16 dense rows 10 and 20 ms faster than
+    fp32, and fp16 rows whose step times ``fp16_step`` derives from bf16's."""
+    df = build_results(sources=("predicted",), traces={"var2": ("variance", 400.0, 0.0, 0.0)})
+    df = df[(df.cluster == "1GbE") & df.world_size.isin([2, 4])].reset_index(drop=True)
+    bf16 = df[df.method == "dense"].assign(encoding="bf16")
+    bf16["step_s"] = bf16["step_s"] - np.where(bf16.world_size == 2, 0.010, 0.020)
+    fp16 = bf16.assign(encoding="fp16")
+    fp16["step_s"] = fp16_step(bf16)
+    return tables.what_if(pd.concat([df, bf16, fp16], ignore_index=True))
+
+
+def test_fp16_is_kept_where_its_step_times_differ_from_bf16_by_more_than_1e_9():
+    # 1e-7 relative (5 ns on a 50 ms step): not the same step time
+    t = _two_byte(lambda b: b["step_s"] * (1 + 1e-7))
+    assert {"dense-bf16", "dense-fp16"} <= set(t.trace)
+    # the same mean over P, but not the same step time at each P
+    swapped = _two_byte(lambda b: b["step_s"].to_numpy()[::-1])
+    assert {"dense-bf16", "dense-fp16"} <= set(swapped.trace)
+    same = _two_byte(lambda b: b["step_s"])
+    assert "dense-bf16" in set(same.trace) and "dense-fp16" not in set(same.trace)
