@@ -367,6 +367,8 @@ def test_crossover_leaves_out_dense_traces_and_keeps_going_past_unmatched_rows()
     assert list(c.columns) == CROSSOVER_COLUMNS
     assert set(c.trace) == {"var2"}
     assert len(c) == 2 * 3 * 9
+    assert set(c.method_label) == {"variance α=2"} and set(c.collective) == {"allgatherv/ring"}
+    assert set(tables.crossover(df).method_label) == {"variance"}  # unlabelled: the compressor
     # drop the dense rows of one configuration early in the order: only that row goes
     gone = (df.method == "dense") & (df.cluster == "10GbE") & (df.world_size == 1)
     c = tables.crossover(df[~gone], LABELS)
@@ -377,6 +379,11 @@ def test_crossover_leaves_out_dense_traces_and_keeps_going_past_unmatched_rows()
 def test_crossover_of_dense_rows_only_is_empty_with_the_columns():
     df = build_results()
     c = tables.crossover(df[df.method == "dense"])
+    assert c.empty and list(c.columns) == CROSSOVER_COLUMNS
+    # compressed rows of one trace, dense rows of another: no pair, no row, the same columns
+    apart = df[((df.method == "dense") & (df.trace == "var2")) | (df.trace == "strom")]
+    apart = apart[~((apart.method == "dense") & (apart.trace == "strom"))]
+    c = tables.crossover(apart)
     assert c.empty and list(c.columns) == CROSSOVER_COLUMNS
 
 
