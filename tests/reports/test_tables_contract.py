@@ -625,3 +625,36 @@ def test_fp16_is_kept_where_its_step_times_differ_from_bf16_by_more_than_1e_9():
     assert {"dense-bf16", "dense-fp16"} <= set(swapped.trace)
     same = _two_byte(lambda b: b["step_s"])
     assert "dense-bf16" in set(same.trace) and "dense-fp16" not in set(same.trace)
+
+
+# --- mean_rows, what_if and the row order -------------------------------------------------
+
+
+def test_mean_rows_keeps_the_result_columns_and_integer_world_sizes(results):
+    m = tables.mean_rows(results.assign(world_size=results.world_size.astype(float)))
+    assert list(m.columns) == list(tables.RESULT_COLUMNS)
+    assert m.world_size.dtype == np.int64
+    assert list(m.index) == list(range(len(m)))
+
+
+def test_what_if_types_ties_and_emptiness():
+    df = build_results(traces={"x": ("strom", 50.0, 0.0, 0.0)})  # no variance, no codec
+    t = tables.what_if(df)
+    assert t.world_size.dtype == np.int64
+    assert str(t.largest_winning_world_size.dtype) == "Int64"
+    # P = 1: no communication on either side, the same 50 ms step: a tie is not a win
+    one = t[t.world_size == 1]
+    assert (one.dense_step_s == one.compressed_step_s).all()
+    assert (one.winner == "dense").all()
+    empty = tables.what_if(df[df.method == "dense"])
+    assert empty.empty and list(empty.columns) == list(tables.WHAT_IF_COLUMNS)
+
+
+def test_tables_are_ordered_by_source_cluster_speed_trace_and_p(results):
+    rank = {"1GbE": 0, "10GbE": 1, "IB-EDR": 2}  # slowest dense communication first
+    assert tables.cluster_order(tables.mean_rows(results)) == list(rank)
+    for t in (tables.what_if(results, LABELS), tables.crossover(results, LABELS)):
+        got = list(zip(t.source, t.cluster, t.trace, t.world_size, strict=True))
+        assert got == sorted(got, key=lambda r: (r[0], rank[r[1]], r[2], r[3]))
+    # without dense rows: the clusters by name
+    assert tables.cluster_order(results[results.method == "compressed"]) == sorted(rank)
