@@ -3,7 +3,7 @@
 Every function here maps DataFrames (or a loaded trace) to a new DataFrame and writes
 nothing; :mod:`vgcsim.reports.render` turns the frames into CSV, Markdown and HTML.
 
-Inputs are result tables with exactly ``vgcsim.vgcsim.core.results.RESULT_COLUMNS`` (from ``vgcsim
+Inputs are result tables with exactly ``vgcsim.core.results.RESULT_COLUMNS`` (from ``vgcsim
 predict`` and ``vgcsim simulate``, possibly several concatenated) and trace tables
 (payloads, steps, evals) as described in :mod:`vgcsim.traces.schema`.
 
@@ -65,7 +65,7 @@ def check_results(df: pd.DataFrame) -> pd.DataFrame:
     if missing:
         raise ResultsError(
             f"result table lacks columns {missing}; expected the columns of "
-            "vgcsim.vgcsim.core.results.RESULT_COLUMNS (written by `vgcsim predict` / `vgcsim simulate`)"
+            "vgcsim.core.results.RESULT_COLUMNS (written by `vgcsim predict` / `vgcsim simulate`)"
         )
     return df
 
