@@ -130,8 +130,13 @@ def _label(labels: Mapping[str, str] | None, trace: str, compressor: str) -> str
 def _best(rows: pd.DataFrame, method: str) -> pd.DataFrame:
     """Per (source, cluster, trace, P): the row of ``method`` with the smallest step time.
 
-    The dense baseline is the fp32 allreduce: dense rows of 2-byte encodings (bf16, fp16)
-    are baselines of their own and never stand in for it.
+    The dense baseline is the fp32 allreduce whenever ``rows`` hold any fp32 dense row:
+    then only fp32 dense rows are candidates, and dense rows of 2-byte encodings (bf16,
+    fp16) are baselines of their own (see :func:`_low_precision_dense`), never standing in
+    for fp32 (a (source, cluster, trace, P) without an fp32 dense row then has no dense
+    baseline). When no dense row at all is fp32 (a table of 2-byte allreduce only), every
+    dense row is a candidate, so a bf16- or fp16-only table still gets a baseline and
+    speedups.
     """
     sel = rows[rows["method"] == method]
     if method == "dense" and (sel["encoding"] == "fp32").any():

@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("areas", nargs="*", help="areas of tools/mutation.toml (default: all)")
     ap.add_argument("--list", action="store_true", help="list the areas and exit")
     ap.add_argument("--jobs", type=int, default=2, help="mutmut worker processes (default 2)")
-    ap.add_argument("--nice", type=int, default=15, help="nice level of mutmut (default 15)")
+    ap.add_argument("--nice", type=int, default=19, help="nice level of mutmut (default 19)")
     ap.add_argument("--quiet", action="store_true", help="do not print surviving mutants' diffs")
     ap.add_argument(
         "--report",

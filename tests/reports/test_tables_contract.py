@@ -627,6 +627,36 @@ def test_fp16_is_kept_where_its_step_times_differ_from_bf16_by_more_than_1e_9():
     assert "dense-bf16" in set(same.trace) and "dense-fp16" not in set(same.trace)
 
 
+def _var2_at_p2(bf16_only):
+    """var2 on 1GbE at P = 2 (predicted), with bf16 dense rows 10 ms faster than fp32's;
+    ``bf16_only`` drops the fp32 dense rows, leaving a table of 2-byte allreduce only."""
+    df = build_results(sources=("predicted",), traces={"var2": ("variance", 400.0, 0.0, 0.0)})
+    df = df[(df.cluster == "1GbE") & (df.world_size == 2)].reset_index(drop=True)
+    bf16 = df[df.method == "dense"].assign(encoding="bf16")
+    bf16["step_s"] = bf16["step_s"] - 0.010
+    if bf16_only:
+        df = df[df.method != "dense"]
+    t = tables.what_if(pd.concat([df, bf16], ignore_index=True))
+    return t[t.trace == "var2"]
+
+
+# Hand-worked, P = 2 on 1GbE (125e6 B/s, 50 us), 4 MB dense, ratio 400, 50 ms compute:
+# fp32 ring allreduce 2*50e-6 + 2*(1/2)*4e6/125e6 = 0.0321 s -> step 0.0821 s; bf16 0.0721 s;
+# compressed allgatherv 50e-6 + 1e4/125e6 = 0.00013 s -> step 0.05013 s.
+def test_dense_baseline_is_fp32_when_the_table_has_fp32_dense_rows():
+    row = _var2_at_p2(bf16_only=False)
+    assert len(row) == 1
+    assert row.dense_step_s.iloc[0] == pytest.approx(0.0821, rel=1e-12)  # not bf16's 0.0721
+    assert row.speedup.iloc[0] == pytest.approx(0.0821 / 0.05013, rel=1e-12)
+
+
+def test_dense_baseline_is_the_2_byte_allreduce_when_no_dense_row_is_fp32():
+    row = _var2_at_p2(bf16_only=True)
+    assert len(row) == 1
+    assert row.dense_step_s.iloc[0] == pytest.approx(0.0721, rel=1e-12)
+    assert row.speedup.iloc[0] == pytest.approx(0.0721 / 0.05013, rel=1e-12)
+
+
 # --- mean_rows, what_if and the row order -------------------------------------------------
 
 
