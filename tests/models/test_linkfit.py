@@ -132,3 +132,38 @@ def test_a_bad_statistic_is_refused_before_fitting():
 
     with pytest.raises(UnknownNameError, match="unknown statistic 'mean'"):
         fit_link(synthetic_measurements(20e-6, 1e-9, 0.0, 2), "mean")
+
+
+def test_gamma_is_the_per_byte_slope_not_a_per_message_overhead():
+    # A 4-rank link alpha = 100 us, beta = 1/(25 MB/s), whose allreduce pays gamma = 1 ns/B
+    # plus a per-call overhead of 5 ms that p2p does not pay (extra handshakes per ring
+    # step). Hand arithmetic for n = 64 KiB: 6 alpha + 1.5 n beta + 0.75 n gamma + 5 ms
+    # = 0.6 + 3.93216 + 0.049152 + 5 ms; the overhead is half the time there but 0.1 % at
+    # 64 MiB. gamma is the slope of the excess over alpha and beta's terms: exactly 1 ns/B.
+    # (Fitting relative errors, the small rows' overhead made gamma about 10x too large.)
+    alpha, beta, gamma, world, overhead = 100e-6, 1 / 25e6, 1e-9, 4, 5e-3
+    rows = []
+    for size in (4, 1024, 65536, 1 << 20, 16 << 20, 64 << 20):
+        rows.append({"op": "p2p", "size_bytes": size, "seconds": [alpha + size * beta] * 3})
+        a, b, g = cost_coefficients("allreduce", size, world)
+        t = a * alpha + b * beta + g * gamma + overhead
+        rows.append({"op": "allreduce", "size_bytes": size, "seconds": [t] * 3})
+    fit, table = fit_link({"world_size": world, "backend": "gloo", "rows": rows})
+    assert fit.latency_s == pytest.approx(alpha, rel=1e-9)
+    assert fit.bandwidth_Bps == pytest.approx(25e6, rel=1e-9)
+    assert fit.gamma_s_per_byte == pytest.approx(gamma, rel=1e-6)
+    big = next(r for r in table if r["op"] == "allreduce" and r["size_bytes"] == 64 << 20)
+    assert big["role"] == "gamma" and abs(big["rel_error"]) < 2e-3
+
+
+def test_gamma_from_one_bandwidth_bound_size_is_its_excess_per_byte():
+    # One allreduce size only: 6 alpha + 1.5 n beta + 0.75 n gamma with n = 4 MB, P = 4.
+    alpha, beta, gamma, world, n = 50e-6, 1e-8, 3e-10, 4, 4_000_000
+    a, b, g = cost_coefficients("allreduce", n, world)
+    rows = [
+        {"op": "p2p", "size_bytes": s, "seconds": [alpha + s * beta] * 3}
+        for s in (4, 1024, 1 << 20, 16 << 20)
+    ]
+    rows.append({"op": "allreduce", "size_bytes": n, "seconds": [a * alpha + b * beta + g * gamma]})
+    fit, _ = fit_link({"world_size": world, "backend": "gloo", "rows": rows})
+    assert fit.gamma_s_per_byte == pytest.approx(gamma, rel=1e-6)
