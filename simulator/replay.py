@@ -26,11 +26,16 @@ shares come from :mod:`vgcsim.traces.buckets`, the rule the closed-form models u
 Optional seeded straggler jitter multiplies each (step, rank) compute time by a mean-one
 lognormal factor with coefficient of variation ``jitter``.
 
-Each step runs on the message level or on the collective-level fast path
-(:mod:`vgcsim.simulator.engine`): ``path = "auto"`` takes the fast path when it is exact (no two
-flows ever share a channel), ``"message"``/``"collective"`` force one. Steps whose sizes and
-relative start times repeat reuse the earlier result. The ``path`` column says which ran
-(``"message"`` if any part of that world size's step group needed the message level).
+Each step runs on the message level, on the collective-level fast path
+(:mod:`vgcsim.simulator.engine`) or on the round-level path (:mod:`vgcsim.simulator.rounds`):
+``path = "auto"`` takes the collective-level path when it is exact (no two flows ever share a
+channel), else the round-level path when it is exact (``fair`` sharing, and no channel ever
+carries flows of two rounds at once: checked while it runs), else the message level;
+``"message"``/``"collective"``/``"round"`` force one (a forced path that is not exact is an
+error). Steps whose sizes and relative start times repeat reuse the earlier result. The
+``path`` column says which ran (the slowest any part of that world size's step group needed:
+``"message"``, then ``"round"``, then ``"collective"``); ``info`` counts the steps of each
+path and, as ``round_refused``, the steps the round-level path handed to the message level.
 
 Columns: ``compute_s``, ``variance_s``, ``codec_s`` are means over ranks, ``decode_s`` the
 slowest rank's; ``step_s`` is the last rank's finish time (after its optimizer step);
@@ -63,6 +68,7 @@ from vgcsim.simulator.engine import (
     run_message,
 )
 from vgcsim.simulator.network import MODES, SEMANTICS, LinkMonitor
+from vgcsim.simulator.rounds import RoundCache, run_rounds
 from vgcsim.simulator.topology import Topology, build_topology
 from vgcsim.traces.buckets import (
     DDP_BUCKET_BYTES,
@@ -96,7 +102,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OVERLAPS = ("none", "per_layer", "bucketed")
-PATHS = ("auto", "message", "collective")
+PATHS = ("auto", "message", "collective", "round")
 #: Largest straggler jitter (coefficient of variation of the compute factor): 10 is a spread
 #: of 1000 %, far beyond any measured straggler; larger values only overflow.
 MAX_JITTER = 10.0
@@ -209,8 +215,15 @@ class _Runner:
     memo: dict[Any, _Outcome] = field(default_factory=dict)
     verdicts: dict[tuple[str, ...], str | None] = field(default_factory=dict)
     counts: dict[str, int] = field(
-        default_factory=lambda: {"message": 0, "collective": 0, "memo": 0}
+        default_factory=lambda: {
+            "message": 0,
+            "collective": 0,
+            "round": 0,
+            "memo": 0,
+            "round_refused": 0,
+        }
     )
+    rounds: RoundCache | None = None  # the round-level path's tables, built on first use
 
     def verdict(self, schedules: Sequence[Schedule]) -> str | None:
         key = tuple(sorted({s.key for s in schedules}))
@@ -235,7 +248,7 @@ class _Runner:
 
     def _run(self, phases: list[Phase]) -> _Outcome:
         cfg = self.cfg
-        if cfg.path != "message":
+        if cfg.path in ("auto", "collective"):
             verdict = self.verdict([ph.schedule for ph in phases])
             if verdict is None and cfg.path == "collective":
                 raise ConfigError(
@@ -259,6 +272,10 @@ class _Runner:
                         "the collective-level fast path is not exact here: messages into one "
                         "rank overlap under eager semantics; use path=auto or message"
                     )
+        if cfg.path in ("auto", "round"):
+            fin = self._rounds(phases)
+            if fin is not None:
+                return _Outcome(fin, "round")
         fin = run_message(
             phases,
             self.topology,
@@ -268,6 +285,36 @@ class _Runner:
             cache=self.cache,
         )
         return _Outcome(fin, "message")
+
+    def _rounds(self, phases: list[Phase]) -> np.ndarray | None:
+        """The round-level path where it is exact: ``fair`` sharing, and no flow starting on
+        a channel an earlier round's flow still sends on (checked by :func:`run_rounds`);
+        else None, counted as ``round_refused`` (an error when the path is forced)."""
+        cfg = self.cfg
+        if cfg.mode != "fair":
+            if cfg.path == "round":
+                raise ConfigError(
+                    f"the round-level path models fair sharing, not mode={cfg.mode!r}; "
+                    "use path=auto or message"
+                )
+            return None
+        if self.rounds is None:
+            self.rounds = RoundCache(self.topology)
+        fin = run_rounds(
+            phases,
+            self.topology,
+            semantics=cfg.semantics,
+            gamma_s_per_byte=self.gamma_s_per_byte,
+            cache=self.rounds,
+        )
+        if fin is None:
+            if cfg.path == "round":
+                raise ConfigError(
+                    "the round-level path is not exact here: a rank ran ahead into a channel "
+                    "that an earlier round's flow still uses; use path=auto or message"
+                )
+            self.counts["round_refused"] += 1
+        return fin
 
 
 def _jitter(cfg: SimulateConfig, world_size: int, shape: tuple[int, int]) -> np.ndarray:
@@ -521,6 +568,14 @@ def _compressed_schedule(cfg: SimulateConfig, p: int) -> Schedule:
     return sched
 
 
+def _slowest_path(paths: Sequence[str]) -> str:
+    """The path a group of steps reports: the slowest any of them ran on."""
+    for path in ("message", "round"):
+        if path in paths:
+            return path
+    return "collective"
+
+
 def _rows(
     trace: Trace,
     cluster: ClusterSpec,
@@ -532,11 +587,8 @@ def _rows(
 ) -> list[dict[str, Any]]:
     labels = [_label(m, e) for m, e in variants]
     n = len(per_step[labels[0]])
-    step_paths = [
-        "message" if any(per_step[lab][t]["path"] == "message" for lab in labels) else "collective"
-        for t in range(n)
-    ]
-    mean_path = "message" if "message" in step_paths else "collective"
+    step_paths = [_slowest_path([per_step[lab][t]["path"] for lab in labels]) for t in range(n)]
+    mean_path = _slowest_path(step_paths)
     rows = []
     for (method, enc), label in zip(variants, labels, strict=True):
         base = {
