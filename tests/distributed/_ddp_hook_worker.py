@@ -70,7 +70,15 @@ def one_run(name: str, steps: int, seed: int, rank: int, world: int) -> dict:
     opt = torch.optim.SGD(ddp.parameters(), lr=LR, momentum=0.9)
     sampler = DistributedSampler(dataset(seed), num_replicas=world, rank=rank, seed=seed)
     loader = iter(DataLoader(dataset(seed), batch_size=MICRO_BATCH, sampler=sampler))
-    out = {"params": [], "wire_bytes": [], "sent": [], "forwards": [], "layer_backwards": []}
+    out = {
+        "params": [],
+        "wire_bytes": [],
+        "payload_bytes": [],
+        "fallback_rounds": [],
+        "sent": [],
+        "forwards": [],
+        "layer_backwards": [],
+    }
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
         forwards.clear()
@@ -90,6 +98,10 @@ def one_run(name: str, steps: int, seed: int, rank: int, world: int) -> dict:
         out["forwards"].append(len(forwards))
         if state is not None:
             out["wire_bytes"].append(state.stats.wire_bytes)
+            out["payload_bytes"].append(
+                sum(sum(b.values()) for b in state.stats.bits.values()) // 8
+            )
+            out["fallback_rounds"].append(state.stats.fallback_rounds)
             out["sent"].append(sum(state.stats.sent.values()))
             after = state.sqsum_hooks.backward_calls if state.sqsum_hooks else 0
             out["layer_backwards"].append(after - before)

@@ -24,8 +24,8 @@ gradient accumulation with ``DistributedDataParallel.no_sync`` adds the micro-ba
 it adds their gradients.
 
 Cost per step: the ``"fast"`` sums cost about one extra weight-gradient product per Linear
-and Conv2d (on the squared tensors) plus the same product for the gradient (the shared helper
-computes both); memory is one saved input per hooked layer (autograd keeps it anyway) and one
+and Conv2d (on the squared tensors; the shared helper skips the gradient product it computes
+for the recorder); memory is one saved input per hooked layer (autograd keeps it anyway) and one
 fp32 tensor per parameter for the running sums.
 """
 
@@ -151,7 +151,8 @@ class SqsumHooks:
         exact_weight = self.estimator == "exact" and (
             isinstance(module, nn.Conv2d) or (isinstance(module, nn.Linear) and a.dim() > 2)
         )
-        for param, _, sq in _module_grads(module, a, delta, 1, n, True, self.sq_dtype):
+        grads = _module_grads(module, a, delta, 1, n, True, self.sq_dtype, with_grad=False)
+        for param, _, sq in grads:
             i = self.index.get(id(param))
             if i is None:
                 continue

@@ -263,10 +263,16 @@ def _conv_padding(module: nn.Conv2d) -> tuple[int, int]:
 
 
 def _conv_weight_grads(
-    module: nn.Conv2d, a, delta, workers: int, sq_dtype: torch.dtype | None = None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per worker, the weight gradient summed over its samples and, when ``sq_dtype`` is
-    given, the same convolution on (a², δ²) computed in ``sq_dtype``: ``[W, *weight.shape]``.
+    module: nn.Conv2d,
+    a,
+    delta,
+    workers: int,
+    sq_dtype: torch.dtype | None = None,
+    with_grad: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Per worker, the weight gradient summed over its samples (unless ``with_grad`` is
+    False: None) and, when ``sq_dtype`` is given, the same convolution on (a², δ²) computed
+    in ``sq_dtype``: ``[W, *weight.shape]``.
 
     One ungrouped weight-gradient convolution per worker on contiguous batch slices (on CPU
     faster than one convolution with workers as groups). Both convolutions of a worker run
@@ -280,11 +286,14 @@ def _conv_weight_grads(
         "dilation": module.dilation,
         "groups": module.groups,
     }
-    out = torch.empty(workers, *w.shape, dtype=w.dtype, device=w.device)
-    sq = None if sq_dtype is None else torch.empty_like(out)
+    out = torch.empty(workers, *w.shape, dtype=w.dtype, device=w.device) if with_grad else None
+    sq = (
+        None if sq_dtype is None else torch.empty(workers, *w.shape, dtype=w.dtype, device=w.device)
+    )
     for k in range(workers):
         a_k, d_k = a[k * b : (k + 1) * b], delta[k * b : (k + 1) * b]
-        out[k] = torch.nn.grad.conv2d_weight(a_k, w.shape, d_k, **kwargs)
+        if out is not None:
+            out[k] = torch.nn.grad.conv2d_weight(a_k, w.shape, d_k, **kwargs)
         if sq is not None:
             sq[k] = torch.nn.grad.conv2d_weight(
                 _squared(a_k, sq_dtype), w.shape, _squared(d_k, sq_dtype), **kwargs
@@ -299,14 +308,18 @@ def _squared(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t.to(dtype).square_()
 
 
-def _module_grads(module, a, delta, workers, b, with_sqsum, sq_dtype=torch.float32):
-    """Yield (param, worker grad sum [W, *shape], worker sqsum [W, *shape] | None)."""
+def _module_grads(module, a, delta, workers, b, with_sqsum, sq_dtype=torch.float32, with_grad=True):
+    """Yield (param, worker grad sum [W, *shape], worker sqsum [W, *shape] | None).
+
+    ``with_grad=False`` (the DDP hooks, which need the sums only) skips the weight-gradient
+    products of Linear and Conv2d and yields None for those gradients.
+    """
     if isinstance(module, nn.Linear):
         a2 = a.reshape(workers, -1, a.shape[-1])
         d2 = delta.reshape(workers, -1, delta.shape[-1])
         yield (
             module.weight,
-            torch.bmm(d2.transpose(1, 2), a2),
+            torch.bmm(d2.transpose(1, 2), a2) if with_grad else None,
             (torch.bmm(d2.square().transpose(1, 2), a2.square()) if with_sqsum else None),
         )
         if module.bias is not None:
@@ -318,7 +331,7 @@ def _module_grads(module, a, delta, workers, b, with_sqsum, sq_dtype=torch.float
             )
     elif isinstance(module, nn.Conv2d):
         grads, sqsums = _conv_weight_grads(
-            module, a, delta, workers, sq_dtype if with_sqsum else None
+            module, a, delta, workers, sq_dtype if with_sqsum else None, with_grad
         )
         yield module.weight, grads, sqsums
         if module.bias is not None:

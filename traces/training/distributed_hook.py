@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+from vgcsim.traces.compression import torch_codec
 from vgcsim.traces.compression.sqsum_hooks import SqsumHooks
 from vgcsim.traces.training.distributed_allgatherv import start_allgatherv_segments
 from vgcsim.traces.wire.encoders import ENCODINGS
@@ -39,6 +41,15 @@ from vgcsim.traces.wire.encoders import ENCODINGS
 from vgcsim.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+#: The hook's per-bucket message bound for the next step: the largest message of this step
+#: (any rank, header included) times this factor, rounded up to BOUND_ALIGN bytes.
+BOUND_HEADROOM = 1.25
+#: Message bounds are multiples of this (keeps every rank's row 8-byte aligned).
+BOUND_ALIGN = 8
+# all_gather into one tensor: named all_gather_single from torch 2.13 (the older name is
+# deprecated there), all_gather_into_tensor before.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 @dataclass
@@ -60,10 +71,13 @@ class StepCommStats:
     bits: dict[int, dict[str, int]] = field(default_factory=dict)
     numel: dict[int, int] = field(default_factory=dict)
     collective: str = ""  # "allgatherv" or "allreduce"
-    # Bytes this rank put on the wire: the length exchange (8 bytes per layer of each
-    # allgatherv) plus the payload all_gather (padding included on gloo), or 4 per element
-    # of the dense all_reduce.
+    # Bytes this rank put on the wire. sync_gradients: the length exchange (8 bytes per layer)
+    # plus the payload all_gather (padding included on gloo). DDP hook: every bucket's padded
+    # message (its length header included) plus any fallback round. Dense: 4 per element.
     wire_bytes: int = 0
+    # DDP hook: buckets whose message exceeded the bound, so that a second all_gather of the
+    # full messages ran (the first step of every bucket always does: no bound is known yet).
+    fallback_rounds: int = 0
     compress_s: float = 0.0
     encode_s: float = 0.0  # measured only when VGCState.time_encode
     comm_s: float = 0.0
@@ -123,6 +137,12 @@ class VGCState:
     time_encode: bool = False
     stats: StepCommStats = field(default_factory=StepCommStats)
     sqsum_hooks: SqsumHooks | None = None
+    # DDP hook: per bucket (its layers), the padded message size of the next exchange, and
+    # the group of the fallback round (its own group, so the round never competes with the
+    # main group's collectives for an order).
+    bounds: dict[tuple[int, ...], int] = field(default_factory=dict)
+    fallback_group: dist.ProcessGroup | None = None
+    _tail: torch.futures.Future | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -201,18 +221,18 @@ class VGCState:
             self.batch_size = int(batch_size)
         self.sqsums = None if sqsums is None else {i: s for i, s in enumerate(sqsums)}
 
-    def take_sqsum(self, layer: int) -> torch.Tensor:
-        """This step's Σ_z (∇f_z)² of ``layer`` (flat fp32 on the CPU), consumed by the call."""
+    def take_sqsum(self, layer: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """This step's Σ_z (∇f_z)² of ``layer`` (flat fp32 on ``device``), consumed by the call."""
         if self.sqsums is not None and layer in self.sqsums:
-            return self.sqsums.pop(layer).reshape(-1).to(torch.float32).cpu()
+            return self.sqsums.pop(layer).reshape(-1).to(device=device, dtype=torch.float32)
         if self.sqsum_hooks is not None:
             sq = self.sqsum_hooks.take(layer)
             if sq is not None:
                 # The hooks sum each sample's contribution to the gradient of a loss that
                 # averages over batch_size samples, (∇f_z / B)²; the compressor wants Σ (∇f_z)².
                 b2 = float(self.batch_size or 1) ** 2
-                return (sq.reshape(-1) * b2).to(torch.float32).cpu()
-            return torch.zeros(self.layer_states[layer].residual.numel())
+                return (sq.reshape(-1) * b2).to(device=device, dtype=torch.float32)
+            return torch.zeros(self.layer_states[layer].residual.numel(), device=device)
         raise ConfigError(
             f"compressor {self.compressor.name!r} needs per-sample squared-gradient sums: "
             "register the hook with register_vgc_hook (or call state.attach(model)) so the "
@@ -372,31 +392,192 @@ def sync_gradients(
     return state.stats
 
 
+def _align(n: int) -> int:
+    return -(-n // BOUND_ALIGN) * BOUND_ALIGN
+
+
+def _encode_bucket(
+    state: VGCState, layers: Sequence[int], grads: Sequence[torch.Tensor], device: torch.device
+) -> tuple[list[torch.Tensor], list | None]:
+    """Compress a bucket's layers into uint8 segments on ``device`` (the primary buffers).
+
+    The variance compressor runs in torch ops on the gradient's device
+    (:mod:`vgcsim.traces.compression.torch_codec`, the same bytes as its NumPy path); other
+    compressors run their own ``compress`` and their payloads are returned too (decode
+    context for :func:`decode_received`).
+    """
+    comp, stats = state.compressor, state.stats
+    if not torch_codec.supports(comp):
+        payloads = _compress_layers(state, layers, grads)
+        segments = [
+            torch.frombuffer(bytearray(p.data), dtype=torch.uint8).to(device)
+            if len(p.data)
+            else torch.empty(0, dtype=torch.uint8, device=device)
+            for p in payloads
+        ]
+        return segments, payloads
+    segments = []
+    t0 = time.perf_counter()
+    for i, g in zip(layers, grads, strict=True):
+        layer_state = state.layer_states[i]
+        torch_codec.state_to(layer_state, g.device)
+        words, sent = torch_codec.compress(
+            comp,
+            g,
+            layer_state,
+            state.take_sqsum(i, g.device),
+            batch_size=state.batch_size or 1,
+            layer=i,
+        )
+        segments.append(words.view(torch.uint8).to(device))
+        stats.sent[i] = sent
+        stats.bits[i] = {comp.primary_encoding: 32 * words.numel()}
+        stats.numel[i] = g.numel()
+    stats.compress_s += time.perf_counter() - t0
+    if state.barrier_before_comm:
+        dist.barrier(group=state.process_group)
+    stats.collective = state.collective
+    return segments, None
+
+
+def _decode_bucket(
+    state: VGCState,
+    rows: torch.Tensor,
+    heads: list[list[int]],
+    numels: Sequence[int],
+    payloads: list | None,
+) -> torch.Tensor:
+    """Every rank's message of a bucket decoded, summed in rank order and divided by P."""
+    world = rows.shape[0]
+    offsets = [0]
+    for n in numels:
+        offsets.append(offsets[-1] + n)
+    out = torch.zeros(offsets[-1], dtype=torch.float32, device=rows.device)
+    coded = getattr(state.compressor.config, "values", "code4") == "code4"
+    header_bytes = 4 * len(heads[0])
+    for r in range(world):
+        position, idx, vals = header_bytes, [], []
+        for k, length in enumerate(heads[r][1:]):
+            segment = rows[r, position : position + length]
+            position += length
+            if payloads is None:
+                i, v = torch_codec.decode_sparse(
+                    segment.view(torch.int32), numel=numels[k], coded=coded
+                )
+                idx.append(i + offsets[k])
+                vals.append(v)
+            else:
+                data = segment.cpu().numpy().tobytes()
+                dense = decode_received(payloads[k], data).to(rows.device)
+                out[offsets[k] : offsets[k + 1]] += dense
+        if idx:
+            # Indices are unique within a rank's message: one fp32 add per element, in rank
+            # order across ranks — the sum the NumPy decode computes.
+            out.index_add_(0, torch.cat(idx), torch.cat(vals))
+    return out / world
+
+
+def _start_bucket_gather(
+    state: VGCState, layers: Sequence[int], grads: Sequence[torch.Tensor], buffer: torch.Tensor
+) -> torch.futures.Future[torch.Tensor]:
+    """One bucket's exchange: one padded all_gather of every rank's message, asynchronous.
+
+    The message is ``int32 [total bytes, bytes of each layer]`` followed by the layers'
+    buffers, cut or zero-padded to the bucket's bound (``state.bounds``: agreed by every
+    rank, since it comes from the previous exchange's gathered lengths). The returned future
+    completes when the gather and the decode are done. When a rank's message was longer
+    than the bound, every rank sees it in the gathered lengths and the callback runs a
+    second all_gather of the full messages on ``state.fallback_group``; callbacks are
+    chained bucket after bucket (``Future.then`` on the previous bucket's future), so
+    fallback rounds start in bucket order on every rank, and every collective of the main
+    group is started here, in DDP's bucket order.
+    """
+    stats, group = state.stats, state.process_group
+    device = torch.device(state.device) if state.device != "cpu" else buffer.device
+    segments, payloads = _encode_bucket(state, layers, grads, device)
+    lengths = [int(s.numel()) for s in segments]
+    head = torch.tensor([sum(lengths), *lengths], dtype=torch.int32)
+    message = torch.cat([head.view(torch.uint8).to(device), *segments])
+    key = tuple(layers)
+    bound = state.bounds.get(key, _align(head.numel() * 4))
+    world = dist.get_world_size(group)
+    send = torch.zeros(bound, dtype=torch.uint8, device=device)
+    cut = min(bound, message.numel())
+    send[:cut] = message[:cut]
+    gathered = torch.empty(world * bound, dtype=torch.uint8, device=device)
+    t0 = time.perf_counter()
+    work = _all_gather_single(gathered, send, group=group, async_op=True)
+    with state._lock:
+        stats.wire_bytes += bound
+    numels = [g.numel() for g in grads]
+    header_bytes = head.numel() * 4
+
+    def finish(_: torch.futures.Future) -> torch.Tensor:
+        rows = gathered.view(world, bound)
+        heads = rows[:, :header_bytes].view(torch.int32).tolist()
+        need = header_bytes + max(h[0] for h in heads)
+        fallback = need > bound
+        if fallback:
+            size = _align(need)
+            full = torch.zeros(size, dtype=torch.uint8, device=device)
+            full[: message.numel()] = message
+            everyone = torch.empty(world * size, dtype=torch.uint8, device=device)
+            _all_gather_single(everyone, full, group=state.fallback_group)
+            rows = everyone.view(world, size)
+        state.bounds[key] = _align(math.ceil(need * BOUND_HEADROOM))
+        t2 = time.perf_counter()
+        out = _decode_bucket(state, rows, heads, numels, payloads)
+        out = out.to(dtype=buffer.dtype, device=buffer.device)
+        with state._lock:
+            stats.comm_s += t2 - t0
+            stats.decode_s += time.perf_counter() - t2
+            if fallback:
+                stats.wire_bytes += size
+                stats.fallback_rounds += 1
+        return out
+
+    waits = [work.get_future()] if state._tail is None else [work.get_future(), state._tail]
+    fut = torch.futures.collect_all(waits).then(finish)
+    state._tail = fut
+    return fut
+
+
+def _ensure_fallback_group(state: VGCState) -> None:
+    """Create the group of the fallback round (a collective of the exchange's ranks)."""
+    if state.fallback_group is None:
+        ranks = dist.get_process_group_ranks(state.process_group or dist.group.WORLD)
+        state.fallback_group = dist.new_group(ranks, use_local_synchronization=True)
+
+
 def vgc_hook(state: VGCState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP communication hook: compressed allgatherv of a bucket's gradients, then the average.
+    """DDP communication hook: compressed exchange of a bucket's gradients, then the average.
 
     Register with :func:`register_vgc_hook`, or with ``ddp_model.register_comm_hook(state,
     vgc_hook)`` after ``state = VGCState.for_model(ddp_model.module, compressor,
     batch_size=B)`` and, for ``variance``/``hybrid``, ``state.attach(ddp_model.module)``.
 
-    Per bucket the hook compresses the bucket's layers on this rank, exchanges the 8-byte
-    lengths, starts the payload all_gather asynchronously and returns its future chained
-    (``Future.then``) with the decode and the average: the transfer and decode of a bucket
-    overlap the backward of the layers before it. Layers are identified by parameter
+    Per bucket the hook compresses the bucket's layers on this rank (the variance compressor
+    in torch ops on the gradient's device), starts one asynchronous padded all_gather of
+    the message (lengths + payloads, see :func:`_start_bucket_gather`) and returns its future
+    chained (``Future.then``) with the decode and the average: the transfer and decode of a
+    bucket overlap the backward of the layers before it. Layers are identified by parameter
     identity, so DDP's bucket order does not matter. ``state.stats`` is reset when the first
-    bucket (index 0) of a synchronised backward arrives.
+    bucket (index 0) of a synchronised backward arrives. ``dense`` runs an all_reduce.
     """
     if bucket.index() == 0:
         state.stats = StepCommStats()
+        state._tail = None
     params = bucket.parameters()
     grads = bucket.gradients()
     layers = [state.layer_of[id(p)] for p in params]
-    payloads = _compress_layers(state, layers, grads)
-    if state.collective == "allreduce":
-        fut = _start_allreduce(state, payloads, grads)
-    else:
-        fut = _start_allgatherv(state, payloads, grads)
     buffer = bucket.buffer()
+    if state.collective != "allreduce":
+        # Registered by hand: every rank reaches this first bucket of its first exchange
+        # in step, so the group is created here, before any fallback round can need it.
+        _ensure_fallback_group(state)
+        return _start_bucket_gather(state, layers, grads, buffer)
+    payloads = _compress_layers(state, layers, grads)
+    fut = _start_allreduce(state, payloads, grads)
 
     def to_bucket(f: torch.futures.Future) -> torch.Tensor:
         return f.value().to(dtype=buffer.dtype, device=buffer.device)
@@ -443,5 +624,7 @@ def register_vgc_hook(
     )
     if state.needs_sqsum:
         state.attach(ddp_model.module, estimator=estimator, sq_dtype=sq_dtype)
+    if state.collective == "allgatherv":
+        _ensure_fallback_group(state)
     ddp_model.register_comm_hook(state, vgc_hook)
     return state
