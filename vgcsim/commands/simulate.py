@@ -39,10 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_replay_options(parser, "SimulateConfig")
     parser.add_argument(
         "--path",
-        choices=("auto", "message", "collective"),
+        choices=("auto", "message", "collective", "round"),
         default=None,
-        help="message-level simulation, collective-level fast path, or auto (default; "
-        "--set path=...)",
+        help="message-level simulation, collective-level fast path, round-level path "
+        "(contended fabrics), or auto (default; --set path=...)",
     )
     parser.add_argument(
         "--timeline",
