@@ -4,6 +4,7 @@ options and bad measurement files are one line and exit 2 before any process sta
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from vgcsim.traces.calibration import read_measurements
@@ -41,6 +42,12 @@ def test_calibrate_on_loopback_writes_a_cluster_predict_accepts(tmp_path, capsys
     assert spec.link.latency_s >= 0 and 1e6 < spec.link.bandwidth_Bps < 1e13
     # Refit from the kept measurements, as a torchrun user would with --from.
     meas = str(tmp_path / "cluster.measurements.json")
+    from vgcsim.traces.training.distributed_calibrate import round_trips
+
+    rows = json.loads(Path(meas).read_text())["rows"]
+    trips = {r["size_bytes"]: r["round_trips"] for r in rows if r["op"] == "p2p"}
+    assert trips == {n: round_trips(n) for n in (64, 4096, 262144, 4 << 20, 16 << 20)}
+    assert all("round_trips" not in r for r in rows if r["op"] == "allreduce")
     again = tmp_path / "again.toml"
     assert main(["calibrate", "--from", meas, "--force", "-o", str(again)]) == 0
     refit = load_cluster(str(again)).link
@@ -240,3 +247,23 @@ def test_the_rank_entry_refuses_a_bad_config_before_joining_a_group(argv, messag
     assert rank_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def test_small_p2p_messages_are_timed_over_several_round_trips():
+    from vgcsim.traces.training.distributed_calibrate import (
+        MAX_ROUND_TRIPS,
+        ROUND_TRIP_BYTES,
+        round_trips,
+    )
+
+    # clamp(256 KiB / n, 1, 16): 16 trips up to 16 KiB, 4 at 64 KiB, one from 256 KiB on.
+    assert (MAX_ROUND_TRIPS, ROUND_TRIP_BYTES) == (16, 262144)
+    assert [round_trips(n) for n in (1, 4, 16384, 16385, 65536, 262144, 1 << 26)] == [
+        16,
+        16,
+        16,
+        15,
+        4,
+        1,
+        1,
+    ]

@@ -8,7 +8,9 @@ the torchrun environment) or is itself one rank under ``torchrun``; it then fits
 slowest rank's):
 
 * ``p2p``, a ping-pong between rank 0 and the first rank on another node (rank 1 when all
-  ranks share one node), half the round trip
+  ranks share one node), half the round trip: the mean over :func:`round_trips` back-to-back
+  round trips, after one untimed round trip that lines both ends up (a barrier releases the
+  ranks up to a scheduler tick apart, which a single timed round trip counted as latency)
 * ``p2p_intra``, the same between rank 0 and another rank of its own node; measured only
   when the job spans several nodes and rank 0's node holds more than one rank
 * ring allreduce of ``n`` bytes (``torch.distributed.all_reduce`` of ``n/4`` float32)
@@ -68,6 +70,18 @@ def node_layout(node: str) -> list[int]:
     return [first.setdefault(k, len(first)) for k in keys]
 
 
+#: Back-to-back round trips per timed p2p repetition: up to this many ...
+MAX_ROUND_TRIPS = 16
+#: ... while they move at most this many bytes each way (one round trip past it).
+ROUND_TRIP_BYTES = 256 * 1024
+
+
+def round_trips(size_bytes: int) -> int:
+    """Round trips one timed ``p2p`` repetition averages: ``clamp(256 KiB / n, 1, 16)``, so
+    small messages are timed over several trips and large ones over one."""
+    return max(1, min(MAX_ROUND_TRIPS, ROUND_TRIP_BYTES // max(int(size_bytes), 1)))
+
+
 def _time_op(
     op: str, size_bytes: int, rank: int, world: int, device: str, pair: tuple[int, int]
 ) -> float:
@@ -77,15 +91,19 @@ def _time_op(
     if op in ("p2p", "p2p_intra"):
         a, b = pair
         buf = torch.zeros(size_bytes, dtype=torch.uint8, device=device)
+        trips = round_trips(size_bytes)
         dist.barrier()
-        t0 = time.perf_counter()
-        if rank == a:
-            dist.send(buf, b)
-            dist.recv(buf, b)
-        elif rank == b:
-            dist.recv(buf, a)
-            dist.send(buf, a)
-        return (time.perf_counter() - t0) / 2 if rank in pair else 0.0
+        t0 = 0.0
+        for k in range(trips + 1):  # round trip 0 is untimed: both ends are past the barrier
+            if k == 1:
+                t0 = time.perf_counter()
+            if rank == a:
+                dist.send(buf, b)
+                dist.recv(buf, b)
+            elif rank == b:
+                dist.recv(buf, a)
+                dist.send(buf, a)
+        return (time.perf_counter() - t0) / (2 * trips) if rank in pair else 0.0
     if op == "allreduce":
         buf = torch.ones(max(1, size_bytes // 4), dtype=torch.float32, device=device)
         dist.barrier()
@@ -154,6 +172,7 @@ def measure(
             row = {"op": op, "size_bytes": size, "seconds": _slowest(times, device)}
             if op.startswith("p2p"):
                 row["pair"] = list(pair)
+                row["round_trips"] = round_trips(size)
             rows.append(row)
             log.debug("%s %d B: median %.3g s", op, size, float(np.median(row["seconds"])))
     return rows
