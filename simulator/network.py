@@ -35,10 +35,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
+from itertools import chain
 
 import numpy as np
 import simpy
 from vgcsim.simulator.topology import Route, Topology
+from vgcsim.simulator.waterfill import maxmin_rates
 
 from vgcsim.core.errors import unknown_name
 
@@ -55,8 +58,9 @@ __all__ = [
 MODES = ("fair", "fifo")
 SEMANTICS = ("eager", "rendezvous")
 
-# Remaining bytes below this are rounding residue of rate changes, not data.
-_EPS_BYTES = 1e-6
+# A flow's state in the fair network.
+# alone on its channels / released after its last byte left alone / rate shared / ended shared
+_LAZY, _SOLO_DONE, _SHARED, _SHARED_DONE = 1, 2, 3, 4
 
 
 @dataclass
@@ -90,11 +94,15 @@ class LinkMonitor:
 
     def flow_started(self, channels: tuple[int, ...], nbytes: float, now: float) -> None:
         self.flows += 1
-        active, since, nb = self._active, self._since, self._bytes
+        self.channels_taken(channels, nbytes, now)
+
+    def channels_taken(self, channels: tuple[int, ...], nbytes: float, since: float) -> None:
+        """A flow of ``nbytes`` holds ``channels`` from ``since`` (not counted as a new flow)."""
+        active, busy_since, nb = self._active, self._since, self._bytes
         for c in channels:
             nb[c] += nbytes
             if active[c] == 0:
-                since[c] = now
+                busy_since[c] = since
             active[c] += 1
 
     def flow_ended(
@@ -108,6 +116,20 @@ class LinkMonitor:
         if self.record_intervals:
             for c in channels:
                 self.intervals.append((c, start, now, nbytes, src, dst))
+
+    def solo_flow(
+        self, channels: tuple[int, ...], start: float, end: float, nbytes: float, src: int, dst: int
+    ) -> None:
+        """A flow that was alone on ``channels`` from ``start`` to ``end`` (already counted):
+        its bytes and busy time in one step, without the overlap bookkeeping."""
+        nb, busy = self._bytes, self._busy
+        dur = end - start
+        for c in channels:
+            nb[c] += nbytes
+            busy[c] += dur
+        if self.record_intervals:
+            for c in channels:
+                self.intervals.append((c, start, end, nbytes, src, dst))
 
 
 Callback = Callable[[], None]
@@ -127,9 +149,10 @@ class _Flow:
         "latency_s",
         "on_sent",
         "on_arrived",
-        "lazy",
+        "state",
         "t_end",
         "waiters",
+        "id",
     )
 
     def __init__(
@@ -154,9 +177,10 @@ class _Flow:
         self.dst = dst
         self.on_sent = on_sent
         self.on_arrived = on_arrived
-        self.lazy = False  # alone on its channels: one timer at arrival, release on demand
-        self.t_end = math.inf
+        self.state = 0  # one of _LAZY, _SOLO_DONE, _SHARED, _SHARED_DONE in the fair network
+        self.t_end = math.inf  # a lazy flow's last byte leaves then
         self.waiters: tuple[Waiter, ...] = ()
+        self.id = 0  # the fair network's start order: ties between finish times
 
 
 class _NetworkBase:
@@ -221,162 +245,264 @@ class _NetworkBase:
         if flow.on_arrived is not None:
             flow.on_arrived()
         for w in flow.waiters:
-            w.done_one()
+            w.pending -= 1
+            if w.pending == 0:
+                w.event.succeed()
 
     def _start(self, flow: _Flow, route: Route) -> None:
         raise NotImplementedError
 
 
 class FairNetwork(_NetworkBase):
-    """Max-min fair sharing by progressive filling, recomputed per connected group of flows."""
+    """Max-min fair sharing by progressive filling, recomputed once per instant per group.
+
+    A flow alone on its channels is *lazy*: one timer at its arrival, no rate bookkeeping;
+    it is released from its channels when that timer fires or when a later flow finds it
+    there after its last byte has left. A flow that meets another on a channel is *shared*:
+    every change to the shared flows at one simulated instant (flows that start, lazy flows
+    that meet a newcomer, flows whose last byte leaves) marks their channels, and one
+    reshare event at that instant recomputes the rates of every flow connected to a marked
+    channel (:func:`vgcsim.simulator.waterfill.maxmin_rates`; a short pure-Python twin for
+    small groups gives the same floats). Rates only matter over positive durations, so
+    batching the changes of one instant does not change any result. Each shared flow whose
+    rate changed gets a finish time ``now + remaining / rate`` in a heap; a single timer
+    waits for the earliest one, and every flow due at that instant ends together.
+    """
+
+    # Groups up to this many flows are solved in Python: numpy's per-call overhead dominates.
+    SMALL_GROUP = 24
 
     def __init__(
         self, env: simpy.Environment, topology: Topology, monitor: LinkMonitor | None = None
     ):
         super().__init__(env, topology, monitor)
-        self._on: list[set[_Flow]] = [set() for _ in range(topology.n_channels)]
-        self._cap = topology.capacity_Bps.tolist()
+        n = topology.n_channels
+        self._lazy_on: list[_Flow | None] = [None] * n  # the lazy flow alone on a channel
+        self._on: list[set[_Flow]] = [set() for _ in range(n)]  # shared flows per channel
+        self._cap_arr = np.asarray(topology.capacity_Bps, dtype=float)
+        self._cap = self._cap_arr.tolist()
+        self._dirty: set[int] = set()  # channels whose shared flows changed at this instant
+        self._flush_pending = False
+        self._heap: list[tuple[float, int, int, _Flow]] = []  # (finish, flow id, version, flow)
+        self._timer_t = math.inf
+        self._timer_token = 0
+        self._ids = 0
+
+    # -- flow start -----------------------------------------------------------------------
 
     def _start(self, flow: _Flow, route: Route) -> None:
         now = flow.start
-        mon = self.monitor
-        mon.flows += 1
-        active, since, nb = mon._active, mon._since, mon._bytes
-        nbytes = flow.nbytes
+        lazy_on, on = self._lazy_on, self._on
+        self._ids += 1
+        flow.id = self._ids
+        self.monitor.flows += 1
         alone = True
         for c in flow.channels:
-            on = self._on[c]
-            if on:
-                # Release finished lazy flows before counting this one, so that a channel
-                # idle since their last byte left does not count as busy until now.
-                self._expire(on, now)
-                if on:
+            g = lazy_on[c]
+            if g is not None:
+                if g.t_end <= now:
+                    self._release(g)  # its last byte has left: the channel is free
+                else:
                     alone = False
-            nb[c] += nbytes
-            if active[c] == 0:
-                since[c] = now
-            active[c] += 1
-            on.add(flow)
-        if not alone:
-            self._reshare(self._group([flow]))
+            elif on[c]:
+                alone = False
+        if alone:
+            flow.rate = route.bandwidth_Bps
+            if flow.on_sent is None:
+                # Nobody waits for the last byte to leave: one timer at arrival. Until then
+                # the flow stays on its channels; a later flow finding it there after t_end
+                # releases it.
+                flow.state = _LAZY
+                tx = flow.nbytes / flow.rate
+                flow.t_end = now + tx
+                for c in flow.channels:
+                    lazy_on[c] = flow
+                self.env.timeout(tx + flow.latency_s, flow).callbacks.append(self._lazy_cb)
+                return
+            self._share(flow, now)
+            self._push(flow, now)
+            self._arm()
             return
-        flow.rate = route.bandwidth_Bps
-        if flow.on_sent is not None:
-            self._schedule(flow)
-            return
-        # Nobody waits for the last byte to leave: one timer at arrival. Until then the flow
-        # stays on its channels; a later flow finding it there after t_end releases it.
-        flow.lazy = True
-        tx = flow.nbytes / flow.rate
-        flow.t_end = now + tx
-        flow.version += 1
-        self.env.timeout(tx + flow.latency_s, (flow, flow.version)).callbacks.append(self._lazy_cb)
+        # Contended: lazy neighbours become shared first (their channels were busy since
+        # their own start), then this flow; one reshare at this instant sets every rate.
+        for c in flow.channels:
+            g = lazy_on[c]
+            if g is not None:
+                self._unlazy(g, now)
+        flow.rate = 0.0
+        self._share(flow, now)
+        self._mark(flow.channels)
 
-    def _expire(self, on: set[_Flow], now: float) -> None:
-        """Release lazy flows on a channel whose last byte has already left."""
-        for g in [g for g in on if g.lazy and g.t_end <= now]:
-            self._release(g)
-
-    def _release(self, flow: _Flow) -> None:
-        flow.lazy = False
+    def _share(self, flow: _Flow, now: float) -> None:
+        flow.state = _SHARED
+        flow.t_last = now
         on = self._on
         for c in flow.channels:
-            on[c].discard(flow)
-        self.monitor.flow_ended(
+            on[c].add(flow)
+        self.monitor.channels_taken(flow.channels, flow.nbytes, flow.start)
+
+    def _unlazy(self, flow: _Flow, now: float) -> None:
+        """A lazy flow met another one: from now on its rate is shared."""
+        lazy_on = self._lazy_on
+        for c in flow.channels:
+            lazy_on[c] = None
+        flow.remaining -= flow.rate * (now - flow.start)
+        flow.rate = 0.0  # forces a new finish time at the reshare; its arrival timer is void
+        self._share(flow, now)
+
+    def _release(self, flow: _Flow) -> None:
+        """A lazy flow's last byte has left: free its channels, account its interval."""
+        flow.state = _SOLO_DONE
+        lazy_on = self._lazy_on
+        for c in flow.channels:
+            lazy_on[c] = None
+        self.monitor.solo_flow(
             flow.channels, flow.start, flow.t_end, flow.nbytes, flow.src, flow.dst
         )
 
     def _lazy_cb(self, event: simpy.Event) -> None:
-        flow, version = event.value
-        if version != flow.version:
-            return  # it met another flow and was rescheduled
-        if flow.lazy:
+        flow = event.value
+        state = flow.state
+        if state == _LAZY:
             self._release(flow)
+        elif state != _SOLO_DONE:
+            return  # it met another flow: its timer is void, the shared model ends it
         self._arrived(flow)
 
-    def _group(self, seeds: list[_Flow]) -> list[_Flow]:
-        """Every flow connected to ``seeds`` through shared channels."""
-        now = self.env.now
-        seen = set(seeds)
-        stack = list(seeds)
-        # Each channel is scanned once: revisiting it from every flow on it made one reshare
-        # cost flows x channels-per-flow x flows-per-channel (the profile's top entry).
-        visited: set[int] = set()
+    # -- reshare --------------------------------------------------------------------------
+
+    def _mark(self, channels: tuple[int, ...]) -> None:
+        self._dirty.update(channels)
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.env.timeout(0).callbacks.append(self._flush_cb)
+
+    def _flush_cb(self, _event: simpy.Event) -> None:
+        self._flush_pending = False
+        dirty, self._dirty = self._dirty, set()
+        group = self._group(dirty)
+        if group:
+            self._reshare(group)
+        self._arm()
+
+    def _group(self, channels: set[int]) -> list[_Flow]:
+        """Every shared flow connected to ``channels`` through shared channels (each channel
+        scanned once)."""
+        on = self._on
+        seen: set[_Flow] = set()
+        visited = set(channels)
+        stack = list(channels)
         while stack:
-            f = stack.pop()
-            for c in f.channels:
-                if c in visited:
-                    continue
-                visited.add(c)
-                on = self._on[c]
-                self._expire(on, now)
-                for g in on:
-                    if g not in seen:
-                        seen.add(g)
-                        stack.append(g)
+            for g in on[stack.pop()]:
+                if g not in seen:
+                    seen.add(g)
+                    for c in g.channels:
+                        if c not in visited:
+                            visited.add(c)
+                            stack.append(c)
         return list(seen)
 
     def _reshare(self, group: list[_Flow]) -> None:
         now = self.env.now
-        for f in group:
+        if len(group) <= self.SMALL_GROUP:
+            rates = _maxmin_small(group, self._cap)
+        else:
+            rates = self._maxmin_numpy(group)
+        heap = self._heap
+        for f, rate in zip(group, rates, strict=True):
             f.remaining -= f.rate * (now - f.t_last)
             f.t_last = now
-        cap: dict[int, float] = {}
-        count: dict[int, int] = {}
-        for f in group:
-            for c in f.channels:
-                if c in count:
-                    count[c] += 1
-                else:
-                    count[c] = 1
-                    cap[c] = self._cap[c]
-        new_rate: dict[_Flow, float] = {}
-        while count:
-            best = min(count, key=lambda c: (cap[c] / count[c], c))
-            share = cap[best] / count[best]
-            for f in self._on[best]:
-                if f in new_rate:
-                    continue
-                new_rate[f] = share
-                for c in f.channels:
-                    cap[c] -= share
-                    count[c] -= 1
-                    if count[c] == 0:
-                        del count[c]
-        for f in group:
-            rate = new_rate[f]
-            if rate != f.rate or f.lazy:
+            if rate != f.rate:
                 f.rate = rate
-                f.lazy = False  # shared now: its end must reshare its neighbours on time
-                self._schedule(f)
+                f.version += 1
+                if rate > 0:
+                    heappush(heap, (now + max(f.remaining, 0.0) / rate, f.id, f.version, f))
 
-    def _schedule(self, flow: _Flow) -> None:
+    def _maxmin_numpy(self, group: list[_Flow]) -> list[float]:
+        chans = [f.channels for f in group]
+        lens = np.fromiter(map(len, chans), np.int64, len(chans))
+        flat = np.fromiter(chain.from_iterable(chans), np.int64, int(lens.sum()))
+        used, local = np.unique(flat, return_inverse=True)
+        ptr = np.zeros(len(chans) + 1, np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        return maxmin_rates(ptr, local, self._cap_arr[used]).tolist()
+
+    # -- finish ---------------------------------------------------------------------------
+
+    def _push(self, flow: _Flow, now: float) -> None:
         flow.version += 1
-        version = flow.version
-        delay = max(flow.remaining, 0.0) / flow.rate
-        self.env.timeout(delay).callbacks.append(lambda _e: self._finish(flow, version))
+        heappush(self._heap, (now + flow.remaining / flow.rate, flow.id, flow.version, flow))
 
-    def _finish(self, flow: _Flow, version: int) -> None:
-        if version != flow.version:
-            return  # superseded by a rate change
+    def _arm(self) -> None:
+        """Make sure a timer waits for the earliest shared flow's last byte."""
+        heap = self._heap
+        while heap and heap[0][2] != heap[0][3].version:
+            heappop(heap)  # superseded by a rate change
+        if heap and heap[0][0] < self._timer_t:
+            t = heap[0][0]
+            self._timer_t = t
+            self._timer_token += 1
+            self.env.timeout(t - self.env.now, self._timer_token).callbacks.append(self._timer_cb)
+
+    def _timer_cb(self, event: simpy.Event) -> None:
+        if event.value != self._timer_token:
+            return  # an earlier finish was armed since
+        self._timer_t = math.inf
         now = self.env.now
-        if now != flow.t_last:
-            flow.remaining -= flow.rate * (now - flow.t_last)
-            flow.t_last = now
-            if flow.remaining > _EPS_BYTES * max(1.0, flow.nbytes * 1e-9):
-                self._schedule(flow)  # float drift: a sliver left
-                return
-        neighbours: list[_Flow] = []
-        for c in flow.channels:
-            on = self._on[c]
-            on.discard(flow)
-            if on:
-                self._expire(on, now)
-                neighbours.extend(on)
-        self.monitor.flow_ended(flow.channels, flow.start, now, flow.nbytes, flow.src, flow.dst)
-        self._transmitted(flow)
-        if neighbours:
-            self._reshare(self._group(list(dict.fromkeys(neighbours))))
+        heap = self._heap
+        due: list[_Flow] = []
+        while heap and heap[0][0] <= now:
+            _, _, version, f = heappop(heap)
+            if version == f.version:
+                due.append(f)
+        on, mon = self._on, self.monitor
+        for f in due:
+            f.state = _SHARED_DONE
+            f.remaining = 0.0
+            f.version += 1
+            for c in f.channels:
+                on[c].discard(f)
+            mon.flow_ended(f.channels, f.start, now, f.nbytes, f.src, f.dst)
+            if any(on[c] for c in f.channels):
+                self._mark(f.channels)
+        for f in due:
+            self._transmitted(f)
+        if not self._flush_pending:
+            self._arm()
+
+
+def _maxmin_small(group: list[_Flow], capacity: list[float]) -> list[float]:
+    """:func:`vgcsim.simulator.waterfill.maxmin_rates` in plain Python for a few flows: the
+    same iterations, the same operations in the same order, hence the same floats."""
+    cap: dict[int, float] = {}
+    count: dict[int, int] = {}
+    for f in group:
+        for c in f.channels:
+            if c in count:
+                count[c] += 1
+            else:
+                count[c] = 1
+                cap[c] = capacity[c]
+    rates = [0.0] * len(group)
+    pending = range(len(group))
+    while pending:
+        m = min(cap[c] / n for c, n in count.items() if n)
+        sat = {c for c, n in count.items() if n and cap[c] / n == m}
+        still = []
+        for i in pending:
+            chans = group[i].channels
+            if sat.isdisjoint(chans):
+                still.append(i)
+                continue
+            rates[i] = m
+            for c in chans:
+                cap[c] -= m
+                count[c] -= 1
+        for c, v in cap.items():
+            if v < 0.0:
+                cap[c] = 0.0
+        pending = still
+    return rates
 
 
 class FifoNetwork(_NetworkBase):

@@ -163,3 +163,42 @@ def test_unknown_mode_and_semantics_list_valid_names():
         make_network("wfq", env, topo)
     with pytest.raises(UnknownNameError, match="eager, rendezvous"):
         Comm(make_network("fair", env, topo), "buffered")
+
+
+def test_a_flow_that_meets_another_arrives_once_at_its_shared_finish():
+    # Nobody waits for the last byte to leave (on_sent None), so the first flow starts with
+    # one timer at its solo arrival (N/B + L, L = 1 ms). The second joins at N/(2B) on the
+    # same downlink: the first sends its last N/2 at B/2, its last byte leaves at 1.5 N/B and
+    # it arrives at 1.5 N/B + L, once: its solo timer (earlier) must deliver nothing. The
+    # second has sent N/2 by then and sends the rest alone at B: last byte at 2 N/B.
+    lat = 1e-3
+    topo = build_topology(cluster(latency_s=lat), 3)  # L end to end
+    env = simpy.Environment()
+    net = make_network("fair", env, topo)
+    arrivals: list[tuple[int, float]] = []
+
+    def senders():
+        net.start(0, 2, N, None, lambda: arrivals.append((0, env.now)))
+        yield env.timeout(0.5 * N / BW)
+        net.start(1, 2, N, None, lambda: arrivals.append((1, env.now)))
+
+    env.process(senders())
+    env.run()
+    assert [i for i, _ in arrivals] == [0, 1]
+    assert arrivals[0][1] == pytest.approx(1.5 * N / BW + lat, rel=1e-12)
+    assert arrivals[1][1] == pytest.approx(2 * N / BW + lat, rel=1e-12)
+    down = topo.channel_ids[("sw", "h2")]
+    assert net.monitor.busy_s[down] == pytest.approx(2 * N / BW, rel=1e-12)
+    assert net.monitor.bytes[down] == 2 * N and net.monitor.flows == 2
+
+
+def test_flows_that_start_and_end_at_one_instant_share_as_if_one_at_a_time():
+    # Eight flows into h8 start together and four of them end together: 8 at B/8 until the
+    # four small ones (N) are done at 8N/B, then the other four (2N) share B/4 for their last
+    # N: 8N/B + 4N/B.
+    topo = build_topology(cluster(), 9)
+    flows = [(i, 8, N if i < 4 else 2 * N, 0.0) for i in range(8)]
+    times, _ = _run_transfers(topo, flows)
+    for i in range(8):
+        expected = 8 * N / BW if i < 4 else 12 * N / BW
+        assert times[i] == pytest.approx([expected, expected + LAT], rel=1e-12)

@@ -70,3 +70,22 @@ def test_malformed_csr_is_refused():
         maxmin_rates(np.array([0, 3]), np.array([0, 1]), np.ones(2))
     with pytest.raises(ValueError, match="index"):
         maxmin_rates(np.array([0, 1]), np.array([2]), np.ones(2))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_networks_python_twin_for_small_groups_gives_the_same_floats(seed):
+    # The flow network solves small groups in plain Python; it must repeat maxmin_rates to
+    # the last bit, or results would depend on the group size threshold.
+    from types import SimpleNamespace
+
+    from vgcsim.simulator.network import _maxmin_small
+
+    rng = np.random.default_rng(100 + seed)
+    n_channels = int(rng.integers(2, 9))
+    cap = B * rng.choice([0.25, 1 / 3, 0.5, 0.7, 1.0, 4.0], n_channels)
+    flows = []
+    for _ in range(int(rng.integers(1, 20))):
+        k = int(rng.integers(1, min(4, n_channels) + 1))
+        flows.append(tuple(int(c) for c in rng.choice(n_channels, k, replace=False)))
+    group = [SimpleNamespace(channels=f) for f in flows]
+    assert _maxmin_small(group, cap.tolist()) == _rates(flows, cap).tolist()
