@@ -12,8 +12,8 @@ the models and the simulator). Version 2::
      "rows": [{"op": "p2p", "size_bytes": 64, "seconds": [...], "pair": [0, 2]}, ...]}
 
 ``seconds`` holds one time per timed repetition (the slowest rank's); ``pair`` only on
-point-to-point rows, with ``round_trips``, how many back-to-back round trips each of their
-repetitions averaged (absent in files written before it: one). Version 1 (one node) has no ``nodes`` and no ``pair``. The reader checks
+point-to-point rows; ``back_to_back``, how many back-to-back operations each repetition
+averaged (absent in files written before it: one). Version 1 (one node) has no ``nodes`` and no ``pair``. The reader checks
 every field it relies on and refuses a file that breaks one with a single line naming the file,
 the field and the rule (:class:`~vgcsim.core.errors.ConfigError`).
 """

@@ -42,12 +42,12 @@ def test_calibrate_on_loopback_writes_a_cluster_predict_accepts(tmp_path, capsys
     assert spec.link.latency_s >= 0 and 1e6 < spec.link.bandwidth_Bps < 1e13
     # Refit from the kept measurements, as a torchrun user would with --from.
     meas = str(tmp_path / "cluster.measurements.json")
-    from vgcsim.traces.training.distributed_calibrate import round_trips
+    from vgcsim.traces.training.distributed_calibrate import back_to_back
 
     rows = json.loads(Path(meas).read_text())["rows"]
-    trips = {r["size_bytes"]: r["round_trips"] for r in rows if r["op"] == "p2p"}
-    assert trips == {n: round_trips(n) for n in (64, 4096, 262144, 4 << 20, 16 << 20)}
-    assert all("round_trips" not in r for r in rows if r["op"] == "allreduce")
+    for op in ("p2p", "allreduce"):
+        counts = {r["size_bytes"]: r["back_to_back"] for r in rows if r["op"] == op}
+        assert counts == {n: back_to_back(n) for n in (64, 4096, 262144, 4 << 20, 16 << 20)}
     again = tmp_path / "again.toml"
     assert main(["calibrate", "--from", meas, "--force", "-o", str(again)]) == 0
     refit = load_cluster(str(again)).link
@@ -249,16 +249,16 @@ def test_the_rank_entry_refuses_a_bad_config_before_joining_a_group(argv, messag
     assert len(err) == 1 and message in err[0], err
 
 
-def test_small_p2p_messages_are_timed_over_several_round_trips():
+def test_small_messages_are_timed_over_several_back_to_back_operations():
     from vgcsim.traces.training.distributed_calibrate import (
-        MAX_ROUND_TRIPS,
-        ROUND_TRIP_BYTES,
-        round_trips,
+        BACK_TO_BACK_BYTES,
+        MAX_BACK_TO_BACK,
+        back_to_back,
     )
 
-    # clamp(256 KiB / n, 1, 16): 16 trips up to 16 KiB, 4 at 64 KiB, one from 256 KiB on.
-    assert (MAX_ROUND_TRIPS, ROUND_TRIP_BYTES) == (16, 262144)
-    assert [round_trips(n) for n in (1, 4, 16384, 16385, 65536, 262144, 1 << 26)] == [
+    # clamp(256 KiB / n, 1, 16): 16 ops up to 16 KiB, 4 at 64 KiB, one from 256 KiB on.
+    assert (MAX_BACK_TO_BACK, BACK_TO_BACK_BYTES) == (16, 262144)
+    assert [back_to_back(n) for n in (1, 4, 16384, 16385, 65536, 262144, 1 << 26)] == [
         16,
         16,
         16,

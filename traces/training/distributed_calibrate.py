@@ -8,9 +8,7 @@ the torchrun environment) or is itself one rank under ``torchrun``; it then fits
 slowest rank's):
 
 * ``p2p``, a ping-pong between rank 0 and the first rank on another node (rank 1 when all
-  ranks share one node), half the round trip: the mean over :func:`round_trips` back-to-back
-  round trips, after one untimed round trip that lines both ends up (a barrier releases the
-  ranks up to a scheduler tick apart, which a single timed round trip counted as latency)
+  ranks share one node), half the round trip
 * ``p2p_intra``, the same between rank 0 and another rank of its own node; measured only
   when the job spans several nodes and rank 0's node holds more than one rank
 * ring allreduce of ``n`` bytes (``torch.distributed.all_reduce`` of ``n/4`` float32)
@@ -23,7 +21,9 @@ A rank's node is its ``GROUP_RANK`` (torchrun sets it), else its host name.
 The sweep: sizes log-spaced ×4 from 4 B to 64 MiB by default (a link's bandwidth shows only
 once messages are well past its latency, its token bucket or its socket buffers); every size
 gets ``warmup`` untimed repetitions, then ``repeats`` timed ones, fewer (never under 3) where
-they would take longer than ``budget_s``.
+they would take longer than ``budget_s``. A repetition is the mean of up to 16 back-to-back
+operations (:func:`back_to_back`: small messages only) started after an untimed one-byte
+exchange that lines the ranks up past the barrier (see :func:`_time_op`).
 """
 
 from __future__ import annotations
@@ -70,60 +70,79 @@ def node_layout(node: str) -> list[int]:
     return [first.setdefault(k, len(first)) for k in keys]
 
 
-#: Back-to-back round trips per timed p2p repetition: up to this many ...
-MAX_ROUND_TRIPS = 16
-#: ... while they move at most this many bytes each way (one round trip past it).
-ROUND_TRIP_BYTES = 256 * 1024
+#: Back-to-back operations per timed repetition: up to this many ...
+MAX_BACK_TO_BACK = 16
+#: ... while each moves at most this many bytes (a single operation past it).
+BACK_TO_BACK_BYTES = 256 * 1024
 
 
-def round_trips(size_bytes: int) -> int:
-    """Round trips one timed ``p2p`` repetition averages: ``clamp(256 KiB / n, 1, 16)``, so
-    small messages are timed over several trips and large ones over one."""
-    return max(1, min(MAX_ROUND_TRIPS, ROUND_TRIP_BYTES // max(int(size_bytes), 1)))
+def back_to_back(size_bytes: int) -> int:
+    """Operations one timed repetition averages: ``clamp(256 KiB / n, 1, 16)``, so small
+    messages are timed over several back-to-back operations and large ones over one."""
+    return max(1, min(MAX_BACK_TO_BACK, BACK_TO_BACK_BYTES // max(int(size_bytes), 1)))
 
 
 def _time_op(
     op: str, size_bytes: int, rank: int, world: int, device: str, pair: tuple[int, int]
 ) -> float:
+    """One timed repetition on this rank: the mean of :func:`back_to_back` operations.
+
+    A barrier releases the ranks up to a scheduler tick apart; timed from there, one small
+    operation measured that skew (p2p at 4 B scattered between 0.25 and 2 ms across a
+    200 Mbit/s bridge). So the timed operations start after an untimed one-byte exchange:
+    for p2p a one-byte round trip (the peer is then waiting in its receive when the clock
+    starts), for the collectives a one-element all_reduce.
+    """
     import torch
     import torch.distributed as dist
 
+    count = back_to_back(size_bytes)
+    token = torch.zeros(1, dtype=torch.uint8, device=device)
     if op in ("p2p", "p2p_intra"):
         a, b = pair
         buf = torch.zeros(size_bytes, dtype=torch.uint8, device=device)
-        trips = round_trips(size_bytes)
-        dist.barrier()
-        t0 = 0.0
-        for k in range(trips + 1):  # round trip 0 is untimed: both ends are past the barrier
-            if k == 1:
-                t0 = time.perf_counter()
+
+        def trip(x: torch.Tensor) -> None:
             if rank == a:
-                dist.send(buf, b)
-                dist.recv(buf, b)
+                dist.send(x, b)
+                dist.recv(x, b)
             elif rank == b:
-                dist.recv(buf, a)
-                dist.send(buf, a)
-        return (time.perf_counter() - t0) / (2 * trips) if rank in pair else 0.0
+                dist.recv(x, a)
+                dist.send(x, a)
+
+        dist.barrier()
+        trip(token)
+        t0 = time.perf_counter()
+        for _ in range(count):
+            trip(buf)
+        return (time.perf_counter() - t0) / (2 * count) if rank in pair else 0.0
     if op == "allreduce":
         buf = torch.ones(max(1, size_bytes // 4), dtype=torch.float32, device=device)
-        dist.barrier()
-        t0 = time.perf_counter()
-        dist.all_reduce(buf)
-        return time.perf_counter() - t0
-    if op == "allgatherv":
+
+        def once() -> None:
+            dist.all_reduce(buf)
+
+    elif op == "allgatherv":
         from vgcsim.traces.training.distributed_allgatherv import allgatherv_segments
 
         payload = bytes(size_bytes)
-        dist.barrier()
-        t0 = time.perf_counter()
-        allgatherv_segments([payload], device=device)
-        return time.perf_counter() - t0
-    buf = torch.zeros(size_bytes, dtype=torch.uint8, device=device)
-    out = [torch.empty_like(buf) for _ in range(world)]
+
+        def once() -> None:
+            allgatherv_segments([payload], device=device)
+
+    else:
+        buf = torch.zeros(size_bytes, dtype=torch.uint8, device=device)
+        out = [torch.empty_like(buf) for _ in range(world)]
+
+        def once() -> None:
+            dist.all_gather(out, buf)
+
     dist.barrier()
+    dist.all_reduce(token)
     t0 = time.perf_counter()
-    dist.all_gather(out, buf)
-    return time.perf_counter() - t0
+    for _ in range(count):
+        once()
+    return (time.perf_counter() - t0) / count
 
 
 def _slowest(values: list[float], device: str) -> list[float]:
@@ -165,14 +184,14 @@ def measure(
             repeats = cfg.repeats
             if cfg.warmup:
                 # Every rank must run the same count: agree on the slowest warm-up.
-                slow = _slowest([last], device)[0]
+                slow = _slowest([last], device)[0] * back_to_back(size)  # one repetition
                 fit = int(cfg.budget_s // slow) if slow > 0 else repeats
                 repeats = max(min(MIN_REPEATS, cfg.repeats), min(cfg.repeats, fit))
             times = [_time_op(op, size, rank, world, device, pair) for _ in range(repeats)]
             row = {"op": op, "size_bytes": size, "seconds": _slowest(times, device)}
             if op.startswith("p2p"):
                 row["pair"] = list(pair)
-                row["round_trips"] = round_trips(size)
+            row["back_to_back"] = back_to_back(size)
             rows.append(row)
             log.debug("%s %d B: median %.3g s", op, size, float(np.median(row["seconds"])))
     return rows
