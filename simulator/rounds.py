@@ -224,17 +224,37 @@ class RoundShape:
         rest = [c for c, b in zip(comps, bundle, strict=True) if not b]
         return np.sort(np.concatenate(rest)) if rest else np.zeros(0, dtype=np.int64)
 
-    def synced(self, start: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    @cached_property
+    def bundle_first(self) -> np.ndarray:
+        """The first flow of each bundle."""
+        return self.bundles[0][:, 0]
+
+    def even(self, nbytes: np.ndarray) -> np.ndarray:
+        """Per round (rows of ``nbytes``, [rounds, flows]): every flow in a bundle and the
+        flows of each bundle of the same positive size."""
+        if self.bundle_row is None:
+            return np.zeros(len(nbytes), dtype=bool)
+        n0 = nbytes[:, self.bundle_first]
+        return (n0.min(axis=1) > 0) & (nbytes == n0[:, self.bundle_row]).all(axis=1)
+
+    def synced(
+        self, start: np.ndarray, nbytes: np.ndarray, even: bool | None = None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
         """(start, bytes) per bundle when every flow is in a bundle and the flows of each
-        bundle start together with the same positive size; else None."""
+        bundle start together with the same positive size; else None. ``even``: that of
+        :meth:`even` for this round, when already known."""
         row = self.bundle_row
-        if row is None:
+        if row is None or even is False:
             return None
-        first = self.bundles[0][:, 0]
-        s0, n0 = start[first], nbytes[first]
-        if n0.min() > 0 and np.array_equal(start, s0[row]) and np.array_equal(nbytes, n0[row]):
-            return s0, n0
-        return None
+        first = self.bundle_first
+        s0 = start[first]
+        # equal bytes are equal numbers here (no NaN; a -0.0 only costs the general path)
+        if start.tobytes() != s0[row].tobytes():
+            return None
+        n0 = nbytes[first]
+        if even is None and not (n0.min() > 0 and nbytes.tobytes() == n0[row].tobytes()):
+            return None
+        return s0, n0
 
     def ends(self, start: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
         """When each flow's last byte leaves, for flows starting at ``start`` with ``nbytes``."""
@@ -298,12 +318,16 @@ class RoundCache:
             same = len(rounds) > 1 and len({len(r.src) for r in rounds}) == 1
             lo = np.stack([r.lo for r in rounds]) if same else None
             hi = lo + np.stack([r.count for r in rounds]) if same else None
+            if same and np.all(hi - lo == 1) and lo.max() < len(units):
+                hi = None  # one unit per flow: a gather
             hit = (schedule, lo, hi)
             self._stacked[id(schedule)] = hit
         _, lo, hi = hit
         if lo is None:
             return schedule.round_bytes(units)
         v = units if schedule.unit_order is None else units[schedule.unit_order]
+        if hi is None:
+            return v[lo]
         cs = np.concatenate(([0.0], np.cumsum(np.concatenate((v, v)))))
         return cs[hi] - cs[lo]
 
@@ -464,16 +488,18 @@ def run_rounds(
         t = np.maximum(t, ph.ready_s)
         schedule = ph.schedule
         shapes = cache.shapes(schedule)
-        for rnd, fb, shape in zip(
-            schedule.rounds, cache.round_bytes(schedule, ph.units), shapes, strict=True
-        ):
+        fbs = cache.round_bytes(schedule, ph.units)
+        evens: Sequence[bool | None] = [None] * len(shapes)
+        if isinstance(fbs, np.ndarray) and all(sh is shapes[0] for sh in shapes):
+            evens = shapes[0].even(fbs).tolist()  # every round at once
+        for rnd, fb, shape, even in zip(schedule.rounds, fbs, shapes, evens, strict=True):
             src, dst = rnd.src, rnd.dst
             inv = shape.permutation
             if inv is not None:  # src is every rank in order
                 start = t if eager else np.maximum(t, t[dst])
             else:
                 start = t[src] if eager else np.maximum(t[src], t[dst])
-            synced = shape.synced(start, fb)
+            synced = shape.synced(start, fb, even)
             guard = guards.get(id(shape))
             if synced is not None:
                 s0, n0 = synced
