@@ -283,8 +283,8 @@ class RoundShape:
         order = np.argsort(n, axis=1, kind="stable")
         rows = np.arange(len(idx))[:, None]
         ns = n[rows, order]
-        step = np.diff(ns, axis=1, prepend=0.0)
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore"):  # padding: inf - inf, past every real flow
+            step = np.diff(ns, axis=1, prepend=0.0)
             t = s[:, :1] + np.cumsum(step / rate, axis=1)
         sorted_real = real[rows, order]
         end[idx[rows, order][sorted_real]] = t[sorted_real]
