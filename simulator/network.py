@@ -164,6 +164,7 @@ class _Flow:
         dst: int,
         on_sent: Callback | None,
         on_arrived: Callback | None,
+        waiters: tuple[Waiter, ...] = (),
     ):
         self.channels = route.channels
         self.latency_s = route.latency_s
@@ -179,8 +180,8 @@ class _Flow:
         self.on_arrived = on_arrived
         self.state = 0  # one of _LAZY, _SOLO_DONE, _SHARED, _SHARED_DONE in the fair network
         self.t_end = math.inf  # a lazy flow's last byte leaves then
-        self.waiters: tuple[Waiter, ...] = ()
-        self.id = 0  # the fair network's start order: ties between finish times
+        self.waiters = waiters
+        self.id = 0  # the fair network's order of sharing: ties between finish times
 
 
 class _NetworkBase:
@@ -214,8 +215,7 @@ class _NetworkBase:
                 w.done_one()
             return
         route = self._route(src, dst)
-        flow = _Flow(route, nbytes, self.env.now, src, dst, on_sent, on_arrived)
-        flow.waiters = waiters
+        flow = _Flow(route, nbytes, self.env.now, src, dst, on_sent, on_arrived, waiters)
         if nbytes <= 0:
             self._transmitted(flow)
             return
@@ -287,37 +287,49 @@ class FairNetwork(_NetworkBase):
         self._timer_t = math.inf
         self._timer_token = 0
         self._ids = 0
+        self._timeout = env.timeout
 
     # -- flow start -----------------------------------------------------------------------
 
-    def _start(self, flow: _Flow, route: Route) -> None:
-        now = flow.start
-        lazy_on, on = self._lazy_on, self._on
-        self._ids += 1
-        flow.id = self._ids
+    def start(
+        self,
+        src: int,
+        dst: int,
+        nbytes: float,
+        on_sent: Callback | None = None,
+        on_arrived: Callback | None = None,
+        waiters: tuple[Waiter, ...] = (),
+    ) -> None:
+        if src == dst or nbytes <= 0:
+            super().start(src, dst, nbytes, on_sent, on_arrived, waiters)
+            return
+        # The common case inline (the event-rate benchmark's path): a flow alone on its
+        # channels, with nobody waiting for its last byte to leave.
+        route = self._route(src, dst)
+        now = self.env.now
+        flow = _Flow(route, nbytes, now, src, dst, on_sent, on_arrived, waiters)
         self.monitor.flows += 1
-        alone = True
-        for c in flow.channels:
+        lazy_on, on = self._lazy_on, self._on
+        chans = route.channels
+        for c in chans:
             g = lazy_on[c]
             if g is not None:
-                if g.t_end <= now:
-                    self._release(g)  # its last byte has left: the channel is free
-                else:
-                    alone = False
+                if g.t_end > now:
+                    break
+                self._release(g)  # its last byte has left: the channel is free
             elif on[c]:
-                alone = False
-        if alone:
-            flow.rate = route.bandwidth_Bps
-            if flow.on_sent is None:
-                # Nobody waits for the last byte to leave: one timer at arrival. Until then
-                # the flow stays on its channels; a later flow finding it there after t_end
-                # releases it.
+                break
+        else:
+            rate = flow.rate = route.bandwidth_Bps
+            if on_sent is None:
+                # One timer at arrival. Until then the flow stays on its channels; a later
+                # flow finding it there after t_end releases it.
                 flow.state = _LAZY
-                tx = flow.nbytes / flow.rate
+                tx = nbytes / rate
                 flow.t_end = now + tx
-                for c in flow.channels:
+                for c in chans:
                     lazy_on[c] = flow
-                self.env.timeout(tx + flow.latency_s, flow).callbacks.append(self._lazy_cb)
+                self._timeout(tx + route.latency_s, flow).callbacks.append(self._lazy_cb)
                 return
             self._share(flow, now)
             self._push(flow, now)
@@ -325,15 +337,19 @@ class FairNetwork(_NetworkBase):
             return
         # Contended: lazy neighbours become shared first (their channels were busy since
         # their own start), then this flow; one reshare at this instant sets every rate.
-        for c in flow.channels:
+        for c in chans:
             g = lazy_on[c]
             if g is not None:
-                self._unlazy(g, now)
-        flow.rate = 0.0
+                if g.t_end <= now:
+                    self._release(g)
+                else:
+                    self._unlazy(g, now)
         self._share(flow, now)
-        self._mark(flow.channels)
+        self._mark(chans)
 
     def _share(self, flow: _Flow, now: float) -> None:
+        self._ids += 1
+        flow.id = self._ids
         flow.state = _SHARED
         flow.t_last = now
         on = self._on
@@ -364,10 +380,21 @@ class FairNetwork(_NetworkBase):
         flow = event.value
         state = flow.state
         if state == _LAZY:
-            self._release(flow)
+            flow.state = _SOLO_DONE
+            lazy_on = self._lazy_on
+            for c in flow.channels:
+                lazy_on[c] = None
+            self.monitor.solo_flow(
+                flow.channels, flow.start, flow.t_end, flow.nbytes, flow.src, flow.dst
+            )
         elif state != _SOLO_DONE:
-            return  # it met another flow: its timer is void, the shared model ends it
-        self._arrived(flow)
+            return  # it met another flow: this timer is void, the shared model ends it
+        if flow.on_arrived is not None:
+            flow.on_arrived()
+        for w in flow.waiters:
+            w.pending -= 1
+            if w.pending == 0:
+                w.event.succeed()
 
     # -- reshare --------------------------------------------------------------------------
 
@@ -555,7 +582,7 @@ class Waiter:
     __slots__ = ("event", "pending")
 
     def __init__(self, env: simpy.Environment):
-        self.event = env.event()
+        self.event = simpy.Event(env)
         self.pending = 0
 
     def done_one(self) -> None:
@@ -580,6 +607,7 @@ class Comm:
         self.eager = semantics == "eager"
         # key -> Waiter of the side that posted first (or True: eager data already arrived)
         self._pending: dict[Hashable, object] = {}
+        self._start = network.start
 
     def post_send(self, src: int, dst: int, nbytes: float, tag: Hashable, waiter: Waiter) -> None:
         key = (src, dst, tag)
@@ -590,8 +618,8 @@ class Comm:
         other = self._pending.pop(key, None)
         if other is None:
             self._pending[key] = (waiter, nbytes)
-        else:
-            self._rendezvous(src, dst, nbytes, waiter, other)  # type: ignore[arg-type]
+        else:  # the receive was posted first: both sides wait for the arrival
+            self._start(src, dst, nbytes, None, None, (waiter, other))  # type: ignore[arg-type]
 
     def post_recv(self, dst: int, src: int, tag: Hashable, waiter: Waiter) -> None:
         key = (src, dst, tag)
@@ -607,10 +635,7 @@ class Comm:
             self._pending[key] = waiter
         else:
             send_waiter, nbytes = other  # type: ignore[misc]
-            self._rendezvous(src, dst, nbytes, send_waiter, waiter)
-
-    def _rendezvous(self, src: int, dst: int, nbytes: float, a: Waiter, b: Waiter) -> None:
-        self.network.start(src, dst, nbytes, None, None, (a, b))
+            self._start(src, dst, nbytes, None, None, (send_waiter, waiter))
 
     def _arrive(self, key: Hashable) -> None:
         waiter = self._pending.pop(key, None)
