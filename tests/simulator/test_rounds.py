@@ -179,3 +179,20 @@ def test_forcing_the_round_path_where_it_is_not_exact_is_an_error():
         simulate_trace(trace, cl, [8], SimulateConfig(path="round", max_steps=2))
     with pytest.raises(ConfigError, match="fair sharing"):
         simulate_trace(trace, cl, [8], SimulateConfig(path="round", mode="fifo", max_steps=1))
+
+
+def test_cli_simulate_path_round(tmp_path, capsys):
+    # on the 10GbE star a ring never shares a channel, so the forced round-level path runs
+    # every step and reports it; under fifo sharing it is a user error (one line, exit 2)
+    from vgcsim.cli import main
+    from vgcsim.core.results import read_results
+
+    args = ["simulate", "tests/data/sample_trace", "--cluster", "10GbE", "--world-sizes", "8"]
+    out = tmp_path / "res"
+    assert main([*args, "--path", "round", "--per-step", "-o", str(out)]) == 0
+    df, header = read_results(out)
+    assert set(df["path"]) == {"round"}
+    assert header["options"]["paths_run"]["8"]["compressed"]["round"] >= 1
+    capsys.readouterr()
+    assert main([*args, "--path", "round", "--set", "mode=fifo", "-o", str(tmp_path / "x")]) == 2
+    assert "fair sharing" in capsys.readouterr().err
