@@ -25,6 +25,10 @@ magnitudes, and NumPy's pairwise summation is used for it so M keeps its last bi
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from vgcsim.traces.compression.compressors.variance import VarianceCompressor, VarianceState
@@ -37,7 +41,7 @@ UNCODED_HEADER_WORDS = 2
 _FLOOR = float(np.float32(2.0**-7))
 _EXPONENT_BIAS = 127
 _MAX_E = 7
-_CHUNK = 1 << PACKED32_INDEX_BITS
+CHUNK = 1 << PACKED32_INDEX_BITS
 
 
 def supports(compressor: object) -> bool:
@@ -61,7 +65,7 @@ def _signed_powers(m: torch.Tensor) -> torch.Tensor:
 
 def chunks(numel: int) -> int:
     """``packed32`` chunks of 2^28 elements a layer of ``numel`` is split into (≥ 1)."""
-    return max(1, -(-numel // _CHUNK))
+    return max(1, -(-numel // CHUNK))
 
 
 def compress(
@@ -179,7 +183,7 @@ def _pack(
     n_chunks = chunks(numel)
     if n_chunks > 1:
         parts.append(torch.bincount(idx >> PACKED32_INDEX_BITS, minlength=n_chunks).to(torch.int32))
-        idx = idx & (_CHUNK - 1)
+        idx = idx & (CHUNK - 1)
     # index << 4 | code fits 32 bits unsigned; the int64 → int32 cast keeps the bit pattern.
     parts.append(((idx << 4) | codes.long()).to(torch.int32))
     return torch.cat(parts)
@@ -210,3 +214,212 @@ def state_to(state: VarianceState, device: torch.device) -> None:
     if state.residual.device != device:
         state.residual = state.residual.to(device)
         state.variance = state.variance.to(device)
+
+
+# --------------------------------------------------------------------------- buckets
+#
+# A DDP bucket holds several layers back to back. Per-layer torch calls cost more than the
+# arithmetic on small layers, so the hook runs the rule once over the bucket's flat
+# gradient: element-wise steps are the same fp32 operations, the per-layer scale M is a
+# segment maximum, and every element is quantized against its own layer's M. The layers'
+# states become views of one flat residual and one flat variance accumulator per bucket.
+
+
+@dataclass
+class BucketState:
+    """Flat residual and variance of a bucket's layers (each layer's state is a view)."""
+
+    layers: tuple[int, ...]
+    numels: list[int]
+    offsets: torch.Tensor  # int64 [L + 1] start of each layer in the flat bucket
+    residual: torch.Tensor
+    variance: torch.Tensor
+    layer_ids: torch.Tensor  # int64 [numel]: the bucket position (0..L-1) of every element
+
+
+def bucket_state(
+    states: Sequence[VarianceState], layers: Sequence[int], device: torch.device
+) -> BucketState:
+    """Join the layers' states into flat tensors on ``device``; the layer states become views."""
+    numels = [s.residual.numel() for s in states]
+    residual = torch.cat([s.residual.to(device) for s in states])
+    variance = torch.cat([s.variance.to(device) for s in states])
+    start = 0
+    for s, n in zip(states, numels, strict=True):
+        s.residual, s.variance = residual[start : start + n], variance[start : start + n]
+        start += n
+    offsets = torch.tensor([0, *itertools.accumulate(numels)], dtype=torch.int64, device=device)
+    layer_ids = torch.repeat_interleave(
+        torch.arange(len(numels), device=device), torch.tensor(numels, device=device)
+    )
+    return BucketState(tuple(layers), numels, offsets, residual, variance, layer_ids)
+
+
+def bucket_supported(compressor: object, numels: Sequence[int]) -> bool:
+    """True when :func:`compress_bucket` serves this compressor and these layer sizes.
+
+    It needs the variance compressor with ``scale="max"`` (a ``mean`` scale is recomputed
+    per layer, :func:`compress` does it) and layers of at most 2^28 elements (one
+    ``packed32`` chunk).
+    """
+    return (
+        supports(compressor)
+        and compressor.config.scale == "max"
+        and all(n <= CHUNK for n in numels)
+    )
+
+
+_POW2: dict[torch.device, torch.Tensor] = {}
+
+
+def _pow2(device: torch.device) -> torch.Tensor:
+    """2^(−e) for e = 0..7 (fp32), one table per device."""
+    table = _POW2.get(device)
+    if table is None:
+        table = torch.ldexp(
+            torch.ones(8, dtype=torch.float32, device=device),
+            -torch.arange(8, dtype=torch.float32, device=device),
+        )
+        _POW2[device] = table
+    return table
+
+
+def _signed_pow2(device: torch.device) -> torch.Tensor:
+    """±2^(−e) for the 16 codes (sign in bit 3), fp32, one table per device."""
+    table = _SIGNED_POW2.get(device)
+    if table is None:
+        powers = _pow2(device)
+        table = torch.cat([powers, -powers])
+        _SIGNED_POW2[device] = table
+    return table
+
+
+_SIGNED_POW2: dict[torch.device, torch.Tensor] = {}
+
+
+def compress_bucket(
+    compressor: VarianceCompressor,
+    grad: torch.Tensor,
+    sqsum: torch.Tensor,
+    bucket: BucketState,
+    *,
+    batch_size: int,
+) -> tuple[torch.Tensor, list[int], list[int]]:
+    """:func:`compress` of every layer of a bucket in one pass over the flat tensors.
+
+    ``grad`` and ``sqsum`` are the bucket's layers back to back (flat, on the state's
+    device). Returns ``(words, lengths, sent)``: the layers' buffers back to back as int32
+    words (byte for byte :func:`compress` of each layer in turn), each buffer's length in
+    bytes and each layer's elements sent. Requires :func:`bucket_supported`.
+    """
+    c = compressor.config
+    r, v = bucket.residual, bucket.variance
+    g = grad.detach().reshape(-1).to(torch.float32)
+    sq = sqsum.detach().reshape(-1).to(torch.float32)
+    if g.numel() != r.numel() or sq.numel() != r.numel():
+        raise ValueError(
+            f"grad/sqsum have {g.numel()}/{sq.numel()} elements but the bucket state "
+            f"holds {r.numel()}"
+        )
+    r.add_(g)
+    per_sample = c.variance_scale == "per_sample"
+    b = _f32(batch_size)
+    if c.variance == "sqsum":
+        v.add_(sq / b if per_sample else sq * _f32(1.0 / float(batch_size) ** 2))
+    else:
+        centered = (sq / b - g * g).clamp_min_(0)
+        v.add_(centered if per_sample else centered / b)
+    if c.alpha == 0:
+        idx = r.nonzero().view(-1)
+    else:
+        idx = (r.square() > _f32(c.alpha) * v).nonzero().view(-1)
+    n_layers = len(bucket.layers)
+    lid = bucket.layer_ids.index_select(0, idx)
+    # index_select / index_fill_ / index_copy_: on CPU several times faster than r[idx].
+    picked = r.index_select(0, idx)
+    coded = c.values == "code4"
+    if coded:
+        magnitude = picked.abs()
+        m = torch.zeros(n_layers, dtype=torch.float32, device=r.device)
+        m.scatter_reduce_(0, lid, magnitude, "amax")
+        if c.below_floor == "keep":
+            # With M = max |r| one pass is the NumPy loop: M itself is always kept.
+            keep = magnitude >= m.index_select(0, lid) * _FLOOR
+            idx, lid, picked, magnitude = (
+                t.masked_select(keep) for t in (idx, lid, picked, magnitude)
+            )
+        m_e = m.index_select(0, lid)
+        e = (magnitude / m_e).view(torch.int32) + int(_ROUND_UP_ADD[c.rounding])
+        e = (_EXPONENT_BIAS - (e >> 23)).clamp_(max=_MAX_E)
+        # A sent element is never ±0 (it passed r² > α·v ≥ 0, or r ≠ 0 at α = 0), so its
+        # sign bit is r < 0.
+        codes = e.to(torch.uint8) | ((picked < 0).to(torch.uint8) << 3)
+        # ±M·2^(−e) from the signed table, as the quantizer does: M·(−p) = −(M·p) exactly.
+        q = m_e * _signed_pow2(r.device).index_select(0, codes.long())
+        usable = torch.isfinite(m) & (m != 0)  # a zero or non-finite M codes every element 0
+        if not bool(usable.all()):
+            bad = ~usable.index_select(0, lid)
+            codes.masked_fill_(bad, 0)
+            q.masked_fill_(bad, 0.0)
+    else:
+        q = picked
+    if c.after_send == "reset":
+        r.index_fill_(0, idx, 0.0)
+    else:
+        r.index_copy_(0, idx, picked - q)
+    v.mul_(_f32(c.zeta))
+    v.index_fill_(0, idx, 0.0)
+    counts = torch.bincount(lid, minlength=n_layers)
+    sent = counts.tolist()
+    head_words = CODED_HEADER_WORDS if coded else UNCODED_HEADER_WORDS
+    per = 1 if coded else 2
+    lengths = [4 * (head_words + per * k) for k in sent]
+    words = torch.empty(sum(lengths) // 4, dtype=torch.int32, device=r.device)
+    starts = [0, *itertools.accumulate(w // 4 for w in lengths)][:-1]
+    head_pos = torch.tensor(
+        [s + j for s in starts for j in range(head_words)], dtype=torch.int64, device=r.device
+    )
+    head = [torch.tensor(bucket.layers, dtype=torch.int32, device=r.device), counts.to(torch.int32)]
+    if coded:
+        head.append(m.view(torch.int32))
+    words.index_copy_(0, head_pos, torch.stack(head, dim=1).view(-1))
+    local = idx - bucket.offsets.index_select(0, lid)
+    # Layer l's j-th element sits after l + 1 headers and the elements before it.
+    pos = torch.arange(idx.numel(), device=r.device) * per + head_words * (lid + 1)
+    if coded:
+        # index << 4 | code fits 32 bits unsigned; the int64 → int32 cast keeps the pattern.
+        words.index_copy_(0, pos, ((local << 4) | codes.long()).to(torch.int32))
+    else:
+        words.index_copy_(0, pos, local.to(torch.int32))
+        words.index_copy_(0, pos + 1, picked.view(torch.int32))
+    return words, lengths, sent
+
+
+def decode_bucket_message(
+    words: torch.Tensor, lengths: Sequence[int], offsets: torch.Tensor, *, coded: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bucket-flat indices and fp32 values of one rank's layer buffers (back to back).
+
+    ``words`` are the buffers as int32 words, ``lengths`` their byte lengths (one per
+    layer, as sent), ``offsets`` each layer's start in the flat bucket (int64 [L + 1]).
+    Layers must be single-chunk (see :func:`bucket_supported`).
+    """
+    device = words.device
+    head_words = CODED_HEADER_WORDS if coded else UNCODED_HEADER_WORDS
+    per = 1 if coded else 2
+    counts = [(n // 4 - head_words) // per for n in lengths]
+    starts = [0, *itertools.accumulate(n // 4 for n in lengths)][:-1]
+    body = torch.ones(words.numel(), dtype=torch.bool, device=device)
+    body[torch.tensor([s + j for s in starts for j in range(head_words)], device=device)] = False
+    elements = words.masked_select(body)
+    lid = torch.repeat_interleave(
+        torch.arange(len(lengths), device=device), torch.tensor(counts, device=device)
+    )
+    if not coded:
+        pairs = elements.view(-1, 2)
+        idx = (pairs[:, 0].long() & 0xFFFFFFFF) + offsets.index_select(0, lid)
+        return idx, pairs[:, 1].contiguous().view(torch.float32)
+    m = words.index_select(0, torch.tensor(starts, device=device) + 2).view(torch.float32)
+    packed = elements.long() & 0xFFFFFFFF
+    idx = (packed >> 4) + offsets.index_select(0, lid)
+    return idx, m.index_select(0, lid) * _signed_pow2(device).index_select(0, packed & 15)

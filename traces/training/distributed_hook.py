@@ -24,6 +24,7 @@ import path is :mod:`vgcsim.ddp`.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 import threading
@@ -141,6 +142,7 @@ class VGCState:
     # the group of the fallback round (its own group, so the round never competes with the
     # main group's collectives for an order).
     bounds: dict[tuple[int, ...], int] = field(default_factory=dict)
+    buckets: dict[tuple[int, ...], torch_codec.BucketState] = field(default_factory=dict)
     fallback_group: dist.ProcessGroup | None = None
     _tail: torch.futures.Future | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -397,47 +399,71 @@ def _align(n: int) -> int:
 
 
 def _encode_bucket(
-    state: VGCState, layers: Sequence[int], grads: Sequence[torch.Tensor], device: torch.device
-) -> tuple[list[torch.Tensor], list | None]:
-    """Compress a bucket's layers into uint8 segments on ``device`` (the primary buffers).
+    state: VGCState, layers: Sequence[int], grads: Sequence[torch.Tensor], buffer: torch.Tensor
+) -> tuple[torch.Tensor, list[int], list | None]:
+    """Compress a bucket's layers: their primary buffers back to back (uint8 on the
+    gradients' device) and each buffer's byte length.
 
     The variance compressor runs in torch ops on the gradient's device
-    (:mod:`vgcsim.traces.compression.torch_codec`, the same bytes as its NumPy path); other
-    compressors run their own ``compress`` and their payloads are returned too (decode
-    context for :func:`decode_received`).
+    (:mod:`vgcsim.traces.compression.torch_codec`, the same bytes as its NumPy path), over
+    the whole bucket at once when it can; other compressors run their own ``compress`` and
+    their payloads are returned too (the decode context of :func:`decode_received`).
     """
     comp, stats = state.compressor, state.stats
+    device = buffer.device
+    numels = [g.numel() for g in grads]
     if not torch_codec.supports(comp):
         payloads = _compress_layers(state, layers, grads)
-        segments = [
-            torch.frombuffer(bytearray(p.data), dtype=torch.uint8).to(device)
-            if len(p.data)
+        data = b"".join(p.data for p in payloads)
+        message = (
+            torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
+            if data
             else torch.empty(0, dtype=torch.uint8, device=device)
-            for p in payloads
-        ]
-        return segments, payloads
-    segments = []
-    t0 = time.perf_counter()
-    for i, g in zip(layers, grads, strict=True):
-        layer_state = state.layer_states[i]
-        torch_codec.state_to(layer_state, g.device)
-        words, sent = torch_codec.compress(
-            comp,
-            g,
-            layer_state,
-            state.take_sqsum(i, g.device),
-            batch_size=state.batch_size or 1,
-            layer=i,
         )
-        segments.append(words.view(torch.uint8).to(device))
-        stats.sent[i] = sent
-        stats.bits[i] = {comp.primary_encoding: 32 * words.numel()}
-        stats.numel[i] = g.numel()
+        return message, [len(p.data) for p in payloads], payloads
+    t0 = time.perf_counter()
+    sq = torch.cat([state.take_sqsum(i, device) for i in layers])
+    if torch_codec.bucket_supported(comp, numels):
+        key = tuple(layers)
+        bucket = state.buckets.get(key)
+        if bucket is None:
+            bucket = torch_codec.bucket_state(
+                [state.layer_states[i] for i in layers], layers, device
+            )
+            state.buckets = {k: b for k, b in state.buckets.items() if set(k).isdisjoint(key)}
+            state.buckets[key] = bucket
+        flat = (
+            buffer if buffer.numel() == sum(numels) else torch.cat([g.reshape(-1) for g in grads])
+        )
+        words, lengths, sent = torch_codec.compress_bucket(
+            comp, flat, sq, bucket, batch_size=state.batch_size or 1
+        )
+    else:
+        parts, lengths, sent, start = [], [], [], 0
+        for i, g in zip(layers, grads, strict=True):
+            torch_codec.state_to(state.layer_states[i], device)
+            w, k = torch_codec.compress(
+                comp,
+                g,
+                state.layer_states[i],
+                sq[start : start + g.numel()],
+                batch_size=state.batch_size or 1,
+                layer=i,
+            )
+            start += g.numel()
+            parts.append(w)
+            lengths.append(4 * w.numel())
+            sent.append(k)
+        words = torch.cat(parts)
+    for i, n, k, length in zip(layers, numels, sent, lengths, strict=True):
+        stats.sent[i] = k
+        stats.bits[i] = {comp.primary_encoding: 8 * length}
+        stats.numel[i] = n
     stats.compress_s += time.perf_counter() - t0
     if state.barrier_before_comm:
         dist.barrier(group=state.process_group)
     stats.collective = state.collective
-    return segments, None
+    return words.view(torch.uint8), lengths, None
 
 
 def _decode_bucket(
@@ -449,31 +475,41 @@ def _decode_bucket(
 ) -> torch.Tensor:
     """Every rank's message of a bucket decoded, summed in rank order and divided by P."""
     world = rows.shape[0]
-    offsets = [0]
-    for n in numels:
-        offsets.append(offsets[-1] + n)
-    out = torch.zeros(offsets[-1], dtype=torch.float32, device=rows.device)
+    offsets = torch.tensor([0, *itertools.accumulate(numels)], device=rows.device)
+    bounds = offsets.tolist()
+    out = torch.zeros(bounds[-1], dtype=torch.float32, device=rows.device)
     coded = getattr(state.compressor.config, "values", "code4") == "code4"
+    single_chunk = all(n <= torch_codec.CHUNK for n in numels)
     header_bytes = 4 * len(heads[0])
     for r in range(world):
-        position, idx, vals = header_bytes, [], []
-        for k, length in enumerate(heads[r][1:]):
-            segment = rows[r, position : position + length]
-            position += length
-            if payloads is None:
+        lengths = heads[r][1:]
+        body = rows[r, header_bytes : header_bytes + heads[r][0]]
+        if payloads is None and single_chunk:
+            idx, vals = torch_codec.decode_bucket_message(
+                body.view(torch.int32), lengths, offsets, coded=coded
+            )
+        elif payloads is None:
+            idx, vals, position = [], [], 0
+            for k, length in enumerate(lengths):
                 i, v = torch_codec.decode_sparse(
-                    segment.view(torch.int32), numel=numels[k], coded=coded
+                    body[position : position + length].view(torch.int32),
+                    numel=numels[k],
+                    coded=coded,
                 )
-                idx.append(i + offsets[k])
+                idx.append(i + bounds[k])
                 vals.append(v)
-            else:
-                data = segment.cpu().numpy().tobytes()
-                dense = decode_received(payloads[k], data).to(rows.device)
-                out[offsets[k] : offsets[k + 1]] += dense
-        if idx:
-            # Indices are unique within a rank's message: one fp32 add per element, in rank
-            # order across ranks — the sum the NumPy decode computes.
-            out.index_add_(0, torch.cat(idx), torch.cat(vals))
+                position += length
+            idx, vals = torch.cat(idx), torch.cat(vals)
+        else:
+            data, position = body.cpu().numpy().tobytes(), 0
+            for k, length in enumerate(lengths):
+                dense = decode_received(payloads[k], data[position : position + length])
+                out[bounds[k] : bounds[k + 1]] += dense.to(rows.device)
+                position += length
+            continue
+        # Indices are unique within a rank's message: one fp32 add per element, in rank
+        # order across ranks — the sum the NumPy decode computes.
+        out.index_add_(0, idx, vals)
     return out / world
 
 
@@ -493,11 +529,10 @@ def _start_bucket_gather(
     group is started here, in DDP's bucket order.
     """
     stats, group = state.stats, state.process_group
-    device = torch.device(state.device) if state.device != "cpu" else buffer.device
-    segments, payloads = _encode_bucket(state, layers, grads, device)
-    lengths = [int(s.numel()) for s in segments]
+    device = buffer.device
+    body, lengths, payloads = _encode_bucket(state, layers, grads, buffer)
     head = torch.tensor([sum(lengths), *lengths], dtype=torch.int32)
-    message = torch.cat([head.view(torch.uint8).to(device), *segments])
+    message = torch.cat([head.view(torch.uint8).to(device), body])
     key = tuple(layers)
     bound = state.bounds.get(key, _align(head.numel() * 4))
     world = dist.get_world_size(group)
