@@ -85,11 +85,16 @@ def test_message_level_and_fast_path_agree_on_a_star(trace):
     assert info["5"]["compressed"]["collective"] == 6
 
 
-def test_auto_path_falls_back_to_message_level_under_contention(trace):
+def test_auto_path_leaves_the_fast_path_under_contention(trace):
+    # a direct allgatherv shares every host link, so the collective-level path is not exact;
+    # its single round is always isolated, so auto runs it at round level (exact), not at
+    # message level (the fall-back to the message level: test_fast_path_contention.py)
     cfg = SimulateConfig(compressed_collective="allgatherv/direct")
     df, _, info = simulate_trace(trace, cluster(), [4], cfg)
-    assert set(df["path"]) == {"message"}
-    assert info["4"]["compressed"]["message"] >= 1
+    assert set(df["path"]) == {"round"}
+    assert info["4"]["compressed"]["round"] >= 1 and info["4"]["compressed"]["message"] == 0
+    msg, _, _ = simulate_trace(trace, cluster(), [4], dataclasses.replace(cfg, path="message"))
+    np.testing.assert_allclose(df["step_s"], msg["step_s"], rtol=1e-12)
     with pytest.raises(ConfigError, match="not exact"):
         simulate_trace(
             trace,
