@@ -9,6 +9,7 @@ the implementation.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -186,3 +187,181 @@ def test_typical_error_is_exp_of_the_rms_log_error_minus_one():
     fit = LinkFit(1e-6, 1e9, 0.0, 0.1, math.log(1.5), 2, "gloo")
     assert fit.typical_error == pytest.approx(0.5, rel=1e-12)
     assert fit.method == "regimes" and fit.fit_ops == () and fit.gamma_op == ""
+
+
+def _p2p(times):
+    return {
+        "world_size": 2,
+        "rows": [{"op": "p2p", "size_bytes": n, "seconds": [t]} for n, t in times],
+    }
+
+
+def test_a_negative_bandwidth_intercept_is_allowed_so_a_burst_leaves_the_slope_exact():
+    # A token bucket: the first 1e6 B leave at once, the rest at 25 MB/s:
+    # t = 100 µs + max(0, n − 1e6) / 25e6. Bandwidth rows (≥ 4 × 100 µs): n ≥ 1 007 500 B, all
+    # on the line t = (100 µs − 40 ms) + n·4e-8, whose intercept is negative. Latency rows
+    # (β·n ≤ t/5): only 4 B, so α = 100 µs − 4·4e-8.
+    sizes = (4, 1024, 65536, 1 << 20, 4 << 20, 16 << 20)
+    m = _p2p([(n, 100e-6 + max(0, n - 1e6) / 25e6) for n in sizes])
+    fit, table = fit_link(m)
+    assert fit.bandwidth_Bps == pytest.approx(25e6, rel=1e-9)
+    assert fit.latency_s == pytest.approx(100e-6 - 4 * 4e-8, rel=1e-9)
+    roles = [r["role"] for r in table]
+    assert roles == ["latency", "between", "between", "bandwidth", "bandwidth", "bandwidth"]
+
+
+def test_without_latency_rows_alpha_is_the_bandwidth_intercept():
+    # α = 1 µs, β = 1e-8: at 64 KiB β·n is 99.8 % of t, so no row is latency-bound; the
+    # bandwidth rows (t ≥ 4 × t(64 KiB) = 2.625 ms; 256 KiB takes 2.622 ms) are 1 MiB and
+    # 4 MiB, on the exact line: α = 1 µs.
+    sizes = (1 << 16, 1 << 17, 1 << 18, 1 << 20, 1 << 22)
+    fit, table = fit_link(_p2p([(n, 1e-6 + n * 1e-8) for n in sizes]))
+    assert fit.latency_s == pytest.approx(1e-6, rel=1e-6)
+    assert fit.bandwidth_Bps == pytest.approx(1e8, rel=1e-9)
+    assert [r["role"] for r in table] == ["between"] * 3 + ["bandwidth"] * 2
+
+
+def test_alpha_is_never_negative():
+    # as above with a bandwidth intercept of −10 µs and no latency rows: α = max(−10 µs, 0) = 0
+    sizes = (1 << 16, 1 << 17, 1 << 18, 1 << 20, 1 << 22)
+    fit, _ = fit_link(_p2p([(n, -10e-6 + n * 1e-8) for n in sizes]))
+    assert fit.latency_s == 0.0
+    assert fit.bandwidth_Bps == pytest.approx(1e8, rel=1e-9)
+
+
+def test_small_messages_only_use_the_joint_log_ratio_fit():
+    # α = 100 µs, β = 1e-8 up to 16 KiB: t ≤ 264 µs < 4 × 100 µs, no bandwidth regime. The
+    # joint fit minimises the log ratio; on an exact line that minimum is the line itself.
+    sizes = (4, 64, 1024, 4096, 16384)
+    fit, table = fit_link(_p2p([(n, 100e-6 + n * 1e-8) for n in sizes]))
+    assert fit.method == "joint"
+    assert [r["role"] for r in table] == ["joint"] * 5
+    assert fit.latency_s == pytest.approx(100e-6, rel=1e-6)
+    assert fit.bandwidth_Bps == pytest.approx(1e8, rel=1e-6)
+
+
+def test_a_bandwidth_regime_without_a_positive_slope_falls_back_to_the_joint_fit():
+    # times that fall with size among the large messages: the bandwidth rows' best slope is 0
+    m = _p2p([(4, 1e-4), (64, 1e-4), (1 << 20, 1e-3), (1 << 24, 5e-4)])
+    fit, table = fit_link(m)
+    assert fit.method == "joint"
+    assert {r["role"] for r in table} == {"joint"}
+
+
+def test_p2p_and_allreduce_fitted_together_separate_beta_and_gamma():
+    # P = 4: allreduce 6α + 1.5n·β + 0.75n·γ; p2p α + n·β. Exact rows: every latency row
+    # gives exactly α (its bandwidth and reduction terms are subtracted), so the median is α.
+    alpha, beta, gamma = 100e-6, 1e-8, 1e-9
+    rows = _rows("p2p", alpha, beta)
+    for n in SIZES:
+        t = 6 * alpha + 1.5 * n * beta + 0.75 * n * gamma
+        rows.append({"op": "allreduce", "size_bytes": n, "seconds": [t]})
+    fit, _ = fit_link({"world_size": 4, "rows": rows}, ops=("p2p", "allreduce"))
+    assert fit.fit_ops == ("p2p", "allreduce") and fit.method == "regimes"
+    assert fit.latency_s == pytest.approx(alpha, rel=1e-9)
+    assert fit.bandwidth_Bps == pytest.approx(1 / beta, rel=1e-9)
+    assert fit.gamma_s_per_byte == pytest.approx(gamma, rel=1e-6)
+    assert fit.gamma_op == ""  # γ came from the fit itself
+
+
+def _allreduce_on_exact_p2p(sizes, extra_s, alpha=100e-6, beta=1 / 25e6, gamma=1e-9):
+    rows = [
+        {"op": "p2p", "size_bytes": s, "seconds": [alpha + s * beta]}
+        for s in (4, 1024, 1 << 20, 16 << 20)
+    ]
+    for n in sizes:
+        t = 6 * alpha + 1.5 * n * beta + 0.75 * n * gamma + extra_s
+        rows.append({"op": "allreduce", "size_bytes": n, "seconds": [t]})
+    return {"world_size": 4, "rows": rows}
+
+
+def test_gamma_from_two_sizes_is_their_slope_not_one_rows_excess():
+    # two bandwidth-bound allreduce sizes with a 5 ms per-call overhead: the slope of the
+    # excess over α and β's terms between them is exactly γ = 1 ns/B
+    fit, _ = fit_link(_allreduce_on_exact_p2p((16 << 20, 64 << 20), 5e-3))
+    assert fit.gamma_s_per_byte == pytest.approx(1e-9, rel=1e-6)
+
+
+def test_gamma_slope_with_an_allreduce_faster_than_its_terms():
+    # a per-call time of −2 ms (the intercept may be negative): still the slope, 1 ns/B
+    fit, _ = fit_link(_allreduce_on_exact_p2p((4 << 20, 16 << 20, 64 << 20), -2e-3))
+    assert fit.gamma_s_per_byte == pytest.approx(1e-9, rel=1e-6)
+
+
+def test_a_gamma_op_without_a_reduction_term_gives_gamma_zero():
+    # allgather has no γ term (k_γ = 0): γ = 0, and its bandwidth-bound rows are "gamma" rows
+    rows = [{"op": "p2p", "size_bytes": s, "seconds": [1e-4 + s * 1e-8]} for s in SIZES]
+    rows += [{"op": "allgather", "size_bytes": s, "seconds": [3e-4 + 3 * s * 1e-8]} for s in SIZES]
+    fit, table = fit_link({"world_size": 4, "rows": rows}, gamma_op="allgather")
+    assert fit.gamma_s_per_byte == 0.0 and fit.gamma_op == "allgather"
+    assert {r["role"] for r in table if r["op"] == "allgather" and r["size_bytes"] >= 65536} == {
+        "gamma"
+    }
+
+
+def test_gamma_of_one_byte_on_a_link_without_latency():
+    # α = 0: a 1-byte allreduce on P = 4 is bandwidth-bound, t = 1.5β + 0.75γ; its excess
+    # over β's term per γ coefficient is γ exactly (k_γ² = 0.5625 < 1 is no reason to drop it)
+    beta, gamma = 1e-8, 4e-9
+    rows = [{"op": "p2p", "size_bytes": s, "seconds": [s * beta]} for s in (1, 1024, 1 << 20)]
+    rows.append({"op": "allreduce", "size_bytes": 1, "seconds": [1.5 * beta + 0.75 * gamma]})
+    fit, _ = fit_link({"world_size": 4, "rows": rows})
+    assert fit.latency_s == pytest.approx(0.0, abs=1e-18)
+    assert fit.gamma_s_per_byte == pytest.approx(gamma, rel=1e-6)
+
+
+def test_p2p_time_is_float64_even_for_float32_sizes():
+    # 1e6 B in float32 on a 1 GB/s link with α = 10 µs: 1.01 ms in float64 arithmetic
+    link = LinkSpec("l", bandwidth_Bps=1e9, latency_s=10e-6)
+    got = p2p_time_s(np.array([1e6, 3.0], dtype=np.float32), link)
+    assert got.dtype == np.float64
+    assert got[0] == 10e-6 + 1e6 * 1e-9 and got[1] == 10e-6 + 3.0 * 1e-9
+
+
+def test_a_row_at_exactly_four_times_the_fastest_time_is_in_the_bandwidth_regime():
+    # times in powers of two, so 4 × the fastest (2⁻¹³ s) is exactly the 1 MiB row's 2⁻¹¹ s:
+    # with the 4 MiB row that makes two bandwidth sizes, enough for the regimes fit
+    rows = [(4, 2.0**-13), (1 << 20, 2.0**-11), (1 << 22, 2.0**-11 + 3 * 2.0**-10)]
+    fit, table = fit_link(_p2p(rows))
+    assert fit.method == "regimes"
+    assert [r["role"] for r in table] == ["latency", "bandwidth", "bandwidth"]
+
+
+def _intra(times, **extra):
+    return {
+        "world_size": 2,
+        "rows": [{"op": "p2p_intra", "size_bytes": n, "seconds": list(t)} for n, t in times],
+        **extra,
+    }
+
+
+def test_intra_fit_reads_the_statistic_and_defaults_the_backend_to_empty():
+    # repetitions t, 2t, 4t of α = 5 µs, β = 1e-10: the minimum is the line, the median twice it
+    sizes = (4, 1024, 1 << 16, 1 << 20, 1 << 24)
+    times = [(n, [f * (5e-6 + n * 1e-10) for f in (1.0, 2.0, 4.0)]) for n in sizes]
+    low, _ = fit_intra_link(_intra(times), "min")
+    med, _ = fit_intra_link(_intra(times))
+    assert low.latency_s == pytest.approx(5e-6, rel=1e-9)
+    assert med.latency_s == pytest.approx(10e-6, rel=1e-9)
+    assert low.backend == ""  # no backend in the file
+
+
+def test_intra_fit_of_a_flat_line_has_infinite_bandwidth_and_says_joint():
+    # 7 µs at every size: no bandwidth regime (nothing reaches 4 × 7 µs), the joint fit
+    # finds no per-byte cost: β = 0, so the bandwidth is infinite, without a division warning
+    times = [(n, [7e-6]) for n in (4, 1024, 65536)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit, table = fit_intra_link(_intra(times, backend="nccl"))
+    assert fit.method == "joint" and fit.backend == "nccl"
+    assert fit.bandwidth_Bps == math.inf
+    assert fit.latency_s == pytest.approx(7e-6, rel=1e-6)
+    assert [r["role"] for r in table] == ["joint"] * 3
+
+
+def test_an_intra_node_time_of_zero_is_refused_with_its_message():
+    times = [(4, [1e-6]), (1024, [0.0]), (1 << 20, [1e-4])]
+    with pytest.raises(
+        VgcsimError, match=r"^a measured time is not positive; the timer or the sweep is broken$"
+    ):
+        fit_intra_link(_intra(times))
