@@ -311,8 +311,8 @@ def _squared(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def _module_grads(module, a, delta, workers, b, with_sqsum, sq_dtype=torch.float32, with_grad=True):
     """Yield (param, worker grad sum [W, *shape], worker sqsum [W, *shape] | None).
 
-    ``with_grad=False`` (the DDP hooks, which need the sums only) skips the weight-gradient
-    products of Linear and Conv2d and yields None for those gradients.
+    ``with_grad=False`` (the DDP hooks, which need the sums only) skips the gradients and
+    yields None for them.
     """
     if isinstance(module, nn.Linear):
         a2 = a.reshape(workers, -1, a.shape[-1])
@@ -326,7 +326,7 @@ def _module_grads(module, a, delta, workers, b, with_sqsum, sq_dtype=torch.float
             per_sample = delta.reshape(workers, b, -1, delta.shape[-1]).sum(2)
             yield (
                 module.bias,
-                per_sample.sum(1),
+                per_sample.sum(1) if with_grad else None,
                 (per_sample.square().sum(1) if with_sqsum else None),
             )
     elif isinstance(module, nn.Conv2d):
@@ -338,7 +338,7 @@ def _module_grads(module, a, delta, workers, b, with_sqsum, sq_dtype=torch.float
             per_sample = delta.sum((2, 3)).reshape(workers, b, -1)
             yield (
                 module.bias,
-                per_sample.sum(1),
+                per_sample.sum(1) if with_grad else None,
                 (per_sample.square().sum(1) if with_sqsum else None),
             )
     else:
@@ -353,7 +353,8 @@ def _module_grads(module, a, delta, workers, b, with_sqsum, sq_dtype=torch.float
                 continue
             per_sample = per.sum(reduce_dims) if reduce_dims else per
             per_sample = per_sample.reshape(workers, b, *param.shape)
-            yield param, per_sample.sum(1), (per_sample.square().sum(1) if with_sqsum else None)
+            grad = per_sample.sum(1) if with_grad else None
+            yield param, grad, (per_sample.square().sum(1) if with_sqsum else None)
 
 
 def _tapped_forward(model, loss_fn, x, y):

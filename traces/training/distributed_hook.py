@@ -398,6 +398,22 @@ def _align(n: int) -> int:
     return -(-n // BOUND_ALIGN) * BOUND_ALIGN
 
 
+def _bucket_sqsum(
+    state: VGCState, layers: Sequence[int], numels: Sequence[int], device: torch.device
+) -> torch.Tensor:
+    """The bucket's Σ_z (∇f_z)², flat: :meth:`VGCState.take_sqsum` of each layer, with the
+    hooks' sums joined first and scaled by B² once (the same fp32 products)."""
+    hooks = state.sqsum_hooks
+    if hooks is None or (state.sqsums is not None and any(i in state.sqsums for i in layers)):
+        return torch.cat([state.take_sqsum(i, device) for i in layers])
+    parts = []
+    for i, n in zip(layers, numels, strict=True):
+        sq = hooks.take(i)
+        parts.append(torch.zeros(n, device=device) if sq is None else sq.reshape(-1))
+    b2 = float(state.batch_size or 1) ** 2
+    return (torch.cat(parts) * b2).to(device=device, dtype=torch.float32)
+
+
 def _encode_bucket(
     state: VGCState, layers: Sequence[int], grads: Sequence[torch.Tensor], buffer: torch.Tensor
 ) -> tuple[torch.Tensor, list[int], list | None]:
@@ -422,7 +438,7 @@ def _encode_bucket(
         )
         return message, [len(p.data) for p in payloads], payloads
     t0 = time.perf_counter()
-    sq = torch.cat([state.take_sqsum(i, device) for i in layers])
+    sq = _bucket_sqsum(state, layers, numels, device)
     if torch_codec.bucket_supported(comp, numels):
         key = tuple(layers)
         bucket = state.buckets.get(key)
@@ -475,12 +491,13 @@ def _decode_bucket(
 ) -> torch.Tensor:
     """Every rank's message of a bucket decoded, summed in rank order and divided by P."""
     world = rows.shape[0]
-    offsets = torch.tensor([0, *itertools.accumulate(numels)], device=rows.device)
-    bounds = offsets.tolist()
+    bounds = [0, *itertools.accumulate(numels)]
+    offsets = torch.tensor(bounds, device=rows.device)
     out = torch.zeros(bounds[-1], dtype=torch.float32, device=rows.device)
     coded = getattr(state.compressor.config, "values", "code4") == "code4"
     single_chunk = all(n <= torch_codec.CHUNK for n in numels)
     header_bytes = 4 * len(heads[0])
+    pending: list[tuple[torch.Tensor, torch.Tensor]] = []
     for r in range(world):
         lengths = heads[r][1:]
         body = rows[r, header_bytes : header_bytes + heads[r][0]]
@@ -507,8 +524,15 @@ def _decode_bucket(
                 out[bounds[k] : bounds[k + 1]] += dense.to(rows.device)
                 position += length
             continue
-        # Indices are unique within a rank's message: one fp32 add per element, in rank
-        # order across ranks — the sum the NumPy decode computes.
+        pending.append((idx, vals))
+    # Indices are unique within a rank's message, so each index_add_ is one fp32 add per
+    # element, rank after rank: the sum the NumPy decode computes. With two ranks the order
+    # does not matter (0 + a + b = 0 + b + a), and one call serves both.
+    if len(pending) == 2:
+        pending = [
+            (torch.cat([pending[0][0], pending[1][0]]), torch.cat([pending[0][1], pending[1][1]]))
+        ]
+    for idx, vals in pending:
         out.index_add_(0, idx, vals)
     return out / world
 
@@ -531,21 +555,24 @@ def _start_bucket_gather(
     stats, group = state.stats, state.process_group
     device = buffer.device
     body, lengths, payloads = _encode_bucket(state, layers, grads, buffer)
-    head = torch.tensor([sum(lengths), *lengths], dtype=torch.int32)
-    message = torch.cat([head.view(torch.uint8).to(device), body])
+    head = torch.tensor([sum(lengths), *lengths], dtype=torch.int32).view(torch.uint8)
+    header_bytes = head.numel()
+    total = header_bytes + body.numel()
     key = tuple(layers)
-    bound = state.bounds.get(key, _align(head.numel() * 4))
+    bound = state.bounds.get(key, _align(header_bytes))
     world = dist.get_world_size(group)
-    send = torch.zeros(bound, dtype=torch.uint8, device=device)
-    cut = min(bound, message.numel())
-    send[:cut] = message[:cut]
+    # The whole message, then zeros up to the bound; the first `bound` bytes are sent.
+    message = torch.empty(max(total, bound), dtype=torch.uint8, device=device)
+    message[:header_bytes] = head
+    message[header_bytes:total] = body
+    message[total:].zero_()
+    send = message[:bound]
     gathered = torch.empty(world * bound, dtype=torch.uint8, device=device)
     t0 = time.perf_counter()
     work = _all_gather_single(gathered, send, group=group, async_op=True)
     with state._lock:
         stats.wire_bytes += bound
     numels = [g.numel() for g in grads]
-    header_bytes = head.numel() * 4
 
     def finish(_: torch.futures.Future) -> torch.Tensor:
         rows = gathered.view(world, bound)
@@ -555,7 +582,7 @@ def _start_bucket_gather(
         if fallback:
             size = _align(need)
             full = torch.zeros(size, dtype=torch.uint8, device=device)
-            full[: message.numel()] = message
+            full[:total] = message[:total]
             everyone = torch.empty(world * size, dtype=torch.uint8, device=device)
             _all_gather_single(everyone, full, group=state.fallback_group)
             rows = everyone.view(world, size)
@@ -571,8 +598,10 @@ def _start_bucket_gather(
                 stats.fallback_rounds += 1
         return out
 
-    waits = [work.get_future()] if state._tail is None else [work.get_future(), state._tail]
-    fut = torch.futures.collect_all(waits).then(finish)
+    if state._tail is None:
+        fut = work.get_future().then(finish)
+    else:
+        fut = torch.futures.collect_all([work.get_future(), state._tail]).then(finish)
     state._tail = fut
     return fut
 
