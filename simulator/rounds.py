@@ -52,6 +52,7 @@ fluid round does not describe).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -59,11 +60,14 @@ from functools import cached_property
 import numpy as np
 from vgcsim.simulator.collectives import Schedule
 from vgcsim.simulator.engine import Phase
+from vgcsim.simulator.network import SEMANTICS
 from vgcsim.simulator.topology import Topology
 
-from vgcsim.core.errors import ConfigError
+from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = ["RoundCache", "RoundShape", "run_rounds"]
+
+log = logging.getLogger(__name__)
 
 # Remaining bytes below this share of a flow's size are rounding residue (the message
 # level's sliver rule, vgcsim.simulator.network._EPS_BYTES, scaled the same way).
@@ -468,6 +472,8 @@ def run_rounds(
     isolated and only the message level is exact. ``cache``: see :class:`RoundCache`.
     """
     p = topology.world_size
+    if semantics not in SEMANTICS:
+        raise unknown_name("message semantics", semantics, SEMANTICS)
     if cache is None:
         cache = RoundCache(topology)
     elif cache.topology is not topology:
@@ -492,7 +498,9 @@ def run_rounds(
         evens: Sequence[bool | None] = [None] * len(shapes)
         if isinstance(fbs, np.ndarray) and all(sh is shapes[0] for sh in shapes):
             evens = shapes[0].even(fbs).tolist()  # every round at once
-        for rnd, fb, shape, even in zip(schedule.rounds, fbs, shapes, evens, strict=True):
+        for k, (rnd, fb, shape, even) in enumerate(
+            zip(schedule.rounds, fbs, shapes, evens, strict=True)
+        ):
             src, dst = rnd.src, rnd.dst
             inv = shape.permutation
             if inv is not None:  # src is every rank in order
@@ -507,6 +515,9 @@ def run_rounds(
                 end = e0[shape.bundle_row]
             if guard is not None and synced is not None and shape is run_shape:
                 if np.any(s0 < run_end):
+                    log.debug(
+                        "%s round %d: a bundle starts before its last round ended", ph.label, k
+                    )
                     return None
                 pending = (guard, end, fb)
             else:
@@ -514,6 +525,7 @@ def run_rounds(
                     _mark(busy, *pending)
                     pending = None
                 if guard is not None and not _free(busy, guard, start, fb):
+                    log.debug("%s round %d: a flow starts on a channel still in use", ph.label, k)
                     return None
                 if synced is None:
                     end = shape.ends(start, fb)

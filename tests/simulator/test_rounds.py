@@ -131,6 +131,27 @@ def test_wherever_the_check_passes_the_result_is_the_message_levels(fabric, sema
     assert passed >= 2  # direct (one round) always passes, and at least one more
 
 
+def test_uneven_sizes_that_keep_every_leaf_in_step_equal_the_message_level():
+    # two leaves (even ranks, odd ranks): with blocks alternating a, b every flow of a leaf
+    # carries the same block size in every round, and each rank waits for both leaves'
+    # flows, so no rank runs ahead although the two leaves' sizes differ
+    p = 8
+    topo = build_topology(_leaf_spine(), p)
+    for key in ("allgatherv/ring", "allgatherv/bruck"):
+        s = get_schedule(key, p)
+        ph = Phase(np.zeros(p), s, np.array([1e5, 9e5] * 4))
+        got = run_rounds([ph], topo)
+        assert got is not None, key
+        np.testing.assert_allclose(got, run_message([ph], topo), rtol=1e-12)
+
+
+def test_an_unknown_semantics_is_refused():
+    topo = build_topology(_leaf_spine(), 8)
+    s = get_schedule("allgatherv/ring", 8)
+    with pytest.raises(ConfigError, match="message semantics"):
+        run_rounds([Phase(np.zeros(8), s, np.ones(8))], topo, semantics="lazy")
+
+
 def test_ranks_running_ahead_are_refused_and_the_isolated_rounds_would_be_wrong():
     # uneven blocks around a spread ring: a rank whose small block arrived starts the next
     # round while its leaf's uplink still carries the others' flows
