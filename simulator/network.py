@@ -383,21 +383,10 @@ class FairNetwork(_NetworkBase):
         flow = event.value
         state = flow.state
         if state == _LAZY:
-            flow.state = _SOLO_DONE
-            lazy_on = self._lazy_on
-            for c in flow.channels:
-                lazy_on[c] = None
-            self.monitor.solo_flow(
-                flow.channels, flow.start, flow.t_end, flow.nbytes, flow.src, flow.dst
-            )
+            self._release(flow)
         elif state != _SOLO_DONE:
             return  # it met another flow: this timer is void, the shared model ends it
-        if flow.on_arrived is not None:
-            flow.on_arrived()
-        for w in flow.waiters:
-            w.pending -= 1
-            if w.pending == 0:
-                w.event.succeed()
+        self._arrived(flow)
 
     # -- reshare --------------------------------------------------------------------------
 
