@@ -359,10 +359,10 @@ class RoundCache:
         sends of the previous one have left. Under rendezvous neither can a channel into one
         receiver only: a flow into a rank starts after that rank entered the round, after
         every earlier message into it has arrived."""
-        uniq = list({id(s): s for s in schedules}.values())
-        key = (tuple(sorted(id(s) for s in uniq)), eager)
+        uniq = sorted({id(s): s for s in schedules}.values(), key=id)
+        key = (tuple(id(s) for s in uniq), eager)
         hit = self._guards.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], uniq, strict=False)):
+        if hit is not None and all(a is b for a, b in zip(hit[0], uniq, strict=True)):
             return hit[1]
         shapes = list({id(sh): sh for s in uniq for sh in self.shapes(s)}.values())
         n = self.topology.n_channels
