@@ -353,9 +353,9 @@ def compress_bucket(
         e = (_EXPONENT_BIAS - (e >> 23)).clamp_(max=_MAX_E)
         # A sent element is never ±0 (it passed r² > α·v ≥ 0, or r ≠ 0 at α = 0), so its
         # sign bit is r < 0.
-        codes = e.to(torch.uint8) | ((picked < 0).to(torch.uint8) << 3)
+        codes = e.long() | ((picked < 0).long() << 3)
         # ±M·2^(−e) from the signed table, as the quantizer does: M·(−p) = −(M·p) exactly.
-        q = m_e * _signed_pow2(r.device).index_select(0, codes.long())
+        q = m_e * _signed_pow2(r.device).index_select(0, codes)
         usable = torch.isfinite(m) & (m != 0)  # a zero or non-finite M codes every element 0
         if not bool(usable.all()):
             bad = ~usable.index_select(0, lid)
@@ -385,10 +385,11 @@ def compress_bucket(
     words.index_copy_(0, head_pos, torch.stack(head, dim=1).view(-1))
     local = idx - bucket.offsets.index_select(0, lid)
     # Layer l's j-th element sits after l + 1 headers and the elements before it.
-    pos = torch.arange(idx.numel(), device=r.device) * per + head_words * (lid + 1)
+    k = idx.numel()
+    pos = torch.arange(head_words, head_words + per * k, per, device=r.device) + head_words * lid
     if coded:
         # index << 4 | code fits 32 bits unsigned; the int64 → int32 cast keeps the pattern.
-        words.index_copy_(0, pos, ((local << 4) | codes.long()).to(torch.int32))
+        words.index_copy_(0, pos, ((local << 4) | codes).to(torch.int32))
     else:
         words.index_copy_(0, pos, local.to(torch.int32))
         words.index_copy_(0, pos + 1, picked.view(torch.int32))

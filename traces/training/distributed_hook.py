@@ -497,6 +497,17 @@ def _decode_bucket(
     coded = getattr(state.compressor.config, "values", "code4") == "code4"
     single_chunk = all(n <= torch_codec.CHUNK for n in numels)
     header_bytes = 4 * len(heads[0])
+    if payloads is None and single_chunk and world == 2:
+        # Two ranks: both messages in one decode and one index_add_ (the order of two adds
+        # onto 0 does not matter, 0 + a + b = 0 + b + a).
+        body = torch.cat([rows[r, header_bytes : header_bytes + heads[r][0]] for r in range(2)])
+        idx, vals = torch_codec.decode_bucket_message(
+            body.view(torch.int32),
+            heads[0][1:] + heads[1][1:],
+            torch.cat([offsets[:-1], offsets[:-1]]),
+            coded=coded,
+        )
+        return out.index_add_(0, idx, vals) / world
     pending: list[tuple[torch.Tensor, torch.Tensor]] = []
     for r in range(world):
         lengths = heads[r][1:]
@@ -526,12 +537,7 @@ def _decode_bucket(
             continue
         pending.append((idx, vals))
     # Indices are unique within a rank's message, so each index_add_ is one fp32 add per
-    # element, rank after rank: the sum the NumPy decode computes. With two ranks the order
-    # does not matter (0 + a + b = 0 + b + a), and one call serves both.
-    if len(pending) == 2:
-        pending = [
-            (torch.cat([pending[0][0], pending[1][0]]), torch.cat([pending[0][1], pending[1][1]]))
-        ]
+    # element, rank after rank: the sum the NumPy decode computes.
     for idx, vals in pending:
         out.index_add_(0, idx, vals)
     return out / world
