@@ -26,7 +26,7 @@ itself is never written to. Without a cache each call builds what it needs.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -38,7 +38,15 @@ from vgcsim.simulator.topology import Topology
 
 from vgcsim.core.errors import ConfigError
 
-__all__ = ["Phase", "RankSpan", "RunCache", "contention_free", "run_fast", "run_message"]
+__all__ = [
+    "Phase",
+    "RankSpan",
+    "RunCache",
+    "contention_free",
+    "run_fast",
+    "run_fast_steps",
+    "run_message",
+]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +71,10 @@ class RankSpan:
     end_s: float
 
 
+#: Largest world size whose (src, dst) pairs are found through a P x P table (16 MiB of
+#: booleans, then 64 MiB of indices, at this size) rather than by sorting every round's codes.
+_DENSE_PAIRS_MAX = 4096
+
 RankOps = list[list[tuple[int, list[tuple[int, int]], list[tuple[int, int]], bool]]]
 
 
@@ -72,6 +84,8 @@ class _Tables:
     def __init__(self, schedule: Schedule, topology: Topology):
         self.schedule = schedule  # held, so that the id keying this entry is not reused
         self.topology = topology
+        self._shift: dict[int, bool] = {}
+        self._reduced: dict[int, list[tuple[np.ndarray, ...]]] = {}
 
     @cached_property
     def one_to_one(self) -> bool:
@@ -91,7 +105,13 @@ class _Tables:
         if not rounds:
             return np.zeros((0, 2), dtype=np.int64)
         p = self.schedule.world_size
-        code = np.unique(np.concatenate([r.src * p + r.dst for r in rounds]))
+        if p <= _DENSE_PAIRS_MAX:  # mark the P x P table: no sort of rounds x P codes
+            seen = np.zeros(p * p, dtype=bool)
+            for r in rounds:
+                seen[r.src * p + r.dst] = True
+            code = np.flatnonzero(seen)
+        else:
+            code = np.unique(np.concatenate([r.src * p + r.dst for r in rounds]))
         return np.stack([code // p, code % p], axis=1)
 
     @cached_property
@@ -124,11 +144,13 @@ class _Tables:
             bw_of[j] = route.bandwidth_Bps
             lat_of[j] = route.latency_s
         codes = pairs[:, 0] * p + pairs[:, 1]
-        out = []
-        for rnd in self.schedule.rounds:
-            j = np.searchsorted(codes, rnd.src * p + rnd.dst)
-            out.append((bw_of[j], lat_of[j]))
-        return out
+        if p <= _DENSE_PAIRS_MAX:  # index table of the P x P codes: a gather per round
+            where = np.zeros(p * p, dtype=np.int32)
+            where[codes] = np.arange(len(codes), dtype=np.int32)
+            index = [where[rnd.src * p + rnd.dst] for rnd in self.schedule.rounds]
+        else:
+            index = [np.searchsorted(codes, rnd.src * p + rnd.dst) for rnd in self.schedule.rounds]
+        return [(bw_of[j], lat_of[j]) for j in index]
 
     @cached_property
     def permutations(self) -> list[np.ndarray | None]:
@@ -138,17 +160,75 @@ class _Tables:
         ident = np.arange(p)
         out: list[np.ndarray | None] = []
         for rnd in self.schedule.rounds:
-            if (
-                len(rnd.src) == p
-                and np.array_equal(rnd.src, ident)
-                and len(np.unique(rnd.dst)) == p
-            ):
-                inv = np.empty(p, dtype=np.int64)
+            inv = None
+            if len(rnd.src) == p and np.array_equal(rnd.src, ident):
+                inv = np.full(p, -1, dtype=np.int64)
                 inv[rnd.dst] = ident
-                out.append(inv)
-            else:
-                out.append(None)
+                if inv.min() < 0:  # some rank receives twice: not a permutation
+                    inv = None
+            out.append(inv)
         return out
+
+    @cached_property
+    def all_permutations(self) -> bool:
+        """True when the schedule has rounds and every one is a permutation."""
+        return bool(self.schedule.rounds) and all(v is not None for v in self.permutations)
+
+    def shift_invariant(self, d: int) -> bool:
+        """True when moving every rank by ``d`` (mod P) maps the schedule onto itself: in each
+        round rank i + d sends to dst(i) + d over a route of the same bandwidth and latency,
+        the same number of units, starting ``d`` units further on. Needs every round to be a
+        permutation and one unit per rank."""
+        hit = self._shift.get(d)
+        if hit is None:
+            hit = self._shift[d] = self._check_shift(d)
+        return hit
+
+    def _check_shift(self, d: int) -> bool:
+        s = self.schedule
+        p = s.world_size
+        if not self.all_permutations or s.n_units != p or p % d:
+            return False
+        for rnd in s.rounds:
+            if not (
+                np.all((np.roll(rnd.dst, -d) - rnd.dst) % p == d % p)
+                and np.all((np.roll(rnd.lo, -d) - rnd.lo) % p == d % p)
+                and np.array_equal(np.roll(rnd.count, -d), rnd.count)
+            ):
+                return False
+        # flows map to flows, so it is enough that every pair's route matches its shift's
+        pairs = self.pairs
+        routes = [self.topology.route(a, b) for a, b in pairs.tolist()]
+        moved = [self.topology.route(a, b) for a, b in ((pairs + d) % p).tolist()]
+        return all(
+            r.bandwidth_Bps == m.bandwidth_Bps and r.latency_s == m.latency_s
+            for r, m in zip(routes, moved, strict=True)
+        )
+
+    def reduced(self, d: int) -> Iterable[tuple[np.ndarray, ...]]:
+        """Per round, the first ``d`` ranks' (lo, lo + count, dst mod d, inverse mod d,
+        bandwidth, latency) of an all-permutation schedule (``d = P``: the whole round, made
+        on the fly rather than kept: at P = 4096 the rounds of a ring allreduce would hold
+        a gigabyte)."""
+        if d == self.schedule.world_size:
+            return (
+                (rnd.lo, rnd.lo + rnd.count, rnd.dst, inv, bw, lat)
+                for rnd, inv, (bw, lat) in zip(
+                    self.schedule.rounds, self.permutations, self.pair_tables, strict=True
+                )
+            )
+        hit = self._reduced.get(d)
+        if hit is None:
+            hit = []
+            route = self.topology.route
+            for rnd, inv in zip(self.schedule.rounds, self.permutations, strict=True):
+                lo, hi, dst = rnd.lo[:d], (rnd.lo + rnd.count)[:d], rnd.dst[:d]
+                routes = [route(i, j) for i, j in enumerate(dst.tolist())]
+                bw = np.array([r.bandwidth_Bps for r in routes])
+                lat = np.array([r.latency_s for r in routes])
+                hit.append((lo, hi, dst % d, inv[:d] % d, bw, lat))
+            self._reduced[d] = hit
+        return hit
 
     @cached_property
     def stacked(self) -> tuple[np.ndarray, ...]:
@@ -335,6 +415,100 @@ def _run_stacked(
             if gam is not None and reduce[k]:
                 t += gam[k]
     return t
+
+
+def _divisors(p: int) -> list[int]:
+    return [d for d in range(1, p + 1) if p % d == 0]
+
+
+def _periodic(x: np.ndarray, d: int) -> bool:
+    """True when every row of ``x`` [S, P] repeats with period ``d``."""
+    s, p = x.shape
+    return bool(
+        np.array_equal(x.reshape(s, p // d, d), np.broadcast_to(x[:, None, :d], (s, p // d, d)))
+    )
+
+
+def _exact_sums(v: np.ndarray) -> bool:
+    """True when every partial sum of ``v`` twice over (the fast path's cumulative sums) is an
+    exact float: whole, non-negative unit sizes summing below 2**53."""
+    return bool(np.all(v >= 0) and np.all(v == np.floor(v)) and np.all(2 * v.sum(axis=1) < 2.0**53))
+
+
+def _period(p: int, ready_s: Sequence[np.ndarray], units: Sequence[np.ndarray], tables) -> int:
+    """The smallest ``d`` dividing P by which shifting every rank maps the steps onto
+    themselves: ready times and (ordered) unit sizes repeat every ``d`` ranks, the sums of
+    units are exact (so a shifted window of units sums to the same float) and every schedule
+    is shift-invariant by ``d``; P when there is none."""
+    if not all(v.shape[1] == p for v in units) or not all(_exact_sums(v) for v in units):
+        return p
+    for d in _divisors(p)[:-1]:
+        if (
+            all(_periodic(r, d) for r in ready_s)
+            and all(_periodic(v, d) for v in units)
+            and all(t.shift_invariant(d) for t in tables)
+        ):
+            return d
+    return p
+
+
+def run_fast_steps(
+    schedules: Sequence[Schedule],
+    ready_s: Sequence[np.ndarray],
+    units: Sequence[np.ndarray],
+    topology: Topology,
+    *,
+    semantics: str = "rendezvous",
+    gamma_s_per_byte: float = 0.0,
+    cache: RunCache | None = None,
+) -> np.ndarray | None:
+    """:func:`run_fast` without the overlap check for S steps at once; finish times [B, S, P].
+
+    Step s runs phases b = 0..B-1 with ready times ``ready_s[b][s]`` [P] and unit sizes
+    ``units[b][s]`` of ``schedules[b]``; every step gives bit for bit what
+    ``run_fast(..., check_overlap=False)`` gives for it alone (the same float operations on
+    each rank's value, in the same order). Returns ``None`` unless every round of every
+    schedule is a permutation (ring, Bruck, recursive doubling, ...).
+
+    Symmetry: when moving every rank by ``d`` maps the inputs and the schedules onto
+    themselves (``modulo`` extrapolation of W workers with W dividing P, equal ready times,
+    a homogeneous topology; see :func:`_period`), every rank's time equals that of rank
+    i mod d after every round, so only ranks 0..d-1 are computed and the result is tiled:
+    O(S·rounds·d) work instead of O(S·rounds·P).
+    """
+    p = topology.world_size
+    cache = _cache_for(topology, cache)
+    tables = [cache.tables(s) for s in schedules]
+    if not all(t.all_permutations for t in tables):
+        return None
+    ordered = [
+        np.asarray(u, dtype=float) if s.unit_order is None else np.asarray(u)[:, s.unit_order]
+        for u, s in zip(units, schedules, strict=True)
+    ]
+    d = _period(p, ready_s, ordered, tables)
+    eager = semantics == "eager"
+    n_steps = ready_s[0].shape[0]
+    t = np.zeros((n_steps, d))
+    finish = np.empty((len(schedules), n_steps, p))
+    for b, (tab, ready, v) in enumerate(zip(tables, ready_s, ordered, strict=True)):
+        t = np.maximum(t, ready[:, :d])
+        zero = np.zeros((n_steps, 1))
+        cs = np.concatenate((zero, np.cumsum(np.concatenate((v, v), axis=1), axis=1)), axis=1)
+        reduce = [r.reduce for r in tab.schedule.rounds]
+        for (lo, hi, dst, inv, bw, lat), red in zip(tab.reduced(d), reduce, strict=True):
+            fb = cs[:, hi] - cs[:, lo]
+            tx = fb / bw
+            if eager:
+                done = t + tx
+                arrive = done + lat
+                t = np.maximum(done, arrive[:, inv])
+            else:
+                arrive = np.maximum(t, t[:, dst]) + (tx + lat)
+                t = np.maximum(arrive, arrive[:, inv])
+            if red and gamma_s_per_byte > 0:
+                t += gamma_s_per_byte * fb[:, inv]
+        finish[b] = np.tile(t, p // d)
+    return finish
 
 
 def run_fast(

@@ -65,6 +65,7 @@ from vgcsim.simulator.engine import (
     RunCache,
     contention_free,
     run_fast,
+    run_fast_steps,
     run_message,
 )
 from vgcsim.simulator.network import MODES, SEMANTICS, LinkMonitor
@@ -107,6 +108,8 @@ PATHS = ("auto", "message", "collective", "round")
 #: of 1000 %, far beyond any measured straggler; larger values only overflow.
 MAX_JITTER = 10.0
 METHODS = ("dense", "compressed")  # result `method` values (dense rows: one per encoding)
+_BLOCK_STEPS = 256  # most steps replayed at once
+_BLOCK_VALUES = 1 << 20  # most values (steps x ranks) of one array of a block
 
 
 @dataclass(frozen=True)
@@ -224,6 +227,69 @@ class _Runner:
         }
     )
     rounds: RoundCache | None = None  # the round-level path's tables, built on first use
+
+    def run_steps(self, block: _Block) -> tuple[np.ndarray, list[str]]:
+        """Every step of ``block`` as :meth:`run` would run them one by one (same memo, same
+        counts, the same bits): finish times [S, B, P] and each step's path. Steps not in the
+        memo go to the fast path together (:func:`run_fast_steps`) where it is exact without
+        a run-time check, else one by one."""
+        n = block.n_steps
+        base = np.min([r.min(axis=1) for r in block.ready], axis=0)  # [S]
+        rel = [r - base[:, None] for r in block.ready]
+        keys = [
+            tuple(
+                (sched.key, u[i].tobytes(), r[i].tobytes())
+                for sched, u, r in zip(block.schedules, block.units, rel, strict=True)
+            )
+            for i in range(n)
+        ]
+        fresh: dict[Any, int] = {}  # key -> first step of the block that runs it
+        for i, key in enumerate(keys):
+            if key not in self.memo and key not in fresh:
+                fresh[key] = i
+        todo = list(fresh.values())
+        if todo and self._batchable(block.schedules):
+            fin = run_fast_steps(
+                block.schedules,
+                [r[todo] for r in rel],
+                [u[todo] for u in block.units],
+                self.topology,
+                semantics=self.cfg.semantics,
+                gamma_s_per_byte=self.gamma_s_per_byte,
+                cache=self.cache,
+            )
+            if fin is not None:
+                for j, i in enumerate(todo):
+                    self.memo[keys[i]] = _Outcome(fin[:, j], "collective")
+                todo = []
+        for i in todo:
+            phases = [
+                Phase(r[i], sched, u[i], f"{block.label} {name}")
+                for sched, u, r, name in zip(
+                    block.schedules, block.units, rel, block.names, strict=True
+                )
+            ]
+            self.memo[keys[i]] = self._run(phases)
+        finish = np.empty((n, len(block.schedules), self.topology.world_size))
+        paths = []
+        for i, key in enumerate(keys):
+            out = self.memo[key]
+            if fresh.get(key) == i:
+                self.counts[out.path] += 1
+            else:
+                self.counts["memo"] += 1
+            finish[i] = out.finish + base[i]
+            paths.append(out.path)
+        return finish, paths
+
+    def _batchable(self, schedules: Sequence[Schedule]) -> bool:
+        """True when :meth:`_run` would take the fast path without its run-time overlap check."""
+        if self.cfg.path in ("message", "round"):
+            return False
+        verdict = self.verdict(schedules)
+        if verdict is None:
+            return False
+        return not (self.cfg.semantics == "eager" and verdict == "dst")
 
     def verdict(self, schedules: Sequence[Schedule]) -> str | None:
         key = tuple(sorted({s.key for s in schedules}))
@@ -420,6 +486,126 @@ def _world_size(
     )
 
 
+@dataclass(frozen=True)
+class _Block:
+    """Steps ``start .. start + n_steps - 1`` of one variant at once: the phases every step
+    runs (the same schedules in each step) and the local work around them, as arrays over
+    the steps. Row s holds what :func:`_step_plan` gives for step ``start + s``."""
+
+    label: str
+    start: int
+    schedules: list[Schedule]  # [B] one per phase
+    names: list[str]  # [B] phase labels (b0 sizes, b0, ...)
+    ready: list[np.ndarray]  # [B] of [S, P] ready times
+    units: list[np.ndarray]  # [B] of [S, units]
+    data_index: list[int]  # which phases are the data collectives (one per group)
+    local: np.ndarray  # [S, P]
+    dec: np.ndarray  # [S, P]
+    variance: np.ndarray  # [S, P]
+    payload: np.ndarray  # [S, P]
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.local.shape[0])
+
+
+def _block(
+    ws: _WorldSize,
+    buckets: _Buckets,
+    steps: slice,
+    method: str,
+    encoding: str,
+    label: str,
+) -> _Block:
+    """:func:`_step_plan` for the steps ``steps`` at once (the same arithmetic per element)."""
+    p, inputs, k_groups = ws.p, ws.inputs, len(buckets.groups)
+    n = len(range(*steps.indices(ws.n_steps)))
+    grad_ready = ws.fwd[steps][:, None, :] + ws.bwd[steps][:, None, :] * buckets.cum[None, :, None]
+    schedule = ws.data_schedules[method]
+    if method == "dense":
+        payload_bytes, cast, uncast = inputs.dense_times(encoding)
+        per_element = payload_bytes / max(inputs.dense_bytes / 4, 1.0)
+        group_bytes = (
+            per_element * buckets.numel if k_groups > 1 else np.array([float(payload_bytes)])
+        )
+        local = np.full((n, p), cast if p > 1 else 0.0)
+        dec = np.full((n, p), uncast if p > 1 else 0.0)
+        variance = np.zeros((n, p))
+        payload = np.full((n, p), float(payload_bytes))
+        units = [
+            np.broadcast_to(unit_sizes(schedule, group_bytes[k]), (n, schedule.n_units))
+            for k in range(k_groups)
+        ]
+    else:
+        variance = inputs.variance_s[steps]
+        local = variance + inputs.codec_s[steps]
+        dec = ws.decode[steps]
+        comp = ws.comp_bytes[steps]  # [S, P, K]
+        payload = comp.sum(axis=2)
+        units = [
+            np.stack([unit_sizes(schedule, comp[i, :, k]) for i in range(n)])
+            for k in range(k_groups)
+        ]
+    side = local[:, None, :] * buckets.frac[None, :, None]  # [S, K, P]
+    ready = grad_ready + np.cumsum(side, axis=1)
+    schedules, names, readies, all_units, data_index = [], [], [], [], []
+    for k in range(k_groups):
+        if method == "compressed" and ws.exchange is not None:
+            schedules.append(ws.exchange)
+            names.append(f"b{k} sizes")
+            readies.append(ready[:, k])
+            all_units.append(np.full((n, p), float(SIZE_HEADER_BYTES)))
+        data_index.append(len(schedules))
+        schedules.append(schedule)
+        names.append(f"b{k}")
+        readies.append(ready[:, k])
+        all_units.append(units[k])
+    start = steps.indices(ws.n_steps)[0]
+    return _Block(
+        label,
+        start,
+        schedules,
+        names,
+        readies,
+        all_units,
+        data_index,
+        local,
+        dec,
+        variance,
+        payload,
+    )
+
+
+def _block_records(
+    ws: _WorldSize, buckets: _Buckets, block: _Block, finish: np.ndarray, paths: list[str]
+) -> list[dict[str, Any]]:
+    """:func:`_step_record` of every step of ``block`` (finish [S, B, P])."""
+    steps = slice(block.start, block.start + block.n_steps)
+    compute = ws.compute[steps]
+    work = compute + block.local
+    done = work.copy()
+    for k, b in enumerate(block.data_index):
+        done = np.maximum(finish[:, b], done) + block.dec * buckets.frac[k]
+    optimizer = ws.optimizer[steps]
+    step_s = done.max(axis=1) + optimizer
+    exposed = step_s - (work + block.dec).max(axis=1) - optimizer
+    comm = np.where(0.0 > exposed, 0.0, exposed)  # never below zero (float residue at P = 1)
+    variance = block.variance.mean(axis=1)
+    columns = {
+        "step": ws.inputs.steps[steps].tolist(),
+        "compute_s": compute.mean(axis=1).tolist(),
+        "optimizer_s": optimizer.tolist(),
+        "variance_s": variance.tolist(),
+        "codec_s": (block.local.mean(axis=1) - variance).tolist(),
+        "decode_s": block.dec.max(axis=1).tolist(),
+        "comm_s": comm.tolist(),
+        "step_s": step_s.tolist(),
+        "payload_bytes_max": block.payload.max(axis=1).tolist(),
+        "payload_bytes_mean": block.payload.mean(axis=1).tolist(),
+    }
+    return [{"path": path, **{c: v[i] for c, v in columns.items()}} for i, path in enumerate(paths)]
+
+
 def _step_plan(
     ws: _WorldSize, buckets: _Buckets, t: int, method: str, encoding: str, label: str
 ) -> _StepPlan:
@@ -533,18 +719,26 @@ def simulate_trace(
         per_step: dict[str, list[dict[str, Any]]] = {lab: [] for lab in labels}
         want_timeline = _timeline_steps(ws, timeline_steps)
         draw = timeline_max_ranks is None or ws.p <= timeline_max_ranks
-        for t in range(ws.n_steps):
-            step = int(ws.inputs.steps[t])
+        # steps go in blocks of [S, P] arrays (about a million values each)
+        size = max(1, min(_BLOCK_STEPS, _BLOCK_VALUES // ws.p))
+        for start in range(0, ws.n_steps, size):
+            steps = slice(start, min(start + size, ws.n_steps))
             for (method, enc), label in zip(variants, labels, strict=True):
-                plan = _step_plan(ws, buckets, t, method, enc, label)
-                out = runners[label].run(plan.phases)
-                per_step[label].append(_step_record(ws, buckets, t, plan, out))
-                if draw and step in want_timeline:
-                    timelines.append(
-                        _timeline(ws, plan, cfg=cfg, gamma=gamma, method=label, t=t, cache=cache)
-                    )
+                block = _block(ws, buckets, steps, method, enc, label)
+                finish, paths = runners[label].run_steps(block)
+                per_step[label].extend(_block_records(ws, buckets, block, finish, paths))
+            if draw:
+                for t in range(steps.start, steps.stop):
+                    if int(ws.inputs.steps[t]) in want_timeline:
+                        for (method, enc), label in zip(variants, labels, strict=True):
+                            plan = _step_plan(ws, buckets, t, method, enc, label)
+                            timelines.append(
+                                _timeline(
+                                    ws, plan, cfg=cfg, gamma=gamma, method=label, t=t, cache=cache
+                                )
+                            )
             if progress is not None:
-                progress(1)
+                progress(steps.stop - steps.start)
         info[str(ws.p)] = {lab: dict(runners[lab].counts) for lab in labels}
         rows.extend(_rows(trace, cluster, ws.p, cfg, variants, ws.inputs.device, per_step))
     df = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))

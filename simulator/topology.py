@@ -119,18 +119,33 @@ class Topology:
         self._routes[key] = route
         return route
 
+    def _hops_from(self, node: str) -> dict[str, int]:
+        dist = self._dist.get(node)
+        if dist is None:
+            dist = self._dist[node] = nx.single_source_shortest_path_length(self.graph, node)
+        return dist
+
     def _compute_route(self, src: int, dst: int) -> Route:
         target = self.hosts[dst]
-        dist = self._dist.get(target)
-        if dist is None:
-            dist = nx.single_source_shortest_path_length(self.graph, target)
-            self._dist[target] = dist
+        # A host on one link is one hop past its switch from everywhere else: one search per
+        # switch instead of one per host (O(P) instead of O(P^2) routes on a star)
+        attached = list(self.graph.neighbors(target))
+        if len(attached) == 1:
+            via = self._hops_from(attached[0])
+
+            def hops(n: str, default: int = -1) -> int:
+                return 0 if n == target else via[n] + 1 if n in via else default
+        else:
+            hops = self._hops_from(target).get
         node = self.hosts[src]
         channels: list[int] = []
         hop = 0
         while node != target:
-            here = dist[node]
-            nxt = sorted(n for n in self.graph.neighbors(node) if dist.get(n, -1) == here - 1)
+            here = hops(node)
+            if here == 1:  # the target is the only node 0 hops away
+                nxt = [target]
+            else:
+                nxt = sorted(n for n in self.graph.neighbors(node) if hops(n, -1) == here - 1)
             if len(nxt) > 1:
                 pick = zlib.crc32(f"{src}>{dst}#{hop}".encode()) % len(nxt)
                 step = nxt[pick]
