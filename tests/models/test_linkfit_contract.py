@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 import pytest
-from vgcsim.models.linkfit import LinkFit, fit_intra_link, fit_link
+from vgcsim.models.linkfit import LinkFit, fit_intra_link, fit_link, protocol_switch
 from vgcsim.models.pointtopoint import p2p_time_s
 
 from vgcsim.core.cluster import LinkSpec
@@ -365,3 +365,146 @@ def test_an_intra_node_time_of_zero_is_refused_with_its_message():
         VgcsimError, match=r"^a measured time is not positive; the timer or the sweep is broken$"
     ):
         fit_intra_link(_intra(times))
+
+
+# -- the two solvers against scipy's, and the summaries -------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("free", [(), (0,)])
+def test_small_nnls_is_the_constrained_least_squares_optimum(seed, free):
+    # reference: scipy's bounded least squares (free columns unbounded, the others >= 0)
+    from scipy.optimize import lsq_linear
+    from vgcsim.models.linkfit import _nnls_small
+
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0.1, 1.0, size=(7, 3))
+    b = a @ np.array([0.5, -1.0, 2.0]) + 0.3 * rng.standard_normal(7)
+    lower = np.array([-np.inf if j in free else 0.0 for j in range(3)])
+    ref = lsq_linear(a, b, bounds=(lower, np.full(3, np.inf)), tol=1e-14, lsmr_tol="auto")
+    got = _nnls_small(a, b, free=free)
+    assert np.all(got[[j for j in range(3) if j not in free]] >= 0)
+    res_got = float(np.sum((a @ got - b) ** 2))
+    assert res_got == pytest.approx(float(np.sum((a @ ref.x - b) ** 2)), rel=1e-9, abs=1e-15)
+    assert got == pytest.approx(ref.x, rel=1e-6, abs=1e-9)
+
+
+def test_joint_fit_is_the_least_squared_log_ratio():
+    # noisy small messages (no bandwidth regime): the joint fit must reach the minimum of
+    # Σ (log(α + n·β) − log t)² over α, β ≥ 0, found here independently by scipy
+    from scipy.optimize import least_squares
+
+    sizes = np.array([4, 64, 512, 2048, 8192, 16384], dtype=float)
+    noise = np.array([1.3, 0.8, 1.1, 0.7, 1.25, 0.9])
+    t = (100e-6 + sizes * 1e-8) * noise
+    fit, _ = fit_link(_p2p(list(zip(sizes.astype(int).tolist(), t.tolist(), strict=True))))
+    assert fit.method == "joint"
+
+    def resid(p):
+        return np.log(p[0] * 1e-4 + sizes * p[1] * 1e-8) - np.log(t)
+
+    ref = least_squares(
+        resid, x0=[2.0, 2.0], bounds=([0, 0], [np.inf, np.inf]), xtol=1e-15, ftol=1e-15, gtol=1e-15
+    )
+    assert fit.latency_s == pytest.approx(ref.x[0] * 1e-4, rel=1e-5)
+    assert 1 / fit.bandwidth_Bps == pytest.approx(ref.x[1] * 1e-8, rel=1e-5)
+    # and its error summaries are those of the fitted line
+    fitted = fit.latency_s + sizes / fit.bandwidth_Bps
+    assert fit.rms_log_error == pytest.approx(math.sqrt(np.mean(np.log(fitted / t) ** 2)), rel=1e-9)
+    assert fit.rms_rel_error == pytest.approx(math.sqrt(np.mean(((fitted - t) / t) ** 2)), rel=1e-9)
+
+
+def test_fit_link_of_a_flat_line_has_infinite_bandwidth_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit, _ = fit_link(_p2p([(4, 7e-6), (1024, 7e-6), (65536, 7e-6)]))
+    assert fit.bandwidth_Bps == math.inf and fit.method == "joint"
+
+
+def test_refusals_name_the_problem_exactly():
+    from vgcsim.models.linkfit import cost_coefficients
+
+    with pytest.raises(
+        ConfigError,
+        match=r"^unknown op 'bcast'; valid: p2p, p2p_intra, allreduce, allgather, allgatherv$",
+    ):
+        cost_coefficients("bcast", 8, 2)
+    with pytest.raises(
+        ConfigError, match=r"^calibration measurements hold no rows for the inter-node link$"
+    ):
+        fit_link({"world_size": 2, "rows": _rows("p2p_intra")})
+    both = _rows("p2p") + [
+        {"op": "allreduce", "size_bytes": 8, "seconds": [1e-3]},
+    ]
+    with pytest.raises(
+        ConfigError,
+        match=r"^none of the ops to fit \(allgather\) was measured \(measured: allreduce, p2p\)$",
+    ):
+        fit_link({"world_size": 2, "rows": both}, ops=("allgather",))
+    zero = _rows("p2p")
+    zero[3]["seconds"] = [0.0]
+    with pytest.raises(
+        VgcsimError, match=r"^a measured time is not positive; the timer or the sweep is broken$"
+    ):
+        fit_link({"world_size": 2, "rows": zero})
+
+
+# -- protocol_switch: where one α-β line becomes another -------------------------------------
+
+
+def _line_table(sizes, step_at, below=(20e-6, 1e-9), above=(320e-6, 1e-9)):
+    rows = []
+    for n in sizes:
+        a, b = below if n < step_at else above
+        t = a + n * b
+        rows.append({"op": "p2p", "size_bytes": n, "measured_s": t, "fitted_s": t})
+    return rows
+
+
+SIX = (1024, 4096, 16384, 65536, 262144, 1048576)
+
+
+def test_six_sizes_are_enough_for_a_switch_with_three_on_each_side():
+    found = protocol_switch(_line_table(SIX, 65536))
+    assert found is not None
+    assert (found["below_bytes"], found["above_bytes"]) == (16384, 65536)
+    assert found["below"] == pytest.approx((20e-6, 1e-9), rel=1e-5)
+    assert found["above"] == pytest.approx((320e-6, 1e-9), rel=1e-5)
+    assert protocol_switch(_line_table(SIX[:5], 65536)) is None  # 5 sizes: too few
+
+
+@pytest.mark.parametrize(("step_at", "below"), [(16384, 4096), (65536, 16384)])
+def test_the_switch_is_found_at_each_allowed_split_of_seven_sizes(step_at, below):
+    # 7 sizes: the splits after the 3rd and after the 4th size leave at least 3 on each side
+    found = protocol_switch(_line_table((256, *SIX), step_at))
+    assert (found["below_bytes"], found["above_bytes"]) == (below, step_at)
+
+
+def test_a_flat_latency_side_still_reports_the_switch():
+    # below: 20 µs whatever the size (β = 0), above: 320 µs + n·1e-9; the split is reported
+    found = protocol_switch(_line_table(SIX, 65536, below=(20e-6, 0.0)))
+    assert found is not None
+    assert (found["below_bytes"], found["above_bytes"]) == (16384, 65536)
+    assert found["below"][0] == pytest.approx(20e-6, rel=1e-5)
+    assert found["below"][1] == pytest.approx(0.0, abs=1e-15)
+
+
+def test_the_reported_lines_are_the_log_ratio_fits_of_each_side():
+    # a noisy first size: the below line is the least squared log ratio over the 3 sizes below
+    from scipy.optimize import least_squares
+
+    rows = _line_table(SIX, 65536)
+    rows[0]["measured_s"] *= 1.2
+    found = protocol_switch(rows)
+    n = np.array(SIX[:3], dtype=float)
+    t = np.array([r["measured_s"] for r in rows[:3]])
+    ref = least_squares(
+        lambda p: np.log(p[0] * 1e-5 + n * p[1] * 1e-9) - np.log(t),
+        x0=[1.0, 1.0],
+        bounds=([0, 0], [np.inf, np.inf]),
+        xtol=1e-15,
+        ftol=1e-15,
+        gtol=1e-15,
+    )
+    assert found["below"][0] == pytest.approx(ref.x[0] * 1e-5, rel=1e-5)
+    assert found["below"][1] == pytest.approx(ref.x[1] * 1e-9, rel=1e-4)
