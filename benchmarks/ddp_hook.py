@@ -10,20 +10,26 @@ the package) on ``small_cnn`` from the same initial weights, one DDP model per v
 - ``variance_fast``  ``vgcsim.ddp.register_vgc_hook`` with variance α = 2, fast estimator
 - ``variance_exact`` the same with the exact estimator
 
-The variants run interleaved: every round trains each variant ``--chunk`` steps, order rotated
-every round, so the machine's load falls on all of them alike. Per variant (rank 0's view):
+The variants run interleaved: every round trains each variant ``--chunk`` steps (default 1),
+order rotated every round, so the machine's load, which on a shared machine changes within
+a second, falls on all of them alike. Per variant (rank 0's view):
 
 - ``step_s``: median wall time of a training step (zero_grad, forward, backward with the
   exchange, optimizer step) after ``--warmup`` steps;
+- ``cpu_s``: CPU seconds of the rank's process (all its threads, user + system) per timed
+  step, averaged — the work a step costs, without the waits;
 - ``bytes_per_step``: bytes this rank contributes to the collectives per step, averaged over
   the timed steps — plain DDP 4·numel (fp32 allreduce), fp16 2·numel, PowerSGD 4 × the
   elements its state counts after compression (``PowerSGDState.compression_stats``), the
   variance hook its measured ``state.stats.wire_bytes`` (length exchange, payload and gloo
   padding);
 - ``test_accuracy`` on the held-out split after all steps;
-- variance rows only: the medians of ``state.stats.compress_s``, ``comm_s`` (length
-  exchange to the end of the payload all_gather, per step, summed over buckets) and
-  ``decode_s``.
+- variance rows only: the medians of ``sqsum_s`` (the squared-sum module hooks in the
+  backward, ``SqsumHooks.seconds``), ``state.stats.compress_s`` (squared sums of the bucket
+  joined, compress and pack), ``comm_s`` (all_gather start to its callback, summed over
+  buckets: the transfer plus any wait for the other rank) and ``decode_s`` (decode and
+  average, in the callback); ``payload_bytes_per_step`` (the layers' buffers, without the
+  length header and the padding to the bound) and ``fallback_rounds_per_step``.
 
 Keys: ``variance_step_ratio`` = variance_fast step / plain step (same run; target ≤ 1.5),
 ``variance_exact_step_ratio``, and ``second_backward``: measured — true unless every
@@ -59,8 +65,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--chunk", type=int, default=10, help="steps per variant per round")
+    ap.add_argument("--rounds", type=int, default=80)
+    ap.add_argument("--chunk", type=int, default=1, help="steps per variant per round")
     ap.add_argument("--warmup", type=int, default=5, help="untimed first steps per variant")
     ap.add_argument("--batch", type=int, default=32, help="samples per rank per step")
     ap.add_argument("--lr", type=float, default=0.05)
@@ -111,7 +117,10 @@ class Variant:
         self.rank, self.world = rank, world
         self.times: list[float] = []
         self.bytes: list[int] = []
-        self.split: list[tuple[float, float, float]] = []
+        self.split: list[tuple[float, ...]] = []
+        self.payload: list[int] = []
+        self.fallbacks: list[int] = []
+        self.cpu_s = 0.0
         self.steps = 0
         self.one_pass = True
 
@@ -132,11 +141,14 @@ class Variant:
         forwards = self.forwards
         hooked = self.state.sqsum_hooks.backward_calls if self.state else 0
         after = self._psgd_after()
+        sq_s = self.state.sqsum_hooks.seconds if self.state else 0.0
+        c0 = sum(os.times()[:2])
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
         self.F.cross_entropy(self.ddp(x), y).backward()
         self.opt.step()
         dt = time.perf_counter() - t0
+        cpu = sum(os.times()[:2]) - c0
         self.steps += 1
         if self.state is not None:
             layers = sum(
@@ -147,6 +159,7 @@ class Variant:
         if self.steps <= self.args.warmup:
             return
         self.times.append(dt)
+        self.cpu_s += cpu
         if self.name == "plain":
             self.bytes.append(4 * self.numel)
         elif self.name == "fp16":
@@ -156,7 +169,10 @@ class Variant:
         else:
             st = self.state.stats
             self.bytes.append(st.wire_bytes)
-            self.split.append((st.compress_s, st.comm_s, st.decode_s))
+            self.payload.append(sum(sum(b.values()) for b in st.bits.values()) // 8)
+            self.fallbacks.append(st.fallback_rounds)
+            sq_s = self.state.sqsum_hooks.seconds - sq_s
+            self.split.append((sq_s, st.compress_s, st.comm_s, st.decode_s))
 
     def accuracy(self) -> float:
         import torch
@@ -189,13 +205,16 @@ def rank_main(args: argparse.Namespace) -> int:
             "bytes_per_step": statistics.fmean(v.bytes),
             "test_accuracy": v.accuracy(),
             "steps": v.steps,
+            "cpu_s": v.cpu_s / len(v.times),
         }
         for v in variants
     }
     for v in variants:
         if v.split:
-            for k, key in enumerate(("compress_s", "comm_s", "decode_s")):
+            for k, key in enumerate(("sqsum_s", "compress_s", "comm_s", "decode_s")):
                 rows[v.name][key] = statistics.median(s[k] for s in v.split)
+            rows[v.name]["payload_bytes_per_step"] = statistics.fmean(v.payload)
+            rows[v.name]["fallback_rounds_per_step"] = statistics.fmean(v.fallbacks)
     one_pass = all(v.one_pass for v in variants if v.state is not None)
     if env.rank == 0:
         result = {
@@ -209,6 +228,7 @@ def rank_main(args: argparse.Namespace) -> int:
             "rows": rows,
             "variance_step_ratio": rows["variance_fast"]["step_s"] / rows["plain"]["step_s"],
             "variance_exact_step_ratio": rows["variance_exact"]["step_s"] / rows["plain"]["step_s"],
+            "variance_cpu_ratio": rows["variance_fast"]["cpu_s"] / rows["plain"]["cpu_s"],
             "target_variance_step_ratio": TARGET_RATIO,
             "second_backward": not one_pass,
         }

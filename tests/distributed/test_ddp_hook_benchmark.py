@@ -42,6 +42,16 @@ def test_benchmark_prints_every_variant_and_the_ratio():
     r1, r2, r4 = (rows[f"powersgd_r{r}"]["bytes_per_step"] for r in (1, 2, 4))
     assert 0 < r1 < r2 < r4 < 4 * numel
     assert 0 < rows["variance_fast"]["bytes_per_step"] < 4 * numel
+    for name in ("variance_fast", "variance_exact"):
+        row = rows[name]
+        # The padded messages hold the payload; the breakdown is per step and positive.
+        assert 0 < row["payload_bytes_per_step"] < row["bytes_per_step"], name
+        assert row["fallback_rounds_per_step"] >= 0, name
+        assert all(row[k] > 0 for k in ("sqsum_s", "compress_s", "comm_s", "decode_s")), name
+    assert all(row["cpu_s"] > 0 for row in rows.values())
+    assert math.isclose(
+        d["variance_cpu_ratio"], rows["variance_fast"]["cpu_s"] / rows["plain"]["cpu_s"]
+    )
     ratio = rows["variance_fast"]["step_s"] / rows["plain"]["step_s"]
     assert math.isclose(d["variance_step_ratio"], ratio)
     assert d["second_backward"] is False and d["target_variance_step_ratio"] == 1.5

@@ -32,6 +32,7 @@ fp32 tensor per parameter for the running sums.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import torch
@@ -116,6 +117,7 @@ class SqsumHooks:
         self.index = {id(p): i for i, (_, p) in enumerate(_trainable(model))}
         self.sums: dict[int, torch.Tensor] = {}
         self.backward_calls = 0  # layer backward hooks run (for tests and diagnostics)
+        self.seconds = 0.0  # wall-clock seconds spent in the backward hooks (diagnostics)
         self._handles = [
             m.register_forward_hook(self._forward)
             for m in model.modules()
@@ -140,8 +142,10 @@ class SqsumHooks:
                     f"the input of {type(module).__name__} was modified in place after its "
                     "forward; squared-gradient sums need it unchanged (avoid inplace=True there)"
                 )
+            start = time.perf_counter()
             with torch.no_grad():
                 self._add(module, a, delta.detach())
+            self.seconds += time.perf_counter() - start
 
         return hook
 
