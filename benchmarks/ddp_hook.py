@@ -142,13 +142,13 @@ class Variant:
         hooked = self.state.sqsum_hooks.backward_calls if self.state else 0
         after = self._psgd_after()
         sq_s = self.state.sqsum_hooks.seconds if self.state else 0.0
-        c0 = sum(os.times()[:2])
+        c0 = time.process_time()
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
         self.F.cross_entropy(self.ddp(x), y).backward()
         self.opt.step()
         dt = time.perf_counter() - t0
-        cpu = sum(os.times()[:2]) - c0
+        cpu = time.process_time() - c0
         self.steps += 1
         if self.state is not None:
             layers = sum(

@@ -43,9 +43,12 @@ from vgcsim.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-#: The hook's per-bucket message bound for the next step: the largest message of this step
-#: (any rank, header included) times this factor, rounded up to BOUND_ALIGN bytes.
-BOUND_HEADROOM = 1.25
+#: The hook's per-bucket message bound for the next step: the largest message (any rank,
+#: header included) of the last BOUND_HISTORY exchanges of that bucket times
+#: BOUND_HEADROOM, rounded up to BOUND_ALIGN bytes. A message above the bound costs a
+#: second all_gather; a bound above the message costs padding.
+BOUND_HEADROOM = 1.1
+BOUND_HISTORY = 8
 #: Message bounds are multiples of this (keeps every rank's row 8-byte aligned).
 BOUND_ALIGN = 8
 # all_gather into one tensor: named all_gather_single from torch 2.13 (the older name is
@@ -142,6 +145,7 @@ class VGCState:
     # the group of the fallback round (its own group, so the round never competes with the
     # main group's collectives for an order).
     bounds: dict[tuple[int, ...], int] = field(default_factory=dict)
+    message_history: dict[tuple[int, ...], list[int]] = field(default_factory=dict)
     buckets: dict[tuple[int, ...], torch_codec.BucketState] = field(default_factory=dict)
     fallback_group: dist.ProcessGroup | None = None
     _tail: torch.futures.Future | None = field(default=None, repr=False)
@@ -592,7 +596,10 @@ def _start_bucket_gather(
             everyone = torch.empty(world * size, dtype=torch.uint8, device=device)
             _all_gather_single(everyone, full, group=state.fallback_group)
             rows = everyone.view(world, size)
-        state.bounds[key] = _align(math.ceil(need * BOUND_HEADROOM))
+        history = state.message_history.setdefault(key, [])
+        history.append(need)
+        del history[:-BOUND_HISTORY]
+        state.bounds[key] = _align(math.ceil(max(history) * BOUND_HEADROOM))
         t2 = time.perf_counter()
         out = _decode_bucket(state, rows, heads, numels, payloads)
         out = out.to(dtype=buffer.dtype, device=buffer.device)
