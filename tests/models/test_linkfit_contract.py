@@ -508,3 +508,55 @@ def test_the_reported_lines_are_the_log_ratio_fits_of_each_side():
     )
     assert found["below"][0] == pytest.approx(ref.x[0] * 1e-5, rel=1e-5)
     assert found["below"][1] == pytest.approx(ref.x[1] * 1e-9, rel=1e-4)
+
+
+SEVEN = (256, *SIX)
+
+
+def _curve(f, sizes=SEVEN):
+    return [{"op": "p2p", "size_bytes": n, "measured_s": f(n), "fitted_s": f(n)} for n in sizes]
+
+
+def test_no_switch_where_two_lines_do_not_halve_the_error():
+    # ±20-30 % noise around one line: a single line is > 10 % off, but no split halves that
+    noise = dict(zip(SEVEN, (1.3, 0.75, 1.25, 0.8, 1.3, 0.7, 1.2), strict=True))
+    assert protocol_switch(_curve(lambda n: (20e-6 + n * 1e-9) * noise[n])) is None
+
+
+def test_two_latency_plateaus_are_not_a_protocol_switch():
+    # 20 µs below 16 KiB, 2 ms from it: neither side has a per-byte cost
+    assert protocol_switch(_curve(lambda n: 20e-6 if n < 16384 else 2e-3)) is None
+
+
+def test_a_line_that_turns_flat_is_a_switch():
+    found = protocol_switch(_curve(lambda n: 20e-6 + n * 1e-9 if n < 16384 else 5e-3))
+    assert (found["below_bytes"], found["above_bytes"]) == (4096, 16384)
+    assert found["above"] == pytest.approx((5e-3, 0.0), rel=1e-9, abs=1e-15)
+
+
+def test_a_switch_is_never_reported_with_fewer_than_three_sizes_on_a_side():
+    # a step after the 2nd size: the split the rule may report starts after the 3rd
+    found = protocol_switch(_curve(lambda n: 20e-6 + n * 1e-9 if n < 4096 else 320e-6 + n * 1e-9))
+    assert found["below_bytes"] >= 4096
+    # a step after the 5th size (2 above): none of the allowed splits halves the error
+    assert (
+        protocol_switch(_curve(lambda n: 20e-6 + n * 1e-9 if n < 262144 else 2e-3 + n * 1e-9))
+        is None
+    )
+
+
+def test_joint_fit_of_size_zero_rows_is_the_geometric_mean_latency():
+    # only α has a coefficient: minimising Σ log²(α / t) gives α = (t1·t2·t3)^(1/3)
+    rows = [{"op": "p2p", "size_bytes": 0, "seconds": [s]} for s in (1e-4, 2e-4, 3e-4)]
+    fit, _ = fit_link({"world_size": 2, "rows": rows})
+    assert fit.method == "joint"
+    assert fit.latency_s == pytest.approx((1e-4 * 2e-4 * 3e-4) ** (1 / 3), rel=1e-6)
+    assert fit.bandwidth_Bps == math.inf
+
+
+def test_joint_fit_with_a_size_zero_row_recovers_the_line():
+    rows = [{"op": "p2p", "size_bytes": n, "seconds": [1e-4 + n * 1e-8]} for n in (0, 4, 64, 1024)]
+    fit, _ = fit_link({"world_size": 2, "rows": rows})
+    assert fit.method == "joint"
+    assert fit.latency_s == pytest.approx(1e-4, rel=1e-6)
+    assert fit.bandwidth_Bps == pytest.approx(1e8, rel=1e-6)
