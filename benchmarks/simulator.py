@@ -19,6 +19,10 @@
    the round-level path where its run-time check passes), and the largest relative difference
    of step times between ``auto`` and the message level on the first 2 steps at P = 128
    (``leafspine_p128_auto_vs_message_rel``, target <= 1 %).
+6. ``vgcsim sweep`` of 64 cases (the VGG trace of 3 and 4 on a star: 4 bandwidths x 4
+   latencies x P = 8, 16, 32, 64) on a Dask LocalCluster of 2 worker processes and on a
+   process pool of 2, each timed from a cold start (``sweep64_dask_s``, ``sweep64_pool_s``),
+   and whether both gave the same rows (``sweep64_rows_equal``; target: Dask no slower).
 
 Every timed case runs under a wall-clock cap (``--cap-factor`` times its target, or
 ``--limit-s``); a case that does not finish is reported as null with the reason, never as an
@@ -26,7 +30,9 @@ estimate. The traces are synthetic, written to a temporary directory.
 
 Usage: python benchmarks/simulator.py [--json] [--quick] [--steps N] [--limit-s S]
        python benchmarks/simulator.py --only solver [--json]   (figures 1 and 2 only)
+       python benchmarks/simulator.py --only replay [--json]   (figures 3, 4 and 6 only)
        python benchmarks/simulator.py --profile-direct 32
+       python benchmarks/simulator.py --profile-replay 1024 --steps 100
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ import simpy  # noqa: E402
 from vgcsim.simulator.collectives import get_schedule, unit_sizes  # noqa: E402
 from vgcsim.simulator.engine import Phase, RunCache, run_message  # noqa: E402
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace  # noqa: E402
+from vgcsim.simulator.sweep import SweepConfig, SweepFile, run_sweep  # noqa: E402
 from vgcsim.simulator.topology import build_topology  # noqa: E402
 from vgcsim.traces.io import read_trace  # noqa: E402
 from vgcsim.traces.synth import SynthConfig, synth_trace  # noqa: E402
@@ -252,6 +259,25 @@ def leafspine_agreement(trace, world_size: int, steps: int, cluster) -> tuple[fl
     return float(rel.max()), sorted(set(a["path"]))
 
 
+def sweep64(trace_dir: Path) -> SweepFile:
+    """64 sweep cases on a star: 4 bandwidths x 4 latencies x P = 8, 16, 32, 64."""
+    factors = SweepConfig(
+        traces=(str(trace_dir),),
+        cluster="10GbE",
+        world_sizes=(8, 16, 32, 64),
+        bandwidths=("1Gbps", "10Gbps", "25Gbps", "100Gbps"),
+        latencies=("1us", "5us", "20us", "50us"),
+    )
+    return SweepFile(factors, SimulateConfig())
+
+
+def sweep_seconds(sweep: SweepFile, scheduler: str) -> tuple[float, Any]:
+    """Wall seconds of ``run_sweep`` on 2 workers of ``scheduler`` (cold start) and its table."""
+    t0 = time.perf_counter()
+    table, _ = run_sweep(sweep, processes=2, scheduler=scheduler)
+    return time.perf_counter() - t0, table
+
+
 def leaf_spine_cluster():
     """10GbE hosts, 16 per leaf, one spine, 4:1 oversubscribed uplinks, ring neighbours spread."""
     topo = {
@@ -276,6 +302,11 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
     out: dict[str, Any] = {"machine_cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0]}
     reasons: dict[str, str] = {}
 
+    if args.only == "replay":
+        with tempfile.TemporaryDirectory() as tmp:
+            replay_cases(args, steps, cap, Path(tmp), out, reasons, log)
+        out["reasons"] = reasons
+        return out
     bare, ours, flows = event_rates(rounds=2 if quick else 5, timeouts=1000, repeats=2)
     out.update(
         bare_simpy_events_per_s=bare,
@@ -317,22 +348,7 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         out["reasons"] = reasons
         return out
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = SynthConfig(layers="vgg_like", workers=8, steps=steps, density=0.01, seed=1)
-        trace = read_trace(synth_trace(cfg, Path(tmp) / "vgg"))
-        cases = [
-            (f"message_p64_{steps}steps_s", 64, "message", 30.0),
-            (f"fast_p1024_{steps}steps_s", 1024, "auto", 60.0),
-            (f"fast_p4096_{steps}steps_s", 4096, "auto", 60.0),
-        ]
-        for key, p, path, target in cases:
-            wall, res, why = capped(
-                cap(target), lambda p=p, path=path: replay_seconds(trace, p, path)
-            )
-            out[key] = wall
-            if why:
-                reasons[key] = why
-            log(f"replay {p} ranks x {steps} steps, path={path}: {wall} s {res[1] if res else why}")
-
+        replay_cases(args, steps, cap, Path(tmp), out, reasons, log)
         ls_steps = 2 if quick else 100
         cfg = SynthConfig(layers="resnet50", workers=8, steps=ls_steps, density=0.01, seed=1)
         trace = read_trace(synth_trace(cfg, Path(tmp) / "resnet50"))
@@ -359,6 +375,65 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         )
     out["reasons"] = reasons
     return out
+
+
+def vgg_trace(steps: int, where: Path):
+    """The synthetic VGG-like trace of the replay and sweep cases (8 workers, seed 1)."""
+    cfg = SynthConfig(layers="vgg_like", workers=8, steps=steps, density=0.01, seed=1)
+    return read_trace(synth_trace(cfg, where / "vgg"))
+
+
+def replay_cases(
+    args: argparse.Namespace,
+    steps: int,
+    cap: Callable[[float], float],
+    tmp: Path,
+    out: dict[str, Any],
+    reasons: dict[str, str],
+    log: Callable[[str], None],
+) -> None:
+    """Figures 3, 4 and 6 into ``out``: the VGG replays and the 64-case sweep."""
+    trace = vgg_trace(steps, tmp)
+    cases = [
+        (f"message_p64_{steps}steps_s", 64, "message", 30.0),
+        (f"fast_p1024_{steps}steps_s", 1024, "auto", 60.0),
+        (f"fast_p4096_{steps}steps_s", 4096, "auto", 60.0),
+    ]
+    for key, p, path, target in cases:
+        wall, res, why = capped(cap(target), lambda p=p, path=path: replay_seconds(trace, p, path))
+        out[key] = wall
+        if why:
+            reasons[key] = why
+        log(f"replay {p} ranks x {steps} steps, path={path}: {wall} s {res[1] if res else why}")
+
+    sweep = sweep64(tmp / "vgg")
+    tables = {}
+    for key, scheduler in (("sweep64_pool_s", "processes"), ("sweep64_dask_s", "local")):
+        wall, table, why = capped(cap(120.0), lambda s=scheduler: sweep_seconds(sweep, s)[1])
+        out[key], tables[key] = wall, table
+        if why:
+            reasons[key] = why
+        log(f"sweep of 64 cases on 2 workers, scheduler={scheduler}: {wall} s {why}")
+    pool, dask = tables["sweep64_pool_s"], tables["sweep64_dask_s"]
+    out["sweep64_rows_equal"] = None if pool is None or dask is None else bool(pool.equals(dask))
+    if out["sweep64_rows_equal"] is None:
+        reasons["sweep64_rows_equal"] = "a sweep did not finish"
+    log(f"sweep rows equal (Dask vs process pool): {out['sweep64_rows_equal']}")
+
+
+def profile_replay(world_size: int, steps: int, top: int = 12) -> None:
+    """cProfile of ``replay_seconds(trace, P, "auto")`` on the benchmark's VGG trace."""
+    import cProfile
+    import pstats
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = vgg_trace(steps, Path(tmp))
+        profiler = cProfile.Profile()
+        profiler.enable()
+        wall, info = replay_seconds(trace, world_size, "auto")
+        profiler.disable()
+    print(f"replay {world_size} ranks x {steps} steps, path=auto: {wall:.2f} s {info}")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
 
 
 def profile_direct(world_size: int, top: int = 8) -> None:
@@ -393,8 +468,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        choices=["solver"],
-        help="solver: only the event rate and the direct allgatherv cases (with SimGrid's)",
+        choices=["solver", "replay"],
+        help="solver: only the event rate and the direct allgatherv cases (with SimGrid's); "
+        "replay: only the VGG replays and the sweep",
     )
     parser.add_argument(
         "--profile-direct",
@@ -403,7 +479,17 @@ def main() -> None:
         metavar="P",
         help="only profile (cProfile) one direct allgatherv at P ranks and print the top entries",
     )
+    parser.add_argument(
+        "--profile-replay",
+        type=int,
+        default=0,
+        metavar="P",
+        help="only profile (cProfile) the fast-path replay at P ranks (--steps, default 100)",
+    )
     args = parser.parse_args()
+    if args.profile_replay:
+        profile_replay(args.profile_replay, args.steps or 100)
+        return
     if args.profile_direct:
         profile_direct(args.profile_direct)
         return
