@@ -103,7 +103,10 @@ def test_compressed_rows_by_hand(one_method):
         "closed_form",
     )
     assert (c.compute_mode, c.device, c.step) == ("model", "P100", -1)
-    d = df[(df.method == "dense") & (df.world_size == 4)].iloc[0]
+    d = df[(df.method == "dense") & (df.world_size == 4)]
+    assert len(d) == 1 and list(df.step.unique()) == [-1]  # one mean row per method and P
+    d = d.iloc[0]
+    assert d.topology == "star"
     dense = 6 * link.latency_s + 1.5 * n * link.beta_s_per_byte
     assert d.comm_s == pytest.approx(dense, rel=1e-12)
     assert d.step_s == pytest.approx(compute + dense, rel=1e-12)
@@ -224,3 +227,46 @@ def test_without_paper_ratios_only_the_given_methods_are_priced(one_method):
         ConfigError, match="no compression methods: enable paper_ratios or give traces"
     ):
         paper_scenario(PaperScenarioConfig(paper_ratios=False))
+
+
+def test_two_ranks_have_a_crossover():
+    cfg = PaperScenarioConfig(
+        nets=("vgg_like",),
+        links=("1GbE",),
+        world_sizes=(2,),
+        allreduce=("ring",),
+        allgatherv=("ring",),
+        paper_ratios=False,
+    )
+    df, _ = paper_scenario(cfg, [ONE])
+    (r,) = crossover_table(cfg, df).itertuples()
+    # P = 2: α + m*·β = 2α + n·β  ⇒  m* = n + α/β; ratio n / m*
+    link = get_cluster("1GbE").link
+    n = 4.0 * NETS["vgg_like"]().params
+    assert r.world_size == 2
+    assert r.crossover_ratio == pytest.approx(
+        n / (n + link.latency_s / link.beta_s_per_byte), rel=1e-9
+    )
+
+
+def test_hierarchical_allreduce_uses_the_intra_node_link_of_the_cluster():
+    # 4 GPUs per node over PCIe3, nodes over IB-FDR56; P = 8: 2 nodes. Hierarchical formula:
+    # ⌈lg 4⌉·(2α' + 2n·β') + ring over 2 nodes: 2α + 2·(1/2)·n·β (γ = 0 on both links)
+    cfg = PaperScenarioConfig(
+        nets=("vgg_like",),
+        links=("4xP100-IB-FDR56",),
+        world_sizes=(8,),
+        allreduce=("hierarchical",),
+        allgatherv=("ring",),
+        paper_ratios=False,
+    )
+    df, _ = paper_scenario(cfg, [ONE])
+    c = get_cluster("4xP100-IB-FDR56")
+    n = 4.0 * NETS["vgg_like"]().params
+    il, ol = c.intra_link, c.link
+    expected = 2 * (2 * il.latency_s + 2 * n * il.beta_s_per_byte) + (
+        2 * ol.latency_s + n * ol.beta_s_per_byte
+    )
+    d = df[df.method == "dense"].iloc[0]
+    assert d.comm_s == pytest.approx(expected, rel=1e-12)
+    assert d.topology == "hierarchical"
