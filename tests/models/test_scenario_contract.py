@@ -224,7 +224,7 @@ def test_without_paper_ratios_only_the_given_methods_are_priced(one_method):
     _, df, _ = one_method
     assert set(df[df.method == "compressed"].compressor) == {"one"}
     with pytest.raises(
-        ConfigError, match="no compression methods: enable paper_ratios or give traces"
+        ConfigError, match=r"^no compression methods: enable paper_ratios or give traces$"
     ):
         paper_scenario(PaperScenarioConfig(paper_ratios=False))
 
