@@ -152,3 +152,50 @@ def test_a_trace_sending_under_one_bit_per_step_still_has_a_ratio(tmp_path):
     bits[0, 0, 0] = 2
     t = read_trace(write_tiny_trace(tmp_path / "half", bits=bits, numel=(1000,)))
     assert method_from_trace(t).ratio == pytest.approx(32_000 / 0.5, rel=1e-12)
+
+
+# -- crossover refusals and edges ------------------------------------------------------------
+
+
+def test_crossover_refusals_name_the_problem_exactly():
+    cl = _cluster()
+    with pytest.raises(
+        ConfigError, match=r"^a crossover needs at least 2 ranks \(P = 1 does not communicate\)$"
+    ):
+        crossover_payload_bytes(4e6, 1, cl)
+    with pytest.raises(ConfigError, match=r"^dense_bytes must be positive$"):
+        crossover_payload_bytes(0.0, 4, cl)
+    with pytest.raises(ConfigError, match=r"^decode_s_per_byte must be >= 0$"):
+        crossover_payload_bytes(4e6, 4, cl, decode_s_per_byte=-1e-12)
+    both = r"^crossover compares an allreduce with an allgatherv$"
+    with pytest.raises(ConfigError, match=both):
+        crossover_payload_bytes(4e6, 4, cl, allreduce="allgatherv/ring")
+    with pytest.raises(ConfigError, match=both):
+        crossover_payload_bytes(4e6, 4, cl, allgatherv="allreduce/ring")
+
+
+def test_a_one_byte_gradient_has_a_finite_crossover_ratio():
+    # α = 0, P = 2: ring allreduce of 1 B costs 2·(1/2)·1·β = β; allgatherv (P−1)·m·β = m·β:
+    # m* = 1 B, ratio 1/1 = 1 (a payload of one byte ties; it is not "never pays")
+    from vgcsim.models.crossover import crossover_ratio
+
+    assert crossover_payload_bytes(1.0, 2, _cluster()) == pytest.approx(1.0, rel=1e-12)
+    assert crossover_ratio(1.0, 2, _cluster()) == pytest.approx(1.0, rel=1e-12)
+    # and half a byte of gradient is still a positive size
+    assert crossover_payload_bytes(0.5, 2, _cluster()) == pytest.approx(0.5, rel=1e-12)
+
+
+def test_best_rows_keep_the_result_columns_and_a_fresh_index():
+    from vgcsim.models.scenario import PaperScenarioConfig, best_rows, paper_scenario
+
+    cfg = PaperScenarioConfig(
+        nets=("vgg_like",),
+        links=("1GbE",),
+        world_sizes=(2, 4),
+        allreduce=("ring", "binomial_tree"),
+        allgatherv=("ring",),
+    )
+    df, _ = paper_scenario(cfg)
+    best = best_rows(df)
+    assert list(best.columns) == list(df.columns)
+    assert list(best.index) == list(range(len(best)))
