@@ -121,6 +121,11 @@ class VGCState:
     * ``time_encode`` — encode each primary buffer once more to time encoding apart from
       compression (``encode_s``), as the emulated recorder does.
     * ``stats`` — :class:`StepCommStats` of the last step on this rank.
+    * ``bounds``, ``message_history``, ``buckets``, ``fallback_group`` — the DDP hook's
+      per-bucket state: the padded message size of the next exchange (from the largest of
+      the last ``BOUND_HISTORY`` messages), the flat residual/variance tensors the layer
+      states are views of, and the group of the fallback round (a message above its bound
+      costs one more all_gather there). See :func:`_start_bucket_gather`.
 
     Cost: the exchange (for every compressor but ``dense``) is an allgatherv, whose time grows
     with the sum of every rank's payload (P·m for P ranks of m bytes), unlike allreduce's 2·n
