@@ -205,3 +205,34 @@ def test_expected_evaluations_every_k_steps_and_at_the_last_step():
 )
 def test_nothing_is_expected_where_the_header_does_not_say(header):
     assert _expected_eval_steps(header, np.arange(5)) is None
+
+
+# -- the evaluations a complete recording lacks, and repeated encodings ----------------------
+
+LACK = (
+    "evals lack {n} of the 4 evaluations a complete recording makes (config eval_every, and "
+    "the last step), e.g. step {first}; was the evals folder or a chunk of it deleted?"
+)
+
+
+def test_missing_evaluations_name_how_many_and_the_first(sample):
+    # the sample: complete, eval_every 25, 100 steps: evaluations at steps 24, 49, 74, 99
+    t = _parts(sample)
+    t["evals"] = t["evals"][~t["evals"]["step"].isin([49, 74])]
+    assert _problems(t) == [LACK.format(n=2, first=49)]
+
+
+def test_a_trace_without_an_evaluation_table_lacks_every_evaluation(sample):
+    t = _parts(sample)
+    t["evals"] = pd.DataFrame()
+    assert _problems(t) == [LACK.format(n=4, first=24)]
+
+
+def test_an_encoding_named_twice_is_a_header_problem(sample):
+    from vgcsim.traces.validate import header_problems
+
+    h = copy.deepcopy(sample.header)
+    h["encodings"] = ["packed32", "coo64", "coo64"]
+    assert header_problems(h) == [
+        "header encodings ['packed32', 'coo64', 'coo64'] name an encoding twice"
+    ]
