@@ -199,3 +199,80 @@ def test_best_rows_keep_the_result_columns_and_a_fresh_index():
     best = best_rows(df)
     assert list(best.columns) == list(df.columns)
     assert list(best.index) == list(range(len(best)))
+
+
+# -- collectives: β ≠ 1 and more leading axes -------------------------------------------------
+
+# α = 1 s, β = 0.5 s/B (2 B/s), γ = 0.5 s/B: a per-byte term written n/β instead of n·β shows
+HALF = LinkSpec("half", bandwidth_Bps=2.0, latency_s=1.0, gamma_s_per_byte=0.5)
+
+
+def test_allreduce_closed_forms_by_hand_with_beta_one_half():
+    from vgcsim.models.collectives import COLLECTIVES
+
+    def t(key, sizes):
+        return float(COLLECTIVES[key].time_s(np.asarray([sizes], dtype=float), HALF)[0])
+
+    # binomial tree, P = 4, n = 8: ⌈lg 4⌉·(2α + 2n·β + n·γ) = 2·(2 + 8 + 4) = 28
+    assert t("allreduce/binomial_tree", [8] * 4) == pytest.approx(28.0, rel=1e-12)
+    # recursive doubling, P = 6 (p' = 4), n = 8: lg 4·(α + nβ + nγ) = 2·(1 + 4 + 4) = 18, plus
+    # the fold and unfold 2α + 2nβ + nγ = 2 + 8 + 4 = 14: 32
+    assert t("allreduce/recursive_doubling", [8] * 6) == pytest.approx(32.0, rel=1e-12)
+    # ring, P = 4: 2·3·α + 2·(3/4)·8·β + (3/4)·8·γ = 6 + 6 + 3 = 15
+    assert t("allreduce/ring", [8] * 4) == pytest.approx(15.0, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "allreduce/ring",
+        "allreduce/recursive_doubling",
+        "allreduce/rabenseifner",
+        "allreduce/binomial_tree",
+        "allreduce/hierarchical",
+        "allgatherv/ring",
+        "allgatherv/recursive_doubling",
+        "allgatherv/bruck",
+        "allgatherv/direct",
+        "allgatherv/padded",
+    ],
+)
+def test_any_number_of_leading_axes_is_evaluated_as_rows(key):
+    # sizes [2 steps, 3 scenarios, P = 5]: each [P] row priced alone gives the same seconds
+    from vgcsim.models.collectives import COLLECTIVES
+
+    rng = np.random.default_rng(7)
+    sizes = rng.integers(1, 1000, size=(2, 3, 5)).astype(float)
+    f = COLLECTIVES[key].time_s
+    got = f(sizes, HALF, intra_link=HALF, gpus_per_node=2)
+    assert got.shape == (2, 3)
+    for i in range(2):
+        for j in range(3):
+            row = f(sizes[i, j][None, :], HALF, intra_link=HALF, gpus_per_node=2)[0]
+            assert got[i, j] == pytest.approx(row, rel=1e-12)
+
+
+def test_hierarchical_allreduce_defaults_to_one_rank_per_node():
+    from vgcsim.models.collectives import allreduce_hierarchical, allreduce_ring
+
+    sizes = np.full((1, 6), 8.0)
+    assert allreduce_hierarchical(sizes, HALF)[0] == pytest.approx(
+        allreduce_ring(sizes, HALF)[0], rel=1e-12
+    )
+
+
+def test_crossover_on_a_hierarchical_cluster_uses_its_intra_node_link():
+    # 4 GPUs per node on the intra link HALF' (α' = 0, β' = 0.5 s/B), nodes on α = 0, β = 1 s/B;
+    # P = 8, n = 8 B: dense = ⌈lg 4⌉·2n·β' + ring over 2 nodes 2·(1/2)·n·β = 16 + 8 = 24 s;
+    # allgatherv ring (P−1)·m·β = 7m: m* = 24/7 B
+    intra = LinkSpec("intra", bandwidth_Bps=2.0, latency_s=0.0)
+    cl = ClusterSpec(
+        name="h",
+        topology={"kind": "hierarchical"},
+        link=LinkSpec("inter", bandwidth_Bps=1.0, latency_s=0.0),
+        intra_link=intra,
+        gpus_per_node=4,
+        device=get_device("V100"),
+    )
+    m = crossover_payload_bytes(8.0, 8, cl, allreduce="allreduce/hierarchical")
+    assert m == pytest.approx(24.0 / 7.0, rel=1e-12)
