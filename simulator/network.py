@@ -37,7 +37,7 @@ import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
-from itertools import chain
+from itertools import chain, compress
 
 import numpy as np
 import simpy
@@ -286,6 +286,14 @@ class FairNetwork(_NetworkBase):
         self._cap = self._cap_arr.tolist()
         self._dirty: set[int] = set()  # channels whose shared flows changed at this instant
         self._flush_pending = False
+        self._ended: list[_Flow] = []  # shared flows ended since the last reshare
+        self._grown = False  # a flow became shared since the last reshare
+        # The last large group solved with numpy, and its CSR: (flows, the set of them, flow
+        # lengths, local channel of each entry, global id of each local channel). While no
+        # flow becomes shared, groups only shrink, so its flows still shared are a union of
+        # whole groups and may be solved again as they are.
+        self._last: tuple[list[_Flow], set[_Flow], np.ndarray, np.ndarray, np.ndarray] | None
+        self._last = None
         self._heap: list[tuple[float, int, int, _Flow]] = []  # (finish, flow id, version, flow)
         self._timer_t = math.inf
         self._timer_token = 0
@@ -351,6 +359,7 @@ class FairNetwork(_NetworkBase):
         self._mark(chans)
 
     def _share(self, flow: _Flow, now: float) -> None:
+        self._grown = True
         self._ids += 1
         flow.id = self._ids
         flow.state = _SHARED
@@ -399,9 +408,20 @@ class FairNetwork(_NetworkBase):
     def _flush_cb(self, _event: simpy.Event) -> None:
         self._flush_pending = False
         dirty, self._dirty = self._dirty, set()
-        group = self._group(dirty)
-        if group:
-            self._reshare(group)
+        ended, self._ended = self._ended, []
+        if self._grown:
+            self._grown = False
+            self._last = None
+        last = self._last
+        if last is not None and all(f in last[1] for f in ended):
+            # Only flows of the last large group ended: solve what is left of it. It may
+            # hold more than the groups of the ended flows; the others keep their rates
+            # (max-min rates of disjoint groups are independent), so nothing changes there.
+            self._reshare_last(last)
+        elif dirty:
+            group = self._group(dirty)
+            if group:
+                self._reshare(group)
         self._arm()
 
     def _group(self, channels: set[int]) -> list[_Flow]:
@@ -422,29 +442,48 @@ class FairNetwork(_NetworkBase):
         return list(seen)
 
     def _reshare(self, group: list[_Flow]) -> None:
-        now = self.env.now
         if len(group) <= self.SMALL_GROUP:
-            rates = _maxmin_small(group, self._cap)
-        else:
-            rates = self._maxmin_numpy(group)
-        heap = self._heap
-        for f, rate in zip(group, rates, strict=True):
-            f.remaining -= f.rate * (now - f.t_last)
-            f.t_last = now
-            if rate != f.rate:
-                f.rate = rate
-                f.version += 1
-                if rate > 0:
-                    heappush(heap, (now + max(f.remaining, 0.0) / rate, f.id, f.version, f))
-
-    def _maxmin_numpy(self, group: list[_Flow]) -> list[float]:
+            self._apply(group, _maxmin_small(group, self._cap))
+            return
         chans = [f.channels for f in group]
         lens = np.fromiter(map(len, chans), np.int64, len(chans))
         flat = np.fromiter(chain.from_iterable(chans), np.int64, int(lens.sum()))
         used, local = np.unique(flat, return_inverse=True)
-        ptr = np.zeros(len(chans) + 1, np.int64)
+        self._last = (group, set(group), lens, local, used)
+        self._apply(group, self._maxmin_numpy(lens, local, used))
+
+    def _reshare_last(
+        self, last: tuple[list[_Flow], set[_Flow], np.ndarray, np.ndarray, np.ndarray]
+    ) -> None:
+        group, members, lens, local, used = last
+        alive = np.fromiter((f.state == _SHARED for f in group), bool, len(group))
+        local = local[np.repeat(alive, lens)]
+        lens = lens[alive]
+        group = list(compress(group, alive.tolist()))
+        self._last = (group, members, lens, local, used)
+        if len(group) <= self.SMALL_GROUP:
+            self._apply(group, _maxmin_small(group, self._cap))
+        else:
+            self._apply(group, self._maxmin_numpy(lens, local, used))
+
+    def _maxmin_numpy(self, lens: np.ndarray, local: np.ndarray, used: np.ndarray) -> list[float]:
+        ptr = np.zeros(len(lens) + 1, np.int64)
         np.cumsum(lens, out=ptr[1:])
         return maxmin_rates(ptr, local, self._cap_arr[used]).tolist()
+
+    def _apply(self, group: list[_Flow], rates: list[float]) -> None:
+        """New rates: a flow whose rate changed has sent ``rate × elapsed`` since its last
+        change and gets a new finish time; the others keep theirs."""
+        now = self.env.now
+        heap = self._heap
+        for f, rate in zip(group, rates, strict=True):
+            if rate != f.rate:
+                f.remaining -= f.rate * (now - f.t_last)
+                f.t_last = now
+                f.rate = rate
+                f.version += 1
+                if rate > 0:
+                    heappush(heap, (now + max(f.remaining, 0.0) / rate, f.id, f.version, f))
 
     # -- finish ---------------------------------------------------------------------------
 
@@ -483,6 +522,7 @@ class FairNetwork(_NetworkBase):
                 on[c].discard(f)
             mon.flow_ended(f.channels, f.start, now, f.nbytes, f.src, f.dst)
             if any(on[c] for c in f.channels):
+                self._ended.append(f)
                 self._mark(f.channels)
         for f in due:
             self._transmitted(f)
