@@ -276,3 +276,12 @@ def test_crossover_on_a_hierarchical_cluster_uses_its_intra_node_link():
     )
     m = crossover_payload_bytes(8.0, 8, cl, allreduce="allreduce/hierarchical")
     assert m == pytest.approx(24.0 / 7.0, rel=1e-12)
+
+
+def test_hierarchical_allreduce_with_a_partly_filled_last_node():
+    # P = 6 on nodes of 4: ⌈6/4⌉ = 2 nodes. Intra: ⌈lg 4⌉·(2α + 2n·β + n·γ) = 2·(2 + 8 + 4) =
+    # 28; ring over 2 nodes: 2α + 2·(1/2)·n·β + (1/2)·n·γ = 2 + 4 + 2 = 8; 36 in all
+    from vgcsim.models.collectives import allreduce_hierarchical
+
+    got = allreduce_hierarchical(np.full((1, 6), 8.0), HALF, intra_link=HALF, gpus_per_node=4)
+    assert got[0] == pytest.approx(36.0, rel=1e-12)
