@@ -199,7 +199,7 @@ def test_summarize_prints_the_mean_rows_of_the_chosen_sizes():
             "encoding": ["fp32", "fp32", "hand", "fp32"],
             "collective": ["allreduce/ring", "allreduce/ring", "allgatherv/ring", "allreduce/ring"],
             "comm_s": [0.0015, 9.0, 0.00025, 0.004],
-            "decode_s": [0.0, 9.0, 0.0001, 0.0],
+            "decode_s": [0.0, 9.0, 0.0123, 0.0],
             "step_s": [0.1015, 9.0, 0.05035, 0.2],
             "speedup_vs_dense": [1.0, 9.0, 2.0158888, 1.0],
             "compute_mode": ["trace", "trace", "trace", "trace"],
@@ -217,8 +217,8 @@ def test_summarize_prints_the_mean_rows_of_the_chosen_sizes():
         "0.000ms   101.500ms     1.000"
     )
     assert lines[3] == (
-        "     2  compressed  hand              allgatherv/ring                0.250ms     "
-        "0.100ms    50.350ms     2.016"
+        "     2  compressed  hand              allgatherv/ring                0.250ms    "
+        "12.300ms    50.350ms     2.016"
     )
     assert len(lines) == 4
     assert len(summarize(df).splitlines()) == 5  # every mean row without a size filter
@@ -257,3 +257,16 @@ def test_predict_logs_each_world_size(tiny_trace, caplog):
         "predicted P=2 (3 steps)",
         "predicted P=4 (3 steps)",
     ]
+
+
+def test_time_sources_head_with_the_compute_mode_and_device(tiny_trace):
+    from vgcsim.models.predict import time_sources
+
+    cluster = get_cluster("10GbE")
+    ts = time_sources(tiny_trace, cluster)
+    assert list(ts)[:2] == ["compute_mode", "device"]
+    assert ts["compute_mode"] == cluster.compute and ts["device"] == cluster.device.name
+    assert (
+        ts["compute_s"]
+        == f"modelled on {cluster.device.name}: flops_per_sample x B / effective FLOP/s"
+    )
