@@ -220,6 +220,9 @@ def test_allreduce_closed_forms_by_hand_with_beta_one_half():
     assert t("allreduce/recursive_doubling", [8] * 6) == pytest.approx(32.0, rel=1e-12)
     # ring, P = 4: 2·3·α + 2·(3/4)·8·β + (3/4)·8·γ = 6 + 6 + 3 = 15
     assert t("allreduce/ring", [8] * 4) == pytest.approx(15.0, rel=1e-12)
+    # recursive-doubling allgatherv, P = 3 (p' = 2), sizes 1, 2, 3: fold α + 3β = 2.5; merged
+    # blocks [4, 2]: α + 4β = 3; unfold α + (6 − 3)·β = 2.5: 8
+    assert t("allgatherv/recursive_doubling", [1, 2, 3]) == pytest.approx(8.0, rel=1e-12)
 
 
 @pytest.mark.parametrize(
