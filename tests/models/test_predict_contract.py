@@ -270,3 +270,39 @@ def test_time_sources_head_with_the_compute_mode_and_device(tiny_trace):
         ts["compute_s"]
         == f"modelled on {cluster.device.name}: flops_per_sample x B / effective FLOP/s"
     )
+
+
+def test_allgatherv_time_prices_the_last_axis_as_the_ranks():
+    # sizes [2, 1, 4]: P = 4 whatever the leading axes; ring 3·(1 + 4) + exchange 3·(1 + 8) = 42
+    sizes = np.tile(np.array([1.0, 2.0, 3.0, 4.0]), (2, 1, 1))
+    got = allgatherv_time_s("allgatherv/ring", sizes, _unit_cluster(), size_exchange=True)
+    assert got.shape == (2, 1)
+    assert got.ravel().tolist() == pytest.approx([42.0, 42.0], rel=1e-12)
+
+
+def test_one_rank_casts_and_decodes_nothing(tiny_trace):
+    # P = 1: no collective, so a 2-byte dense baseline has no cast before nor after it
+    cluster = get_cluster("10GbE")
+    df = predict_trace(tiny_trace, cluster, PredictOptions(world_sizes=(1,)))
+    dense = df[df.method == "dense"]
+    assert set(dense.encoding) == {"fp32", "bf16", "fp16"}
+    assert (dense.codec_s == 0).all() and (dense.decode_s == 0).all() and (dense.comm_s == 0).all()
+    assert np.allclose(dense.step_s, dense.compute_s + dense.optimizer_s, rtol=1e-12)
+
+
+@pytest.mark.parametrize("overlap", ["none", "bucketed"])
+def test_dense_allreduce_on_a_hierarchical_cluster_uses_its_intra_node_link(tiny_trace, overlap):
+    # 4 ranks per node, P = 8 (2 nodes), fp32: the whole 5000-byte gradient (one bucket).
+    # Hierarchical allreduce: ⌈lg 4⌉·(2α' + 2n·β' + n·γ') over the intra-node link, plus a
+    # ring over 2 nodes, 2α + 2·(1/2)·n·β + (1/2)·n·γ, over the inter-node link
+    cluster = get_cluster("4xP100-IB-FDR56")
+    opts = PredictOptions(
+        world_sizes=(8,), allreduce=("hierarchical",), dense_encodings=("fp32",), overlap=overlap
+    )
+    df = predict_trace(tiny_trace, cluster, opts)
+    row = df[(df.method == "dense") & (df.step == -1)].iloc[0]
+    il, ol, n = cluster.intra_link, cluster.link, 5000.0
+    expected = 2 * (2 * il.latency_s + 2 * n * il.beta_s_per_byte + n * il.gamma_s_per_byte) + (
+        2 * ol.latency_s + n * ol.beta_s_per_byte + 0.5 * n * ol.gamma_s_per_byte
+    )
+    assert row.comm_s == pytest.approx(expected, rel=1e-12)
