@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -78,7 +79,6 @@ def start_allgatherv_segments(
     per_rank = [[int(v) for v in t.cpu().tolist()] for t in gathered_lengths]
     totals = [sum(lens) for lens in per_rank]
 
-    payload = b"".join(segments)
     uneven = _backend(group) in UNEVEN_ALLGATHER_BACKENDS
     if uneven:
         # Zero-length tensors are avoided on every backend: one pad byte keeps the op valid.
@@ -86,9 +86,14 @@ def start_allgatherv_segments(
     else:
         sizes = [max(max(totals), 1)] * world
     rank = dist.get_rank(group)
+    # Each segment is copied once, straight into the send buffer (joining them into one
+    # bytes object first, then into a bytearray for torch, cost two more copies per call).
     mine = torch.zeros(sizes[rank], dtype=torch.uint8)
-    if payload:
-        mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    view = mine.numpy()
+    offset = 0
+    for segment in segments:
+        view[offset : offset + len(segment)] = np.frombuffer(segment, dtype=np.uint8)
+        offset += len(segment)
     mine = mine.to(device)
     outputs = [torch.empty(s, dtype=torch.uint8, device=device) for s in sizes]
     work = dist.all_gather(outputs, mine, group=group, async_op=True)
@@ -97,10 +102,10 @@ def start_allgatherv_segments(
     def split(_: torch.futures.Future) -> GatherResult:
         result: list[list[bytes]] = []
         for r in range(world):
-            raw = outputs[r][: totals[r]].cpu().numpy().tobytes()
+            raw = outputs[r].cpu().numpy()  # a view on CPU: each segment is copied once
             parts, offset = [], 0
             for length in per_rank[r]:
-                parts.append(raw[offset : offset + length])
+                parts.append(raw[offset : offset + length].tobytes())
                 offset += length
             result.append(parts)
         return GatherResult(result, totals, not uneven)
