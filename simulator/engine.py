@@ -15,6 +15,9 @@ the end of its phase b−1), so phases queue on one communication stream per ran
   flows of one sender only (a rank sends one flow at a time), or, of one receiver only; in
   the latter case under eager semantics :func:`run_fast` also checks at run time that
   messages into a rank never overlap, and returns ``None`` if they do.
+* :func:`run_fast_steps` — the fast path for many steps at once, bit for bit ``run_fast`` per
+  step; where shifting every rank by ``d`` maps the steps and the schedule onto themselves it
+  computes ranks 0..d-1 only.
 
 Derived tables of a schedule (who sends what in which round, route bandwidths and latencies
 on a topology, the stacked matrices of the fast path) are built on first use and kept in a

@@ -579,7 +579,9 @@ def _block(
 def _block_records(
     ws: _WorldSize, buckets: _Buckets, block: _Block, finish: np.ndarray, paths: list[str]
 ) -> list[dict[str, Any]]:
-    """:func:`_step_record` of every step of ``block`` (finish [S, B, P])."""
+    """Each step's result columns (finish [S, B, P]): decode of bucket k runs after its
+    collective, the previous decode and the rank's local work (the same device), for its
+    share of the decode time; ``step_s`` is the last rank's finish plus the optimizer step."""
     steps = slice(block.start, block.start + block.n_steps)
     compute = ws.compute[steps]
     work = compute + block.local
@@ -644,33 +646,6 @@ def _step_plan(
         data_index.append(len(phases))
         phases.append(Phase(ready[k], schedule, unit_sizes(schedule, sizes[k]), f"{label} b{k}"))
     return _StepPlan(phases, data_index, local, dec, variance, payload, grad_ready, ready)
-
-
-def _step_record(
-    ws: _WorldSize, buckets: _Buckets, t: int, plan: _StepPlan, out: _Outcome
-) -> dict[str, Any]:
-    """One step's result columns: decode of bucket k runs after its collective, the previous
-    decode and the rank's local work (the same device), for its share of the decode time."""
-    work = ws.compute[t] + plan.local
-    done = work.copy()
-    for k, b in enumerate(plan.data_index):
-        done = np.maximum(out.finish[b], done) + plan.dec * buckets.frac[k]
-    optimizer = float(ws.optimizer[t])
-    step_s = float(done.max()) + optimizer
-    return {
-        "path": out.path,
-        "step": int(ws.inputs.steps[t]),
-        "compute_s": float(ws.compute[t].mean()),
-        "optimizer_s": optimizer,
-        "variance_s": float(plan.variance.mean()),
-        "codec_s": float(plan.local.mean() - plan.variance.mean()),
-        "decode_s": float(plan.dec.max()),
-        # exposed communication; never below zero (float residue at P = 1)
-        "comm_s": max(step_s - float((work + plan.dec).max()) - optimizer, 0.0),
-        "step_s": step_s,
-        "payload_bytes_max": float(plan.payload.max()),
-        "payload_bytes_mean": float(plan.payload.mean()),
-    }
 
 
 def _timeline_steps(ws: _WorldSize, timeline_steps: Sequence[int]) -> set[int]:
