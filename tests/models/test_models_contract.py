@@ -288,3 +288,12 @@ def test_hierarchical_allreduce_with_a_partly_filled_last_node():
 
     got = allreduce_hierarchical(np.full((1, 6), 8.0), HALF, intra_link=HALF, gpus_per_node=4)
     assert got[0] == pytest.approx(36.0, rel=1e-12)
+
+
+def test_iteration_takes_integer_communication_times_and_names_a_bad_decode():
+    from vgcsim.models.iteration import iteration_time_s
+
+    out = iteration_time_s([[1.0]], [[0.0]], [[0.0]], [2])
+    assert out.comm_s.dtype == np.float64 and out.step_s.tolist() == [3.0]
+    with pytest.raises(ConfigError, match=r"^decode_s must be finite and >= 0$"):
+        iteration_time_s([[1.0]], [[0.0]], [[0.0]], [2.0], decode_s=[[np.nan]])
