@@ -222,8 +222,9 @@ def test_method_from_trace_names_its_label_source_and_refuses_silence(tiny_trace
     assert (m.compressor, m.encoding) == ("variance", "hand")
     assert m.source == "measured from trace tiny (hand, 3 steps, 2 workers, synthetic)"
     assert method_from_trace(tiny_trace, "hand2x").encoding == "hand2x"
-    from conftest import write_tiny_trace
     from vgcsim.traces.io import read_trace
+
+    from tests.conftest import write_tiny_trace
 
     silent = read_trace(
         write_tiny_trace(tmp_path / "silent", bits=np.zeros((2, 2, 2), dtype=np.int64))
