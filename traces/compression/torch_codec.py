@@ -68,6 +68,41 @@ def chunks(numel: int) -> int:
     return max(1, -(-numel // CHUNK))
 
 
+def _accumulate_and_select(
+    c,
+    r: torch.Tensor,
+    v: torch.Tensor,
+    grad: torch.Tensor,
+    sqsum: torch.Tensor,
+    batch_size: int,
+    holder: str,
+    note: str,
+) -> torch.Tensor:
+    """The variance rule's first half, shared by :func:`compress` and the bucket pass:
+    add ``grad`` to the residual ``r`` and the variance estimate from ``sqsum`` to ``v`` (in
+    place), then return the indices with r² > α·v (every nonzero r when α = 0)."""
+    g = grad.detach().reshape(-1).to(torch.float32)
+    sq = sqsum.detach().reshape(-1).to(torch.float32)
+    if g.numel() != r.numel() or sq.numel() != r.numel():
+        raise ValueError(
+            f"grad/sqsum have {g.numel()}/{sq.numel()} elements but the {holder} "
+            f"holds {r.numel()}{note}"
+        )
+    r.add_(g)
+    per_sample = c.variance_scale == "per_sample"
+    b = _f32(batch_size)
+    if c.variance == "sqsum":
+        v.add_(sq / b if per_sample else sq * _f32(1.0 / float(batch_size) ** 2))
+    else:
+        centered = (sq / b - g * g).clamp_min_(0)
+        v.add_(centered if per_sample else centered / b)
+    if c.alpha == 0:
+        idx = r.nonzero().view(-1)
+    else:
+        idx = (r.square() > _f32(c.alpha) * v).nonzero().view(-1)
+    return idx
+
+
 def compress(
     compressor: VarianceCompressor,
     grad: torch.Tensor,
@@ -85,25 +120,16 @@ def compress(
     """
     c = compressor.config
     r, v = state.residual, state.variance
-    g = grad.detach().reshape(-1).to(torch.float32)
-    sq = sqsum.detach().reshape(-1).to(torch.float32)
-    if g.numel() != r.numel() or sq.numel() != r.numel():
-        raise ValueError(
-            f"grad/sqsum have {g.numel()}/{sq.numel()} elements but the compressor state "
-            f"holds {r.numel()} (a state belongs to one (worker, layer))"
-        )
-    r.add_(g)
-    per_sample = c.variance_scale == "per_sample"
-    b = _f32(batch_size)
-    if c.variance == "sqsum":
-        v.add_(sq / b if per_sample else sq * _f32(1.0 / float(batch_size) ** 2))
-    else:
-        centered = (sq / b - g * g).clamp_min_(0)
-        v.add_(centered if per_sample else centered / b)
-    if c.alpha == 0:
-        idx = r.nonzero().view(-1)
-    else:
-        idx = (r.square() > _f32(c.alpha) * v).nonzero().view(-1)
+    idx = _accumulate_and_select(
+        c,
+        r,
+        v,
+        grad,
+        sqsum,
+        batch_size,
+        "compressor state",
+        " (a state belongs to one (worker, layer))",
+    )
     coded = c.values == "code4"
     if coded and c.below_floor == "keep":
         idx = _above_floor(r, idx, c.scale)
@@ -314,25 +340,7 @@ def compress_bucket(
     """
     c = compressor.config
     r, v = bucket.residual, bucket.variance
-    g = grad.detach().reshape(-1).to(torch.float32)
-    sq = sqsum.detach().reshape(-1).to(torch.float32)
-    if g.numel() != r.numel() or sq.numel() != r.numel():
-        raise ValueError(
-            f"grad/sqsum have {g.numel()}/{sq.numel()} elements but the bucket state "
-            f"holds {r.numel()}"
-        )
-    r.add_(g)
-    per_sample = c.variance_scale == "per_sample"
-    b = _f32(batch_size)
-    if c.variance == "sqsum":
-        v.add_(sq / b if per_sample else sq * _f32(1.0 / float(batch_size) ** 2))
-    else:
-        centered = (sq / b - g * g).clamp_min_(0)
-        v.add_(centered if per_sample else centered / b)
-    if c.alpha == 0:
-        idx = r.nonzero().view(-1)
-    else:
-        idx = (r.square() > _f32(c.alpha) * v).nonzero().view(-1)
+    idx = _accumulate_and_select(c, r, v, grad, sqsum, batch_size, "bucket state", "")
     n_layers = len(bucket.layers)
     lid = bucket.layer_ids.index_select(0, idx)
     # index_select / index_fill_ / index_copy_: on CPU several times faster than r[idx].
