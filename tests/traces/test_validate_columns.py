@@ -20,31 +20,16 @@ import copy
 import numpy as np
 import pandas as pd
 import pytest
+from trace_parts import SAMPLE, trace_parts, trace_problems
 from vgcsim.traces.io import Trace, read_trace
-from vgcsim.traces.validate import _expected_eval_steps, check_trace
+from vgcsim.traces.validate import _expected_eval_steps
 
-SAMPLE = "tests/data/sample_trace"
 CONTIGUITY = "steps are not contiguous from 0 (missing, repeated or out-of-order step numbers)"
 
 
 @pytest.fixture(scope="module")
 def sample() -> Trace:
     return read_trace(SAMPLE)
-
-
-def _parts(t: Trace) -> dict:
-    return {
-        "header": copy.deepcopy(t.header),
-        "payloads": t.payloads.copy(),
-        "steps": t.steps.copy(),
-        "evals": t.evals.copy(),
-    }
-
-
-def _problems(parts: dict) -> list[str]:
-    return check_trace(
-        Trace(SAMPLE, parts["header"], parts["payloads"], parts["steps"], parts["evals"])
-    )
 
 
 def _break_payloads(parts: dict) -> None:
@@ -60,72 +45,72 @@ def _break_payloads(parts: dict) -> None:
 def test_an_undescribed_numeric_column_must_be_finite_and_later_columns_are_still_checked(
     sample,
 ):
-    t = _parts(sample)
+    t = trace_parts(sample)
     s = t["steps"]
     s.insert(0, "extra_x", np.ones(len(s)))
     s.loc[3, "extra_x"] = np.inf
     s.loc[2, "lr"] = -1e-3  # a later column with a problem of its own
-    assert _problems(t) == [
+    assert trace_problems(t) == [
         "steps column extra_x contains NaN or Inf",
         "steps column lr has negative values",
     ]
 
 
 def test_an_undescribed_nullable_integer_column_with_a_missing_value_is_not_finite(sample):
-    t = _parts(sample)
+    t = trace_parts(sample)
     t["steps"]["extra_n"] = pd.array([1] * len(t["steps"]), dtype="Int64")
     t["steps"].loc[4, "extra_n"] = pd.NA
-    assert _problems(t) == ["steps column extra_n contains NaN or Inf"]
+    assert trace_problems(t) == ["steps column extra_n contains NaN or Inf"]
 
 
 def test_undescribed_finite_boolean_and_text_columns_are_accepted(sample):
-    t = _parts(sample)
+    t = trace_parts(sample)
     n = len(t["steps"])
     t["steps"]["extra_f"] = np.arange(n, dtype=np.float64)
     t["steps"]["extra_b"] = np.ones(n, dtype=bool)
     t["steps"]["extra_t"] = ["a"] * n
-    assert _problems(t) == []
+    assert trace_problems(t) == []
 
 
 # -- described columns: type -----------------------------------------------------------------
 
 
 def test_a_boolean_number_column_is_the_wrong_type_and_stops_the_dependent_checks(sample):
-    t = _parts(sample)
+    t = trace_parts(sample)
     t["steps"]["lr"] = True
     t["steps"].loc[1, "density"] = 2.0  # a later column of the same table: still reported
     _break_payloads(t)  # not reported: the steps table's types are wrong
-    assert _problems(t) == [
+    assert trace_problems(t) == [
         "steps column lr has type bool; expected numbers",
         "steps column density is outside [0, 1]",
     ]
 
 
 def test_a_boolean_step_column_is_the_wrong_type(sample):
-    t = _parts(sample)
+    t = trace_parts(sample)
     t["steps"]["step"] = t["steps"]["step"] > 0
-    assert _problems(t) == ["steps column step has type bool; expected integers"]
+    assert trace_problems(t) == ["steps column step has type bool; expected integers"]
 
 
 # -- described columns: finiteness and integers ----------------------------------------------
 
 
 def test_nan_in_an_integer_column_stops_the_dependent_checks(sample):
-    t = _parts(sample)
+    t = trace_parts(sample)
     t["steps"]["step"] = t["steps"]["step"].astype(np.float64)
     t["steps"].loc[5, "step"] = np.nan
     _break_payloads(t)
     # not also "steps are not contiguous": a NaN step number is not compared
-    assert _problems(t) == ["steps column step contains NaN or Inf"]
+    assert trace_problems(t) == ["steps column step contains NaN or Inf"]
 
 
 def test_a_fractional_integer_column_is_not_int64_and_stops_the_dependent_checks(sample):
-    t = _parts(sample)
+    t = trace_parts(sample)
     t["steps"]["step"] = t["steps"]["step"].astype(np.float64)
     t["steps"].loc[5, "step"] = 5.5
     t["steps"].loc[1, "density"] = -0.5  # a later column: still reported
     _break_payloads(t)
-    assert _problems(t) == [
+    assert trace_problems(t) == [
         "steps column step has values that are not int64 integers",
         "steps column density is outside [0, 1]",
     ]
@@ -133,26 +118,28 @@ def test_a_fractional_integer_column_is_not_int64_and_stops_the_dependent_checks
 
 def test_integers_beyond_two_to_the_62_are_refused_and_two_to_the_62_is_not(sample):
     # 1.5 × 2⁶² (below 2⁶³, above 2⁶²) is refused as not an int64 integer
-    t = _parts(sample)
+    t = trace_parts(sample)
     t["steps"]["step"] = t["steps"]["step"].astype(np.float64)
     t["steps"].loc[5, "step"] = 1.5 * 2.0**62
-    assert _problems(t) == ["steps column step has values that are not int64 integers"]
+    assert trace_problems(t) == ["steps column step has values that are not int64 integers"]
     # exactly 2⁶² is an integer in range: what is wrong is only the step order
-    t = _parts(sample)
+    t = trace_parts(sample)
     t["steps"]["step"] = t["steps"]["step"].astype(np.float64)
     t["steps"].loc[99, "step"] = 2.0**62
-    problems = _problems(t)
+    problems = trace_problems(t)
     assert problems[0] == CONTIGUITY
     assert not any("int64" in p for p in problems)
 
 
 def test_bits_columns_are_described_as_int64_integers(sample):
     # bits_<encoding> columns are not listed by name: their description is BITS_COLUMN (int)
-    t = _parts(sample)
+    t = trace_parts(sample)
     p = t["payloads"]
     p["bits_coo64"] = p["bits_coo64"].astype(np.float64)
     p.loc[7, "bits_coo64"] += 0.5
-    assert _problems(t) == ["payloads column bits_coo64 has values that are not int64 integers"]
+    assert trace_problems(t) == [
+        "payloads column bits_coo64 has values that are not int64 integers"
+    ]
 
 
 # -- expected evaluations ----------------------------------------------------------------------
@@ -217,15 +204,15 @@ LACK = (
 
 def test_missing_evaluations_name_how_many_and_the_first(sample):
     # the sample: complete, eval_every 25, 100 steps: evaluations at steps 24, 49, 74, 99
-    t = _parts(sample)
+    t = trace_parts(sample)
     t["evals"] = t["evals"][~t["evals"]["step"].isin([49, 74])]
-    assert _problems(t) == [LACK.format(n=2, first=49)]
+    assert trace_problems(t) == [LACK.format(n=2, first=49)]
 
 
 def test_a_trace_without_an_evaluation_table_lacks_every_evaluation(sample):
-    t = _parts(sample)
+    t = trace_parts(sample)
     t["evals"] = pd.DataFrame()
-    assert _problems(t) == [LACK.format(n=4, first=24)]
+    assert trace_problems(t) == [LACK.format(n=4, first=24)]
 
 
 def test_an_encoding_named_twice_is_a_header_problem(sample):

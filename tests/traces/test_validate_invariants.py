@@ -15,19 +15,18 @@ more element of a layer costs one more bitmap bit.
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 
 import numpy as np
 import pandas as pd
 import pytest
+from trace_parts import SAMPLE, trace_parts, trace_problems
 from vgcsim.traces.io import Trace, read_trace
 from vgcsim.traces.validate import check_trace
 
 from vgcsim.cli import main
 
-SAMPLE = "tests/data/sample_trace"
 ENCODINGS = ("packed32", "coo64", "gap_elias_gamma", "gap_elias_delta", "bitmap")
 
 
@@ -36,22 +35,8 @@ def sample() -> Trace:
     return read_trace(SAMPLE)
 
 
-def _copy(t: Trace) -> dict:
-    return {
-        "header": copy.deepcopy(t.header),
-        "payloads": t.payloads.copy(),
-        "steps": t.steps.copy(),
-        "evals": t.evals.copy(),
-    }
-
-
-def _problems(parts: dict) -> list[str]:
-    trace = Trace(SAMPLE, parts["header"], parts["payloads"], parts["steps"], parts["evals"])
-    return check_trace(trace)
-
-
 def _only(parts: dict, needle: str) -> str:
-    problems = _problems(parts)
+    problems = trace_problems(parts)
     assert len(problems) == 1, problems
     assert problems[0].startswith(needle), problems
     return problems[0]
@@ -60,14 +45,14 @@ def _only(parts: dict, needle: str) -> str:
 def test_the_sample_trace_is_valid(sample):
     assert sample.encodings == list(ENCODINGS)
     assert check_trace(sample) == []
-    assert _problems(_copy(sample)) == []
+    assert trace_problems(trace_parts(sample)) == []
 
 
 # -- header ----------------------------------------------------------------------------------
 
 
 def test_unknown_status(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["header"]["status"] = "paused"
     assert _only(t, "") == (
         "header field status: input should be 'running', 'complete' or 'stopped' (got 'paused')"
@@ -75,33 +60,33 @@ def test_unknown_status(sample):
 
 
 def test_layers_not_indexed_in_order(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["header"]["layers"][1]["index"] = 5
     assert _only(t, "") == "header layers are not indexed 0..L-1 in order"
 
 
 def test_layer_without_an_index(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     del t["header"]["layers"][1]["index"]
     assert _only(t, "") == "header field layers[1].index: field required"
 
 
 def test_numel_differs_from_the_product_of_the_shape(sample):
     # 16 × 1 × 3 × 4 = 192, but the layer (and every payload row of it) says 144
-    t = _copy(sample)
+    t = trace_parts(sample)
     assert t["header"]["layers"][0]["shape"] == [16, 1, 3, 3]
     t["header"]["layers"][0]["shape"] = [16, 1, 3, 4]
     assert _only(t, "") == "header layer '0.weight': numel 144 != prod(shape [16, 1, 3, 4])"
 
 
 def test_dense_bytes_differ_from_four_bytes_per_parameter(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["header"]["dense_bytes_per_step"] += 4
     assert _only(t, "") == "header dense_bytes_per_step 153132 != 4 x total numel 153128"
 
 
 def test_primary_encoding_not_among_the_encodings(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["header"]["primary_encoding"] = "fp32"
     _only(t, "primary encoding 'fp32'")
 
@@ -109,7 +94,7 @@ def test_primary_encoding_not_among_the_encodings(sample):
 def test_no_workers(sample):
     # with no workers there can be no payload rows: an empty payload table keeps the row
     # count (steps × 0 × layers = 0) and every per-row check true
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["header"]["workers"] = 0
     t["payloads"] = t["payloads"].iloc[0:0]
     assert _only(t, "") == (
@@ -118,7 +103,7 @@ def test_no_workers(sample):
 
 
 def test_steps_recorded_differs_from_the_steps_table(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["header"]["steps_recorded"] = 99
     _only(t, "header says 99 steps were recorded")
 
@@ -127,7 +112,7 @@ def test_steps_recorded_differs_from_the_steps_table(sample):
 
 
 def test_no_recorded_steps(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["header"]["steps_recorded"] = 0
     for table in ("steps", "payloads", "evals"):
         t[table] = t[table].iloc[0:0]
@@ -136,22 +121,22 @@ def test_no_recorded_steps(sample):
 
 @pytest.mark.parametrize("value", (float("nan"), float("inf")))
 def test_nan_or_inf_in_steps(sample, value):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["steps"].loc[3, "loss"] = value
     _only(t, "steps column loss contains NaN or Inf")
 
 
 def test_optional_step_columns_may_be_missing_but_not_infinite(sample):
     # optional columns (decode_s, ...) hold NaN where a value was not measured
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["steps"].loc[[3, 4], "decode_s"] = float("nan")
-    assert _problems(t) == []
+    assert trace_problems(t) == []
     t["steps"].loc[5, "decode_s"] = float("inf")
     assert _only(t, "") == "steps column decode_s contains NaN or Inf"
 
 
 def test_missing_value_in_a_nullable_integer_column(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     p = t["payloads"]
     p["sent"] = p["sent"].astype("Int64")
     p.loc[6, "sent"] = pd.NA
@@ -159,38 +144,38 @@ def test_missing_value_in_a_nullable_integer_column(sample):
 
 
 def test_a_single_worker_trace_is_valid(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["header"]["workers"] = 1
     t["payloads"] = t["payloads"][t["payloads"]["worker"] == 0].reset_index(drop=True)
-    assert _problems(t) == []
+    assert trace_problems(t) == []
 
 
 def test_densities_and_accuracies_at_zero_and_one_are_valid(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["steps"].loc[1, "density"] = 0.0
     t["steps"].loc[2, "density"] = 1.0
     t["evals"].loc[0, ["train_acc", "test_acc"]] = [0.0, 1.0]
     t["evals"].loc[1, ["train_acc", "test_acc"]] = [1.0, 0.0]
-    assert _problems(t) == []
+    assert trace_problems(t) == []
 
 
 def test_steps_out_of_order(sample):
     # swap the numbers of steps 3 and 4: the same set of steps, not contiguous in order
-    t = _copy(sample)
+    t = trace_parts(sample)
     s = t["steps"]
     s.loc[[3, 4], "step"] = [4, 3]
     _only(t, "steps are not contiguous from 0")
 
 
 def test_negative_seconds(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["steps"].loc[2, "compute_s"] = -0.5
     _only(t, "steps column compute_s has negative seconds")
 
 
 @pytest.mark.parametrize("density", (-0.25, 1.5))
 def test_density_outside_unit_interval(sample, density):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["steps"].loc[2, "density"] = density
     assert _only(t, "") == "steps column density is outside [0, 1]"
 
@@ -199,7 +184,7 @@ def test_density_outside_unit_interval(sample, density):
 
 
 def test_nan_in_payloads(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     p = t["payloads"]
     p["bits_coo64"] = p["bits_coo64"].astype(float)
     p.loc[7, "bits_coo64"] = float("nan")
@@ -207,7 +192,7 @@ def test_nan_in_payloads(sample):
 
 
 def test_missing_payload_row(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["payloads"] = t["payloads"].drop(index=10).reset_index(drop=True)
     _only(t, "payloads has 3199 rows; expected")
 
@@ -215,7 +200,7 @@ def test_missing_payload_row(sample):
 def test_duplicate_payload_rows(sample):
     # row 1 (step 0, worker 1, layer 0) is relabelled worker 0: the row count stays right,
     # (0, 0, 0) is now recorded twice with different contents (and (0, 1, 0) not at all)
-    t = _copy(sample)
+    t = trace_parts(sample)
     p = t["payloads"]
     assert p.loc[0, ["step", "worker", "layer"]].tolist() == [0, 0, 0]
     assert p.loc[1, ["step", "worker", "layer"]].tolist() == [0, 1, 0]
@@ -225,19 +210,19 @@ def test_duplicate_payload_rows(sample):
 
 
 def test_payload_rows_of_an_unknown_step(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["payloads"].loc[5, "step"] = 100
     assert _only(t, "") == "payloads has rows for steps that are not in the steps table"
 
 
 def test_payload_worker_out_of_range(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["payloads"].loc[5, "worker"] = 4
     _only(t, "payloads worker outside 0..3")
 
 
 def test_payload_layer_out_of_range(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["payloads"].loc[5, "layer"] = 8
     _only(t, "payloads layer outside 0..7")
 
@@ -245,7 +230,7 @@ def test_payload_layer_out_of_range(sample):
 def test_payload_numel_differs_from_the_header(sample):
     # a row of a layer 8 elements larger than the header says, otherwise consistent: its
     # bitmap has the 8 more bits such a layer needs
-    t = _copy(sample)
+    t = trace_parts(sample)
     p = t["payloads"]
     p.loc[9, "numel"] += 8
     p.loc[9, "bits_bitmap"] += 8
@@ -254,7 +239,7 @@ def test_payload_numel_differs_from_the_header(sample):
 
 def test_more_sent_than_the_layer_holds(sample):
     # a row that sent every element sends one more, with the bits one more value costs
-    t = _copy(sample)
+    t = trace_parts(sample)
     p = t["payloads"]
     full = p.index[p["sent"] == p["numel"]]
     assert len(full), "the sample trace has rows that sent a whole layer"
@@ -273,7 +258,7 @@ def test_more_sent_than_the_layer_holds(sample):
 
 def test_negative_sent(sample):
     # a row that sent nothing claims -1 elements, with the bits of one value fewer
-    t = _copy(sample)
+    t = trace_parts(sample)
     p = t["payloads"]
     none = p.index[p["sent"] == 0]
     assert len(none)
@@ -291,13 +276,13 @@ def test_negative_sent(sample):
 
 
 def test_negative_bits(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["payloads"].loc[4, "bits_coo64"] = -1
     _only(t, "payloads column bits_coo64 has negative bits")
 
 
 def test_zero_bits_are_outside_the_formula_not_negative(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["payloads"].loc[4, "bits_coo64"] = 0
     _only(t, "payloads column bits_coo64: 1 rows have bits outside the coo64 size formula")
 
@@ -305,16 +290,16 @@ def test_zero_bits_are_outside_the_formula_not_negative(sample):
 def test_every_encoding_is_checked_after_a_bad_one(sample):
     # negative bits in coo64 (2nd encoding) or a missing packed32 column (1st) must not
     # stop the checks of the encodings after them
-    t = _copy(sample)
+    t = trace_parts(sample)
     p = t["payloads"]
     p.loc[4, "bits_coo64"] = -1
     p.loc[8, "bits_bitmap"] = 1
-    problems = _problems(t)
+    problems = trace_problems(t)
     assert len(problems) == 2, problems
     assert problems[0] == "payloads column bits_coo64 has negative bits"
     assert problems[1].startswith("payloads column bits_bitmap: 1 rows have bits outside")
     t["payloads"] = p.drop(columns=["bits_packed32"])
-    problems = _problems(t)
+    problems = trace_problems(t)
     assert len(problems) == 3, problems
     assert problems[0] == "payloads lacks column bits_packed32 for encoding 'packed32'"
 
@@ -322,17 +307,17 @@ def test_every_encoding_is_checked_after_a_bad_one(sample):
 def test_an_encoding_without_a_size_formula_does_not_stop_the_checks(sample):
     # an encoding this version has no formula for is checked for negative bits only, and
     # the encodings after it are still checked
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["header"]["encodings"] = ["fp8_custom", *ENCODINGS]
     p = t["payloads"]
     p["bits_fp8_custom"] = 12
-    assert _problems(t) == []
+    assert trace_problems(t) == []
     p.loc[8, "bits_bitmap"] = 1
     _only(t, "payloads column bits_bitmap: 1 rows have bits outside")
 
 
 def test_missing_bits_column(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["payloads"] = t["payloads"].drop(columns=["bits_bitmap"])
     assert _only(t, "") == "payloads lacks column bits_bitmap for encoding 'bitmap'"
 
@@ -353,7 +338,7 @@ def _outside(enc: str, numel: int, sent: int) -> int:
 
 @pytest.mark.parametrize("enc", ENCODINGS)
 def test_bits_outside_the_size_formula(sample, enc):
-    t = _copy(sample)
+    t = trace_parts(sample)
     p = t["payloads"]
     i = 11
     p.loc[i, f"bits_{enc}"] = _outside(enc, int(p.loc[i, "numel"]), int(p.loc[i, "sent"]))
@@ -364,13 +349,13 @@ def test_bits_outside_the_size_formula(sample, enc):
 
 
 def test_nan_in_evals(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["evals"].loc[1, "test_loss"] = float("nan")
     _only(t, "evals column test_loss contains NaN or Inf")
 
 
 def test_eval_of_an_unrecorded_step(sample):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["evals"].loc[1, "step"] = 200
     assert _only(t, "") == "evals refer to steps that are not in the steps table"
 
@@ -378,7 +363,7 @@ def test_eval_of_an_unrecorded_step(sample):
 @pytest.mark.parametrize("col", ("train_acc", "test_acc"))
 @pytest.mark.parametrize("value", (-0.125, 1.25))
 def test_accuracy_outside_unit_interval(sample, col, value):
-    t = _copy(sample)
+    t = trace_parts(sample)
     t["evals"].loc[2, col] = value
     assert _only(t, "") == f"evals column {col} is outside [0, 1]"
 
