@@ -5,25 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from modelhelpers import star_cluster
 from vgcsim.models.collectives import COLLECTIVES
 from vgcsim.models.crossover import crossover_density, crossover_payload_bytes, crossover_ratio
 from vgcsim.models.iteration import bucketed_step_time_s, iteration_time_s
 from vgcsim.traces.buckets import bucket_backward_share, bucket_layers, layer_groups
 from vgcsim.traces.devicecost import compute_time_s
 
-from vgcsim.core.cluster import ClusterSpec, LinkSpec, get_cluster, get_device
+from vgcsim.core.cluster import get_cluster, get_device
 from vgcsim.core.errors import ConfigError, UnknownNameError
-
-
-def _cluster(latency_s=0.0, bandwidth_Bps=1e9):
-    return ClusterSpec(
-        name="t",
-        topology={"kind": "star"},
-        link=LinkSpec("t", bandwidth_Bps=bandwidth_Bps, latency_s=latency_s),
-        intra_link=None,
-        gpus_per_node=1,
-        device=get_device("V100"),
-    )
 
 
 def test_compute_model_by_hand():
@@ -87,13 +77,15 @@ def test_buckets_by_hand():
 
 @pytest.mark.parametrize("p", [2, 4, 16, 100, 1024])
 def test_balanced_coo64_crossover_is_density_one_over_p(p):
-    d = crossover_density(4e8, p, _cluster(latency_s=0.0), bits_per_sent=64, bits_per_element=32)
+    d = crossover_density(
+        4e8, p, star_cluster(latency_s=0.0), bits_per_sent=64, bits_per_element=32
+    )
     assert d == pytest.approx(1.0 / p, rel=1e-9)
 
 
 @pytest.mark.parametrize("agv", ["ring", "recursive_doubling", "bruck", "direct", "padded"])
 def test_crossover_ties_the_two_step_times(agv):
-    c = _cluster(latency_s=5e-6)
+    c = star_cluster(latency_s=5e-6)
     n, p = 1e8, 48
     m = crossover_payload_bytes(n, p, c, allgatherv=f"allgatherv/{agv}", overhead_s=1e-3)
     dense = COLLECTIVES["allreduce/ring"].time_s(np.full((1, p), n), c.link)[0]

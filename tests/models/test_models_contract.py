@@ -9,24 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from modelhelpers import star_cluster
 from vgcsim.models.crossover import crossover_density, crossover_payload_bytes
 from vgcsim.models.iteration import bucketed_step_time_s
 from vgcsim.models.scenario import NETS, method_from_trace
 
 from vgcsim.core.cluster import ClusterSpec, LinkSpec, get_device
 from vgcsim.core.errors import ConfigError
-
-
-def _cluster(latency_s=0.0, bandwidth_Bps=1e9):
-    return ClusterSpec(
-        name="t",
-        topology={"kind": "star"},
-        link=LinkSpec("t", bandwidth_Bps=bandwidth_Bps, latency_s=latency_s),
-        intra_link=None,
-        gpus_per_node=1,
-        device=get_device("V100"),
-    )
-
 
 # -- bucketed overlap ----------------------------------------------------------------------
 
@@ -89,7 +78,7 @@ def test_bucketed_refusals_name_the_argument():
 def test_crossover_density_defaults_to_coo64_against_fp32():
     # α = 0, ring vs ring, P = 4, 4 MB dense: (P−1)·m·β = 2·(P−1)/P·n·β ⇒ m* = 2n/P = 2 MB;
     # N = 8·4e6/32 = 1e6 elements; d* = 8·m*/(64·N) = 0.25 = 1/P
-    cl = _cluster()
+    cl = star_cluster()
     assert crossover_density(4e6, 4, cl) == pytest.approx(0.25, rel=1e-12)
     # 2-byte elements and 32-bit sent entries: N = 2e6, d* = 8·2e6/(32·2e6) = 0.25 as well;
     # 48-bit entries against fp32: 8·2e6/(48·1e6) = 1/3
@@ -102,7 +91,7 @@ def test_crossover_density_defaults_to_coo64_against_fp32():
 def test_crossover_density_passes_the_cost_options_on():
     # an overhead of 1 ms on a 1 GB/s link, α = 0, P = 4: dense ring 2·(3/4)·4e6 B·1 ns/B =
     # 6 ms, allgatherv (P−1)·m·1 ns/B = 3m ns; the tie gives m* = (6 − 1) ms / 3 ns/B
-    cl = _cluster()
+    cl = star_cluster()
     m = crossover_payload_bytes(4e6, 4, cl, overhead_s=1e-3)
     assert m == pytest.approx(5e-3 / 3e-9, rel=1e-12)
     assert crossover_density(4e6, 4, cl, overhead_s=1e-3) == pytest.approx(
@@ -159,7 +148,7 @@ def test_a_trace_sending_under_one_bit_per_step_still_has_a_ratio(tmp_path):
 
 
 def test_crossover_refusals_name_the_problem_exactly():
-    cl = _cluster()
+    cl = star_cluster()
     with pytest.raises(
         ConfigError, match=r"^a crossover needs at least 2 ranks \(P = 1 does not communicate\)$"
     ):
@@ -180,10 +169,10 @@ def test_a_one_byte_gradient_has_a_finite_crossover_ratio():
     # m* = 1 B, ratio 1/1 = 1 (a payload of one byte ties; it is not "never pays")
     from vgcsim.models.crossover import crossover_ratio
 
-    assert crossover_payload_bytes(1.0, 2, _cluster()) == pytest.approx(1.0, rel=1e-12)
-    assert crossover_ratio(1.0, 2, _cluster()) == pytest.approx(1.0, rel=1e-12)
+    assert crossover_payload_bytes(1.0, 2, star_cluster()) == pytest.approx(1.0, rel=1e-12)
+    assert crossover_ratio(1.0, 2, star_cluster()) == pytest.approx(1.0, rel=1e-12)
     # and half a byte of gradient is still a positive size
-    assert crossover_payload_bytes(0.5, 2, _cluster()) == pytest.approx(0.5, rel=1e-12)
+    assert crossover_payload_bytes(0.5, 2, star_cluster()) == pytest.approx(0.5, rel=1e-12)
 
 
 def test_best_rows_keep_the_result_columns_and_a_fresh_index():
