@@ -5,14 +5,22 @@ tensors cannot carry them directly. :func:`allgatherv_segments` does what an MPI
 ``Allgatherv`` does, in two collectives:
 
 1. every rank contributes the byte length of each of its segments (one int64 per segment);
-   an ``all_gather`` of those small vectors tells every rank every length;
-2. the payload bytes themselves travel in one ``all_gather`` of ``uint8`` tensors. On NCCL
-   that all_gather takes uneven sizes directly. Gloo rejects uneven tensors and empty ones,
-   so there every rank pads its buffer to the largest rank's length (at least one byte).
+   an all_gather of those small vectors tells every rank every length;
+2. the payload bytes themselves travel in one all_gather of ``uint8`` tensors. On NCCL
+   that all_gather takes uneven sizes directly (a list of outputs). Gloo rejects uneven
+   tensors and empty ones, so there every rank pads its buffer to the largest rank's length
+   (at least one byte), and the padded blocks are gathered in place into one flat tensor
+   (``all_gather_single``, formerly ``all_gather_into_tensor``): this rank's block is a view
+   of its slot in the output, written once from the segments, and gloo writes the other
+   ranks' blocks straight into theirs (a list all_gather on gloo goes through one more flat
+   buffer of P blocks and copies out of it).
 
-Each rank then slices the gathered buffers back into per-rank, per-segment ``bytes``.
+Each rank then slices the gathered buffer back into per-rank, per-segment ``bytes`` (one
+copy of each gathered byte, the only one besides writing its own segments in).
 The padding is real traffic on gloo: :func:`wire_bytes` says how many bytes each rank put on
-the wire so measured times can be compared with the ``allgatherv/padded`` cost model.
+the wire so measured times can be compared with the ``allgatherv/padded`` cost model. The
+host work that remains (writing the own block, copying P blocks out) is what the cluster
+file's ``allgatherv_host_s_per_byte`` prices (fitted by ``vgcsim calibrate``).
 """
 
 from __future__ import annotations
@@ -39,6 +47,27 @@ class GatherResult:
 
 def _backend(group: dist.ProcessGroup | None) -> str:
     return str(dist.get_backend(group)).lower()
+
+
+def _gather_flat(
+    output: torch.Tensor,
+    block: torch.Tensor,
+    group: dist.ProcessGroup | None,
+    async_op: bool = False,
+):
+    """All_gather of equal blocks into one flat ``output`` (``block`` may be a view of this
+    rank's slot in it): ``all_gather_single`` where torch has it, else its older name."""
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    return gather(output, block, group=group, async_op=async_op)
+
+
+def _write_segments(dest: np.ndarray, segments: Sequence[bytes]) -> None:
+    """Copy ``segments`` one after another into ``dest``; zero the rest (the padding)."""
+    offset = 0
+    for segment in segments:
+        dest[offset : offset + len(segment)] = np.frombuffer(segment, dtype=np.uint8)
+        offset += len(segment)
+    dest[offset:] = 0
 
 
 def allgatherv_segments(
@@ -74,29 +103,31 @@ def start_allgatherv_segments(
         done.set_result(GatherResult([[] for _ in range(world)], [0] * world, False))
         return done, 0
     lengths = torch.tensor([len(s) for s in segments], dtype=torch.int64, device=device)
-    gathered_lengths = [torch.empty_like(lengths) for _ in range(world)]
-    dist.all_gather(gathered_lengths, lengths, group=group)
-    per_rank = [[int(v) for v in t.cpu().tolist()] for t in gathered_lengths]
+    gathered_lengths = torch.empty(world * n, dtype=torch.int64, device=device)
+    _gather_flat(gathered_lengths, lengths, group)
+    flat_lengths = gathered_lengths.cpu().tolist()
+    per_rank = [flat_lengths[r * n : (r + 1) * n] for r in range(world)]
     totals = [sum(lens) for lens in per_rank]
 
     uneven = _backend(group) in UNEVEN_ALLGATHER_BACKENDS
+    rank = dist.get_rank(group)
     if uneven:
         # Zero-length tensors are avoided on every backend: one pad byte keeps the op valid.
         sizes = [max(t, 1) for t in totals]
+        mine = torch.empty(sizes[rank], dtype=torch.uint8)
+        _write_segments(mine.numpy(), segments)
+        mine = mine.to(device)
+        outputs = [torch.empty(s, dtype=torch.uint8, device=device) for s in sizes]
+        work = dist.all_gather(outputs, mine, group=group, async_op=True)
     else:
-        sizes = [max(max(totals), 1)] * world
-    rank = dist.get_rank(group)
-    # Each segment is copied once, straight into the send buffer (joining them into one
-    # bytes object first, then into a bytearray for torch, cost two more copies per call).
-    mine = torch.zeros(sizes[rank], dtype=torch.uint8)
-    view = mine.numpy()
-    offset = 0
-    for segment in segments:
-        view[offset : offset + len(segment)] = np.frombuffer(segment, dtype=np.uint8)
-        offset += len(segment)
-    mine = mine.to(device)
-    outputs = [torch.empty(s, dtype=torch.uint8, device=device) for s in sizes]
-    work = dist.all_gather(outputs, mine, group=group, async_op=True)
+        block = max(max(totals), 1)
+        sizes = [block] * world
+        flat = torch.empty(world * block, dtype=torch.uint8)
+        # This rank's block is its slot of the output: written once, gathered in place.
+        _write_segments(flat[rank * block : (rank + 1) * block].numpy(), segments)
+        flat = flat.to(device)
+        outputs = [flat[r * block : (r + 1) * block] for r in range(world)]
+        work = _gather_flat(flat, outputs[rank], group, async_op=True)
     sent = lengths.numel() * lengths.element_size() + sizes[rank]
 
     def split(_: torch.futures.Future) -> GatherResult:
