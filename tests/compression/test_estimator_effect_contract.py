@@ -1,0 +1,256 @@
+"""The estimator-effect report's arithmetic and command, checked against hand-computed rows.
+
+``totals`` pools per-layer rows weighted by their decision counts; ``to_markdown`` prints
+them; ``main`` runs :func:`send_decision_gap` on the setup its docstring documents (mnist,
+W = 4 workers × 32, Adam lr 1e-3, variance α = 2, seeded minibatches). The expected values
+below are worked out by hand from those definitions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from vgcsim.traces.compression import estimator_effect
+from vgcsim.traces.compression.estimator_effect import main, to_markdown, totals
+
+# Two layers: 100 and 300 decisions. Pooled by hand:
+#   decision_diff = (10 + 3) / 400 = 0.0325
+#   density_exact = (0.2·100 + 0.1·300) / 400 = 50 / 400 = 0.125
+#   density_fast  = (0.3·100 + 0.05·300) / 400 = 45 / 400 = 0.1125
+#   density_ratio = 45 / 50 = 0.9
+CONV_W = {
+    "layer": 0,
+    "name": "c.weight",
+    "kind": "Conv2d",
+    "numel": 25,
+    "decisions": 100,
+    "differ": 10,
+    "decision_diff": 0.1,
+    "density_exact": 0.2,
+    "density_fast": 0.3,
+    "density_ratio": 1.5,
+}
+LIN_W = {
+    "layer": 1,
+    "name": "l.weight",
+    "kind": "Linear",
+    "numel": 1500,
+    "decisions": 300,
+    "differ": 3,
+    "decision_diff": 0.01,
+    "density_exact": 0.1,
+    "density_fast": 0.05,
+    "density_ratio": 0.5,
+}
+CONV_B = {
+    "layer": 2,
+    "name": "c.bias",
+    "kind": "Conv2d",
+    "numel": 5,
+    "decisions": 100,
+    "differ": 0,
+    "decision_diff": 0.0,
+    "density_exact": 0.0,
+    "density_fast": 0.0,
+    "density_ratio": float("nan"),
+}
+
+
+def test_totals_weights_each_layer_by_its_decisions():
+    t = totals([CONV_W, LIN_W])
+    assert t["numel"] == 1525
+    assert t["decision_diff"] == pytest.approx(0.0325, rel=1e-12)
+    assert t["density_exact"] == pytest.approx(0.125, rel=1e-12)
+    assert t["density_fast"] == pytest.approx(0.1125, rel=1e-12)
+    assert t["density_ratio"] == pytest.approx(0.9, rel=1e-12)
+
+
+def test_totals_keeps_only_the_selected_rows():
+    t = totals([CONV_W, LIN_W], lambda r: r["kind"] == "Linear")
+    assert t == pytest.approx(
+        {
+            "numel": 1500,
+            "decision_diff": 0.01,
+            "density_exact": 0.1,
+            "density_fast": 0.05,
+            "density_ratio": 0.5,
+        },
+        rel=1e-12,
+    )
+
+
+def test_totals_of_no_rows_or_no_exact_sends_are_nan():
+    empty = totals([CONV_W], lambda r: False)
+    assert set(empty) == {
+        "numel",
+        "decision_diff",
+        "density_exact",
+        "density_fast",
+        "density_ratio",
+    }
+    assert empty["numel"] == 0
+    assert all(math.isnan(empty[k]) for k in empty if k != "numel")
+    silent = totals([CONV_B])
+    assert silent["numel"] == 5 and silent["decision_diff"] == 0.0
+    assert silent["density_exact"] == 0.0 and silent["density_fast"] == 0.0
+    assert math.isnan(silent["density_ratio"])
+
+
+def test_markdown_table_lines_by_hand():
+    table = to_markdown([CONV_W, LIN_W, CONV_B])
+    assert table.endswith("|\n") and not table.endswith("\n\n")
+    assert table.splitlines() == [
+        "| parameter | kind | elements | decisions differing | density exact | density fast | fast / exact |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        "| c.weight | Conv2d | 25 | 10.00 % | 20.00 % | 30.00 % | 1.500 |",
+        "| l.weight | Linear | 1,500 | 1.00 % | 10.00 % | 5.00 % | 0.500 |",
+        "| c.bias | Conv2d | 5 | 0.00 % | 0.00 % | 0.00 % | nan |",
+        # the conv weights only: c.weight (the bias is not a weight)
+        "| all Conv2d weights |  | 25 | 10.00 % | 20.00 % | 30.00 % | 1.500 |",
+        # all three: differ 13 / 500, exact 50 / 500, fast 45 / 500, ratio 0.9
+        "| whole model |  | 1,530 | 2.60 % | 10.00 % | 9.00 % | 0.900 |",
+    ]
+
+
+def test_markdown_without_conv_weights_has_no_conv_line():
+    lines = to_markdown([LIN_W]).splitlines()
+    assert len(lines) == 4
+    assert not any("all Conv2d weights" in ln for ln in lines)
+    assert lines[-1] == "| whole model |  | 1,500 | 1.00 % | 10.00 % | 5.00 % | 0.500 |"
+
+
+class _Recorder:
+    """Stands in for send_decision_gap: records what main passes and returns fixed rows."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, model, loss_fn, batches, workers, compressor, optimizer, *, sq_dtype):
+        self.calls.append(
+            {
+                "model": model,
+                "loss_fn": loss_fn,
+                "batches": [(x.clone(), y.clone()) for x, y in batches],
+                "workers": workers,
+                "compressor": compressor,
+                "optimizer": optimizer,
+                "sq_dtype": sq_dtype,
+            }
+        )
+        return [CONV_W, LIN_W]
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    rec = _Recorder()
+    monkeypatch.setattr(estimator_effect, "send_decision_gap", rec)
+    threads = torch.get_num_threads()
+    yield rec
+    torch.set_num_threads(threads)
+
+
+def test_command_defaults_are_the_documented_setup(recorder, capsys):
+    from vgcsim.traces.training.datasets import load_dataset
+    from vgcsim.traces.training.nets import build_net
+
+    assert main(["--dataset", "synthetic", "--steps", "3"]) == 0
+    (call,) = recorder.calls
+    # W = 4 workers × 32 samples, 3 steps
+    assert call["workers"] == 4
+    assert len(call["batches"]) == 3
+    data = load_dataset("synthetic", seed=0)
+    for x, y in call["batches"]:
+        assert x.shape == (128, *data.input_shape) and y.shape == (128,)
+    # the default variance compressor with alpha = 2
+    comp = call["compressor"]
+    assert comp.name == "variance" and comp.params["alpha"] == 2.0
+    assert comp.params == type(comp)(alpha=2.0).params
+    # Adam, lr 1e-3, constant
+    opt = call["optimizer"]
+    assert isinstance(opt, torch.optim.Adam)
+    assert [g["lr"] for g in opt.param_groups] == [1e-3]
+    assert call["sq_dtype"] == "auto"
+    # per-sample losses (reduction "none")
+    logits = torch.zeros(5, data.num_classes)
+    assert call["loss_fn"](logits, torch.zeros(5, dtype=torch.int64)).shape == (5,)
+    # small_cnn of width 1, the optimizer holds its parameters
+    model = call["model"]
+    ref = build_net("small_cnn", data.input_shape, data.num_classes, 1.0)
+    assert [p.shape for p in model.parameters()] == [p.shape for p in ref.parameters()]
+    assert [p for g in opt.param_groups for p in g["params"]] == list(model.parameters())
+    assert torch.get_num_threads() == 1
+    # the parameter count is the rows' (the fake's 25 + 1,500 elements)
+    out = capsys.readouterr().out
+    assert out == (
+        "small_cnn width 1 (1,525 parameters), synthetic, 3 steps, W=4×32, variance α=2\n\n"
+        + to_markdown([CONV_W, LIN_W])
+    )
+
+
+def test_command_options_reach_the_run(recorder, capsys):
+    argv = ["--dataset", "synthetic", "--model", "mlp", "--width", "0.5", "--steps", "2"]
+    argv += ["--workers", "2", "--batch-size", "3", "--alpha", "0.5", "--sq-dtype", "float32"]
+    assert main(argv) == 0
+    (call,) = recorder.calls
+    assert call["workers"] == 2 and call["sq_dtype"] == "float32"
+    assert [x.shape[0] for x, _ in call["batches"]] == [6, 6]
+    assert call["compressor"].params["alpha"] == 0.5
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == "mlp width 0.5 (1,525 parameters), synthetic, 2 steps, W=2×3, variance α=0.5"
+    # width 0.5 halves the mlp's hidden layers (256, 128 -> 128, 64)
+    assert [m.out_features for m in call["model"] if isinstance(m, nn.Linear)][:2] == [128, 64]
+
+
+def _draw(recorder, seed: int):
+    recorder.calls.clear()
+    main(["--dataset", "synthetic", "--steps", "2", "--seed", str(seed)])
+    (call,) = recorder.calls
+    return call
+
+
+def test_command_minibatches_are_seeded_and_drawn_without_replacement(recorder, capsys):
+    from vgcsim.traces.training.datasets import load_dataset
+
+    a, b, c = _draw(recorder, 0), _draw(recorder, 0), _draw(recorder, 1)
+    for (xa, ya), (xb, yb) in zip(a["batches"], b["batches"], strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert not torch.equal(a["batches"][0][0], c["batches"][0][0])
+    # the same seed initialises the same model, another seed another one
+    pa, pb, pc = (next(call["model"].parameters()) for call in (a, b, c))
+    assert torch.equal(pa, pb) and not torch.equal(pa, pc)
+    # each minibatch holds 128 distinct training samples, and the two steps differ
+    train = load_dataset("synthetic", seed=0).x_train.flatten(1)
+    rows = {tuple(r.tolist()): i for i, r in enumerate(train)}
+    picked = [[rows[tuple(r.tolist())] for r in x.flatten(1)] for x, _ in a["batches"]]
+    assert all(len(set(p)) == 128 for p in picked)
+    assert picked[0] != picked[1]
+    # drawn from the training split, seeded by --seed
+    assert np.asarray(picked).max() < train.shape[0]
+
+
+def test_command_runs_the_real_comparison_on_a_tiny_setup(capsys):
+    threads = torch.get_num_threads()
+    try:
+        argv = ["--dataset", "synthetic", "--model", "mlp", "--width", "0.125", "--steps", "1"]
+        assert main([*argv, "--workers", "2", "--batch-size", "2"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    lines = capsys.readouterr().out.splitlines()
+    # mlp of width 1/8 on 1×8×8 inputs, 4 classes: 64·32+32, 32·16+16, 16·4+4 = 2,080 + 528 + 68 = 2,676
+    assert lines[0] == "mlp width 0.125 (2,676 parameters), synthetic, 1 steps, W=2×2, variance α=2"
+    assert lines[1] == ""
+    body = [ln for ln in lines[2:] if ln.startswith("| ") and "---" not in ln][1:]
+    assert [ln.split(" | ")[0][2:] for ln in body] == [
+        "1.weight",
+        "1.bias",
+        "3.weight",
+        "3.bias",
+        "5.weight",
+        "5.bias",
+        "whole model",
+    ]
+    assert body[-1].startswith("| whole model |  | 2,676 | ")
