@@ -254,3 +254,151 @@ def test_command_runs_the_real_comparison_on_a_tiny_setup(capsys):
         "whole model",
     ]
     assert body[-1].startswith("| whole model |  | 2,676 | ")
+
+
+# --------------------------------------------------------------------------- send_decision_gap
+
+
+def _mean_loss_sgd_steps(model: nn.Module, batches, lr: float) -> list[torch.Tensor]:
+    """Reference: plain SGD on the mean loss over all W·B samples (autograd)."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for x, y in batches:
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def _tiny_batches(steps: int, workers: int, b: int, seed: int = 3):
+    g = torch.Generator().manual_seed(seed)
+    return [
+        (torch.randn(workers * b, 5, generator=g), torch.randint(0, 3, (workers * b,), generator=g))
+        for _ in range(steps)
+    ]
+
+
+def test_model_follows_the_mean_of_the_exact_copys_decoded_payloads():
+    # alpha = 0 with fp32 values sends every nonzero residual as it is; after the reset the
+    # next step's residual is the new gradient. So the decoded mean is the mean of the
+    # workers' gradients = the gradient of the mean loss over all W·B samples, and SGD with
+    # lr 0.5 must follow plain SGD on the whole batch, step for step.
+    from vgcsim.traces.compression.compressors import get_compressor
+
+    torch.manual_seed(5)
+    model = nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 3))
+    ref = nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 3))
+    ref.load_state_dict(model.state_dict())
+    batches = _tiny_batches(3, 2, 4)
+    rows = estimator_effect.send_decision_gap(
+        model,
+        nn.CrossEntropyLoss(reduction="none"),
+        iter(batches),
+        2,
+        get_compressor("variance", alpha=0.0, values="fp32"),
+        torch.optim.SGD(model.parameters(), lr=0.5),
+        sq_dtype="float32",
+    )
+    expected = _mean_loss_sgd_steps(ref, batches, 0.5)
+    for p, q in zip(model.parameters(), expected, strict=True):
+        torch.testing.assert_close(p.detach(), q, rtol=1e-5, atol=1e-6)
+        assert p.grad is None  # zero_grad(set_to_none=True) after the step
+    # every element of every worker is sent in every step by both copies
+    for r, p in zip(rows, model.parameters(), strict=True):
+        assert r["numel"] == p.numel() and r["decisions"] == 3 * 2 * p.numel()
+        assert r["differ"] == 0 and r["decision_diff"] == 0
+        assert r["density_exact"] == 1 and r["density_fast"] == 1 and r["density_ratio"] == 1
+    assert [r["name"] for r in rows] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert [r["kind"] for r in rows] == ["Linear"] * 4
+    assert [r["layer"] for r in rows] == [0, 1, 2, 3]
+
+
+class _ThresholdOnSqsum:
+    """A stand-in compressor whose send decision is known: element i is sent when its
+    squared-gradient sum exceeds ``threshold``; nothing is decoded (the model stays put)."""
+
+    name = "threshold"
+    needs_sqsum = True
+
+    def __init__(self, threshold: float):
+        self.threshold = threshold
+        self.calls = []
+
+    def init_state(self, numel: int) -> dict:
+        return {"numel": numel, "calls": 0}
+
+    def compress(self, grad, state, *, sqsum, batch_size, layer):
+        from types import SimpleNamespace
+
+        state["calls"] += 1
+        self.calls.append((id(state), layer, batch_size, grad.numel(), sqsum.numel()))
+        idx = np.flatnonzero(sqsum.numpy() > self.threshold)
+        return SimpleNamespace(
+            message=SimpleNamespace(indices=idx),
+            sent=idx.size,
+            decode=lambda: torch.zeros(state["numel"]),
+        )
+
+
+def test_decision_counts_against_the_two_estimators_squared_sums():
+    from vgcsim.traces.compression.variance import worker_gradients
+
+    torch.manual_seed(7)
+    model = nn.Sequential(
+        nn.Conv2d(1, 2, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(2 * 4 * 4, 3)
+    )
+    g = torch.Generator().manual_seed(8)
+    workers, b, steps = 2, 3, 2
+    batches = [
+        (
+            torch.randn(workers * b, 1, 4, 4, generator=g),
+            torch.randint(0, 3, (workers * b,), generator=g),
+        )
+        for _ in range(steps)
+    ]
+    loss = nn.CrossEntropyLoss(reduction="none")
+    exact = worker_gradients(model, loss, *batches[0], workers, "exact")
+    # a threshold inside the conv weight's exact sums, so the two estimators disagree there
+    threshold = float(exact.sqsums[0].median())
+    comp = _ThresholdOnSqsum(threshold)
+    rows = estimator_effect.send_decision_gap(
+        model, loss, iter(batches), workers, comp, torch.optim.SGD(model.parameters(), lr=1.0)
+    )
+    # the model never moves (nothing decoded): recompute both sums per step by hand
+    numels = [p.numel() for p in model.parameters()]
+    differ = np.zeros(len(numels), dtype=np.int64)
+    sent = {"exact": np.zeros(len(numels)), "fast": np.zeros(len(numels))}
+    for x, y in batches:
+        sq = {
+            est: worker_gradients(model, loss, x, y, workers, est, sq_dtype="float32").sqsums
+            for est in ("exact", "fast")
+        }
+        for i in range(len(numels)):
+            for w in range(workers):
+                pick = {
+                    e: set(np.flatnonzero(sq[e][i][w].reshape(-1).numpy() > threshold)) for e in sq
+                }
+                differ[i] += len(pick["exact"] ^ pick["fast"])
+                for e in sq:
+                    sent[e][i] += len(pick[e])
+    assert differ[0] > 0  # the conv weight's decisions differ on this case
+    for i, r in enumerate(rows):
+        decisions = steps * workers * numels[i]
+        assert r["decisions"] == decisions and r["differ"] == differ[i]
+        assert r["decision_diff"] == pytest.approx(differ[i] / decisions, rel=1e-12)
+        assert r["density_exact"] == pytest.approx(sent["exact"][i] / decisions, rel=1e-12)
+        assert r["density_fast"] == pytest.approx(sent["fast"][i] / decisions, rel=1e-12)
+        if sent["exact"][i]:
+            ratio = sent["fast"][i] / sent["exact"][i]
+            assert r["density_ratio"] == pytest.approx(ratio, rel=1e-12)
+        else:
+            assert math.isnan(r["density_ratio"])
+    assert [r["kind"] for r in rows] == ["Conv2d", "Conv2d", "Linear", "Linear"]
+    # one state per (estimator, worker, layer), each called once per step, with the
+    # worker's batch size, its layer number and tensors of the layer's size
+    states = {c[0] for c in comp.calls}
+    assert len(states) == 2 * workers * len(numels)
+    assert len(comp.calls) == steps * 2 * workers * len(numels)
+    assert {c[2] for c in comp.calls} == {b}
+    for _, layer, _, n_grad, n_sq in comp.calls:
+        assert n_grad == n_sq == numels[layer]
+    assert sorted({c[1] for c in comp.calls}) == list(range(len(numels)))
