@@ -1,0 +1,150 @@
+"""Every compressor hyperparameter: the values at the edge of its documented range are
+accepted, the first values past the edge are refused with one line naming the parameter,
+the range and the value given (the compressor docstrings give the ranges)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from vgcsim.traces.compression.compressors import get_compressor
+
+from vgcsim.core.errors import ConfigError, UnknownNameError
+
+INF, NAN = math.inf, math.nan
+
+
+def _refused(name: str, **params) -> str:
+    with pytest.raises(ConfigError) as exc:
+        get_compressor(name, **params)
+    return str(exc.value)
+
+
+@pytest.mark.parametrize("name", ["variance", "hybrid"])
+def test_alpha_is_a_finite_number_at_least_zero(name):
+    assert get_compressor(name, alpha=0.0).config.alpha == 0.0
+    assert get_compressor(name, alpha=1e300).config.alpha == 1e300
+    for bad in (-1e-12, INF, NAN, -INF):
+        assert _refused(name, alpha=bad) == (
+            f"{name}: alpha must be a finite number >= 0, got {bad}"
+        )
+
+
+@pytest.mark.parametrize("name", ["variance", "hybrid"])
+def test_zeta_is_within_zero_and_one(name):
+    assert get_compressor(name, zeta=0.0).config.zeta == 0.0
+    assert get_compressor(name, zeta=1.0).config.zeta == 1.0
+    for bad in (-1e-12, 1.0 + 1e-12, NAN):
+        assert _refused(name, zeta=bad) == f"{name}: zeta must be in [0, 1], got {bad}"
+
+
+@pytest.mark.parametrize("name", ["strom", "hybrid"])
+def test_tau_is_a_finite_number_at_least_zero(name):
+    assert get_compressor(name, tau=0.0).config.tau == 0.0
+    assert get_compressor(name, tau=1e300).config.tau == 1e300
+    for bad in (-1e-12, INF, NAN):
+        assert _refused(name, tau=bad) == f"{name}: tau must be a finite number >= 0, got {bad}"
+
+
+def test_topk_fraction_is_in_the_half_open_unit_interval():
+    assert get_compressor("topk", fraction=1.0).config.fraction == 1.0
+    assert get_compressor("topk", fraction=1e-12).config.fraction == 1e-12
+    for bad in (0.0, -0.5, 1.0 + 1e-12, NAN):
+        assert _refused("topk", fraction=bad) == f"topk: fraction must be in (0, 1], got {bad}"
+
+
+def test_qsgd_bits_bucket_size_and_levels_ranges():
+    for bits in (2, 16):
+        assert get_compressor("qsgd", bits=bits).config.bits == bits
+    for bad in (1, 17, 0):
+        assert _refused("qsgd", bits=bad) == f"qsgd: bits must be in 2..16, got {bad}"
+    assert get_compressor("qsgd", bucket_size=1).config.bucket_size == 1
+    for bad in (0, -3):
+        assert _refused("qsgd", bucket_size=bad) == f"qsgd: bucket_size must be >= 1, got {bad}"
+    assert get_compressor("qsgd", levels=0).s == 7  # 0 = from bits: 2^(4-1) - 1
+    assert get_compressor("qsgd", levels=1).s == 1
+    assert _refused("qsgd", levels=-1) == "qsgd: levels must be >= 0 (0 = from bits), got -1"
+
+
+# (compressor, parameter, kind named in the message, valid choices)
+CHOICES = [
+    ("variance", "variance", "variance reading", ("centered", "sqsum")),
+    ("variance", "variance_scale", "variance_scale", ("batch_mean", "per_sample")),
+    ("variance", "after_send", "after_send rule", ("error_feedback", "reset")),
+    ("variance", "below_floor", "below_floor rule", ("floor", "keep")),
+    ("variance", "scale", "scale rule", ("max", "mean")),
+    ("variance", "rounding", "rounding rule", ("down", "log", "nearest")),
+    ("variance", "values", "value format", ("code4", "fp32")),
+    ("hybrid", "variance", "variance reading", ("centered", "sqsum")),
+    ("hybrid", "variance_scale", "variance_scale", ("batch_mean", "per_sample")),
+    ("hybrid", "after_send", "after_send rule", ("error_feedback", "reset")),
+    ("topk", "values", "value format", ("code4", "fp32")),
+    ("topk", "scale", "scale rule", ("max", "mean")),
+    ("topk", "rounding", "rounding rule", ("down", "log", "nearest")),
+    ("qsgd", "primary", "qsgd encoding", ("qsgd_elias", "qsgd_fixed")),
+    ("dense", "precision", "precision", ("fp16", "fp32")),
+]
+
+
+@pytest.mark.parametrize(("name", "param", "kind", "valid"), CHOICES)
+def test_every_choice_is_accepted_and_another_is_refused_naming_the_valid_ones(
+    name, param, kind, valid
+):
+    for choice in valid:
+        assert getattr(get_compressor(name, **{param: choice}).config, param) == choice
+    with pytest.raises(UnknownNameError) as exc:
+        get_compressor(name, **{param: "bogus"})
+    assert str(exc.value) == f"unknown {kind} 'bogus'; valid: {', '.join(valid)}"
+
+
+def test_unknown_and_mistyped_parameters_are_one_line_each():
+    assert _refused("strom", tau=0.1, alpha=2.0) == (
+        "unknown parameter(s) alpha for compressor 'strom'; valid: tau"
+    )
+    assert _refused("dense", zeta=1.0, alpha=2.0) == (
+        "unknown parameter(s) alpha, zeta for compressor 'dense'; valid: precision"
+    )
+    assert _refused("qsgd", bits=2.5) == "compressor 'qsgd': parameter 'bits' expects int, got 2.5"
+    assert (
+        _refused("qsgd", bits=True) == "compressor 'qsgd': parameter 'bits' expects int, got True"
+    )
+    assert _refused("strom", tau=False) == (
+        "compressor 'strom': parameter 'tau' expects float, got False"
+    )
+    assert _refused("dense", precision=16) == (
+        "compressor 'dense': parameter 'precision' expects str, got 16"
+    )
+    # an int is a float hyperparameter's value, as in a TOML or JSON config
+    assert get_compressor("strom", tau=1).config.tau == 1
+    assert get_compressor("variance", alpha=0).config.alpha == 0
+
+
+def test_base_contract_of_a_compressor_without_parameters():
+    from dataclasses import dataclass
+
+    from vgcsim.traces.compression.base import Compressor
+
+    @dataclass(frozen=True)
+    class NoParams:
+        pass
+
+    class Bare(Compressor):
+        name = "bare"
+        Params = NoParams
+
+    with pytest.raises(ConfigError) as exc:
+        Bare(k=1)
+    assert str(exc.value) == "unknown parameter(s) k for compressor 'bare'; valid: (none)"
+    bare = Bare()
+    assert bare.params == {} and repr(bare) == "Bare()"
+    assert bare.init_state(5) is None
+    for attr in ("encodings", "primary_encoding"):
+        with pytest.raises(NotImplementedError):
+            getattr(bare, attr)
+
+
+def test_repr_lists_every_hyperparameter():
+    assert repr(get_compressor("strom", tau=0.5)) == "StromCompressor(tau=0.5)"
+    assert repr(get_compressor("qsgd", bits=3, bucket_size=128)) == (
+        "QSGDCompressor(bits=3, bucket_size=128, levels=0, primary='qsgd_elias')"
+    )
