@@ -25,12 +25,13 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from vgcsim.core.cluster import ClusterSpec, LinkSpec
-from vgcsim.core.collectives import COLLECTIVE_KEYS, SIZE_HEADER_BYTES
+from vgcsim.core.collectives import COLLECTIVE_KEYS, SIZE_HEADER_BYTES, padded_host_time_s
 from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
     "COLLECTIVES",
     "CollectiveModel",
+    "allgatherv_host_time_s",
     "allgatherv_padded_data",
     "size_exchange_time_s",
     "collective_key",
@@ -374,12 +375,34 @@ def size_exchange_time_s(world_size: int, link: LinkSpec) -> float:
     return (p - 1) * (link.latency_s + SIZE_HEADER_BYTES * link.beta_s_per_byte)
 
 
+def allgatherv_host_time_s(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
+    """Host time of the padded allgatherv's implementation: ``T_host = δ·P·m_max``, δ =
+    ``link.allgatherv_host_s_per_byte`` (0 for P = 1).
+
+    Assumptions: the host work is proportional to the bytes each rank's gathered buffer holds,
+    P blocks of m_max (padding included): writing its own block in and copying every block
+    out (``vgcsim.traces.training.distributed_allgatherv``), plus whatever the backend's
+    all_gather spends on the host per byte beyond the wire; it runs on every rank at once and
+    adds to the ring's time (no overlap with the transfers).
+
+    Source: δ is measured, not derived: ``vgcsim calibrate`` fits it as the slope of the
+    measured allgatherv time beyond its α-β ring cost against P·m
+    (``vgcsim.models.linkfit``), as γ is the slope of allreduce's excess (the α-β-γ model of
+    Thakur, Rabenseifner & Gropp, IJHPCA 2005, with a per-byte host term of the same form).
+    """
+    s = _sizes(sizes_bytes)
+    return padded_host_time_s(s.shape[-1], s.max(axis=-1), link.allgatherv_host_s_per_byte)
+
+
 def allgatherv_padded_data(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
     """The data phase of the padded allgatherv alone: a ring allgather of every block padded to
-    the largest one, ``T = (P−1)·(α + β·m_max)`` (sizes known in advance)."""
+    the largest one and the implementation's host copies,
+    ``T = (P−1)·(α + β·m_max) + δ·P·m_max`` (sizes known in advance;
+    :func:`allgatherv_host_time_s`)."""
     s = _sizes(sizes_bytes)
     p = s.shape[-1]
-    return (p - 1) * (link.latency_s + s.max(axis=-1) * link.beta_s_per_byte)
+    ring = (p - 1) * (link.latency_s + s.max(axis=-1) * link.beta_s_per_byte)
+    return ring + allgatherv_host_time_s(s, link)
 
 
 def allgatherv_padded(
@@ -392,10 +415,13 @@ def allgatherv_padded(
     """Padded allgatherv: allgather the sizes, then a ring allgather of every block padded to
     the largest one (what gloo-backed ``torch.distributed`` and many frameworks do).
 
-    Formula: ``T = (P−1)·(α + 8β) + (P−1)·(α + β·m_max)`` — :func:`size_exchange_time_s`
-    (one int64 per rank by ring allgather) + :func:`allgatherv_padded_data`.
+    Formula: ``T = (P−1)·(α + 8β) + (P−1)·(α + β·m_max) + δ·P·m_max`` —
+    :func:`size_exchange_time_s` (one int64 per rank by ring allgather) +
+    :func:`allgatherv_padded_data` (the padded ring and the host copies, δ =
+    ``link.allgatherv_host_s_per_byte``, :func:`allgatherv_host_time_s`).
 
-    Assumptions: both phases use the lock-step ring allgather; padding bytes cross the wire.
+    Assumptions: both phases use the lock-step ring allgather; padding bytes cross the wire;
+    the host copies of the gathered buffer add to the ring (δ = 0: the α-β ring alone).
 
     Source: Thakur, Rabenseifner & Gropp, IJHPCA 2005 (ring allgather); the two-phase
     size-then-data pattern of ``torch.distributed.all_gather`` with uneven tensors.

@@ -10,7 +10,10 @@ a time. Each op's cost is linear in α (per-message latency, s), β = 1/bandwidt
 * ring allgather of ``m`` bytes per rank: ``t = (P−1)·α + (P−1)·m·β``
 * vgcsim's allgatherv of ``m`` bytes per rank (an all_gather of one int64 length, then the
   payload all_gather; on gloo the ``allgatherv/padded`` model):
-  ``t = 2(P−1)·α + (P−1)·(m + h)·β`` with ``h`` = :data:`~vgcsim.core.collectives.SIZE_HEADER_BYTES`
+  ``t = 2(P−1)·α + (P−1)·(m + h)·β + P·m·δ`` with ``h`` =
+  :data:`~vgcsim.core.collectives.SIZE_HEADER_BYTES` and δ the implementation's host time per
+  gathered byte (``allgatherv_host_s_per_byte``: copying the P blocks in and out, which the
+  ring's α-β terms do not price; :func:`host_coefficient`)
 
 The fit (:func:`fit_link`) takes latency from small messages and bandwidth from large ones,
 so that neither regime's many points can drag the other's parameter:
@@ -33,7 +36,11 @@ By default α and β come from ``p2p`` alone (the link, without a collective alg
 behaviour) and γ from ``allreduce``'s rows where β's term alone is at least half the measured
 time, with α and β fixed, as the slope of what those rows pay beyond α and β's terms
 (least squares on the seconds with a free intercept, like β: what allreduce pays per byte
-beyond moving it, the reduction). The other collectives are predicted, not fitted: their
+beyond moving it, the reduction). δ comes the same way from ``allgatherv``'s rows where β's
+term is at least a quarter of the measured time (:data:`HOST_BAND_SHARE`), with α, β fixed: the
+slope of their excess over the ring's α-β terms against P·m, least squares on the seconds
+with a free intercept (what vgcsim's allgatherv pays per gathered byte on the host).
+The other collectives are predicted, not fitted: their
 rows in the error table check the ring formulas on this link. ``p2p_intra`` is fitted the same
 way into the intra-node link. The fit's *typical error* is exp(rms log(t̂/t)) − 1 over the rows
 of the ops that fixed α and β; rows between the two regimes count too, so a link that the α-β
@@ -59,6 +66,11 @@ BANDWIDTH_FACTOR = 4.0
 LATENCY_SHARE = 0.2
 #: Refuse to write a cluster file above this typical error (exp(rms log ratio) − 1).
 DEFAULT_MAX_ERROR = 0.25
+#: allgatherv rows enter δ's fit while β's term is at least this share of the measured time
+#: (a quarter, not γ's half: on a fast link the host copies can cost as much as the wire).
+HOST_BAND_SHARE = 0.25
+#: The op whose rows give δ (``allgatherv_host_s_per_byte``) by default.
+HOST_OP = "allgatherv"
 
 
 def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, float, float]:
@@ -76,9 +88,20 @@ def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, fl
     raise ConfigError(f"unknown op {op!r}; valid: {', '.join(OPS)}")
 
 
+def host_coefficient(op: str, size_bytes: float, world: int) -> float:
+    """Coefficient ``k_δ`` of δ (``allgatherv_host_s_per_byte``) in one measurement's cost: the
+    bytes of the gathered buffer, ``P·m``, for vgcsim's allgatherv of ``m`` bytes per rank
+    (every block of the same size, so no padding); 0 for the other ops
+    (:func:`vgcsim.models.collectives.allgatherv_host_time_s`)."""
+    if op not in OPS:
+        raise ConfigError(f"unknown op {op!r}; valid: {', '.join(OPS)}")
+    return float(world) * float(size_bytes) if op == "allgatherv" else 0.0
+
+
 @dataclass(frozen=True)
 class LinkFit:
-    """Fitted link: ``latency_s`` = α, ``bandwidth_Bps`` = 1/β, ``gamma_s_per_byte`` = γ.
+    """Fitted link: ``latency_s`` = α, ``bandwidth_Bps`` = 1/β, ``gamma_s_per_byte`` = γ,
+    ``allgatherv_host_s_per_byte`` = δ (from ``host_op``'s rows; 0 when not fitted).
 
     ``rms_rel_error`` and ``rms_log_error`` are over the rows of ``fit_ops`` (the ops that fixed
     α and β); ``typical_error`` = exp(rms_log_error) − 1.
@@ -94,6 +117,8 @@ class LinkFit:
     fit_ops: tuple[str, ...] = ()
     gamma_op: str = ""
     method: str = "regimes"
+    allgatherv_host_s_per_byte: float = 0.0
+    host_op: str = ""
 
     @property
     def typical_error(self) -> float:
@@ -214,8 +239,13 @@ def _gamma_given(a: np.ndarray, t: np.ndarray, alpha: float, beta: float) -> flo
     large share of the time, set γ: on a 200 Mbit/s link the old fit took γ = 8.8 ns/B from
     them and over-predicted a 64 MiB allreduce by 9 %. With a single distinct size the
     intercept cannot be told from the slope and γ is that row's excess per byte."""
-    rest = t - a[:, 0] * alpha - a[:, 1] * beta
-    k = a[:, 2]
+    return _excess_slope(a[:, 2], t - a[:, 0] * alpha - a[:, 1] * beta, t)
+
+
+def _excess_slope(k: np.ndarray, rest: np.ndarray, t: np.ndarray) -> float:
+    """Slope ≥ 0 of ``rest ≈ c + slope·k`` by least squares on the seconds with a free
+    intercept ``c`` (unused); one distinct ``k``: that row's ``rest / k``. ``t`` (the measured
+    times) only scales the problem. Shared by γ (:func:`_gamma_given`) and δ."""
     if np.unique(k).size < 2:
         den = float(k @ k)
         return max(0.0, float(k @ rest) / den) if den > 0 else 0.0
@@ -230,16 +260,21 @@ def fit_link(
     *,
     ops: Sequence[str] | None = None,
     gamma_op: str | None = "allreduce",
+    host_op: str | None = HOST_OP,
 ) -> tuple[LinkFit, list[dict]]:
     """Fit α, β, γ to a measurement file's rows; returns the fit and the per-size error table.
 
     ``ops`` fix α and β (and γ when one of them has a γ term); default ``p2p`` when it was
     measured, else every measured collective. ``gamma_op`` (default ``allreduce``), when
     measured and not among ``ops``, then gives γ from its bandwidth-bound rows with α, β fixed.
-    ``p2p_intra`` rows are left out (see :func:`fit_intra_link`). Each table row: op,
-    size_bytes, measured_s (``statistic`` over repetitions), fitted_s, rel_error and role
-    (latency, bandwidth, between, joint: how the row entered the fit; gamma; check: predicted
-    only).
+    ``host_op`` (default ``allgatherv``), when measured and not among ``ops``, gives δ
+    (``allgatherv_host_s_per_byte``) from its rows where β's term is at least
+    :data:`HOST_BAND_SHARE` of the measured time, with α and β fixed: the slope of their
+    excess over α, β and γ's terms against :func:`host_coefficient` (P·m), least squares on
+    the seconds with a free intercept. ``p2p_intra`` rows are left out (see
+    :func:`fit_intra_link`). Each table row: op, size_bytes, measured_s (``statistic`` over
+    repetitions), fitted_s, rel_error and role (latency, bandwidth, between, joint: how the
+    row entered the fit; gamma; host; check: predicted only).
     """
     world = int(measurements["world_size"])
     rows = [r for r in measurements["rows"] if r["op"] != "p2p_intra"]
@@ -276,7 +311,17 @@ def fit_link(
             g_idx = np.flatnonzero(g)[g_band]
             roles[g_idx] = "gamma"
             g_op = gamma_op
-    fitted = a @ x
+    k_host = np.array([host_coefficient(r["op"], r["size_bytes"], world) for r in rows])
+    delta, h_op = 0.0, ""
+    if host_op and host_op in measured and host_op not in fit_ops and x[1] > 0:
+        h = np.array([r["op"] == host_op for r in rows])
+        # β's term at least HOST_BAND_SHARE of the time: where a per-byte cost can show.
+        h_band = h & (a[:, 1] * x[1] >= HOST_BAND_SHARE * t) & (k_host > 0)
+        if h_band.any():
+            delta = _excess_slope(k_host[h_band], t[h_band] - a[h_band] @ x, t[h_band])
+            roles[h_band] = "host"
+            h_op = host_op
+    fitted = a @ x + k_host * delta
     rel = (fitted - t) / t
     with np.errstate(divide="ignore"):
         log_ratio = np.log(fitted / t)
@@ -292,6 +337,8 @@ def fit_link(
         fit_ops=fit_ops,
         gamma_op=g_op,
         method=method,
+        allgatherv_host_s_per_byte=float(delta),
+        host_op=h_op,
     )
     return fit, _table(rows, t, fitted, rel, roles)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from vgcsim.simulator.collectives import get_schedule, unit_sizes
+from vgcsim.simulator.collectives import get_schedule, host_time_s, unit_sizes
 from vgcsim.simulator.engine import Phase, run_message
 from vgcsim.simulator.network import LinkMonitor
 from vgcsim.simulator.topology import build_topology
@@ -72,14 +72,17 @@ def simulate_collective(
     topo = build_topology(cluster, p)
     schedule = get_schedule(key, p, cluster.gpus_per_node)
     monitor = LinkMonitor(topo.n_channels)
+    units = unit_sizes(schedule, sizes)
     finish = run_message(
-        [Phase(np.zeros(p), schedule, unit_sizes(schedule, sizes), key)],
+        [Phase(np.zeros(p), schedule, units, key)],
         topo,
         mode=mode,
         semantics=semantics,
         gamma_s_per_byte=cluster.link.gamma_s_per_byte,
         monitor=monitor,
     )[0]
+    # the padded allgatherv's host copies after the transfers (0 unless the link has them)
+    finish = finish + host_time_s(schedule, units, cluster.link.allgatherv_host_s_per_byte)
     time_s = float(finish.max())
     used = monitor.bytes > 0
     busy = monitor.busy_s[used]

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vgcsim.core.collectives import COLLECTIVE_KEYS, SIZE_HEADER_BYTES
+from vgcsim.core.collectives import COLLECTIVE_KEYS, SIZE_HEADER_BYTES, padded_host_time_s
 from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "Round",
     "Schedule",
     "get_schedule",
+    "host_time_s",
     "padded_data_schedule",
     "unit_sizes",
 ]
@@ -109,6 +110,22 @@ def unit_sizes(schedule: Schedule, sizes_bytes: np.ndarray | float) -> np.ndarra
     if schedule.pad:  # every block padded to the largest, plus the size header unit
         return np.append(np.full(schedule.world_size, sizes.max()), float(SIZE_HEADER_BYTES))
     return sizes
+
+
+def host_time_s(schedule: Schedule, units: np.ndarray, host_s_per_byte: float):
+    """Host time of the allgatherv implementation after a call of ``schedule`` with unit sizes
+    ``units`` (``[..., n_units]``, see :func:`unit_sizes`): ``δ·P·m_max`` on every rank for
+    the padded schedules (``allgatherv/padded`` and its data-only twin), 0 for the others.
+
+    Formula and assumptions: ``vgcsim.core.collectives.padded_host_time_s`` (the same rule
+    as the cost model's ``allgatherv/padded``); δ = a link's ``allgatherv_host_s_per_byte``,
+    fitted by ``vgcsim calibrate``. The engine does not run it: callers add it to the
+    phase's finish time (so it does not delay a later phase of the same step).
+    """
+    u = np.asarray(units, dtype=float)
+    if not schedule.pad or host_s_per_byte == 0:
+        return np.zeros(u.shape[:-1]) if u.ndim > 1 else 0.0
+    return padded_host_time_s(schedule.world_size, u[..., 0], host_s_per_byte)
 
 
 def _arr(values) -> np.ndarray:

@@ -159,6 +159,7 @@ def _link_lines(table: str, name: str, fit, what: str) -> list[str]:
         f"vgcsim calibrate: {what}, {fit.backend}, {fit.world_size} ranks, alpha and beta "
         f"from {'+'.join(fit.fit_ops)}"
         + (f", gamma from {fit.gamma_op}" if fit.gamma_op else "")
+        + (f", allgatherv host cost from {fit.host_op}" if fit.host_op else "")
         + f" ({fit.method} fit), typical error {fit.typical_error:.1%}"
     )
     lines = [
@@ -167,6 +168,7 @@ def _link_lines(table: str, name: str, fit, what: str) -> list[str]:
         f"bandwidth_Bps = {toml_value(float(fit.bandwidth_Bps))}",
         f"latency_s = {toml_value(float(fit.latency_s))}",
         f"gamma_s_per_byte = {toml_value(float(fit.gamma_s_per_byte))}",
+        f"allgatherv_host_s_per_byte = {toml_value(float(fit.allgatherv_host_s_per_byte))}",
     ]
     if "efficiency" in {f.name for f in dataclasses.fields(LinkSpec)}:
         # The fit measures payload bytes per second: nothing is left to discount.
@@ -330,6 +332,7 @@ def run(args: argparse.Namespace) -> int:
         args.statistic,
         ops=sorted(fit_ops - {"p2p_intra"}) or None,
         gamma_op=None if fit_ops else "allreduce",
+        host_op=None if fit_ops else "allgatherv",
     )
     if fit.bandwidth_Bps == float("inf"):
         raise CalibrationError(
@@ -379,6 +382,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_fit(label: str, fit) -> None:
     gamma = f", gamma = {fit.gamma_s_per_byte:.3g} s/B" if fit.gamma_op else ""
+    if fit.host_op:
+        gamma += f", allgatherv host {fit.allgatherv_host_s_per_byte:.3g} s/B"
     print(
         f"{label} ({fit.backend}, {fit.world_size} ranks; alpha, beta from "
         f"{'+'.join(fit.fit_ops)}, {fit.method} fit): alpha = {fit.latency_s * 1e6:.2f} us, "

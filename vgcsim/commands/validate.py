@@ -150,17 +150,21 @@ def _model_key(op: str, backend: str) -> str | None:
 def _simulated_s(key: str, sizes: Any, cluster: Any) -> float:
     import numpy as np
 
-    from vgcsim.simulator.collectives import get_schedule, unit_sizes
+    from vgcsim.simulator.collectives import get_schedule, host_time_s, unit_sizes
     from vgcsim.simulator.engine import Phase, run_message
     from vgcsim.simulator.topology import build_topology
 
     p = len(sizes)
     schedule = get_schedule(key, p, cluster.gpus_per_node)
-    phase = Phase(np.zeros(p), schedule, unit_sizes(schedule, np.asarray(sizes, dtype=float)))
+    units = unit_sizes(schedule, np.asarray(sizes, dtype=float))
     fin = run_message(
-        [phase], build_topology(cluster, p), gamma_s_per_byte=cluster.link.gamma_s_per_byte
+        [Phase(np.zeros(p), schedule, units)],
+        build_topology(cluster, p),
+        gamma_s_per_byte=cluster.link.gamma_s_per_byte,
     )
-    return float(fin.max())
+    # the padded allgatherv's host copies (δ·P·m_max), as the closed form prices them
+    host = host_time_s(schedule, units, cluster.link.allgatherv_host_s_per_byte)
+    return float(fin.max() + host)
 
 
 def collective_frame(
@@ -315,9 +319,12 @@ def _run_measurements(args: argparse.Namespace) -> int:
     df = collective_frame(
         measurements, cluster, statistic=args.statistic, simulate=not args.no_simulate
     )
+    link = cluster.link
     print(
         f"{args.run}: {len(df)} measurements on {df.attrs['world_size']} ranks "
-        f"({df.attrs['backend']}), cluster {cluster.name}"
+        f"({df.attrs['backend']}), cluster {cluster.name} (alpha {link.latency_s * 1e6:.1f} us, "
+        f"{link.payload_Bps / 1e6:.2f} MB/s, gamma {link.gamma_s_per_byte:.3g} s/B, "
+        f"allgatherv host {link.allgatherv_host_s_per_byte:.3g} s/B)"
     )
     print(collective_text(df))
     if args.out is not None:

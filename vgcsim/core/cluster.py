@@ -36,6 +36,7 @@ A cluster file (TOML) looks like::
     bandwidth = "10Gbps"         # or bandwidth_Bps = 1.25e9
     latency = "10us"             # or latency_s = 1e-5
     gamma_s_per_byte = 0.0
+    allgatherv_host_s_per_byte = 0.0   # host copy time per gathered byte (vgcsim calibrate)
     framing = "tcp-mtu9000"      # or efficiency = 0.99 (payload bytes per wire byte)
     [intra_link]
     preset = "NVLink2"
@@ -100,6 +101,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "bandwidth_Bps": (1.0, 1e15),  # 1 B/s .. 1 PB/s
     "latency_s": (0.0, 1.0),  # a start-up time above a second is a unit mistake
     "gamma_s_per_byte": (0.0, 1.0),
+    "allgatherv_host_s_per_byte": (0.0, 1.0),
     "peak_flops": (1e6, 1e21),  # 1 MFLOP/s .. 1 ZFLOP/s
     "memory_bandwidth_Bps": (1.0, 1e15),
     "launch_overhead_s": (0.0, 1.0),
@@ -185,7 +187,10 @@ class LinkSpec:
     duplex); ``efficiency`` the payload bytes per wire byte of its transport (see
     :data:`FRAMINGS`), so payload moves at ``payload_Bps = bandwidth_Bps × efficiency``;
     ``latency_s`` is α, the per-message start-up time; ``gamma_s_per_byte`` is γ, the time to
-    reduce one byte at the receiver (used by allreduce models).
+    reduce one byte at the receiver (used by allreduce models); ``allgatherv_host_s_per_byte``
+    is δ, the host time an allgatherv implementation spends per byte of the buffer it gathers
+    (copying blocks in and out, P·m_max bytes per rank on the padded allgatherv; used by
+    ``allgatherv/padded``; fitted by ``vgcsim calibrate``, 0 for the presets).
     """
 
     name: str
@@ -194,9 +199,10 @@ class LinkSpec:
     gamma_s_per_byte: float = 0.0
     source: str = ""
     efficiency: float = 1.0
+    allgatherv_host_s_per_byte: float = 0.0
 
     def __post_init__(self) -> None:
-        for key in ("bandwidth_Bps", "latency_s", "gamma_s_per_byte"):
+        for key in ("bandwidth_Bps", "latency_s", "gamma_s_per_byte", "allgatherv_host_s_per_byte"):
             _check_range(f"link {self.name!r}", key, getattr(self, key))
         if not (_finite(self.efficiency) and 0 < self.efficiency <= 1):
             raise ConfigError(
@@ -783,6 +789,7 @@ _LINK_KEYS = (
     "latency",
     "latency_s",
     "gamma_s_per_byte",
+    "allgatherv_host_s_per_byte",
     "efficiency",
     "framing",
     "source",
@@ -826,6 +833,11 @@ def _link_from(where: str, value: Any) -> LinkSpec:
         "gamma_s_per_byte",
         value.get("gamma_s_per_byte", base.gamma_s_per_byte if base else 0.0),
     )
+    host = _number_key(
+        where,
+        "allgatherv_host_s_per_byte",
+        value.get("allgatherv_host_s_per_byte", base.allgatherv_host_s_per_byte if base else 0.0),
+    )
     framing = _one_of(where, value, "efficiency", "framing")
     if "framing" in value:
         if not isinstance(framing, str):
@@ -840,6 +852,7 @@ def _link_from(where: str, value: Any) -> LinkSpec:
         bw is not None
         or lat is not None
         or "gamma_s_per_byte" in value
+        or "allgatherv_host_s_per_byte" in value
         or "efficiency" in value
         or "framing" in value
     )
@@ -853,6 +866,7 @@ def _link_from(where: str, value: Any) -> LinkSpec:
             gamma_s_per_byte=gamma,
             source=str(value.get("source", base.source if base and not changed else "user")),
             efficiency=eff,
+            allgatherv_host_s_per_byte=host,
         )
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None

@@ -22,3 +22,14 @@ COLLECTIVE_KEYS = tuple(f"allreduce/{a}" for a in ALLREDUCE_ALGORITHMS) + tuple(
 #: (MPI_Allgatherv's receive counts, torch.distributed's two-collective allgatherv). The one
 #: definition used by the cost models, the simulator and the calibration.
 SIZE_HEADER_BYTES = 8
+
+
+def padded_host_time_s(world_size: int, block_bytes, host_s_per_byte: float):
+    """Host time of a padded allgatherv's implementation: ``δ·P·m_max`` (0 for P = 1), δ =
+    ``host_s_per_byte`` (a link's ``allgatherv_host_s_per_byte``), ``block_bytes`` = m_max
+    (a number or an array of them). The one rule the cost model and the simulator price:
+    every rank's gathered buffer holds P padded blocks, and the host work of copying them is
+    taken as proportional to those bytes."""
+    if world_size <= 1:
+        return 0.0 * block_bytes
+    return host_s_per_byte * world_size * block_bytes

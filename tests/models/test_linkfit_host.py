@@ -1,0 +1,108 @@
+"""δ, the allgatherv implementation's host time per gathered byte: recovered exactly from a
+synthetic link with a known host cost, a slope and not a per-call overhead, written to the
+cluster file, and priced alike by the closed form and the simulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from vgcsim.models.collectives import allgatherv_host_time_s, collective_time_s
+from vgcsim.models.linkfit import cost_coefficients, fit_link, host_coefficient
+from vgcsim.simulator.call import simulate_collective
+
+from vgcsim.commands.calibrate import cluster_toml
+from vgcsim.core.cluster import LinkSpec, load_cluster
+from vgcsim.core.errors import ConfigError
+
+SIZES = (4, 64, 1024, 16384, 262144, 1 << 20, 4 << 20, 16 << 20)
+
+
+def synthetic(alpha, beta, gamma, delta, world, *, extra_s=0.0):
+    """Exact times of p2p, allreduce and allgatherv on a link with these α, β, γ, δ;
+    ``extra_s`` is a per-call overhead on every allgatherv (not per byte)."""
+    rows = []
+    for op in ("p2p", "allreduce", "allgatherv"):
+        for size in SIZES:
+            a, b, g = cost_coefficients(op, size, world)
+            t = a * alpha + b * beta + g * gamma + host_coefficient(op, size, world) * delta
+            t += extra_s if op == "allgatherv" else 0.0
+            rows.append({"op": op, "size_bytes": size, "seconds": [t, t * 1.001, t * 0.999]})
+    return {"world_size": world, "backend": "gloo", "rows": rows}
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_fit_recovers_a_known_host_cost_exactly(world):
+    fit, table = fit_link(synthetic(300e-6, 1 / 25e6, 2e-9, 3e-9, world))
+    assert fit.latency_s == pytest.approx(300e-6, rel=1e-9)
+    assert fit.bandwidth_Bps == pytest.approx(25e6, rel=1e-9)
+    assert fit.gamma_s_per_byte == pytest.approx(2e-9, rel=1e-6)
+    assert fit.allgatherv_host_s_per_byte == pytest.approx(3e-9, rel=1e-6)
+    assert fit.host_op == "allgatherv"
+    assert max(abs(r["rel_error"]) for r in table) < 1e-6
+    host_rows = {r["size_bytes"] for r in table if r["role"] == "host"}
+    assert host_rows and all(r["op"] == "allgatherv" for r in table if r["role"] == "host")
+    # the smallest allgatherv rows are latency-bound: checked, not fitted
+    assert 4 not in host_rows and 16 << 20 in host_rows
+
+
+def test_host_cost_is_the_slope_not_a_per_call_overhead():
+    # 20 ms more on every allgatherv call moves the free intercept, not delta.
+    fit, table = fit_link(synthetic(300e-6, 1 / 25e6, 0.0, 3e-9, 4, extra_s=0.02))
+    assert fit.allgatherv_host_s_per_byte == pytest.approx(3e-9, rel=1e-6)
+    # so the largest allgatherv is under-predicted by exactly that overhead
+    big = next(r for r in table if r["op"] == "allgatherv" and r["size_bytes"] == 16 << 20)
+    assert big["measured_s"] - big["fitted_s"] == pytest.approx(0.02, rel=1e-3)
+
+
+def test_without_a_host_op_delta_is_zero_and_allgatherv_rows_are_only_checked():
+    fit, table = fit_link(synthetic(300e-6, 1 / 25e6, 0.0, 3e-9, 4), host_op=None)
+    assert fit.allgatherv_host_s_per_byte == 0.0 and fit.host_op == ""
+    big = next(r for r in table if r["op"] == "allgatherv" and r["size_bytes"] == 16 << 20)
+    assert big["role"] == "check"
+    assert big["measured_s"] - big["fitted_s"] == pytest.approx(4 * (16 << 20) * 3e-9, rel=1e-3)
+
+
+def test_a_link_without_host_cost_fits_delta_zero():
+    fit, _ = fit_link(synthetic(300e-6, 1 / 25e6, 1e-9, 0.0, 4))
+    assert fit.allgatherv_host_s_per_byte == pytest.approx(0.0, abs=1e-15)
+
+
+def test_host_coefficient_is_the_gathered_buffer():
+    assert host_coefficient("allgatherv", 1000, 4) == 4000.0
+    assert host_coefficient("allreduce", 1000, 4) == 0.0
+    assert host_coefficient("p2p", 1000, 4) == 0.0
+    with pytest.raises(ConfigError, match="unknown op 'bcast'"):
+        host_coefficient("bcast", 8, 2)
+
+
+def test_the_cluster_file_carries_delta_and_models_and_simulator_price_it_alike(tmp_path):
+    fit, _ = fit_link(synthetic(300e-6, 1 / 25e6, 2e-9, 3e-9, 4))
+    path = tmp_path / "cal.toml"
+    path.write_text(cluster_toml("cal", fit, "cpu", "synthetic"))
+    cluster = load_cluster(str(path))
+    link = cluster.link
+    assert link.allgatherv_host_s_per_byte == pytest.approx(3e-9, rel=1e-6)
+    # skewed blocks: the padded allgatherv pads to the largest, and so do its host copies
+    sizes = np.array([1e6, 3e6, 2.5e5, 5e5])
+    ring = 3 * (link.latency_s + 8 * link.beta_s_per_byte)
+    ring += 3 * (link.latency_s + 3e6 * link.beta_s_per_byte)
+    host = 4 * 3e6 * link.allgatherv_host_s_per_byte
+    assert float(allgatherv_host_time_s(sizes, link)) == pytest.approx(host, rel=1e-12)
+    predicted = float(collective_time_s("allgatherv/padded", sizes[None, :], cluster)[0])
+    assert predicted == pytest.approx(ring + host, rel=1e-12)
+    simulated = simulate_collective("allgatherv/padded", sizes, cluster).time_s
+    assert simulated == pytest.approx(predicted, rel=1e-9)
+    # the other allgatherv algorithms have no host term
+    plain = float(collective_time_s("allgatherv/ring", sizes[None, :], cluster)[0])
+    assert plain == pytest.approx(3 * (link.latency_s + 3e6 * link.beta_s_per_byte), rel=1e-12)
+    assert simulate_collective("allgatherv/ring", sizes, cluster).time_s == pytest.approx(plain)
+
+
+def test_one_rank_has_no_host_cost():
+    link = LinkSpec("l", 1e9, 1e-5, allgatherv_host_s_per_byte=1e-9)
+    assert float(allgatherv_host_time_s(np.array([5e6]), link)) == 0.0
+
+
+def test_a_negative_host_cost_is_refused():
+    with pytest.raises(ConfigError, match="allgatherv_host_s_per_byte"):
+        LinkSpec("l", 1e9, 1e-5, allgatherv_host_s_per_byte=-1e-9)
