@@ -29,6 +29,7 @@ itself is never written to. Without a cache each call builds what it needs.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -36,8 +37,8 @@ from functools import cached_property
 import numpy as np
 import simpy
 from vgcsim.simulator.collectives import Schedule
-from vgcsim.simulator.network import Comm, LinkMonitor, Waiter, make_network
-from vgcsim.simulator.topology import Topology
+from vgcsim.simulator.network import LinkMonitor, make_network
+from vgcsim.simulator.topology import Route, Topology
 
 from vgcsim.core.errors import ConfigError
 
@@ -78,7 +79,8 @@ class RankSpan:
 #: booleans, then 64 MiB of indices, at this size) rather than by sorting every round's codes.
 _DENSE_PAIRS_MAX = 4096
 
-RankOps = list[list[tuple[int, list[tuple[int, int]], list[tuple[int, int]], bool]]]
+# (round, sends [(flow, dst)], receives [(flow, src)], operations, reduce) of one rank
+_RoundOps = tuple[int, list[tuple[int, int]], list[tuple[int, int]], int, bool]
 
 
 class _Tables:
@@ -118,22 +120,28 @@ class _Tables:
         return np.stack([code // p, code % p], axis=1)
 
     @cached_property
-    def rank_ops(self) -> RankOps:
-        """Per rank: [(round, [(dst, flow)], [(src, flow)], reduce)] for the rounds it takes
-        part in."""
+    def message_plan(self) -> tuple[list[list[_RoundOps]], list[Route]]:
+        """The message level's plan: per rank, [(round, sends [(flow, dst)], receives
+        [(flow, src)], operations, reduce)] for the rounds it takes part in, flows numbered
+        over the whole schedule round by round; and the route of every flow."""
         schedule = self.schedule
+        route = self.topology.route
         ops: list[dict[int, tuple[list, list]]] = [{} for _ in range(schedule.world_size)]
+        routes: list[Route] = []
         for k, rnd in enumerate(schedule.rounds):
-            for f, (s, d) in enumerate(zip(rnd.src.tolist(), rnd.dst.tolist(), strict=True)):
-                ops[s].setdefault(k, ([], []))[0].append((d, f))
-                ops[d].setdefault(k, ([], []))[1].append((s, f))
-        return [
+            for s, d in zip(rnd.src.tolist(), rnd.dst.tolist(), strict=True):
+                g = len(routes)
+                routes.append(route(s, d))
+                ops[s].setdefault(k, ([], []))[0].append((g, d))
+                ops[d].setdefault(k, ([], []))[1].append((g, s))
+        plan = [
             [
-                (k, sends, recvs, schedule.rounds[k].reduce)
+                (k, sends, recvs, len(sends) + len(recvs), schedule.rounds[k].reduce)
                 for k, (sends, recvs) in sorted(per.items())
             ]
             for per in ops
         ]
+        return plan, routes
 
     @cached_property
     def pair_tables(self) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -304,59 +312,170 @@ def run_message(
 ) -> np.ndarray:
     """Simulate ``phases`` at message level; return each rank's finish time per phase [B, P].
 
+    Each rank is a plain generator walking its rounds: it posts the round's sends and
+    receives, then yields ``None`` until they are all done, or a positive number of seconds
+    to wait (for its ready time, or to reduce ``γ × received bytes``). A send and its receive
+    meet in a slot per flow of the phase (rendezvous: the second to be posted starts the
+    flow, and its arrival completes both; eager: the send starts the flow at once and
+    completes when its last byte has left, the receive at max(posted, arrival)). A rank whose
+    operations are done is resumed from the callback that finished them, at that simulated
+    instant, without a SimPy event of its own; timed waits are SimPy timeouts.
+
     ``spans``, if given, receives one span per rank per phase and per round it takes part in.
-    ``stats``, if given, receives the number of SimPy events processed (every event scheduled,
-    since the run ends when none is left) and flows started. ``cache``: see :class:`RunCache`.
+    ``stats``, if given, receives ``flows`` (flows started) and ``events``: the discrete
+    events of the run, each counted once — every SimPy event processed (flow timers, reshare
+    events, timed waits; the run ends when none is left, so every one scheduled), every
+    resumption of a rank whose round's operations completed, and each rank's start and end.
+    These are the events a SimPy process per rank, resumed by one event per completed round,
+    processes for the same run (its Initialize, round-completion and termination events), so
+    the count is that of the bare SimPy loop of ``benchmarks/simulator.py``: one per
+    process start, resumption and end. ``cache``: see :class:`RunCache`.
     """
     p = topology.world_size
     cache = _cache_for(topology, cache)
     env = simpy.Environment()
     net = make_network(mode, env, topology, monitor)
-    comm = Comm(net, semantics)
     finish = np.zeros((len(phases), p))
-    plans = [
-        (
-            ph,
-            cache.tables(ph.schedule).rank_ops,
-            [fb.tolist() for fb in ph.schedule.round_bytes(ph.units)],
-        )
-        for ph in phases
-    ]
+    eager = semantics == "eager"
+    gamma = gamma_s_per_byte
+    # per phase: (index, phase, rank plans, flow routes, flow bytes, ready times)
+    plans = []
+    for b, ph in enumerate(phases):
+        rank_plans, routes = cache.tables(ph.schedule).message_plan
+        fb = ph.schedule.round_bytes(ph.units)
+        nbytes = np.concatenate(fb).tolist() if fb else []
+        plans.append((b, ph, rank_plans, routes, nbytes, ph.ready_s.tolist()))
+    slots = [bytearray(len(plan[3])) for plan in plans]  # per flow: who posted (see below)
+    pending = [0] * p  # operations of each rank's current round not done yet (+1 while posting)
+    runnable: deque[int] = deque()  # ranks to resume, in the order they became ready
+    draining = False
+    woken = 0  # resumptions of a rank whose round's operations completed
+    ended = 0
+    start_message = net.start_message
+    start_flow = net.start
+    order_free = net.order_free
+    timeout = env.timeout
 
-    def rank_proc(i: int):
-        for b, (ph, ops, nbytes) in enumerate(plans):
-            wait = float(ph.ready_s[i]) - env.now
+    def drain() -> None:
+        """Resume every runnable rank until none is left (ranks made runnable meanwhile
+        included); a rank that yields a delay gets a timeout."""
+        nonlocal draining, ended
+        draining = True
+        try:
+            while runnable:
+                i = runnable.popleft()
+                delay = next(gens[i], -1.0)
+                if delay is None:
+                    continue  # waits for its operations
+                if delay > 0:
+                    timeout(delay, i).callbacks.append(timed_out)
+                else:
+                    ended += 1
+        finally:
+            draining = False
+
+    def timed_out(event: simpy.Event) -> None:
+        runnable.append(event.value)
+        if not draining:
+            drain()
+
+    def ready(i: int) -> None:
+        """Rank ``i``'s operations are done: resume it now where the order of this instant's
+        starts cannot matter, else in a zero-delay SimPy event queued behind the events
+        already due now (what a SimPy process waiting on an event would see)."""
+        nonlocal woken
+        if order_free():
+            woken += 1
+            runnable.append(i)
+            if not draining:
+                drain()
+        else:
+            timeout(0.0, i).callbacks.append(timed_out)
+
+    def one_done(i: int) -> None:
+        n = pending[i] - 1
+        pending[i] = n
+        if n == 0:
+            ready(i)
+
+    def arrived(flow) -> None:
+        """A rendezvous flow's last byte arrived: its send and its receive are done."""
+        s = flow.src
+        n = pending[s] - 1
+        pending[s] = n
+        if n == 0:
+            ready(s)
+        d = flow.dst
+        n = pending[d] - 1
+        pending[d] = n
+        if n == 0:
+            ready(d)
+
+    def eager_send(i: int, d: int, g: int, nbytes: float, slot: bytearray) -> None:
+        pending[i] += 1
+
+        def landed() -> None:
+            if slot[g] == 1:  # the receive is waiting
+                one_done(d)
+            else:
+                slot[g] = 2
+
+        start_flow(i, d, nbytes, lambda: one_done(i), landed)
+
+    def rank(i: int):
+        for b, ph, rank_plans, routes, nbytes, ready in plans:
+            slot = slots[b]
+            wait = ready[i] - env.now
             if wait > 0:
-                yield env.timeout(wait)
+                yield wait
             t0 = env.now
-            for k, sends, recvs, reduce in ops[i]:
+            for k, sends, recvs, n_ops, reduce in rank_plans[i]:
                 tk = env.now
-                fb = nbytes[k]
-                w = Waiter(env)
-                w.pending = 1  # held while posting
-                for d, f in sends:
-                    comm.post_send(i, d, fb[f], (b, k), w)
-                got = 0.0
-                for s, f in recvs:
-                    comm.post_recv(i, s, (b, k), w)
-                    got += fb[f]
-                w.pending -= 1
-                if w.pending:
-                    yield w.event
-                if reduce and gamma_s_per_byte > 0 and got > 0:
-                    yield env.timeout(gamma_s_per_byte * got)
+                if eager:
+                    pending[i] = 1  # held while posting
+                    for g, d in sends:
+                        eager_send(i, d, g, nbytes[g], slot)
+                    for g, _ in recvs:
+                        if slot[g] != 2:  # not arrived yet: wait for it
+                            slot[g] = 1
+                            pending[i] += 1
+                else:
+                    # slot 1: the other side has posted; the second side starts the flow
+                    pending[i] = n_ops + 1  # + 1 held while posting
+                    for g, d in sends:
+                        if slot[g]:
+                            start_message(routes[g], i, d, nbytes[g], arrived)
+                        else:
+                            slot[g] = 1
+                    for g, s in recvs:
+                        if slot[g]:
+                            start_message(routes[g], s, i, nbytes[g], arrived)
+                        else:
+                            slot[g] = 1
+                n = pending[i] - 1
+                pending[i] = n
+                if n:
+                    yield None
+                if reduce and gamma > 0:
+                    got = 0.0
+                    for g, _ in recvs:
+                        got += nbytes[g]
+                    if got > 0:
+                        yield gamma * got
                 if spans is not None:
                     spans.append(RankSpan(i, f"{ph.label} r{k}", tk, env.now))
             finish[b, i] = env.now
             if spans is not None:
                 spans.append(RankSpan(i, ph.label or ph.schedule.key, t0, env.now))
 
-    for i in range(p):
-        env.process(rank_proc(i))
+    gens = [rank(i) for i in range(p)]
+    runnable.extend(range(p))
+    drain()
     if stats is None:
         env.run()
     else:
-        stats["events"] = stats.get("events", 0) + _run_counting(env)
+        processed = _run_counting(env)
+        stats["events"] = stats.get("events", 0) + processed + woken + p + ended
         stats["flows"] = stats.get("flows", 0) + net.monitor.flows
     return finish
 

@@ -76,22 +76,37 @@ class LinkMonitor:
     _busy: list[float] = field(init=False, repr=False)
     _active: list[int] = field(init=False, repr=False)
     _since: list[float] = field(init=False, repr=False)
+    # Flows that were alone on their channels, not yet added: the fair network hands them
+    # over in one append each and they are added, in that order, before anything else
+    # touches the sums (so every sum takes the same additions in the same order).
+    _held: list[_Flow] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._bytes = [0.0] * self.n_channels
         self._busy = [0.0] * self.n_channels
         self._active = [0] * self.n_channels
         self._since = [0.0] * self.n_channels
+        self._held = []
 
     @property
     def bytes(self) -> np.ndarray:
         """Bytes that crossed each channel."""
+        self._add_held()
         return np.asarray(self._bytes)
 
     @property
     def busy_s(self) -> np.ndarray:
         """Seconds each channel carried at least one flow."""
+        self._add_held()
         return np.asarray(self._busy)
+
+    def _add_held(self) -> None:
+        held = self._held
+        if held:
+            items = held[:]
+            held.clear()  # in place: the network appends to this very list
+            for f in items:
+                self.solo_flow(f.channels, f.start, f.t_end, f.nbytes, f.src, f.dst)
 
     def flow_started(self, channels: tuple[int, ...], nbytes: float, now: float) -> None:
         self.flows += 1
@@ -99,6 +114,8 @@ class LinkMonitor:
 
     def channels_taken(self, channels: tuple[int, ...], nbytes: float, since: float) -> None:
         """A flow of ``nbytes`` holds ``channels`` from ``since`` (not counted as a new flow)."""
+        if self._held:
+            self._add_held()
         active, busy_since, nb = self._active, self._since, self._bytes
         for c in channels:
             nb[c] += nbytes
@@ -109,6 +126,8 @@ class LinkMonitor:
     def flow_ended(
         self, channels: tuple[int, ...], start: float, now: float, nbytes: float, src: int, dst: int
     ) -> None:
+        if self._held:
+            self._add_held()
         active = self._active
         for c in channels:
             active[c] -= 1
@@ -123,6 +142,8 @@ class LinkMonitor:
     ) -> None:
         """A flow that was alone on ``channels`` from ``start`` to ``end`` (already counted):
         its bytes and busy time in one step, without the overlap bookkeeping."""
+        if self._held:
+            self._add_held()
         nb, busy = self._bytes, self._busy
         dur = end - start
         for c in channels:
@@ -154,6 +175,7 @@ class _Flow:
         "t_end",
         "waiters",
         "id",
+        "done",
     )
 
     def __init__(
@@ -183,6 +205,7 @@ class _Flow:
         self.t_end = math.inf  # a lazy flow's last byte leaves then
         self.waiters = waiters
         self.id = 0  # the fair network's order of sharing: ties between finish times
+        self.done: Callable[[_Flow], None] | None = None  # called with the flow on arrival
 
 
 class _NetworkBase:
@@ -222,6 +245,29 @@ class _NetworkBase:
             return
         self._start(flow, route)
 
+    def order_free(self) -> bool:
+        """True when what happens next does not depend on the order in which this instant's
+        flows start: then a rank may go on the moment its operations are done, rather than
+        in an event queued behind the others of this instant. Never in general (a FIFO
+        channel serves flows in the order they came)."""
+        return False
+
+    def start_message(
+        self, route: Route, src: int, dst: int, nbytes: float, done: Callable[[_Flow], None]
+    ) -> None:
+        """Start a message of ``nbytes`` from ``src`` to ``dst`` over ``route`` (that pair's
+        route) now; call ``done(flow)`` when its last byte has arrived (``flow.src``,
+        ``flow.dst`` say whose). The message level's rendezvous transfers take this path:
+        no callback per flow to build, nobody waiting for the last byte to leave."""
+        flow = _Flow(route, nbytes, self.env.now, src, dst, None, None)
+        flow.done = done
+        if src == dst:
+            done(flow)
+        elif nbytes <= 0:
+            self._transmitted(flow)
+        else:
+            self._start(flow, route)
+
     def transfer(self, src: int, dst: int, nbytes: float) -> tuple[simpy.Event, simpy.Event]:
         """Start a message now; return (last byte left, last byte arrived) events."""
         sent, arrived = self.env.event(), self.env.event()
@@ -231,7 +277,7 @@ class _NetworkBase:
     def _transmitted(self, flow: _Flow) -> None:
         if flow.on_sent is not None:
             flow.on_sent()
-        if flow.on_arrived is None and not flow.waiters:
+        if flow.on_arrived is None and not flow.waiters and flow.done is None:
             return
         if flow.latency_s > 0:
             self.env.timeout(flow.latency_s, flow).callbacks.append(self._arrival_cb)
@@ -243,6 +289,8 @@ class _NetworkBase:
 
     @staticmethod
     def _arrived(flow: _Flow) -> None:
+        if flow.done is not None:
+            flow.done(flow)
         if flow.on_arrived is not None:
             flow.on_arrived()
         for w in flow.waiters:
@@ -298,9 +346,20 @@ class FairNetwork(_NetworkBase):
         self._timer_t = math.inf
         self._timer_token = 0
         self._ids = 0
+        self._n_shared = 0  # flows in the shared state
         self._timeout = env.timeout
+        # where a released lazy flow goes: held by the monitor (one append) unless it
+        # records intervals, which must come in the order flows end
+        mon = self.monitor
+        self._hold = None if mon.record_intervals else mon._held.append
 
     # -- flow start -----------------------------------------------------------------------
+
+    def order_free(self) -> bool:
+        """No shared flow and no reshare pending: every flow is lazy, and a lazy flow's
+        times (start + bytes / bandwidth, + latency) and whether a newcomer finds it still
+        sending (its last byte's time against now) do not depend on the order of starts."""
+        return self._n_shared == 0 and not self._flush_pending
 
     def start(
         self,
@@ -314,14 +373,51 @@ class FairNetwork(_NetworkBase):
         if src == dst or nbytes <= 0:
             super().start(src, dst, nbytes, on_sent, on_arrived, waiters)
             return
-        # The common case inline (the event-rate benchmark's path): a flow alone on its
-        # channels, with nobody waiting for its last byte to leave.
         route = self._route(src, dst)
         now = self.env.now
-        flow = _Flow(route, nbytes, now, src, dst, on_sent, on_arrived, waiters)
+        self._begin(_Flow(route, nbytes, now, src, dst, on_sent, on_arrived, waiters), route, now)
+
+    def start_message(
+        self, route: Route, src: int, dst: int, nbytes: float, done: Callable[[_Flow], None]
+    ) -> None:
+        if src == dst or nbytes <= 0:
+            super().start_message(route, src, dst, nbytes, done)
+            return
+        # The message level's common case inline (the event-rate benchmark's path): a flow
+        # alone on its channels becomes lazy at once (no on_sent to serve).
+        now = self.env.now
+        chans = route.channels
+        lazy_on = self._lazy_on
+        on = self._on
+        for c in chans:
+            g = lazy_on[c]
+            if g is not None:
+                if g.t_end > now:
+                    break
+                self._release(g)  # its last byte has left: the channel is free
+            elif on[c]:
+                break
+        else:
+            flow = _Flow(route, nbytes, now, src, dst, None, None)
+            flow.done = done
+            flow.state = _LAZY
+            rate = flow.rate = route.bandwidth_Bps
+            tx = nbytes / rate
+            flow.t_end = now + tx
+            for c in chans:
+                lazy_on[c] = flow
+            self.monitor.flows += 1
+            self._timeout(tx + route.latency_s, flow).callbacks.append(self._lazy_cb)
+            return
+        flow = _Flow(route, nbytes, now, src, dst, None, None)
+        flow.done = done
+        self._begin(flow, route, now)
+
+    def _begin(self, flow: _Flow, route: Route, now: float) -> None:
+        """Put ``flow`` on its channels: lazy if it is alone there, else shared."""
         self.monitor.flows += 1
         lazy_on, on = self._lazy_on, self._on
-        chans = route.channels
+        chans = flow.channels
         for c in chans:
             g = lazy_on[c]
             if g is not None:
@@ -332,15 +428,15 @@ class FairNetwork(_NetworkBase):
                 break
         else:
             rate = flow.rate = route.bandwidth_Bps
-            if on_sent is None:
+            if flow.on_sent is None:
                 # One timer at arrival. Until then the flow stays on its channels; a later
                 # flow finding it there after t_end releases it.
                 flow.state = _LAZY
-                tx = nbytes / rate
+                tx = flow.nbytes / rate
                 flow.t_end = now + tx
                 for c in chans:
                     lazy_on[c] = flow
-                self._timeout(tx + route.latency_s, flow).callbacks.append(self._lazy_cb)
+                self._timeout(tx + flow.latency_s, flow).callbacks.append(self._lazy_cb)
                 return
             self._share(flow, now)
             self._push(flow, now)
@@ -359,6 +455,7 @@ class FairNetwork(_NetworkBase):
         self._mark(chans)
 
     def _share(self, flow: _Flow, now: float) -> None:
+        self._n_shared += 1
         self._grown = True
         self._ids += 1
         flow.id = self._ids
@@ -384,9 +481,12 @@ class FairNetwork(_NetworkBase):
         lazy_on = self._lazy_on
         for c in flow.channels:
             lazy_on[c] = None
-        self.monitor.solo_flow(
-            flow.channels, flow.start, flow.t_end, flow.nbytes, flow.src, flow.dst
-        )
+        if self._hold is not None:
+            self._hold(flow)  # added to the monitor's sums later, in this order
+        else:
+            self.monitor.solo_flow(
+                flow.channels, flow.start, flow.t_end, flow.nbytes, flow.src, flow.dst
+            )
 
     def _lazy_cb(self, event: simpy.Event) -> None:
         flow = event.value
@@ -395,7 +495,10 @@ class FairNetwork(_NetworkBase):
             self._release(flow)
         elif state != _SOLO_DONE:
             return  # it met another flow: this timer is void, the shared model ends it
-        self._arrived(flow)
+        if flow.done is not None:
+            flow.done(flow)
+        else:
+            self._arrived(flow)
 
     # -- reshare --------------------------------------------------------------------------
 
@@ -516,6 +619,7 @@ class FairNetwork(_NetworkBase):
         on, mon = self._on, self.monitor
         for f in due:
             f.state = _SHARED_DONE
+            self._n_shared -= 1
             f.remaining = 0.0
             f.version += 1
             for c in f.channels:
