@@ -13,8 +13,10 @@ Run as a script it reproduces the figures of docs/distributed.md ("Measured acro
 namespaces"): ``python tests/distributed/_netns.py --rate 200mbit -o DIR`` builds 4 hosts,
 measures TCP goodput between two of them, runs ``vgcsim calibrate`` across the 4, a second
 sweep at 8 and 40 MB, ``vgcsim validate`` of the second against the first's cluster file
-(``--record N``: also N-step dense and variance recordings, validated), and tears everything
-down.
+and against the same file without its allgatherv host cost (``allgatherv_host_s_per_byte``
+= 0: the α-β(-γ) ring alone), prints the load average before and after (``os.getloadavg``;
+the timings are load sensitive), with ``--record N`` also N-step dense and variance
+recordings, validated, and tears everything down.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -288,7 +291,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rate", default="200mbit")
     p.add_argument("--hosts", type=int, default=4)
-    p.add_argument("--ops", default="p2p,allreduce", help="ops of the calibration sweep")
+    p.add_argument("--ops", default="p2p,allreduce,allgatherv", help="ops of the calibration sweep")
     p.add_argument("--sizes", default="4:64MiB", help="sizes of the calibration sweep")
     p.add_argument("--check-ops", default="p2p,allreduce,allgatherv")
     p.add_argument("--check-sizes", default="8MB,40MB")
@@ -307,6 +310,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         "cal": ["--ops", args.ops, "--sizes", args.sizes, "--repeats", str(args.repeats)],
         "check": ["--ops", args.check_ops, "--sizes", args.check_sizes, "--repeats", "5"],
     }
+    print("load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
     with shaped_hosts(args.hosts, args.rate) as hosts:
         print(f"{args.hosts} hosts, every link tbf rate {args.rate} burst {burst_bytes(args.rate)}")
         goodput = measure_tcp_goodput_Bps(hosts, 64 << 20 if "m" in args.rate else 256 << 20)
@@ -340,7 +344,13 @@ def _main(argv: Sequence[str] | None = None) -> int:
             cmd = vgcsim_argv("validate", str(run), "--cluster", str(out / "cal.toml"))
             print(f"$ vgcsim {' '.join(cmd[3:])}", flush=True)
             subprocess.run([*cmd, "--show-steps", "0", "--tolerance", args.tolerance])
-    for cluster in ("cal", "check"):
+    print("load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
+    # The same link without the allgatherv host cost: what the alpha-beta(-gamma) ring predicts.
+    text = (out / "cal.toml").read_text()
+    (out / "cal-nohost.toml").write_text(
+        re.sub(r"(?m)^allgatherv_host_s_per_byte = .*$", "allgatherv_host_s_per_byte = 0.0", text)
+    )
+    for cluster in ("cal", "cal-nohost", "check"):
         cmd = vgcsim_argv(
             "validate",
             str(out / "check.measurements.json"),

@@ -106,3 +106,41 @@ def test_one_rank_has_no_host_cost():
 def test_a_negative_host_cost_is_refused():
     with pytest.raises(ConfigError, match="allgatherv_host_s_per_byte"):
         LinkSpec("l", 1e9, 1e-5, allgatherv_host_s_per_byte=-1e-9)
+
+
+@pytest.mark.parametrize("size_exchange", [True, False])
+def test_replay_and_predict_of_a_trace_price_the_host_cost_alike(size_exchange):
+    import dataclasses
+    from pathlib import Path
+
+    from vgcsim.models.predict import PredictOptions, predict_trace
+    from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+    from vgcsim.traces.io import read_trace
+
+    trace = read_trace(Path(__file__).resolve().parents[1] / "data" / "sample_trace")
+    base = load_cluster("10GbE")
+    # 2 ns per gathered byte: on 10GbE about as much as the wire (0.8 ns/B)
+    cl = dataclasses.replace(
+        base, link=dataclasses.replace(base.link, allgatherv_host_s_per_byte=2e-9)
+    )
+    sizes = (4, 6)
+    frames = {}
+    for name, cluster in (("host", cl), ("none", base)):
+        cfg = SimulateConfig(
+            compressed_collective="allgatherv/padded", per_step=True, size_exchange=size_exchange
+        )
+        sim, _, _ = simulate_trace(trace, cluster, sizes, cfg)
+        opts = PredictOptions(
+            world_sizes=sizes, allgatherv=("padded",), per_step=True, size_exchange=size_exchange
+        )
+        pred = predict_trace(trace, cluster, opts)
+        key = ["world_size", "method", "encoding", "step"]
+        merged = sim.merge(pred, on=key, suffixes=("_sim", "_pred"))
+        frames[name] = merged[(merged["method"] == "compressed") & (merged["step"] >= 0)]
+    host, none = frames["host"], frames["none"]
+    np.testing.assert_allclose(host["comm_s_sim"], host["comm_s_pred"], rtol=5e-3)
+    # the closed form's comm grows by exactly delta * P * m_max per step
+    extra = 2e-9 * host["world_size"].to_numpy() * host["payload_bytes_max_pred"].to_numpy()
+    grown = host["comm_s_pred"].to_numpy() - none["comm_s_pred"].to_numpy()
+    assert np.all(extra > 0.05 * host["comm_s_pred"].to_numpy())
+    np.testing.assert_allclose(grown, extra, rtol=1e-6)
