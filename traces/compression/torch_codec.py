@@ -26,6 +26,7 @@ magnitudes, and NumPy's pairwise summation is used for it so M keeps its last bi
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -96,11 +97,23 @@ def _accumulate_and_select(
     else:
         centered = (sq / b - g * g).clamp_min_(0)
         v.add_(centered if per_sample else centered / b)
+    if r.device.type == "cpu":
+        # On the CPU torch's float-to-bool comparison and nonzero kernels cost several times
+        # NumPy's at these sizes (the largest part of a small model's compression); the
+        # arrays are views of the same memory and the test is the NumPy path's own line.
+        rn = r.numpy()
+        hit = rn != 0 if c.alpha == 0 else np.square(rn) > np.float32(c.alpha) * v.numpy()
+        return torch.from_numpy(np.flatnonzero(hit))
     if c.alpha == 0:
-        idx = r.nonzero().view(-1)
-    else:
-        idx = (r.square() > _f32(c.alpha) * v).nonzero().view(-1)
-    return idx
+        return r.nonzero().view(-1)
+    return (r.square() > _f32(c.alpha) * v).nonzero().view(-1)
+
+
+def _nonzero(mask: torch.Tensor) -> torch.Tensor:
+    """Ascending int64 positions of the true elements of a flat bool ``mask``."""
+    if mask.device.type == "cpu":
+        return torch.from_numpy(np.flatnonzero(mask.numpy()))
+    return mask.nonzero().view(-1)
 
 
 def compress(
@@ -261,6 +274,7 @@ class BucketState:
     residual: torch.Tensor
     variance: torch.Tensor
     layer_ids: torch.Tensor  # int64 [numel]: the bucket position (0..L-1) of every element
+    local_index: torch.Tensor  # int32 [numel]: every element's index within its layer
 
 
 def bucket_state(
@@ -275,10 +289,12 @@ def bucket_state(
         s.residual, s.variance = residual[start : start + n], variance[start : start + n]
         start += n
     offsets = torch.tensor([0, *itertools.accumulate(numels)], dtype=torch.int64, device=device)
-    layer_ids = torch.repeat_interleave(
-        torch.arange(len(numels), device=device), torch.tensor(numels, device=device)
-    )
-    return BucketState(tuple(layers), numels, offsets, residual, variance, layer_ids)
+    sizes = torch.tensor(numels, device=device)
+    layer_ids = torch.repeat_interleave(torch.arange(len(numels), device=device), sizes)
+    local_index = (
+        torch.arange(sum(numels), device=device) - offsets.index_select(0, layer_ids)
+    ).to(torch.int32)
+    return BucketState(tuple(layers), numels, offsets, residual, variance, layer_ids, local_index)
 
 
 def bucket_supported(compressor: object, numels: Sequence[int]) -> bool:
@@ -350,22 +366,27 @@ def compress_bucket(
         magnitude = picked.abs()
         m = torch.zeros(n_layers, dtype=torch.float32, device=r.device)
         m.scatter_reduce_(0, lid, magnitude, "amax")
+        m_e = m.index_select(0, lid)
         if c.below_floor == "keep":
             # With M = max |r| one pass is the NumPy loop: M itself is always kept.
-            keep = magnitude >= m.index_select(0, lid) * _FLOOR
-            idx, lid, picked, magnitude = (
-                t.masked_select(keep) for t in (idx, lid, picked, magnitude)
-            )
-        m_e = m.index_select(0, lid)
-        e = (magnitude / m_e).view(torch.int32) + int(_ROUND_UP_ADD[c.rounding])
-        e = (_EXPONENT_BIAS - (e >> 23)).clamp_(max=_MAX_E)
+            keep = magnitude >= m_e * _FLOOR
+            if not bool(keep.all()):
+                kept = _nonzero(keep)
+                idx, lid, picked, magnitude, m_e = (
+                    t.index_select(0, kept) for t in (idx, lid, picked, magnitude, m_e)
+                )
+        e = (magnitude / m_e).view(torch.int32).add_(int(_ROUND_UP_ADD[c.rounding]))
+        e = e.bitwise_right_shift_(23).neg_().add_(_EXPONENT_BIAS).clamp_(max=_MAX_E)
         # A sent element is never ±0 (it passed r² > α·v ≥ 0, or r ≠ 0 at α = 0), so its
-        # sign bit is r < 0.
-        codes = e.long() | ((picked < 0).long() << 3)
+        # sign is the fp32 sign bit, moved to bit 3 (an arithmetic shift; & 8 keeps it).
+        codes = e.bitwise_or_(picked.view(torch.int32).bitwise_right_shift(28).bitwise_and_(8))
         # ±M·2^(−e) from the signed table, as the quantizer does: M·(−p) = −(M·p) exactly.
         q = m_e * _signed_pow2(r.device).index_select(0, codes)
-        usable = torch.isfinite(m) & (m != 0)  # a zero or non-finite M codes every element 0
-        if not bool(usable.all()):
+        m_list = m.tolist()
+        # A zero or non-finite M codes every element of its layer 0 (layers sending nothing
+        # have M = 0 here too; masking their no elements changes nothing).
+        if not all(math.isfinite(x) and x != 0 for x in m_list):
+            usable = torch.tensor([math.isfinite(x) and x != 0 for x in m_list], device=r.device)
             bad = ~usable.index_select(0, lid)
             codes.masked_fill_(bad, 0)
             q.masked_fill_(bad, 0.0)
@@ -377,29 +398,34 @@ def compress_bucket(
         r.index_copy_(0, idx, picked - q)
     v.mul_(_f32(c.zeta))
     v.index_fill_(0, idx, 0.0)
-    counts = torch.bincount(lid, minlength=n_layers)
-    sent = counts.tolist()
+    sent = torch.bincount(lid, minlength=n_layers).tolist()
     head_words = CODED_HEADER_WORDS if coded else UNCODED_HEADER_WORDS
     per = 1 if coded else 2
     lengths = [4 * (head_words + per * k) for k in sent]
-    words = torch.empty(sum(lengths) // 4, dtype=torch.int32, device=r.device)
-    starts = [0, *itertools.accumulate(w // 4 for w in lengths)][:-1]
-    head_pos = torch.tensor(
-        [s + j for s in starts for j in range(head_words)], dtype=torch.int64, device=r.device
-    )
-    head = [torch.tensor(bucket.layers, dtype=torch.int32, device=r.device), counts.to(torch.int32)]
-    if coded:
-        head.append(m.view(torch.int32))
-    words.index_copy_(0, head_pos, torch.stack(head, dim=1).view(-1))
-    local = idx - bucket.offsets.index_select(0, lid)
-    # Layer l's j-th element sits after l + 1 headers and the elements before it.
     k = idx.numel()
-    pos = torch.arange(head_words, head_words + per * k, per, device=r.device) + head_words * lid
+    words = torch.empty(head_words * n_layers + per * k, dtype=torch.int32, device=r.device)
+    # Headers on the host (layer, count[, M's bit pattern]) and their word positions: layer
+    # l's header follows the l earlier headers and the elements of the layers before it.
+    head, head_pos, start = [], [], 0
+    m_bits = m.view(torch.int32).tolist() if coded else None
+    for j, (layer, count) in enumerate(zip(bucket.layers, sent, strict=True)):
+        head += [layer, count, m_bits[j]] if coded else [layer, count]
+        head_pos += range(start, start + head_words)
+        start += head_words + per * count
+    words.index_copy_(
+        0,
+        torch.tensor(head_pos, dtype=torch.int64, device=r.device),
+        torch.tensor(head, dtype=torch.int32, device=r.device),
+    )
+    # Element j (in bucket order) of layer l sits after l + 1 headers and j earlier elements.
+    local = bucket.local_index.index_select(0, idx)
+    pos = torch.arange(head_words, head_words + per * k, per, device=r.device)
+    pos += lid * head_words
     if coded:
-        # index << 4 | code fits 32 bits unsigned; the int64 → int32 cast keeps the pattern.
-        words.index_copy_(0, pos, ((local << 4) | codes).to(torch.int32))
+        # index << 4 | code fits 32 bits unsigned; int32 arithmetic keeps the bit pattern.
+        words.index_copy_(0, pos, local.bitwise_left_shift_(4).bitwise_or_(codes))
     else:
-        words.index_copy_(0, pos, local.to(torch.int32))
+        words.index_copy_(0, pos, local)
         words.index_copy_(0, pos + 1, picked.view(torch.int32))
     return words, lengths, sent
 
@@ -410,25 +436,29 @@ def decode_bucket_message(
     """Bucket-flat indices and fp32 values of one rank's layer buffers (back to back).
 
     ``words`` are the buffers as int32 words, ``lengths`` their byte lengths (one per
-    layer, as sent), ``offsets`` each layer's start in the flat bucket (int64 [L + 1]).
-    Layers must be single-chunk (see :func:`bucket_supported`).
+    layer, as sent), ``offsets`` each layer's start in the flat bucket (int64, at least one
+    entry per buffer). Layers must be single-chunk (see :func:`bucket_supported`).
     """
     device = words.device
     head_words = CODED_HEADER_WORDS if coded else UNCODED_HEADER_WORDS
     per = 1 if coded else 2
-    counts = [(n // 4 - head_words) // per for n in lengths]
-    starts = [0, *itertools.accumulate(n // 4 for n in lengths)][:-1]
-    body = torch.ones(words.numel(), dtype=torch.bool, device=device)
-    body[torch.tensor([s + j for s in starts for j in range(head_words)], device=device)] = False
-    elements = words.masked_select(body)
-    lid = torch.repeat_interleave(
-        torch.arange(len(lengths), device=device), torch.tensor(counts, device=device)
-    )
+    counts, starts, bodies, start = [], [], [], 0
+    for n in lengths:
+        counts.append((n // 4 - head_words) // per)
+        starts.append(start)
+        bodies.append(words[start + head_words : start + n // 4])
+        start += n // 4
+    elements = torch.cat(bodies)
+    total = sum(counts)
+    repeats = torch.tensor(counts, device=device)
+    base = torch.repeat_interleave(offsets[: len(lengths)], repeats, output_size=total)
     if not coded:
         pairs = elements.view(-1, 2)
-        idx = (pairs[:, 0].long() & 0xFFFFFFFF) + offsets.index_select(0, lid)
+        idx = base + (pairs[:, 0].long() & 0xFFFFFFFF)
         return idx, pairs[:, 1].contiguous().view(torch.float32)
-    m = words.index_select(0, torch.tensor(starts, device=device) + 2).view(torch.float32)
-    packed = elements.long() & 0xFFFFFFFF
-    idx = (packed >> 4) + offsets.index_select(0, lid)
-    return idx, m.index_select(0, lid) * _signed_pow2(device).index_select(0, packed & 15)
+    heads = torch.tensor([s + 2 for s in starts], device=device)
+    m = words.index_select(0, heads).view(torch.float32)
+    m_e = torch.repeat_interleave(m, repeats, output_size=total)
+    # A 32-bit word index << 4 | code: the arithmetic shift's sign fill is masked off.
+    idx = base + elements.bitwise_right_shift(4).bitwise_and_(0x0FFFFFFF)
+    return idx, m_e * _signed_pow2(device).index_select(0, elements.bitwise_and(15))
