@@ -138,7 +138,7 @@ def test_hand_built_qsgd_fixed_buffer():
     assert (got.layer, got.numel, got.bucket_size, got.s) == (1, 5, 4, 3)
     np.testing.assert_array_equal(got.norms, np.float32([2.0, 1.0]))
     np.testing.assert_array_equal(got.levels, [3, -1, 0, 2, -3])
-    assert got.levels.dtype == np.int64
+    assert got.levels.dtype == np.int64 and got.norms.dtype == np.float32
     # element i is norm[i // 4] · level / 3
     np.testing.assert_array_equal(got.dense(), np.float32([2.0, -2 / 3, 0.0, 4 / 3, -1.0]))
 
@@ -153,6 +153,28 @@ def test_hand_built_qsgd_elias_buffer():
     got = ENCODINGS["qsgd_elias"].decode(data, numel=5, bucket_size=4, s=3)
     assert (got.layer, got.numel, got.bucket_size, got.s) == (1, 5, 4, 3)
     np.testing.assert_array_equal(got.levels, [3, -1, 0, 2, -3])
+    assert got.levels.dtype == np.int64 and got.norms.dtype == np.float32
+
+
+LAYER = 2**32 - 3  # header fields are u32: a layer number past 2^31 must survive
+
+
+@pytest.mark.parametrize("name", sorted(ENCODINGS))
+def test_every_format_carries_a_u32_layer_number(name):
+    enc = ENCODINGS[name]
+    if enc.kind == "sparse":
+        msg = SparseMessage(
+            LAYER, 10, np.array([1, 4, 9]), np.array([0, 9, 7], dtype=np.uint8), 0.5
+        )
+        ctx = {"numel": 10}
+    elif enc.kind == "dense":
+        msg, ctx = DenseMessage(LAYER, 3, np.float32([1, 2, 3])), {"numel": 3}
+    else:
+        msg = QSGDMessage(LAYER, 5, 4, 3, np.float32([2.0, 1.0]), np.array([3, -1, 0, 2, -3]))
+        ctx = {"numel": 5, "bucket_size": 4, "s": 3}
+    got = enc.decode(enc.encode(msg), **ctx)
+    assert got.layer == LAYER and got.numel == ctx["numel"]
+    np.testing.assert_array_equal(got.dense(), msg.dense())
 
 
 def test_encoder_objects_keep_their_contract():
