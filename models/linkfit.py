@@ -83,7 +83,7 @@ def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, fl
         return (2.0 * (p - 1), 2.0 * (p - 1) / p * n, (p - 1) / p * n)
     if op == "allgather":
         return (float(p - 1), (p - 1) * n, 0.0)
-    if op == "allgatherv":
+    if op in ("allgatherv", "allgatherv_skewed"):  # skewed: padded to its largest block, n
         return (2.0 * (p - 1), (p - 1) * (n + SIZE_HEADER_BYTES), 0.0)
     raise ConfigError(f"unknown op {op!r}; valid: {', '.join(OPS)}")
 
@@ -91,11 +91,11 @@ def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, fl
 def host_coefficient(op: str, size_bytes: float, world: int) -> float:
     """Coefficient ``k_δ`` of δ (``allgatherv_host_s_per_byte``) in one measurement's cost: the
     bytes of the gathered buffer, ``P·m``, for vgcsim's allgatherv of ``m`` bytes per rank
-    (every block of the same size, so no padding); 0 for the other ops
+    (``allgatherv_skewed``: blocks padded to the largest, ``m``); 0 for the other ops
     (:func:`vgcsim.models.collectives.allgatherv_host_time_s`)."""
     if op not in OPS:
         raise ConfigError(f"unknown op {op!r}; valid: {', '.join(OPS)}")
-    return float(world) * float(size_bytes) if op == "allgatherv" else 0.0
+    return float(world) * float(size_bytes) if op.startswith("allgatherv") else 0.0
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,18 @@ from vgcsim.core.config import to_dict
 from vgcsim.core.errors import ConfigError, unknown_name
 
 #: Operations the sweep can time, by the name used in measurement files and ``--ops``.
-OPS = ("p2p", "p2p_intra", "allreduce", "allgather", "allgatherv")
+OPS = ("p2p", "p2p_intra", "allreduce", "allgather", "allgatherv", "allgatherv_skewed")
 #: Operations timed by default (``p2p_intra`` only where a node holds several ranks).
-DEFAULT_OPS = OPS
+DEFAULT_OPS = ("p2p", "p2p_intra", "allreduce", "allgather", "allgatherv")
+
+
+def skewed_sizes(size_bytes: int, world: int) -> list[int]:
+    """Per-rank payloads of ``allgatherv_skewed`` of size ``m``: rank r sends
+    ``⌈m·(r+1)/P⌉`` bytes (the last rank m, the first m/P), so every rank pads to m on gloo
+    while the ranks' own blocks differ, as compressed gradients do."""
+    return [-(-int(size_bytes) * (r + 1) // world) for r in range(world)]
+
+
 MEASUREMENTS_KIND = "vgcsim-calibration"
 MEASUREMENTS_VERSION = 2
 #: Versions :func:`read_measurements` accepts (1: one node, no pair or node layout).

@@ -426,7 +426,8 @@ def test_refusals_name_the_problem_exactly():
 
     with pytest.raises(
         ConfigError,
-        match=r"^unknown op 'bcast'; valid: p2p, p2p_intra, allreduce, allgather, allgatherv$",
+        match=r"^unknown op 'bcast'; valid: p2p, p2p_intra, allreduce, allgather, allgatherv, "
+        r"allgatherv_skewed$",
     ):
         cost_coefficients("bcast", 8, 2)
     with pytest.raises(

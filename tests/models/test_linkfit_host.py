@@ -144,3 +144,33 @@ def test_replay_and_predict_of_a_trace_price_the_host_cost_alike(size_exchange):
     grown = host["comm_s_pred"].to_numpy() - none["comm_s_pred"].to_numpy()
     assert np.all(extra > 0.05 * host["comm_s_pred"].to_numpy())
     np.testing.assert_allclose(grown, extra, rtol=1e-6)
+
+
+def test_skewed_allgatherv_rows_are_checked_with_their_blocks_and_the_host_cost(tmp_path):
+    from vgcsim.traces.calibration import skewed_sizes
+
+    from vgcsim.commands.validate import collective_frame
+
+    assert skewed_sizes(1000, 4) == [250, 500, 750, 1000]
+    assert skewed_sizes(10, 4) == [3, 5, 8, 10]  # rounded up: every rank sends something
+    fit, _ = fit_link(synthetic(300e-6, 1 / 25e6, 0.0, 3e-9, 4))
+    path = tmp_path / "cal.toml"
+    path.write_text(cluster_toml("cal", fit, "cpu", "synthetic"))
+    cluster = load_cluster(str(path))
+    link = cluster.link
+    m = 8_000_000
+    ring = 6 * link.latency_s + 3 * (m + 8) * link.beta_s_per_byte
+    truth = ring + 4 * m * 3e-9
+    rows = [{"op": op, "size_bytes": m, "seconds": [truth]} for op in ("allgatherv_skewed",)]
+    df = collective_frame({"world_size": 4, "backend": "gloo", "rows": rows}, cluster)
+    row = df.iloc[0]
+    assert row["collective"] == "allgatherv/padded"
+    # padded to the largest block (m), so the same time as the even allgatherv of m
+    assert row["predicted_s"] == pytest.approx(truth, rel=1e-6)
+    assert row["simulated_s"] == pytest.approx(truth, rel=1e-6)
+    # and the fit's own table prices a skewed row the same way
+    meas = synthetic(300e-6, 1 / 25e6, 0.0, 3e-9, 4)
+    meas["rows"].append({"op": "allgatherv_skewed", "size_bytes": m, "seconds": [truth]})
+    _, table = fit_link(meas)
+    skew = next(r for r in table if r["op"] == "allgatherv_skewed")
+    assert skew["role"] == "check" and abs(skew["rel_error"]) < 1e-6

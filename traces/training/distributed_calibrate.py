@@ -14,7 +14,8 @@ slowest rank's):
 * ring allreduce of ``n`` bytes (``torch.distributed.all_reduce`` of ``n/4`` float32)
 * ring allgather of ``m`` bytes per rank
 * vgcsim's allgatherv of ``m`` bytes per rank (:mod:`vgcsim.traces.training.distributed_allgatherv`:
-  an all_gather of one int64 length, then the payload all_gather)
+  an all_gather of one int64 length, then the payload all_gather); ``allgatherv_skewed``: the
+  same with rank r sending ``⌈m·(r+1)/P⌉`` bytes (:func:`~vgcsim.traces.calibration.skewed_sizes`)
 
 A rank's node is its ``GROUP_RANK`` (torchrun sets it), else its host name.
 
@@ -36,7 +37,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from vgcsim.traces.calibration import MIN_REPEATS, CalibrateConfig, write_measurements
+from vgcsim.traces.calibration import (
+    MIN_REPEATS,
+    CalibrateConfig,
+    skewed_sizes,
+    write_measurements,
+)
 
 from vgcsim.core.config import config_from_dict
 from vgcsim.core.errors import ConfigError, VgcsimError
@@ -122,10 +128,11 @@ def _time_op(
         def once() -> None:
             dist.all_reduce(buf)
 
-    elif op == "allgatherv":
+    elif op in ("allgatherv", "allgatherv_skewed"):
         from vgcsim.traces.training.distributed_allgatherv import allgatherv_segments
 
-        payload = bytes(size_bytes)
+        mine = skewed_sizes(size_bytes, world)[rank] if op == "allgatherv_skewed" else size_bytes
+        payload = bytes(mine)
 
         def once() -> None:
             allgatherv_segments([payload], device=device)

@@ -143,7 +143,8 @@ def _model_key(op: str, backend: str) -> str | None:
         return "allreduce/ring"
     if op == "allgather":
         return "allgatherv/ring"
-    # vgcsim's allgatherv pads on gloo (as the recorder does), sends exact sizes on NCCL.
+    # vgcsim's allgatherv (even or skewed) pads on gloo (as the recorder does), sends exact
+    # sizes on NCCL.
     return "allgatherv/padded" if backend == "gloo" else "allgatherv/ring"
 
 
@@ -175,14 +176,17 @@ def collective_frame(
 
     Columns: op, collective (registry key; ``p2p`` for point-to-point, predicted as α + n·β
     of the link it crossed and not simulated), size_bytes, measured_s, predicted_s,
-    simulated_s, predicted_rel_error, simulated_rel_error.
+    simulated_s, predicted_rel_error, simulated_rel_error. ``allgatherv_skewed`` rows are
+    priced with the per-rank blocks the sweep sent
+    (:func:`~vgcsim.traces.calibration.skewed_sizes`), the others with ``size_bytes`` on
+    every rank.
     """
     import numpy as np
     import pandas as pd
 
     from vgcsim.models.collectives import collective_time_s
     from vgcsim.models.pointtopoint import p2p_time_s
-    from vgcsim.traces.calibration import STATISTICS
+    from vgcsim.traces.calibration import STATISTICS, skewed_sizes
 
     p = int(measurements["world_size"])
     backend = str(measurements.get("backend", "gloo"))
@@ -198,6 +202,8 @@ def collective_frame(
             pred, sim = float(p2p_time_s(n, link)), np.nan
         else:
             sizes = np.full(p, float(n))
+            if op == "allgatherv_skewed":
+                sizes = np.asarray(skewed_sizes(n, p), dtype=float)
             pred = float(collective_time_s(key, sizes[None, :], cluster)[0])
             sim = _simulated_s(key, sizes, cluster) if simulate else np.nan
         rows.append(
