@@ -9,14 +9,14 @@ tensors cannot carry them directly. :func:`allgatherv_segments` does what an MPI
 2. the payload bytes themselves travel in one all_gather of ``uint8`` tensors. On NCCL
    that all_gather takes uneven sizes directly (a list of outputs). Gloo rejects uneven
    tensors and empty ones, so there every rank pads its buffer to the largest rank's length
-   (at least one byte), and the padded blocks are gathered in place into one flat tensor
-   (``all_gather_single``, formerly ``all_gather_into_tensor``): this rank's block is a view
-   of its slot in the output, written once from the segments, and gloo writes the other
-   ranks' blocks straight into theirs (a list all_gather on gloo goes through one more flat
-   buffer of P blocks and copies out of it).
+   (at least one byte), and the padded blocks are gathered into one flat tensor
+   (``all_gather_single``, formerly ``all_gather_into_tensor``) whose slot for this rank is
+   the send buffer: the segments are written into it once and only the padding is zeroed.
+   (torch's gloo binding still gathers into a flat buffer of its own and copies that into
+   the output, for the flat and the list all_gather alike: a copy this module cannot avoid.)
 
 Each rank then slices the gathered buffer back into per-rank, per-segment ``bytes`` (one
-copy of each gathered byte, the only one besides writing its own segments in).
+copy of each gathered byte).
 The padding is real traffic on gloo: :func:`wire_bytes` says how many bytes each rank put on
 the wire so measured times can be compared with the ``allgatherv/padded`` cost model. The
 host work that remains (writing the own block, copying P blocks out) is what the cluster
@@ -123,7 +123,7 @@ def start_allgatherv_segments(
         block = max(max(totals), 1)
         sizes = [block] * world
         flat = torch.empty(world * block, dtype=torch.uint8)
-        # This rank's block is its slot of the output: written once, gathered in place.
+        # This rank's block is its slot of the output: written once, no separate send buffer.
         _write_segments(flat[rank * block : (rank + 1) * block].numpy(), segments)
         flat = flat.to(device)
         outputs = [flat[r * block : (r + 1) * block] for r in range(world)]
