@@ -402,3 +402,16 @@ def test_decision_counts_against_the_two_estimators_squared_sums():
     for _, layer, _, n_grad, n_sq in comp.calls:
         assert n_grad == n_sq == numels[layer]
     assert sorted({c[1] for c in comp.calls}) == list(range(len(numels)))
+
+
+def test_command_help_is_the_module_docstring_verbatim(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    # line breaks and indentation kept (the docstring's lists and the usage line)
+    assert estimator_effect.__doc__.strip() in out
+    for flag in ("--model", "--width", "--dataset", "--steps", "--workers", "--batch-size"):
+        assert flag in out
+    for flag in ("--alpha", "--sq-dtype", "--seed"):
+        assert flag in out
