@@ -80,3 +80,87 @@ def test_estimator_gap_of_a_layer_without_squared_sums():
     (row,) = estimator_gap(_model(), _sum_loss, torch.zeros_like(X), Y, 2, sq_dtype="float32")
     assert row["rel_error"] == 0.0 and row["grad_rel_error"] == 0.0 and row["flip_rate"] == 0.0
     assert row["ratio"] != row["ratio"]
+
+
+# ----------------------------------------------- sequence inputs, norm layers, frozen layers
+
+
+class _SeqNet(nn.Module):
+    """LayerNorm over [N, 3, 4] sequences, a frozen Linear, GroupNorm over [N, 4, 3], a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(11)
+        self.ln = nn.LayerNorm(4)
+        self.frozen = nn.Linear(4, 4)
+        self.frozen.requires_grad_(False)
+        self.gn = nn.GroupNorm(2, 4)
+        self.head = nn.Linear(12, 3)
+        with torch.no_grad():  # affine parameters away from their 1 / 0 defaults
+            for p in (self.ln.weight, self.ln.bias, self.gn.weight, self.gn.bias):
+                p.add_(torch.randn(p.shape))
+
+    def forward(self, x):
+        h = self.frozen(self.ln(x)).tanh()
+        return self.head(self.gn(h.transpose(1, 2)).flatten(1))
+
+
+def _per_sample_reference(model, x, y, workers):
+    """Each sample's gradient by its own autograd backward: per-worker means and Σ_z g_z²."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    per = []
+    for z in range(x.shape[0]):
+        gs = torch.autograd.grad(
+            nn.functional.cross_entropy(model(x[z : z + 1]), y[z : z + 1]), params
+        )
+        per.append([g.detach() for g in gs])
+    b = x.shape[0] // workers
+    grads, sqsums = [], []
+    for i in range(len(params)):
+        stack = torch.stack([per[z][i] for z in range(x.shape[0])]).reshape(
+            workers, b, *params[i].shape
+        )
+        grads.append(stack.mean(1))
+        sqsums.append(stack.square().sum(1))
+    return grads, sqsums
+
+
+@pytest.mark.parametrize("estimator", ["exact", "fast", None])
+def test_norm_layers_on_sequences_and_frozen_layers_against_per_sample_autograd(estimator):
+    model = _SeqNet()
+    g = torch.Generator().manual_seed(12)
+    x, y = torch.randn(6, 3, 4, generator=g), torch.randint(0, 3, (6,), generator=g)
+    loss = nn.CrossEntropyLoss(reduction="none")
+    wg = worker_gradients(model, loss, x, y, 2, estimator, sq_dtype="float32")
+    # the frozen Linear is no layer: LayerNorm, GroupNorm and head parameters only
+    assert wg.names == ["ln.weight", "ln.bias", "gn.weight", "gn.bias", "head.weight", "head.bias"]
+    grads, sqsums = _per_sample_reference(model, x, y, 2)
+    torch.testing.assert_close(wg.losses, loss(model(x), y).reshape(2, 3).mean(1))
+    for got, want in zip(wg.grads, grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
+    if estimator is None:
+        assert wg.sqsums is None
+    else:
+        # every one of these parameters is exact in the fast path too
+        for got, want in zip(wg.sqsums, sqsums, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-9)
+
+
+@pytest.mark.parametrize("estimator", ["exact", "fast"])
+def test_backward_hooks_on_sequences_and_frozen_layers_against_per_sample_autograd(estimator):
+    from vgcsim.traces.compression.sqsum_hooks import SqsumHooks
+
+    model = _SeqNet()
+    g = torch.Generator().manual_seed(13)
+    x, y = torch.randn(4, 3, 4, generator=g), torch.randint(0, 3, (4,), generator=g)
+    _, sqsums = _per_sample_reference(model, x, y, 1)
+    hooks = SqsumHooks(model, estimator, sq_dtype="float32")
+    nn.functional.cross_entropy(model(x), y, reduction="sum").backward()
+    # a sum loss: each sample's own gradient reaches the hooks unscaled
+    assert hooks.backward_calls == 3  # LayerNorm, GroupNorm, head; not the frozen Linear
+    for i, want in enumerate(sqsums):
+        torch.testing.assert_close(hooks.take(i), want[0], rtol=1e-4, atol=1e-9)
+    assert hooks.take(0) is None and hooks.sums == {}
+    hooks.remove()
+    nn.functional.cross_entropy(model(x), y).backward()
+    assert hooks.backward_calls == 3 and hooks.sums == {}
