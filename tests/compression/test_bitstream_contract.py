@@ -1,0 +1,91 @@
+"""Bit streams at hand-worked points: MSB-first fixed fields of every width path, empty
+inputs, ndarray inputs, wide Elias-delta codes, and the truncation message."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from vgcsim.traces.wire import bitstream
+
+
+@pytest.mark.parametrize(
+    ("values", "width", "data"),
+    [
+        ([5, 3, 1], 4, bytes([0x53, 0x10])),  # nibbles, odd count padded with 0
+        ([5, 3, 1, 15], 4, bytes([0x53, 0x1F])),
+        ([5, 3, 250], 8, bytes([5, 3, 250])),
+        ([5, 3, 1], 3, bytes([0xAC, 0x80])),  # 101 011 001 -> 1010 1100 1000 0000
+        ([1, 0, 1], 1, bytes([0xA0])),
+        ([0xABC, 0x123], 12, bytes([0xAB, 0xC1, 0x23])),
+        ([0xFFFFF, 1], 20, bytes([0xFF, 0xFF, 0xF0, 0x00, 0x01])),
+    ],
+)
+def test_fixed_fields_by_hand(values, width, data):
+    assert bitstream.pack_fixed(np.array(values), width) == data
+    for source in (data, np.frombuffer(data, dtype=np.uint8)):
+        got = bitstream.unpack_fixed(source, width, len(values))
+        assert got.dtype == np.int64
+        assert got.tolist() == values
+
+
+def test_empty_inputs():
+    assert bitstream.pack_fixed(np.array([], dtype=np.int64), 4) == b""
+    assert bitstream.pack_fixed(np.array([], dtype=np.int64), 12) == b""
+    for width in (4, 8, 12):
+        got = bitstream.unpack_fixed(b"\xff", width, 0)
+        assert got.dtype == np.int64 and got.size == 0
+    assert bitstream.pack_fields(np.array([], dtype=np.uint64), np.array([], dtype=np.int64)) == b""
+    assert bitstream.pack_fields(np.array([7, 9], dtype=np.uint64), np.array([0, 0])) == b""
+    for decode in (bitstream.decode_gamma, bitstream.decode_delta):
+        got = decode(b"", 0)
+        assert got.dtype == np.int64 and got.size == 0
+    out = bitstream.decode_fields_sequence(b"", 0, ("gamma", "bit", "gamma"))
+    assert len(out) == 3 and all(a.size == 0 and a.dtype == np.int64 for a in out)
+
+
+def test_pack_fields_by_hand():
+    # 3 in 2 bits, 0 in 3 bits, 1 in 1 bit, 0x1FF in 9 bits: 11 000 1 111111111 -> 1100 0111 1111 1110
+    data = bitstream.pack_fields(
+        np.array([3, 0, 1, 0x1FF], dtype=np.uint64), np.array([2, 3, 1, 9])
+    )
+    assert data == bytes([0xC7, 0xFE])
+
+
+def test_read_fields_by_hand():
+    bits = np.unpackbits(np.frombuffer(bytes([0xC7, 0xFE]), dtype=np.uint8))
+    got = bitstream.read_fields(bits, np.array([0, 2, 5, 6, 3]), np.array([2, 3, 1, 9, 0]))
+    assert got.dtype == np.uint64
+    assert got.tolist() == [3, 0, 1, 0x1FF, 0]  # a zero-width field reads 0
+    none = bitstream.read_fields(bits, np.array([4, 1]), np.array([0, 0]))
+    assert none.tolist() == [0, 0] and none.dtype == np.uint64
+
+
+def test_gamma_and_delta_decode_from_an_ndarray():
+    # gamma 1 010 011 00100 -> a6 40; delta 1 0100 0101 01100 -> 1010 0010 1011 0000 = a2 b0
+    assert bitstream.decode_gamma(
+        np.frombuffer(bytes([0xA6, 0x40]), dtype=np.uint8), 4
+    ).tolist() == [1, 2, 3, 4]
+    assert bitstream.pack_fields(*bitstream.delta_fields(np.array([1, 2, 3, 4]))) == bytes(
+        [0xA2, 0xB0]
+    )
+    assert bitstream.decode_delta(
+        np.frombuffer(bytes([0xA2, 0xB0]), dtype=np.uint8), 4
+    ).tolist() == [1, 2, 3, 4]
+
+
+def test_wide_delta_codes_round_trip():
+    # delta(n) takes 2·floor(log2(N+1)) + 1 + N bits, N = floor(log2 n): 61 bits for
+    # N = 50, still one 64-bit field (the docstring promises n < 2^31 only)
+    n = np.array([2**50 + 7, 2**40, 3, 2**33 - 1, 1])
+    values, widths = bitstream.delta_fields(n)
+    assert widths.tolist() == [61, 51, 4, 43, 1]
+    got = bitstream.decode_delta(bitstream.pack_fields(values, widths), n.size)
+    assert got.tolist() == n.tolist()
+
+
+def test_truncated_streams_name_the_problem():
+    data = bitstream.pack_fields(*bitstream.gamma_fields(np.array([100, 200, 300])))
+    for decode, count in ((bitstream.decode_gamma, 3), (bitstream.decode_delta, 3)):
+        with pytest.raises(ValueError) as exc:
+            decode(data[:2], count)
+        assert str(exc.value) == "bit stream ends before all codes were read"
