@@ -31,6 +31,8 @@ estimate. The traces are synthetic, written to a temporary directory.
 Usage: python benchmarks/simulator.py [--json] [--quick] [--steps N] [--limit-s S]
        python benchmarks/simulator.py --only solver [--json]   (figures 1 and 2 only)
        python benchmarks/simulator.py --only replay [--json]   (figures 3, 4 and 6 only)
+       python benchmarks/simulator.py --only message [--json]  (figures 1 and 3 only)
+       python benchmarks/simulator.py --profile-ring 64
        python benchmarks/simulator.py --profile-direct 32
        python benchmarks/simulator.py --profile-replay 1024 --steps 100
 """
@@ -301,20 +303,22 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
 
     out: dict[str, Any] = {"machine_cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0]}
     reasons: dict[str, str] = {}
+    if args.only == "message":
+        event_rate_figures(quick, out, log)
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = vgg_trace(steps, Path(tmp))
+            replay_case(
+                trace, f"message_p64_{steps}steps_s", 64, "message", cap(30.0), out, reasons, log
+            )
+        out["reasons"] = reasons
+        return out
 
     if args.only == "replay":
         with tempfile.TemporaryDirectory() as tmp:
             replay_cases(args, steps, cap, Path(tmp), out, reasons, log)
         out["reasons"] = reasons
         return out
-    bare, ours, flows = event_rates(rounds=2 if quick else 5, timeouts=1000, repeats=2)
-    out.update(
-        bare_simpy_events_per_s=bare,
-        network_events_per_s=ours,
-        network_flows_per_s=flows,
-        event_rate_ratio=ours / bare,
-    )
-    log(f"event rate: bare SimPy {bare:,.0f}/s, network {ours:,.0f}/s, ratio {ours / bare:.3f}")
+    event_rate_figures(quick, out, log)
 
     have_simgrid = simgrid_available(args.simgrid_python)
     if not have_simgrid:
@@ -377,6 +381,36 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
     return out
 
 
+def event_rate_figures(quick: bool, out: dict[str, Any], log: Callable[[str], None]) -> None:
+    """Figure 1 into ``out``: bare SimPy and network events/s, flows/s, and their ratio."""
+    bare, ours, flows = event_rates(rounds=2 if quick else 5, timeouts=1000, repeats=2)
+    out.update(
+        bare_simpy_events_per_s=bare,
+        network_events_per_s=ours,
+        network_flows_per_s=flows,
+        event_rate_ratio=ours / bare,
+    )
+    log(f"event rate: bare SimPy {bare:,.0f}/s, network {ours:,.0f}/s, ratio {ours / bare:.3f}")
+
+
+def replay_case(
+    trace,
+    key: str,
+    world_size: int,
+    path: str,
+    limit_s: float,
+    out: dict[str, Any],
+    reasons: dict[str, str],
+    log: Callable[[str], None],
+) -> None:
+    """One timed replay of ``trace`` at ``world_size`` ranks on ``path`` into ``out[key]``."""
+    wall, res, why = capped(limit_s, lambda: replay_seconds(trace, world_size, path))
+    out[key] = wall
+    if why:
+        reasons[key] = why
+    log(f"replay {world_size} ranks, path={path}: {wall} s {res[1] if res else why}")
+
+
 def vgg_trace(steps: int, where: Path):
     """The synthetic VGG-like trace of the replay and sweep cases (8 workers, seed 1)."""
     cfg = SynthConfig(layers="vgg_like", workers=8, steps=steps, density=0.01, seed=1)
@@ -400,11 +434,7 @@ def replay_cases(
         (f"fast_p4096_{steps}steps_s", 4096, "auto", 60.0),
     ]
     for key, p, path, target in cases:
-        wall, res, why = capped(cap(target), lambda p=p, path=path: replay_seconds(trace, p, path))
-        out[key] = wall
-        if why:
-            reasons[key] = why
-        log(f"replay {p} ranks x {steps} steps, path={path}: {wall} s {res[1] if res else why}")
+        replay_case(trace, key, p, path, cap(target), out, reasons, log)
 
     sweep = sweep64(tmp / "vgg")
     tables = {}
@@ -433,6 +463,20 @@ def profile_replay(world_size: int, steps: int, top: int = 12) -> None:
         wall, info = replay_seconds(trace, world_size, "auto")
         profiler.disable()
     print(f"replay {world_size} ranks x {steps} steps, path=auto: {wall:.2f} s {info}")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
+
+
+def profile_ring(world_size: int, top: int = 12) -> None:
+    """cProfile of the event-rate workload: message-level ring allgatherv runs at P ranks."""
+    import cProfile
+    import pstats
+
+    network_rate(world_size, repeats=1)  # imports and caches out of the profile
+    profiler = cProfile.Profile()
+    profiler.enable()
+    events, flows = network_rate(world_size, repeats=2)
+    profiler.disable()
+    print(f"ring allgatherv P={world_size}, 2 runs: {events:,.0f} events/s, {flows:,.0f} flows/s")
     pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
 
 
@@ -468,9 +512,17 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        choices=["solver", "replay"],
+        choices=["solver", "replay", "message"],
         help="solver: only the event rate and the direct allgatherv cases (with SimGrid's); "
-        "replay: only the VGG replays and the sweep",
+        "replay: only the VGG replays and the sweep; "
+        "message: only the event rate and the 64-rank message-level replay",
+    )
+    parser.add_argument(
+        "--profile-ring",
+        type=int,
+        default=0,
+        metavar="P",
+        help="only profile (cProfile) the event-rate workload (ring allgatherv) at P ranks",
     )
     parser.add_argument(
         "--profile-direct",
@@ -492,6 +544,9 @@ def main() -> None:
         return
     if args.profile_direct:
         profile_direct(args.profile_direct)
+        return
+    if args.profile_ring:
+        profile_ring(args.profile_ring)
         return
 
     def log(line: str) -> None:

@@ -126,18 +126,27 @@ class _Tables:
         over the whole schedule round by round; and the route of every flow."""
         schedule = self.schedule
         route = self.topology.route
-        ops: list[dict[int, tuple[list, list]]] = [{} for _ in range(schedule.world_size)]
+        # rounds come in order, so a rank's entry for round k, if any, is its last one
+        ops: list[list[tuple[int, list, list]]] = [[] for _ in range(schedule.world_size)]
         routes: list[Route] = []
         for k, rnd in enumerate(schedule.rounds):
-            for s, d in zip(rnd.src.tolist(), rnd.dst.tolist(), strict=True):
-                g = len(routes)
-                routes.append(route(s, d))
-                ops[s].setdefault(k, ([], []))[0].append((g, d))
-                ops[d].setdefault(k, ([], []))[1].append((g, s))
+            srcs, dsts = rnd.src.tolist(), rnd.dst.tolist()
+            g0 = len(routes)
+            routes.extend(map(route, srcs, dsts))
+            for g, s, d in zip(range(g0, len(routes)), srcs, dsts, strict=True):
+                mine = ops[s]
+                if not mine or mine[-1][0] != k:
+                    mine.append((k, [], []))
+                mine[-1][1].append((g, d))
+                mine = ops[d]
+                if not mine or mine[-1][0] != k:
+                    mine.append((k, [], []))
+                mine[-1][2].append((g, s))
+        rounds = schedule.rounds
         plan = [
             [
-                (k, sends, recvs, len(sends) + len(recvs), schedule.rounds[k].reduce)
-                for k, (sends, recvs) in sorted(per.items())
+                (k, sends, recvs, len(sends) + len(recvs), rounds[k].reduce)
+                for k, sends, recvs in per
             ]
             for per in ops
         ]
@@ -356,28 +365,30 @@ def run_message(
     order_free = net.order_free
     timeout = env.timeout
 
-    def drain() -> None:
-        """Resume every runnable rank until none is left (ranks made runnable meanwhile
-        included); a rank that yields a delay gets a timeout."""
+    def run_from(i: int) -> None:
+        """Resume rank ``i``, then every rank made runnable meanwhile, until none is left; a
+        rank that yields a delay gets a timeout."""
         nonlocal draining, ended
         draining = True
         try:
-            while runnable:
-                i = runnable.popleft()
+            while True:
                 delay = next(gens[i], -1.0)
-                if delay is None:
-                    continue  # waits for its operations
-                if delay > 0:
-                    timeout(delay, i).callbacks.append(timed_out)
-                else:
-                    ended += 1
+                if delay is not None:  # None: it waits for its operations
+                    if delay > 0:
+                        timeout(delay, i).callbacks.append(timed_out)
+                    else:
+                        ended += 1
+                if not runnable:
+                    break
+                i = runnable.popleft()
         finally:
             draining = False
 
     def timed_out(event: simpy.Event) -> None:
-        runnable.append(event.value)
-        if not draining:
-            drain()
+        if draining:
+            runnable.append(event.value)
+        else:
+            run_from(event.value)
 
     def ready(i: int) -> None:
         """Rank ``i``'s operations are done: resume it now where the order of this instant's
@@ -386,9 +397,10 @@ def run_message(
         nonlocal woken
         if order_free():
             woken += 1
-            runnable.append(i)
-            if not draining:
-                drain()
+            if draining:
+                runnable.append(i)
+            else:
+                run_from(i)
         else:
             timeout(0.0, i).callbacks.append(timed_out)
 
@@ -403,12 +415,12 @@ def run_message(
         s = flow.src
         n = pending[s] - 1
         pending[s] = n
+        d = flow.dst
+        m = pending[d] - 1
+        pending[d] = m
         if n == 0:
             ready(s)
-        d = flow.dst
-        n = pending[d] - 1
-        pending[d] = n
-        if n == 0:
+        if m == 0:
             ready(d)
 
     def eager_send(i: int, d: int, g: int, nbytes: float, slot: bytearray) -> None:
@@ -430,7 +442,8 @@ def run_message(
                 yield wait
             t0 = env.now
             for k, sends, recvs, n_ops, reduce in rank_plans[i]:
-                tk = env.now
+                if spans is not None:
+                    tk = env.now
                 if eager:
                     pending[i] = 1  # held while posting
                     for g, d in sends:
@@ -469,8 +482,8 @@ def run_message(
                 spans.append(RankSpan(i, ph.label or ph.schedule.key, t0, env.now))
 
     gens = [rank(i) for i in range(p)]
-    runnable.extend(range(p))
-    drain()
+    runnable.extend(range(1, p))
+    run_from(0)
     if stats is None:
         env.run()
     else:

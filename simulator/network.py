@@ -185,27 +185,29 @@ class _Flow:
         now: float,
         src: int,
         dst: int,
-        on_sent: Callback | None,
-        on_arrived: Callback | None,
+        on_sent: Callback | None = None,
+        on_arrived: Callback | None = None,
         waiters: tuple[Waiter, ...] = (),
+        done: Callable[[_Flow], None] | None = None,
+        state: int = 0,
+        rate: float = 0.0,
+        t_end: float = math.inf,
     ):
+        # Each slot is written once here; remaining, t_last, version and id only matter to
+        # a shared flow and are written when it becomes one (FairNetwork._share).
         self.channels = route.channels
         self.latency_s = route.latency_s
-        self.remaining = float(nbytes)
         self.nbytes = float(nbytes)
-        self.rate = 0.0
-        self.t_last = now
-        self.version = 0
+        self.rate = rate
         self.start = now
         self.src = src
         self.dst = dst
         self.on_sent = on_sent
         self.on_arrived = on_arrived
-        self.state = 0  # one of _LAZY, _SOLO_DONE, _SHARED, _SHARED_DONE in the fair network
-        self.t_end = math.inf  # a lazy flow's last byte leaves then
         self.waiters = waiters
-        self.id = 0  # the fair network's order of sharing: ties between finish times
-        self.done: Callable[[_Flow], None] | None = None  # called with the flow on arrival
+        self.done = done  # called with the flow when its last byte has arrived
+        self.state = state  # one of _LAZY, _SOLO_DONE, _SHARED, _SHARED_DONE in the fair network
+        self.t_end = t_end  # a lazy flow's last byte leaves then
 
 
 class _NetworkBase:
@@ -259,8 +261,7 @@ class _NetworkBase:
         route) now; call ``done(flow)`` when its last byte has arrived (``flow.src``,
         ``flow.dst`` say whose). The message level's rendezvous transfers take this path:
         no callback per flow to build, nobody waiting for the last byte to leave."""
-        flow = _Flow(route, nbytes, self.env.now, src, dst, None, None)
-        flow.done = done
+        flow = _Flow(route, nbytes, self.env.now, src, dst, done=done)
         if src == dst:
             done(flow)
         elif nbytes <= 0:
@@ -398,20 +399,15 @@ class FairNetwork(_NetworkBase):
             elif on[c]:
                 break
         else:
-            flow = _Flow(route, nbytes, now, src, dst, None, None)
-            flow.done = done
-            flow.state = _LAZY
-            rate = flow.rate = route.bandwidth_Bps
+            rate = route.bandwidth_Bps
             tx = nbytes / rate
-            flow.t_end = now + tx
+            flow = _Flow(route, nbytes, now, src, dst, None, None, (), done, _LAZY, rate, now + tx)
             for c in chans:
                 lazy_on[c] = flow
             self.monitor.flows += 1
-            self._timeout(tx + route.latency_s, flow).callbacks.append(self._lazy_cb)
+            self._timeout(tx + route.latency_s, flow).callbacks.append(self._message_cb)
             return
-        flow = _Flow(route, nbytes, now, src, dst, None, None)
-        flow.done = done
-        self._begin(flow, route, now)
+        self._begin(_Flow(route, nbytes, now, src, dst, done=done), route, now)
 
     def _begin(self, flow: _Flow, route: Route, now: float) -> None:
         """Put ``flow`` on its channels: lazy if it is alone there, else shared."""
@@ -438,7 +434,7 @@ class FairNetwork(_NetworkBase):
                     lazy_on[c] = flow
                 self._timeout(tx + flow.latency_s, flow).callbacks.append(self._lazy_cb)
                 return
-            self._share(flow, now)
+            self._share(flow, now, flow.nbytes)
             self._push(flow, now)
             self._arm()
             return
@@ -451,15 +447,18 @@ class FairNetwork(_NetworkBase):
                     self._release(g)
                 else:
                     self._unlazy(g, now)
-        self._share(flow, now)
+        self._share(flow, now, flow.nbytes)
         self._mark(chans)
 
-    def _share(self, flow: _Flow, now: float) -> None:
+    def _share(self, flow: _Flow, now: float, remaining: float) -> None:
+        """``flow`` shares its channels from now on, with ``remaining`` bytes to send."""
         self._n_shared += 1
         self._grown = True
         self._ids += 1
         flow.id = self._ids
         flow.state = _SHARED
+        flow.remaining = remaining
+        flow.version = 0
         flow.t_last = now
         on = self._on
         for c in flow.channels:
@@ -471,9 +470,9 @@ class FairNetwork(_NetworkBase):
         lazy_on = self._lazy_on
         for c in flow.channels:
             lazy_on[c] = None
-        flow.remaining -= flow.rate * (now - flow.start)
+        remaining = flow.nbytes - flow.rate * (now - flow.start)
         flow.rate = 0.0  # forces a new finish time at the reshare; its arrival timer is void
-        self._share(flow, now)
+        self._share(flow, now, remaining)
 
     def _release(self, flow: _Flow) -> None:
         """A lazy flow's last byte has left: free its channels, account its interval."""
@@ -487,6 +486,25 @@ class FairNetwork(_NetworkBase):
             self.monitor.solo_flow(
                 flow.channels, flow.start, flow.t_end, flow.nbytes, flow.src, flow.dst
             )
+
+    def _message_cb(self, event: simpy.Event) -> None:
+        """:meth:`_lazy_cb` for a flow of :meth:`start_message`, its release inline."""
+        flow = event.value
+        state = flow.state
+        if state == _LAZY:
+            flow.state = _SOLO_DONE
+            lazy_on = self._lazy_on
+            for c in flow.channels:
+                lazy_on[c] = None
+            if self._hold is not None:
+                self._hold(flow)
+            else:
+                self.monitor.solo_flow(
+                    flow.channels, flow.start, flow.t_end, flow.nbytes, flow.src, flow.dst
+                )
+        elif state != _SOLO_DONE:
+            return  # it met another flow: this timer is void, the shared model ends it
+        flow.done(flow)
 
     def _lazy_cb(self, event: simpy.Event) -> None:
         flow = event.value
