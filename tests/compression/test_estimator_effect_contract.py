@@ -415,3 +415,24 @@ def test_command_help_is_the_module_docstring_verbatim(capsys):
         assert flag in out
     for flag in ("--alpha", "--sq-dtype", "--seed"):
         assert flag in out
+
+
+def test_command_without_options_is_mnist_for_300_steps(recorder, capsys, monkeypatch):
+    # the documented defaults; mnist itself is stood in for by the synthetic set
+    from vgcsim.traces.training import datasets
+
+    asked = []
+    real_load = datasets.load_dataset
+
+    def fake_load(name, **kw):
+        asked.append((name, kw))
+        return real_load("synthetic", seed=kw["seed"])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    assert main([]) == 0
+    assert asked == [("mnist", {"root": None, "seed": 0, "test_fraction": 0.2, "download": True})]
+    (call,) = recorder.calls
+    assert len(call["batches"]) == 300 and call["workers"] == 4
+    assert capsys.readouterr().out.startswith(
+        "small_cnn width 1 (1,525 parameters), mnist, 300 steps, W=4×32, variance α=2\n"
+    )

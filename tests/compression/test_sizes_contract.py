@@ -14,6 +14,9 @@ def test_elias_delta_envelope_at_hand_points():
     np.testing.assert_array_equal(sizes.elias_delta_bits(np.array([0, 1, 3, 7])), [1, 4, 8, 14])
     # between powers it is above the exact length: N = 2: 3 + 2 log2 3 = 6.17 > 5
     assert sizes.elias_delta_bits(2) == 5
+    # integer counts in, integer counts out
+    assert sizes.elias_delta_bits(np.array([0, 1, 3, 7])).dtype == np.int64
+    assert sizes.elias_gamma_bits(np.array([0, 1])).dtype == np.int64
     assert abs(sizes.elias_delta_bits_envelope(np.float64(2.0)) - (3 + 2 * np.log2(3))) < 1e-12
 
 
