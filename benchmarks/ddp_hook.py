@@ -1,7 +1,11 @@
 """The same DDP training script timed with no hook, torch's hooks and the vgcsim hook.
 
 Two gloo ranks on loopback (``--ranks``) train scikit-learn's digits (real data shipped with
-the package) on ``small_cnn`` from the same initial weights, one DDP model per variant:
+the package) on ``small_cnn`` from the same initial weights, one DDP model per variant, on
+the CPU or (``--device cuda``) rank ``LOCAL_RANK`` on GPU ``LOCAL_RANK % device_count``
+with ``--backend nccl`` (one rank per GPU: NCCL refuses two ranks on one device) or gloo
+(which takes the CUDA gradients of plain DDP, fp16 and PowerSGD; the vgcsim hook stages its
+all_gather through the CPU on gloo):
 
 - ``plain``          DDP's own allreduce (no hook)
 - ``fp16``           torch's ``default_hooks.fp16_compress_hook``
@@ -35,7 +39,10 @@ Keys: ``variance_step_ratio`` = variance_fast step / plain step (same run; targe
 ``variance_exact_step_ratio``, and ``second_backward``: measured — true unless every
 variance step ran exactly one model forward and one hooked-layer backward per layer.
 
-Usage: ``python benchmarks/ddp_hook.py --json [--rounds R --chunk K --warmup W --batch B]``.
+The JSON records the backend, the device and, on CUDA, ``torch.cuda.get_device_name()``.
+
+Usage: ``python benchmarks/ddp_hook.py --json [--rounds R --chunk K --warmup W --batch B]
+[--device cpu|cuda --backend gloo|nccl --ranks P]``.
 """
 
 from __future__ import annotations
@@ -65,6 +72,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     ap.add_argument("--rounds", type=int, default=80)
     ap.add_argument("--chunk", type=int, default=1, help="steps per variant per round")
     ap.add_argument("--warmup", type=int, default=5, help="untimed first steps per variant")
@@ -78,7 +87,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 class Variant:
     """One DDP model with its hook, its own data order and its counters."""
 
-    def __init__(self, name: str, data, args, rank: int, world: int):
+    def __init__(self, name: str, data, args, rank: int, world: int, device):
         import torch
         import torch.nn.functional as F
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
@@ -89,11 +98,12 @@ class Variant:
 
         torch.manual_seed(args.seed)
         self.name, self.data, self.args, self.F = name, data, args, F
-        self.model = build_net("small_cnn", data.input_shape, data.num_classes)
+        self.model = build_net("small_cnn", data.input_shape, data.num_classes).to(device)
         self.numel = sum(p.numel() for p in self.model.parameters())
         self.forwards = 0
         self.model.register_forward_hook(self._count)
-        self.ddp = DDP(self.model)
+        self.device = device
+        self.ddp = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None)
         self.state = self.psgd = None
         if name == "fp16":
             self.ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
@@ -138,6 +148,10 @@ class Variant:
         idx = torch.randperm(n, generator=self.gen)[: self.args.batch * self.world]
         idx = idx.reshape(self.world, -1)[self.rank]
         x, y = self.data.x_train[idx], self.data.y_train[idx]
+        cuda = self.device.type == "cuda"
+        if cuda:
+            x, y = x.to(self.device), y.to(self.device)
+            torch.cuda.synchronize(self.device)
         forwards = self.forwards
         hooked = self.state.sqsum_hooks.backward_calls if self.state else 0
         after = self._psgd_after()
@@ -147,6 +161,8 @@ class Variant:
         self.opt.zero_grad(set_to_none=True)
         self.F.cross_entropy(self.ddp(x), y).backward()
         self.opt.step()
+        if cuda:
+            torch.cuda.synchronize(self.device)
         dt = time.perf_counter() - t0
         cpu = time.process_time() - c0
         self.steps += 1
@@ -178,7 +194,7 @@ class Variant:
         import torch
 
         with torch.no_grad():
-            pred = self.model(self.data.x_test).argmax(1)
+            pred = self.model(self.data.x_test.to(self.device)).argmax(1).cpu()
         return float((pred == self.data.y_test).double().mean())
 
 
@@ -191,9 +207,13 @@ def rank_main(args: argparse.Namespace) -> int:
         leave_process_group,
     )
 
-    env = init_process_group("gloo", timeout_s=600)
+    env = init_process_group(args.backend, timeout_s=600)
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
     data = load_dataset("digits", root=None, seed=args.seed, test_fraction=0.2, download=False)
-    variants = [Variant(n, data, args, env.rank, env.world_size) for n in VARIANTS]
+    variants = [Variant(n, data, args, env.rank, env.world_size, device) for n in VARIANTS]
     for r in range(args.rounds):
         k = r % len(variants)
         for v in variants[k:] + variants[:k]:
@@ -218,8 +238,9 @@ def rank_main(args: argparse.Namespace) -> int:
     one_pass = all(v.one_pass for v in variants if v.state is not None)
     if env.rank == 0:
         result = {
-            "backend": "gloo",
-            "device": "cpu",
+            "backend": args.backend,
+            "device": str(device),
+            "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"),
             "ranks": env.world_size,
             "net": "small_cnn",
             "dataset": "digits",
@@ -249,6 +270,18 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError("--ranks, --rounds, --chunk and --batch must be positive")
     if args.warmup >= args.rounds * args.chunk:
         raise ConfigError("--warmup must be below --rounds × --chunk (no step left to time)")
+    if args.backend == "nccl" and args.device != "cuda":
+        raise ConfigError("--backend nccl needs --device cuda")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda: no CUDA device is available to this torch")
+        if args.backend == "nccl" and args.ranks > torch.cuda.device_count():
+            raise ConfigError(
+                f"--backend nccl runs one rank per GPU: --ranks {args.ranks} but "
+                f"{torch.cuda.device_count()} GPU(s)"
+            )
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--json"]

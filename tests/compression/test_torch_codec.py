@@ -55,7 +55,9 @@ GRID = {
 CONFIGS = [dict(zip(GRID, combo, strict=True)) for combo in itertools.product(*GRID.values())]
 
 
-def run_bucket(params: dict, seed: int, dtype: torch.dtype = torch.float32) -> int:
+def run_bucket(
+    params: dict, seed: int, dtype: torch.dtype = torch.float32, impl: str = "torch"
+) -> int:
     comp = get_compressor("variance", **params)
     g = torch.Generator().manual_seed(seed)
     ref = [comp.init_state(n) for n in SIZES]
@@ -66,7 +68,9 @@ def run_bucket(params: dict, seed: int, dtype: torch.dtype = torch.float32) -> i
     for step in range(4):
         grad, sq = gradients(sum(SIZES), step, g)
         grad = grad.to(dtype)
-        words, lengths, sent = torch_codec.compress_bucket(comp, grad, sq, bucket, batch_size=B)
+        words, lengths, sent = torch_codec.compress_bucket(
+            comp, grad, sq, bucket, batch_size=B, impl=impl
+        )
         payloads, start = [], 0
         for layer, state, n in zip(LAYERS, ref, SIZES, strict=True):
             payloads.append(
@@ -83,21 +87,25 @@ def run_bucket(params: dict, seed: int, dtype: torch.dtype = torch.float32) -> i
         assert lengths == [len(p.data) for p in payloads]
         assert sent == [p.sent for p in payloads]
         assert all(same_state(a, b) for a, b in zip(ref, mine, strict=True))
-        idx, vals = torch_codec.decode_bucket_message(words, lengths, bucket.offsets, coded=coded)
+        idx, vals = torch_codec.decode_bucket_message(
+            words, lengths, bucket.offsets, coded=coded, impl=impl
+        )
         decoded = torch.zeros(sum(SIZES)).index_add_(0, idx, vals)
         assert torch.equal(bits(decoded), bits(torch.cat([p.decode() for p in payloads])))
         sent_total += sum(sent)
     return sent_total
 
 
+@pytest.mark.parametrize("impl", ["torch", "numpy"])
 @pytest.mark.parametrize("params", CONFIGS, ids=lambda p: "-".join(map(str, p.values())))
-def test_bucket_path_is_bit_identical_to_the_numpy_compressor(params):
-    sent = run_bucket(params, seed=CONFIGS.index(params))
+def test_bucket_path_is_bit_identical_to_the_numpy_compressor(params, impl):
+    sent = run_bucket(params, seed=CONFIGS.index(params), impl=impl)
     assert 0 < sent < 4 * sum(SIZES)  # some elements sent, not all: the test selects
 
 
-def test_bf16_gradients_are_compressed_like_the_numpy_path():
-    assert run_bucket({}, seed=1, dtype=torch.bfloat16) > 0
+@pytest.mark.parametrize("impl", ["torch", "numpy"])
+def test_bf16_gradients_are_compressed_like_the_numpy_path(impl):
+    assert run_bucket({}, seed=1, dtype=torch.bfloat16, impl=impl) > 0
 
 
 @pytest.mark.parametrize(
@@ -148,14 +156,17 @@ def test_exact_ties_take_the_numpy_side():
     assert sent == 5 and same_state(ref, mine)
 
 
-def test_an_infinite_residual_codes_the_layer_like_the_numpy_path():
+@pytest.mark.parametrize("impl", ["torch", "numpy"])
+def test_an_infinite_residual_codes_the_layer_like_the_numpy_path(impl):
     comp = get_compressor("variance", alpha=1.0)
     grads = torch.tensor([float("inf"), 1.0, -2.0, 0.0, 3.0])
     sq = torch.zeros(5)
     ref = [comp.init_state(2), comp.init_state(3)]
     mine = [comp.init_state(2), comp.init_state(3)]
     bucket = torch_codec.bucket_state(mine, (0, 1), torch.device("cpu"))
-    words, lengths, _ = torch_codec.compress_bucket(comp, grads, sq, bucket, batch_size=1)
+    words, lengths, _ = torch_codec.compress_bucket(
+        comp, grads, sq, bucket, batch_size=1, impl=impl
+    )
     data = comp.compress(grads[:2], ref[0], sqsum=sq[:2], batch_size=1, layer=0).data
     data += comp.compress(grads[2:], ref[1], sqsum=sq[2:], batch_size=1, layer=1).data
     assert words.view(torch.uint8).numpy().tobytes() == data

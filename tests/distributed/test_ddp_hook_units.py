@@ -104,3 +104,35 @@ def test_one_rank_hook_at_alpha_zero_leaves_the_gradient_unchanged(world_of_one)
         for p, q in zip(model.parameters(), reference.parameters(), strict=True):
             assert torch.equal(p.grad, q.grad)
         assert sum(state.stats.sent.values()) == sum(p.numel() for p in model.parameters())
+
+
+def test_direct_squared_sums_are_the_shared_hooks_bit_for_bit():
+    from vgcsim.traces.compression.sqsum_hooks import SqsumHooks
+    from vgcsim.traces.training.distributed_hook import DirectSqsumHooks
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(2, 4, 3, padding=1, stride=2),
+        nn.GroupNorm(2, 4),
+        nn.Conv2d(4, 4, 3, padding="same", groups=2, bias=False),
+        nn.Tanh(),
+        nn.Flatten(),
+        nn.Linear(64, 8),
+        nn.Tanh(),
+        nn.Linear(8, 3, bias=False),
+    )
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(6, 2, 8, 8, generator=g), torch.randint(0, 3, (6,), generator=g)
+    sums = []
+    for cls in (SqsumHooks, DirectSqsumHooks):
+        hooks = cls(model, "fast", "float32")
+        for _ in range(2):  # two backward passes: the sums accumulate alike
+            model.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+        hooks.remove()
+        sums.append(hooks.sums)
+        assert hooks.backward_calls == 2 * 5
+    assert sorted(sums[0]) == sorted(sums[1]) == list(range(8))
+    for i, want in sums[0].items():
+        assert torch.equal(sums[1][i].reshape(want.shape), want), i
+        assert want.abs().sum() > 0, i
