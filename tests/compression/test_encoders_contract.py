@@ -227,3 +227,15 @@ def test_unknown_field_kind_is_refused():
     with pytest.raises(ValueError) as exc:
         bitstream.decode_fields_sequence(data, 1, ("gamma", "nibble"))
     assert str(exc.value) == "unknown field kind 'nibble'"
+
+
+def test_messages_hand_the_receiver_fp32_whatever_they_were_built_from():
+    dense = DenseMessage(0, 3, np.array([1.0, 2.5, -3.0]))  # float64 values
+    assert dense.dense().dtype == np.float32 and dense.dense().tolist() == [1.0, 2.5, -3.0]
+    assert DenseMessage(0, 2, [1, 2]).dense().dtype == np.float32
+    sparse = SparseMessage(0, 4, np.array([0, 3]), values=np.array([0.5, -1.0]))
+    assert sparse.sent_values().dtype == np.float32
+    assert sparse.dense().dtype == np.float32 and sparse.dense().tolist() == [0.5, 0, 0, -1.0]
+    q = QSGDMessage(0, 3, 2, 3, np.array([3.0, 1.5]), np.array([3, -1, 2]))
+    assert q.dense().dtype == np.float32 and q.dense().tolist() == [3.0, -1.0, 1.0]
+    assert dense.count == 3 and sparse.count == 2 and q.count == 3
