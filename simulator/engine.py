@@ -28,9 +28,11 @@ itself is never written to. Without a cache each call builds what it needs.
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -126,14 +128,21 @@ class _Tables:
         over the whole schedule round by round; and the route of every flow."""
         schedule = self.schedule
         route = self.topology.route
+        rounds = schedule.rounds
+        p = schedule.world_size
+        routes: list[Route] = []
+        if rounds:  # each distinct (src, dst) pair's route looked up once
+            codes = np.concatenate([r.src * p + r.dst for r in rounds])
+            pairs, which = np.unique(codes, return_inverse=True)
+            found = [route(c // p, c % p) for c in pairs.tolist()]
+            routes = list(map(found.__getitem__, which.tolist()))
+        if self.one_to_one:
+            return self._one_to_one_plan(), routes
         # rounds come in order, so a rank's entry for round k, if any, is its last one
         ops: list[list[tuple[int, list, list]]] = [[] for _ in range(schedule.world_size)]
-        routes: list[Route] = []
-        for k, rnd in enumerate(schedule.rounds):
-            srcs, dsts = rnd.src.tolist(), rnd.dst.tolist()
-            g0 = len(routes)
-            routes.extend(map(route, srcs, dsts))
-            for g, s, d in zip(range(g0, len(routes)), srcs, dsts, strict=True):
+        g = 0
+        for k, rnd in enumerate(rounds):
+            for s, d in zip(rnd.src.tolist(), rnd.dst.tolist(), strict=True):
                 mine = ops[s]
                 if not mine or mine[-1][0] != k:
                     mine.append((k, [], []))
@@ -142,7 +151,7 @@ class _Tables:
                 if not mine or mine[-1][0] != k:
                     mine.append((k, [], []))
                 mine[-1][2].append((g, s))
-        rounds = schedule.rounds
+                g += 1
         plan = [
             [
                 (k, sends, recvs, len(sends) + len(recvs), rounds[k].reduce)
@@ -151,6 +160,36 @@ class _Tables:
             for per in ops
         ]
         return plan, routes
+
+    def _one_to_one_plan(self) -> list[list[_RoundOps]]:
+        """:attr:`message_plan`'s rank plans where every rank sends and receives at most one
+        flow per round: [round, rank] tables of each rank's flow and peer, then one pass."""
+        rounds = self.schedule.rounds
+        shape = (len(rounds), self.schedule.world_size)
+        send_flow, recv_flow = np.full(shape, -1), np.full(shape, -1)
+        send_peer, recv_peer = np.zeros(shape, np.int64), np.zeros(shape, np.int64)
+        g = 0
+        for k, rnd in enumerate(rounds):
+            flows = np.arange(g, g + len(rnd.src))
+            send_flow[k, rnd.src], send_peer[k, rnd.src] = flows, rnd.dst
+            recv_flow[k, rnd.dst], recv_peer[k, rnd.dst] = flows, rnd.src
+            g += len(rnd.src)
+        reduce = [r.reduce for r in rounds]
+        ks = range(len(rounds))
+        return [
+            [
+                (k, [(a, b)] if a >= 0 else [], [(c, e)] if c >= 0 else [], (a >= 0) + (c >= 0), r)
+                for k, a, b, c, e, r in zip(ks, sf, sp, rf, rp, reduce, strict=True)
+                if a >= 0 or c >= 0
+            ]
+            for sf, sp, rf, rp in zip(
+                send_flow.T.tolist(),
+                send_peer.T.tolist(),
+                recv_flow.T.tolist(),
+                recv_peer.T.tolist(),
+                strict=True,
+            )
+        ]
 
     @cached_property
     def pair_tables(self) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -307,6 +346,22 @@ def _run_counting(env: simpy.Environment) -> int:
         return n
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector, as it was before afterwards. A message-level run
+    allocates a flow, a timer and a few tuples per message and frees them by reference
+    counting (it makes no cyclic garbage per message; the run's own few cycles are collected
+    after it): the collector's passes over the live objects would be pure cost, about a
+    sixth of the run's time on the event-rate workload of ``benchmarks/simulator.py``."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def run_message(
     phases: Sequence[Phase],
     topology: Topology,
@@ -340,6 +395,23 @@ def run_message(
     the count is that of the bare SimPy loop of ``benchmarks/simulator.py``: one per
     process start, resumption and end. ``cache``: see :class:`RunCache`.
     """
+    with _gc_paused():
+        return _run_message(
+            phases, topology, mode, semantics, gamma_s_per_byte, monitor, spans, stats, cache
+        )
+
+
+def _run_message(
+    phases: Sequence[Phase],
+    topology: Topology,
+    mode: str,
+    semantics: str,
+    gamma_s_per_byte: float,
+    monitor: LinkMonitor | None,
+    spans: list[RankSpan] | None,
+    stats: dict[str, int] | None,
+    cache: RunCache | None,
+) -> np.ndarray:
     p = topology.world_size
     cache = _cache_for(topology, cache)
     env = simpy.Environment()

@@ -79,7 +79,7 @@ class LinkMonitor:
     # Flows that were alone on their channels, not yet added: the fair network hands them
     # over in one append each and they are added, in that order, before anything else
     # touches the sums (so every sum takes the same additions in the same order).
-    _held: list[_Flow] = field(init=False, repr=False)
+    _held: list[_Flow | _Msg] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._bytes = [0.0] * self.n_channels
@@ -210,6 +210,34 @@ class _Flow:
         self.t_end = t_end  # a lazy flow's last byte leaves then
 
 
+class _Msg:
+    """A flow of :meth:`FairNetwork.start_message` while it is alone on its channels (lazy):
+    what that needs, written once. If another flow meets it, a :class:`_Flow` takes over
+    (:meth:`FairNetwork._unlazy`) and this one's arrival timer is void."""
+
+    __slots__ = ("route", "channels", "start", "t_end", "nbytes", "src", "dst", "state", "done")
+
+    def __init__(
+        self,
+        route: Route,
+        nbytes: float,
+        now: float,
+        src: int,
+        dst: int,
+        done: Callable[[_Flow | _Msg], None],
+        t_end: float,
+    ):
+        self.route = route
+        self.channels = route.channels
+        self.start = now
+        self.t_end = t_end  # its last byte leaves then
+        self.nbytes = nbytes
+        self.src = src
+        self.dst = dst
+        self.state = _LAZY
+        self.done = done
+
+
 class _NetworkBase:
     """Shared part of both sharing models: routes, latency, delivery, the monitor."""
 
@@ -329,7 +357,7 @@ class FairNetwork(_NetworkBase):
     ):
         super().__init__(env, topology, monitor)
         n = topology.n_channels
-        self._lazy_on: list[_Flow | None] = [None] * n  # the lazy flow alone on a channel
+        self._lazy_on: list[_Flow | _Msg | None] = [None] * n  # the lazy flow alone on a channel
         self._on: list[set[_Flow]] = [set() for _ in range(n)]  # shared flows per channel
         self._cap_arr = np.asarray(topology.capacity_Bps, dtype=float)
         self._cap = self._cap_arr.tolist()
@@ -399,9 +427,8 @@ class FairNetwork(_NetworkBase):
             elif on[c]:
                 break
         else:
-            rate = route.bandwidth_Bps
-            tx = nbytes / rate
-            flow = _Flow(route, nbytes, now, src, dst, None, None, (), done, _LAZY, rate, now + tx)
+            tx = nbytes / route.bandwidth_Bps
+            flow = _Msg(route, nbytes, now, src, dst, done, now + tx)
             for c in chans:
                 lazy_on[c] = flow
             self.monitor.flows += 1
@@ -465,16 +492,21 @@ class FairNetwork(_NetworkBase):
             on[c].add(flow)
         self.monitor.channels_taken(flow.channels, flow.nbytes, flow.start)
 
-    def _unlazy(self, flow: _Flow, now: float) -> None:
+    def _unlazy(self, flow: _Flow | _Msg, now: float) -> None:
         """A lazy flow met another one: from now on its rate is shared."""
         lazy_on = self._lazy_on
         for c in flow.channels:
             lazy_on[c] = None
+        if type(flow) is _Msg:  # a full flow takes over; the message's timer becomes void
+            msg = flow
+            msg.state = _SHARED
+            bw = msg.route.bandwidth_Bps
+            flow = _Flow(msg.route, msg.nbytes, msg.start, msg.src, msg.dst, done=msg.done, rate=bw)
         remaining = flow.nbytes - flow.rate * (now - flow.start)
         flow.rate = 0.0  # forces a new finish time at the reshare; its arrival timer is void
         self._share(flow, now, remaining)
 
-    def _release(self, flow: _Flow) -> None:
+    def _release(self, flow: _Flow | _Msg) -> None:
         """A lazy flow's last byte has left: free its channels, account its interval."""
         flow.state = _SOLO_DONE
         lazy_on = self._lazy_on
