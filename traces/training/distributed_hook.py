@@ -616,7 +616,12 @@ def _decode_bucket(
 
 
 def _start_bucket_gather(
-    state: VGCState, layers: Sequence[int], grads: Sequence[torch.Tensor], buffer: torch.Tensor
+    state: VGCState,
+    layers: Sequence[int],
+    grads: Sequence[torch.Tensor],
+    buffer: torch.Tensor,
+    *,
+    inline: bool = False,
 ) -> torch.futures.Future[torch.Tensor]:
     """One bucket's exchange: one padded all_gather of every rank's message, asynchronous.
 
@@ -629,6 +634,11 @@ def _start_bucket_gather(
     chained bucket after bucket (``Future.then`` on the previous bucket's future), so
     fallback rounds start in bucket order on every rank, and every collective of the main
     group is started here, in DDP's bucket order.
+
+    ``inline`` (DDP's last bucket of a backward, when nothing is left to overlap): wait for
+    the earlier buckets and the gather here and decode on the calling thread, returning a
+    completed future; the same result without handing the decode to the collective's thread
+    and the average back, two thread switches that cost more than the decode on a busy CPU.
     """
     stats, group = state.stats, state.process_group
     # Compression runs on the gradient's device; the collective on the group's device
@@ -684,7 +694,14 @@ def _start_bucket_gather(
                 stats.fallback_rounds += 1
         return out
 
-    if state._tail is None:
+    if inline:
+        if state._tail is not None:
+            state._tail.wait()
+        work.wait()
+        cuda = buffer.device.type == "cuda"
+        fut = torch.futures.Future(devices=[buffer.device] if cuda else None)
+        fut.set_result(finish(fut))
+    elif state._tail is None:
         fut = work.get_future().then(finish)
     else:
         fut = torch.futures.collect_all([work.get_future(), state._tail]).then(finish)
@@ -725,7 +742,7 @@ def vgc_hook(state: VGCState, bucket: dist.GradBucket) -> torch.futures.Future[t
         # Registered by hand: every rank reaches this first bucket of its first exchange
         # in step, so the group is created here, before any fallback round can need it.
         _ensure_fallback_group(state)
-        return _start_bucket_gather(state, layers, grads, buffer)
+        return _start_bucket_gather(state, layers, grads, buffer, inline=bucket.is_last())
     payloads = _compress_layers(state, layers, grads)
     fut = _start_allreduce(state, payloads, grads)
 
