@@ -239,3 +239,21 @@ def test_messages_hand_the_receiver_fp32_whatever_they_were_built_from():
     q = QSGDMessage(0, 3, 2, 3, np.array([3.0, 1.5]), np.array([3, -1, 2]))
     assert q.dense().dtype == np.float32 and q.dense().tolist() == [3.0, -1.0, 1.0]
     assert dense.count == 3 and sparse.count == 2 and q.count == 3
+
+
+def test_qsgd_values_are_the_fp32_evaluation_of_norm_times_level_over_s():
+    # The wire carries fp32 norms; sender and receiver evaluate norm·(level/s) in fp32, so a
+    # value must not depend on whether the norms arrive as float64 or as their fp32 rounding.
+    from vgcsim.traces.wire.messages import qsgd_values
+
+    rng = np.random.default_rng(4)
+    norms64 = rng.uniform(0.1, 10.0, 50)
+    levels = rng.integers(-7, 8, 50 * 8)
+    got = qsgd_values(norms64, levels, 8, 7)
+    n32 = np.repeat(norms64.astype(np.float32), 8)
+    ratio = levels.astype(np.float32) / np.float32(7)  # fp32 division
+    assert ratio.dtype == np.float32
+    want = n32 * ratio  # fp32 product
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(qsgd_values(norms64.astype(np.float32), levels, 8, 7), want)
