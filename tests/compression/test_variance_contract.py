@@ -164,3 +164,12 @@ def test_backward_hooks_on_sequences_and_frozen_layers_against_per_sample_autogr
     hooks.remove()
     nn.functional.cross_entropy(model(x), y).backward()
     assert hooks.backward_calls == 3 and hooks.sums == {}
+
+
+def test_estimator_gap_and_worker_gradients_default_to_the_auto_precision():
+    # the hand case is exact in bfloat16 too (small integers), so "auto" gives the same rows
+    # whichever precision it resolves to on this machine
+    rows = estimator_gap(_model(), _sum_loss, X, Y, 2)
+    assert rows == estimator_gap(_model(), _sum_loss, X, Y, 2, sq_dtype="float32")
+    wg = worker_gradients(_model(), _sum_loss, X, Y, 2, "fast")
+    assert torch.equal(wg.sqsums[0].reshape(-1), torch.tensor([6.0, 18.0]))
