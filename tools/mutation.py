@@ -266,6 +266,9 @@ def _mutate(
     print(f"[{name}] mutating {', '.join(area['paths'])} against {', '.join(area['tests'])}")
     print(f"[{name}] {' '.join(cmd[3:])} in {copy.relative_to(ROOT)} (log: mutmut.log)", flush=True)
     env = _run_env((copy / "mutants").resolve())
+    # mutmut's timeout is a CPU-time limit; on loaded cores idle OpenMP threads (torch, BLAS)
+    # spin and exhaust it, so surviving mutants were counted as timed out: one thread each
+    env.setdefault("OMP_NUM_THREADS", "1")
     with log.open("w") as fh:
         rc = subprocess.run(cmd, cwd=copy, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
     if rc != 0 or not _statuses(copy, only):
