@@ -1,13 +1,14 @@
-"""Running collectives: message-level SimPy processes and the collective-level fast path.
+"""Running collectives: the message level on SimPy and the collective-level fast path.
 
 A *phase* is one collective call: each rank's ready time (absolute seconds), the schedule and
 its unit sizes. A step runs a list of phases; a rank starts phase b at max(its ready time,
 the end of its phase b−1), so phases queue on one communication stream per rank.
 
-* :func:`run_message` — one SimPy process per rank walks the schedule's rounds, posting each
-  send and receive on the flow network (:mod:`vgcsim.simulator.network`), waiting for all of them,
-  then reducing (``γ × received bytes``) in a reducing round. Contention, stragglers and
-  fair sharing all come out of the event simulation.
+* :func:`run_message` — one process per rank (a plain generator driven by the SimPy events of
+  the flow network, :mod:`vgcsim.simulator.network`) walks the schedule's rounds, posting
+  each send and receive, waiting for all of them, then reducing (``γ × received bytes``) in
+  a reducing round. Contention, stragglers and fair sharing all come out of the event
+  simulation.
 * :func:`run_fast` — the same rounds evaluated with numpy, one vector operation per round over
   all ranks, using each route's uncontended time ``latency + bytes / bandwidth``. It is exact —
   the same arithmetic as the message level — whenever no two flows are ever on one channel at
