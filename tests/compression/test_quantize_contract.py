@@ -70,3 +70,21 @@ def test_code_values_by_hand():
         np.float32([4.0, 0.5, 4 / 128, -4.0, -0.25, -4 / 128]),
     )
     assert code_values(np.array([1]), 4.0).dtype == np.float32
+
+
+def test_mantissa_bits_and_the_log_rounding_boundary():
+    from vgcsim.traces.wire import quantize
+
+    # fp32 bit patterns: 1.5 = 0x3FC00000, 1.75 = 0x3FE00000, √2 = 0x3FB504F3
+    assert quantize._mantissa_bits(1.5) == 0x400000
+    assert quantize._mantissa_bits(1.75) == 0x600000
+    assert quantize._mantissa_bits(1.0) == 0 and quantize._mantissa_bits(2.0) == 0
+    assert quantize._mantissa_bits(float(np.float32(np.sqrt(2.0)))) == 0x3504F3
+    assert quantize._mantissa_bits(float(np.nextafter(np.float32(1), np.float32(2)))) == 1
+    # "log" rounds |r|/M = 1.f·2^x up at f >= the mantissa of √2 (0x3504F3), "nearest" at 1.5
+    below = np.array([0x3F3504F2], dtype=np.int32).view(np.float32)  # just below √2/2
+    at = np.array([0x3F3504F3], dtype=np.int32).view(np.float32)  # fp32(√2/2)
+    codes, _, _ = quantize_log4(np.float32([1.0, below[0], at[0]]), rounding="log")
+    assert codes.tolist() == [0, 1, 0]
+    codes, _, _ = quantize_log4(np.float32([1.0, 0.75, np.nextafter(np.float32(0.75), 0)]))
+    assert codes.tolist() == [0, 0, 1]
