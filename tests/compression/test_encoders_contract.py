@@ -62,6 +62,10 @@ def test_hand_built_sparse_buffers_decode_field_by_field():
 def test_hand_built_uncoded_buffers_decode_without_a_scale():
     header = struct.pack("<II", 5, 2)
     values = struct.pack("<ff", 1.5, -2.0)
+    # float64 values of an uncoded message still travel as fp32
+    msg = SparseMessage(5, 8, np.array([0, 7]), values=np.array([1.5, -2.0]))
+    assert ENCODINGS["gap_elias_gamma"].encode(msg) == header + values + bytes([0x9C])
+    assert ENCODINGS["bitmap"].encode(msg) == header + bytes([0x81]) + values
     got = ENCODINGS["coo64"].decode(
         header + struct.pack("<IfIf", 0, 1.5, 7, -2.0), numel=8, coded=False
     )
@@ -134,6 +138,8 @@ def test_hand_built_qsgd_fixed_buffer():
     # levels 3, −1, 0, 2, −3 with s = 3: 1 sign + 2 magnitude bits each:
     # 011 101 000 010 111 -> 0111 0100 0010 1110 (pad 0)
     data = struct.pack("<II", 1, 5) + struct.pack("<ff", 2.0, 1.0) + bytes([0x74, 0x2E])
+    q = QSGDMessage(1, 5, 4, 3, np.float32([2.0, 1.0]), np.array([3, -1, 0, 2, -3]))
+    assert ENCODINGS["qsgd_fixed"].encode(q) == data  # level 0 has no sign bit
     got = ENCODINGS["qsgd_fixed"].decode(data, numel=5, bucket_size=4, s=3)
     assert (got.layer, got.numel, got.bucket_size, got.s) == (1, 5, 4, 3)
     np.testing.assert_array_equal(got.norms, np.float32([2.0, 1.0]))
