@@ -36,10 +36,11 @@ By default α and β come from ``p2p`` alone (the link, without a collective alg
 behaviour) and γ from ``allreduce``'s rows where β's term alone is at least half the measured
 time, with α and β fixed, as the slope of what those rows pay beyond α and β's terms
 (least squares on the seconds with a free intercept, like β: what allreduce pays per byte
-beyond moving it, the reduction). δ comes the same way from ``allgatherv``'s rows where β's
-term is at least a quarter of the measured time (:data:`HOST_BAND_SHARE`), with α, β fixed: the
-slope of their excess over the ring's α-β terms against P·m, least squares on the seconds
-with a free intercept (what vgcsim's allgatherv pays per gathered byte on the host).
+beyond moving it, the reduction). δ comes the same way from ``allgatherv``'s rows where α's
+terms explain at most a tenth of the measured time (:data:`HOST_LATENCY_SHARE`), with α, β
+fixed: the slope of their excess over the ring's α-β terms against P·m, least squares on
+the seconds with a free intercept (what vgcsim's allgatherv pays per gathered byte beyond
+the ring: its host copies and whatever the backend's all_gather loses per byte).
 The other collectives are predicted, not fitted: their
 rows in the error table check the ring formulas on this link. ``p2p_intra`` is fitted the same
 way into the intra-node link. The fit's *typical error* is exp(rms log(t̂/t)) − 1 over the rows
@@ -66,9 +67,11 @@ BANDWIDTH_FACTOR = 4.0
 LATENCY_SHARE = 0.2
 #: Refuse to write a cluster file above this typical error (exp(rms log ratio) − 1).
 DEFAULT_MAX_ERROR = 0.25
-#: allgatherv rows enter δ's fit while β's term is at least this share of the measured time
-#: (a quarter, not γ's half: on a fast link the host copies can cost as much as the wire).
-HOST_BAND_SHARE = 0.25
+#: allgatherv rows enter δ's fit while α's terms explain at most this share of the measured
+#: time. Not γ's rule (β's term at least half the time): the per-byte excess of an
+#: allgatherv can be several times its wire time (4-5x at 64 MiB on a shared 2-core host),
+#: and those rows are the ones that show it.
+HOST_LATENCY_SHARE = 0.1
 #: The op whose rows give δ (``allgatherv_host_s_per_byte``) by default.
 HOST_OP = "allgatherv"
 
@@ -268,8 +271,8 @@ def fit_link(
     measured, else every measured collective. ``gamma_op`` (default ``allreduce``), when
     measured and not among ``ops``, then gives γ from its bandwidth-bound rows with α, β fixed.
     ``host_op`` (default ``allgatherv``), when measured and not among ``ops``, gives δ
-    (``allgatherv_host_s_per_byte``) from its rows where β's term is at least
-    :data:`HOST_BAND_SHARE` of the measured time, with α and β fixed: the slope of their
+    (``allgatherv_host_s_per_byte``) from its rows where α's terms explain at most
+    :data:`HOST_LATENCY_SHARE` of the measured time, with α and β fixed: the slope of their
     excess over α, β and γ's terms against :func:`host_coefficient` (P·m), least squares on
     the seconds with a free intercept. ``p2p_intra`` rows are left out (see
     :func:`fit_intra_link`). Each table row: op, size_bytes, measured_s (``statistic`` over
@@ -315,8 +318,8 @@ def fit_link(
     delta, h_op = 0.0, ""
     if host_op and host_op in measured and host_op not in fit_ops and x[1] > 0:
         h = np.array([r["op"] == host_op for r in rows])
-        # β's term at least HOST_BAND_SHARE of the time: where a per-byte cost can show.
-        h_band = h & (a[:, 1] * x[1] >= HOST_BAND_SHARE * t) & (k_host > 0)
+        # α's terms at most HOST_LATENCY_SHARE of the time: the per-byte costs dominate.
+        h_band = h & (a[:, 0] * x[0] <= HOST_LATENCY_SHARE * t) & (k_host > 0)
         if h_band.any():
             delta = _excess_slope(k_host[h_band], t[h_band] - a[h_band] @ x, t[h_band])
             roles[h_band] = "host"

@@ -174,3 +174,11 @@ def test_skewed_allgatherv_rows_are_checked_with_their_blocks_and_the_host_cost(
     _, table = fit_link(meas)
     skew = next(r for r in table if r["op"] == "allgatherv_skewed")
     assert skew["role"] == "check" and abs(skew["rel_error"]) < 1e-6
+
+
+def test_a_host_cost_several_times_the_wire_time_is_still_recovered():
+    # delta = 5 ns per gathered byte on a 1 GB/s link: the host term is 20/3 times the wire
+    # term of every allgatherv, whose beta term is then a seventh of its time.
+    fit, table = fit_link(synthetic(300e-6, 1 / 1e9, 0.0, 5e-9, 4))
+    assert fit.allgatherv_host_s_per_byte == pytest.approx(5e-9, rel=1e-6)
+    assert {r["size_bytes"] for r in table if r["role"] == "host"} >= {4 << 20, 16 << 20}
