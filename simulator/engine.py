@@ -485,6 +485,7 @@ def _run_message(
 
     def arrived(flow) -> None:
         """A rendezvous flow's last byte arrived: its send and its receive are done."""
+        nonlocal woken
         s = flow.src
         n = pending[s] - 1
         pending[s] = n
@@ -492,9 +493,20 @@ def _run_message(
         m = pending[d] - 1
         pending[d] = m
         if n == 0:
-            ready(s)
-        if m == 0:
-            ready(d)
+            if m == 0:
+                ready(s)
+                ready(d)
+                return
+            i = s
+        elif m == 0:
+            i = d
+        else:
+            return
+        if draining or not order_free():
+            ready(i)
+        else:  # ready(i), inline: the common case of the message level
+            woken += 1
+            run_from(i)
 
     def eager_send(i: int, d: int, g: int, nbytes: float, slot: bytearray) -> None:
         pending[i] += 1

@@ -377,6 +377,7 @@ class FairNetwork(_NetworkBase):
         self._ids = 0
         self._n_shared = 0  # flows in the shared state
         self._timeout = env.timeout
+        self._on_message = self._message_cb  # bound once: one callback per message
         # where a released lazy flow goes: held by the monitor (one append) unless it
         # records intervals, which must come in the order flows end
         mon = self.monitor
@@ -432,7 +433,7 @@ class FairNetwork(_NetworkBase):
             for c in chans:
                 lazy_on[c] = flow
             self.monitor.flows += 1
-            self._timeout(tx + route.latency_s, flow).callbacks.append(self._message_cb)
+            self._timeout(tx + route.latency_s, flow).callbacks.append(self._on_message)
             return
         self._begin(_Flow(route, nbytes, now, src, dst, done=done), route, now)
 
