@@ -694,13 +694,28 @@ def _start_bucket_gather(
                 stats.fallback_rounds += 1
         return out
 
-    if inline:
+    cuda = buffer.device.type == "cuda"
+    if inline or (cuda and device.type != "cuda"):
+        # Also gloo with CUDA gradients: its futures hold CPU tensors only, so the average
+        # (on the GPU) goes into a future of its own, naming the device.
         if state._tail is not None:
             state._tail.wait()
         work.wait()
-        cuda = buffer.device.type == "cuda"
         fut = torch.futures.Future(devices=[buffer.device] if cuda else None)
         fut.set_result(finish(fut))
+    elif device.type == "cuda":
+        # NCCL: the work's future completes when the collective is enqueued and carries its
+        # CUDA events (torch.distributed Work.get_future), so the callback runs at once,
+        # ordered after the collective on the device, and the previous bucket's callback
+        # has already run by then.
+        previous = state._tail
+
+        def after_previous(f: torch.futures.Future) -> torch.Tensor:
+            if previous is not None:
+                previous.wait()
+            return finish(f)
+
+        fut = work.get_future().then(after_previous)
     elif state._tail is None:
         fut = work.get_future().then(finish)
     else:
