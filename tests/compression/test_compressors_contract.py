@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from vgcsim.traces.compression.compressors import get_compressor
 
@@ -148,3 +149,37 @@ def test_repr_lists_every_hyperparameter():
     assert repr(get_compressor("qsgd", bits=3, bucket_size=128)) == (
         "QSGDCompressor(bits=3, bucket_size=128, levels=0, primary='qsgd_elias')"
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("dense", {}),
+        ("dense", {"precision": "fp16"}),
+        ("variance", {}),
+        ("variance", {"values": "fp32"}),
+        ("strom", {"tau": 0.5}),
+        ("hybrid", {"tau": 0.5, "alpha": 0.5}),
+        ("topk", {"fraction": 0.25}),
+        ("topk", {"fraction": 0.25, "values": "fp32"}),
+        ("qsgd", {"bits": 3, "bucket_size": 4}),
+    ],
+)
+def test_the_message_is_what_the_receiver_decodes_from_the_bytes(name, params):
+    # a message's dense() is the tensor the receiver adds up; it must be exactly the decode
+    # of the real buffer (fp16 rounding included), and messages hold fp32 values
+    import torch
+
+    c = get_compressor(name, **params)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(16, generator=g) * 3 + 1e-3
+    state = c.init_state(16)
+    p = c.compress(x, state, sqsum=x * x * 4, batch_size=4, layer=2, generator=g)
+    assert torch.equal(p.decode(), torch.from_numpy(p.message.dense()))
+    assert p.message.dense().dtype == np.float32
+    values = getattr(p.message, "values", None)
+    if values is not None:
+        assert values.dtype == np.float32
+    if name == "dense" and params:
+        # fp16: every value is representable in half precision, as the bytes carry it
+        assert torch.equal(x.half().float(), torch.from_numpy(p.message.dense()))
