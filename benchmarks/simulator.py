@@ -32,6 +32,7 @@ Usage: python benchmarks/simulator.py [--json] [--quick] [--steps N] [--limit-s 
        python benchmarks/simulator.py --only solver [--json]   (figures 1 and 2 only)
        python benchmarks/simulator.py --only replay [--json]   (figures 3, 4 and 6 only)
        python benchmarks/simulator.py --only message [--json]  (figures 1 and 3 only)
+       python benchmarks/simulator.py --only sweep [--json]    (figure 6 only)
        python benchmarks/simulator.py --profile-ring 64
        python benchmarks/simulator.py --profile-direct 32
        python benchmarks/simulator.py --profile-replay 1024 --steps 100
@@ -313,6 +314,13 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         out["reasons"] = reasons
         return out
 
+    if args.only == "sweep":
+        with tempfile.TemporaryDirectory() as tmp:
+            vgg_trace(steps, Path(tmp))
+            sweep_cases(cap, Path(tmp) / "vgg", out, reasons, log)
+        out["reasons"] = reasons
+        return out
+
     if args.only == "replay":
         with tempfile.TemporaryDirectory() as tmp:
             replay_cases(args, steps, cap, Path(tmp), out, reasons, log)
@@ -441,8 +449,18 @@ def replay_cases(
     ]
     for key, p, path, target in cases:
         replay_case(trace, key, p, path, cap(target), out, reasons, log)
+    sweep_cases(cap, tmp / "vgg", out, reasons, log)
 
-    sweep = sweep64(tmp / "vgg")
+
+def sweep_cases(
+    cap: Callable[[float], float],
+    trace_dir: Path,
+    out: dict[str, Any],
+    reasons: dict[str, str],
+    log: Callable[[str], None],
+) -> None:
+    """Figure 6 into ``out``: the 64-case sweep on a process pool, then on a LocalCluster."""
+    sweep = sweep64(trace_dir)
     tables = {}
     for key, scheduler in (("sweep64_pool_s", "processes"), ("sweep64_dask_s", "local")):
         wall, table, why = capped(cap(120.0), lambda s=scheduler: sweep_seconds(sweep, s)[1])
@@ -518,10 +536,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        choices=["solver", "replay", "message"],
+        choices=["solver", "replay", "message", "sweep"],
         help="solver: only the event rate and the direct allgatherv cases (with SimGrid's); "
         "replay: only the VGG replays and the sweep; "
-        "message: only the event rate and the 64-rank message-level replay",
+        "message: only the event rate and the 64-rank message-level replay; "
+        "sweep: only the 64-case sweep",
     )
     parser.add_argument(
         "--profile-ring",

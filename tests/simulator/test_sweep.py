@@ -123,14 +123,18 @@ def test_dask_local_cluster_rows_equal_the_process_pool(traces):
 
 
 @pytest.mark.slow
-def test_cli_scheduler_local_writes_the_process_pools_rows(traces, tmp_path):
+def test_cli_scheduler_local_writes_the_process_pools_rows(traces, tmp_path, capfd):
     cfg = tmp_path / "sweep.toml"
     cfg.write_text(
         f'[sweep]\ntraces = ["{traces[0]}"]\nworld_sizes = [2, 4]\n\n[simulate]\nmax_steps = 1\n'
     )
     run = ["sweep", str(cfg), "--processes", "2"]
     assert main([*run, "-o", str(tmp_path / "pool"), "--scheduler", "processes"]) == 0
+    capfd.readouterr()
     assert main([*run, "-o", str(tmp_path / "dask"), "--scheduler", "local"]) == 0
+    # Nothing of the cluster's start or teardown (warnings, tracebacks) on the user's stderr,
+    # worker processes included (capfd reads the file descriptor they inherit).
+    assert capfd.readouterr().err == ""
     (pool, _), (dask, header) = read_results(tmp_path / "pool"), read_results(tmp_path / "dask")
     pd.testing.assert_frame_equal(dask, pool)
     assert header["options"]["sweep"]["scheduler"] == "local"
@@ -161,3 +165,52 @@ def test_unreachable_scheduler_is_one_line_and_exit_2(traces, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot reach the Dask scheduler" in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_jobs_start_largest_world_size_first_and_rows_keep_job_order(traces):
+    from vgcsim.simulator.sweep import _cost_order
+
+    jobs = expand_factors(SweepConfig(traces=tuple(traces), world_sizes=(2, 8, 4)))
+    order = _cost_order(jobs)
+    assert sorted(order) == list(range(len(jobs)))
+    sizes = [jobs[i].world_size for i in order]
+    assert sizes == sorted(sizes, reverse=True)
+    # Equal sizes keep job order (trace-major), so equal inputs give one schedule.
+    assert [i for i in order if jobs[i].world_size == 8] == [1, 4]
+    sweep = SweepFile(SweepConfig(traces=tuple(traces[:1]), world_sizes=(2, 8, 4)))
+    table, _ = run_sweep(sweep, processes=2, scheduler="processes")
+    assert list(dict.fromkeys(table["world_size"])) == [2, 8, 4]
+
+
+def test_trace_cache_reads_a_trace_again_when_its_files_change(traces):
+    import os
+
+    from vgcsim.simulator.sweep import _trace
+
+    first = _trace(traces[0])
+    assert _trace(traces[0]) is first  # read once while the files stay as they are
+    header = os.path.join(traces[0], "header.json")
+    st = os.stat(header)
+    os.utime(header, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    again = _trace(traces[0])
+    assert again is not first
+    assert again.header == first.header
+
+
+def test_local_cluster_workers_are_forked_and_set_up_for_sweep_jobs():
+    """The workers come from the fork server (not this process) with the sweep settings."""
+    import multiprocessing
+    import os
+
+    import dask
+    from distributed import Client
+    from vgcsim.simulator.sweep import LOCAL_DASK_CONFIG, _local_cluster
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork server on this platform")
+    keys = sorted(LOCAL_DASK_CONFIG)
+    with _local_cluster(1) as cluster, Client(cluster) as client:
+        (ppid,) = client.run(os.getppid).values()
+        (settings,) = client.run(lambda: [dask.config.get(k) for k in keys]).values()
+    assert ppid != os.getpid()
+    assert settings == [LOCAL_DASK_CONFIG[k] for k in keys]
