@@ -1,6 +1,7 @@
 """Every compressor hyperparameter: the values at the edge of its documented range are
 accepted, the first values past the edge are refused with one line naming the parameter,
-the range and the value given (the compressor docstrings give the ranges)."""
+the range and the value given (the compressor docstrings give the ranges); and every
+compressor's message is exactly what the receiver decodes from the real bytes."""
 
 from __future__ import annotations
 
