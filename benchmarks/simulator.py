@@ -36,6 +36,7 @@ Usage: python benchmarks/simulator.py [--json] [--quick] [--steps N] [--limit-s 
        python benchmarks/simulator.py --profile-ring 64
        python benchmarks/simulator.py --profile-direct 32
        python benchmarks/simulator.py --profile-replay 1024 --steps 100
+       python benchmarks/simulator.py --profile-sweep --steps 100
 """
 
 from __future__ import annotations
@@ -63,7 +64,14 @@ import simpy  # noqa: E402
 from vgcsim.simulator.collectives import get_schedule, unit_sizes  # noqa: E402
 from vgcsim.simulator.engine import Phase, RunCache, run_message  # noqa: E402
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace  # noqa: E402
-from vgcsim.simulator.sweep import SweepConfig, SweepFile, run_sweep  # noqa: E402
+from vgcsim.simulator.sweep import (  # noqa: E402
+    SweepConfig,
+    SweepFile,
+    expand_factors,
+    local_cluster,
+    run_job,
+    run_sweep,
+)
 from vgcsim.simulator.topology import build_topology  # noqa: E402
 from vgcsim.traces.io import read_trace  # noqa: E402
 from vgcsim.traces.synth import SynthConfig, synth_trace  # noqa: E402
@@ -504,6 +512,50 @@ def profile_ring(world_size: int, top: int = 12) -> None:
     pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
 
 
+def profile_sweep(steps: int) -> None:
+    """Where the 64-case sweep's time goes on a 2-worker LocalCluster, with Dask's defaults
+    (spawned workers) and then with this package's ``local_cluster``: cluster start, first
+    result, all results, close."""
+    import logging
+
+    from distributed import Client, LocalCluster, wait
+
+    def dask_defaults():
+        return LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        )
+
+    with tempfile.TemporaryDirectory() as tmp:
+        vgg_trace(steps, Path(tmp))
+        sweep = sweep64(Path(tmp) / "vgg")
+        jobs = expand_factors(sweep.sweep)
+        for label, start in (
+            ("Dask defaults", dask_defaults),
+            ("local_cluster", lambda: local_cluster(2)),
+        ):
+            t0 = time.perf_counter()
+            cluster = start()
+            client = Client(cluster)
+            t1 = time.perf_counter()
+            futures = [client.submit(run_job, job, sweep.simulate, pure=False) for job in jobs]
+            wait(futures, return_when="FIRST_COMPLETED")
+            t2 = time.perf_counter()
+            client.gather(futures)
+            t3 = time.perf_counter()
+            client.close()
+            cluster.close()
+            t4 = time.perf_counter()
+            print(
+                f"{label}: cluster start {t1 - t0:.2f} s, first result {t2 - t1:.2f} s, "
+                f"all results {t3 - t1:.2f} s, close {t4 - t3:.2f} s, total {t4 - t0:.2f} s",
+                flush=True,
+            )
+
+
 def profile_direct(world_size: int, top: int = 8) -> None:
     """cProfile of one message-level direct allgatherv: where the max-min solver spends time."""
     import cProfile
@@ -563,7 +615,16 @@ def main() -> None:
         metavar="P",
         help="only profile (cProfile) the fast-path replay at P ranks (--steps, default 100)",
     )
+    parser.add_argument(
+        "--profile-sweep",
+        action="store_true",
+        help="only time the phases of the 64-case sweep on a LocalCluster, with Dask's "
+        "defaults and with vgcsim's settings (--steps, default 100)",
+    )
     args = parser.parse_args()
+    if args.profile_sweep:
+        profile_sweep(args.steps or 100)
+        return
     if args.profile_replay:
         profile_replay(args.profile_replay, args.steps or 100)
         return

@@ -76,6 +76,8 @@ __all__ = [
     "SweepJob",
     "expand_factors",
     "load_sweep",
+    "local_cluster",
+    "run_job",
     "run_sweep",
 ]
 
@@ -229,7 +231,8 @@ def _cost_order(jobs: Sequence[SweepJob]) -> list[int]:
     return sorted(range(len(jobs)), key=lambda i: -jobs[i].world_size)
 
 
-def _run_job(job: SweepJob, sim: SimulateConfig) -> pd.DataFrame:
+def run_job(job: SweepJob, sim: SimulateConfig) -> pd.DataFrame:
+    """One job's rows (what every scheduler runs): the replay's table with the job's factors."""
     import json
 
     from vgcsim.simulator.replay import simulate_trace
@@ -289,7 +292,7 @@ def _run_processes(
     frames: list[pd.DataFrame | None] = [None] * len(jobs)
     if n == 1:
         for i, job in enumerate(jobs):
-            frames[i] = _run_job(job, sim)
+            frames[i] = run_job(job, sim)
             if progress is not None:
                 progress(1)
         return frames  # type: ignore[return-value]
@@ -301,7 +304,7 @@ def _run_processes(
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("forkserver" if "forkserver" in methods else None)
     with ProcessPoolExecutor(max_workers=n, mp_context=context) as pool:
-        futures = {pool.submit(_run_job, jobs[i], sim): i for i in _cost_order(jobs)}
+        futures = {pool.submit(run_job, jobs[i], sim): i for i in _cost_order(jobs)}
         for fut in as_completed(futures):
             frames[futures[fut]] = fut.result()
             if progress is not None:
@@ -325,8 +328,11 @@ def _start_forkserver() -> bool:
     return True
 
 
-def _local_cluster(n: int):
-    """A LocalCluster of ``n`` single-threaded worker processes set up for sweep jobs."""
+def local_cluster(n: int):
+    """A LocalCluster of ``n`` single-threaded worker processes set up for sweep jobs.
+
+    ``run_sweep(..., scheduler="local")`` starts one per sweep; to run several sweeps on one,
+    pass ``scheduler=local_cluster(n).scheduler_address`` (and close it at the end)."""
     import dask
     from distributed import LocalCluster
 
@@ -349,7 +355,7 @@ def _dask_client(scheduler: str, n: int, connect_timeout_s: float):
     from distributed import Client
 
     if scheduler == "local":
-        cluster = _local_cluster(n)
+        cluster = local_cluster(n)
         return Client(cluster), cluster
     try:
         client = Client(scheduler, timeout=connect_timeout_s)
@@ -376,7 +382,7 @@ def _run_dask(
         log.info("sweep: %d jobs on Dask scheduler %s", len(jobs), client.scheduler.address)
         # pure=False: every job runs even if two were equal; keys stay unique per submission.
         order = _cost_order(jobs)
-        futures = [client.submit(_run_job, jobs[i], sim, pure=False) for i in order]
+        futures = [client.submit(run_job, jobs[i], sim, pure=False) for i in order]
         index = {fut.key: i for i, fut in zip(order, futures, strict=True)}
         frames: list[pd.DataFrame | None] = [None] * len(jobs)
         for fut in as_completed(futures):

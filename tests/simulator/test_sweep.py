@@ -204,12 +204,12 @@ def test_local_cluster_workers_are_forked_and_set_up_for_sweep_jobs():
 
     import dask
     from distributed import Client
-    from vgcsim.simulator.sweep import LOCAL_DASK_CONFIG, _local_cluster
+    from vgcsim.simulator.sweep import LOCAL_DASK_CONFIG, local_cluster
 
     if "forkserver" not in multiprocessing.get_all_start_methods():
         pytest.skip("no fork server on this platform")
     keys = sorted(LOCAL_DASK_CONFIG)
-    with _local_cluster(1) as cluster, Client(cluster) as client:
+    with local_cluster(1) as cluster, Client(cluster) as client:
         (ppid,) = client.run(os.getppid).values()
         (settings,) = client.run(lambda: [dask.config.get(k) for k in keys]).values()
     assert ppid != os.getpid()
