@@ -32,6 +32,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -564,11 +565,23 @@ def _decode_bucket(
     """Every rank's message of a bucket decoded, summed in rank order and divided by P."""
     world = rows.shape[0]
     bounds = [0, *itertools.accumulate(numels)]
-    offsets = torch.tensor(bounds, device=rows.device)
-    out = torch.zeros(bounds[-1], dtype=torch.float32, device=rows.device)
     coded = getattr(state.compressor.config, "values", "code4") == "code4"
     single_chunk = all(n <= torch_codec.CHUNK for n in numels)
     header_bytes = 4 * len(heads[0])
+    if payloads is None and single_chunk and rows.device.type == "cpu":
+        # NumPy on the CPU (torch_codec's reason): the same fp32 adds onto 0, rank after
+        # rank (indices are unique within a message), and the same division by P.
+        offsets = torch.from_numpy(np.asarray(bounds, dtype=np.int64))
+        total = np.zeros(bounds[-1], dtype=np.float32)
+        for r in range(world):
+            body = rows[r, header_bytes : header_bytes + heads[r][0]]
+            idx, vals = torch_codec.decode_bucket_message(
+                body.view(torch.int32), heads[r][1:], offsets, coded=coded
+            )
+            total[idx.numpy()] += vals.numpy()
+        return torch.from_numpy(total / np.float32(world))
+    offsets = torch.tensor(bounds, device=rows.device)
+    out = torch.zeros(bounds[-1], dtype=torch.float32, device=rows.device)
     if payloads is None and single_chunk and world == 2:
         # Two ranks: both messages in one decode and one index_add_ (the order of two adds
         # onto 0 does not matter, 0 + a + b = 0 + b + a).
