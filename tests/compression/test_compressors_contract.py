@@ -184,3 +184,34 @@ def test_the_message_is_what_the_receiver_decodes_from_the_bytes(name, params):
     if name == "dense" and params:
         # fp16: every value is representable in half precision, as the bytes carry it
         assert torch.equal(x.half().float(), torch.from_numpy(p.message.dense()))
+
+
+SPARSE = ("packed32", "coo64", "gap_elias_gamma", "gap_elias_delta", "bitmap")
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "primary", "encodings"),
+    [
+        ("dense", {}, "fp32", ("fp32", "fp16")),
+        ("dense", {"precision": "fp16"}, "fp16", ("fp32", "fp16")),
+        # 4-bit codes cross the wire in the paper's packed32 words
+        ("variance", {}, "packed32", SPARSE),
+        ("strom", {}, "packed32", SPARSE),
+        ("hybrid", {}, "packed32", SPARSE),
+        ("topk", {}, "packed32", SPARSE),
+        # fp32 values have no room in a packed32 word: coo64, and packed32 is not sized
+        ("variance", {"values": "fp32"}, "coo64", SPARSE[1:]),
+        ("topk", {"values": "fp32"}, "coo64", SPARSE[1:]),
+        ("qsgd", {}, "qsgd_elias", ("qsgd_fixed", "qsgd_elias")),
+        ("qsgd", {"primary": "qsgd_fixed"}, "qsgd_fixed", ("qsgd_fixed", "qsgd_elias")),
+    ],
+)
+def test_primary_encoding_and_reported_sizes(name, params, primary, encodings):
+    import torch
+
+    c = get_compressor(name, **params)
+    assert c.primary_encoding == primary and tuple(c.encodings) == encodings
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(32, generator=g)
+    p = c.compress(x, c.init_state(32), sqsum=x * x, batch_size=1, generator=g)
+    assert p.encoding == primary and tuple(p.bits) == encodings
