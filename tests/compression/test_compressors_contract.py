@@ -215,3 +215,17 @@ def test_primary_encoding_and_reported_sizes(name, params, primary, encodings):
     x = torch.randn(32, generator=g)
     p = c.compress(x, c.init_state(32), sqsum=x * x, batch_size=1, generator=g)
     assert p.encoding == primary and tuple(p.bits) == encodings
+
+
+def test_missing_inputs_are_named_in_one_line():
+    import torch
+
+    q = get_compressor("qsgd")
+    with pytest.raises(ConfigError) as exc:
+        q.compress(torch.ones(4), q.init_state(4))
+    assert str(exc.value) == "qsgd draws random numbers: pass a seeded torch.Generator"
+    for name in ("variance", "hybrid"):
+        c = get_compressor(name)
+        with pytest.raises(ValueError) as exc:
+            c.compress(torch.ones(4), c.init_state(4), batch_size=2)
+        assert str(exc.value) == f"{name} needs sqsum (per-element Σ_z (∇f_z)²)"
