@@ -229,3 +229,18 @@ def test_missing_inputs_are_named_in_one_line():
         with pytest.raises(ValueError) as exc:
             c.compress(torch.ones(4), c.init_state(4), batch_size=2)
         assert str(exc.value) == f"{name} needs sqsum (per-element Σ_z (∇f_z)²)"
+
+
+def test_qsgd_bucket_with_a_norm_below_one_by_hand():
+    # bits 3: s = 3. Bucket (0.5, 0, 0, 0) has norm 0.5, so |x|/‖x‖·s = 3 exactly:
+    # level floor(3 + u) clamped to s = 3 whatever u, value 0.5·3/3 = 0.5. The bucket
+    # (−0.25, 0, 0, 0) likewise gives level −3, value −0.25; an all-zero bucket level 0.
+    import torch
+
+    c = get_compressor("qsgd", bits=3, bucket_size=4)
+    g = torch.Generator().manual_seed(0)
+    x = torch.tensor([0.5, 0, 0, 0, -0.25, 0, 0, 0, 0, 0, 0, 0])
+    p = c.compress(x, None, generator=g)
+    assert p.message.levels.tolist() == [3, 0, 0, 0, -3, 0, 0, 0, 0, 0, 0, 0]
+    assert p.message.norms.tolist() == [0.5, 0.25, 0.0]
+    assert torch.equal(p.decode(), x)
