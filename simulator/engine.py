@@ -352,8 +352,7 @@ def _gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector, as it was before afterwards. A message-level run
     allocates a flow, a timer and a few tuples per message and frees them by reference
     counting (it makes no cyclic garbage per message; the run's own few cycles are collected
-    after it): the collector's passes over the live objects would be pure cost, about a
-    sixth of the run's time on the event-rate workload of ``benchmarks/simulator.py``."""
+    after it): the collector's passes over the live objects would be pure cost."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -384,13 +383,17 @@ def run_message(
     flow, and its arrival completes both; eager: the send starts the flow at once and
     completes when its last byte has left, the receive at max(posted, arrival)). A rank whose
     operations are done is resumed from the callback that finished them, at that simulated
-    instant, without a SimPy event of its own; timed waits are SimPy timeouts.
+    instant and without a SimPy event of its own, where the order of the instant's flow
+    starts cannot matter (:meth:`~vgcsim.simulator.network.FairNetwork.order_free`); else by
+    a zero-delay timeout, queued where a SimPy process's wake-up event would be, so those
+    runs process their events in that order. Timed waits are SimPy timeouts.
 
     ``spans``, if given, receives one span per rank per phase and per round it takes part in.
     ``stats``, if given, receives ``flows`` (flows started) and ``events``: the discrete
     events of the run, each counted once — every SimPy event processed (flow timers, reshare
     events, timed waits; the run ends when none is left, so every one scheduled), every
-    resumption of a rank whose round's operations completed, and each rank's start and end.
+    resumption of a rank whose round's operations completed without a SimPy event of its
+    own, and each rank's start and end.
     These are the events a SimPy process per rank, resumed by one event per completed round,
     processes for the same run (its Initialize, round-completion and termination events), so
     the count is that of the bare SimPy loop of ``benchmarks/simulator.py``: one per
@@ -520,9 +523,9 @@ def _run_message(
         start_flow(i, d, nbytes, lambda: one_done(i), landed)
 
     def rank(i: int):
-        for b, ph, rank_plans, routes, nbytes, ready in plans:
+        for b, ph, rank_plans, routes, nbytes, ready_s in plans:
             slot = slots[b]
-            wait = ready[i] - env.now
+            wait = ready_s[i] - env.now
             if wait > 0:
                 yield wait
             t0 = env.now
