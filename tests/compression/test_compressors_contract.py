@@ -244,3 +244,23 @@ def test_qsgd_bucket_with_a_norm_below_one_by_hand():
     assert p.message.levels.tolist() == [3, 0, 0, 0, -3, 0, 0, 0, 0, 0, 0, 0]
     assert p.message.norms.tolist() == [0.5, 0.25, 0.0]
     assert torch.equal(p.decode(), x)
+
+
+def test_unknown_compressor_is_one_line_naming_the_valid_ones():
+    with pytest.raises(UnknownNameError) as exc:
+        get_compressor("powersgd")
+    assert str(exc.value) == (
+        "unknown compressor 'powersgd'; valid: dense, hybrid, qsgd, strom, topk, variance"
+    )
+
+
+def test_topk_uses_its_rounding_rule():
+    # fraction 1 sends both; M = 1: 0.75 = 1.5·2^-1 rounds up to 1 (nearest), down to 0.5
+    import torch
+
+    x = torch.tensor([1.0, 0.75])
+    got = {}
+    for rounding in ("nearest", "down"):
+        c = get_compressor("topk", fraction=1.0, rounding=rounding)
+        got[rounding] = c.compress(x, c.init_state(2)).decode().tolist()
+    assert got == {"nearest": [1.0, 1.0], "down": [1.0, 0.5]}

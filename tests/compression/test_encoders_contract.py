@@ -263,3 +263,12 @@ def test_qsgd_values_are_the_fp32_evaluation_of_norm_times_level_over_s():
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(qsgd_values(norms64.astype(np.float32), levels, 8, 7), want)
+
+
+def test_qsgd_norms_travel_as_fp32_whatever_their_dtype():
+    q32 = QSGDMessage(1, 5, 4, 3, np.float32([2.0, 1.0]), np.array([3, -1, 0, 2, -3]))
+    q64 = QSGDMessage(1, 5, 4, 3, np.array([2.0, 1.0]), np.array([3, -1, 0, 2, -3]))
+    for name in ("qsgd_fixed", "qsgd_elias"):
+        data = ENCODINGS[name].encode(q64)
+        assert data == ENCODINGS[name].encode(q32)
+        assert data[8:16] == struct.pack("<ff", 2.0, 1.0)
