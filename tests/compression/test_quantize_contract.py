@@ -88,3 +88,11 @@ def test_mantissa_bits_and_the_log_rounding_boundary():
     assert codes.tolist() == [0, 1, 0]
     codes, _, _ = quantize_log4(np.float32([1.0, 0.75, np.nextafter(np.float32(0.75), 0)]))
     assert codes.tolist() == [0, 0, 1]
+
+
+def test_float64_input_is_quantized_as_its_fp32_values():
+    x = [1.0, -0.5, 0.36, 0.375, -0.2]
+    codes64, m64, q64 = quantize_log4(np.array(x, dtype=np.float64))
+    codes32, m32, q32 = quantize_log4(np.array(x, dtype=np.float32))
+    assert codes64.tolist() == codes32.tolist() == [0, 9, 2, 1, 10]
+    assert m64 == m32 and q64.dtype == np.float32 and q64.tolist() == q32.tolist()
