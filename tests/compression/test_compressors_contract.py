@@ -264,3 +264,27 @@ def test_topk_uses_its_rounding_rule():
         c = get_compressor("topk", fraction=1.0, rounding=rounding)
         got[rounding] = c.compress(x, c.init_state(2)).decode().tolist()
     assert got == {"nearest": [1.0, 1.0], "down": [1.0, 0.5]}
+
+
+def test_topk_uses_its_scale_rule():
+    # fraction 1 sends all four; "mean": M = 2, 4 clipped to 2; "max": M = 4, all exact
+    import torch
+
+    x = torch.tensor([4.0, -1.0, 1.0, 2.0])
+    got = {}
+    for scale in ("mean", "max"):
+        c = get_compressor("topk", fraction=1.0, scale=scale)
+        got[scale] = c.compress(x, c.init_state(4)).decode().tolist()
+    assert got == {"mean": [2.0, -1.0, 1.0, 2.0], "max": [4.0, -1.0, 1.0, 2.0]}
+
+
+def test_input_of_another_size_is_one_line():
+    import torch
+
+    c = get_compressor("strom")
+    with pytest.raises(ValueError) as exc:
+        c.compress(torch.ones(3), c.init_state(4))
+    assert str(exc.value) == (
+        "grad has 3 elements but the compressor state holds 4 "
+        "(a state belongs to one (worker, layer))"
+    )

@@ -173,3 +173,19 @@ def test_estimator_gap_and_worker_gradients_default_to_the_auto_precision():
     assert rows == estimator_gap(_model(), _sum_loss, X, Y, 2, sq_dtype="float32")
     wg = worker_gradients(_model(), _sum_loss, X, Y, 2, "fast")
     assert torch.equal(wg.sqsums[0].reshape(-1), torch.tensor([6.0, 18.0]))
+
+
+def test_exact_backward_hooks_of_a_linear_over_sequences_against_per_sample_autograd():
+    from vgcsim.traces.compression.sqsum_hooks import SqsumHooks
+
+    torch.manual_seed(14)
+    model = nn.Sequential(nn.Linear(4, 2), nn.Flatten(), nn.Linear(6, 3))
+    g = torch.Generator().manual_seed(15)
+    x, y = torch.randn(5, 3, 4, generator=g), torch.randint(0, 3, (5,), generator=g)
+    _, sqsums = _per_sample_reference(model, x, y, 1)
+    hooks = SqsumHooks(model, "exact", sq_dtype="float32")
+    assert hooks.seconds == 0.0
+    nn.functional.cross_entropy(model(x), y, reduction="sum").backward()
+    assert hooks.seconds > 0.0  # time spent in the hooks, a diagnostic
+    for i, want in enumerate(sqsums):
+        torch.testing.assert_close(hooks.take(i), want[0], rtol=1e-4, atol=1e-9)
