@@ -189,3 +189,24 @@ def test_exact_backward_hooks_of_a_linear_over_sequences_against_per_sample_auto
     assert hooks.seconds > 0.0  # time spent in the hooks, a diagnostic
     for i, want in enumerate(sqsums):
         torch.testing.assert_close(hooks.take(i), want[0], rtol=1e-4, atol=1e-9)
+
+
+def test_same_padding_convs_are_served_and_asymmetric_ones_refused():
+    from vgcsim.core.errors import ConfigError
+
+    torch.manual_seed(16)
+    model = nn.Sequential(
+        nn.Conv2d(1, 2, 3, padding="same", dilation=2), nn.Flatten(), nn.Linear(32, 3)
+    )
+    g = torch.Generator().manual_seed(17)
+    x, y = torch.randn(4, 1, 4, 4, generator=g), torch.randint(0, 3, (4,), generator=g)
+    loss = nn.CrossEntropyLoss(reduction="none")
+    grads, _ = _per_sample_reference(model, x, y, 2)
+    # 'same' with k = 3, dilation 2: 2 rows of padding each side; the taps' gradients are exact
+    wg = worker_gradients(model, loss, x, y, 2, "fast", sq_dtype="float32")
+    for got, want in zip(wg.grads, grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
+    even = nn.Sequential(nn.Conv2d(1, 2, 2, padding="same"), nn.Flatten(), nn.Linear(32, 3))
+    with pytest.raises(ConfigError) as exc:
+        worker_gradients(even, loss, x, y, 2, "fast")
+    assert str(exc.value) == "fast estimator: asymmetric 'same' Conv2d padding unsupported"
