@@ -89,3 +89,25 @@ def test_truncated_streams_name_the_problem():
         with pytest.raises(ValueError) as exc:
             decode(data[:2], count)
         assert str(exc.value) == "bit stream ends before all codes were read"
+
+
+def test_a_gamma_code_cut_off_by_the_end_of_the_stream_is_refused():
+    # 0xA6 0x40 = 1 | 010 | 011 | 00100 | 0000: gamma codes 1, 2, 3, 4, and then four zero
+    # bits, the start of a fifth code whose value bits are past the end: a ValueError (a bad
+    # message), never an IndexError.
+    assert bitstream.decode_gamma(bytes([0xA6, 0x40]), 4).tolist() == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="ends before all codes were read"):
+        bitstream.decode_gamma(bytes([0xA6, 0x40]), 5)
+    with pytest.raises(ValueError, match="ends before all codes were read"):
+        bitstream.decode_gamma(bytes([0x00]), 1)
+
+
+def test_a_delta_code_cut_off_by_the_end_of_the_stream_is_refused():
+    # 0x01 = 0000000 1: the gamma prefix of the length has 7 zeros, more than any length up to
+    # 64 needs, and no bits follow.
+    with pytest.raises(ValueError, match="ends before all codes were read"):
+        bitstream.decode_delta(bytes([0x01]), 1)
+    # 0x20 = 00100 000: length 4 needs 3 more bits after "00100", and the stream has exactly 3.
+    assert bitstream.decode_delta(bytes([0x20]), 1).tolist() == [8]
+    with pytest.raises(ValueError, match="ends before all codes were read"):
+        bitstream.decode_delta(bytes([0x20]), 2)

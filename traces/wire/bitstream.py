@@ -160,6 +160,8 @@ def decode_gamma(data: bytes | np.ndarray, count: int) -> np.ndarray:
     nxt = np.minimum(np.arange(size + 1) + 2 * zeros + 1, size)
     starts = _chain(nxt, count)
     z = zeros[starts]
+    if (starts + 2 * z + 1 > size).any():
+        raise ValueError("bit stream ends before all codes were read")
     return read_fields(bits, starts + z, z + 1).astype(np.int64)
 
 
@@ -184,6 +186,8 @@ def decode_delta(data: bytes | np.ndarray, count: int) -> np.ndarray:
     starts = _chain(nxt, count)
     z_s = z[starts]
     big_n = length_code[starts] - 1
+    if not valid[starts].all() or (starts + 2 * z_s + 1 + big_n > size).any():
+        raise ValueError("bit stream ends before all codes were read")
     low = read_fields(bits, starts + 2 * z_s + 1, big_n).astype(np.int64)
     return (np.int64(1) << big_n) | low
 
