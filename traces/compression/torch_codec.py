@@ -438,6 +438,20 @@ def compress_bucket(
     return words, lengths, sent
 
 
+def _split_messages(words, lengths: Sequence[int], coded: bool) -> tuple[list, list, list]:
+    """Each gathered message's element count, first word and body (``words`` a torch tensor or
+    a NumPy array of int32 words; ``lengths`` in bytes): the split both decoders share."""
+    head_words = CODED_HEADER_WORDS if coded else UNCODED_HEADER_WORDS
+    per = 1 if coded else 2
+    counts, starts, bodies, start = [], [], [], 0
+    for n in lengths:
+        counts.append((n // 4 - head_words) // per)
+        starts.append(start)
+        bodies.append(words[start + head_words : start + n // 4])
+        start += n // 4
+    return counts, starts, bodies
+
+
 def decode_bucket_message(
     words: torch.Tensor,
     lengths: Sequence[int],
@@ -456,14 +470,7 @@ def decode_bucket_message(
     if impl == "numpy" or (impl == "auto" and words.device.type == "cpu"):
         return _decode_bucket_message_numpy(words, lengths, offsets, coded=coded)
     device = words.device
-    head_words = CODED_HEADER_WORDS if coded else UNCODED_HEADER_WORDS
-    per = 1 if coded else 2
-    counts, starts, bodies, start = [], [], [], 0
-    for n in lengths:
-        counts.append((n // 4 - head_words) // per)
-        starts.append(start)
-        bodies.append(words[start + head_words : start + n // 4])
-        start += n // 4
+    counts, starts, bodies = _split_messages(words, lengths, coded)
     elements = torch.cat(bodies)
     total = sum(counts)
     repeats = torch.tensor(counts, device=device)
@@ -586,14 +593,7 @@ def _decode_bucket_message_numpy(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`decode_bucket_message` of CPU words (``impl="numpy"``)."""
     w = words.numpy()
-    head_words = CODED_HEADER_WORDS if coded else UNCODED_HEADER_WORDS
-    per = 1 if coded else 2
-    counts, starts, bodies, start = [], [], [], 0
-    for n in lengths:
-        counts.append((n // 4 - head_words) // per)
-        starts.append(start)
-        bodies.append(w[start + head_words : start + n // 4])
-        start += n // 4
+    counts, starts, bodies = _split_messages(w, lengths, coded)
     elements = np.concatenate(bodies)
     base = np.repeat(offsets.numpy()[: len(lengths)], counts)
     if not coded:
