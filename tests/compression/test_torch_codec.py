@@ -38,9 +38,13 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def same_state(a, b) -> bool:
-    return torch.equal(bits(a.residual), bits(b.residual)) and torch.equal(
-        bits(a.variance), bits(b.variance)
+    """Residual and variance accumulator equal bit for bit (``b``'s may be on a GPU)."""
+    return torch.equal(bits(a.residual), bits(b.residual.cpu())) and torch.equal(
+        bits(a.variance), bits(b.variance.cpu())
     )
+
+
+CPU = torch.device("cpu")
 
 
 GRID = {
@@ -56,21 +60,28 @@ CONFIGS = [dict(zip(GRID, combo, strict=True)) for combo in itertools.product(*G
 
 
 def run_bucket(
-    params: dict, seed: int, dtype: torch.dtype = torch.float32, impl: str = "torch"
+    params: dict,
+    seed: int,
+    dtype: torch.dtype = torch.float32,
+    impl: str = "torch",
+    device: torch.device = CPU,
 ) -> int:
+    """Four steps of the bucket codec on ``device`` against the recorder's compressor per
+    layer: bytes, lengths, sent counts, state and decoded values equal bit for bit."""
     comp = get_compressor("variance", **params)
     g = torch.Generator().manual_seed(seed)
     ref = [comp.init_state(n) for n in SIZES]
     mine = [comp.init_state(n) for n in SIZES]
-    bucket = torch_codec.bucket_state(mine, LAYERS, torch.device("cpu"))
+    bucket = torch_codec.bucket_state(mine, LAYERS, device)
     coded = params.get("values", "code4") == "code4"
     sent_total = 0
     for step in range(4):
         grad, sq = gradients(sum(SIZES), step, g)
         grad = grad.to(dtype)
         words, lengths, sent = torch_codec.compress_bucket(
-            comp, grad, sq, bucket, batch_size=B, impl=impl
+            comp, grad.to(device), sq.to(device), bucket, batch_size=B, impl=impl
         )
+        assert words.device.type == device.type
         payloads, start = [], 0
         for layer, state, n in zip(LAYERS, ref, SIZES, strict=True):
             payloads.append(
@@ -83,15 +94,15 @@ def run_bucket(
                 )
             )
             start += n
-        assert words.view(torch.uint8).numpy().tobytes() == b"".join(p.data for p in payloads)
+        assert words.cpu().view(torch.uint8).numpy().tobytes() == b"".join(p.data for p in payloads)
         assert lengths == [len(p.data) for p in payloads]
         assert sent == [p.sent for p in payloads]
         assert all(same_state(a, b) for a, b in zip(ref, mine, strict=True))
         idx, vals = torch_codec.decode_bucket_message(
             words, lengths, bucket.offsets, coded=coded, impl=impl
         )
-        decoded = torch.zeros(sum(SIZES)).index_add_(0, idx, vals)
-        assert torch.equal(bits(decoded), bits(torch.cat([p.decode() for p in payloads])))
+        decoded = torch.zeros(sum(SIZES), device=device).index_add_(0, idx, vals)
+        assert torch.equal(bits(decoded.cpu()), bits(torch.cat([p.decode() for p in payloads])))
         sent_total += sum(sent)
     return sent_total
 

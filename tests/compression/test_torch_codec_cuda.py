@@ -14,7 +14,7 @@ import pytest
 import torch
 
 # The CPU test module's inputs and comparisons (pytest puts this folder on sys.path).
-from test_torch_codec import CONFIGS, LAYERS, SIZES, B, bits, gradients
+from test_torch_codec import CONFIGS, SIZES, B, bits, gradients, run_bucket, same_state
 from vgcsim.traces.compression import torch_codec
 from vgcsim.traces.compression.compressors import get_compressor
 
@@ -26,43 +26,9 @@ pytestmark = [
 CUDA = torch.device("cuda")
 
 
-def same_state(ref, gpu) -> bool:
-    return torch.equal(bits(ref.residual), bits(gpu.residual.cpu())) and torch.equal(
-        bits(ref.variance), bits(gpu.variance.cpu())
-    )
-
-
 def run_bucket_on_cuda(params: dict, seed: int, dtype: torch.dtype = torch.float32) -> int:
-    comp = get_compressor("variance", **params)
-    g = torch.Generator().manual_seed(seed)
-    ref = [comp.init_state(n) for n in SIZES]
-    mine = [comp.init_state(n) for n in SIZES]
-    bucket = torch_codec.bucket_state(mine, LAYERS, CUDA)
-    coded = params.get("values", "code4") == "code4"
-    sent_total = 0
-    for step in range(4):
-        grad, sq = gradients(sum(SIZES), step, g)
-        grad = grad.to(dtype)
-        words, lengths, sent = torch_codec.compress_bucket(
-            comp, grad.to(CUDA), sq.to(CUDA), bucket, batch_size=B
-        )
-        assert words.device.type == "cuda"
-        payloads, start = [], 0
-        for layer, state, n in zip(LAYERS, ref, SIZES, strict=True):
-            part = slice(start, start + n)
-            payloads.append(
-                comp.compress(grad[part], state, sqsum=sq[part], batch_size=B, layer=layer)
-            )
-            start += n
-        assert words.cpu().view(torch.uint8).numpy().tobytes() == b"".join(p.data for p in payloads)
-        assert lengths == [len(p.data) for p in payloads]
-        assert sent == [p.sent for p in payloads]
-        assert all(same_state(a, b) for a, b in zip(ref, mine, strict=True))
-        idx, vals = torch_codec.decode_bucket_message(words, lengths, bucket.offsets, coded=coded)
-        decoded = torch.zeros(sum(SIZES), device=CUDA).index_add_(0, idx, vals)
-        assert torch.equal(bits(decoded.cpu()), bits(torch.cat([p.decode() for p in payloads])))
-        sent_total += sum(sent)
-    return sent_total
+    # The CPU file's run on the GPU: impl "auto" there is the torch path.
+    return run_bucket(params, seed, dtype, impl="auto", device=CUDA)
 
 
 @pytest.mark.parametrize("params", CONFIGS[::6], ids=lambda p: "-".join(map(str, p.values())))
