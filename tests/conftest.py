@@ -89,3 +89,18 @@ def tiny_trace(tiny_trace_dir):
     from vgcsim.traces.io import read_trace
 
     return read_trace(tiny_trace_dir)
+
+
+def pytest_sessionstart(session):
+    """Every test session starts with the module-level ``functools`` caches of ``vgcsim`` empty
+    (collective schedules, read traces). A session run in a process that has already computed
+    them (mutation testing forks each mutant's session from a process that ran the unmutated
+    code) would otherwise test the cached results instead of the code."""
+    import functools
+    import sys
+
+    for name, module in list(sys.modules.items()):
+        if name == "vgcsim" or name.startswith("vgcsim."):
+            for value in list(vars(module).values()):
+                if isinstance(value, functools._lru_cache_wrapper):
+                    value.cache_clear()
