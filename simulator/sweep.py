@@ -45,6 +45,14 @@ both again, and at the end winds that interpreter down for seconds; a forked one
 once); the workers' statistical profiler is off (it would take the GIL from the job every
 10 ms), and the event-loop health checks, the system monitor and the memory monitor wake
 every 1-2 s instead of every 20, 500 and 100 ms (each wake-up takes the GIL from the job).
+
+What a local Dask sweep does before its first job overlaps: the fork server starts first
+(``vgcsim sweep`` starts it before it imports the simulator), the cluster starts in a
+thread while this process reads the traces (every trace is read here before any job runs,
+as for the process pool), and each worker reads the traces as it starts (``dask_setup``),
+before it joins the scheduler. Each worker reads each trace once, as a pool worker does.
+The jobs travel in chunks (``_task_chunks``: a few long tasks first, single jobs last), so
+the scheduler, which shares the CPUs with the jobs, handles about a third as many tasks.
 """
 
 from __future__ import annotations
@@ -78,6 +86,7 @@ __all__ = [
     "load_sweep",
     "local_cluster",
     "run_job",
+    "run_jobs",
     "run_sweep",
 ]
 
@@ -90,9 +99,13 @@ LOCAL_DASK_CONFIG = {
     "distributed.admin.tick.interval": "1s",
     "distributed.admin.system-monitor.interval": "2s",
     "distributed.worker.memory.monitor-interval": "1s",
+    # Each worker calls this module's dask_setup as it starts.
+    "distributed.worker.preload": ["vgcsim.simulator.sweep"],
 }
+# The Dask setting (a list of run directories) of the traces a local worker reads as it starts.
+TRACES_SETTING = "vgcsim.sweep-traces"
 # What the fork server that starts the local cluster's workers imports before it forks them.
-FORKSERVER_PRELOAD = ("vgcsim.simulator.sweep", "distributed")
+FORKSERVER_PRELOAD = ("__main__", "vgcsim.simulator.sweep", "distributed")
 
 log = logging.getLogger(__name__)
 
@@ -265,22 +278,26 @@ def run_sweep(
     runs in this process) or the address of a running Dask scheduler, which is given
     ``connect_timeout_s`` to answer before a ConfigError says it is unreachable. ``processes``
     (default: ``sweep.sweep.processes``, 0 = one per CPU) does not apply to a remote cluster.
-    ``progress(1)`` is called as each job finishes.
+    ``progress(1)`` is called once for each job as its rows arrive. Every trace is read here
+    first, so a missing or corrupt one fails before any job runs (a local cluster starts
+    meanwhile, and is closed again).
     """
     scheduler = check_scheduler(scheduler or sweep.sweep.scheduler)
     jobs = expand_factors(sweep.sweep)
-    if scheduler == "local":
-        _start_forkserver()  # its imports overlap with reading the traces here
-    for path in sorted({j.trace for j in jobs}):
-        _trace(path)  # a missing or corrupt trace fails here, before any worker starts
     n = processes if processes is not None else (sweep.sweep.processes or os.cpu_count() or 1)
     n = max(1, min(n, len(jobs)))
     if scheduler == "processes":
+        _read_traces(jobs)
         frames = _run_processes(jobs, sweep.simulate, n, progress)
-    else:
-        frames = _run_dask(jobs, sweep.simulate, scheduler, n, progress, connect_timeout_s)
-    table = pd.concat(frames, ignore_index=True)
+        return pd.concat(frames, ignore_index=True), jobs
+    table = _run_dask(jobs, sweep.simulate, scheduler, n, progress, connect_timeout_s)
     return table, jobs
+
+
+def _read_traces(jobs: Sequence[SweepJob]) -> None:
+    """Read every trace of ``jobs`` into this process's cache (errors name what is wrong)."""
+    for path in sorted({j.trace for j in jobs}):
+        _trace(path)
 
 
 def _run_processes(
@@ -328,15 +345,49 @@ def _start_forkserver() -> bool:
     return True
 
 
-def local_cluster(n: int):
+class _HeartbeatAtCloseFilter(logging.Filter):
+    """Drops the error a worker logs when a heartbeat of its meets the scheduler closing.
+
+    A worker's heartbeat that is under way while the cluster closes fails with
+    CommClosedError, and the worker logs that with a traceback (dask/distributed#7105),
+    after every result has arrived; nothing else is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from distributed.comm import CommClosedError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        heartbeat = record.getMessage().startswith("Failed to communicate with scheduler")
+        return not (heartbeat and isinstance(exc, CommClosedError))
+
+
+def dask_setup(worker) -> None:
+    """Set up a worker of ``local_cluster`` as it starts (Dask calls this: the
+    ``distributed.worker.preload`` of ``LOCAL_DASK_CONFIG``): the heartbeat filter above, and
+    the traces named by the Dask setting ``vgcsim.sweep-traces`` read into the worker's
+    cache before it joins the scheduler, so that the reading overlaps with the cluster's
+    start instead of delaying the worker's first job (a trace that fails to read here fails
+    again, with its error, in the job that needs it)."""
+    import dask
+
+    logging.getLogger("distributed.worker").addFilter(_HeartbeatAtCloseFilter())
+    for path in dask.config.get(TRACES_SETTING, default=None) or ():
+        try:
+            _trace(path)
+        except Exception:  # reported by the job that reads it
+            log.debug("trace %s not read ahead", path, exc_info=True)
+
+
+def local_cluster(n: int, traces: Sequence[str] = ()):
     """A LocalCluster of ``n`` single-threaded worker processes set up for sweep jobs.
 
-    ``run_sweep(..., scheduler="local")`` starts one per sweep; to run several sweeps on one,
-    pass ``scheduler=local_cluster(n).scheduler_address`` (and close it at the end)."""
+    Each worker reads ``traces`` (run directories) as it starts. ``run_sweep(...,
+    scheduler="local")`` starts one per sweep; to run several sweeps on one, pass
+    ``scheduler=local_cluster(n).scheduler_address`` (and close it at the end)."""
     import dask
     from distributed import LocalCluster
 
     config = dict(LOCAL_DASK_CONFIG)
+    config[TRACES_SETTING] = [str(t) for t in traces]
     if _start_forkserver():
         config["distributed.worker.multiprocessing-method"] = "forkserver"
     with dask.config.set(config):
@@ -350,13 +401,33 @@ def local_cluster(n: int):
         )
 
 
-def _dask_client(scheduler: str, n: int, connect_timeout_s: float):
-    """A Dask client: on a fresh LocalCluster of ``n`` processes, or connected to ``scheduler``."""
+def _dask_client(scheduler: str, n: int, connect_timeout_s: float, jobs: Sequence[SweepJob]):
+    """(client, cluster or None): a client of a fresh LocalCluster of ``n`` processes, or one
+    connected to ``scheduler``; the traces of ``jobs`` are read here first in either case.
+
+    The local cluster starts in a thread of its own, its workers reading the traces as they
+    start: this process reads them (to fail before any job runs) while the workers start
+    and read. Dask is imported first, here: imported in that thread, it would take the GIL
+    from the reading, and the scheduler could start only after both. If that read fails,
+    the cluster is closed and the error goes on."""
+    if scheduler == "local":
+        from concurrent.futures import ThreadPoolExecutor
+
+        _start_forkserver()  # first: its imports take longest
+        import distributed  # noqa: F401 - here, not in the thread: it would hold the GIL there
+
+        with ThreadPoolExecutor(1, thread_name_prefix="vgcsim-local-cluster") as starter:
+            traces = sorted({j.trace for j in jobs})
+            starting = starter.submit(_local_client, n, traces)
+            try:
+                _read_traces(jobs)
+            except BaseException:
+                _close(*starting.result())
+                raise
+            return starting.result()
+    _read_traces(jobs)
     from distributed import Client
 
-    if scheduler == "local":
-        cluster = local_cluster(n)
-        return Client(cluster), cluster
     try:
         client = Client(scheduler, timeout=connect_timeout_s)
     except (OSError, TimeoutError, ValueError) as exc:
@@ -367,6 +438,44 @@ def _dask_client(scheduler: str, n: int, connect_timeout_s: float):
     return client, None
 
 
+def _local_client(n: int, traces: Sequence[str]):
+    from distributed import Client
+
+    cluster = local_cluster(n, traces)
+    try:
+        return Client(cluster), cluster
+    except BaseException:
+        cluster.close()
+        raise
+
+
+def _close(client, cluster) -> None:
+    client.close()
+    if cluster is not None:
+        cluster.close()
+
+
+def _task_chunks(order: Sequence[int], n: int) -> list[list[int]]:
+    """``order`` cut into consecutive chunks, each ``ceil(left / (4 n))`` jobs long.
+
+    One Dask task per chunk: a few large tasks first (fewer round trips through the
+    scheduler, whose work shares the CPUs with the jobs), single jobs at the end (the last
+    tasks are short, so the workers finish together)."""
+    chunks, start = [], 0
+    while start < len(order):
+        size = -(-(len(order) - start) // (4 * n))
+        chunks.append(list(order[start : start + size]))
+        start += size
+    return chunks
+
+
+def run_jobs(jobs: Sequence[SweepJob], sim: SimulateConfig) -> tuple[pd.DataFrame, list[int]]:
+    """Several jobs in one call (one Dask task): their rows in one table, and each job's row
+    count (the rows of ``jobs[0]`` first). Each job's rows are ``run_job``'s."""
+    frames = [run_job(job, sim) for job in jobs]
+    return pd.concat(frames, ignore_index=True), [len(f) for f in frames]
+
+
 def _run_dask(
     jobs: list[SweepJob],
     sim: SimulateConfig,
@@ -374,26 +483,34 @@ def _run_dask(
     n: int,
     progress: Callable[[int], None] | None,
     connect_timeout_s: float,
-) -> list[pd.DataFrame]:
-    from distributed import as_completed
+) -> pd.DataFrame:
+    import numpy as np
 
-    client, cluster = _dask_client(scheduler, n, connect_timeout_s)
+    client, cluster = _dask_client(scheduler, n, connect_timeout_s, jobs)
     try:
+        from distributed import as_completed
+
         log.info("sweep: %d jobs on Dask scheduler %s", len(jobs), client.scheduler.address)
-        # pure=False: every job runs even if two were equal; keys stay unique per submission.
-        order = _cost_order(jobs)
-        futures = [client.submit(run_job, jobs[i], sim, pure=False) for i in order]
-        index = {fut.key: i for i, fut in zip(order, futures, strict=True)}
-        frames: list[pd.DataFrame | None] = [None] * len(jobs)
+        threads = sum(client.nthreads().values()) if cluster is None else n
+        chunks = _task_chunks(_cost_order(jobs), max(1, threads))
+        # pure=False: every task runs even if two were equal; keys stay unique per submission.
+        futures = [client.submit(run_jobs, [jobs[i] for i in c], sim, pure=False) for c in chunks]
+        index = {fut.key: c for c, fut in zip(chunks, futures, strict=True)}
+        parts: list[pd.DataFrame] = []
+        owners: list[np.ndarray] = []  # the job index of each row of each part
         for fut in as_completed(futures):
-            frames[index[fut.key]] = fut.result()
+            part, counts = fut.result()
+            parts.append(part)
+            owners.append(np.repeat(index[fut.key], counts))
             if progress is not None:
-                progress(1)
-        return frames  # type: ignore[return-value]
+                for _ in counts:
+                    progress(1)
     finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        _close(client, cluster)
+    # Rows back into job order (a stable sort keeps each job's own row order).
+    table = pd.concat(parts, ignore_index=True)
+    rows = np.argsort(np.concatenate(owners), kind="stable")
+    return table.take(rows).reset_index(drop=True)
 
 
 def sweep_summary(jobs: Sequence[SweepJob]) -> dict[str, Any]:

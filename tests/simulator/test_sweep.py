@@ -214,3 +214,84 @@ def test_local_cluster_workers_are_forked_and_set_up_for_sweep_jobs():
         (settings,) = client.run(lambda: [dask.config.get(k) for k in keys]).values()
     assert ppid != os.getpid()
     assert settings == [LOCAL_DASK_CONFIG[k] for k in keys]
+
+
+def test_task_chunks_cover_the_order_once_largest_first_and_end_in_single_jobs():
+    from vgcsim.simulator.sweep import _task_chunks
+
+    order = list(range(100, 36, -1))  # 64 job indices in cost order
+    chunks = _task_chunks(order, 2)
+    assert [i for c in chunks for i in c] == order  # every job once, order kept
+    sizes = [len(c) for c in chunks]
+    assert sizes == sorted(sizes, reverse=True)  # long tasks first, short ones last
+    assert sizes[0] == 8 and sizes[-8:] == [1] * 8  # ceil(64 / (4 * 2)) first; single jobs last
+    assert len(chunks) == 21
+    assert _task_chunks([3], 4) == [[3]] and _task_chunks([], 2) == []
+    assert [len(c) for c in _task_chunks(list(range(10)), 8)] == [1] * 10
+
+
+def test_run_jobs_gives_each_jobs_run_job_rows_in_order(traces):
+    from vgcsim.simulator.sweep import run_job, run_jobs
+
+    sim = SimulateConfig(max_steps=2)
+    jobs = expand_factors(SweepConfig(traces=tuple(traces), world_sizes=(4, 2)))
+    table, counts = run_jobs(jobs, sim)
+    alone = [run_job(job, sim) for job in jobs]
+    assert counts == [len(f) for f in alone] and sum(counts) == len(table)
+    pd.testing.assert_frame_equal(table, pd.concat(alone, ignore_index=True))
+
+
+def test_heartbeat_error_at_close_is_dropped_and_nothing_else():
+    import logging
+    import sys
+
+    from distributed.comm import CommClosedError
+    from vgcsim.simulator.sweep import _HeartbeatAtCloseFilter
+
+    def record(message, exc):
+        try:
+            raise exc
+        except type(exc):
+            info = sys.exc_info()
+        return logging.LogRecord("distributed.worker", logging.ERROR, "w.py", 1, message, (), info)
+
+    keep = _HeartbeatAtCloseFilter().filter
+    heartbeat = "Failed to communicate with scheduler during heartbeat."
+    assert not keep(record(heartbeat, CommClosedError("in <TCP>: Stream is closed")))
+    assert keep(record(heartbeat, OSError("connection refused")))
+    assert keep(record("Compute Failed", CommClosedError("closed")))
+
+
+def test_cli_starts_the_fork_server_with_the_simulators_preload():
+    from vgcsim.simulator import sweep
+
+    from vgcsim.commands import sweep as command
+
+    assert command.FORKSERVER_PRELOAD == sweep.FORKSERVER_PRELOAD
+
+
+def test_local_workers_read_the_traces_as_they_start(traces):
+    from distributed import Client
+    from vgcsim.simulator.sweep import local_cluster
+
+    with local_cluster(1, traces[:1]) as cluster, Client(cluster) as client:
+        (info,) = client.run(_trace_cache_info, traces[0]).values()
+    assert info == (1, 0)  # read once as the worker started; the job's read is a hit
+
+
+def _trace_cache_info(path):
+    from vgcsim.simulator.sweep import _read_trace, _trace
+
+    before = _read_trace.cache_info()
+    _trace(path)
+    after = _read_trace.cache_info()
+    return before.currsize, after.misses - before.misses
+
+
+def test_a_missing_trace_is_the_error_of_a_sweep_on_the_local_cluster(traces, tmp_path):
+    from vgcsim.core.errors import TraceError
+
+    missing = str(tmp_path / "no-such-run")
+    sweep = SweepFile(SweepConfig(traces=(traces[0], missing), world_sizes=(2,)))
+    with pytest.raises(TraceError, match="no-such-run"):
+        run_sweep(sweep, processes=1, scheduler="local")

@@ -7,6 +7,10 @@ import sys
 
 from vgcsim.commands import add_out_option, add_set_option, add_world_sizes_option
 
+# What the fork server of a local Dask cluster imports before it forks the workers: the
+# simulator's FORKSERVER_PRELOAD (vgcsim.simulator.sweep; a test checks that they agree).
+FORKSERVER_PRELOAD = ("__main__", "vgcsim.simulator.sweep", "distributed")
+
 HELP = (
     "run a sweep (bandwidth x latency x P x topology x trace) of simulated replays; one table out"
 )
@@ -42,7 +46,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def start_fork_server() -> None:
+    """Start the fork server of the local cluster's workers now (where there is one), so that
+    it imports the simulator and Dask while this process imports the simulator and reads the
+    sweep and its traces; ``run_sweep`` finds it running."""
+    import multiprocessing
+
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        import multiprocessing.forkserver
+
+        multiprocessing.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+        multiprocessing.forkserver.ensure_running()
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.scheduler in (None, "local") and not args.dry_run:
+        start_fork_server()  # first: its imports take longest
     from tqdm import tqdm
 
     from vgcsim.commands import check_out, settings
