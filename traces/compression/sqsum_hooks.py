@@ -118,22 +118,21 @@ class SqsumHooks:
         self.sums: dict[int, torch.Tensor] = {}
         self.backward_calls = 0  # layer backward hooks run (for tests and diagnostics)
         self.seconds = 0.0  # wall-clock seconds spent in the backward hooks (diagnostics)
+        # Only layers with a parameter to serve are hooked (the index is fixed here too).
         self._handles = [
             m.register_forward_hook(self._forward)
             for m in model.modules()
             if isinstance(m, _HOOKED)
+            and any(id(p) in self.index for p in m.parameters(recurse=False))
         ]
 
     def _forward(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
-        if not (torch.is_grad_enabled() and isinstance(output, torch.Tensor)):
-            return
-        if not output.requires_grad or not any(
-            id(p) in self.index for p in module.parameters(recurse=False)
+        if not (
+            torch.is_grad_enabled() and isinstance(output, torch.Tensor) and output.requires_grad
         ):
             return
         a = inputs[0].detach()
-        version = a._version
-        output.register_hook(self._on_grad(module, a, version))
+        output.register_hook(self._on_grad(module, a, a._version))
 
     def _on_grad(self, module: nn.Module, a: torch.Tensor, version: int) -> Callable:
         def hook(delta: torch.Tensor) -> None:
@@ -143,8 +142,12 @@ class SqsumHooks:
                     "forward; squared-gradient sums need it unchanged (avoid inplace=True there)"
                 )
             start = time.perf_counter()
-            with torch.no_grad():
-                self._add(module, a, delta.detach())
+            if torch.is_grad_enabled() or delta.requires_grad:
+                # A backward with create_graph=True: the sums stay out of the graph.
+                with torch.no_grad():
+                    self._add(module, a, delta.detach())
+            else:
+                self._add(module, a, delta)
             self.seconds += time.perf_counter() - start
 
         return hook

@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -275,6 +275,8 @@ class BucketState:
     variance: torch.Tensor
     layer_ids: torch.Tensor  # int64 [numel]: the bucket position (0..L-1) of every element
     local_index: torch.Tensor  # int32 [numel]: every element's index within its layer
+    # CPU only: NumPy views of the above and reusable workspaces (see _scratch)
+    scratch: dict = field(default_factory=dict, repr=False)
 
 
 def bucket_state(
@@ -498,6 +500,36 @@ _SIGNED_POW2_NP = np.concatenate(
 ).astype(np.float32)
 
 
+def _flat_f32(t: torch.Tensor) -> np.ndarray:
+    """A flat fp32 NumPy view of a CPU tensor (a copy only when it is not contiguous fp32)."""
+    if t.dtype == torch.float32 and not t.requires_grad and t.is_contiguous():
+        return t.numpy().reshape(-1)
+    t = t.detach()
+    if t.dtype != torch.float32 or not t.is_contiguous():
+        t = t.reshape(-1).to(torch.float32)
+    return t.numpy().reshape(-1)
+
+
+def _scratch(bucket: BucketState) -> dict:
+    """NumPy views of the bucket's CPU arrays and reusable fp32 / bool workspaces."""
+    s = bucket.scratch
+    if "residual" not in s:
+        n = bucket.residual.numel()
+        s.update(
+            residual=bucket.residual.numpy(),
+            variance=bucket.variance.numpy(),
+            layer_ids=bucket.layer_ids.numpy(),
+            local_index=bucket.local_index.numpy(),
+            offsets=bucket.offsets.numpy(),
+            layers=np.asarray(bucket.layers, dtype=np.int32),
+            positions=np.arange(len(bucket.layers), dtype=np.int64),
+            a=np.empty(n, dtype=np.float32),
+            b=np.empty(n, dtype=np.float32),
+            mask=np.empty(n, dtype=bool),
+        )
+    return s
+
+
 def _compress_bucket_numpy(
     compressor: VarianceCompressor,
     grad: torch.Tensor,
@@ -506,11 +538,16 @@ def _compress_bucket_numpy(
     *,
     batch_size: int,
 ) -> tuple[torch.Tensor, list[int], list[int]]:
-    """:func:`compress_bucket` for a CPU state (``impl="numpy"``)."""
+    """:func:`compress_bucket` for a CPU state (``impl="numpy"``).
+
+    The element-wise passes write into workspaces kept with the bucket (no 4·numel
+    allocation per pass); the arithmetic is the torch pass's, operation for operation.
+    """
     c = compressor.config
-    r, v = bucket.residual.numpy(), bucket.variance.numpy()
-    g = grad.detach().reshape(-1).to(torch.float32).numpy()
-    sq = sqsum.detach().reshape(-1).to(torch.float32).numpy()
+    s = _scratch(bucket)
+    r, v, a, b_ = s["residual"], s["variance"], s["a"], s["b"]
+    g = _flat_f32(grad)
+    sq = _flat_f32(sqsum)
     if g.size != r.size or sq.size != r.size:
         raise ValueError(
             f"grad/sqsum have {g.size}/{sq.size} elements but the bucket state holds {r.size}"
@@ -519,45 +556,68 @@ def _compress_bucket_numpy(
     b = np.float32(batch_size)
     per_sample = c.variance_scale == "per_sample"
     if c.variance == "sqsum":
-        v += sq / b if per_sample else sq * np.float32(1.0 / float(batch_size) ** 2)
+        if per_sample:
+            np.divide(sq, b, out=a)
+        else:
+            np.multiply(sq, np.float32(1.0 / float(batch_size) ** 2), out=a)
+        v += a
     else:
         centered = np.maximum(sq / b - g * g, np.float32(0))
         v += centered if per_sample else centered / b
     if c.alpha == 0:
-        idx = np.flatnonzero(r)
+        idx = r.nonzero()[0]
     else:
-        idx = np.flatnonzero(np.square(r) > np.float32(c.alpha) * v)
+        mask = s["mask"]
+        np.greater(np.square(r, out=a), np.multiply(v, np.float32(c.alpha), out=b_), out=mask)
+        idx = mask.nonzero()[0]
     n_layers = len(bucket.layers)
-    lid = bucket.layer_ids.numpy()[idx]
+    # idx is ascending and the layers are contiguous: layer l's elements are the segment
+    # ends[l]:ends[l + 1] of idx, so per-layer values spread over the elements by repeat.
+    ends = idx.searchsorted(s["offsets"])
+    per_layer = np.diff(ends)
+    lid = np.repeat(s["positions"], per_layer)
     picked = r[idx]
+    counts = per_layer
     coded = c.values == "code4"
     if coded:
         magnitude = np.abs(picked)
-        # idx is ascending and the layers are contiguous: each layer's M is a segment max.
-        ends = np.searchsorted(idx, bucket.offsets.numpy())
-        some = ends[1:] > ends[:-1]
+        some = per_layer > 0
         m = np.zeros(n_layers, dtype=np.float32)
         if idx.size:
             m[some] = np.maximum.reduceat(magnitude, ends[:-1][some])
-        m_e = m[lid]
+        m_e = np.repeat(m, per_layer)
+        keep = None
         if c.below_floor == "keep":
+            # With M = max |r| one pass is the NumPy loop: M itself is always kept.
             keep = magnitude >= m_e * np.float32(_FLOOR)
-            if not keep.all():
-                idx, lid, picked, magnitude, m_e = (
-                    t[keep] for t in (idx, lid, picked, magnitude, m_e)
-                )
-        with np.errstate(divide="ignore", invalid="ignore"):  # M = 0 layers: masked below
-            e = (magnitude / m_e).view(np.int32) + _ROUND_UP_ADD[c.rounding]
-        e >>= 23
-        e = np.int32(_EXPONENT_BIAS) - e
-        np.minimum(e, np.int32(_MAX_E), out=e)
-        codes = e | ((picked.view(np.int32) >> 28) & 8)
-        q = m_e * _SIGNED_POW2_NP[codes]
         usable = np.isfinite(m) & (m != 0)
-        if not usable.all():
-            bad = ~usable[lid]
-            codes[bad] = 0
-            q[bad] = 0
+        all_usable = bool(usable.all())
+        # The code of every selected element (element-wise, so computing it before the
+        # floor test drops the same elements' codes as computing it after).
+        if all_usable:
+            e = np.divide(magnitude, m_e, out=magnitude).view(np.int32)
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):  # M = 0 layers: masked below
+                e = np.divide(magnitude, m_e, out=magnitude).view(np.int32)
+        e += _ROUND_UP_ADD[c.rounding]
+        e >>= 23
+        np.subtract(np.int32(_EXPONENT_BIAS), e, out=e)
+        np.minimum(e, np.int32(_MAX_E), out=e)
+        sign = picked.view(np.int32) >> 28
+        sign &= 8
+        codes = np.bitwise_or(e, sign, out=e)
+        if keep is not None and not keep.all():
+            kept = keep.nonzero()[0]
+            idx, lid, codes = idx[kept], lid[kept], codes[kept]
+            if c.after_send != "reset":
+                picked, m_e = picked[kept], m_e[kept]
+            counts = np.bincount(lid, minlength=n_layers)
+        if not all_usable:
+            codes[~usable[lid]] = 0
+        if c.after_send != "reset":
+            q = m_e * _SIGNED_POW2_NP[codes]
+            if not all_usable:
+                q[~usable[lid]] = 0
     else:
         q = picked
     if c.after_send == "reset":
@@ -566,21 +626,23 @@ def _compress_bucket_numpy(
         r[idx] = picked - q
     v *= np.float32(c.zeta)
     v[idx] = 0
-    counts = np.bincount(lid, minlength=n_layers)
     head_words = CODED_HEADER_WORDS if coded else UNCODED_HEADER_WORDS
     per = 1 if coded else 2
     k = idx.size
     words = np.empty(head_words * n_layers + per * k, dtype=np.int32)
     starts = np.zeros(n_layers, dtype=np.int64)
     np.cumsum(head_words + per * counts[:-1], out=starts[1:])
-    words[starts] = np.asarray(bucket.layers, dtype=np.int32)
+    words[starts] = s["layers"]
     words[starts + 1] = counts
     if coded:
         words[starts + 2] = m.view(np.int32)
-    pos = np.arange(head_words, head_words + per * k, per) + lid * head_words
-    local = bucket.local_index.numpy()[idx]
+    pos = lid * head_words
+    pos += np.arange(head_words, head_words + per * k, per)
+    local = s["local_index"][idx]
     if coded:
-        words[pos] = (local << 4) | codes
+        local <<= 4
+        local |= codes
+        words[pos] = local
     else:
         words[pos] = local
         words[pos + 1] = picked.view(np.int32)
@@ -592,14 +654,39 @@ def _decode_bucket_message_numpy(
     words: torch.Tensor, lengths: Sequence[int], offsets: torch.Tensor, *, coded: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`decode_bucket_message` of CPU words (``impl="numpy"``)."""
-    w = words.numpy()
-    counts, starts, bodies = _split_messages(w, lengths, coded)
+    idx, vals = decode_message_arrays(words.numpy(), lengths, offsets.numpy(), coded)
+    return torch.from_numpy(idx), torch.from_numpy(vals)
+
+
+def decode_message_arrays(
+    w: np.ndarray, lengths: Sequence[int], offsets: np.ndarray, coded: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`decode_bucket_message` on NumPy arrays: ``w`` int32 words, ``offsets`` int64;
+    returns int64 bucket-flat indices and fp32 values."""
+    idx, vals, _ = decode_messages([(w, lengths)], offsets, coded)
+    return idx, vals
+
+
+def decode_messages(
+    messages: Sequence[tuple[np.ndarray, Sequence[int]]], offsets: np.ndarray, coded: bool
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """:func:`decode_message_arrays` of several messages of the same bucket (one per rank) in
+    one pass: their indices and values back to back, and each message's element count."""
+    counts, bodies, scales, sizes = [], [], [], []
+    for w, lengths in messages:
+        c, starts, b = _split_messages(w, lengths, coded)
+        counts += c
+        bodies += b
+        sizes.append(sum(c))
+        if coded:
+            scales.append(w[np.asarray(starts, dtype=np.int64) + 2])
     elements = np.concatenate(bodies)
-    base = np.repeat(offsets.numpy()[: len(lengths)], counts)
+    base = np.repeat(np.concatenate([offsets[: len(lengths)] for _, lengths in messages]), counts)
     if not coded:
         pairs = elements.reshape(-1, 2)
-        idx = base + pairs[:, 0].view(np.uint32)
-        return torch.from_numpy(idx), torch.from_numpy(pairs[:, 1].copy().view(np.float32))
-    m_e = np.repeat(w[np.asarray(starts, dtype=np.int64) + 2].view(np.float32), counts)
-    idx = base + (elements.view(np.uint32) >> 4)
-    return torch.from_numpy(idx), torch.from_numpy(m_e * _SIGNED_POW2_NP[elements & 15])
+        base += pairs[:, 0].view(np.uint32)
+        return base, pairs[:, 1].copy().view(np.float32), sizes
+    m_e = np.repeat(np.concatenate(scales).view(np.float32), counts)
+    base += elements.view(np.uint32) >> 4
+    m_e *= _SIGNED_POW2_NP[elements & 15]
+    return base, m_e, sizes

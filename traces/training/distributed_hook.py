@@ -272,40 +272,73 @@ class DirectSqsumHooks(SqsumHooks):
     which cost about a third of the hooks' time on small layers.
     """
 
+    def __init__(self, model: nn.Module, estimator: str = "fast", sq_dtype: str = "auto"):
+        super().__init__(model, estimator, sq_dtype)
+        self._plans: dict[nn.Module, tuple | None] = {}
+
+    def _plan(self, module: nn.Module) -> tuple | None:
+        """What the direct path needs of ``module`` (None: the shared code serves it),
+        looked up once per module: (conv?, conv arguments, weight and bias layer indices)."""
+        plan = self._plans.get(module, False)
+        if plan is False:
+            conv = isinstance(module, nn.Conv2d)
+            plan = None
+            if self.estimator == "fast" and self.sq_dtype == torch.float32:
+                if conv:
+                    args = (module.stride, _conv_padding(module), module.dilation, module.groups)
+                    plan = (True, args)
+                elif isinstance(module, nn.Linear):
+                    plan = (False, None)
+            if plan is not None:
+                weight = self.index.get(id(module.weight))
+                bias = None if module.bias is None else self.index.get(id(module.bias))
+                plan = (*plan, weight, bias)
+            self._plans[module] = plan
+        return plan
+
     def _add(self, module: nn.Module, a: torch.Tensor, delta: torch.Tensor) -> None:
-        conv = isinstance(module, nn.Conv2d)
-        if not (
-            self.estimator == "fast"
-            and self.sq_dtype == torch.float32
-            and a.dtype == delta.dtype == torch.float32
-            and (conv or (isinstance(module, nn.Linear) and a.dim() == 2))
+        plan = self._plan(module)
+        if (
+            plan is None
+            or a.dtype != torch.float32
+            or delta.dtype != torch.float32
+            or (not plan[0] and a.dim() != 2)
         ):
             super()._add(module, a, delta)
             return
+        conv, args, wi, bi = plan
         self.backward_calls += 1
         d2 = delta.square()
-        if conv:
+        if wi is None:
+            weight = None
+        elif conv:
+            stride, padding, dilation, groups = args
             weight = torch.ops.aten.convolution_backward(
                 d2,
                 a.square(),
                 module.weight,
                 None,
-                module.stride,
-                _conv_padding(module),
-                module.dilation,
+                stride,
+                padding,
+                dilation,
                 False,
                 [0],
-                module.groups,
+                groups,
                 (False, True, False),
             )[1]
-            bias = None if module.bias is None else delta.sum((2, 3)).square_().sum(0)
         else:
             weight = torch.mm(d2.t(), a.square())
-            bias = None if module.bias is None else d2.sum(0)
-        for param, sq in ((module.weight, weight), (module.bias, bias)):
-            i = None if param is None else self.index.get(id(param))
-            if i is not None:
-                self.sums[i] = sq if i not in self.sums else self.sums[i] + sq
+        if bi is None:
+            bias = None
+        elif conv:
+            bias = delta.sum((2, 3)).square_().sum(0)
+        else:
+            bias = d2.sum(0)
+        sums = self.sums
+        if wi is not None:
+            sums[wi] = weight if wi not in sums else sums[wi] + weight
+        if bi is not None:
+            sums[bi] = bias if bi not in sums else sums[bi] + bias
 
 
 def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
@@ -472,18 +505,38 @@ def _bound(history: Sequence[int]) -> int:
 
 
 def _bucket_sqsum(
-    state: VGCState, layers: Sequence[int], numels: Sequence[int], device: torch.device
+    state: VGCState,
+    layers: Sequence[int],
+    numels: Sequence[int],
+    device: torch.device,
+    out: np.ndarray | None = None,
 ) -> torch.Tensor:
     """The bucket's Σ_z (∇f_z)², flat: :meth:`VGCState.take_sqsum` of each layer, with the
-    hooks' sums joined first and scaled by B² once (the same fp32 products)."""
+    hooks' sums joined first and scaled by B² once (the same fp32 products).
+
+    ``out`` (CPU only): a flat fp32 NumPy workspace of the bucket's size that receives the
+    scaled sums (one multiply per layer, no join and no allocation); the result is a view
+    of it.
+    """
     hooks = state.sqsum_hooks
     if hooks is None or (state.sqsums is not None and any(i in state.sqsums for i in layers)):
         return torch.cat([state.take_sqsum(i, device) for i in layers])
+    b2 = float(state.batch_size or 1) ** 2
+    if out is not None:
+        # x * B² in fp32, B² rounded to fp32 first: what torch's tensor * Python float does.
+        b2_f32, start = np.float32(b2), 0
+        for i, n in zip(layers, numels, strict=True):
+            sq = hooks.take(i)
+            if sq is None:
+                out[start : start + n] = 0
+            else:
+                np.multiply(torch_codec._flat_f32(sq), b2_f32, out=out[start : start + n])
+            start += n
+        return torch.from_numpy(out)
     parts = []
     for i, n in zip(layers, numels, strict=True):
         sq = hooks.take(i)
         parts.append(torch.zeros(n, device=device) if sq is None else sq.reshape(-1))
-    b2 = float(state.batch_size or 1) ** 2
     return (torch.cat(parts) * b2).to(device=device, dtype=torch.float32)
 
 
@@ -511,7 +564,6 @@ def _encode_bucket(
         )
         return message, [len(p.data) for p in payloads], payloads
     t0 = time.perf_counter()
-    sq = _bucket_sqsum(state, layers, numels, device)
     if torch_codec.bucket_supported(comp, numels):
         key = tuple(layers)
         bucket = state.buckets.get(key)
@@ -521,6 +573,12 @@ def _encode_bucket(
             )
             state.buckets = {k: b for k, b in state.buckets.items() if set(k).isdisjoint(key)}
             state.buckets[key] = bucket
+        workspace = None
+        if device.type == "cpu":
+            workspace = bucket.scratch.get("sqsum")
+            if workspace is None:
+                workspace = bucket.scratch["sqsum"] = np.empty(sum(numels), dtype=np.float32)
+        sq = _bucket_sqsum(state, layers, numels, device, workspace)
         flat = (
             buffer if buffer.numel() == sum(numels) else torch.cat([g.reshape(-1) for g in grads])
         )
@@ -528,6 +586,7 @@ def _encode_bucket(
             comp, flat, sq, bucket, batch_size=state.batch_size or 1
         )
     else:
+        sq = _bucket_sqsum(state, layers, numels, device)
         parts, lengths, sent, start = [], [], [], 0
         for i, g in zip(layers, grads, strict=True):
             torch_codec.state_to(state.layer_states[i], device)
@@ -544,9 +603,10 @@ def _encode_bucket(
             lengths.append(4 * w.numel())
             sent.append(k)
         words = torch.cat(parts)
+    encoding = comp.primary_encoding
     for i, n, k, length in zip(layers, numels, sent, lengths, strict=True):
         stats.sent[i] = k
-        stats.bits[i] = {comp.primary_encoding: 8 * length}
+        stats.bits[i] = {encoding: 8 * length}
         stats.numel[i] = n
     stats.compress_s += time.perf_counter() - t0
     if state.barrier_before_comm:
@@ -561,8 +621,14 @@ def _decode_bucket(
     heads: list[list[int]],
     numels: Sequence[int],
     payloads: list | None,
+    into: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Every rank's message of a bucket decoded, summed in rank order and divided by P."""
+    """Every rank's message of a bucket decoded, summed in rank order and divided by P.
+
+    ``into``: the bucket's buffer; on the CPU, when it is a contiguous fp32 tensor of the
+    bucket's size, the average is written into it (DDP's own hooks return the buffer too)
+    instead of a new tensor.
+    """
     world = rows.shape[0]
     bounds = [0, *itertools.accumulate(numels)]
     coded = getattr(state.compressor.config, "values", "code4") == "code4"
@@ -571,15 +637,32 @@ def _decode_bucket(
     if payloads is None and single_chunk and rows.device.type == "cpu":
         # NumPy on the CPU (torch_codec's reason): the same fp32 adds onto 0, rank after
         # rank (indices are unique within a message), and the same division by P.
-        offsets = torch.from_numpy(np.asarray(bounds, dtype=np.int64))
-        total = np.zeros(bounds[-1], dtype=np.float32)
-        for r in range(world):
-            body = rows[r, header_bytes : header_bytes + heads[r][0]]
-            idx, vals = torch_codec.decode_bucket_message(
-                body.view(torch.int32), heads[r][1:], offsets, coded=coded
-            )
-            total[idx.numpy()] += vals.numpy()
-        return torch.from_numpy(total / np.float32(world))
+        offsets = np.asarray(bounds, dtype=np.int64)
+        if (
+            into is not None
+            and into.device.type == "cpu"
+            and into.dtype == torch.float32
+            and into.is_contiguous()
+            and into.numel() == bounds[-1]
+        ):
+            out = into
+            total = into.numpy()
+            total.fill(0)
+        else:
+            total = np.zeros(bounds[-1], dtype=np.float32)
+            out = torch.from_numpy(total)
+        r_np = rows.numpy()
+        messages = [
+            (r_np[r, header_bytes : header_bytes + heads[r][0]].view(np.int32), heads[r][1:])
+            for r in range(world)
+        ]
+        idx, vals, sizes = torch_codec.decode_messages(messages, offsets, coded)
+        start = 0
+        for n in sizes:
+            total[idx[start : start + n]] += vals[start : start + n]
+            start += n
+        total /= np.float32(world)
+        return out
     offsets = torch.tensor(bounds, device=rows.device)
     out = torch.zeros(bounds[-1], dtype=torch.float32, device=rows.device)
     if payloads is None and single_chunk and world == 2:
@@ -659,17 +742,25 @@ def _start_bucket_gather(
     device = torch.device(state.device)
     body, lengths, payloads = _encode_bucket(state, layers, grads, buffer)
     body = body.to(device)
-    head = torch.tensor([sum(lengths), *lengths], dtype=torch.int32).view(torch.uint8)
-    header_bytes = head.numel()
+    header_bytes = 4 * (len(lengths) + 1)
     total = header_bytes + body.numel()
     key = tuple(layers)
     bound = state.bounds.get(key, _align(header_bytes))
     world = dist.get_world_size(group)
     # The whole message, then zeros up to the bound; the first `bound` bytes are sent.
-    message = torch.empty(max(total, bound), dtype=torch.uint8, device=device)
-    message[:header_bytes] = head
-    message[header_bytes:total] = body
-    message[total:].zero_()
+    if device.type == "cpu":
+        # NumPy views on the CPU: a torch slice assignment costs several times the copy.
+        m = np.empty(max(total, bound), dtype=np.uint8)
+        m[:header_bytes] = np.array([sum(lengths), *lengths], dtype=np.int32).view(np.uint8)
+        m[header_bytes:total] = body.numpy()
+        m[total:] = 0
+        message = torch.from_numpy(m)
+    else:
+        head = torch.tensor([sum(lengths), *lengths], dtype=torch.int32).view(torch.uint8)
+        message = torch.empty(max(total, bound), dtype=torch.uint8, device=device)
+        message[:header_bytes] = head.to(device)
+        message[header_bytes:total] = body
+        message[total:].zero_()
     send = message[:bound]
     gathered = torch.empty(world * bound, dtype=torch.uint8, device=device)
     t0 = time.perf_counter()
@@ -680,7 +771,10 @@ def _start_bucket_gather(
 
     def finish(_: torch.futures.Future) -> torch.Tensor:
         rows = gathered.view(world, bound)
-        heads = rows[:, :header_bytes].view(torch.int32).tolist()
+        if device.type == "cpu":
+            heads = rows.numpy()[:, :header_bytes].view(np.int32).tolist()
+        else:
+            heads = rows[:, :header_bytes].view(torch.int32).tolist()
         need = header_bytes + max(h[0] for h in heads)
         fallback = need > bound
         if fallback:
@@ -697,7 +791,7 @@ def _start_bucket_gather(
         del history[:-BOUND_HISTORY]
         state.bounds[key] = _bound(history)
         t2 = time.perf_counter()
-        out = _decode_bucket(state, rows, heads, numels, payloads)
+        out = _decode_bucket(state, rows, heads, numels, payloads, into=buffer)
         out = out.to(dtype=buffer.dtype, device=buffer.device)
         with state._lock:
             stats.comm_s += t2 - t0
