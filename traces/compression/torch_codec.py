@@ -276,7 +276,7 @@ class BucketState:
     layer_ids: torch.Tensor  # int64 [numel]: the bucket position (0..L-1) of every element
     local_index: torch.Tensor  # int32 [numel]: every element's index within its layer
     # CPU only: NumPy views of the above and reusable workspaces (see _scratch)
-    scratch: dict = field(default_factory=dict, repr=False)
+    scratch: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 def bucket_state(
