@@ -62,6 +62,4 @@ def test_fp16_rounds_the_fp32_value_of_a_float64_input():
     # float64 directly would give 1 + 2^-10 (0x3C01).
     msg = DenseMessage(0, 1, np.array([1 + 2**-11 + 2**-30]))
     assert ENCODINGS["fp16"].encode(msg) == struct.pack("<II", 0, 1) + bytes([0x00, 0x3C])
-    assert ENCODINGS["fp32"].encode(msg) == struct.pack("<II", 0, 1) + struct.pack(
-        "<f", 1 + 2**-11
-    )
+    assert ENCODINGS["fp32"].encode(msg) == struct.pack("<II", 0, 1) + struct.pack("<f", 1 + 2**-11)
