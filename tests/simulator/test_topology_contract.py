@@ -90,4 +90,3 @@ def test_hierarchical_needs_an_intra_link():
 def test_hierarchical_with_intra_link_builds():
     spec = cluster({"kind": "hierarchical"}, gpus_per_node=2, intra=LinkSpec("f", 1e10, 1e-6))
     assert build_topology(spec, 4).graph.has_edge("h3", "node1")
-
