@@ -1,0 +1,128 @@
+"""Comm's message matching (eager and rendezvous) against hand-worked timelines.
+
+A star of two hosts, bandwidth 2^20 B/s, host -> switch -> host latency 2^-10 s, messages of
+2^20 bytes (1 s on the wire): every time is dyadic and compared with ``==``. The reference is
+the documented semantics (vgcsim.simulator.network): eager — the flow starts when the send is
+posted, the send completes when its last byte has left, the receive at max(posted, arrival);
+rendezvous — the flow starts when both are posted, both complete at arrival.
+"""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+from simhelpers import cluster
+from vgcsim.simulator.network import Comm, Waiter, make_network
+from vgcsim.simulator.topology import build_topology
+
+from vgcsim.core.errors import UnknownNameError
+
+B = 2.0**20
+A = 2.0**-10
+N = 2**20
+
+
+def _comm(*semantics):
+    env = simpy.Environment()
+    net = make_network("fair", env, build_topology(cluster(bandwidth_Bps=B, latency_s=A), 2))
+    return env, Comm(net, *semantics)
+
+
+def _run(env, comm, send_at, recv_at):
+    out = {}
+
+    def sender():
+        yield env.timeout(send_at)
+        yield comm.send(0, 1, N, "t")
+        out["send"] = env.now
+
+    def receiver():
+        yield env.timeout(recv_at)
+        yield comm.recv(1, 0, "t")
+        out["recv"] = env.now
+
+    env.process(sender())
+    env.process(receiver())
+    env.run()
+    return out
+
+
+def test_rendezvous_receive_posted_first_starts_the_flow_at_the_send():
+    env, comm = _comm("rendezvous")
+    out = _run(env, comm, send_at=0.125, recv_at=0.0)
+    assert out == {"send": 0.125 + 1.0 + A, "recv": 0.125 + 1.0 + A}
+
+
+def test_eager_receive_posted_first_completes_at_arrival():
+    env, comm = _comm("eager")
+    out = _run(env, comm, send_at=0.125, recv_at=0.0)
+    assert out == {"send": 0.125 + 1.0, "recv": 0.125 + 1.0 + A}
+
+
+def test_eager_is_the_default_semantics():
+    env, comm = _comm()
+    out = _run(env, comm, send_at=0.0, recv_at=2.0)
+    # the send is done when its last byte has left, long before the receive is posted
+    assert out == {"send": 1.0, "recv": 2.0}
+
+
+@pytest.mark.parametrize("semantics", ["eager", "rendezvous"])
+def test_a_waiter_fires_when_all_its_operations_are_done(semantics):
+    # each rank posts its send and its receive on one waiter; rank 0 sends N, rank 1 N/2.
+    # eager: rank 0 done at max(1 s sent, N/2 arrived at 0.5 + α) = 1; rank 1 at 1 + α.
+    # rendezvous: every operation completes at its arrival: both ranks at 1 + α.
+    env, comm = _comm(semantics)
+    done = {}
+
+    def rank(me, other, nbytes):
+        w = Waiter(env)
+        w.pending += 1  # held while posting
+        comm.post_recv(me, other, "t", w)
+        comm.post_send(me, other, nbytes, "t", w)
+        w.done_one()
+        yield w.event
+        done[me] = env.now
+
+    env.process(rank(0, 1, N))
+    env.process(rank(1, 0, N // 2))
+    env.run()
+    assert done == ({0: 1.0, 1: 1.0 + A} if semantics == "eager" else {0: 1.0 + A, 1: 1.0 + A})
+
+
+@pytest.mark.parametrize("semantics", ["eager", "rendezvous"])
+def test_two_receives_on_one_waiter_wait_for_both_messages(semantics):
+    # rank 1 receives two tagged messages from rank 0 (N and N/2, sent one after the
+    # other's last byte left): its waiter fires at the later arrival only
+    env, comm = _comm(semantics)
+    done = {}
+
+    def receiver():
+        w = Waiter(env)
+        w.pending += 1
+        comm.post_recv(1, 0, "a", w)
+        comm.post_recv(1, 0, "b", w)
+        w.done_one()
+        yield w.event
+        done["recv"] = env.now
+
+    def sender():
+        yield comm.send(0, 1, N, "a")
+        yield comm.send(0, 1, N // 2, "b")
+        done["send"] = env.now
+
+    env.process(receiver())
+    env.process(sender())
+    env.run()
+    if semantics == "eager":
+        assert done == {"send": 1.5, "recv": 1.5 + A}
+    else:  # each send completes at its arrival: the second starts at 1 + α
+        assert done == {"send": 1.5 + 2 * A, "recv": 1.5 + 2 * A}
+
+
+def test_unknown_semantics_names_the_valid_ones():
+    env = simpy.Environment()
+    net = make_network("fair", env, build_topology(cluster(), 2))
+    with pytest.raises(
+        UnknownNameError, match=r"^unknown message semantics 'buffered'; valid: eager, rendezvous$"
+    ):
+        Comm(net, "buffered")
