@@ -1,5 +1,6 @@
 """Wire formats at the edges the other wire tests leave open, each from a buffer written out
-by hand: header fields read as unsigned 32-bit integers, packed32's per-chunk index masking
+by hand: bit-stream fields given as plain integers and 9 bits wide, header fields read as
+unsigned 32-bit integers, packed32's per-chunk index masking
 with a narrow index field, encoder objects built outside the registry, and the fp16 format
 rounding the fp32 value of a float64 input (the encoders' table: fp32 / fp16 carry the
 element as IEEE float after it was fp32)."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+from vgcsim.traces.wire import bitstream
 from vgcsim.traces.wire.encoders import ENCODINGS, DenseFloat, GapElias, Packed32
 from vgcsim.traces.wire.messages import DenseMessage, SparseMessage
 
@@ -63,3 +65,15 @@ def test_fp16_rounds_the_fp32_value_of_a_float64_input():
     msg = DenseMessage(0, 1, np.array([1 + 2**-11 + 2**-30]))
     assert ENCODINGS["fp16"].encode(msg) == struct.pack("<II", 0, 1) + bytes([0x00, 0x3C])
     assert ENCODINGS["fp32"].encode(msg) == struct.pack("<II", 0, 1) + struct.pack("<f", 1 + 2**-11)
+
+
+def test_pack_fields_accepts_plain_python_integers():
+    # 3 in 2 bits, 0 in 3, 1 in 1, 0x1FF in 9: 11 000 1 111111111 -> 1100 0111 1111 1110
+    assert bitstream.pack_fields([3, 0, 1, 0x1FF], [2, 3, 1, 9]) == bytes([0xC7, 0xFE])
+
+
+def test_nine_bit_fixed_fields_keep_their_ninth_bit():
+    # 0x1FF and 1 in 9 bits: 111111111 000000001 + 6 pad bits -> 1111 1111 1000 0000 0100 0000
+    data = bitstream.pack_fixed(np.array([0x1FF, 1]), 9)
+    assert data == bytes([0xFF, 0x80, 0x40])
+    assert bitstream.unpack_fixed(data, 9, 2).tolist() == [0x1FF, 1]
