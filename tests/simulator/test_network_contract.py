@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import simpy
 from simhelpers import cluster
-from vgcsim.simulator.network import Comm, Waiter, make_network
+from vgcsim.simulator.network import Comm, LinkMonitor, Waiter, make_network
 from vgcsim.simulator.topology import build_topology
 
 from vgcsim.core.errors import UnknownNameError
@@ -126,3 +126,81 @@ def test_unknown_semantics_names_the_valid_ones():
         UnknownNameError, match=r"^unknown message semantics 'buffered'; valid: eager, rendezvous$"
     ):
         Comm(net, "buffered")
+
+
+def _monitored(mode):
+    env = simpy.Environment()
+    topo = build_topology(cluster(bandwidth_Bps=B, latency_s=A), 2)
+    monitor = LinkMonitor(topo.n_channels, record_intervals=True)
+    return env, topo, make_network(mode, env, topo, monitor), monitor
+
+
+@pytest.mark.parametrize("mode", ["fair", "fifo"])
+def test_monitor_records_each_flow_interval_with_its_bytes_and_ranks(mode):
+    # 0 -> 1: N bytes posted at 0.25 s, alone on its channels: [0.25, 1.25] (last byte left);
+    # 1 -> 0: one byte at 0: [0, 2^-20]. The latency is not channel time.
+    env, topo, net, monitor = _monitored(mode)
+    seen = []
+
+    def later():
+        yield env.timeout(0.25)
+        net.start(
+            0,
+            1,
+            N,
+            lambda: seen.append(("sent", env.now)),
+            lambda: seen.append(("arrived", env.now)),
+        )
+
+    env.process(later())
+    net.start(1, 0, 1)
+    env.run()
+    assert seen == [("sent", 1.25), ("arrived", 1.25 + A)]
+    ch = topo.channel_ids
+    expected = {
+        (ch[("h0", "sw")], 0.25, 1.25, float(N), 0, 1),
+        (ch[("sw", "h1")], 0.25, 1.25, float(N), 0, 1),
+        (ch[("h1", "sw")], 0.0, 2.0**-20, 1.0, 1, 0),
+        (ch[("sw", "h0")], 0.0, 2.0**-20, 1.0, 1, 0),
+    }
+    assert {
+        tuple(float(x) if i in (1, 2, 3) else x for i, x in enumerate(iv))
+        for iv in monitor.intervals
+    } == expected
+    assert len(monitor.intervals) == 4
+    assert monitor.bytes[ch[("h0", "sw")]] == N
+    assert monitor.busy_s[ch[("h1", "sw")]] == 2.0**-20
+
+
+@pytest.mark.parametrize("mode", ["fair", "fifo"])
+def test_two_flows_on_one_uplink_are_recorded_with_their_own_ranks(mode):
+    # star of three: 0 -> 1 (N) and 0 -> 2 (N/2) share h0's uplink from t = 0.
+    # fair: halves until the N/2 flow ends at 1 s, then the N flow alone: ends at 1.5 s.
+    # fifo: one after the other on the uplink: [0, 1] and [1, 1.5] (0 -> 1 was started first).
+    env = simpy.Environment()
+    topo = build_topology(cluster(bandwidth_Bps=B, latency_s=A), 3)
+    monitor = LinkMonitor(topo.n_channels, record_intervals=True)
+    net = make_network(mode, env, topo, monitor)
+    net.start(0, 1, N)
+    net.start(0, 2, N // 2)
+    env.run()
+    up = topo.channel_ids[("h0", "sw")]
+    on_up = sorted((iv[1], iv[2], iv[3], iv[4], iv[5]) for iv in monitor.intervals if iv[0] == up)
+    if mode == "fair":
+        assert on_up == [(0.0, 1.0, N / 2, 0, 2), (0.0, 1.5, float(N), 0, 1)]
+    else:
+        assert on_up == [(0.0, 1.0, float(N), 0, 1), (1.0, 1.5, N / 2, 0, 2)]
+    assert monitor.busy_s[up] == 1.5
+    assert monitor.bytes[up] == 1.5 * N
+
+
+@pytest.mark.parametrize("mode", ["fair", "fifo"])
+def test_a_message_to_oneself_completes_at_once_and_uses_no_channel(mode):
+    env, topo, net, monitor = _monitored(mode)
+    seen = []
+    net.start(1, 1, N, lambda: seen.append("sent"), lambda: seen.append("arrived"))
+    net.start(1, 1, N)
+    assert seen == ["sent", "arrived"]
+    env.run()
+    assert monitor.intervals == []
+    assert monitor.bytes.sum() == 0
