@@ -35,7 +35,6 @@ from typing import Any
 from vgcsim.commands import add_out_option
 from vgcsim.core.errors import ConfigError, TraceError
 from vgcsim.core.outdir import check_output, prepare_output
-from vgcsim.reports.validation import SOURCES
 
 HELP = "compare measured communication of a distributed run with the models and the simulator"
 
@@ -119,6 +118,8 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
         sim, _, _ = simulate_trace(trace, cluster, [p], sim_cfg)
         sim = _measured_rows(sim, method)
         out["simulated_s"] = sim["comm_s"].reindex(out["step"]).to_numpy(dtype=float)
+    from vgcsim.reports.validation import SOURCES  # pandas and matplotlib: not at start-up
+
     for src in SOURCES:
         out[f"{src}_rel_error"] = (out[f"{src}_s"] - out["measured_s"]) / out["measured_s"]
     out["payload_bytes_max"] = pred["payload_bytes_max"].reindex(out["step"]).to_numpy()
@@ -217,6 +218,8 @@ def collective_frame(
             }
         )
     df = pd.DataFrame(rows)
+    from vgcsim.reports.validation import SOURCES  # pandas and matplotlib: not at start-up
+
     for src in SOURCES:
         df[f"{src}_rel_error"] = (df[f"{src}_s"] - df["measured_s"]) / df["measured_s"]
     df.attrs.update(world_size=p, cluster=cluster.name, backend=backend)
@@ -254,6 +257,8 @@ def verdict(cases: dict[str, float], tolerance: float) -> Verdict:
 def _collective_cases(df: Any) -> dict[str, float]:
     cases = {}
     for row in df.itertuples(index=False):
+        from vgcsim.reports.validation import SOURCES  # pandas and matplotlib: not at start-up
+
         for src in SOURCES:
             cases[f"{row.op} {row.size_bytes} B {src}"] = float(getattr(row, f"{src}_rel_error"))
     return cases
