@@ -204,3 +204,29 @@ def test_a_message_to_oneself_completes_at_once_and_uses_no_channel(mode):
     env.run()
     assert monitor.intervals == []
     assert monitor.bytes.sum() == 0
+
+
+@pytest.mark.parametrize("mode", ["fair", "fifo"])
+def test_rendezvous_empty_message_costs_the_latency_and_one_to_oneself_nothing(mode):
+    # an empty message: both sides complete at its arrival, one path latency after posting;
+    # a message to oneself completes both sides at once
+    env = simpy.Environment()
+    net = make_network(mode, env, build_topology(cluster(bandwidth_Bps=B, latency_s=A), 2))
+    comm = Comm(net, "rendezvous")
+    done = {}
+
+    def rank(me, peer, key):
+        w = Waiter(env)
+        w.pending += 1
+        comm.post_send(me, peer, 0, key, w)
+        comm.post_recv(me, peer, key, w)
+        w.done_one()
+        yield w.event
+        done[key, me] = env.now
+
+    env.process(rank(0, 0, "self"))
+    env.process(rank(1, 1, "self"))
+    env.process(rank(0, 1, "empty"))
+    env.process(rank(1, 0, "empty"))
+    env.run()
+    assert done == {("self", 0): 0.0, ("self", 1): 0.0, ("empty", 0): A, ("empty", 1): A}
