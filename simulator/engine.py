@@ -40,10 +40,10 @@ from functools import cached_property
 import numpy as np
 import simpy
 from vgcsim.simulator.collectives import Schedule
-from vgcsim.simulator.network import LinkMonitor, make_network
+from vgcsim.simulator.network import SEMANTICS, LinkMonitor, make_network
 from vgcsim.simulator.topology import Route, Topology
 
-from vgcsim.core.errors import ConfigError
+from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
     "Phase",
@@ -326,6 +326,14 @@ class RunCache:
         return hit
 
 
+def _is_eager(semantics: str) -> bool:
+    """True for ``"eager"``, False for ``"rendezvous"``; any other name is refused
+    (UnknownNameError listing :data:`~vgcsim.simulator.network.SEMANTICS`)."""
+    if semantics not in SEMANTICS:
+        raise unknown_name("message semantics", semantics, SEMANTICS)
+    return semantics == "eager"
+
+
 def _cache_for(topology: Topology, cache: RunCache | None) -> RunCache:
     if cache is None:
         return RunCache(topology)
@@ -421,7 +429,7 @@ def _run_message(
     env = simpy.Environment()
     net = make_network(mode, env, topology, monitor)
     finish = np.zeros((len(phases), p))
-    eager = semantics == "eager"
+    eager = _is_eager(semantics)
     gamma = gamma_s_per_byte
     # per phase: (index, phase, rank plans, flow routes, flow bytes, ready times)
     plans = []
@@ -709,7 +717,7 @@ def run_fast_steps(
         for u, s in zip(units, schedules, strict=True)
     ]
     d = _period(p, ready_s, ordered, tables)
-    eager = semantics == "eager"
+    eager = _is_eager(semantics)
     n_steps = ready_s[0].shape[0]
     t = np.zeros((n_steps, d))
     finish = np.empty((len(schedules), n_steps, p))
@@ -754,7 +762,7 @@ def run_fast(
     """
     p = topology.world_size
     cache = _cache_for(topology, cache)
-    eager = semantics == "eager"
+    eager = _is_eager(semantics)
     t = np.zeros(p)
     busy_in = np.full(p, -np.inf)
     finish = np.zeros((len(phases), p))

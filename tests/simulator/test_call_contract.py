@@ -153,11 +153,6 @@ def test_unknown_network_mode_is_refused():
         simulate_collective("allgatherv/ring", [N, N], _star(), mode="bogus")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="run_message takes every semantics other than 'eager' as rendezvous: a misspelt "
-    "semantics runs silently instead of naming the valid ones (as an unknown mode does)",
-)
 def test_unknown_message_semantics_is_refused():
     with pytest.raises(UnknownNameError, match="message semantics"):
         simulate_collective("allgatherv/ring", [N, N], _star(), semantics="rendevous")
