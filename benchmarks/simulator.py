@@ -311,7 +311,17 @@ def sweep_seconds(config: Path, scheduler: str, out: Path) -> tuple[float, Any]:
     command = [sys.executable, "-m", "vgcsim", "sweep", str(config), "--processes", "2"]
     command += ["--scheduler", scheduler, "-o", str(out), "--overwrite"]
     t0 = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    # A session of its own: stopped by the cap, the command goes with its fork server and
+    # pool workers (killing the command alone would leave them holding this process's stderr).
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        code = proc.wait()
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    if code != 0:
+        raise subprocess.CalledProcessError(code, command)
     return time.perf_counter() - t0, read_results(out)[0]
 
 
