@@ -81,6 +81,7 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
     import pandas as pd
 
     from vgcsim.models.predict import PredictOptions, predict_trace
+    from vgcsim.reports.validation import SOURCES
 
     if "comm_s" not in trace.steps.columns:
         raise TraceError(
@@ -118,8 +119,6 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
         sim, _, _ = simulate_trace(trace, cluster, [p], sim_cfg)
         sim = _measured_rows(sim, method)
         out["simulated_s"] = sim["comm_s"].reindex(out["step"]).to_numpy(dtype=float)
-    from vgcsim.reports.validation import SOURCES  # pandas and matplotlib: not at start-up
-
     for src in SOURCES:
         out[f"{src}_rel_error"] = (out[f"{src}_s"] - out["measured_s"]) / out["measured_s"]
     out["payload_bytes_max"] = pred["payload_bytes_max"].reindex(out["step"]).to_numpy()
@@ -187,6 +186,7 @@ def collective_frame(
 
     from vgcsim.models.collectives import collective_time_s
     from vgcsim.models.pointtopoint import p2p_time_s
+    from vgcsim.reports.validation import SOURCES
     from vgcsim.traces.calibration import STATISTICS, skewed_sizes
 
     p = int(measurements["world_size"])
@@ -218,8 +218,6 @@ def collective_frame(
             }
         )
     df = pd.DataFrame(rows)
-    from vgcsim.reports.validation import SOURCES  # pandas and matplotlib: not at start-up
-
     for src in SOURCES:
         df[f"{src}_rel_error"] = (df[f"{src}_s"] - df["measured_s"]) / df["measured_s"]
     df.attrs.update(world_size=p, cluster=cluster.name, backend=backend)
@@ -255,10 +253,10 @@ def verdict(cases: dict[str, float], tolerance: float) -> Verdict:
 
 
 def _collective_cases(df: Any) -> dict[str, float]:
+    from vgcsim.reports.validation import SOURCES
+
     cases = {}
     for row in df.itertuples(index=False):
-        from vgcsim.reports.validation import SOURCES  # pandas and matplotlib: not at start-up
-
         for src in SOURCES:
             cases[f"{row.op} {row.size_bytes} B {src}"] = float(getattr(row, f"{src}_rel_error"))
     return cases
