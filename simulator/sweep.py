@@ -74,6 +74,7 @@ from vgcsim.simulator.topology import parse_topology
 from vgcsim.core.cluster import COMPUTE_MODES, ClusterSpec, load_cluster
 from vgcsim.core.config import config_from_dict, load_toml
 from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.forkserver import start_fork_server
 from vgcsim.core.units import format_bandwidth, format_time, parse_bandwidth_Bps, parse_time_s
 from vgcsim.core.worldsizes import DEFAULT_WORLD_SIZES, parse_world_sizes
 
@@ -104,8 +105,6 @@ LOCAL_DASK_CONFIG = {
 }
 # The Dask setting (a list of run directories) of the traces a local worker reads as it starts.
 TRACES_SETTING = "vgcsim.sweep-traces"
-# What the fork server that starts the local cluster's workers imports before it forks them.
-FORKSERVER_PRELOAD = ("__main__", "vgcsim.simulator.sweep", "distributed")
 
 log = logging.getLogger(__name__)
 
@@ -329,22 +328,6 @@ def _run_processes(
     return frames  # type: ignore[return-value]
 
 
-def _start_forkserver() -> bool:
-    """Start the fork server (preloading ``FORKSERVER_PRELOAD``); False where there is none.
-
-    The fork server is one per process: where one already runs (a process pool of this
-    process started it), it stays, and workers forked from it import what it lacks."""
-    import multiprocessing
-
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return False
-    import multiprocessing.forkserver
-
-    multiprocessing.set_forkserver_preload(list(FORKSERVER_PRELOAD))
-    multiprocessing.forkserver.ensure_running()
-    return True
-
-
 class _HeartbeatAtCloseFilter(logging.Filter):
     """Drops the error a worker logs when a heartbeat of its meets the scheduler closing.
 
@@ -388,7 +371,7 @@ def local_cluster(n: int, traces: Sequence[str] = ()):
 
     config = dict(LOCAL_DASK_CONFIG)
     config[TRACES_SETTING] = [str(t) for t in traces]
-    if _start_forkserver():
+    if start_fork_server():
         config["distributed.worker.multiprocessing-method"] = "forkserver"
     with dask.config.set(config):
         # One thread per worker: a job is pure Python (SimPy) and holds the GIL throughout.
@@ -413,7 +396,7 @@ def _dask_client(scheduler: str, n: int, connect_timeout_s: float, jobs: Sequenc
     if scheduler == "local":
         from concurrent.futures import ThreadPoolExecutor
 
-        _start_forkserver()  # first: its imports take longest
+        start_fork_server()  # first: its imports take longest
         import distributed  # noqa: F401 - here, not in the thread: it would hold the GIL there
 
         with ThreadPoolExecutor(1, thread_name_prefix="vgcsim-local-cluster") as starter:

@@ -262,14 +262,6 @@ def test_heartbeat_error_at_close_is_dropped_and_nothing_else():
     assert keep(record("Compute Failed", CommClosedError("closed")))
 
 
-def test_cli_starts_the_fork_server_with_the_simulators_preload():
-    from vgcsim.simulator import sweep
-
-    from vgcsim.commands import sweep as command
-
-    assert command.FORKSERVER_PRELOAD == sweep.FORKSERVER_PRELOAD
-
-
 def test_local_workers_read_the_traces_as_they_start(traces):
     from distributed import Client
     from vgcsim.simulator.sweep import local_cluster

@@ -6,10 +6,7 @@ import argparse
 import sys
 
 from vgcsim.commands import add_out_option, add_set_option, add_world_sizes_option
-
-# What the fork server of a local Dask cluster imports before it forks the workers: the
-# simulator's FORKSERVER_PRELOAD (vgcsim.simulator.sweep; a test checks that they agree).
-FORKSERVER_PRELOAD = ("__main__", "vgcsim.simulator.sweep", "distributed")
+from vgcsim.core.forkserver import start_fork_server
 
 HELP = (
     "run a sweep (bandwidth x latency x P x topology x trace) of simulated replays; one table out"
@@ -44,19 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_out_option(
         parser, "result table folder (pandas reads OUT/results.parquet; factors as columns)"
     )
-
-
-def start_fork_server() -> None:
-    """Start the fork server of the local cluster's workers now (where there is one), so that
-    it imports the simulator and Dask while this process imports the simulator and reads the
-    sweep and its traces; ``run_sweep`` finds it running."""
-    import multiprocessing
-
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        import multiprocessing.forkserver
-
-        multiprocessing.set_forkserver_preload(list(FORKSERVER_PRELOAD))
-        multiprocessing.forkserver.ensure_running()
 
 
 def run(args: argparse.Namespace) -> int:
