@@ -594,11 +594,8 @@ def _compress_bucket_numpy(
         all_usable = bool(usable.all())
         # The code of every selected element (element-wise, so computing it before the
         # floor test drops the same elements' codes as computing it after).
-        if all_usable:
+        with np.errstate(divide="ignore", invalid="ignore"):  # M = 0 layers: masked below
             e = np.divide(magnitude, m_e, out=magnitude).view(np.int32)
-        else:
-            with np.errstate(divide="ignore", invalid="ignore"):  # M = 0 layers: masked below
-                e = np.divide(magnitude, m_e, out=magnitude).view(np.int32)
         e += _ROUND_UP_ADD[c.rounding]
         e >>= 23
         np.subtract(np.int32(_EXPONENT_BIAS), e, out=e)
@@ -654,24 +651,17 @@ def _decode_bucket_message_numpy(
     words: torch.Tensor, lengths: Sequence[int], offsets: torch.Tensor, *, coded: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`decode_bucket_message` of CPU words (``impl="numpy"``)."""
-    idx, vals = decode_message_arrays(words.numpy(), lengths, offsets.numpy(), coded)
+    idx, vals, _ = decode_messages([(words.numpy(), lengths)], offsets.numpy(), coded)
     return torch.from_numpy(idx), torch.from_numpy(vals)
-
-
-def decode_message_arrays(
-    w: np.ndarray, lengths: Sequence[int], offsets: np.ndarray, coded: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`decode_bucket_message` on NumPy arrays: ``w`` int32 words, ``offsets`` int64;
-    returns int64 bucket-flat indices and fp32 values."""
-    idx, vals, _ = decode_messages([(w, lengths)], offsets, coded)
-    return idx, vals
 
 
 def decode_messages(
     messages: Sequence[tuple[np.ndarray, Sequence[int]]], offsets: np.ndarray, coded: bool
 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """:func:`decode_message_arrays` of several messages of the same bucket (one per rank) in
-    one pass: their indices and values back to back, and each message's element count."""
+    """:func:`decode_bucket_message` on NumPy arrays, for several messages of the same bucket
+    (one per rank; each int32 words and their lengths in bytes; ``offsets`` int64) in one
+    pass: their int64 bucket-flat indices and fp32 values back to back, and each message's
+    element count."""
     counts, bodies, scales, sizes = [], [], [], []
     for w, lengths in messages:
         c, starts, b = _split_messages(w, lengths, coded)
