@@ -26,3 +26,25 @@ def cluster(
         gpus_per_node=gpus_per_node,
         device=DEVICE_PRESETS["V100"],
     )
+
+
+def send_recv_times(env, comm, nbytes: float, send_at: float, recv_at: float) -> dict:
+    """One message of ``nbytes`` from rank 0 to rank 1 over ``comm``: the send posted at
+    ``send_at``, the receive at ``recv_at``; returns when each completed (``send``,
+    ``recv``), after running ``env`` to its end."""
+    out = {}
+
+    def sender():
+        yield env.timeout(send_at)
+        yield comm.send(0, 1, nbytes, "t")
+        out["send"] = env.now
+
+    def receiver():
+        yield env.timeout(recv_at)
+        yield comm.recv(1, 0, "t")
+        out["recv"] = env.now
+
+    env.process(sender())
+    env.process(receiver())
+    env.run()
+    return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import simpy
-from simhelpers import BW, LAT, cluster
+from simhelpers import BW, LAT, cluster, send_recv_times
 from vgcsim.simulator.network import Comm, LinkMonitor, make_network
 from vgcsim.simulator.topology import build_topology
 
@@ -128,21 +128,7 @@ def _message(semantics):
     topo = build_topology(cluster(), 2)
     env = simpy.Environment()
     comm = Comm(make_network("fair", env, topo), semantics)
-    out = {}
-
-    def sender():
-        yield comm.send(0, 1, N, "t")
-        out["send"] = env.now
-
-    def receiver():
-        yield env.timeout(1e-3)
-        yield comm.recv(1, 0, "t")
-        out["recv"] = env.now
-
-    env.process(sender())
-    env.process(receiver())
-    env.run()
-    return out
+    return send_recv_times(env, comm, N, send_at=0.0, recv_at=1e-3)
 
 
 def test_eager_sends_before_the_receive_is_posted():

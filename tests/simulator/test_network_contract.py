@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import simpy
-from simhelpers import cluster
+from simhelpers import cluster, send_recv_times
 from vgcsim.simulator.network import Comm, LinkMonitor, Waiter, make_network
 from vgcsim.simulator.topology import build_topology
 
@@ -29,22 +29,7 @@ def _comm(*semantics):
 
 
 def _run(env, comm, send_at, recv_at):
-    out = {}
-
-    def sender():
-        yield env.timeout(send_at)
-        yield comm.send(0, 1, N, "t")
-        out["send"] = env.now
-
-    def receiver():
-        yield env.timeout(recv_at)
-        yield comm.recv(1, 0, "t")
-        out["recv"] = env.now
-
-    env.process(sender())
-    env.process(receiver())
-    env.run()
-    return out
+    return send_recv_times(env, comm, N, send_at, recv_at)
 
 
 def test_rendezvous_receive_posted_first_starts_the_flow_at_the_send():
