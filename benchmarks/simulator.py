@@ -24,9 +24,11 @@
    process pool of 2: the wall time of the whole command, each in a fresh interpreter
    (``python -m vgcsim sweep ... --processes 2 --scheduler local|processes``: everything its
    user waits for, from the start of the interpreter to the table written; neither run
-   inherits the other's fork server, imports or trace cache) (``sweep64_dask_s``,
-   ``sweep64_pool_s``), and whether both wrote the same rows (``sweep64_rows_equal``;
-   target: Dask no slower).
+   inherits the other's fork server, imports or trace cache), in turns (pool, Dask, pool,
+   Dask, pool, Dask): the median of each (``sweep64_dask_s``, ``sweep64_pool_s``), every run
+   (``sweep64_dask_runs_s``, ``sweep64_pool_runs_s``), their ratio
+   (``sweep64_dask_over_pool``), and whether both wrote the same rows
+   (``sweep64_rows_equal``; target: Dask no slower).
 
 Every timed case runs under a wall-clock cap (``--cap-factor`` times its target, or
 ``--limit-s``); a case that does not finish is reported as null with the reason, never as an
@@ -496,30 +498,56 @@ def replay_cases(
     sweep_cases(cap, tmp / "vgg", out, reasons, log)
 
 
+#: Turns of the sweep figure (pool, then Dask, each turn).
+SWEEP_REPEATS = 3
+
+
 def sweep_cases(
     cap: Callable[[float], float],
     trace_dir: Path,
     out: dict[str, Any],
     reasons: dict[str, str],
     log: Callable[[str], None],
+    repeats: int = SWEEP_REPEATS,
 ) -> None:
-    """Figure 6 into ``out``: the 64-case sweep on a process pool, then on a LocalCluster."""
+    """Figure 6 into ``out``: the 64-case sweep on a process pool and on a LocalCluster, in
+    turn (pool, Dask, pool, Dask, ...) ``repeats`` times; each figure is the median of its
+    runs, every run listed (``*_runs_s``). One run each says little on a machine whose speed
+    moves by 10 % from minute to minute; turns spread that over both schedulers."""
+    import statistics
+
     config = sweep64_toml(trace_dir, trace_dir.parent / "sweep64.toml")
-    tables = {}
-    for key, scheduler in (("sweep64_pool_s", "processes"), ("sweep64_dask_s", "local")):
-        result = trace_dir.parent / f"sweep64_{scheduler}"
-        wall, table, why = capped(
-            cap(120.0), lambda s=scheduler, o=result: sweep_seconds(config, s, o)[1]
-        )
-        out[key], tables[key] = wall, table
-        if why:
-            reasons[key] = why
-        log(f"sweep of 64 cases on 2 workers, scheduler={scheduler}: {wall} s {why}")
-    pool, dask = tables["sweep64_pool_s"], tables["sweep64_dask_s"]
+    runs: dict[str, list[float]] = {"sweep64_pool_s": [], "sweep64_dask_s": []}
+    tables: dict[str, Any] = {}
+    for turn in range(repeats):
+        for key, scheduler in (("sweep64_pool_s", "processes"), ("sweep64_dask_s", "local")):
+            if key in reasons:
+                continue
+            result = trace_dir.parent / f"sweep64_{scheduler}"
+            wall, table, why = capped(
+                cap(120.0), lambda s=scheduler, o=result: sweep_seconds(config, s, o)[1]
+            )
+            log(f"sweep of 64 cases, 2 workers, {scheduler}, run {turn + 1}: {wall} s {why}")
+            if why:
+                reasons[key] = why
+                continue
+            runs[key].append(wall)
+            tables.setdefault(key, table)
+            if not table.equals(tables[key]):
+                reasons[key] = f"run {turn + 1} wrote other rows than run 1"
+    for key, walls in runs.items():
+        out[key] = statistics.median(walls) if walls and key not in reasons else None
+        out[key[: -len("_s")] + "_runs_s"] = walls
+    pool, dask = tables.get("sweep64_pool_s"), tables.get("sweep64_dask_s")
     out["sweep64_rows_equal"] = None if pool is None or dask is None else bool(pool.equals(dask))
     if out["sweep64_rows_equal"] is None:
         reasons["sweep64_rows_equal"] = "a sweep did not finish"
-    log(f"sweep rows equal (Dask vs process pool): {out['sweep64_rows_equal']}")
+    if out["sweep64_pool_s"] and out["sweep64_dask_s"]:
+        out["sweep64_dask_over_pool"] = out["sweep64_dask_s"] / out["sweep64_pool_s"]
+    log(
+        f"sweep medians over {repeats} turns: Dask {out['sweep64_dask_s']} s, pool "
+        f"{out['sweep64_pool_s']} s; rows equal (Dask vs process pool): {out['sweep64_rows_equal']}"
+    )
 
 
 def profile_replay(world_size: int, steps: int, top: int = 12) -> None:

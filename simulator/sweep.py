@@ -74,7 +74,7 @@ from vgcsim.simulator.topology import parse_topology
 from vgcsim.core.cluster import COMPUTE_MODES, ClusterSpec, load_cluster
 from vgcsim.core.config import config_from_dict, load_toml
 from vgcsim.core.errors import ConfigError, unknown_name
-from vgcsim.core.forkserver import start_fork_server
+from vgcsim.core.forkserver import POOL_PRELOAD, start_fork_server
 from vgcsim.core.units import format_bandwidth, format_time, parse_bandwidth_Bps, parse_time_s
 from vgcsim.core.worldsizes import DEFAULT_WORLD_SIZES, parse_world_sizes
 
@@ -312,20 +312,27 @@ def _run_processes(
             if progress is not None:
                 progress(1)
         return frames  # type: ignore[return-value]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import as_completed
 
-    # Not fork: forking a process that runs threads (pyarrow's, BLAS's) can deadlock the
-    # child; forkserver (Python 3.14's default on Linux) starts workers from a clean one.
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else None)
-    with ProcessPoolExecutor(max_workers=n, mp_context=context) as pool:
+    with process_pool(n) as pool:
         futures = {pool.submit(run_job, jobs[i], sim): i for i in _cost_order(jobs)}
         for fut in as_completed(futures):
             frames[futures[fut]] = fut.result()
             if progress is not None:
                 progress(1)
     return frames  # type: ignore[return-value]
+
+
+def process_pool(n: int):
+    """A pool of ``n`` worker processes forked from the fork server, which has imported this
+    module once for all of them (a server that already runs in this process stays)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # Not fork: forking a process that runs threads (pyarrow's, BLAS's) can deadlock the
+    # child; forkserver (Python 3.14's default on Linux) starts workers from a clean one.
+    context = multiprocessing.get_context("forkserver" if start_fork_server(POOL_PRELOAD) else None)
+    return ProcessPoolExecutor(max_workers=n, mp_context=context)
 
 
 class _HeartbeatAtCloseFilter(logging.Filter):

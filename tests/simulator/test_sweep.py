@@ -287,3 +287,28 @@ def test_a_missing_trace_is_the_error_of_a_sweep_on_the_local_cluster(traces, tm
     sweep = SweepFile(SweepConfig(traces=(traces[0], missing), world_sizes=(2,)))
     with pytest.raises(TraceError, match="no-such-run"):
         run_sweep(sweep, processes=1, scheduler="local")
+
+
+def test_process_pool_workers_come_from_a_server_that_imported_the_sweep_module_once():
+    """A pool worker has the sweep module before it runs anything (imported once, in the fork
+    server, not once per worker), and not Dask; run in a fresh interpreter, whose fork
+    server no earlier test has started."""
+    import multiprocessing
+    import subprocess
+    import sys
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork server on this platform")
+    script = (
+        "import os\n"
+        "from vgcsim.simulator.sweep import process_pool\n"
+        "if __name__ == '__main__':\n"
+        "    probe = \"sorted(k for k in __import__('sys').modules if k in "
+        "('vgcsim.simulator.sweep', 'vgcsim.simulator.engine', 'distributed'))\"\n"
+        "    with process_pool(2) as pool:\n"
+        "        print(pool.submit(eval, probe).result(), pool.submit(os.getppid).result() != os.getpid())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.split("\n")[0] == "['vgcsim.simulator.engine', 'vgcsim.simulator.sweep'] True"

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from vgcsim.commands import add_out_option, add_set_option, add_world_sizes_option
-from vgcsim.core.forkserver import start_fork_server
+from vgcsim.core.forkserver import POOL_PRELOAD, start_fork_server
 
 HELP = (
     "run a sweep (bandwidth x latency x P x topology x trace) of simulated replays; one table out"
@@ -44,8 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # First: the fork server's imports take longest (a pool of one runs in this process).
     if args.scheduler in (None, "local") and not args.dry_run:
-        start_fork_server()  # first: its imports take longest
+        start_fork_server()
+    elif args.scheduler == "processes" and args.processes != 1 and not args.dry_run:
+        start_fork_server(POOL_PRELOAD)
     from tqdm import tqdm
 
     from vgcsim.commands import check_out, settings
