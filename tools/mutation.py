@@ -7,6 +7,8 @@ Usage (from the repository root)::
     python tools/mutation.py --list          # the areas and what they cover
     python tools/mutation.py validate --mutants 'vgcsim.traces.validate.x_check_trace__*'
                                              # only the mutants matching a glob (a quick check)
+    python tools/mutation.py simulator --resume
+                                             # go on with an interrupted run in its copy
 
 ``make mutation`` and ``make mutation AREA=models`` call this. Each area runs in its own copy
 of the working tree (tracked and untracked, not ignored, files) under ``out/mutation/AREA/``
@@ -187,9 +189,12 @@ def run_area(
     jobs: int,
     rerun: bool = True,
     only: list[str] | None = None,
+    resume: bool = False,
 ):
     copy = OUT / name
-    if rerun:
+    if resume:
+        _resume(name, area, copy, nice, jobs, only)
+    elif rerun:
         _mutate(name, area, settings, copy, nice, jobs, only)
     elif not (copy / "mutants").is_dir():
         raise SystemExit(
@@ -250,6 +255,18 @@ def _mutate(
     # nothing, and mutmut's own entry for it would then be skipped, falling back to the
     # editable install (the working tree, unmutated).
     (copy / "mutants").mkdir()
+    _run_mutmut(name, area, copy, nice, jobs, only, "w")
+
+
+def _run_mutmut(
+    name: str,
+    area: dict,
+    copy: Path,
+    nice: int,
+    jobs: int,
+    only: list[str] | None,
+    log_mode: str,
+) -> None:
     log = copy / "mutmut.log"
     cmd = [
         "nice",
@@ -269,11 +286,56 @@ def _mutate(
     # mutmut's timeout is a CPU-time limit; on loaded cores idle OpenMP threads (torch, BLAS)
     # spin and exhaust it, so surviving mutants were counted as timed out: one thread each
     env.setdefault("OMP_NUM_THREADS", "1")
-    with log.open("w") as fh:
+    with log.open(log_mode) as fh:
         rc = subprocess.run(cmd, cwd=copy, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
     if rc != 0 or not _statuses(copy, only):
         tail = log.read_text(errors="replace")[-3000:].replace("\r", "\n")
         raise SystemExit(f"[{name}] mutmut failed (exit {rc}); end of its log:\n{tail}")
+
+
+def changed_since_copy(area: dict, copy: Path, dirs: dict[str, str]) -> list[str]:
+    """The files under the area's mutated paths that differ between the working tree and
+    ``copy`` (added, removed or edited), as repository paths."""
+    mine = [r for r in _tree_files() if any(_under(r, p) for p in area["paths"])]
+    theirs = {
+        str(f.relative_to(copy))
+        for p in area["paths"]
+        for f in (copy / copy_path(p, dirs)).rglob("*")
+        if f.is_file() and "__pycache__" not in f.parts
+    }
+    changed = [r for r in mine if copy_path(r, dirs) not in theirs]
+    changed += [
+        r
+        for r in mine
+        if copy_path(r, dirs) in theirs
+        and (copy / copy_path(r, dirs)).read_bytes() != (ROOT / r).read_bytes()
+    ]
+    copied = {copy_path(r, dirs) for r in mine}
+    changed += [t for t in theirs if t not in copied]
+    return sorted(changed)
+
+
+def _under(rel: str, path: str) -> bool:
+    path = path.rstrip("/")
+    return rel == path or rel.startswith(path + "/")
+
+
+def _resume(
+    name: str, area: dict, copy: Path, nice: int, jobs: int, only: list[str] | None
+) -> None:
+    """Go on with the run in ``copy``: mutmut keeps the results it has and runs the mutants
+    that have none. Refused when the mutated code changed since the copy was taken (the
+    results would mix two versions); the copy's tests are the ones that run."""
+    if not (copy / "mutants").is_dir():
+        raise SystemExit(f"[{name}] no earlier run in {copy.relative_to(ROOT)} to resume")
+    changed = changed_since_copy(area, copy, package_dirs())
+    if changed:
+        raise SystemExit(
+            f"[{name}] cannot resume: {', '.join(changed[:5])}"
+            + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+            + " changed since the copy was taken; run without --resume"
+        )
+    _run_mutmut(name, area, copy, nice, jobs, only, "a")
 
 
 def _diffs(copy: Path, mutants: list[str], env: dict[str, str]) -> dict[str, str]:
@@ -349,7 +411,16 @@ def main(argv: list[str] | None = None) -> int:
         help="run (and count) only the mutants whose names match these globs, e.g. "
         "'vgcsim.traces.validate.x_check_trace__*'",
     )
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the last run of each area in its copy (mutants with a result keep it); "
+        "refused where the mutated code changed since",
+    )
     args = ap.parse_args(argv)
+    if args.resume and args.report:
+        print("error: --resume and --report exclude each other", file=sys.stderr)
+        return 2
     cfg = load_config()
     areas = cfg["areas"]
     if args.list:
@@ -374,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
             args.jobs,
             rerun=not args.report,
             only=args.mutants,
+            resume=args.resume,
         )
         for n in (args.areas or list(areas))
     ]
