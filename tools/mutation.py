@@ -38,6 +38,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,13 +167,24 @@ def _module_of(mutant: str) -> str:
     return ".".join(parts[:-1])
 
 
+def _read_meta(meta: Path, tries: int = 20) -> dict:
+    """A mutmut ``.meta`` file; read again while mutmut, still running (a report during a
+    run), is half-way through writing it."""
+    for _ in range(tries - 1):
+        try:
+            return json.loads(meta.read_text())
+        except json.JSONDecodeError:
+            time.sleep(0.05)
+    return json.loads(meta.read_text())
+
+
 def _statuses(copy: Path, only: list[str] | None = None) -> dict[str, str]:
     """Status of every mutant of the last run (``only``: those matching one of these globs)."""
     from mutmut.stats import status_by_exit_code
 
     out: dict[str, str] = {}
     for meta in sorted((copy / "mutants").rglob("*.meta")):
-        data = json.loads(meta.read_text())
+        data = _read_meta(meta)
         for name, code in data.get("exit_code_by_key", {}).items():
             if only and not any(fnmatch.fnmatchcase(name, g) for g in only):
                 continue
@@ -341,11 +353,19 @@ def _resume(
 def _diffs(copy: Path, mutants: list[str], env: dict[str, str]) -> dict[str, str]:
     """Each mutant's diff, from one child interpreter in the copy (``mutmut show`` per mutant
     would start one per mutant)."""
+    # A report during a run: mutmut may be half-way through writing a .meta file; read again.
     code = (
-        "import json, sys\n"
+        "import json, sys, time\n"
         "from mutmut.mutation.diff_apply import find_mutant, get_diff_for_mutant\n"
+        "def diff(n, tries=50):\n"
+        "    for _ in range(tries):\n"
+        "        try:\n"
+        "            return get_diff_for_mutant(n, path=find_mutant(n).path)\n"
+        "        except json.JSONDecodeError:\n"
+        "            time.sleep(0.05)\n"
+        "    return get_diff_for_mutant(n, path=find_mutant(n).path)\n"
         "names = json.load(sys.stdin)\n"
-        "print(json.dumps({n: get_diff_for_mutant(n, path=find_mutant(n).path) for n in names}))"
+        "print(json.dumps({n: diff(n) for n in names}))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],

@@ -312,3 +312,94 @@ def test_process_pool_workers_come_from_a_server_that_imported_the_sweep_module_
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.split("\n")[0] == "['vgcsim.simulator.engine', 'vgcsim.simulator.sweep'] True"
+
+
+def test_run_job_rows_are_vgcsim_simulates_rows_with_the_jobs_factors(traces):
+    """In this process (a pool or Dask worker runs the same call): a job's rows are what
+    ``vgcsim.api.simulate`` gives for its trace, cluster variant, world size and simulate
+    settings, throughput = P x batch per worker / step time (the trace header's batch), and
+    the factor columns hold the job's own values, the topology as JSON with sorted keys."""
+    import json
+
+    from vgcsim.simulator.sweep import run_job
+
+    from vgcsim import api
+
+    topo = {"kind": "leaf_spine", "hosts_per_leaf": 2, "oversubscription": 2}  # keys unsorted
+    cfg = SweepConfig(
+        traces=(traces[0],), world_sizes=(4,), bandwidths=("2Gbps",), latencies=("3us",),
+        topologies=(topo,),
+    )  # fmt: skip
+    (job,) = expand_factors(cfg)
+    sim = SimulateConfig(max_steps=2, dense_encodings=("fp32",), overlap="none")
+    rows = run_job(job, sim)
+    reference = api.simulate(
+        traces[0], job.cluster, [4], max_steps=2, dense_encodings=("fp32",), overlap="none"
+    )
+    assert len(rows) == 2  # dense fp32 + compressed: the settings reached the replay
+    pd.testing.assert_frame_equal(rows[reference.columns], reference)
+    batch = 32  # the synthetic trace's batch_size_per_worker
+    assert rows["throughput_samples_per_s"].tolist() == pytest.approx(
+        (4 * batch / rows["step_s"]).tolist(), rel=1e-12
+    )
+    assert set(rows["trace_path"]) == {traces[0]}
+    assert set(rows["bandwidth_Bps"]) == {2e9 / 8} and set(rows["latency_s"]) == {3e-6}
+    spec = rows["topology_spec"].iloc[0]
+    assert json.loads(spec) == dict(job.cluster.topology)
+    assert list(json.loads(spec)) == sorted(job.cluster.topology)  # canonical key order
+    assert spec.startswith('{"hosts_per_leaf": 2')
+
+
+def test_dask_setup_installs_the_filter_and_reads_the_named_traces(traces, tmp_path, caplog):
+    """What a local worker runs as it starts, called here: the heartbeat filter lands on
+    Dask's worker logger, each trace named by the setting is read into this process's cache
+    (the next read is a cache hit), a trace that cannot be read is logged at debug level with
+    its path and its error, and no setting means nothing to read."""
+    import logging
+
+    import dask
+    from vgcsim.simulator import sweep as sw
+
+    logger = logging.getLogger("distributed.worker")
+    before = list(logger.filters)
+    missing = str(tmp_path / "no-such-run")
+    try:
+        sw._read_trace.cache_clear()
+        with dask.config.set({sw.TRACES_SETTING: [traces[1], missing]}):
+            with caplog.at_level(logging.DEBUG, logger=sw.__name__):
+                sw.dask_setup(None)
+        added = [f for f in logger.filters if f not in before]
+        assert len(added) == 1 and isinstance(added[0], sw._HeartbeatAtCloseFilter)
+        info = sw._read_trace.cache_info()
+        assert info.currsize == 1 and info.misses == 2  # the good trace cached, the bad one tried
+        sw._trace(traces[1])
+        assert sw._read_trace.cache_info().hits == 1
+        (rec,) = [r for r in caplog.records if r.name == sw.__name__]
+        assert (
+            rec.levelno == logging.DEBUG and rec.getMessage() == f"trace {missing} not read ahead"
+        )
+        assert rec.exc_info is not None and rec.exc_info[0] is not None
+        sw._read_trace.cache_clear()
+        sw.dask_setup(None)  # no setting: nothing read, no error
+        assert sw._read_trace.cache_info().misses == 0
+    finally:
+        for f in [f for f in logger.filters if f not in before]:
+            logger.removeFilter(f)
+        sw._read_trace.cache_clear()
+
+
+def test_heartbeat_filter_keeps_a_heartbeat_message_without_an_exception():
+    import logging
+
+    from vgcsim.simulator.sweep import _HeartbeatAtCloseFilter
+
+    record = logging.LogRecord(
+        "distributed.worker",
+        logging.ERROR,
+        "w.py",
+        1,
+        "Failed to communicate with scheduler",
+        (),
+        None,
+    )
+    assert _HeartbeatAtCloseFilter().filter(record)
