@@ -8,7 +8,8 @@ Usage (from the repository root)::
     python tools/mutation.py validate --mutants 'vgcsim.traces.validate.x_check_trace__*'
                                              # only the mutants matching a glob (a quick check)
     python tools/mutation.py simulator --resume
-                                             # go on with an interrupted run in its copy
+                                             # go on with an interrupted run in its copy,
+                                             # with the tree's tests (new ones included)
 
 ``make mutation`` and ``make mutation AREA=models`` call this. Each area runs in its own copy
 of the working tree (tracked and untracked, not ignored, files) under ``out/mutation/AREA/``
@@ -336,8 +337,9 @@ def _resume(
     name: str, area: dict, copy: Path, nice: int, jobs: int, only: list[str] | None
 ) -> None:
     """Go on with the run in ``copy``: mutmut keeps the results it has and runs the mutants
-    that have none. Refused when the mutated code changed since the copy was taken (the
-    results would mix two versions); the copy's tests are the ones that run."""
+    that have none (and those named by ``only``), with the working tree's tests. Refused
+    when the mutated code changed since the copy was taken (the results would mix two
+    versions of it)."""
     if not (copy / "mutants").is_dir():
         raise SystemExit(f"[{name}] no earlier run in {copy.relative_to(ROOT)} to resume")
     changed = changed_since_copy(area, copy, package_dirs())
@@ -347,7 +349,28 @@ def _resume(
             + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
             + " changed since the copy was taken; run without --resume"
         )
+    synced = _sync_tests(copy, package_dirs())
+    print(f"[{name}] resuming in {copy.relative_to(ROOT)}; {synced} test file(s) new or changed")
     _run_mutmut(name, area, copy, nice, jobs, only, "a")
+
+
+def _sync_tests(copy: Path, dirs: dict[str, str]) -> int:
+    """Copy the working tree's test files that are new or changed into ``copy``; their count.
+
+    Tests only added or sharpened since the copy was taken can only turn survivors into
+    kills: mutmut keeps every result it has, runs its statistics for the new tests, and
+    runs again the mutants named with ``--mutants`` (e.g. the survivors)."""
+    count = 0
+    for rel in _tree_files():
+        if not _under(rel, "tests"):
+            continue
+        target = copy / copy_path(rel, dirs)
+        if target.is_file() and target.read_bytes() == (ROOT / rel).read_bytes():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, target)
+        count += 1
+    return count
 
 
 def _diffs(copy: Path, mutants: list[str], env: dict[str, str]) -> dict[str, str]:
