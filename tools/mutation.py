@@ -10,6 +10,8 @@ Usage (from the repository root)::
     python tools/mutation.py simulator --resume
                                              # go on with an interrupted run in its copy,
                                              # with the tree's tests (new ones included)
+    python tools/mutation.py simulator --resume --retry
+                                             # the same, and run the survivors again
 
 ``make mutation`` and ``make mutation AREA=models`` call this. Each area runs in its own copy
 of the working tree (tracked and untracked, not ignored, files) under ``out/mutation/AREA/``
@@ -203,10 +205,11 @@ def run_area(
     rerun: bool = True,
     only: list[str] | None = None,
     resume: bool = False,
+    retry: bool = False,
 ):
     copy = OUT / name
     if resume:
-        _resume(name, area, copy, nice, jobs, only)
+        _resume(name, area, copy, nice, jobs, only, retry)
     elif rerun:
         _mutate(name, area, settings, copy, nice, jobs, only)
     elif not (copy / "mutants").is_dir():
@@ -333,8 +336,18 @@ def _under(rel: str, path: str) -> bool:
     return rel == path or rel.startswith(path + "/")
 
 
+#: The statuses ``--resume --retry`` runs again: a new test may now catch them.
+RETRY_STATUSES = ("survived", "no tests", "not checked", "check was interrupted by user")
+
+
 def _resume(
-    name: str, area: dict, copy: Path, nice: int, jobs: int, only: list[str] | None
+    name: str,
+    area: dict,
+    copy: Path,
+    nice: int,
+    jobs: int,
+    only: list[str] | None,
+    retry: bool = False,
 ) -> None:
     """Go on with the run in ``copy``: mutmut keeps the results it has and runs the mutants
     that have none (and those named by ``only``), with the working tree's tests. Refused
@@ -351,6 +364,12 @@ def _resume(
         )
     synced = _sync_tests(copy, package_dirs())
     print(f"[{name}] resuming in {copy.relative_to(ROOT)}; {synced} test file(s) new or changed")
+    if retry:  # mutmut runs again every mutant it is given by name
+        statuses = _statuses(copy, only)
+        only = sorted(m for m, st in statuses.items() if st in RETRY_STATUSES)
+        print(f"[{name}] running again the {len(only)} mutants not caught yet")
+        if not only:
+            return
     _run_mutmut(name, area, copy, nice, jobs, only, "a")
 
 
@@ -460,7 +479,16 @@ def main(argv: list[str] | None = None) -> int:
         help="go on with the last run of each area in its copy (mutants with a result keep it); "
         "refused where the mutated code changed since",
     )
+    ap.add_argument(
+        "--retry",
+        action="store_true",
+        help="with --resume: also run again the mutants that survived or had no test (after "
+        "new tests were written)",
+    )
     args = ap.parse_args(argv)
+    if args.retry and not args.resume:
+        print("error: --retry goes with --resume", file=sys.stderr)
+        return 2
     if args.resume and args.report:
         print("error: --resume and --report exclude each other", file=sys.stderr)
         return 2
@@ -489,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
             rerun=not args.report,
             only=args.mutants,
             resume=args.resume,
+            retry=args.retry,
         )
         for n in (args.areas or list(areas))
     ]
