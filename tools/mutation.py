@@ -313,12 +313,13 @@ def changed_since_copy(area: dict, copy: Path, dirs: dict[str, str]) -> list[str
     """The files under the area's mutated paths that differ between the working tree and
     ``copy`` (added, removed or edited), as repository paths."""
     mine = [r for r in _tree_files() if any(_under(r, p) for p in area["paths"])]
-    theirs = {
-        str(f.relative_to(copy))
-        for p in area["paths"]
-        for f in (copy / copy_path(p, dirs)).rglob("*")
-        if f.is_file() and "__pycache__" not in f.parts
-    }
+    theirs = set()
+    for p in area["paths"]:
+        top = copy / copy_path(p, dirs)
+        found = [top] if top.is_file() else top.rglob("*")
+        theirs |= {
+            str(f.relative_to(copy)) for f in found if f.is_file() and "__pycache__" not in f.parts
+        }
     changed = [r for r in mine if copy_path(r, dirs) not in theirs]
     changed += [
         r
@@ -329,6 +330,11 @@ def changed_since_copy(area: dict, copy: Path, dirs: dict[str, str]) -> list[str
     copied = {copy_path(r, dirs) for r in mine}
     changed += [t for t in theirs if t not in copied]
     return sorted(changed)
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository where it lies inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def _under(rel: str, path: str) -> bool:
@@ -354,7 +360,7 @@ def _resume(
     when the mutated code changed since the copy was taken (the results would mix two
     versions of it)."""
     if not (copy / "mutants").is_dir():
-        raise SystemExit(f"[{name}] no earlier run in {copy.relative_to(ROOT)} to resume")
+        raise SystemExit(f"[{name}] no earlier run in {_shown(copy)} to resume")
     changed = changed_since_copy(area, copy, package_dirs())
     if changed:
         raise SystemExit(
@@ -363,7 +369,7 @@ def _resume(
             + " changed since the copy was taken; run without --resume"
         )
     synced = _sync_tests(copy, package_dirs())
-    print(f"[{name}] resuming in {copy.relative_to(ROOT)}; {synced} test file(s) new or changed")
+    print(f"[{name}] resuming in {_shown(copy)}; {synced} test file(s) new or changed")
     if retry:  # mutmut runs again every mutant it is given by name
         statuses = _statuses(copy, only)
         only = sorted(m for m, st in statuses.items() if st in RETRY_STATUSES)

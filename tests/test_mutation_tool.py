@@ -1,0 +1,83 @@
+"""tools/mutation.py's bookkeeping around a run: which mutated files changed since an area's
+copy was taken (``--resume`` is refused then), copying new tests into the copy, and reading
+a ``.meta`` file that a running mutmut is writing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+
+import pytest
+from repo_scripts import ROOT, load_script
+
+tool = load_script("tools/mutation.py")
+AREA = {"paths": ["reports/tables.py"], "tests": ["tests/reports/test_tables.py"]}
+
+
+def _copy_of_area(tmp_path):
+    dirs = tool.package_dirs()
+    copy = tmp_path / "copy"
+    target = copy / tool.copy_path("reports/tables.py", dirs)
+    target.parent.mkdir(parents=True)
+    shutil.copy2(ROOT / "reports/tables.py", target)
+    return copy, target, dirs
+
+
+def test_a_copy_equal_to_the_tree_has_no_change_and_each_kind_of_change_is_named(tmp_path):
+    copy, target, dirs = _copy_of_area(tmp_path)
+    assert tool.copy_path("reports/tables.py", dirs) == "vgcsim/reports/tables.py"
+    assert tool.changed_since_copy(AREA, copy, dirs) == []
+    target.write_text(target.read_text() + "\n# edited\n")
+    assert tool.changed_since_copy(AREA, copy, dirs) == ["reports/tables.py"]
+    target.unlink()  # a file the copy lacks
+    assert tool.changed_since_copy(AREA, copy, dirs) == ["reports/tables.py"]
+    shutil.copy2(ROOT / "reports/tables.py", target)
+    (target.parent / "extra.py").write_text("x = 1\n")  # a file only the copy has
+    assert tool.changed_since_copy({"paths": ["reports"]}, copy, dirs) != []
+    assert tool.changed_since_copy(AREA, copy, dirs) == []  # outside the area's paths
+
+
+def test_resume_is_refused_when_the_mutated_code_changed(tmp_path, monkeypatch):
+    copy, target, _ = _copy_of_area(tmp_path)
+    (copy / "mutants").mkdir()
+    target.write_text("# another version\n")
+    monkeypatch.setattr(tool, "ROOT", ROOT)
+    with pytest.raises(SystemExit, match="cannot resume: reports/tables.py changed"):
+        tool._resume("tables", AREA, copy, 19, 1, None)
+    with pytest.raises(SystemExit, match="no earlier run"):
+        tool._resume("tables", AREA, tmp_path / "none", 19, 1, None)
+
+
+def test_sync_tests_copies_new_and_changed_test_files_only(tmp_path):
+    dirs = tool.package_dirs()
+    copy = tmp_path / "copy"
+    first = tool._sync_tests(copy, dirs)
+    assert first > 0 and (copy / "tests" / "test_mutation_tool.py").is_file()
+    assert not (copy / "reports").exists()  # only tests travel
+    assert tool._sync_tests(copy, dirs) == 0
+    stale = copy / "tests" / "test_mutation_tool.py"
+    stale.write_text("# old\n")
+    assert tool._sync_tests(copy, dirs) == 1
+    assert stale.read_bytes() == (ROOT / "tests" / "test_mutation_tool.py").read_bytes()
+
+
+def test_a_meta_file_half_written_is_read_again(tmp_path):
+    meta = tmp_path / "x.py.meta"
+    data = {"exit_code_by_key": {"m.x_f__mutmut_1": 0}}
+    meta.write_text(json.dumps(data)[:10])  # mutmut is half-way through writing it
+
+    def finish():
+        time.sleep(0.2)
+        meta.write_text(json.dumps(data))
+
+    writer = threading.Thread(target=finish)
+    writer.start()
+    try:
+        assert tool._read_meta(meta) == data
+    finally:
+        writer.join()
+    meta.write_text("{")
+    with pytest.raises(json.JSONDecodeError):
+        tool._read_meta(meta, tries=2)
