@@ -1,0 +1,220 @@
+"""The replay's one-step plan, its timeline and the runner's memo, against independent references.
+
+* :func:`_step_plan` (the one-step plan the timelines redraw) against :func:`_block` (the
+  block-at-once plan the result rows come from): the module documents that row s of a block
+  holds what the one-step plan gives, so every field must agree, for dense (fp32 and a cast
+  encoding) and compressed, one bucket and several, P = 1 and P > 1, with and without the size
+  exchange. Closed forms checked too: the last bucket's gradients are ready at the end of
+  compute, and it is ready to send after all of the rank's side work.
+* :func:`_timeline` spans against the hand rule (forward [0, fwd], backward [fwd, compute],
+  the side work from the first bucket's gradients to the last bucket's send, only where there
+  is side work), and its step time against the result row the block path computed for the
+  same step (fp32 dense: no cast back, so the row's ``step_s - optimizer_s`` is the last
+  collective's finish).
+* :meth:`_Runner.run` (the one-call entry point; the replay itself runs blocks through
+  :meth:`_Runner.run_steps`) against :meth:`_Runner.run_steps` on the same phases, and its memo:
+  a second call with every ready time shifted by a dyadic amount returns the first finish times
+  shifted by that amount, counted as a memo hit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from simhelpers import cluster as _cluster  # noqa: E402
+from vgcsim.simulator.collectives import unit_sizes  # noqa: E402
+from vgcsim.simulator.engine import Phase, RunCache  # noqa: E402
+from vgcsim.simulator.replay import (  # noqa: E402
+    SimulateConfig,
+    _block,
+    _Buckets,
+    _label,
+    _Runner,
+    _step_plan,
+    _world_size,
+    simulate_trace,
+)
+from vgcsim.traces.io import read_trace  # noqa: E402
+from vgcsim.traces.synth import SynthConfig, synth_trace  # noqa: E402
+
+LEAF_SPINE = {
+    "kind": "leaf_spine",
+    "hosts_per_leaf": 2,
+    "spines": 1,
+    "oversubscription": 4.0,
+    "placement": "spread",
+}
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    cfg = SynthConfig(
+        layers="vgg_like",
+        workers=4,
+        steps=3,
+        density=0.01,
+        compute_s_per_worker=0.02,
+        variance_s_per_worker=0.002,
+        codec_s_per_worker=0.003,
+        seed=7,
+    )
+    return read_trace(synth_trace(cfg, tmp_path_factory.mktemp("mut") / "vgg"))
+
+
+def _setup(trace, p, **fields):
+    cfg = SimulateConfig(**fields)
+    cl = dataclasses.replace(_cluster(gamma_s_per_byte=1e-11), compute="trace")
+    buckets = _Buckets.of(trace, cfg)
+    return cfg, cl, buckets, _world_size(trace, cl, p, cfg, buckets)
+
+
+PLAN_CASES = [
+    (4, {"overlap": "bucketed", "bucket_bytes": 4e6}),
+    (4, {"overlap": "per_layer"}),
+    (4, {"overlap": "none"}),
+    (1, {"overlap": "bucketed", "bucket_bytes": 4e6}),
+    (4, {"overlap": "bucketed", "bucket_bytes": 4e6, "size_exchange": False}),
+    (4, {"overlap": "per_layer", "compressed_collective": "allgatherv/padded"}),
+]
+
+
+@pytest.mark.parametrize(("p", "fields"), PLAN_CASES)
+@pytest.mark.parametrize(
+    ("method", "enc"), [("dense", "fp32"), ("dense", "bf16"), ("compressed", None)]
+)
+def test_step_plan_equals_the_block_row_of_the_same_step(trace, p, fields, method, enc):
+    """Every field of the one-step plan equals row t of the block plan (the documented
+    equality), and the closed forms: last bucket's gradients ready at compute's end, last
+    bucket ready to send at compute + all side work."""
+    cfg, _, buckets, ws = _setup(trace, p, **fields)
+    enc = enc or trace.primary_encoding
+    label = _label(method, enc)
+    block = _block(ws, buckets, slice(0, ws.n_steps), method, enc, label)
+    assert len(buckets.groups) > 1 or fields["overlap"] == "none"
+    for t in range(ws.n_steps):
+        plan = _step_plan(ws, buckets, t, method, enc, label)
+        assert plan.data_index == block.data_index
+        assert len(plan.phases) == len(block.schedules)
+        for ph, sched, name, ready, units in zip(
+            plan.phases, block.schedules, block.names, block.ready, block.units, strict=True
+        ):
+            assert ph.schedule.key == sched.key
+            assert ph.label == f"{label} {name}"
+            np.testing.assert_array_equal(ph.ready_s, ready[t])
+            np.testing.assert_array_equal(ph.units, units[t])
+        for f in ("local", "dec", "variance", "payload"):
+            np.testing.assert_array_equal(getattr(plan, f), getattr(block, f)[t], err_msg=f)
+        np.testing.assert_allclose(plan.grad_ready[-1], ws.compute[t], rtol=1e-12)
+        np.testing.assert_allclose(plan.ready[-1], ws.compute[t] + plan.local, rtol=1e-12)
+        np.testing.assert_allclose(plan.ready[0], plan.grad_ready[0] + plan.local * buckets.frac[0])
+        if method == "dense":
+            # the buckets' bytes add up to the whole encoded payload
+            total = sum(_message_bytes(ph) for ph in plan.phases)
+            assert total == pytest.approx(float(plan.payload[0]), rel=1e-9)
+
+
+def _message_bytes(ph):
+    """The message bytes of one dense phase: unit sizes are linear in the message size."""
+    one = unit_sizes(ph.schedule, 1.0)
+    return float(np.asarray(ph.units).sum() / np.asarray(one).sum())
+
+
+TL_FIELDS = {
+    "overlap": "bucketed",
+    "bucket_bytes": 4e6,
+    "path": "message",
+    "semantics": "eager",
+    "mode": "fifo",
+    "per_step": True,
+}
+
+
+@pytest.fixture(scope="module")
+def timelined(trace):
+    cl = dataclasses.replace(_cluster(LEAF_SPINE, gamma_s_per_byte=2**-30), compute="trace")
+    cfg = SimulateConfig(**TL_FIELDS)
+    _, _, _, ws = _setup(trace, 4, **TL_FIELDS)
+    df, tls, _ = simulate_trace(trace, cl, [4], cfg, timeline_steps=[int(ws.inputs.steps[1])])
+    return df, tls
+
+
+def test_timeline_spans_follow_the_hand_rule(trace, timelined):
+    """Forward [0, fwd], backward [fwd, compute] per rank; a side-work span (cast for a
+    cast encoding, variance+codec for compressed) from the first bucket's gradients to
+    the last bucket's send, and none for fp32 (no cast); the collectives' own spans too."""
+    df, tls = timelined
+    cfg, _, buckets, ws = _setup(trace, 4, **TL_FIELDS)
+    by_method = {tl.method: tl for tl in tls}
+    assert set(by_method) == {"dense", "dense/bf16", "dense/fp16", "compressed"}
+    for label, tl in by_method.items():
+        t = [int(s) for s in ws.inputs.steps].index(tl.step)
+        fwd, compute = ws.fwd[t], ws.compute[t]
+        mine = {"forward", "backward", "cast", "variance+codec"}
+        for r in range(4):
+            spans = [(s.name, s.start_s, s.end_s) for s in tl.spans if s.rank == r]
+            assert ("forward", 0.0, float(fwd[r])) in spans
+            assert ("backward", float(fwd[r]), float(compute[r])) in spans
+            side = [s for s in spans if s[0] in ("cast", "variance+codec")]
+            method = "compressed" if label == "compressed" else "dense"
+            enc = (
+                trace.primary_encoding
+                if method == "compressed"
+                else (label.split("/") + ["fp32"])[1]
+            )
+            plan = _step_plan(ws, buckets, t, method, enc, label)
+            if label == "dense":
+                assert side == []
+            else:
+                name = "variance+codec" if label == "compressed" else "cast"
+                assert side == [(name, float(plan.grad_ready[0, r]), float(plan.ready[-1, r]))]
+            assert any(s[0] not in mine for s in spans), "the collectives' spans are missing"
+        assert all(s.rank in range(4) for s in tl.spans)
+
+
+def test_timeline_step_time_equals_the_result_row(trace, timelined):
+    """fp32 dense has no cast back, so the row's ``step_s - optimizer_s`` (block path,
+    message level, fifo, eager, gamma > 0) is the last collective's finish: the timeline's
+    ``step_s`` (the same step again with link recording) must equal it."""
+    df, tls = timelined
+    tl = next(tl for tl in tls if tl.method == "dense")
+    row = df[(df.method == "dense") & (df.encoding == "fp32") & (df.step == tl.step)].iloc[0]
+    assert tl.step_s == pytest.approx(row.step_s - row.optimizer_s, rel=1e-12)
+    assert tl.link_bytes.sum() > 0
+
+
+@pytest.mark.parametrize("path", ["message", "auto", "round"])
+def test_runner_run_equals_run_steps_and_memo_shifts(trace, path):
+    """``_Runner.run`` on one step's phases gives the finish times ``run_steps`` gives for
+    the same step (the block route the replay takes), on the same path; a second call with
+    every ready time shifted by 1/8 s is a memo hit whose finish is shifted by exactly 1/8."""
+    cfg, cl, buckets, ws = _setup(trace, 4, overlap="bucketed", bucket_bytes=4e6, path=path)
+    cache = RunCache(ws.topology)
+    for method, enc in (("dense", "fp32"), ("compressed", trace.primary_encoding)):
+        label = _label(method, enc)
+        block = _block(ws, buckets, slice(0, 1), method, enc, label)
+        # ready times on a 2**-20 s grid, so shifting them by 1/8 s is exact
+        block = dataclasses.replace(block, ready=[np.round(r * 2**20) / 2**20 for r in block.ready])
+        ref = _Runner(ws.topology, cfg, cl.link.gamma_s_per_byte, cache)
+        fin_ref, paths = ref.run_steps(block)
+        phases = [
+            Phase(r[0], sched, u[0], f"{label} {name}")
+            for sched, u, r, name in zip(
+                block.schedules, block.units, block.ready, block.names, strict=True
+            )
+        ]
+        runner = _Runner(ws.topology, cfg, cl.link.gamma_s_per_byte, cache)
+        out = runner.run(phases)
+        assert out.path == paths[0]
+        np.testing.assert_allclose(out.finish, fin_ref[0], rtol=1e-12, atol=1e-15)
+        assert runner.counts[out.path] == 1 and runner.counts["memo"] == 0
+        shifted = [Phase(ph.ready_s + 0.125, ph.schedule, ph.units, ph.label) for ph in phases]
+        again = runner.run(shifted)
+        assert runner.counts["memo"] == 1 and runner.counts[out.path] == 1
+        assert again.path == out.path
+        np.testing.assert_allclose(again.finish, out.finish + 0.125, rtol=0, atol=1e-12)
