@@ -218,3 +218,20 @@ def test_runner_run_equals_run_steps_and_memo_shifts(trace, path):
         assert runner.counts["memo"] == 1 and runner.counts[out.path] == 1
         assert again.path == out.path
         np.testing.assert_allclose(again.finish, out.finish + 0.125, rtol=0, atol=1e-12)
+        third = runner.run([Phase(ph.ready_s + 0.25, ph.schedule, ph.units) for ph in phases])
+        assert runner.counts["memo"] == 2 and third.path == out.path
+        np.testing.assert_allclose(third.finish, out.finish + 0.25, rtol=0, atol=1e-12)
+        # a step with twice the bytes is not in the memo: a second fresh run, equal to the
+        # block route's finish for the same doubled step
+        double = dataclasses.replace(block, units=[u * 2 for u in block.units])
+        fin2, paths2 = _Runner(ws.topology, cfg, cl.link.gamma_s_per_byte, cache).run_steps(double)
+        big = runner.run([Phase(ph.ready_s, ph.schedule, ph.units * 2) for ph in phases])
+        assert big.path == paths2[0]
+        np.testing.assert_allclose(big.finish, fin2[0], rtol=1e-12, atol=1e-15)
+        assert runner.counts["memo"] == 2 and sum(runner.counts[k] for k in PATHS3) == 2
+        assert runner.counts[out.path] + runner.counts[big.path] == (
+            4 if out.path == big.path else 2
+        )
+
+
+PATHS3 = ("message", "collective", "round")
