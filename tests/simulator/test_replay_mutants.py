@@ -235,3 +235,31 @@ def test_runner_run_equals_run_steps_and_memo_shifts(trace, path):
 
 
 PATHS3 = ("message", "collective", "round")
+
+
+@pytest.mark.parametrize("semantics", ["rendezvous", "eager"])
+def test_runner_paths_agree_where_all_are_exact(trace, semantics):
+    """On a star (no two flows share a channel) the collective-level, round-level and
+    message-level paths are all exact, so ``_Runner.run`` forced onto each gives the same
+    finish times (with a per-byte reduction cost and either semantics: a path that ran with the
+    defaults instead would differ); ``auto`` picks the collective level there."""
+    cfg, cl, buckets, ws = _setup(trace, 4, overlap="bucketed", bucket_bytes=4e6)
+    gamma = 2**-26  # large enough to move every finish time
+    cache = RunCache(ws.topology)
+    for method, enc in (("dense", "fp32"), ("compressed", trace.primary_encoding)):
+        label = _label(method, enc)
+        plan = _step_plan(ws, buckets, 0, method, enc, label)
+        outs = {}
+        for path in ("collective", "round", "message", "auto"):
+            c = dataclasses.replace(cfg, path=path, semantics=semantics)
+            outs[path] = _Runner(ws.topology, c, gamma, cache).run(plan.phases)
+        assert outs["auto"].path == "collective"
+        assert outs["round"].path == "round" and outs["message"].path == "message"
+        if method == "dense":  # the reduction's per-byte cost moves the allreduce's finish
+            plain = dataclasses.replace(cfg, semantics=semantics)
+            no_gamma = _Runner(ws.topology, plain, 0.0, cache).run(plan.phases)
+            assert not np.allclose(no_gamma.finish, outs["message"].finish, rtol=1e-6)
+        for path in ("round", "message", "auto"):
+            np.testing.assert_allclose(
+                outs[path].finish, outs["collective"].finish, rtol=1e-9, err_msg=path
+            )
