@@ -81,6 +81,7 @@ PLAN_CASES = [
     (1, {"overlap": "bucketed", "bucket_bytes": 4e6}),
     (4, {"overlap": "bucketed", "bucket_bytes": 4e6, "size_exchange": False}),
     (4, {"overlap": "per_layer", "compressed_collective": "allgatherv/padded"}),
+    (2, {"overlap": "bucketed", "bucket_bytes": 3e7}),  # two groups, two ranks
 ]
 
 
