@@ -43,6 +43,8 @@ from vgcsim.simulator.replay import (  # noqa: E402
 from vgcsim.traces.io import read_trace  # noqa: E402
 from vgcsim.traces.synth import SynthConfig, synth_trace  # noqa: E402
 
+from vgcsim.core.errors import ConfigError  # noqa: E402
+
 LEAF_SPINE = {
     "kind": "leaf_spine",
     "hosts_per_leaf": 2,
@@ -264,3 +266,17 @@ def test_runner_paths_agree_where_all_are_exact(trace, semantics):
             np.testing.assert_allclose(
                 outs[path].finish, outs["collective"].finish, rtol=1e-9, err_msg=path
             )
+
+
+def test_forced_collective_path_on_shared_links_names_every_collective(trace):
+    """A leaf-spine with two hosts per leaf and spread placement makes ring flows share the
+    uplinks, so the collective-level path is not exact; forcing it is refused with a message
+    that lists the step's collectives in sorted order, comma-separated."""
+    cfg, cl, buckets, ws = _setup(trace, 4, compressed_collective="allgatherv/bruck")
+    cl = dataclasses.replace(_cluster(LEAF_SPINE), compute="trace")
+    ws = _world_size(trace, cl, 4, cfg, buckets)
+    plan = _step_plan(ws, buckets, 0, "compressed", trace.primary_encoding, "compressed")
+    forced = dataclasses.replace(cfg, path="collective")
+    runner = _Runner(ws.topology, forced, 0.0, RunCache(ws.topology))
+    with pytest.raises(ConfigError, match=r"not exact for allgatherv/bruck, allgatherv/ring on"):
+        runner.run(plan.phases)
