@@ -312,7 +312,9 @@ def _run_mutmut(
 def changed_since_copy(area: dict, copy: Path, dirs: dict[str, str]) -> list[str]:
     """The files under the area's mutated paths that differ between the working tree and
     ``copy`` (added, removed or edited), as repository paths."""
-    mine = [r for r in _tree_files() if any(_under(r, p) for p in area["paths"])]
+    mine = {
+        copy_path(r, dirs): r for r in _tree_files() if any(_under(r, p) for p in area["paths"])
+    }
     theirs = set()
     for p in area["paths"]:
         top = copy / copy_path(p, dirs)
@@ -320,15 +322,12 @@ def changed_since_copy(area: dict, copy: Path, dirs: dict[str, str]) -> list[str
         theirs |= {
             str(f.relative_to(copy)) for f in found if f.is_file() and "__pycache__" not in f.parts
         }
-    changed = [r for r in mine if copy_path(r, dirs) not in theirs]
-    changed += [
+    changed = [
         r
-        for r in mine
-        if copy_path(r, dirs) in theirs
-        and (copy / copy_path(r, dirs)).read_bytes() != (ROOT / r).read_bytes()
+        for c, r in mine.items()
+        if c not in theirs or (copy / c).read_bytes() != (ROOT / r).read_bytes()
     ]
-    copied = {copy_path(r, dirs) for r in mine}
-    changed += [t for t in theirs if t not in copied]
+    changed += [c for c in theirs if c not in mine]  # only in the copy (its own path)
     return sorted(changed)
 
 
