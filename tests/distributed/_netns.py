@@ -65,10 +65,15 @@ def tcp_goodput_Bps(rate: str) -> float:
     return parse_rate_bps(rate) / 8 * TCP_PAYLOAD_PER_FRAME
 
 
+#: The smallest tbf bucket: one whole 64 KiB GSO packet with its headers, and room to spare.
+MIN_BURST_BYTES = 128 << 10
+
+
 def burst_bytes(rate: str) -> int:
-    """tbf bucket: 2 ms at ``rate`` (≥ 16 KiB); a 1 Gbit bucket must hold a 64 KiB GSO packet
-    whole, or tbf segments it and the shaping costs more CPU than the link has."""
-    return max(16384, int(parse_rate_bps(rate) / 8 * 2e-3))
+    """tbf bucket: 2 ms at ``rate``, at least ``MIN_BURST_BYTES``. A bucket smaller than a
+    64 KiB GSO packet makes tbf cut every such packet into MTU frames, and the kernel's work
+    per frame then takes most of two cores while four hosts send at 200 Mbit."""
+    return max(MIN_BURST_BYTES, int(parse_rate_bps(rate) / 8 * 2e-3))
 
 
 @dataclass(frozen=True)

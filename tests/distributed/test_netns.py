@@ -60,7 +60,7 @@ def test_calibrate_record_and_validate_across_namespaces(hosts, tmp_path):
 
     # vgcsim calibrate on every host, one rank each: p2p crosses hosts. Sizes from 4 B to
     # 16 MiB, far past the tbf bucket, so that the large sizes see the shaped rate.
-    assert burst_bytes(RATE) * 64 < 4 << 20
+    assert burst_bytes(RATE) * 100 < 16 << 20
     cal = tmp_path / "cal.toml"
     # Small-message latency on a loaded CI runner scatters by a factor of 2 or more, which
     # the typical error counts (test_dist_calibrate checks the refusal); this test checks the
