@@ -46,11 +46,15 @@ once); the workers' statistical profiler is off (it would take the GIL from the 
 10 ms), and the event-loop health checks, the system monitor and the memory monitor wake
 every 1-2 s instead of every 20, 500 and 100 ms (each wake-up takes the GIL from the job).
 
-What a local Dask sweep does before its first job overlaps: the fork server starts first
-(``vgcsim sweep`` starts it before it imports the simulator), the cluster starts in a
-thread while this process reads the traces (every trace is read here before any job runs,
-as for the process pool), and each worker reads the traces as it starts (``dask_setup``),
-before it joins the scheduler. Each worker reads each trace once, as a pool worker does.
+Traces are read where the jobs run: this process only reads each trace's header
+(``_check_traces``: a missing run directory, a corrupt header or an unknown schema version
+fails at once, before anything starts), and each worker reads each trace once, a pool
+worker in its first job of that trace, a LocalCluster worker as it starts (``dask_setup``,
+before it joins the scheduler). A trace whose tables are broken fails the first job that
+reads it; its error is the sweep's, and the jobs not yet started are cancelled. Reading
+every trace here as well would put that reading before the first job and, for a local
+cluster, hold this process's GIL while the scheduler in it registers the workers. The fork
+server starts first (``vgcsim sweep`` starts it before it imports the simulator).
 The jobs travel in chunks (``_task_chunks``: a few long tasks first, single jobs last), so
 the scheduler, which shares the CPUs with the jobs, handles about a third as many tasks.
 """
@@ -73,7 +77,7 @@ from vgcsim.simulator.topology import parse_topology
 
 from vgcsim.core.cluster import COMPUTE_MODES, ClusterSpec, load_cluster
 from vgcsim.core.config import config_from_dict, load_toml
-from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.errors import ConfigError, VgcsimError, unknown_name
 from vgcsim.core.forkserver import POOL_PRELOAD, start_fork_server
 from vgcsim.core.units import format_bandwidth, format_time, parse_bandwidth_Bps, parse_time_s
 from vgcsim.core.worldsizes import DEFAULT_WORLD_SIZES, parse_world_sizes
@@ -277,26 +281,31 @@ def run_sweep(
     runs in this process) or the address of a running Dask scheduler, which is given
     ``connect_timeout_s`` to answer before a ConfigError says it is unreachable. ``processes``
     (default: ``sweep.sweep.processes``, 0 = one per CPU) does not apply to a remote cluster.
-    ``progress(1)`` is called once for each job as its rows arrive. Every trace is read here
-    first, so a missing or corrupt one fails before any job runs (a local cluster starts
-    meanwhile, and is closed again).
+    ``progress(1)`` is called once for each job as its rows arrive. Every trace's header is
+    read here first, so a missing run directory or a corrupt header fails before anything
+    starts; a trace whose tables are broken fails the first job that reads it, with the
+    reader's error, and the jobs not yet started are cancelled.
     """
     scheduler = check_scheduler(scheduler or sweep.sweep.scheduler)
     jobs = expand_factors(sweep.sweep)
     n = processes if processes is not None else (sweep.sweep.processes or os.cpu_count() or 1)
     n = max(1, min(n, len(jobs)))
+    _check_traces(jobs)
     if scheduler == "processes":
-        _read_traces(jobs)
         frames = _run_processes(jobs, sweep.simulate, n, progress)
         return pd.concat(frames, ignore_index=True), jobs
     table = _run_dask(jobs, sweep.simulate, scheduler, n, progress, connect_timeout_s)
     return table, jobs
 
 
-def _read_traces(jobs: Sequence[SweepJob]) -> None:
-    """Read every trace of ``jobs`` into this process's cache (errors name what is wrong)."""
+def _check_traces(jobs: Sequence[SweepJob]) -> None:
+    """Read the header of every trace of ``jobs`` (``read_header``: a missing run directory,
+    a corrupt header or an unknown schema version raises its one-line error); the tables
+    are read by the workers."""
+    from vgcsim.traces.reading import read_header
+
     for path in sorted({j.trace for j in jobs}):
-        _trace(path)
+        read_header(path)
 
 
 def _run_processes(
@@ -316,10 +325,16 @@ def _run_processes(
 
     with process_pool(n) as pool:
         futures = {pool.submit(run_job, jobs[i], sim): i for i in _cost_order(jobs)}
-        for fut in as_completed(futures):
-            frames[futures[fut]] = fut.result()
-            if progress is not None:
-                progress(1)
+        try:
+            for fut in as_completed(futures):
+                frames[futures[fut]] = fut.result()
+                if progress is not None:
+                    progress(1)
+        except BaseException:
+            # A failed job (or ^C) ends the sweep: the pool's exit would otherwise wait
+            # for every job still queued.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
     return frames  # type: ignore[return-value]
 
 
@@ -350,6 +365,21 @@ class _HeartbeatAtCloseFilter(logging.Filter):
         return not (heartbeat and isinstance(exc, CommClosedError))
 
 
+class _CancelledAtCloseFilter(logging.Filter):
+    """Drops the warning a worker logs for a task still running when the cluster closes.
+
+    A sweep whose job failed closes its LocalCluster at once, and each worker then logs
+    "Async instruction for <Task ...> ended with CancelledError" for the job it was running;
+    the sweep's own error says what went wrong. Nothing else is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (
+            message.startswith("Async instruction for ")
+            and message.endswith(" ended with CancelledError")
+        )
+
+
 def dask_setup(worker) -> None:
     """Set up a worker of ``local_cluster`` as it starts (Dask calls this: the
     ``distributed.worker.preload`` of ``LOCAL_DASK_CONFIG``): the heartbeat filter above, and
@@ -360,6 +390,7 @@ def dask_setup(worker) -> None:
     import dask
 
     logging.getLogger("distributed.worker").addFilter(_HeartbeatAtCloseFilter())
+    logging.getLogger("distributed.worker.state_machine").addFilter(_CancelledAtCloseFilter())
     for path in dask.config.get(TRACES_SETTING, default=None) or ():
         try:
             _trace(path)
@@ -392,30 +423,11 @@ def local_cluster(n: int, traces: Sequence[str] = ()):
 
 
 def _dask_client(scheduler: str, n: int, connect_timeout_s: float, jobs: Sequence[SweepJob]):
-    """(client, cluster or None): a client of a fresh LocalCluster of ``n`` processes, or one
-    connected to ``scheduler``; the traces of ``jobs`` are read here first in either case.
-
-    The local cluster starts in a thread of its own, its workers reading the traces as they
-    start: this process reads them (to fail before any job runs) while the workers start
-    and read. Dask is imported first, here: imported in that thread, it would take the GIL
-    from the reading, and the scheduler could start only after both. If that read fails,
-    the cluster is closed and the error goes on."""
+    """(client, cluster or None): a client of a fresh LocalCluster of ``n`` processes, whose
+    workers read the traces of ``jobs`` as they start, or one connected to ``scheduler``."""
     if scheduler == "local":
-        from concurrent.futures import ThreadPoolExecutor
-
-        start_fork_server()  # first: its imports take longest
-        import distributed  # noqa: F401 - here, not in the thread: it would hold the GIL there
-
-        with ThreadPoolExecutor(1, thread_name_prefix="vgcsim-local-cluster") as starter:
-            traces = sorted({j.trace for j in jobs})
-            starting = starter.submit(_local_client, n, traces)
-            try:
-                _read_traces(jobs)
-            except BaseException:
-                _close(*starting.result())
-                raise
-            return starting.result()
-    _read_traces(jobs)
+        start_fork_server()  # a no-op where ``vgcsim sweep`` started it already
+        return _local_client(n, sorted({j.trace for j in jobs}))
     from distributed import Client
 
     try:
@@ -466,6 +478,19 @@ def run_jobs(jobs: Sequence[SweepJob], sim: SimulateConfig) -> tuple[pd.DataFram
     return pd.concat(frames, ignore_index=True), [len(f) for f in frames]
 
 
+def _dask_task(
+    jobs: Sequence[SweepJob], sim: SimulateConfig
+) -> tuple[pd.DataFrame, list[int]] | VgcsimError:
+    """``run_jobs`` as one Dask task: a VgcsimError (a trace the reader refuses, a cluster a
+    job cannot build) comes back as the task's value, and the calling process raises it. As
+    a failed task it would also be logged by the worker, traceback and all; an error that
+    is not the user's (a bug) still fails the task and is logged."""
+    try:
+        return run_jobs(jobs, sim)
+    except VgcsimError as exc:
+        return exc
+
+
 def _run_dask(
     jobs: list[SweepJob],
     sim: SimulateConfig,
@@ -484,12 +509,15 @@ def _run_dask(
         threads = sum(client.nthreads().values()) if cluster is None else n
         chunks = _task_chunks(_cost_order(jobs), max(1, threads))
         # pure=False: every task runs even if two were equal; keys stay unique per submission.
-        futures = [client.submit(run_jobs, [jobs[i] for i in c], sim, pure=False) for c in chunks]
+        futures = [client.submit(_dask_task, [jobs[i] for i in c], sim, pure=False) for c in chunks]
         index = {fut.key: c for c, fut in zip(chunks, futures, strict=True)}
         parts: list[pd.DataFrame] = []
         owners: list[np.ndarray] = []  # the job index of each row of each part
         for fut in as_completed(futures):
-            part, counts = fut.result()
+            result = fut.result()
+            if isinstance(result, VgcsimError):
+                raise result
+            part, counts = result
             parts.append(part)
             owners.append(np.repeat(index[fut.key], counts))
             if progress is not None:

@@ -361,7 +361,9 @@ def test_dask_setup_installs_the_filter_and_reads_the_named_traces(traces, tmp_p
     from vgcsim.simulator import sweep as sw
 
     logger = logging.getLogger("distributed.worker")
+    machine = logging.getLogger("distributed.worker.state_machine")
     before = list(logger.filters)
+    before_machine = list(machine.filters)
     missing = str(tmp_path / "no-such-run")
     try:
         sw._read_trace.cache_clear()
@@ -370,6 +372,8 @@ def test_dask_setup_installs_the_filter_and_reads_the_named_traces(traces, tmp_p
                 sw.dask_setup(None)
         added = [f for f in logger.filters if f not in before]
         assert len(added) == 1 and isinstance(added[0], sw._HeartbeatAtCloseFilter)
+        added = [f for f in machine.filters if f not in before_machine]
+        assert len(added) == 1 and isinstance(added[0], sw._CancelledAtCloseFilter)
         info = sw._read_trace.cache_info()
         assert info.currsize == 1 and info.misses == 2  # the good trace cached, the bad one tried
         sw._trace(traces[1])
@@ -385,6 +389,8 @@ def test_dask_setup_installs_the_filter_and_reads_the_named_traces(traces, tmp_p
     finally:
         for f in [f for f in logger.filters if f not in before]:
             logger.removeFilter(f)
+        for f in [f for f in machine.filters if f not in before_machine]:
+            machine.removeFilter(f)
         sw._read_trace.cache_clear()
 
 
@@ -403,3 +409,103 @@ def test_heartbeat_filter_keeps_a_heartbeat_message_without_an_exception():
         None,
     )
     assert _HeartbeatAtCloseFilter().filter(record)
+
+
+def _with_broken_steps(src: str, dst) -> str:
+    """A copy of the trace at ``src`` whose header is fine and whose first steps chunk is
+    cut short (a trace the header check passes and the reader refuses)."""
+    import shutil
+    from pathlib import Path
+
+    shutil.copytree(src, dst)
+    part = sorted((Path(dst) / "steps").glob("part-*.parquet"))[0]
+    part.write_bytes(part.read_bytes()[:50])
+    return str(dst)
+
+
+@pytest.mark.parametrize("scheduler", ["processes", "local"])
+def test_a_trace_with_broken_tables_is_the_error_of_the_sweep(traces, tmp_path, scheduler):
+    """The calling process reads only the headers; the broken chunk fails the first job
+    that reads the trace, and the sweep raises the reader's own error naming the file."""
+    from vgcsim.core.errors import TraceError
+
+    broken = _with_broken_steps(traces[0], tmp_path / "broken")
+    sweep = SweepFile(
+        SweepConfig(traces=(traces[1], broken), world_sizes=(2, 4), latencies=("1us", "5us")),
+        SimulateConfig(max_steps=2),
+    )
+    with pytest.raises(TraceError, match="part-000000.parquet is truncated or corrupt"):
+        run_sweep(sweep, processes=2, scheduler=scheduler)
+
+
+def test_a_corrupt_header_fails_before_any_job_runs(traces, tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from vgcsim.core.errors import TraceError
+
+    bad = tmp_path / "bad-header"
+    shutil.copytree(traces[0], bad)
+    (Path(bad) / "header.json").write_text("{not json")
+    done: list[int] = []
+    sweep = SweepFile(SweepConfig(traces=(traces[1], str(bad)), world_sizes=(2,)))
+    with pytest.raises(TraceError, match="header.json is corrupt"):
+        run_sweep(sweep, processes=2, scheduler="processes", progress=done.append)
+    assert done == []
+
+
+def test_the_calling_process_of_a_pool_sweep_reads_no_trace_tables(tmp_path):
+    """Each pool worker reads the traces it needs; the calling process reads only headers
+    (its trace cache stays as it was), and the rows are those of a sweep in one process."""
+    from vgcsim.simulator.sweep import _read_trace
+
+    run = synth_trace(SynthConfig(layers="vgg_like", workers=2, steps=2, seed=7), tmp_path / "t")
+    sweep = SweepFile(SweepConfig(traces=(str(run),), world_sizes=(2, 4)))
+    before = _read_trace.cache_info()
+    pooled, _ = run_sweep(sweep, processes=2, scheduler="processes")
+    after = _read_trace.cache_info()
+    assert (after.hits, after.misses) == (before.hits, before.misses)
+    alone, _ = run_sweep(sweep, processes=1, scheduler="processes")
+    pd.testing.assert_frame_equal(pooled, alone)
+
+
+def test_cancelled_at_close_filter_drops_only_that_warning():
+    import logging
+
+    from vgcsim.simulator.sweep import _CancelledAtCloseFilter
+
+    def record(msg: str) -> logging.LogRecord:
+        name = "distributed.worker.state_machine"
+        return logging.LogRecord(name, logging.WARNING, __file__, 1, msg, None, None)
+
+    keep = _CancelledAtCloseFilter().filter
+    assert not keep(record("Async instruction for <Task cancelled> ended with CancelledError"))
+    assert keep(record("Async instruction for <Task cancelled> ended with ValueError"))
+    assert keep(record("Task ended with CancelledError"))
+    assert keep(record("Compute Failed"))
+
+
+def test_dask_task_returns_a_users_error_and_raises_a_bug(traces, tmp_path, monkeypatch):
+    """A VgcsimError of a job is the Dask task's value (the calling process raises it); any
+    other exception fails the task as usual; without an error the value is run_jobs's."""
+    from vgcsim.simulator import sweep as sw
+
+    from vgcsim.core.errors import TraceError
+
+    jobs = expand_factors(SweepConfig(traces=(traces[0],), world_sizes=(2,)))
+    sim = SimulateConfig(max_steps=1)
+    table, counts = sw._dask_task(jobs, sim)
+    expected, expected_counts = sw.run_jobs(jobs, sim)
+    pd.testing.assert_frame_equal(table, expected)
+    assert counts == expected_counts
+    broken = _with_broken_steps(traces[0], tmp_path / "broken")
+    bad = expand_factors(SweepConfig(traces=(broken,), world_sizes=(2,)))
+    err = sw._dask_task(bad, sim)
+    assert isinstance(err, TraceError) and "part-000000.parquet" in str(err)
+
+    def bug(job, sim):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(sw, "run_job", bug)
+    with pytest.raises(ZeroDivisionError):
+        sw._dask_task(jobs, sim)
