@@ -81,3 +81,31 @@ def test_a_meta_file_half_written_is_read_again(tmp_path):
     meta.write_text("{")
     with pytest.raises(json.JSONDecodeError):
         tool._read_meta(meta, tries=2)
+
+
+def test_resume_with_refresh_copies_the_changed_source_in_newer_than_its_mutants(
+    tmp_path, monkeypatch
+):
+    """--refresh: the tree's version of a changed file replaces the copy's, with a modification
+    time after its mutated version's (mutmut mutates a file again when its source is
+    newer), and the run goes on; a file the tree no longer has is refused."""
+    import os
+
+    copy, target, dirs = _copy_of_area(tmp_path)
+    mutated = copy / "mutants" / tool.copy_path("reports/tables.py", dirs)
+    mutated.parent.mkdir(parents=True)
+    mutated.write_text("# mutated from the old version\n")
+    target.write_text("# the old version\n")
+    earlier = time.time() - 3600
+    os.utime(target, (earlier, earlier))
+    os.utime(mutated, (earlier + 1, earlier + 1))
+    runs = []
+    monkeypatch.setattr(tool, "_run_mutmut", lambda *args: runs.append(args))
+    monkeypatch.setattr(tool, "_sync_tests", lambda copy, dirs: 0)
+    tool._resume("tables", AREA, copy, 19, 1, None, refresh=True)
+    assert target.read_bytes() == (ROOT / "reports/tables.py").read_bytes()
+    assert target.stat().st_mtime > mutated.stat().st_mtime
+    assert tool.changed_since_copy(AREA, copy, dirs) == []
+    assert len(runs) == 1
+    with pytest.raises(SystemExit, match="reports/gone.py no longer in the tree"):
+        tool._refresh_sources("tables", ["reports/gone.py"], copy, dirs)

@@ -12,6 +12,9 @@ Usage (from the repository root)::
                                              # with the tree's tests (new ones included)
     python tools/mutation.py simulator --resume --retry
                                              # the same, and run the survivors again
+    python tools/mutation.py simulator --resume --refresh
+                                             # the same after the mutated code changed:
+                                             # only the changed functions run again
 
 ``make mutation`` and ``make mutation AREA=models`` call this. Each area runs in its own copy
 of the working tree (tracked and untracked, not ignored, files) under ``out/mutation/AREA/``
@@ -206,10 +209,11 @@ def run_area(
     only: list[str] | None = None,
     resume: bool = False,
     retry: bool = False,
+    refresh: bool = False,
 ):
     copy = OUT / name
     if resume:
-        _resume(name, area, copy, nice, jobs, only, retry)
+        _resume(name, area, copy, nice, jobs, only, retry, refresh)
     elif rerun:
         _mutate(name, area, settings, copy, nice, jobs, only)
     elif not (copy / "mutants").is_dir():
@@ -353,20 +357,26 @@ def _resume(
     jobs: int,
     only: list[str] | None,
     retry: bool = False,
+    refresh: bool = False,
 ) -> None:
     """Go on with the run in ``copy``: mutmut keeps the results it has and runs the mutants
     that have none (and those named by ``only``), with the working tree's tests. Refused
     when the mutated code changed since the copy was taken (the results would mix two
-    versions of it)."""
+    versions of it), unless ``refresh``: the changed files are then copied in, and mutmut
+    mutates them again and runs again the mutants of every function whose source changed
+    (it compares each function's hash with the one it stored), keeping the others' results."""
     if not (copy / "mutants").is_dir():
         raise SystemExit(f"[{name}] no earlier run in {_shown(copy)} to resume")
     changed = changed_since_copy(area, copy, package_dirs())
-    if changed:
+    if changed and not refresh:
         raise SystemExit(
             f"[{name}] cannot resume: {', '.join(changed[:5])}"
             + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
-            + " changed since the copy was taken; run without --resume"
+            + " changed since the copy was taken; add --refresh to run again the changed "
+            "functions' mutants, or run without --resume"
         )
+    if changed:
+        _refresh_sources(name, changed, copy, package_dirs())
     synced = _sync_tests(copy, package_dirs())
     print(f"[{name}] resuming in {_shown(copy)}; {synced} test file(s) new or changed")
     if retry:  # mutmut runs again every mutant it is given by name
@@ -376,6 +386,25 @@ def _resume(
         if not only:
             return
     _run_mutmut(name, area, copy, nice, jobs, only, "a")
+
+
+def _refresh_sources(name: str, changed: list[str], copy: Path, dirs: dict[str, str]) -> None:
+    """Copy the changed source files ``changed`` (repository paths) from the tree into
+    ``copy``, each with a fresh modification time: mutmut mutates a file again when its
+    source is newer than its mutated version. A file the tree no longer has is refused:
+    its mutants would stay in the results."""
+    gone = [c for c in changed if not (ROOT / c).is_file()]
+    if gone:
+        raise SystemExit(
+            f"[{name}] cannot refresh: {', '.join(gone[:5])} no longer in the tree; "
+            "run without --resume"
+        )
+    for rel in changed:
+        target = copy / copy_path(rel, dirs)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / rel, target)
+        os.utime(target)
+    print(f"[{name}] refreshed {len(changed)} changed source file(s): {', '.join(changed)}")
 
 
 def _sync_tests(copy: Path, dirs: dict[str, str]) -> int:
@@ -482,7 +511,15 @@ def main(argv: list[str] | None = None) -> int:
         "--resume",
         action="store_true",
         help="go on with the last run of each area in its copy (mutants with a result keep it); "
-        "refused where the mutated code changed since",
+        "refused where the mutated code changed since, unless --refresh",
+    )
+    ap.add_argument(
+        "--refresh",
+        action="store_true",
+        help="with --resume: copy the changed source files in; mutmut then runs again the "
+        "mutants of each function whose source changed and keeps the other results (a "
+        "function that only calls a changed one keeps its results: after large changes, run "
+        "without --resume)",
     )
     ap.add_argument(
         "--retry",
@@ -491,8 +528,8 @@ def main(argv: list[str] | None = None) -> int:
         "new tests were written)",
     )
     args = ap.parse_args(argv)
-    if args.retry and not args.resume:
-        print("error: --retry goes with --resume", file=sys.stderr)
+    if (args.retry or args.refresh) and not args.resume:
+        print("error: --retry and --refresh go with --resume", file=sys.stderr)
         return 2
     if args.resume and args.report:
         print("error: --resume and --report exclude each other", file=sys.stderr)
@@ -523,6 +560,7 @@ def main(argv: list[str] | None = None) -> int:
             only=args.mutants,
             resume=args.resume,
             retry=args.retry,
+            refresh=args.refresh,
         )
         for n in (args.areas or list(areas))
     ]
