@@ -1,6 +1,7 @@
 """tools/mutation.py's bookkeeping around a run: which mutated files changed since an area's
-copy was taken (``--resume`` is refused then), copying new tests into the copy, and reading
-a ``.meta`` file that a running mutmut is writing."""
+copy was taken (``--resume`` is refused then, unless ``--refresh``), copying new tests and the
+rest of the package into the copy, and reading a ``.meta`` file that a running mutmut is
+writing."""
 
 from __future__ import annotations
 
@@ -50,17 +51,23 @@ def test_resume_is_refused_when_the_mutated_code_changed(tmp_path, monkeypatch):
         tool._resume("tables", AREA, tmp_path / "none", 19, 1, None)
 
 
-def test_sync_tests_copies_new_and_changed_test_files_only(tmp_path):
+def test_sync_support_copies_new_and_changed_files_outside_the_area_only(tmp_path):
     dirs = tool.package_dirs()
     copy = tmp_path / "copy"
-    first = tool._sync_tests(copy, dirs)
+    first = tool._sync_support(copy, dirs, AREA)
     assert first > 0 and (copy / "tests" / "test_mutation_tool.py").is_file()
-    assert not (copy / "reports").exists()  # only tests travel
-    assert tool._sync_tests(copy, dirs) == 0
+    # the rest of the package travels (by import name), the area's own file does not
+    assert (copy / "vgcsim" / "core" / "collectives.py").is_file()
+    assert (copy / "vgcsim" / "reports" / "plots.py").is_file()
+    assert not (copy / "vgcsim" / "reports" / "tables.py").exists()
+    assert tool._sync_support(copy, dirs, AREA) == 0
     stale = copy / "tests" / "test_mutation_tool.py"
     stale.write_text("# old\n")
-    assert tool._sync_tests(copy, dirs) == 1
+    old_core = copy / "vgcsim" / "core" / "collectives.py"
+    old_core.write_text("# an older core\n")
+    assert tool._sync_support(copy, dirs, AREA) == 2
     assert stale.read_bytes() == (ROOT / "tests" / "test_mutation_tool.py").read_bytes()
+    assert old_core.read_bytes() == (ROOT / "vgcsim" / "core" / "collectives.py").read_bytes()
 
 
 def test_a_meta_file_half_written_is_read_again(tmp_path):
@@ -101,7 +108,7 @@ def test_resume_with_refresh_copies_the_changed_source_in_newer_than_its_mutants
     os.utime(mutated, (earlier + 1, earlier + 1))
     runs = []
     monkeypatch.setattr(tool, "_run_mutmut", lambda *args: runs.append(args))
-    monkeypatch.setattr(tool, "_sync_tests", lambda copy, dirs: 0)
+    monkeypatch.setattr(tool, "_sync_support", lambda copy, dirs, area: 0)
     tool._resume("tables", AREA, copy, 19, 1, None, refresh=True)
     assert target.read_bytes() == (ROOT / "reports/tables.py").read_bytes()
     assert target.stat().st_mtime > mutated.stat().st_mtime

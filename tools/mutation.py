@@ -377,8 +377,8 @@ def _resume(
         )
     if changed:
         _refresh_sources(name, changed, copy, package_dirs())
-    synced = _sync_tests(copy, package_dirs())
-    print(f"[{name}] resuming in {_shown(copy)}; {synced} test file(s) new or changed")
+    synced = _sync_support(copy, package_dirs(), area)
+    print(f"[{name}] resuming in {_shown(copy)}; {synced} file(s) outside the area new or changed")
     if retry:  # mutmut runs again every mutant it is given by name
         statuses = _statuses(copy, only)
         only = sorted(m for m, st in statuses.items() if st in RETRY_STATUSES)
@@ -407,15 +407,20 @@ def _refresh_sources(name: str, changed: list[str], copy: Path, dirs: dict[str, 
     print(f"[{name}] refreshed {len(changed)} changed source file(s): {', '.join(changed)}")
 
 
-def _sync_tests(copy: Path, dirs: dict[str, str]) -> int:
-    """Copy the working tree's test files that are new or changed into ``copy``; their count.
+def _sync_support(copy: Path, dirs: dict[str, str], area: dict) -> int:
+    """Copy the working tree's files outside the area's mutated paths that are new or changed
+    into ``copy`` (the tests, and the rest of the package they and the area import); their
+    count. mutmut copies the package into its ``mutants/`` folder at the start of each run.
 
     Tests only added or sharpened since the copy was taken can only turn survivors into
     kills: mutmut keeps every result it has, runs its statistics for the new tests, and
-    runs again the mutants named with ``--mutants`` (e.g. the survivors)."""
+    runs again the mutants named with ``--mutants`` (e.g. the survivors). The rest of the
+    package travels too, so that a new test, or the area's code brought in by
+    ``--refresh``, finds what it imports; a result kept from before may then belong to an
+    older version of that code (a fresh run is the one to quote after large changes)."""
     count = 0
     for rel in _tree_files():
-        if not _under(rel, "tests"):
+        if any(_under(rel, p) for p in area["paths"]):
             continue
         target = copy / copy_path(rel, dirs)
         if target.is_file() and target.read_bytes() == (ROOT / rel).read_bytes():
