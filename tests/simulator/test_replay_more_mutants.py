@@ -1,0 +1,180 @@
+"""The runner's path choice (:meth:`_Runner._run`, :meth:`_Runner._rounds`) against the engine.
+
+The message level (:func:`run_message`) is the exact reference every faster path must equal:
+
+* eager semantics with a ``"dst"`` verdict (several senders into one rank) needs the fast
+  path's run-time overlap check; on a Bruck allgatherv with staggered ready times the check
+  finds overlapping arrivals and the unchecked recurrence is wrong there, so ``auto`` must
+  give the message-level finish times on another path, and a forced ``collective`` path must
+  refuse with the documented message;
+* ``mode="fifo"`` must reach the message level as fifo (fair sharing gives other times);
+* a ring allreduce on an oversubscribed leaf-spine with staggered ready times makes the
+  round level refuse: ``auto`` counts each refusal and falls back to the message level, a
+  forced ``round`` path refuses with the documented message, and a forced ``round`` path
+  with ``mode="fifo"`` refuses with its own message.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from simhelpers import cluster as _cluster  # noqa: E402
+from vgcsim.simulator.collectives import get_schedule, unit_sizes  # noqa: E402
+from vgcsim.simulator.engine import (  # noqa: E402
+    Phase,
+    RunCache,
+    contention_free,
+    run_fast,
+    run_message,
+)
+from vgcsim.simulator.replay import SimulateConfig, _Runner  # noqa: E402
+from vgcsim.simulator.topology import build_topology  # noqa: E402
+
+from vgcsim.core.errors import ConfigError  # noqa: E402
+
+LEAF_SPINE = {
+    "kind": "leaf_spine",
+    "hosts_per_leaf": 2,
+    "spines": 1,
+    "oversubscription": 4.0,
+    "placement": "spread",
+}
+
+
+def _bruck_overlap():
+    """Bruck allgatherv on a 4-rank star, ready times on a 2**-12 s grid and sizes in
+    64 KiB steps (seeded draw 2): several senders into one rank, arrivals overlapping."""
+    p = 4
+    topo = build_topology(_cluster(), p)
+    s = get_schedule("allgatherv/bruck", p)
+    rng = np.random.default_rng(2)
+    ready = rng.integers(0, 8, p) / 2**12
+    sizes = rng.integers(1, 8, p) * 2.0**16
+    return topo, Phase(ready, s, unit_sizes(s, sizes), "ag")
+
+
+def _runner(topo, **fields):
+    return _Runner(topo, SimulateConfig(**fields), 0.0, RunCache(topo))
+
+
+def test_eager_overlap_auto_gives_the_message_level_times_not_the_unchecked_recurrence():
+    """Eager, verdict "dst", overlapping arrivals: ``auto`` equals :func:`run_message` (the
+    exact reference) and does not report the collective path; the unchecked recurrence
+    differs from the reference here, so a runner that skipped the check would be wrong."""
+    topo, ph = _bruck_overlap()
+    assert contention_free([ph.schedule], topo) == "dst"
+    ref = run_message([ph], topo, semantics="eager")
+    unchecked = run_fast([ph], topo, semantics="eager", check_overlap=False)
+    assert not np.allclose(unchecked, ref, rtol=1e-9, atol=0)  # the case has teeth
+    runner = _runner(topo, semantics="eager")
+    out = runner.run([ph])
+    assert out.path != "collective"
+    np.testing.assert_allclose(out.finish, ref, rtol=1e-12, atol=0)
+    assert runner.counts["collective"] == 0 and runner.counts[out.path] == 1
+
+
+def test_eager_overlap_forced_collective_path_refuses_with_the_documented_message():
+    """A forced ``collective`` path refuses the overlapping eager case with the whole
+    message (what is wrong and what to use instead)."""
+    topo, ph = _bruck_overlap()
+    with pytest.raises(ConfigError) as err:
+        _runner(topo, semantics="eager", path="collective").run([ph])
+    assert str(err.value) == (
+        "the collective-level fast path is not exact here: messages into one rank overlap "
+        "under eager semantics; use path=auto or message"
+    )
+
+
+def test_rendezvous_dst_stays_on_the_collective_path_and_equals_the_message_level():
+    """Rendezvous with a "dst" verdict is exact on the collective level (no run-time check):
+    ``auto`` takes it and equals :func:`run_message`."""
+    topo, ph = _bruck_overlap()
+    runner = _runner(topo, semantics="rendezvous")
+    out = runner.run([ph])
+    assert out.path == "collective"
+    np.testing.assert_allclose(out.finish, run_message([ph], topo), rtol=1e-12, atol=0)
+
+
+def test_fifo_mode_reaches_the_message_level_as_fifo():
+    """Direct allgatherv with uneven sizes on a star: the runner with ``mode="fifo"``
+    equals :func:`run_message` in fifo mode, which differs from fair sharing here."""
+    p = 4
+    topo = build_topology(_cluster(), p)
+    s = get_schedule("allgatherv/direct", p)
+    ph = Phase(np.zeros(p), s, unit_sizes(s, np.array([1.0, 3.0, 5.0, 7.0]) * 2.0**16))
+    fifo = run_message([ph], topo, mode="fifo")
+    fair = run_message([ph], topo, mode="fair")
+    assert not np.allclose(fifo, fair, rtol=1e-9, atol=0)
+    for path in ("auto", "message"):
+        out = _runner(topo, mode="fifo", path=path).run([ph])
+        assert out.path == "message"
+        np.testing.assert_allclose(out.finish, fifo, rtol=1e-12, atol=0)
+
+
+def _ring_refused(seed: int):
+    """Ring allreduce on an 8-rank oversubscribed leaf-spine, ready times on a 2**-12 s
+    grid (seeded): a rank runs ahead into a channel an earlier round still uses."""
+    p = 8
+    topo = build_topology(_cluster(LEAF_SPINE), p)
+    s = get_schedule("allreduce/ring", p)
+    rng = np.random.default_rng(seed)
+    ready = rng.integers(0, 8, p) / 2**12
+    return topo, Phase(ready, s, unit_sizes(s, np.full(p, 2.0**18)), "ar")
+
+
+def test_round_refusals_are_counted_one_each_and_fall_back_to_the_message_level():
+    """Two different refused phases under ``auto``: each equals :func:`run_message` and
+    ``round_refused`` counts 2 (one per refusal)."""
+    topo, ph = _ring_refused(0)
+    runner = _runner(topo)
+    out = runner.run([ph])
+    assert out.path == "message"
+    np.testing.assert_allclose(out.finish, run_message([ph], topo), rtol=1e-12, atol=0)
+    assert runner.counts["round_refused"] == 1
+    later = Phase(ph.ready_s[::-1].copy(), ph.schedule, ph.units, "ar")
+    out2 = runner.run([later])
+    assert out2.path == "message"
+    np.testing.assert_allclose(out2.finish, run_message([later], topo), rtol=1e-12, atol=0)
+    assert runner.counts["round_refused"] == 2 and runner.counts["message"] == 2
+
+
+def test_forced_round_path_refuses_with_the_documented_messages():
+    """Forced ``round``: a refused phase raises the whole 'not exact here' message; fifo
+    mode raises the 'models fair sharing' message naming the mode."""
+    topo, ph = _ring_refused(0)
+    with pytest.raises(ConfigError) as err:
+        _runner(topo, path="round").run([ph])
+    assert str(err.value) == (
+        "the round-level path is not exact here: a rank ran ahead into a channel "
+        "that an earlier round's flow still uses; use path=auto or message"
+    )
+    with pytest.raises(ConfigError) as err:
+        _runner(topo, path="round", mode="fifo").run([ph])
+    assert str(err.value) == (
+        "the round-level path models fair sharing, not mode='fifo'; use path=auto or message"
+    )
+
+
+def test_eager_src_verdict_stays_on_the_collective_path_without_the_overlap_check():
+    """Recursive-doubling allreduce on a 2x2 torus: every channel has one sender (verdict
+    "src"), so the collective level is exact under eager semantics without the run-time
+    check, even though two neighbours' messages into one rank overlap in time (the check
+    would refuse them). ``auto`` takes the collective path and equals :func:`run_message`."""
+    p = 4
+    topo = build_topology(_cluster({"kind": "torus2d", "rows": 2}), p)
+    s = get_schedule("allreduce/recursive_doubling", p)
+    rng = np.random.default_rng(0)
+    ph = Phase(rng.integers(0, 8, p) / 2**12, s, unit_sizes(s, np.full(p, 2.0**18)), "ar")
+    assert contention_free([s], topo) == "src"
+    assert run_fast([ph], topo, semantics="eager", check_overlap=True) is None
+    runner = _runner(topo, semantics="eager")
+    out = runner.run([ph])
+    assert out.path == "collective"
+    np.testing.assert_allclose(
+        out.finish, run_message([ph], topo, semantics="eager"), rtol=1e-12, atol=0
+    )
