@@ -334,3 +334,31 @@ def test_a_one_rank_collective_finishes_at_its_ready_time_on_a_reused_cache():
     for _ in range(2):
         got = run_rounds(phases, topo, cache=cache)
         assert got is not None and got.tolist() == [[0.5]]
+
+
+def _star_two_rounds(lo, count, n_units, unit_order=None) -> tuple[Schedule, object]:
+    """Two rounds on a 2-host star: 0 -> 1 then 1 -> 0, flow r with ``lo[r]``, ``count[r]``."""
+    topo = build_topology(cluster(bandwidth_Bps=B, latency_s=L), 2)
+    rounds = tuple(
+        Round(np.array([a]), np.array([1 - a]), np.array([lo[a]]), np.array([count[a]]))
+        for a in (0, 1)
+    )
+    return Schedule("test/star", 2, rounds, n_units, False, unit_order), topo
+
+
+def test_a_flow_of_zero_units_is_an_empty_message():
+    """Reference: hand. Round 1 carries unit 0 (N bytes), round 2 zero units from unit 1:
+    an empty message, which costs only the latency."""
+    s, topo = _star_two_rounds([0, 1], [1, 0], 2)
+    got = _exact([Phase(np.zeros(2), s, np.array([N, N / 4]))], topo)
+    hop = topo.route(0, 1).latency_s
+    np.testing.assert_allclose(got[0], N / B + 2 * hop, rtol=1e-12)
+
+
+def test_blocks_are_read_through_the_schedules_unit_order():
+    """Reference: hand. unit_order [1, 0]: block 0 of the schedule is unit 1 (N/4 bytes);
+    both rounds send block 0, so each carries N/4."""
+    s, topo = _star_two_rounds([0, 0], [1, 1], 2, np.array([1, 0]))
+    got = _exact([Phase(np.zeros(2), s, np.array([N, N / 4]))], topo)
+    hop = topo.route(0, 1).latency_s
+    np.testing.assert_allclose(got[0], 0.5 * N / B + 2 * hop, rtol=1e-12)
