@@ -1,0 +1,62 @@
+"""Flow timing in the two sharing models against hand computations with small dyadic
+numbers: a star with 2 B/s links and no latency, so two flows sharing a channel get exactly
+1 B/s each (a rate that equals neither the free-link rate nor zero).
+
+* fair sharing: flow A (4 B, 0 -> 1) starts alone at t = 0; flow B (4 B, same channels)
+  starts at t = 1. A has sent 2 B alone, then shares: 2 B at 1 B/s ends it at t = 3; B sent
+  2 B by then and sends its other 2 B alone at 2 B/s, ending at t = 4. Both entry points
+  (``start`` with callbacks, ``start_message`` with ``done``) must give these times.
+* FIFO: a one-byte message takes 1 B / 2 B/s = 0.5 s on the channel; only an empty message
+  arrives at once.
+"""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+from simhelpers import cluster
+from vgcsim.simulator.network import make_network
+from vgcsim.simulator.topology import build_topology
+
+
+def _star(mode):
+    env = simpy.Environment()
+    topo = build_topology(cluster(bandwidth_Bps=2.0, latency_s=0.0), 2)
+    return env, topo, make_network(mode, env, topo)
+
+
+@pytest.mark.parametrize("entry", ["start", "start_message"])
+def test_a_lone_flow_met_later_shares_from_then_on_hand_computed_finish_times(entry):
+    """Reference: the hand computation of the module docstring, A ends at 3 s, B at 4 s."""
+    env, topo, net = _star("fair")
+    route = topo.route(0, 1)
+    got: dict[str, float] = {}
+
+    def begin(name):
+        if entry == "start":
+            net.start(0, 1, 4.0, on_arrived=lambda: got.__setitem__(name, env.now))
+        else:
+            net.start_message(route, 0, 1, 4.0, lambda _f: got.__setitem__(name, env.now))
+
+    def later():
+        yield env.timeout(1.0)
+        begin("B")
+
+    begin("A")
+    env.process(later())
+    env.run()
+    assert got == {"A": 3.0, "B": 4.0}
+
+
+@pytest.mark.parametrize("entry", ["start", "start_message"])
+@pytest.mark.parametrize(("nbytes", "expected_s"), [(1.0, 0.5), (0.5, 0.25), (0.0, 0.0)])
+def test_fifo_small_message_takes_bytes_over_bandwidth(entry, nbytes, expected_s):
+    """Reference: nbytes / 2 B/s (no latency); only an empty message arrives at t = 0."""
+    env, topo, net = _star("fifo")
+    got: list[float] = []
+    if entry == "start":
+        net.start(0, 1, nbytes, on_arrived=lambda: got.append(env.now))
+    else:
+        net.start_message(topo.route(0, 1), 0, 1, nbytes, lambda _f: got.append(env.now))
+    env.run()
+    assert got == [expected_s]
