@@ -269,10 +269,11 @@ def test_empty_messages_starting_apart_cost_only_the_latency():
 
 
 def test_bundles_of_different_widths_are_solved_without_floating_point_warnings():
-    """0 -> 3, 1 -> 4 share the middle left -> right (two flows), 5 -> 2 crosses it alone
-    right -> left: bundles of widths 2 and 1, solved together; no warning may escape."""
-    s = _schedule(6, [[(0, 3), (1, 4), (5, 2)]])
-    ph = [Phase(np.zeros(6), s, np.array([N, N / 2, N]))]
+    """0 -> 3, 1 -> 4, 2 -> 5 share the middle left -> right (three flows), 3 -> 0 crosses
+    it alone right -> left: bundles of widths 3 and 1, solved together (the narrow one
+    padded twice); no warning may escape, and the ends are the message level's."""
+    s = _schedule(6, [[(0, 3), (1, 4), (2, 5), (3, 0)]])
+    ph = [Phase(np.zeros(6), s, np.array([N, N / 2, N / 4, N]))]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         got = run_rounds(ph, _dumbbell(6))
