@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from simhelpers import cluster
-from vgcsim.core.errors import ConfigError
 from vgcsim.simulator.collectives import Round, Schedule, get_schedule
 from vgcsim.simulator.engine import (
     Phase,
@@ -20,6 +19,8 @@ from vgcsim.simulator.engine import (
     run_fast_steps,
 )
 from vgcsim.simulator.topology import build_topology
+
+from vgcsim.core.errors import ConfigError
 
 
 def _topo(p: int, topology: dict | None = None):
