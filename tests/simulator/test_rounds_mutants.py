@@ -363,3 +363,15 @@ def test_blocks_are_read_through_the_schedules_unit_order():
     got = _exact([Phase(np.zeros(2), s, np.array([N, N / 4]))], topo)
     hop = topo.route(0, 1).latency_s
     np.testing.assert_allclose(got[0], 0.5 * N / B + 2 * hop, rtol=1e-12)
+
+
+def test_flows_of_a_bundle_whose_sizes_differ_by_a_sliver_end_apart():
+    """Reference: hand-worked processor sharing and the message level. 0 -> 2 (N bytes)
+    and 1 -> 3 (N + N/2^33) share the middle at B/2 each until the first ends at 2N/B; the
+    second then sends its last N/2^33 = 2^-17 bytes alone at B, ending 2^-37 s later (every
+    number dyadic: the sums are exact)."""
+    s = _schedule(4, [[(0, 2), (1, 3)]])
+    ph = [Phase(np.zeros(4), s, np.array([N, N + N * 2.0**-33]))]
+    got = _exact(ph, _dumbbell(4))
+    first, second = 2 * N / B + ROUTE, 2 * N / B + 2.0**-37 + ROUTE
+    assert got[0].tolist() == [first, second, first, second]
