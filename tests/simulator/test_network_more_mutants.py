@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import simpy
 from simhelpers import cluster
-from vgcsim.simulator.network import make_network
+from vgcsim.simulator.network import LinkMonitor, make_network
 from vgcsim.simulator.topology import build_topology
 
 
@@ -60,3 +60,28 @@ def test_fifo_small_message_takes_bytes_over_bandwidth(entry, nbytes, expected_s
         net.start_message(topo.route(0, 1), 0, 1, nbytes, lambda _f: got.append(env.now))
     env.run()
     assert got == [expected_s]
+
+
+@pytest.mark.parametrize(("nbytes", "expected_s"), [(1.0, 0.5), (0.5, 0.25), (0.0, 0.0)])
+def test_fair_small_message_takes_bytes_over_bandwidth(nbytes, expected_s):
+    """Reference: nbytes / 2 B/s on a free channel (no latency); an empty message arrives at
+    once and, taking no channel, is not counted as a flow (hand count: 0 or 1)."""
+    env, topo, net = _star("fair")
+    got: list[float] = []
+    net.start_message(topo.route(0, 1), 0, 1, nbytes, lambda _f: got.append(env.now))
+    env.run()
+    assert got == [expected_s]
+    assert net.monitor.flows == (1 if nbytes > 0 else 0)
+
+
+def test_lone_message_interval_names_its_sender_and_receiver():
+    """A lone 4 B message from rank 0 to rank 1 at 2 B/s holds each channel of its route
+    from 0 s to 2 s; the recorded intervals say so and name ranks 0 and 1 (hand reference)."""
+    env = simpy.Environment()
+    topo = build_topology(cluster(bandwidth_Bps=2.0, latency_s=0.0), 2)
+    monitor = LinkMonitor(topo.n_channels, record_intervals=True)
+    net = make_network("fair", env, topo, monitor)
+    route = topo.route(0, 1)
+    net.start_message(route, 0, 1, 4.0, lambda _f: None)
+    env.run()
+    assert sorted(monitor.intervals) == sorted((c, 0.0, 2.0, 4.0, 0, 1) for c in route.channels)
