@@ -375,3 +375,20 @@ def test_flows_of_a_bundle_whose_sizes_differ_by_a_sliver_end_apart():
     got = _exact(ph, _dumbbell(4))
     first, second = 2 * N / B + ROUTE, 2 * N / B + 2.0**-37 + ROUTE
     assert got[0].tolist() == [first, second, first, second]
+
+
+def test_an_empty_round_does_not_hide_a_busy_channel_from_the_next_round():
+    """0 -> 3 sends N on the middle; then 1 -> 4 sends an empty message (occupies nothing)
+    and, in the next round of the same pattern, N bytes: that flow starts one route latency
+    in, while 0 -> 3 still sends on the middle: refused."""
+    s = _schedule(6, [[(0, 3)], [(1, 4)], [(1, 4)]])
+    _overlap([Phase(np.zeros(6), s, np.array([N, 0.0, N]))], _dumbbell(6))
+
+
+def test_an_empty_round_opening_a_phase_does_not_hide_a_busy_channel():
+    """As above across phases: phase 1 is 0 -> 3 (N bytes); phase 2 is two rounds 1 -> 4,
+    the first empty, the second N bytes, starting while 0 -> 3 still sends: refused."""
+    y = _schedule(6, [[(0, 3)]])
+    x = _schedule(6, [[(1, 4)], [(1, 4)]])
+    phases = [Phase(np.zeros(6), y, np.array([N])), Phase(np.zeros(6), x, np.array([0.0, N]))]
+    _overlap(phases, _dumbbell(6))
