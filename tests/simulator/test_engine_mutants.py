@@ -155,6 +155,8 @@ def test_many_steps_refuse_inputs_of_another_length_than_the_schedules():
         run_fast_steps([s, s], [ready, ready], [units], topo)
     with pytest.raises(ValueError):
         run_fast_steps([s, s], [ready], [units, units], topo)
+    with pytest.raises(ValueError):  # one units entry too many is refused as well
+        run_fast_steps([s], [ready], [units, units], topo)
 
 
 def test_ring_on_a_star_is_contention_free_by_sender():
@@ -175,6 +177,18 @@ def test_two_senders_to_two_receivers_over_one_uplink_is_contended():
     assert contention_free([cross], topo) is None
     alone = _sched(4, [_rnd([0], [2], [0], [1])], 4)
     assert contention_free([alone], topo) == "src"
+
+
+def test_two_senders_to_one_receiver_is_contended_by_receiver_only():
+    """Same leaf-spine: rank 2 sends to rank 0 in one round and rank 3 to rank 0 in the next, so
+    the leaf1 -> spine0 uplink carries two senders but a single receiver: verdict "dst" (exact
+    under rendezvous). The reverse (rank 0 to ranks 2 and 3): one sender per channel, "src"."""
+    spec = {"kind": "leaf_spine", "hosts_per_leaf": 2, "spines": 1, "oversubscription": 1.0}
+    topo = _topo(4, spec)
+    gather = _sched(4, [_rnd([2], [0], [2], [1]), _rnd([3], [0], [3], [1])], 4)
+    assert contention_free([gather], topo) == "dst"
+    scatter = _sched(4, [_rnd([0], [2], [0], [1]), _rnd([0], [3], [0], [1])], 4)
+    assert contention_free([scatter], topo) == "src"
 
 
 def test_period_of_inputs_repeating_every_two_ranks_is_two():
