@@ -32,7 +32,7 @@ from vgcsim.simulator.engine import (  # noqa: E402
     run_fast,
     run_message,
 )
-from vgcsim.simulator.replay import SimulateConfig, _Runner  # noqa: E402
+from vgcsim.simulator.replay import SimulateConfig, _Block, _Runner  # noqa: E402
 from vgcsim.simulator.topology import build_topology  # noqa: E402
 
 from vgcsim.core.errors import ConfigError  # noqa: E402
@@ -178,3 +178,39 @@ def test_eager_src_verdict_stays_on_the_collective_path_without_the_overlap_chec
     np.testing.assert_allclose(
         out.finish, run_message([ph], topo, semantics="eager"), rtol=1e-12, atol=0
     )
+
+
+def _one_phase_block(ph: Phase, steps: int = 2) -> _Block:
+    """A block of ``steps`` steps that all run ``ph`` (step s shifted by s/4 s, exact)."""
+    p = ph.ready_s.size
+    shift = np.arange(steps)[:, None] / 4
+    zeros = np.zeros((steps, p))
+    return _Block(
+        label="x",
+        start=0,
+        schedules=[ph.schedule],
+        names=["ag"],
+        ready=[ph.ready_s[None, :] + shift],
+        units=[np.repeat(ph.units[None, :], steps, axis=0)],
+        data_index=[0],
+        local=zeros,
+        dec=zeros,
+        variance=zeros,
+        payload=zeros,
+    )
+
+
+@pytest.mark.parametrize("semantics", ["eager", "rendezvous"])
+def test_run_steps_on_the_overlap_case_equals_the_message_level(semantics):
+    """``run_steps`` (the replay's block route) on the Bruck case: each step equals
+    :func:`run_message` on that step's phase (the exact reference), so the eager steps must
+    not go through the unchecked batched recurrence; the collective path is reported only
+    where it is exact (rendezvous)."""
+    topo, ph = _bruck_overlap()
+    block = _one_phase_block(ph)
+    fin, paths = _runner(topo, semantics=semantics).run_steps(block)
+    for s in range(block.n_steps):
+        step = Phase(block.ready[0][s], ph.schedule, ph.units, "ag")
+        ref = run_message([step], topo, semantics=semantics)
+        np.testing.assert_allclose(fin[s], ref, rtol=1e-12, atol=0)
+    assert all((p == "collective") == (semantics == "rendezvous") for p in paths)
