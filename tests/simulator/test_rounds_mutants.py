@@ -392,3 +392,15 @@ def test_an_empty_round_opening_a_phase_does_not_hide_a_busy_channel():
     x = _schedule(6, [[(1, 4)], [(1, 4)]])
     phases = [Phase(np.zeros(6), y, np.array([N])), Phase(np.zeros(6), x, np.array([0.0, N]))]
     _overlap(phases, _dumbbell(6))
+
+
+def test_a_bundle_that_starts_together_keeps_exact_ends_beside_one_that_does_not():
+    """The sliver case above (0 -> 3, 1 -> 4 starting together, sizes N and N + N/2^33)
+    in a round that also has a bundle whose flows start apart (4 -> 1 at 0, 5 -> 2 at
+    2^-6 s, N/4 each, right -> left): the first bundle's ends are still the message
+    level's, to 1e-12 (a sliver dropped would be off by 6e-11)."""
+    s = _schedule(6, [[(0, 3), (1, 4), (4, 1), (5, 2)]])
+    ready = np.array([0, 0, 0, 0, 0, 2.0**-6])
+    ph = [Phase(ready, s, np.array([N, N + N * 2.0**-33, N / 4, N / 4]))]
+    got = _exact(ph, _dumbbell(6))
+    assert got[0][0] == 2 * N / B + ROUTE
