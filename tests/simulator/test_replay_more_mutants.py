@@ -214,3 +214,31 @@ def test_run_steps_on_the_overlap_case_equals_the_message_level(semantics):
         ref = run_message([step], topo, semantics=semantics)
         np.testing.assert_allclose(fin[s], ref, rtol=1e-12, atol=0)
     assert all((p == "collective") == (semantics == "rendezvous") for p in paths)
+
+
+def test_run_steps_eager_batch_uses_eager_semantics_and_counts_like_run():
+    """Ring allreduce on a 4-rank star (verdict "src": batched without a check), eager,
+    staggered ready times: each step equals :func:`run_message` with eager semantics (which
+    differs from rendezvous here); and two calls of ``run_steps`` on a block whose steps
+    repeat count paths and memo hits exactly as calling :meth:`_Runner.run` step by step."""
+    p = 4
+    topo = build_topology(_cluster(), p)
+    s = get_schedule("allreduce/ring", p)
+    rng = np.random.default_rng(3)
+    ph = Phase(rng.integers(0, 8, p) / 2**12, s, unit_sizes(s, np.full(p, 2.0**18)), "ar")
+    assert contention_free([s], topo) == "src"
+    eager = run_message([ph], topo, semantics="eager")
+    assert not np.allclose(eager, run_message([ph], topo), rtol=1e-9, atol=0)
+    block = _one_phase_block(ph, steps=3)
+    batched = _runner(topo, semantics="eager")
+    one_by_one = _runner(topo, semantics="eager")
+    for _ in range(2):
+        fin, paths = batched.run_steps(block)
+        for st in range(block.n_steps):
+            step = Phase(block.ready[0][st], ph.schedule, ph.units, "ar")
+            out = one_by_one.run([step])
+            assert paths[st] == out.path == "collective"
+            np.testing.assert_allclose(fin[st], out.finish, rtol=1e-12, atol=0)
+            np.testing.assert_allclose(fin[st], eager + st / 4, rtol=1e-12, atol=0)
+    assert batched.counts == one_by_one.counts
+    assert batched.counts["collective"] == 1 and batched.counts["memo"] == 5
