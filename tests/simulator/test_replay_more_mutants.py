@@ -32,8 +32,10 @@ from vgcsim.simulator.engine import (  # noqa: E402
     run_fast,
     run_message,
 )
-from vgcsim.simulator.replay import SimulateConfig, _Block, _Runner  # noqa: E402
+from vgcsim.simulator.replay import SimulateConfig, _Block, _Runner, simulate_trace  # noqa: E402
 from vgcsim.simulator.topology import build_topology  # noqa: E402
+from vgcsim.traces.io import read_trace  # noqa: E402
+from vgcsim.traces.synth import SynthConfig, synth_trace  # noqa: E402
 
 from vgcsim.core.errors import ConfigError  # noqa: E402
 
@@ -242,3 +244,13 @@ def test_run_steps_eager_batch_uses_eager_semantics_and_counts_like_run():
             np.testing.assert_allclose(fin[st], eager + st / 4, rtol=1e-12, atol=0)
     assert batched.counts == one_by_one.counts
     assert batched.counts["collective"] == 1 and batched.counts["memo"] == 5
+
+
+def test_missing_timeline_step_error_names_the_replayed_range(tmp_path):
+    """A 3-step synthetic trace replays steps 0, 1 and 2; asking for step 7's timeline is an
+    error naming the missing step and the whole replayed range, first to last (hand)."""
+    cfg = SynthConfig(layers="vgg_like", workers=2, steps=3, density=0.01, seed=1)
+    trace = read_trace(synth_trace(cfg, tmp_path / "t"))
+    with pytest.raises(ConfigError) as err:
+        simulate_trace(trace, _cluster(), [2], SimulateConfig(), timeline_steps=[1, 7])
+    assert str(err.value) == "timeline steps [7] are not among the replayed steps 0..2"
