@@ -20,9 +20,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+import vgcsim.simulator.replay as replay_module  # noqa: E402
 from simhelpers import cluster as _cluster  # noqa: E402
 from vgcsim.simulator.collectives import get_schedule, unit_sizes  # noqa: E402
 from vgcsim.simulator.engine import (  # noqa: E402
@@ -254,3 +256,35 @@ def test_missing_timeline_step_error_names_the_replayed_range(tmp_path):
     with pytest.raises(ConfigError) as err:
         simulate_trace(trace, _cluster(), [2], SimulateConfig(), timeline_steps=[1, 7])
     assert str(err.value) == "timeline steps [7] are not among the replayed steps 0..2"
+
+
+def test_replay_in_one_step_blocks_equals_the_replay_at_once(tmp_path, monkeypatch):
+    """Invariant: how the steps are cut into blocks does not change anything. A 3-step trace
+    on 2 ranks replayed with blocks of at most 3 values (one step of 2 ranks each: 3 // 2)
+    gives the same table, the same path counts and one timeline per variant for the asked
+    step 0 (not one per block), as the replay in one block; progress reports 1 step per
+    block, 3 in all. Every timeline span of a collective is named after its variant."""
+    cfg_t = SynthConfig(layers="vgg_like", workers=2, steps=3, density=0.01, seed=1)
+    trace = read_trace(synth_trace(cfg_t, tmp_path / "t"))
+    cfg = SimulateConfig(per_step=True)
+
+    def replay():
+        calls: list[int] = []
+        df, tls, info = simulate_trace(
+            trace, _cluster(), [2], cfg, timeline_steps=[0], progress=calls.append
+        )
+        return df, tls, info, calls
+
+    df0, tls0, info0, calls0 = replay()
+    monkeypatch.setattr(replay_module, "_BLOCK_VALUES", 3)
+    df1, tls1, info1, calls1 = replay()
+    assert calls0 == [3] and calls1 == [1, 1, 1]
+    pd.testing.assert_frame_equal(df1, df0)
+    assert info1 == info0
+    variants = sorted(info0["2"])  # one label per replayed variant
+    assert len(variants) > 1
+    assert sorted(t.method for t in tls1) == sorted(t.method for t in tls0) == variants
+    for tl in tls0 + tls1:
+        named = [s.name for s in tl.spans if s.name not in ("forward", "backward")]
+        collective = [n for n in named if n not in ("cast", "variance+codec")]
+        assert collective and all(n.startswith(f"{tl.method} ") for n in collective)
