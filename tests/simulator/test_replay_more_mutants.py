@@ -263,7 +263,7 @@ def test_replay_in_one_step_blocks_equals_the_replay_at_once(tmp_path, monkeypat
     on 2 ranks replayed with blocks of at most 3 values (one step of 2 ranks each: 3 // 2)
     gives the same table, the same path counts and one timeline per variant for the asked
     step 0 (not one per block), as the replay in one block; progress reports 1 step per
-    block, 3 in all. Every timeline span of a collective is named after its variant."""
+    block, 3 in all. Blocks of 2 steps then 1 (4 values) give the same again. Every timeline span of a collective is named after its variant."""
     cfg_t = SynthConfig(layers="vgg_like", workers=2, steps=3, density=0.01, seed=1)
     trace = read_trace(synth_trace(cfg_t, tmp_path / "t"))
     cfg = SimulateConfig(per_step=True)
@@ -284,6 +284,10 @@ def test_replay_in_one_step_blocks_equals_the_replay_at_once(tmp_path, monkeypat
     variants = sorted(info0["2"])  # one label per replayed variant
     assert len(variants) > 1
     assert sorted(t.method for t in tls1) == sorted(t.method for t in tls0) == variants
+    monkeypatch.setattr(replay_module, "_BLOCK_VALUES", 4)  # blocks of 2 steps, then 1
+    df2, tls2, info2, calls2 = replay()
+    assert calls2 == [2, 1] and info2 == info0 and len(tls2) == len(tls0)
+    pd.testing.assert_frame_equal(df2, df0)
     for tl in tls0 + tls1:
         named = [s.name for s in tl.spans if s.name not in ("forward", "backward")]
         collective = [n for n in named if n not in ("cast", "variance+codec")]
