@@ -16,6 +16,7 @@ The message level (:func:`run_message`) is the exact reference every faster path
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -292,3 +293,27 @@ def test_replay_in_one_step_blocks_equals_the_replay_at_once(tmp_path, monkeypat
         named = [s.name for s in tl.spans if s.name not in ("forward", "backward")]
         collective = [n for n in named if n not in ("cast", "variance+codec")]
         assert collective and all(n.startswith(f"{tl.method} ") for n in collective)
+
+
+def test_padded_allgatherv_host_copies_add_delta_p_m_max_to_the_step(tmp_path):
+    """Priced host copies of the padded allgatherv (δ per gathered byte) add δ·P·m_max to
+    each step of the compressed variant (the closed form of ``host_time_s``; m_max is the
+    row's ``payload_bytes_max``), with one bucket group, so the collective ends the step."""
+    cfg_t = SynthConfig(layers="vgg_like", workers=2, steps=2, density=0.01, seed=1)
+    trace = read_trace(synth_trace(cfg_t, tmp_path / "t"))
+    cfg = SimulateConfig(per_step=True, overlap="none", compressed_collective="allgatherv/padded")
+    delta = 2.0**-20
+    plain = _cluster()
+    priced = dataclasses.replace(
+        plain, link=dataclasses.replace(plain.link, allgatherv_host_s_per_byte=delta)
+    )
+
+    def steps(cl):
+        df = simulate_trace(trace, cl, [4], cfg)[0]
+        df = df[(df.method == "compressed") & (df.step >= 0)].sort_values("step")
+        return df.step_s.to_numpy(), df.payload_bytes_max.to_numpy()
+
+    base, m_max = steps(plain)
+    more, m_max2 = steps(priced)
+    np.testing.assert_array_equal(m_max2, m_max)
+    np.testing.assert_allclose(more - base, delta * 4 * m_max, rtol=1e-6)
