@@ -85,3 +85,16 @@ def test_lone_message_interval_names_its_sender_and_receiver():
     net.start_message(route, 0, 1, 4.0, lambda _f: None)
     env.run()
     assert sorted(monitor.intervals) == sorted((c, 0.0, 2.0, 4.0, 0, 1) for c in route.channels)
+
+
+def test_small_maxmin_gives_a_flow_the_residual_below_one_byte_per_second():
+    """Hand max-min: channel 1 (1 B/s) carries A, C, D, so they get 1/3 each; channel 0
+    (1.2 B/s) carries A and B, so B gets the residual 1.2 - 1/3 (below 1 B/s, not zero)."""
+    from types import SimpleNamespace
+
+    from vgcsim.simulator.network import _maxmin_small
+
+    group = [SimpleNamespace(channels=ch) for ch in ((0, 1), (0,), (1,), (1,))]
+    rates = _maxmin_small(group, [1.2, 1.0])
+    assert rates[0] == rates[2] == rates[3] == 1.0 / 3
+    assert rates[1] == pytest.approx(1.2 - 1.0 / 3, rel=1e-12)
