@@ -367,7 +367,8 @@ def _resume(
     (it compares each function's hash with the one it stored), keeping the others' results."""
     if not (copy / "mutants").is_dir():
         raise SystemExit(f"[{name}] no earlier run in {_shown(copy)} to resume")
-    changed = changed_since_copy(area, copy, package_dirs())
+    dirs = package_dirs()
+    changed = changed_since_copy(area, copy, dirs)
     if changed and not refresh:
         raise SystemExit(
             f"[{name}] cannot resume: {', '.join(changed[:5])}"
@@ -376,8 +377,8 @@ def _resume(
             "functions' mutants, or run without --resume"
         )
     if changed:
-        _refresh_sources(name, changed, copy, package_dirs())
-    synced = _sync_support(copy, package_dirs(), area)
+        _refresh_sources(name, changed, copy, dirs)
+    synced = _sync_support(copy, dirs, area)
     print(f"[{name}] resuming in {_shown(copy)}; {synced} file(s) outside the area new or changed")
     if retry:  # mutmut runs again every mutant it is given by name
         statuses = _statuses(copy, only)
