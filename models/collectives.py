@@ -377,7 +377,9 @@ def size_exchange_time_s(world_size: int, link: LinkSpec) -> float:
 
 def allgatherv_host_time_s(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
     """Host time of the padded allgatherv's implementation: ``T_host = δ·P·m_max``, δ =
-    ``link.allgatherv_host_s_per_byte`` (0 for P = 1).
+    ``link.allgatherv_host_s_per_byte``, or δ(P·m_max) from the link's
+    ``allgatherv_host_s_per_byte_table`` where it has one (piecewise linear in log size,
+    ``vgcsim.core.collectives.host_s_per_byte_at``); 0 for P = 1.
 
     Assumptions: the host work is proportional to the bytes each rank's gathered buffer holds,
     P blocks of m_max (padding included): writing its own block in and copying every block
@@ -391,7 +393,12 @@ def allgatherv_host_time_s(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray
     Thakur, Rabenseifner & Gropp, IJHPCA 2005, with a per-byte host term of the same form).
     """
     s = _sizes(sizes_bytes)
-    return padded_host_time_s(s.shape[-1], s.max(axis=-1), link.allgatherv_host_s_per_byte)
+    return padded_host_time_s(
+        s.shape[-1],
+        s.max(axis=-1),
+        link.allgatherv_host_s_per_byte,
+        link.allgatherv_host_s_per_byte_table,
+    )
 
 
 def allgatherv_padded_data(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 from vgcsim.traces.calibration import OPS, measured_seconds
 
-from vgcsim.core.collectives import SIZE_HEADER_BYTES
+from vgcsim.core.collectives import SIZE_HEADER_BYTES, host_s_per_byte_at
 from vgcsim.core.errors import ConfigError, VgcsimError
 
 #: A row is in the bandwidth regime from this many times its op's fastest time.
@@ -104,7 +104,9 @@ def host_coefficient(op: str, size_bytes: float, world: int) -> float:
 @dataclass(frozen=True)
 class LinkFit:
     """Fitted link: ``latency_s`` = α, ``bandwidth_Bps`` = 1/β, ``gamma_s_per_byte`` = γ,
-    ``allgatherv_host_s_per_byte`` = δ (from ``host_op``'s rows; 0 when not fitted).
+    ``allgatherv_host_s_per_byte`` = δ (from ``host_op``'s rows; 0 when not fitted) and
+    ``allgatherv_host_s_per_byte_table`` = δ size by size (what prices the host time where
+    it is not empty).
 
     ``rms_rel_error`` and ``rms_log_error`` are over the rows of ``fit_ops`` (the ops that fixed
     α and β); ``typical_error`` = exp(rms_log_error) − 1.
@@ -122,6 +124,9 @@ class LinkFit:
     method: str = "regimes"
     allgatherv_host_s_per_byte: float = 0.0
     host_op: str = ""
+    #: δ measured size by size: ``(P·m, excess per gathered byte)`` of each size of
+    #: ``host_op``'s rows that gave δ (:func:`host_points`); empty when fewer than two sizes.
+    allgatherv_host_s_per_byte_table: tuple[tuple[float, float], ...] = ()
 
     @property
     def typical_error(self) -> float:
@@ -257,6 +262,27 @@ def _excess_slope(k: np.ndarray, rest: np.ndarray, t: np.ndarray) -> float:
     return float(_nnls_small(design, rest / scale, free=(0,))[1])
 
 
+def host_points(k: np.ndarray, rest: np.ndarray) -> tuple[tuple[float, float], ...]:
+    """δ size by size: for each distinct gathered size ``k`` (P·m bytes), the median over its
+    rows of ``max(rest, 0) / k``, ``rest`` being a row's measured time beyond the ring's α-β-γ
+    terms; ``(k, δ_k)`` in increasing ``k``. Empty with fewer than two distinct sizes (one
+    size says nothing about how δ changes with size; the slope then prices it alone).
+
+    The per-byte host cost is not one number: copying a gathered buffer that fits the CPU's
+    last-level cache costs less per byte than copying one that does not, so the excess of
+    vgcsim's allgatherv over its ring grows faster than its bytes across that size (on a
+    2-core host with a 32 MiB cache, 1.9 ns/B at 16 MiB gathered and 4.7 ns/B at 64 MiB).
+    These points let the cost model interpolate between measured sizes
+    (:func:`vgcsim.core.collectives.host_s_per_byte_at`) instead of pricing every size at
+    one slope."""
+    sizes = np.unique(k)
+    if sizes.size < 2:
+        return ()
+    return tuple(
+        (float(s), float(np.median(np.maximum(rest[k == s], 0.0) / s))) for s in sizes if s > 0
+    )
+
+
 def fit_link(
     measurements: dict,
     statistic: str = "median",
@@ -315,16 +341,18 @@ def fit_link(
             roles[g_idx] = "gamma"
             g_op = gamma_op
     k_host = np.array([host_coefficient(r["op"], r["size_bytes"], world) for r in rows])
-    delta, h_op = 0.0, ""
+    delta, h_op, h_table = 0.0, "", ()
     if host_op and host_op in measured and host_op not in fit_ops and x[1] > 0:
         h = np.array([r["op"] == host_op for r in rows])
         # α's terms at most HOST_LATENCY_SHARE of the time: the per-byte costs dominate.
         h_band = h & (a[:, 0] * x[0] <= HOST_LATENCY_SHARE * t) & (k_host > 0)
         if h_band.any():
-            delta = _excess_slope(k_host[h_band], t[h_band] - a[h_band] @ x, t[h_band])
+            rest = t[h_band] - a[h_band] @ x
+            delta = _excess_slope(k_host[h_band], rest, t[h_band])
+            h_table = host_points(k_host[h_band], rest)
             roles[h_band] = "host"
             h_op = host_op
-    fitted = a @ x + k_host * delta
+    fitted = a @ x + k_host * host_s_per_byte_at(k_host, delta, h_table)
     rel = (fitted - t) / t
     with np.errstate(divide="ignore"):
         log_ratio = np.log(fitted / t)
@@ -342,6 +370,7 @@ def fit_link(
         method=method,
         allgatherv_host_s_per_byte=float(delta),
         host_op=h_op,
+        allgatherv_host_s_per_byte_table=h_table,
     )
     return fit, _table(rows, t, fitted, rel, roles)
 

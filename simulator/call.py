@@ -82,7 +82,10 @@ def simulate_collective(
         monitor=monitor,
     )[0]
     # the padded allgatherv's host copies after the transfers (0 unless the link has them)
-    finish = finish + host_time_s(schedule, units, cluster.link.allgatherv_host_s_per_byte)
+    link = cluster.link
+    finish = finish + host_time_s(
+        schedule, units, link.allgatherv_host_s_per_byte, link.allgatherv_host_s_per_byte_table
+    )
     time_s = float(finish.max())
     used = monitor.bytes > 0
     busy = monitor.busy_s[used]

@@ -112,20 +112,21 @@ def unit_sizes(schedule: Schedule, sizes_bytes: np.ndarray | float) -> np.ndarra
     return sizes
 
 
-def host_time_s(schedule: Schedule, units: np.ndarray, host_s_per_byte: float):
+def host_time_s(schedule: Schedule, units: np.ndarray, host_s_per_byte: float, table=()):
     """Host time of the allgatherv implementation after a call of ``schedule`` with unit sizes
     ``units`` (``[..., n_units]``, see :func:`unit_sizes`): ``δ·P·m_max`` on every rank for
     the padded schedules (``allgatherv/padded`` and its data-only twin), 0 for the others.
 
     Formula and assumptions: ``vgcsim.core.collectives.padded_host_time_s`` (the same rule
     as the cost model's ``allgatherv/padded``); δ = a link's ``allgatherv_host_s_per_byte``,
-    fitted by ``vgcsim calibrate``. The engine does not run it: callers add it to the
+    or δ at P·m_max from ``table`` (its ``allgatherv_host_s_per_byte_table``) where given,
+    both fitted by ``vgcsim calibrate``. The engine does not run it: callers add it to the
     phase's finish time (so it does not delay a later phase of the same step).
     """
     u = np.asarray(units, dtype=float)
-    if not schedule.pad or host_s_per_byte == 0:
+    if not schedule.pad or (host_s_per_byte == 0 and not table):
         return np.zeros(u.shape[:-1]) if u.ndim > 1 else 0.0
-    return padded_host_time_s(schedule.world_size, u[..., 0], host_s_per_byte)
+    return padded_host_time_s(schedule.world_size, u[..., 0], host_s_per_byte, table)
 
 
 def _arr(values) -> np.ndarray:

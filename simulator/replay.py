@@ -688,7 +688,7 @@ def simulate_trace(
     variants = [("dense", e) for e in cfg.dense_encodings] + [("compressed", encoding)]
     labels = [_label(m, e) for m, e in variants]
     gamma = cluster.link.gamma_s_per_byte
-    host = cluster.link.allgatherv_host_s_per_byte
+    host = (cluster.link.allgatherv_host_s_per_byte, cluster.link.allgatherv_host_s_per_byte_table)
     for p in world_sizes:
         ws = _world_size(trace, cluster, int(p), cfg, buckets)
         cache = RunCache(ws.topology)
@@ -704,7 +704,7 @@ def simulate_trace(
                 block = _block(ws, buckets, steps, method, enc, label)
                 finish, paths = runners[label].run_steps(block)
                 for b in block.data_index:  # the padded allgatherv's host copies, if priced
-                    finish[:, b] += host_time_s(block.schedules[b], block.units[b], host)[:, None]
+                    finish[:, b] += host_time_s(block.schedules[b], block.units[b], *host)[:, None]
                 per_step[label].extend(_block_records(ws, buckets, block, finish, paths))
             if draw:
                 for t in range(steps.start, steps.stop):

@@ -49,9 +49,17 @@ def test_host_cost_is_the_slope_not_a_per_call_overhead():
     # 20 ms more on every allgatherv call moves the free intercept, not delta.
     fit, table = fit_link(synthetic(300e-6, 1 / 25e6, 0.0, 3e-9, 4, extra_s=0.02))
     assert fit.allgatherv_host_s_per_byte == pytest.approx(3e-9, rel=1e-6)
-    # so the largest allgatherv is under-predicted by exactly that overhead
+    # the size-by-size points do carry it: each measured size's excess over its bytes
+    points = dict(fit.allgatherv_host_s_per_byte_table)
+    for k, per_byte in points.items():
+        assert per_byte == pytest.approx(3e-9 + 0.02 / k, rel=1e-6)
+    # so with the points the largest allgatherv is priced as measured; with the slope
+    # alone it is under-predicted by exactly that overhead
     big = next(r for r in table if r["op"] == "allgatherv" and r["size_bytes"] == 16 << 20)
-    assert big["measured_s"] - big["fitted_s"] == pytest.approx(0.02, rel=1e-3)
+    assert big["fitted_s"] == pytest.approx(big["measured_s"], rel=1e-9)
+    slope_only = big["fitted_s"] - 4 * (16 << 20) * points[4 * (16 << 20)]
+    slope_only += 4 * (16 << 20) * fit.allgatherv_host_s_per_byte
+    assert big["measured_s"] - slope_only == pytest.approx(0.02, rel=1e-3)
 
 
 def test_without_a_host_op_delta_is_zero_and_allgatherv_rows_are_only_checked():
@@ -182,3 +190,104 @@ def test_a_host_cost_several_times_the_wire_time_is_still_recovered():
     fit, table = fit_link(synthetic(300e-6, 1 / 1e9, 0.0, 5e-9, 4))
     assert fit.allgatherv_host_s_per_byte == pytest.approx(5e-9, rel=1e-6)
     assert {r["size_bytes"] for r in table if r["role"] == "host"} >= {4 << 20, 16 << 20}
+
+
+def _stepped_delta(k: float) -> float:
+    """A host cost per gathered byte that steps up past 64 MiB (a buffer outgrowing a cache)."""
+    return 2e-9 if k <= 64 << 20 else 5e-9
+
+
+def stepped(world: int = 4) -> dict:
+    """Exact p2p, allreduce and allgatherv times with δ = ``_stepped_delta(P·m)``."""
+    rows = []
+    for op in ("p2p", "allreduce", "allgatherv"):
+        for size in (*SIZES, 32 << 20):
+            a, b, g = cost_coefficients(op, size, world)
+            k = host_coefficient(op, size, world)
+            t = a * 300e-6 + b / 25e6 + k * _stepped_delta(k)
+            rows.append({"op": op, "size_bytes": size, "seconds": [t]})
+    return {"world_size": world, "backend": "gloo", "rows": rows}
+
+
+def test_the_fit_keeps_delta_size_by_size_where_one_slope_cannot_price_every_size():
+    fit, table = fit_link(stepped())
+    points = dict(fit.allgatherv_host_s_per_byte_table)
+    host_sizes = sorted(4 * r["size_bytes"] for r in table if r["role"] == "host")
+    assert sorted(points) == host_sizes and len(points) >= 3
+    for k, per_byte in points.items():
+        assert per_byte == pytest.approx(_stepped_delta(k), rel=1e-9)
+    # every fitted row is priced as measured, the host rows by their own points
+    assert max(abs(r["rel_error"]) for r in table) < 1e-9
+    # one slope (with its free intercept) cannot: it misprices the 16 MiB rows by > 10 %
+    k16 = 4 * (16 << 20)  # 64 MiB gathered: 2 ns/B
+    slope_host = fit.allgatherv_host_s_per_byte * k16
+    assert abs(slope_host - 2e-9 * k16) > 0.10 * 2e-9 * k16
+
+
+def test_one_measured_size_gives_no_table():
+    from vgcsim.models.linkfit import host_points
+
+    assert host_points(np.array([4e6, 4e6]), np.array([0.01, 0.012])) == ()
+    # an excess below the ring (noise) counts as no host cost, not a negative one
+    pts = host_points(np.array([4e6, 16e6, 16e6, 16e6]), np.array([-0.01, 0.016, 0.032, -1.0]))
+    assert pts == ((4e6, 0.0), (16e6, 1e-9))
+
+
+def test_the_cluster_file_carries_the_table_and_prices_between_its_points(tmp_path):
+    fit, _ = fit_link(stepped())
+    path = tmp_path / "cal.toml"
+    path.write_text(cluster_toml("cal", fit, "cpu", "synthetic"))
+    assert "allgatherv_host_s_per_byte_table = [[" in path.read_text()
+    cluster = load_cluster(str(path))
+    link = cluster.link
+    # written with repr: every float reads back exactly
+    assert link.allgatherv_host_s_per_byte_table == fit.allgatherv_host_s_per_byte_table
+    # 24 MiB per rank: 96 MiB gathered, between the 64 MiB (2 ns/B) and 128 MiB (5 ns/B)
+    # points: the 64 MiB point's 2 ns/B (a step); 40 MiB per rank, 160 MiB, the last point's
+    for m, delta in ((24 << 20, 2e-9), (40 << 20, 5e-9)):
+        _check_padded(cluster, m, delta)
+
+
+def _check_padded(cluster, m: int, delta: float) -> None:
+    link = cluster.link
+    ring = 3 * (link.latency_s + 8 * link.beta_s_per_byte)
+    ring += 3 * (link.latency_s + m * link.beta_s_per_byte)
+    expected = ring + delta * 4 * m
+    sizes = np.full(4, float(m))
+    predicted = float(collective_time_s("allgatherv/padded", sizes[None, :], cluster)[0])
+    assert predicted == pytest.approx(expected, rel=1e-12)
+    simulated = simulate_collective("allgatherv/padded", sizes, cluster).time_s
+    assert simulated == pytest.approx(expected, rel=1e-9)
+
+
+def test_calibrate_writes_the_points_and_validate_prices_with_them(tmp_path, capsys):
+    """``vgcsim calibrate --from`` prints δ size by size and writes it; ``vgcsim validate``
+    then predicts an allgatherv between two points at the lower point's δ (hand-computed)."""
+    import json
+
+    from vgcsim.traces.calibration import MEASUREMENTS_KIND, MEASUREMENTS_VERSION
+
+    from vgcsim.cli import main
+
+    doc = {"kind": MEASUREMENTS_KIND, "version": MEASUREMENTS_VERSION, "nodes": [0, 1, 2, 3]}
+    doc.update(stepped())
+    meas = tmp_path / "m.json"
+    meas.write_text(json.dumps(doc))
+    out = tmp_path / "c.toml"
+    assert main(["calibrate", "--from", str(meas), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert (
+        "(by gathered size: 1 MiB 2e-09, 4 MiB 2e-09, 16 MiB 2e-09, 64 MiB 2e-09, 128 MiB 5e-09)"
+        in text
+    )
+    # 24 MiB per rank, 96 MiB gathered: the 64 MiB point's 2 ns/B
+    m = 24 << 20
+    link = load_cluster(str(out)).link
+    truth = 6 * link.latency_s + 3 * (m + 8) * link.beta_s_per_byte + 4 * m * 2e-9
+    check = tmp_path / "check.json"
+    check.write_text(
+        json.dumps({**doc, "rows": [{"op": "allgatherv", "size_bytes": m, "seconds": [truth]}]})
+    )
+    assert main(["validate", str(check), "--cluster", str(out), "--tolerance", "0.001"]) == 0
+    shown = capsys.readouterr().out
+    assert "by gathered size at 5 points" in shown and "+0.0%" in shown

@@ -35,7 +35,15 @@ def test_measurements_that_are_not_utf8_are_a_config_error(tmp_path):
 
 def test_size_ranges_are_log_spaced_and_inclusive():
     assert default_sizes_bytes()[0] == 4 and default_sizes_bytes()[-1] == 64 << 20
-    assert len(default_sizes_bytes()) == 13
+    # powers of 4 up to 1 MiB, then of 2: 4 B .. 1 MiB is 10 sizes, 2 MiB .. 64 MiB 6 more
+    assert default_sizes_bytes() == (
+        *(4**k for k in range(1, 11)),
+        *(1 << k for k in range(21, 27)),
+    )
+    assert parse_sizes("256KiB:5MiB") == (
+        (262144, 1048576, 2097152, 4194304, 5242880),
+        (262144, 5242880),
+    )
     sizes, bounds = parse_sizes("1KiB:10KiB")
     assert sizes == (1024, 4096, 10240) and bounds == (1024, 10240)
     assert parse_sizes("4,1KiB") == ((4, 1024), None)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from vgcsim.commands import add_out_option, add_set_option
 from vgcsim.core.errors import ConfigError, VgcsimError
+from vgcsim.core.units import format_bytes
 
 HELP = (
     "measure point-to-point, allreduce, allgather(v) times across ranks and nodes; fit "
@@ -170,6 +171,11 @@ def _link_lines(table: str, name: str, fit, what: str) -> list[str]:
         f"gamma_s_per_byte = {toml_value(float(fit.gamma_s_per_byte))}",
         f"allgatherv_host_s_per_byte = {toml_value(float(fit.allgatherv_host_s_per_byte))}",
     ]
+    host_table = getattr(fit, "allgatherv_host_s_per_byte_table", ())
+    if host_table:
+        # δ size by size ([gathered bytes, s per byte]); it prices the host time where given.
+        points = ", ".join(f"[{int(b)}, {toml_value(float(v))}]" for b, v in host_table)
+        lines.append(f"allgatherv_host_s_per_byte_table = [{points}]")
     if "efficiency" in {f.name for f in dataclasses.fields(LinkSpec)}:
         # The fit measures payload bytes per second: nothing is left to discount.
         lines.append("efficiency = 1.0")
@@ -384,6 +390,14 @@ def _print_fit(label: str, fit) -> None:
     gamma = f", gamma = {fit.gamma_s_per_byte:.3g} s/B" if fit.gamma_op else ""
     if fit.host_op:
         gamma += f", allgatherv host {fit.allgatherv_host_s_per_byte:.3g} s/B"
+        if fit.allgatherv_host_s_per_byte_table:
+            gamma += (
+                " (by gathered size: "
+                + ", ".join(
+                    f"{format_bytes(b)} {v:.3g}" for b, v in fit.allgatherv_host_s_per_byte_table
+                )
+                + ")"
+            )
     print(
         f"{label} ({fit.backend}, {fit.world_size} ranks; alpha, beta from "
         f"{'+'.join(fit.fit_ops)}, {fit.method} fit): alpha = {fit.latency_s * 1e6:.2f} us, "

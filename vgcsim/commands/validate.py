@@ -164,7 +164,10 @@ def _simulated_s(key: str, sizes: Any, cluster: Any) -> float:
         gamma_s_per_byte=cluster.link.gamma_s_per_byte,
     )
     # the padded allgatherv's host copies (δ·P·m_max), as the closed form prices them
-    host = host_time_s(schedule, units, cluster.link.allgatherv_host_s_per_byte)
+    link = cluster.link
+    host = host_time_s(
+        schedule, units, link.allgatherv_host_s_per_byte, link.allgatherv_host_s_per_byte_table
+    )
     return float(fin.max() + host)
 
 
@@ -333,7 +336,12 @@ def _run_measurements(args: argparse.Namespace) -> int:
         f"{args.run}: {len(df)} measurements on {df.attrs['world_size']} ranks "
         f"({df.attrs['backend']}), cluster {cluster.name} (alpha {link.latency_s * 1e6:.1f} us, "
         f"{link.payload_Bps / 1e6:.2f} MB/s, gamma {link.gamma_s_per_byte:.3g} s/B, "
-        f"allgatherv host {link.allgatherv_host_s_per_byte:.3g} s/B)"
+        f"allgatherv host {link.allgatherv_host_s_per_byte:.3g} s/B"
+        + (
+            f", by gathered size at {len(link.allgatherv_host_s_per_byte_table)} points)"
+            if link.allgatherv_host_s_per_byte_table
+            else ")"
+        )
     )
     print(collective_text(df))
     if args.out is not None:

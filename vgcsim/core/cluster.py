@@ -37,6 +37,9 @@ A cluster file (TOML) looks like::
     latency = "10us"             # or latency_s = 1e-5
     gamma_s_per_byte = 0.0
     allgatherv_host_s_per_byte = 0.0   # host copy time per gathered byte (vgcsim calibrate)
+    # optional, written by vgcsim calibrate: [gathered bytes, s per byte] points; where given,
+    # δ at a size is interpolated between them (linear in log bytes) instead of one number
+    allgatherv_host_s_per_byte_table = [[16777216, 1.9e-9], [67108864, 5.1e-9]]
     framing = "tcp-mtu9000"      # or efficiency = 0.99 (payload bytes per wire byte)
     [intra_link]
     preset = "NVLink2"
@@ -179,6 +182,37 @@ def get_framing(name: str) -> Framing:
         raise unknown_name("link framing", name, FRAMINGS) from None
 
 
+def _host_table(owner: str, value: Any) -> tuple[tuple[float, float], ...]:
+    """``value`` as a tuple of ``(gathered bytes, s per byte)`` points, ConfigError unless each
+    is a pair of finite numbers, bytes >= 1 and strictly increasing, s per byte within
+    ``RANGES["allgatherv_host_s_per_byte"]``."""
+    key = "allgatherv_host_s_per_byte_table"
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+        raise ConfigError(
+            f"{owner}: {key} must be a list of [bytes, s_per_byte] pairs, got {value!r:.80}"
+        )
+    points = []
+    for point in value:
+        if (
+            isinstance(point, (str, bytes, Mapping))
+            or not isinstance(point, (list, tuple))
+            or len(point) != 2
+            or not all(_finite(v) for v in point)
+        ):
+            raise ConfigError(
+                f"{owner}: {key}: each point must be [bytes, s_per_byte] (two finite numbers), "
+                f"got {point!r:.80}"
+            )
+        size, per_byte = float(point[0]), float(point[1])
+        if size < 1:
+            raise ConfigError(f"{owner}: {key}: gathered bytes must be >= 1, got {point[0]!r}")
+        _check_range(f"{owner} {key}", "allgatherv_host_s_per_byte", per_byte)
+        if points and size <= points[-1][0]:
+            raise ConfigError(f"{owner}: {key}: bytes must increase from point to point")
+        points.append((size, per_byte))
+    return tuple(points)
+
+
 @dataclass(frozen=True)
 class LinkSpec:
     """A point-to-point link in the Hockney α-β(-γ) model.
@@ -191,6 +225,13 @@ class LinkSpec:
     is δ, the host time an allgatherv implementation spends per byte of the buffer it gathers
     (copying blocks in and out, P·m_max bytes per rank on the padded allgatherv; used by
     ``allgatherv/padded``; fitted by ``vgcsim calibrate``, 0 for the presets).
+    ``allgatherv_host_s_per_byte_table``, where not empty, replaces that one number by a
+    curve: ``(gathered bytes, s per byte)`` points in increasing bytes, δ at B gathered bytes
+    interpolated linearly in log B between them and constant beyond the first and last
+    (:func:`vgcsim.core.collectives.host_s_per_byte_at`). The host copies of a gathered buffer
+    cost more per byte once it no longer fits the CPU's caches, so one slope fitted over
+    1-64 MiB misprices the sizes on one side of that step; ``vgcsim calibrate`` writes the
+    per-size points it measured.
     """
 
     name: str
@@ -200,10 +241,16 @@ class LinkSpec:
     source: str = ""
     efficiency: float = 1.0
     allgatherv_host_s_per_byte: float = 0.0
+    allgatherv_host_s_per_byte_table: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         for key in ("bandwidth_Bps", "latency_s", "gamma_s_per_byte", "allgatherv_host_s_per_byte"):
             _check_range(f"link {self.name!r}", key, getattr(self, key))
+        object.__setattr__(
+            self,
+            "allgatherv_host_s_per_byte_table",
+            _host_table(f"link {self.name!r}", self.allgatherv_host_s_per_byte_table),
+        )
         if not (_finite(self.efficiency) and 0 < self.efficiency <= 1):
             raise ConfigError(
                 f"link {self.name!r}: efficiency (payload bytes per wire byte) must be in "
@@ -790,6 +837,7 @@ _LINK_KEYS = (
     "latency_s",
     "gamma_s_per_byte",
     "allgatherv_host_s_per_byte",
+    "allgatherv_host_s_per_byte_table",
     "efficiency",
     "framing",
     "source",
@@ -838,6 +886,10 @@ def _link_from(where: str, value: Any) -> LinkSpec:
         "allgatherv_host_s_per_byte",
         value.get("allgatherv_host_s_per_byte", base.allgatherv_host_s_per_byte if base else 0.0),
     )
+    host_table = value.get(
+        "allgatherv_host_s_per_byte_table",
+        base.allgatherv_host_s_per_byte_table if base else (),
+    )
     framing = _one_of(where, value, "efficiency", "framing")
     if "framing" in value:
         if not isinstance(framing, str):
@@ -853,6 +905,7 @@ def _link_from(where: str, value: Any) -> LinkSpec:
         or lat is not None
         or "gamma_s_per_byte" in value
         or "allgatherv_host_s_per_byte" in value
+        or "allgatherv_host_s_per_byte_table" in value
         or "efficiency" in value
         or "framing" in value
     )
@@ -867,6 +920,7 @@ def _link_from(where: str, value: Any) -> LinkSpec:
             source=str(value.get("source", base.source if base and not changed else "user")),
             efficiency=eff,
             allgatherv_host_s_per_byte=host,
+            allgatherv_host_s_per_byte_table=host_table,
         )
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
