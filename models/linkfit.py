@@ -32,8 +32,9 @@ so that neither regime's many points can drag the other's parameter:
    (Levenberg–Marquardt on log-parameters, started from the exact non-negative
    relative-error least squares).
 
-By default α and β come from ``p2p`` alone (the link, without a collective algorithm's
-behaviour) and γ from ``allreduce``'s rows where β's term alone is at least half the measured
+By default β comes from ``p2p`` alone (the link, without a collective algorithm's
+behaviour), α from ``allreduce``'s small messages (:data:`LATENCY_OP`; ``p2p``'s own α where
+allreduce was not measured) and γ from ``allreduce``'s rows where β's term alone is at least half the measured
 time, with α and β fixed, as the slope of what those rows pay beyond α and β's terms
 (least squares on the seconds with a free intercept, like β: what allreduce pays per byte
 beyond moving it, the reduction). δ comes the same way from ``allgatherv``'s rows where α's
@@ -41,6 +42,12 @@ terms explain at most a tenth of the measured time (:data:`HOST_LATENCY_SHARE`),
 fixed: the slope of their excess over the ring's α-β terms against P·m, least squares on
 the seconds with a free intercept (what vgcsim's allgatherv pays per gathered byte beyond
 the ring: its host copies and whatever the backend's all_gather loses per byte).
+α comes from the collective and not from p2p because a collective's step pays more than a
+ping-pong's one-way latency (gloo's ring synchronises neighbours at every step): on 4 ranks
+joined by 200 Mbit/s and 1 Gbit/s links in network namespaces, a small allreduce took
+6-7 ms for its 6 ring steps, about 1 ms a step, where half a p2p round trip took 0.34 ms,
+and the larger allreduces paid those milliseconds too (the 8 MB one at 1 Gbit/s came out
+5.9 % below the measurement with p2p's α and 1.9 % below with the collective's).
 The other collectives are predicted, not fitted: their
 rows in the error table check the ring formulas on this link. ``p2p_intra`` is fitted the same
 way into the intra-node link. The fit's *typical error* is exp(rms log(t̂/t)) − 1 over the rows
@@ -56,7 +63,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from vgcsim.traces.calibration import OPS, measured_seconds
+from vgcsim.traces.calibration import OPS, measured_seconds, skewed_sizes
 
 from vgcsim.core.collectives import SIZE_HEADER_BYTES, host_s_per_byte_at
 from vgcsim.core.errors import ConfigError, VgcsimError
@@ -74,6 +81,8 @@ DEFAULT_MAX_ERROR = 0.25
 HOST_LATENCY_SHARE = 0.1
 #: The op whose rows give δ (``allgatherv_host_s_per_byte``) by default.
 HOST_OP = "allgatherv"
+#: The op whose small messages give the link's α by default (:func:`fit_link`).
+LATENCY_OP = "allreduce"
 
 
 def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, float, float]:
@@ -93,9 +102,22 @@ def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, fl
 
 def host_coefficient(op: str, size_bytes: float, world: int) -> float:
     """Coefficient ``k_δ`` of δ (``allgatherv_host_s_per_byte``) in one measurement's cost: the
-    bytes of the gathered buffer, ``P·m``, for vgcsim's allgatherv of ``m`` bytes per rank
-    (``allgatherv_skewed``: blocks padded to the largest, ``m``); 0 for the other ops
-    (:func:`vgcsim.models.collectives.allgatherv_host_time_s`)."""
+    real bytes of the P gathered blocks, ``Σ m``: ``P·m`` for vgcsim's allgatherv of ``m``
+    bytes per rank, the sum of :func:`~vgcsim.traces.calibration.skewed_sizes` for
+    ``allgatherv_skewed`` (whose blocks are padded to the largest, ``m``, on the wire but
+    copied at their own lengths); 0 for the other ops
+    (:func:`vgcsim.models.collectives.allgatherv_host_time_s`). δ itself is looked up at the
+    gathered buffer's ``P·m`` bytes (:func:`gathered_bytes`)."""
+    if op not in OPS:
+        raise ConfigError(f"unknown op {op!r}; valid: {', '.join(OPS)}")
+    if op == "allgatherv_skewed":
+        return float(sum(skewed_sizes(int(size_bytes), world)))
+    return float(world) * float(size_bytes) if op.startswith("allgatherv") else 0.0
+
+
+def gathered_bytes(op: str, size_bytes: float, world: int) -> float:
+    """Bytes of the buffer an allgatherv of ``op`` gathers into, ``P·m`` (``m`` = the largest
+    block), where δ is looked up; 0 for the other ops."""
     if op not in OPS:
         raise ConfigError(f"unknown op {op!r}; valid: {', '.join(OPS)}")
     return float(world) * float(size_bytes) if op.startswith("allgatherv") else 0.0
@@ -127,6 +149,10 @@ class LinkFit:
     #: δ measured size by size: ``(P·m, excess per gathered byte)`` of each size of
     #: ``host_op``'s rows that gave δ (:func:`host_points`); empty when fewer than two sizes.
     allgatherv_host_s_per_byte_table: tuple[tuple[float, float], ...] = ()
+    #: The op whose small messages gave α (``latency_s``), "" when α is the fit ops' own;
+    #: ``fit_ops_latency_s`` is the fit ops' α either way (their rows are priced with it).
+    latency_op: str = ""
+    fit_ops_latency_s: float = 0.0
 
     @property
     def typical_error(self) -> float:
@@ -290,6 +316,7 @@ def fit_link(
     ops: Sequence[str] | None = None,
     gamma_op: str | None = "allreduce",
     host_op: str | None = HOST_OP,
+    latency_op: str | None = LATENCY_OP,
 ) -> tuple[LinkFit, list[dict]]:
     """Fit α, β, γ to a measurement file's rows; returns the fit and the per-size error table.
 
@@ -300,8 +327,13 @@ def fit_link(
     (``allgatherv_host_s_per_byte``) from its rows where α's terms explain at most
     :data:`HOST_LATENCY_SHARE` of the measured time, with α and β fixed: the slope of their
     excess over α, β and γ's terms against :func:`host_coefficient` (P·m), least squares on
-    the seconds with a free intercept. ``p2p_intra`` rows are left out (see
-    :func:`fit_intra_link`). Each table row: op, size_bytes, measured_s (``statistic`` over
+    the seconds with a free intercept. ``latency_op`` (default ``allreduce``), when
+    measured and not among ``ops``, gives the link's α (``latency_s``) from its rows in the
+    latency regime (β and γ's terms at most :data:`LATENCY_SHARE` of the time): the median
+    of their time beyond β and γ's terms over α's coefficient, the latency of one step of a
+    collective as the collectives pay it; the fit ops' rows keep their own α
+    (``fit_ops_latency_s``) in the table and the typical error; δ's excess is taken over
+    the link's α. ``p2p_intra`` rows are left out (see :func:`fit_intra_link`). Each table row: op, size_bytes, measured_s (``statistic`` over
     repetitions), fitted_s, rel_error and role (latency, bandwidth, between, joint: how the
     row entered the fit; gamma; host; check: predicted only).
     """
@@ -340,7 +372,20 @@ def fit_link(
             g_idx = np.flatnonzero(g)[g_band]
             roles[g_idx] = "gamma"
             g_op = gamma_op
+    # α of the fit ops (their own rows are priced with it); the link's α may come from a
+    # collective's small messages instead.
+    fit_alpha, l_op = float(x[0]), ""
+    if latency_op and latency_op in measured and latency_op not in fit_ops and x[1] > 0:
+        c = np.array([r["op"] == latency_op for r in rows])
+        rest = t - a[:, 1] * x[1] - a[:, 2] * x[2]
+        # its latency regime: β and γ's terms at most LATENCY_SHARE of the measured time
+        c_lat = c & (a[:, 0] > 0) & (t - rest <= LATENCY_SHARE * t)
+        if c_lat.any():
+            x[0] = max(0.0, float(np.median(rest[c_lat] / a[c_lat, 0])))
+            roles[c_lat] = "latency"
+            l_op = latency_op
     k_host = np.array([host_coefficient(r["op"], r["size_bytes"], world) for r in rows])
+    k_gathered = np.array([gathered_bytes(r["op"], r["size_bytes"], world) for r in rows])
     delta, h_op, h_table = 0.0, "", ()
     if host_op and host_op in measured and host_op not in fit_ops and x[1] > 0:
         h = np.array([r["op"] == host_op for r in rows])
@@ -352,7 +397,10 @@ def fit_link(
             h_table = host_points(k_host[h_band], rest)
             roles[h_band] = "host"
             h_op = host_op
-    fitted = a @ x + k_host * host_s_per_byte_at(k_host, delta, h_table)
+    # the fit ops' rows with their own α, every other row with the link's
+    alphas = np.where(used, fit_alpha, x[0])
+    fitted = a[:, 0] * alphas + a[:, 1:] @ x[1:]
+    fitted = fitted + k_host * host_s_per_byte_at(k_gathered, delta, h_table)
     rel = (fitted - t) / t
     with np.errstate(divide="ignore"):
         log_ratio = np.log(fitted / t)
@@ -371,6 +419,8 @@ def fit_link(
         allgatherv_host_s_per_byte=float(delta),
         host_op=h_op,
         allgatherv_host_s_per_byte_table=h_table,
+        latency_op=l_op,
+        fit_ops_latency_s=fit_alpha,
     )
     return fit, _table(rows, t, fitted, rel, roles)
 

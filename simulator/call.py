@@ -84,7 +84,11 @@ def simulate_collective(
     # the padded allgatherv's host copies after the transfers (0 unless the link has them)
     link = cluster.link
     finish = finish + host_time_s(
-        schedule, units, link.allgatherv_host_s_per_byte, link.allgatherv_host_s_per_byte_table
+        schedule,
+        units,
+        link.allgatherv_host_s_per_byte,
+        link.allgatherv_host_s_per_byte_table,
+        copied_bytes=float(np.sum(sizes)) if schedule.pad else None,
     )
     time_s = float(finish.max())
     used = monitor.bytes > 0

@@ -112,10 +112,14 @@ def unit_sizes(schedule: Schedule, sizes_bytes: np.ndarray | float) -> np.ndarra
     return sizes
 
 
-def host_time_s(schedule: Schedule, units: np.ndarray, host_s_per_byte: float, table=()):
+def host_time_s(
+    schedule: Schedule, units: np.ndarray, host_s_per_byte: float, table=(), copied_bytes=None
+):
     """Host time of the allgatherv implementation after a call of ``schedule`` with unit sizes
-    ``units`` (``[..., n_units]``, see :func:`unit_sizes`): ``δ·P·m_max`` on every rank for
-    the padded schedules (``allgatherv/padded`` and its data-only twin), 0 for the others.
+    ``units`` (``[..., n_units]``, see :func:`unit_sizes`): ``δ·Σ m`` on every rank for
+    the padded schedules (``allgatherv/padded`` and its data-only twin), 0 for the others;
+    ``copied_bytes`` = Σ m, the real bytes of the P blocks (``[...]``; None: every block as
+    large as the padded one, P·m_max), which the padded units no longer tell.
 
     Formula and assumptions: ``vgcsim.core.collectives.padded_host_time_s`` (the same rule
     as the cost model's ``allgatherv/padded``); δ = a link's ``allgatherv_host_s_per_byte``,
@@ -126,7 +130,9 @@ def host_time_s(schedule: Schedule, units: np.ndarray, host_s_per_byte: float, t
     u = np.asarray(units, dtype=float)
     if not schedule.pad or (host_s_per_byte == 0 and not table):
         return np.zeros(u.shape[:-1]) if u.ndim > 1 else 0.0
-    return padded_host_time_s(schedule.world_size, u[..., 0], host_s_per_byte, table)
+    return padded_host_time_s(
+        schedule.world_size, u[..., 0], host_s_per_byte, table, copied_bytes=copied_bytes
+    )
 
 
 def _arr(values) -> np.ndarray:

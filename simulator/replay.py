@@ -500,6 +500,7 @@ class _Block:
     ready: list[np.ndarray]  # [B] of [S, P] ready times
     units: list[np.ndarray]  # [B] of [S, units]
     data_index: list[int]  # which phases are the data collectives (one per group)
+    copied: list[np.ndarray]  # [K] of [S]: the real bytes of each data collective's P blocks
     local: np.ndarray  # [S, P]
     dec: np.ndarray  # [S, P]
     variance: np.ndarray  # [S, P]
@@ -537,6 +538,7 @@ def _block(
             np.broadcast_to(unit_sizes(schedule, group_bytes[k]), (n, schedule.n_units))
             for k in range(k_groups)
         ]
+        copied = [np.full(n, p * float(group_bytes[k])) for k in range(k_groups)]
     else:
         variance = inputs.variance_s[steps]
         local = variance + inputs.codec_s[steps]
@@ -547,6 +549,7 @@ def _block(
             np.stack([unit_sizes(schedule, comp[i, :, k]) for i in range(n)])
             for k in range(k_groups)
         ]
+        copied = [comp[:, :, k].sum(axis=1) for k in range(k_groups)]
     side = local[:, None, :] * buckets.frac[None, :, None]  # [S, K, P]
     ready = grad_ready + np.cumsum(side, axis=1)
     schedules, names, readies, all_units, data_index = [], [], [], [], []
@@ -570,6 +573,7 @@ def _block(
         readies,
         all_units,
         data_index,
+        copied,
         local,
         dec,
         variance,
@@ -703,8 +707,12 @@ def simulate_trace(
             for (method, enc), label in zip(variants, labels, strict=True):
                 block = _block(ws, buckets, steps, method, enc, label)
                 finish, paths = runners[label].run_steps(block)
-                for b in block.data_index:  # the padded allgatherv's host copies, if priced
-                    finish[:, b] += host_time_s(block.schedules[b], block.units[b], *host)[:, None]
+                # the padded allgatherv's host copies, if priced
+                for b, copied in zip(block.data_index, block.copied, strict=True):
+                    extra = host_time_s(
+                        block.schedules[b], block.units[b], *host, copied_bytes=copied
+                    )
+                    finish[:, b] += extra[:, None]
                 per_step[label].extend(_block_records(ws, buckets, block, finish, paths))
             if draw:
                 for t in range(steps.start, steps.stop):

@@ -149,11 +149,20 @@ def test_gamma_is_the_per_byte_slope_not_a_per_message_overhead():
         t = a * alpha + b * beta + g * gamma + overhead
         rows.append({"op": "allreduce", "size_bytes": size, "seconds": [t] * 3})
     fit, table = fit_link({"world_size": world, "backend": "gloo", "rows": rows})
-    assert fit.latency_s == pytest.approx(alpha, rel=1e-9)
+    assert fit.fit_ops_latency_s == pytest.approx(alpha, rel=1e-9)
     assert fit.bandwidth_Bps == pytest.approx(25e6, rel=1e-9)
     assert fit.gamma_s_per_byte == pytest.approx(gamma, rel=1e-6)
+    # The link's alpha is a collective step's, from the small allreduces (4 B, 1 KiB):
+    # alpha + 5 ms / 6 steps = 933.3 us, so the overhead is priced at every size
+    assert fit.latency_op == "allreduce"
+    assert fit.latency_s == pytest.approx(alpha + overhead / 6, rel=1e-6)
     big = next(r for r in table if r["op"] == "allreduce" and r["size_bytes"] == 64 << 20)
-    assert big["role"] == "gamma" and abs(big["rel_error"]) < 2e-3
+    assert big["role"] == "gamma" and abs(big["rel_error"]) < 1e-6
+    small = next(r for r in table if r["op"] == "allreduce" and r["size_bytes"] == 1024)
+    assert small["role"] == "latency" and abs(small["rel_error"]) < 1e-6
+    # with alpha from p2p alone the overhead is left out: half the 64 KiB allreduce's time
+    p2p_alpha, _ = fit_link({"world_size": world, "backend": "gloo", "rows": rows}, latency_op=None)
+    assert p2p_alpha.latency_s == pytest.approx(alpha, rel=1e-9)
 
 
 def test_gamma_from_one_bandwidth_bound_size_is_its_excess_per_byte():

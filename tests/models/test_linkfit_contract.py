@@ -170,7 +170,7 @@ def test_gamma_op_none_leaves_gamma_at_zero_and_allreduce_rows_as_checks():
             }
         )
     m = {"world_size": 4, "rows": rows}
-    no_gamma, table = fit_link(m, gamma_op=None)
+    no_gamma, table = fit_link(m, gamma_op=None, latency_op=None)
     assert no_gamma.gamma_s_per_byte == 0.0 and no_gamma.gamma_op == ""
     assert {r["role"] for r in table if r["op"] == "allreduce"} == {"check"}
     with_gamma, table = fit_link(m)
@@ -180,7 +180,10 @@ def test_gamma_op_none_leaves_gamma_at_zero_and_allreduce_rows_as_checks():
     assert with_gamma.rms_rel_error < 1e-9
     # γ comes from the rows where β's term is at least half the time: 1.5n·β ≥ 0.5·t
     roles = {r["size_bytes"]: r["role"] for r in table if r["op"] == "allreduce"}
-    assert roles[4] == "check" and roles[1 << 20] == "gamma"
+    assert roles[1 << 20] == "gamma"
+    # the smallest, latency-bound, give the link's α (equal to p2p's here: no overhead)
+    assert roles[4] == "latency" and with_gamma.latency_op == "allreduce"
+    assert with_gamma.latency_s == pytest.approx(ALPHA, rel=1e-6)
 
 
 def test_typical_error_is_exp_of_the_rms_log_error_minus_one():

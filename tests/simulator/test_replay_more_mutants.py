@@ -198,6 +198,7 @@ def _one_phase_block(ph: Phase, steps: int = 2) -> _Block:
         ready=[ph.ready_s[None, :] + shift],
         units=[np.repeat(ph.units[None, :], steps, axis=0)],
         data_index=[0],
+        copied=[np.full(steps, float(ph.units[:p].sum()))],
         local=zeros,
         dec=zeros,
         variance=zeros,
@@ -295,10 +296,11 @@ def test_replay_in_one_step_blocks_equals_the_replay_at_once(tmp_path, monkeypat
         assert collective and all(n.startswith(f"{tl.method} ") for n in collective)
 
 
-def test_padded_allgatherv_host_copies_add_delta_p_m_max_to_the_step(tmp_path):
-    """Priced host copies of the padded allgatherv (δ per gathered byte) add δ·P·m_max to
-    each step of the compressed variant (the closed form of ``host_time_s``; m_max is the
-    row's ``payload_bytes_max``), with one bucket group, so the collective ends the step."""
+def test_padded_allgatherv_host_copies_add_delta_times_the_payload_bytes_to_the_step(tmp_path):
+    """Priced host copies of the padded allgatherv (δ per copied byte) add δ·Σ m to each step
+    of the compressed variant (the closed form of ``host_time_s``; Σ m = P times the row's
+    ``payload_bytes_mean``, the real bytes, not the padded P·m_max), with one bucket group,
+    so the collective ends the step."""
     cfg_t = SynthConfig(layers="vgg_like", workers=2, steps=2, density=0.01, seed=1)
     trace = read_trace(synth_trace(cfg_t, tmp_path / "t"))
     cfg = SimulateConfig(per_step=True, overlap="none", compressed_collective="allgatherv/padded")
@@ -311,12 +313,13 @@ def test_padded_allgatherv_host_copies_add_delta_p_m_max_to_the_step(tmp_path):
     def steps(cl):
         df = simulate_trace(trace, cl, [4], cfg)[0]
         df = df[(df.method == "compressed") & (df.step >= 0)].sort_values("step")
-        return df.step_s.to_numpy(), df.payload_bytes_max.to_numpy()
+        return df.step_s.to_numpy(), df.payload_bytes_mean.to_numpy(), df.payload_bytes_max
 
-    base, m_max = steps(plain)
-    more, m_max2 = steps(priced)
-    np.testing.assert_array_equal(m_max2, m_max)
-    np.testing.assert_allclose(more - base, delta * 4 * m_max, rtol=1e-6)
+    base, mean, m_max = steps(plain)
+    more, mean2, _ = steps(priced)
+    np.testing.assert_array_equal(mean2, mean)
+    assert np.all(mean < m_max)  # uneven payloads: the padded bytes would price more
+    np.testing.assert_allclose(more - base, delta * 4 * mean, rtol=1e-6)
 
 
 def test_one_rank_has_no_exposed_communication(tmp_path):

@@ -157,8 +157,12 @@ def _link_lines(table: str, name: str, fit, what: str) -> list[str]:
     from vgcsim.core.cluster import LinkSpec
 
     source = (
-        f"vgcsim calibrate: {what}, {fit.backend}, {fit.world_size} ranks, alpha and beta "
-        f"from {'+'.join(fit.fit_ops)}"
+        f"vgcsim calibrate: {what}, {fit.backend}, {fit.world_size} ranks, "
+        + (
+            f"alpha from {fit.latency_op}'s small messages, beta from {'+'.join(fit.fit_ops)}"
+            if getattr(fit, "latency_op", "")
+            else f"alpha and beta from {'+'.join(fit.fit_ops)}"
+        )
         + (f", gamma from {fit.gamma_op}" if fit.gamma_op else "")
         + (f", allgatherv host cost from {fit.host_op}" if fit.host_op else "")
         + f" ({fit.method} fit), typical error {fit.typical_error:.1%}"
@@ -339,6 +343,7 @@ def run(args: argparse.Namespace) -> int:
         ops=sorted(fit_ops - {"p2p_intra"}) or None,
         gamma_op=None if fit_ops else "allreduce",
         host_op=None if fit_ops else "allgatherv",
+        latency_op=None if fit_ops else "allreduce",
     )
     if fit.bandwidth_Bps == float("inf"):
         raise CalibrationError(
@@ -398,9 +403,17 @@ def _print_fit(label: str, fit) -> None:
                 )
                 + ")"
             )
+    ops = "+".join(fit.fit_ops)
+    if getattr(fit, "latency_op", ""):
+        source = f"alpha from {fit.latency_op}'s small messages, beta from {ops}"
+        alpha = (
+            f"alpha = {fit.latency_s * 1e6:.2f} us a collective step "
+            f"({ops} alone: {fit.fit_ops_latency_s * 1e6:.2f} us)"
+        )
+    else:
+        source, alpha = f"alpha, beta from {ops}", f"alpha = {fit.latency_s * 1e6:.2f} us"
     print(
-        f"{label} ({fit.backend}, {fit.world_size} ranks; alpha, beta from "
-        f"{'+'.join(fit.fit_ops)}, {fit.method} fit): alpha = {fit.latency_s * 1e6:.2f} us, "
+        f"{label} ({fit.backend}, {fit.world_size} ranks; {source}, {fit.method} fit): {alpha}, "
         f"beta = 1/({fit.bandwidth_Bps / 1e6:.2f} MB/s){gamma}; typical error "
         f"{fit.typical_error:.1%}, rms relative error {fit.rms_rel_error:.1%}"
     )

@@ -163,10 +163,14 @@ def _simulated_s(key: str, sizes: Any, cluster: Any) -> float:
         build_topology(cluster, p),
         gamma_s_per_byte=cluster.link.gamma_s_per_byte,
     )
-    # the padded allgatherv's host copies (δ·P·m_max), as the closed form prices them
+    # the padded allgatherv's host copies (δ·Σ m), as the closed form prices them
     link = cluster.link
     host = host_time_s(
-        schedule, units, link.allgatherv_host_s_per_byte, link.allgatherv_host_s_per_byte_table
+        schedule,
+        units,
+        link.allgatherv_host_s_per_byte,
+        link.allgatherv_host_s_per_byte_table,
+        copied_bytes=float(np.sum(sizes)) if schedule.pad else None,
     )
     return float(fin.max() + host)
 
