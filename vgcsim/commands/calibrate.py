@@ -100,12 +100,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fit-ops",
         default=None,
-        help="operations that fix alpha and beta (default: p2p, with gamma from allreduce)",
+        help="operations that fix alpha and beta (default: beta from p2p; alpha from the small "
+        "allreduces, gamma from the large ones, the allgatherv host cost from allgatherv)",
     )
     parser.add_argument(
         "--sizes",
         default=None,
-        help="MIN:MAX (log-spaced x4) or a list 4,1KiB,1MiB (default 4:64MiB); "
+        help="MIN:MAX (log-spaced: x4, then x2 from 1 MiB) or a list 4,1KiB,1MiB (default 4:64MiB); "
         "with --from: the measured sizes to fit",
     )
     parser.add_argument("--repeats", type=int, default=10, help="timed repetitions per size")
