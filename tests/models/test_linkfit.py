@@ -176,3 +176,55 @@ def test_gamma_from_one_bandwidth_bound_size_is_its_excess_per_byte():
     rows.append({"op": "allreduce", "size_bytes": n, "seconds": [a * alpha + b * beta + g * gamma]})
     fit, _ = fit_link({"world_size": world, "backend": "gloo", "rows": rows})
     assert fit.gamma_s_per_byte == pytest.approx(gamma, rel=1e-6)
+
+
+def _overhead_rows(gamma: float, overhead: float = 5e-3) -> dict:
+    """p2p at α = 100 µs, β = 1/(25 MB/s); allreduce on 4 ranks with γ and a per-call overhead
+    (6α + 1.5nβ + 0.75nγ + overhead), exact times."""
+    alpha, beta, world = 100e-6, 1 / 25e6, 4
+    rows = []
+    for size in (4, 1024, 65536, 1 << 20, 16 << 20, 64 << 20):
+        rows.append({"op": "p2p", "size_bytes": size, "seconds": [alpha + size * beta]})
+        a, b, g = cost_coefficients("allreduce", size, world)
+        rows.append(
+            {
+                "op": "allreduce",
+                "size_bytes": size,
+                "seconds": [a * alpha + b * beta + g * gamma + overhead],
+            }
+        )
+    return {"world_size": world, "backend": "gloo", "rows": rows}
+
+
+def test_p2p_rows_keep_their_own_alpha_when_the_link_takes_the_collective_step():
+    # the link's α is 100 µs + 5 ms / 6 (hand), yet the p2p rows, which fix β and the
+    # typical error, are priced with p2p's own 100 µs: exact, so no error at all
+    fit, table = fit_link(_overhead_rows(1e-9))
+    assert fit.latency_s == pytest.approx(100e-6 + 5e-3 / 6, rel=1e-6)
+    assert fit.fit_ops_latency_s == pytest.approx(100e-6, rel=1e-9)
+    assert fit.rms_rel_error < 1e-9 and fit.typical_error < 1e-9
+    for r in table:
+        if r["op"] == "p2p":
+            assert abs(r["rel_error"]) < 1e-9, r
+
+
+def test_without_a_latency_op_the_link_keeps_the_fit_ops_alpha():
+    fit, _ = fit_link(_overhead_rows(1e-9), latency_op=None)
+    assert fit.latency_op == "" and fit.latency_s == pytest.approx(100e-6, rel=1e-9)
+    # allreduce among the ops that fix alpha and beta: it is fitted, not a latency source
+    fit, table = fit_link(_overhead_rows(1e-9), ops=("p2p", "allreduce"))
+    assert fit.latency_op == ""
+    assert fit.latency_s == pytest.approx(fit.fit_ops_latency_s, rel=1e-12)
+    # and when allreduce was not measured at all
+    m = _overhead_rows(1e-9)
+    m["rows"] = [r for r in m["rows"] if r["op"] == "p2p"]
+    fit, _ = fit_link(m)
+    assert fit.latency_op == "" and fit.latency_s == pytest.approx(100e-6, rel=1e-9)
+
+
+def test_the_collective_step_latency_does_not_need_a_reduction_cost():
+    # γ = 0: the allreduce's small messages still give the link's α
+    fit, _ = fit_link(_overhead_rows(0.0))
+    assert fit.gamma_s_per_byte == pytest.approx(0.0, abs=1e-15)
+    assert fit.latency_op == "allreduce"
+    assert fit.latency_s == pytest.approx(100e-6 + 5e-3 / 6, rel=1e-6)
