@@ -33,9 +33,9 @@ so that neither regime's many points can drag the other's parameter:
    relative-error least squares).
 
 By default β comes from ``p2p`` alone (the link, without a collective algorithm's
-behaviour), α from ``allreduce``'s small messages (:data:`LATENCY_OP`; ``p2p``'s own α where
-allreduce was not measured) and γ from ``allreduce``'s rows where β's term alone is at least half the measured
-time, with α and β fixed, as the slope of what those rows pay beyond α and β's terms
+behaviour), α from ``allreduce``'s small messages (:data:`LATENCY_OP`; ``p2p``'s own α
+where allreduce was not measured) and γ from ``allreduce``'s rows where β's term alone is
+at least half the measured time, with α and β fixed, as the slope of what those rows pay beyond α and β's terms
 (least squares on the seconds with a free intercept, like β: what allreduce pays per byte
 beyond moving it, the reduction). δ comes the same way from ``allgatherv``'s rows where α's
 terms explain at most a tenth of the measured time (:data:`HOST_LATENCY_SHARE`), with α, β
@@ -298,7 +298,7 @@ def host_points(k: np.ndarray, rest: np.ndarray) -> tuple[tuple[float, float], .
     last-level cache costs less per byte than copying one that does not, so the excess of
     vgcsim's allgatherv over its ring grows faster than its bytes across that size (on a
     2-core host with a 32 MiB cache, 1.9 ns/B at 16 MiB gathered and 4.7 ns/B at 64 MiB).
-    These points let the cost model interpolate between measured sizes
+    These points let the cost model price each size at the measured point at or below it
     (:func:`vgcsim.core.collectives.host_s_per_byte_at`) instead of pricing every size at
     one slope."""
     sizes = np.unique(k)
@@ -333,9 +333,10 @@ def fit_link(
     of their time beyond β and γ's terms over α's coefficient, the latency of one step of a
     collective as the collectives pay it; the fit ops' rows keep their own α
     (``fit_ops_latency_s``) in the table and the typical error; δ's excess is taken over
-    the link's α. ``p2p_intra`` rows are left out (see :func:`fit_intra_link`). Each table row: op, size_bytes, measured_s (``statistic`` over
-    repetitions), fitted_s, rel_error and role (latency, bandwidth, between, joint: how the
-    row entered the fit; gamma; host; check: predicted only).
+    the link's α. ``p2p_intra`` rows are left out (see :func:`fit_intra_link`). Each table
+    row: op, size_bytes, measured_s (``statistic`` over repetitions), fitted_s, rel_error
+    and role (latency, bandwidth, between, joint: how the row entered the fit; gamma; host;
+    check: predicted only).
     """
     world = int(measurements["world_size"])
     rows = [r for r in measurements["rows"] if r["op"] != "p2p_intra"]
