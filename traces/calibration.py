@@ -70,10 +70,9 @@ def sizes_between(
 
     The finer steps are where the per-byte costs change with size: the host copies of an
     allgatherv cost more per byte once its gathered buffer outgrows the CPU's last-level
-    cache, and the cluster file's ``allgatherv_host_s_per_byte_table`` interpolates between
-    the measured sizes (with steps of 4, a 200 Mbit/s calibration on 4 ranks put the host
-    time of an 8 MB-per-rank allgatherv, between its 4 and 16 MiB points, at 0.10 s where
-    it measured 0.06 s)."""
+    cache, and the cluster file's ``allgatherv_host_s_per_byte_table`` prices each size at
+    the measured point at or below it: with steps of 2 the size where that cost steps up is
+    known within a factor of 2 instead of 4."""
     if lo_bytes < 1 or hi_bytes < lo_bytes:
         raise ConfigError(f"size range {lo_bytes}:{hi_bytes} must have 1 <= MIN <= MAX")
     out, n = [], lo_bytes

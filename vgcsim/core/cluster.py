@@ -38,7 +38,7 @@ A cluster file (TOML) looks like::
     gamma_s_per_byte = 0.0
     allgatherv_host_s_per_byte = 0.0   # host copy time per gathered byte (vgcsim calibrate)
     # optional, written by vgcsim calibrate: [gathered bytes, s per byte] points; where given,
-    # δ at a size is interpolated between them (linear in log bytes) instead of one number
+    # δ at a size is the value of the point at or below it (a step function), not one number
     allgatherv_host_s_per_byte_table = [[16777216, 1.9e-9], [67108864, 5.1e-9]]
     framing = "tcp-mtu9000"      # or efficiency = 0.99 (payload bytes per wire byte)
     [intra_link]
@@ -227,8 +227,8 @@ class LinkSpec:
     ``allgatherv/padded``; fitted by ``vgcsim calibrate``, 0 for the presets).
     ``allgatherv_host_s_per_byte_table``, where not empty, replaces that one number by a
     curve: ``(gathered bytes, s per byte)`` points in increasing bytes, δ at B gathered bytes
-    interpolated linearly in log B between them and constant beyond the first and last
-    (:func:`vgcsim.core.collectives.host_s_per_byte_at`). The host copies of a gathered buffer
+    the value of the largest point at or below B (the first point's below it; a step
+    function, :func:`vgcsim.core.collectives.host_s_per_byte_at`). The host copies of a gathered buffer
     cost more per byte once it no longer fits the CPU's caches, so one slope fitted over
     1-64 MiB misprices the sizes on one side of that step; ``vgcsim calibrate`` writes the
     per-size points it measured.
