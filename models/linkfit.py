@@ -45,9 +45,10 @@ the ring: its host copies and whatever the backend's all_gather loses per byte).
 α comes from the collective and not from p2p because a collective's step pays more than a
 ping-pong's one-way latency (gloo's ring synchronises neighbours at every step): on 4 ranks
 joined by 200 Mbit/s and 1 Gbit/s links in network namespaces, a small allreduce took
-6-7 ms for its 6 ring steps, about 1 ms a step, where half a p2p round trip took 0.34 ms,
-and the larger allreduces paid those milliseconds too (the 8 MB one at 1 Gbit/s came out
-5.9 % below the measurement with p2p's α and 1.9 % below with the collective's).
+6-7 ms for its 6 ring steps, about 1 ms a step, where half a p2p round trip took
+0.2-0.34 ms, and the larger allreduces paid those milliseconds too (the 8 MB one at
+1 Gbit/s came out 5.9 % below the measurement with p2p's α and 2.2 % below with the
+collective's, fitted on the same measurements).
 The other collectives are predicted, not fitted: their
 rows in the error table check the ring formulas on this link. ``p2p_intra`` is fitted the same
 way into the intra-node link. The fit's *typical error* is exp(rms log(t̂/t)) − 1 over the rows
