@@ -114,3 +114,30 @@ def test_a_preset_based_link_inherits_no_table_and_a_bad_one_names_the_file(tmp_
     path.write_text('name = "c"\n[link]\npreset = "10GbE"\nallgatherv_host_s_per_byte_table = 3\n')
     with pytest.raises(ConfigError, match="allgatherv_host_s_per_byte_table must be a list"):
         load_cluster(str(path))
+
+
+def test_a_plain_all_gather_pays_half_the_host_cost_of_the_allgatherv():
+    from vgcsim.core.collectives import plain_allgather_host_time_s
+
+    # P = 4, m = 2.5e7: 1e8 gathered, δ(1e8) = 3 ns/B: the allgatherv's 0.3 s, halved
+    assert plain_allgather_host_time_s(4, 2.5e7, 0.0, TABLE) == pytest.approx(0.15, rel=1e-12)
+    assert plain_allgather_host_time_s(2, 1e6, 4e-9) == pytest.approx(4e-3, rel=1e-12)
+    assert plain_allgather_host_time_s(1, 1e6, 4e-9) == 0.0
+
+
+def test_validate_prices_a_gloo_all_gather_with_one_host_copy():
+    from vgcsim.commands.validate import collective_frame
+    from vgcsim.core.cluster import ClusterSpec
+
+    base = load_cluster("10GbE")
+    link = LinkSpec("l", 1e8, 1e-4, allgatherv_host_s_per_byte=2e-9)
+    cluster = ClusterSpec(**{**base.__dict__, "link": link, "name": "l"})
+    m = 4_000_000
+    rows = [{"op": "allgather", "size_bytes": m, "seconds": [1.0]}]
+    df = collective_frame({"world_size": 4, "backend": "gloo", "rows": rows}, cluster)
+    # ring: 3 (α + m β) = 3 (1e-4 + 0.04) = 0.1203; host: ½ · 2e-9 · 4 · 4e6 = 0.016
+    assert df["predicted_s"].iloc[0] == pytest.approx(0.1203 + 0.016, rel=1e-9)
+    assert df["simulated_s"].iloc[0] == pytest.approx(0.1203 + 0.016, rel=1e-9)
+    # not on NCCL, where the binding has no host-side gathered buffer to copy
+    df = collective_frame({"world_size": 4, "backend": "nccl", "rows": rows}, cluster)
+    assert df["predicted_s"].iloc[0] == pytest.approx(0.1203, rel=1e-9)

@@ -183,7 +183,10 @@ def collective_frame(
 
     Columns: op, collective (registry key; ``p2p`` for point-to-point, predicted as α + n·β
     of the link it crossed and not simulated), size_bytes, measured_s, predicted_s,
-    simulated_s, predicted_rel_error, simulated_rel_error. ``allgatherv_skewed`` rows are
+    simulated_s, predicted_rel_error, simulated_rel_error. ``allgather`` rows on gloo (torch's
+    all_gather of equal blocks) add the host copy of its gathered buffer
+    (:func:`vgcsim.core.collectives.plain_allgather_host_time_s`) to the ring allgatherv's
+    time. ``allgatherv_skewed`` rows are
     priced with the per-rank blocks the sweep sent
     (:func:`~vgcsim.traces.calibration.skewed_sizes`), the others with ``size_bytes`` on
     every rank.
@@ -191,6 +194,7 @@ def collective_frame(
     import numpy as np
     import pandas as pd
 
+    from vgcsim.core.collectives import plain_allgather_host_time_s
     from vgcsim.models.collectives import collective_time_s
     from vgcsim.models.pointtopoint import p2p_time_s
     from vgcsim.reports.validation import SOURCES
@@ -214,6 +218,16 @@ def collective_frame(
                 sizes = np.asarray(skewed_sizes(n, p), dtype=float)
             pred = float(collective_time_s(key, sizes[None, :], cluster)[0])
             sim = _simulated_s(key, sizes, cluster) if simulate else np.nan
+            if op == "allgather" and backend == "gloo":
+                # torch's all_gather copies the gathered buffer once on the host
+                link = cluster.link
+                extra = plain_allgather_host_time_s(
+                    p,
+                    float(n),
+                    link.allgatherv_host_s_per_byte,
+                    link.allgatherv_host_s_per_byte_table,
+                )
+                pred, sim = pred + float(extra), sim + float(extra)
         rows.append(
             {
                 "op": op,

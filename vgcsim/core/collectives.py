@@ -78,3 +78,25 @@ def padded_host_time_s(
     if not table:
         return host_s_per_byte * copied
     return host_s_per_byte_at(gathered, host_s_per_byte, table) * copied
+
+
+#: Share of vgcsim's allgatherv host cost that a plain torch all_gather of equal blocks pays on
+#: gloo (:func:`plain_allgather_host_time_s`).
+PLAIN_ALLGATHER_HOST_SHARE = 0.5
+
+
+def plain_allgather_host_time_s(world_size: int, block_bytes, host_s_per_byte: float, table=()):
+    """Host time of a plain ``torch.distributed.all_gather`` of equal ``block_bytes`` blocks on
+    gloo: ``½·δ(P·m)·P·m`` (0 for P = 1), δ as in :func:`padded_host_time_s`.
+
+    Assumption: the host work is copies of the gathered buffer. torch's gloo binding gathers
+    into a flat buffer of its own and copies it into the outputs, one copy of the P blocks;
+    vgcsim's allgatherv (what δ is fitted on) makes that copy and a second one, out into
+    per-rank segments; so a plain all_gather pays half of δ per gathered byte. Measured: in
+    the two namespace runs of ``docs/distributed.md`` with this rule (200 Mbit/s and
+    1 Gbit/s, 4 ranks, 8 and 40 MB per rank) the plain all_gather's excess over its ring
+    cost was 0.52-0.64 of the allgatherv's. Calibration, not the cost models, prices it: a trace's collectives are
+    vgcsim's own."""
+    return PLAIN_ALLGATHER_HOST_SHARE * padded_host_time_s(
+        world_size, block_bytes, host_s_per_byte, table
+    )
