@@ -161,7 +161,7 @@ def _link_lines(table: str, name: str, fit, what: str) -> list[str]:
         f"vgcsim calibrate: {what}, {fit.backend}, {fit.world_size} ranks, "
         + (
             f"alpha from {fit.latency_op}'s small messages, beta from {'+'.join(fit.fit_ops)}"
-            if getattr(fit, "latency_op", "")
+            if fit.latency_op
             else f"alpha and beta from {'+'.join(fit.fit_ops)}"
         )
         + (f", gamma from {fit.gamma_op}" if fit.gamma_op else "")
@@ -176,7 +176,7 @@ def _link_lines(table: str, name: str, fit, what: str) -> list[str]:
         f"gamma_s_per_byte = {toml_value(float(fit.gamma_s_per_byte))}",
         f"allgatherv_host_s_per_byte = {toml_value(float(fit.allgatherv_host_s_per_byte))}",
     ]
-    host_table = getattr(fit, "allgatherv_host_s_per_byte_table", ())
+    host_table = fit.allgatherv_host_s_per_byte_table
     if host_table:
         # δ size by size ([gathered bytes, s per byte]); it prices the host time where given.
         points = ", ".join(f"[{int(b)}, {toml_value(float(v))}]" for b, v in host_table)
@@ -405,7 +405,7 @@ def _print_fit(label: str, fit) -> None:
                 + ")"
             )
     ops = "+".join(fit.fit_ops)
-    if getattr(fit, "latency_op", ""):
+    if fit.latency_op:
         source = f"alpha from {fit.latency_op}'s small messages, beta from {ops}"
         alpha = (
             f"alpha = {fit.latency_s * 1e6:.2f} us a collective step "
