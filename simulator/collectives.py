@@ -135,10 +135,6 @@ def host_time_s(
     )
 
 
-def _arr(values) -> np.ndarray:
-    return np.asarray(values, dtype=np.int64)
-
-
 def _round(flows: list[tuple[int, int, int, int]], reduce: bool = False) -> Round:
     """flows: (src, dst, lo, count)."""
     a = np.asarray(flows, dtype=np.int64).reshape(-1, 4)

@@ -230,10 +230,12 @@ class _Runner:
     rounds: RoundCache | None = None  # the round-level path's tables, built on first use
 
     def run_steps(self, block: _Block) -> tuple[np.ndarray, list[str]]:
-        """Every step of ``block`` as :meth:`run` would run them one by one (same memo, same
-        counts, the same bits): finish times [S, B, P] and each step's path. Steps not in the
-        memo go to the fast path together (:func:`run_fast_steps`) where it is exact without
-        a run-time check, else one by one."""
+        """Every step of ``block``: finish times [S, B, P] and each step's path. A step is keyed
+        by its schedules, units and ready times relative to its earliest ready time; a key met
+        before (in this block or an earlier one) is a memo hit, its finish times shifted to the
+        step's start. Steps not in the memo go to the fast path together
+        (:func:`run_fast_steps`) where it is exact without a run-time check, else one by one
+        through :meth:`_run`, with the same bits either way."""
         n = block.n_steps
         base = np.min([r.min(axis=1) for r in block.ready], axis=0)  # [S]
         rel = [r - base[:, None] for r in block.ready]
@@ -297,21 +299,6 @@ class _Runner:
         if key not in self.verdicts:
             self.verdicts[key] = contention_free(schedules, self.topology, cache=self.cache)
         return self.verdicts[key]
-
-    def run(self, phases: list[Phase]) -> _Outcome:
-        base = min(float(ph.ready_s.min()) for ph in phases)
-        key = tuple(
-            (ph.schedule.key, ph.units.tobytes(), (ph.ready_s - base).tobytes()) for ph in phases
-        )
-        hit = self.memo.get(key)
-        if hit is not None:
-            self.counts["memo"] += 1
-            return _Outcome(hit.finish + base, hit.path)
-        rel = [Phase(ph.ready_s - base, ph.schedule, ph.units, ph.label) for ph in phases]
-        out = self._run(rel)
-        self.memo[key] = out
-        self.counts[out.path] += 1
-        return _Outcome(out.finish + base, out.path)
 
     def _run(self, phases: list[Phase]) -> _Outcome:
         cfg = self.cfg

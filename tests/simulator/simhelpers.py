@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+from vgcsim.simulator.replay import _Block, _Outcome
+
 from vgcsim.core.cluster import DEVICE_PRESETS, ClusterSpec, LinkSpec
 
 BW = 1.25e9  # 10 Gb/s in bytes/s
@@ -48,3 +51,25 @@ def send_recv_times(env, comm, nbytes: float, send_at: float, recv_at: float) ->
     env.process(receiver())
     env.run()
     return out
+
+
+def run_phases(runner, phases):
+    """One step of ``phases`` through ``runner.run_steps`` (the replay's route): a block of one
+    step holding just those phases. Returns its outcome: ``.finish`` [B, P] and ``.path``."""
+    zeros = np.zeros((1, runner.topology.world_size))
+    block = _Block(
+        label="test",
+        start=0,
+        schedules=[ph.schedule for ph in phases],
+        names=[ph.label for ph in phases],
+        ready=[np.asarray(ph.ready_s, dtype=float)[None] for ph in phases],
+        units=[np.asarray(ph.units)[None] for ph in phases],
+        data_index=[],
+        copied=[],
+        local=zeros,
+        dec=zeros,
+        variance=zeros,
+        payload=zeros,
+    )
+    finish, paths = runner.run_steps(block)
+    return _Outcome(finish[0], paths[0])

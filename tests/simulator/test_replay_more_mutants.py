@@ -27,6 +27,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import vgcsim.simulator.replay as replay_module  # noqa: E402
 from simhelpers import cluster as _cluster  # noqa: E402
+from simhelpers import run_phases  # noqa: E402
 from vgcsim.simulator.collectives import get_schedule, unit_sizes  # noqa: E402
 from vgcsim.simulator.engine import (  # noqa: E402
     Phase,
@@ -77,7 +78,7 @@ def test_eager_overlap_auto_gives_the_message_level_times_not_the_unchecked_recu
     unchecked = run_fast([ph], topo, semantics="eager", check_overlap=False)
     assert not np.allclose(unchecked, ref, rtol=1e-9, atol=0)  # the case has teeth
     runner = _runner(topo, semantics="eager")
-    out = runner.run([ph])
+    out = run_phases(runner, [ph])
     assert out.path != "collective"
     np.testing.assert_allclose(out.finish, ref, rtol=1e-12, atol=0)
     assert runner.counts["collective"] == 0 and runner.counts[out.path] == 1
@@ -88,7 +89,7 @@ def test_eager_overlap_forced_collective_path_refuses_with_the_documented_messag
     message (what is wrong and what to use instead)."""
     topo, ph = _bruck_overlap()
     with pytest.raises(ConfigError) as err:
-        _runner(topo, semantics="eager", path="collective").run([ph])
+        run_phases(_runner(topo, semantics="eager", path="collective"), [ph])
     assert str(err.value) == (
         "the collective-level fast path is not exact here: messages into one rank overlap "
         "under eager semantics; use path=auto or message"
@@ -100,7 +101,7 @@ def test_rendezvous_dst_stays_on_the_collective_path_and_equals_the_message_leve
     ``auto`` takes it and equals :func:`run_message`."""
     topo, ph = _bruck_overlap()
     runner = _runner(topo, semantics="rendezvous")
-    out = runner.run([ph])
+    out = run_phases(runner, [ph])
     assert out.path == "collective"
     np.testing.assert_allclose(out.finish, run_message([ph], topo), rtol=1e-12, atol=0)
 
@@ -116,7 +117,7 @@ def test_fifo_mode_reaches_the_message_level_as_fifo():
     fair = run_message([ph], topo, mode="fair")
     assert not np.allclose(fifo, fair, rtol=1e-9, atol=0)
     for path in ("auto", "message"):
-        out = _runner(topo, mode="fifo", path=path).run([ph])
+        out = run_phases(_runner(topo, mode="fifo", path=path), [ph])
         assert out.path == "message"
         np.testing.assert_allclose(out.finish, fifo, rtol=1e-12, atol=0)
 
@@ -137,12 +138,12 @@ def test_round_refusals_are_counted_one_each_and_fall_back_to_the_message_level(
     ``round_refused`` counts 2 (one per refusal)."""
     topo, ph = _ring_refused(0)
     runner = _runner(topo)
-    out = runner.run([ph])
+    out = run_phases(runner, [ph])
     assert out.path == "message"
     np.testing.assert_allclose(out.finish, run_message([ph], topo), rtol=1e-12, atol=0)
     assert runner.counts["round_refused"] == 1
     later = Phase(ph.ready_s[::-1].copy(), ph.schedule, ph.units, "ar")
-    out2 = runner.run([later])
+    out2 = run_phases(runner, [later])
     assert out2.path == "message"
     np.testing.assert_allclose(out2.finish, run_message([later], topo), rtol=1e-12, atol=0)
     assert runner.counts["round_refused"] == 2 and runner.counts["message"] == 2
@@ -153,13 +154,13 @@ def test_forced_round_path_refuses_with_the_documented_messages():
     mode raises the 'models fair sharing' message naming the mode."""
     topo, ph = _ring_refused(0)
     with pytest.raises(ConfigError) as err:
-        _runner(topo, path="round").run([ph])
+        run_phases(_runner(topo, path="round"), [ph])
     assert str(err.value) == (
         "the round-level path is not exact here: a rank ran ahead into a channel "
         "that an earlier round's flow still uses; use path=auto or message"
     )
     with pytest.raises(ConfigError) as err:
-        _runner(topo, path="round", mode="fifo").run([ph])
+        run_phases(_runner(topo, path="round", mode="fifo"), [ph])
     assert str(err.value) == (
         "the round-level path models fair sharing, not mode='fifo'; use path=auto or message"
     )
@@ -178,7 +179,7 @@ def test_eager_src_verdict_stays_on_the_collective_path_without_the_overlap_chec
     assert contention_free([s], topo) == "src"
     assert run_fast([ph], topo, semantics="eager", check_overlap=True) is None
     runner = _runner(topo, semantics="eager")
-    out = runner.run([ph])
+    out = run_phases(runner, [ph])
     assert out.path == "collective"
     np.testing.assert_allclose(
         out.finish, run_message([ph], topo, semantics="eager"), rtol=1e-12, atol=0
@@ -226,7 +227,7 @@ def test_run_steps_eager_batch_uses_eager_semantics_and_counts_like_run():
     """Ring allreduce on a 4-rank star (verdict "src": batched without a check), eager,
     staggered ready times: each step equals :func:`run_message` with eager semantics (which
     differs from rendezvous here); and two calls of ``run_steps`` on a block whose steps
-    repeat count paths and memo hits exactly as calling :meth:`_Runner.run` step by step."""
+    repeat count paths and memo hits exactly as running the steps one block of one at a time."""
     p = 4
     topo = build_topology(_cluster(), p)
     s = get_schedule("allreduce/ring", p)
@@ -242,7 +243,7 @@ def test_run_steps_eager_batch_uses_eager_semantics_and_counts_like_run():
         fin, paths = batched.run_steps(block)
         for st in range(block.n_steps):
             step = Phase(block.ready[0][st], ph.schedule, ph.units, "ar")
-            out = one_by_one.run([step])
+            out = run_phases(one_by_one, [step])
             assert paths[st] == out.path == "collective"
             np.testing.assert_allclose(fin[st], out.finish, rtol=1e-12, atol=0)
             np.testing.assert_allclose(fin[st], eager + st / 4, rtol=1e-12, atol=0)

@@ -11,10 +11,10 @@
   is side work), and its step time against the result row the block path computed for the
   same step (fp32 dense: no cast back, so the row's ``step_s - optimizer_s`` is the last
   collective's finish).
-* :meth:`_Runner.run` (the one-call entry point; the replay itself runs blocks through
-  :meth:`_Runner.run_steps`) against :meth:`_Runner.run_steps` on the same phases, and its memo:
-  a second call with every ready time shifted by a dyadic amount returns the first finish times
-  shifted by that amount, counted as a memo hit.
+* :meth:`_Runner.run_steps` (how the replay runs a block of steps) against :meth:`_Runner._run`
+  on each step's phases one by one, and its memo: a step whose ready times are another's
+  shifted by a dyadic amount gets that step's finish times shifted by that amount, counted as a
+  memo hit; a step with other units is run afresh.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from simhelpers import cluster as _cluster  # noqa: E402
+from simhelpers import run_phases  # noqa: E402
 from vgcsim.simulator.collectives import unit_sizes  # noqa: E402
 from vgcsim.simulator.engine import Phase, RunCache  # noqa: E402
 from vgcsim.simulator.replay import (  # noqa: E402
@@ -192,49 +193,56 @@ def test_timeline_step_time_equals_the_result_row(trace, timelined):
 
 
 @pytest.mark.parametrize("path", ["message", "auto", "round"])
-def test_runner_run_equals_run_steps_and_memo_shifts(trace, path):
-    """``_Runner.run`` on one step's phases gives the finish times ``run_steps`` gives for
-    the same step (the block route the replay takes), on the same path; a second call with
-    every ready time shifted by 1/8 s is a memo hit whose finish is shifted by exactly 1/8."""
+def test_run_steps_equals_one_by_one_runs_and_memo_shifts(trace, path):
+    """``run_steps`` on a block of four steps (a step, the same step with every ready time
+    shifted by 1/8 s and by 1/4 s, and the step with twice the bytes) gives, for the first and
+    the last, the finish times ``_run`` gives for their phases one by one (relative to their
+    earliest ready time, then shifted back); the two shifted steps are memo hits whose finish
+    times are the first's shifted by exactly 1/8 and 1/4 s; the doubled step runs afresh."""
     cfg, cl, buckets, ws = _setup(trace, 4, overlap="bucketed", bucket_bytes=4e6, path=path)
     cache = RunCache(ws.topology)
     for method, enc in (("dense", "fp32"), ("compressed", trace.primary_encoding)):
         label = _label(method, enc)
-        block = _block(ws, buckets, slice(0, 1), method, enc, label)
+        one = _block(ws, buckets, slice(0, 1), method, enc, label)
         # ready times on a 2**-20 s grid, so shifting them by 1/8 s is exact
-        block = dataclasses.replace(block, ready=[np.round(r * 2**20) / 2**20 for r in block.ready])
-        ref = _Runner(ws.topology, cfg, cl.link.gamma_s_per_byte, cache)
-        fin_ref, paths = ref.run_steps(block)
-        phases = [
-            Phase(r[0], sched, u[0], f"{label} {name}")
-            for sched, u, r, name in zip(
-                block.schedules, block.units, block.ready, block.names, strict=True
-            )
-        ]
-        runner = _Runner(ws.topology, cfg, cl.link.gamma_s_per_byte, cache)
-        out = runner.run(phases)
-        assert out.path == paths[0]
-        np.testing.assert_allclose(out.finish, fin_ref[0], rtol=1e-12, atol=1e-15)
-        assert runner.counts[out.path] == 1 and runner.counts["memo"] == 0
-        shifted = [Phase(ph.ready_s + 0.125, ph.schedule, ph.units, ph.label) for ph in phases]
-        again = runner.run(shifted)
-        assert runner.counts["memo"] == 1 and runner.counts[out.path] == 1
-        assert again.path == out.path
-        np.testing.assert_allclose(again.finish, out.finish + 0.125, rtol=0, atol=1e-12)
-        third = runner.run([Phase(ph.ready_s + 0.25, ph.schedule, ph.units) for ph in phases])
-        assert runner.counts["memo"] == 2 and third.path == out.path
-        np.testing.assert_allclose(third.finish, out.finish + 0.25, rtol=0, atol=1e-12)
-        # a step with twice the bytes is not in the memo: a second fresh run, equal to the
-        # block route's finish for the same doubled step
-        double = dataclasses.replace(block, units=[u * 2 for u in block.units])
-        fin2, paths2 = _Runner(ws.topology, cfg, cl.link.gamma_s_per_byte, cache).run_steps(double)
-        big = runner.run([Phase(ph.ready_s, ph.schedule, ph.units * 2) for ph in phases])
-        assert big.path == paths2[0]
-        np.testing.assert_allclose(big.finish, fin2[0], rtol=1e-12, atol=1e-15)
-        assert runner.counts["memo"] == 2 and sum(runner.counts[k] for k in PATHS3) == 2
-        assert runner.counts[out.path] + runner.counts[big.path] == (
-            4 if out.path == big.path else 2
+        ready = [np.round(r * 2**20) / 2**20 for r in one.ready]
+        shifts = np.array([0.0, 0.125, 0.25, 0.0])
+        block = dataclasses.replace(
+            one,
+            ready=[np.concatenate([r + s for s in shifts]) for r in ready],
+            units=[np.concatenate([u, u, u, 2 * u]) for u in one.units],
+            copied=[np.concatenate([c, c, c, 2 * c]) for c in one.copied],
+            local=np.repeat(one.local, 4, axis=0),
+            dec=np.repeat(one.dec, 4, axis=0),
+            variance=np.repeat(one.variance, 4, axis=0),
+            payload=np.repeat(one.payload, 4, axis=0),
         )
+        runner = _Runner(ws.topology, cfg, cl.link.gamma_s_per_byte, cache)
+        finish, paths = runner.run_steps(block)
+        assert finish.shape == (4, len(one.schedules), ws.topology.world_size)
+        for i, factor in ((0, 1), (3, 2)):
+            base = min(float(r[0].min()) for r in ready)
+            phases = [
+                Phase(r[0] - base, sched, factor * u[0], f"{label} {name}")
+                for sched, u, r, name in zip(
+                    one.schedules, one.units, ready, one.names, strict=True
+                )
+            ]
+            ref = _Runner(ws.topology, cfg, cl.link.gamma_s_per_byte, cache)._run(phases)
+            assert paths[i] == ref.path
+            np.testing.assert_allclose(finish[i], ref.finish + base, rtol=1e-12, atol=1e-15)
+        for i in (1, 2):
+            assert paths[i] == paths[0]
+            np.testing.assert_allclose(finish[i], finish[0] + shifts[i], rtol=0, atol=1e-12)
+        assert runner.counts["memo"] == 2
+        assert sum(runner.counts[k] for k in PATHS3) == 2
+        assert runner.counts[paths[0]] + runner.counts[paths[3]] == (
+            4 if paths[0] == paths[3] else 2
+        )
+        # a later block with the first step again is all memo
+        fin_again, _ = runner.run_steps(dataclasses.replace(one, ready=ready))
+        assert runner.counts["memo"] == 3
+        np.testing.assert_array_equal(fin_again[0], finish[0])
 
 
 PATHS3 = ("message", "collective", "round")
@@ -243,7 +251,7 @@ PATHS3 = ("message", "collective", "round")
 @pytest.mark.parametrize("semantics", ["rendezvous", "eager"])
 def test_runner_paths_agree_where_all_are_exact(trace, semantics):
     """On a star (no two flows share a channel) the collective-level, round-level and
-    message-level paths are all exact, so ``_Runner.run`` forced onto each gives the same
+    message-level paths are all exact, so ``run_steps`` forced onto each gives the same
     finish times (with a per-byte reduction cost and either semantics: a path that ran with the
     defaults instead would differ); ``auto`` picks the collective level there."""
     cfg, cl, buckets, ws = _setup(trace, 4, overlap="bucketed", bucket_bytes=4e6)
@@ -255,12 +263,12 @@ def test_runner_paths_agree_where_all_are_exact(trace, semantics):
         outs = {}
         for path in ("collective", "round", "message", "auto"):
             c = dataclasses.replace(cfg, path=path, semantics=semantics)
-            outs[path] = _Runner(ws.topology, c, gamma, cache).run(plan.phases)
+            outs[path] = run_phases(_Runner(ws.topology, c, gamma, cache), plan.phases)
         assert outs["auto"].path == "collective"
         assert outs["round"].path == "round" and outs["message"].path == "message"
         if method == "dense":  # the reduction's per-byte cost moves the allreduce's finish
             plain = dataclasses.replace(cfg, semantics=semantics)
-            no_gamma = _Runner(ws.topology, plain, 0.0, cache).run(plan.phases)
+            no_gamma = run_phases(_Runner(ws.topology, plain, 0.0, cache), plan.phases)
             assert not np.allclose(no_gamma.finish, outs["message"].finish, rtol=1e-6)
         for path in ("round", "message", "auto"):
             np.testing.assert_allclose(
@@ -279,4 +287,4 @@ def test_forced_collective_path_on_shared_links_names_every_collective(trace):
     forced = dataclasses.replace(cfg, path="collective")
     runner = _Runner(ws.topology, forced, 0.0, RunCache(ws.topology))
     with pytest.raises(ConfigError, match=r"not exact for allgatherv/bruck, allgatherv/ring on"):
-        runner.run(plan.phases)
+        run_phases(runner, plan.phases)

@@ -154,16 +154,21 @@ def toml_value(value: object) -> str:
     return json.dumps(str(value))
 
 
+def _fit_source(fit) -> str:
+    """Where the fit's alpha and beta come from, as the printed summary and the cluster file
+    both say it."""
+    ops = "+".join(fit.fit_ops)
+    if fit.latency_op:
+        return f"alpha from {fit.latency_op}'s small messages, beta from {ops}"
+    return f"alpha and beta from {ops}"
+
+
 def _link_lines(table: str, name: str, fit, what: str) -> list[str]:
     from vgcsim.core.cluster import LinkSpec
 
     source = (
         f"vgcsim calibrate: {what}, {fit.backend}, {fit.world_size} ranks, "
-        + (
-            f"alpha from {fit.latency_op}'s small messages, beta from {'+'.join(fit.fit_ops)}"
-            if fit.latency_op
-            else f"alpha and beta from {'+'.join(fit.fit_ops)}"
-        )
+        + _fit_source(fit)
         + (f", gamma from {fit.gamma_op}" if fit.gamma_op else "")
         + (f", allgatherv host cost from {fit.host_op}" if fit.host_op else "")
         + f" ({fit.method} fit), typical error {fit.typical_error:.1%}"
@@ -405,14 +410,14 @@ def _print_fit(label: str, fit) -> None:
                 + ")"
             )
     ops = "+".join(fit.fit_ops)
+    source = _fit_source(fit)
     if fit.latency_op:
-        source = f"alpha from {fit.latency_op}'s small messages, beta from {ops}"
         alpha = (
             f"alpha = {fit.latency_s * 1e6:.2f} us a collective step "
             f"({ops} alone: {fit.fit_ops_latency_s * 1e6:.2f} us)"
         )
     else:
-        source, alpha = f"alpha, beta from {ops}", f"alpha = {fit.latency_s * 1e6:.2f} us"
+        alpha = f"alpha = {fit.latency_s * 1e6:.2f} us"
     print(
         f"{label} ({fit.backend}, {fit.world_size} ranks; {source}, {fit.method} fit): {alpha}, "
         f"beta = 1/({fit.bandwidth_Bps / 1e6:.2f} MB/s){gamma}; typical error "
