@@ -116,3 +116,51 @@ def test_resume_with_refresh_copies_the_changed_source_in_newer_than_its_mutants
     assert len(runs) == 1
     with pytest.raises(SystemExit, match="reports/gone.py no longer in the tree"):
         tool._refresh_sources("tables", ["reports/gone.py"], copy, dirs)
+
+
+def test_saved_results_keep_exit_codes_and_hashes_only_and_seed_a_new_copy(tmp_path, monkeypatch):
+    """--save writes each .meta file's results and function hashes (not its timings) to the
+    results folder, replacing what was there; a new copy is seeded with exactly those, at
+    the same paths under mutants/, and the count is of mutants with a result."""
+    copy = tmp_path / "copy"
+    meta = copy / "mutants" / "vgcsim" / "reports" / "tables.py.meta"
+    meta.parent.mkdir(parents=True)
+    data = {
+        "exit_code_by_key": {"m.x_f__mutmut_1": 1, "m.x_f__mutmut_2": 0, "m.x_f__mutmut_3": None},
+        "hash_by_function_name": {"x_f": "abc"},
+        "durations_by_key": {"m.x_f__mutmut_1": 1.5},
+        "estimated_durations_by_key": {},
+    }
+    meta.write_text(json.dumps(data))
+    (copy / "setup.cfg").write_text("[mutmut]\nsource_paths =\n    vgcsim/reports/tables.py\n")
+    results = tmp_path / "results"
+    stale = results / "vgcsim" / "gone.py.meta"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
+    assert tool.save_results("tables", copy, results) == 2
+    saved = results / "vgcsim" / "reports" / "tables.py.meta"
+    assert json.loads(saved.read_text()) == {
+        "exit_code_by_key": data["exit_code_by_key"],
+        "hash_by_function_name": {"x_f": "abc"},
+    }
+    assert not stale.exists()
+    new = tmp_path / "new"
+    (new / "mutants").mkdir(parents=True)
+    shutil.copyfile(copy / "setup.cfg", new / "setup.cfg")
+    assert tool.seed_results("tables", new, results) == 2
+    seeded = new / "mutants" / "vgcsim" / "reports" / "tables.py.meta"
+    # what mutmut's own reader takes: every key, the timings empty
+    from mutmut.mutation.data import SourceFileMutationData
+
+    monkeypatch.chdir(new)
+    read = SourceFileMutationData(path="vgcsim/reports/tables.py")
+    read.load()
+    assert read.exit_code_by_key == data["exit_code_by_key"]
+    assert read.hash_by_function_name == {"x_f": "abc"} and read.durations_by_key == {}
+    assert tool.seed_results("tables", new, tmp_path / "none") == 0
+    # other settings (here another test selection): the saved results are not used
+    seeded.unlink()
+    (new / "setup.cfg").write_text("[mutmut]\nsource_paths =\n    vgcsim/traces/\n")
+    assert tool.seed_results("tables", new, results) == 0 and not seeded.exists()
+    with pytest.raises(SystemExit, match="nothing to save"):
+        tool.save_results("tables", tmp_path / "empty", results)

@@ -15,6 +15,9 @@ Usage (from the repository root)::
     python tools/mutation.py simulator --resume --refresh
                                              # the same after the mutated code changed:
                                              # only the changed functions run again
+    python tools/mutation.py compression --save
+                                             # keep the copy's results in the repository
+                                             # (tools/mutation-results/), also mid-run
 
 ``make mutation`` and ``make mutation AREA=models`` call this. Each area runs in its own copy
 of the working tree (tracked and untracked, not ignored, files) under ``out/mutation/AREA/``
@@ -33,6 +36,13 @@ that test subprocesses (``python -m vgcsim ...``) import the mutated copy too. B
 starts, a child interpreter checks that every ``vgcsim`` subpackage imports from the copy. The score counts killed and timed-out mutants over all mutants less the argued
 equivalents listed in the same file; surviving mutants that are not listed are printed with
 their diff, and the exit status is 1 when an area scores below the target.
+
+An area takes hours on 2 cores, longer than a working session, and ``out/`` is not kept:
+``--save`` writes each mutant's result and each mutated function's source hash (mutmut's
+``.meta`` files, less their timings) to ``tools/mutation-results/AREA/``, where they are
+committed. A run that starts a new copy seeds it with them: mutmut keeps the result of every
+mutant whose function's source hash is unchanged and runs the others, so a run stopped in one
+session goes on in the next (``--fresh`` ignores them and runs every mutant again).
 """
 
 from __future__ import annotations
@@ -56,6 +66,10 @@ except ModuleNotFoundError:  # Python 3.10
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "tools" / "mutation.toml"
 OUT = ROOT / "out" / "mutation"
+#: results kept in the repository, one folder per area (``--save``; a new copy is seeded from it)
+RESULTS = ROOT / "tools" / "mutation-results"
+#: the keys of a mutmut ``.meta`` file that are kept: results and function source hashes
+KEPT_META_KEYS = ("exit_code_by_key", "hash_by_function_name")
 PYPROJECT = ROOT / "pyproject.toml"
 #: what mutmut's own run leaves at the top of a copy, never copied into ``mutants/`` again
 NOT_COPIED = ("mutants", "mutmut.log", "report.json", "setup.cfg")
@@ -210,17 +224,81 @@ def run_area(
     resume: bool = False,
     retry: bool = False,
     refresh: bool = False,
+    fresh: bool = False,
+    save: bool = False,
 ):
     copy = OUT / name
-    if resume:
+    if resume and (copy / "mutants").is_dir():
         _resume(name, area, copy, nice, jobs, only, retry, refresh)
-    elif rerun:
-        _mutate(name, area, settings, copy, nice, jobs, only)
+    elif resume or rerun:
+        if resume:
+            print(f"[{name}] no copy in {_shown(copy)}: starting one from the saved results")
+        _mutate(name, area, settings, copy, nice, jobs, only, seed=not fresh)
     elif not (copy / "mutants").is_dir():
         raise SystemExit(
             f"[{name}] no earlier run in {copy.relative_to(ROOT)}: run without --report"
         )
+    if save:
+        kept = save_results(name, copy)
+        print(f"[{name}] saved {kept} results to {_shown(RESULTS / name)}")
     return _classify(name, copy, equivalents, only)
+
+
+def _slim_meta(data: dict) -> dict:
+    return {k: data.get(k, {}) for k in KEPT_META_KEYS}
+
+
+def save_results(name: str, copy: Path, results: Path | None = None) -> int:
+    """Write the copy's mutmut results (``mutants/**/*.meta``, results and source hashes only)
+    to ``results/`` (default ``tools/mutation-results/NAME``), replacing what was there; the
+    number of mutants with a result."""
+    dest = results if results is not None else RESULTS / name
+    metas = sorted((copy / "mutants").rglob("*.meta"))
+    if not metas:
+        raise SystemExit(f"[{name}] nothing to save: no results in {_shown(copy)}")
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    # the settings the results were obtained with (mutmut reruns everything when they change)
+    shutil.copyfile(copy / "setup.cfg", dest / "setup.cfg")
+    kept = 0
+    for meta in metas:
+        data = _slim_meta(_read_meta(meta))
+        kept += sum(code is not None for code in data["exit_code_by_key"].values())
+        target = dest / meta.relative_to(copy / "mutants")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return kept
+
+
+def seed_results(name: str, copy: Path, results: Path | None = None) -> int:
+    """Put the saved results of ``results/`` (default ``tools/mutation-results/NAME``) into a
+    new copy's ``mutants/`` before mutmut starts; the number of mutants with a result. mutmut
+    keeps a mutant's result only while its function's source hash is the one saved. Nothing is
+    seeded when the area's ``setup.cfg`` (its paths, tests and pytest options) differs from the
+    one the results were saved with."""
+    src = results if results is not None else RESULTS / name
+    if not (src / "setup.cfg").is_file():
+        return 0
+    if (src / "setup.cfg").read_text() != (copy / "setup.cfg").read_text():
+        # mutmut itself reruns every mutant when the area's settings or test selection change
+        print(f"[{name}] the area's settings changed since its results were saved: not used")
+        return 0
+    kept = 0
+    for meta in sorted(src.rglob("*.meta")):
+        data = _slim_meta(json.loads(meta.read_text()))
+        kept += sum(code is not None for code in data["exit_code_by_key"].values())
+        target = copy / "mutants" / meta.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # the layout mutmut's SourceFileMutationData.load expects (it requires every key)
+        full = {
+            **data,
+            "type_check_error_by_key": {},
+            "durations_by_key": {},
+            "estimated_durations_by_key": {},
+        }
+        target.write_text(json.dumps(full))
+    return kept
 
 
 def _run_env(tree: Path) -> dict[str, str]:
@@ -261,6 +339,7 @@ def _mutate(
     nice: int,
     jobs: int,
     only: list[str] | None = None,
+    seed: bool = True,
 ) -> None:
     dirs = package_dirs()
     _copy_tree(copy, dirs)
@@ -275,6 +354,13 @@ def _mutate(
     # nothing, and mutmut's own entry for it would then be skipped, falling back to the
     # editable install (the working tree, unmutated).
     (copy / "mutants").mkdir()
+    if seed:
+        kept = seed_results(name, copy)
+        if kept:
+            print(
+                f"[{name}] {kept} results from {_shown(RESULTS / name)}: kept where the "
+                "function's source is unchanged (--fresh runs every mutant again)"
+            )
     _run_mutmut(name, area, copy, nice, jobs, only, "w")
 
 
@@ -472,9 +558,10 @@ def _classify(
         result.counts[status] = result.counts.get(status, 0) + 1
     eq_keys = {(e["module"], e["original"].strip(), e["mutant"].strip()) for e in equivalents}
     undetected = sorted(m for m, status in statuses.items() if status not in DETECTED)
-    diffs = _diffs(copy, undetected, env)
+    # a mutant not run yet has no diff worth reading (and thousands cost minutes)
+    diffs = _diffs(copy, [m for m in undetected if statuses[m] != "not checked"], env)
     for mutant in undetected:
-        status, diff = statuses[mutant], diffs[mutant]
+        status, diff = statuses[mutant], diffs.get(mutant, "")
         minus, plus = _diff_lines(diff)
         if status == "survived" and (_module_of(mutant), minus, plus) in eq_keys:
             result.equivalent.append(mutant)
@@ -533,7 +620,21 @@ def main(argv: list[str] | None = None) -> int:
         help="with --resume: also run again the mutants that survived or had no test (after "
         "new tests were written)",
     )
+    ap.add_argument(
+        "--save",
+        action="store_true",
+        help="write each area's results to tools/mutation-results/AREA/ (with --report: the "
+        "results so far, also while a run goes on); a new copy is seeded from them",
+    )
+    ap.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start the copy without the saved results: run every mutant again",
+    )
     args = ap.parse_args(argv)
+    if args.fresh and (args.resume or args.report):
+        print("error: --fresh starts a new copy: not with --resume or --report", file=sys.stderr)
+        return 2
     if (args.retry or args.refresh) and not args.resume:
         print("error: --retry and --refresh go with --resume", file=sys.stderr)
         return 2
@@ -567,6 +668,8 @@ def main(argv: list[str] | None = None) -> int:
             resume=args.resume,
             retry=args.retry,
             refresh=args.refresh,
+            fresh=args.fresh,
+            save=args.save,
         )
         for n in (args.areas or list(areas))
     ]
