@@ -202,3 +202,184 @@ def test_layer_states_become_views_of_the_bucket_state():
     assert states[1].residual.tolist() == [1.0, 1.0]
     assert bucket.offsets.tolist() == [0, 3, 5]
     assert bucket.layer_ids.tolist() == [0, 0, 0, 1, 1]
+
+
+# -- the per-layer path's edges, the packed32 chunk layout and the device of every tensor ----
+
+
+def _f32_bits(x: float) -> int:
+    import struct
+
+    return struct.unpack("<i", struct.pack("<f", x))[0]
+
+
+def _layer_step(params: dict, r: list[float], v: list[float] | None = None, layer: int = 6):
+    """One step of the layer path and of the recorder's compressor from residual ``r`` (the
+    gradient, zero state) and variance ``v`` (sqsum = v·B²): words, sent, both states."""
+    comp = get_compressor("variance", **params)
+    grad = torch.tensor(r, dtype=torch.float32)
+    sq = torch.tensor(v if v is not None else [0.0] * len(r)) * B**2
+    ref, mine = comp.init_state(len(r)), comp.init_state(len(r))
+    payload = comp.compress(grad, ref, sqsum=sq, batch_size=B, layer=layer)
+    words, sent = torch_codec.compress(comp, grad, mine, sq, batch_size=B, layer=layer)
+    assert words.view(torch.uint8).numpy().tobytes() == payload.data
+    assert sent == payload.sent and same_state(ref, mine)
+    return words.tolist(), sent, mine
+
+
+def test_layer_path_sends_nothing_as_a_header_with_scale_zero():
+    """Nothing passes r² > α·v (r = 0 everywhere): the message is (layer, k = 0, M = 0.0) and
+    nothing is sent; the fp32-values message is (layer, 0)."""
+    words, sent, _ = _layer_step({"alpha": 2.0}, [0.0, 0.0, 0.0])
+    assert words == [6, 0, 0] and sent == 0
+    words, sent, _ = _layer_step({"alpha": 2.0, "values": "fp32"}, [0.0, 0.0])
+    assert words == [6, 0] and sent == 0
+
+
+def test_layer_path_with_one_element_sent():
+    """α = 0 sends every nonzero element: one nonzero r = 3.0 at index 1 gives (layer, 1,
+    M = 3.0, 1 << 4 | code 0) and resets r there."""
+    words, sent, state = _layer_step({"alpha": 0.0}, [0.0, 3.0, 0.0])
+    assert words == [6, 1, _f32_bits(3.0), (1 << 4) | 0] and sent == 1
+    assert state.residual.tolist() == [0.0, 0.0, 0.0]
+    idx, vals = torch_codec.decode_sparse(
+        torch.tensor(words, dtype=torch.int32), numel=3, coded=True
+    )
+    assert idx.tolist() == [1] and vals.tolist() == [3.0]
+
+
+def test_layer_path_with_scale_exactly_one():
+    """M = max |r| = 1.0 exactly: codes are the exponents of |r| (1 → 0, 0.5 → 1, 0.25 → 2)
+    with the sign in bit 3; a scale of 1 is not a special case."""
+    words, sent, _ = _layer_step({"alpha": 0.0}, [1.0, -0.5, 0.25])
+    assert words == [6, 3, _f32_bits(1.0), 0 << 4 | 0, 1 << 4 | 8 | 1, 2 << 4 | 2]
+    assert sent == 3
+
+
+def test_layer_path_with_an_infinite_residual_sends_zero_codes():
+    """An infinite |r| makes M infinite: with ``below_floor="keep"`` every finite element is
+    below M·2^-7 and stays, so the inf alone is sent, code 0; with ``floor`` all three selected
+    elements go with code 0 and M = inf, as the NumPy path writes them (bytes and state)."""
+    inf = float("inf")
+    words, sent, _ = _layer_step({"alpha": 1.0}, [inf, 1.0, -2.0, 0.0])
+    assert words == [6, 1, _f32_bits(inf), 0 << 4 | 0] and sent == 1
+    words, sent, _ = _layer_step({"alpha": 1.0, "below_floor": "floor"}, [inf, 1.0, -2.0, 0.0])
+    assert words == [6, 3, _f32_bits(inf), 0 << 4, 1 << 4, 2 << 4] and sent == 3
+
+
+def test_layer_path_refuses_a_gradient_of_another_size_with_the_whole_message():
+    comp = get_compressor("variance")
+    state = comp.init_state(5)
+    with pytest.raises(ValueError) as err:
+        torch_codec.compress(comp, torch.ones(3), state, torch.ones(3), batch_size=B, layer=0)
+    assert str(err.value) == (
+        "grad/sqsum have 3/3 elements but the compressor state holds 5 "
+        "(a state belongs to one (worker, layer))"
+    )
+
+
+def test_chunks_counts_2_to_the_28_elements_per_chunk():
+    c = torch_codec.CHUNK
+    assert c == 2**28
+    assert [torch_codec.chunks(n) for n in (0, 1, c - 1, c, c + 1, 3 * c, 3 * c + 1)] == [
+        1,
+        1,
+        1,
+        1,
+        2,
+        3,
+        4,
+    ]
+    comp = get_compressor("variance")
+    assert torch_codec.bucket_supported(comp, [c, 1])  # a layer of exactly one chunk
+    assert not torch_codec.bucket_supported(comp, [c + 1])
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """packed32 with 4 index bits per chunk (16 elements a chunk) instead of 28, so that the
+    chunked layout is exercised on a 40-element layer."""
+    monkeypatch.setattr(torch_codec, "PACKED32_INDEX_BITS", 4)
+    monkeypatch.setattr(torch_codec, "CHUNK", 16)
+
+
+def test_chunked_layout_by_hand(small_chunks):
+    """A 40-element layer is 3 chunks of 16: the header (layer, k, M) is followed by the count
+    of each chunk's elements, then each element's index within its chunk << 4 | code
+    (the documented packed32 layout); decoding gives back the layer's indices and values.
+    Chunk 1 empty: counts (2, 0, 2)."""
+    idx = torch.tensor([1, 15, 33, 39])
+    codes = torch.tensor([0, 9, 2, 7], dtype=torch.uint8)
+    m = torch.tensor(2.0)
+    words = torch_codec._pack(5, 40, idx, codes, m, torch.zeros(4))
+    assert words.dtype == torch.int32
+    assert words.tolist() == [
+        5,
+        4,
+        _f32_bits(2.0),
+        2,
+        0,
+        2,
+        1 << 4 | 0,
+        15 << 4 | 9,
+        1 << 4 | 2,
+        7 << 4 | 7,
+    ]
+    got_idx, got_vals = torch_codec.decode_sparse(words, numel=40, coded=True)
+    assert got_idx.tolist() == [1, 15, 33, 39]
+    assert got_vals.tolist() == [2.0, -1.0, 0.5, 2.0 * 2**-7]
+    # two chunks (numel 17..32): counts follow the header too; one chunk: no counts
+    two = torch_codec._pack(5, 20, torch.tensor([3, 17]), codes[:2], m, torch.zeros(2))
+    assert two.tolist()[3:] == [1, 1, 3 << 4 | 0, 1 << 4 | 9]
+    one = torch_codec._pack(5, 16, torch.tensor([3, 15]), codes[:2], m, torch.zeros(2))
+    assert one.tolist()[3:] == [3 << 4 | 0, 15 << 4 | 9]
+    got_idx, _ = torch_codec.decode_sparse(two, numel=20, coded=True)
+    assert got_idx.tolist() == [3, 17]
+
+
+def test_uncoded_layout_by_hand():
+    """coo64: (layer, k, then index and fp32 value bits per element)."""
+    words = torch_codec._pack(2, 9, torch.tensor([4, 8]), None, None, torch.tensor([1.5, -2.0]))
+    assert words.tolist() == [2, 2, 4, _f32_bits(1.5), 8, _f32_bits(-2.0)]
+    idx, vals = torch_codec.decode_sparse(words, numel=9, coded=False)
+    assert idx.tolist() == [4, 8] and vals.tolist() == [1.5, -2.0]
+
+
+META = torch.device("meta")
+
+
+def test_tables_and_messages_are_built_on_the_inputs_device():
+    """The meta device holds no data, so a tensor the codec made on the default device (the
+    CPU) instead of its input's cannot mix with it: the decode table, the power tables, an
+    empty quantization and a packed message all stay on the input's device."""
+    m = torch.tensor(2.0, device=META)
+    assert torch_codec._signed_powers(m).device == META
+    assert torch_codec._pow2(META).device == META
+    codes, scale, q = torch_codec._quantize(torch.empty(0, device=META), "max", "nearest")
+    assert codes.device == scale.device == q.device == META
+    assert codes.dtype == torch.uint8 and scale.dtype == torch.float32
+    assert codes.shape == (0,) and scale.shape == ()
+    idx = torch.tensor([1, 2], device=META)
+    coded = torch_codec._pack(1, 4, idx, torch.zeros(2, dtype=torch.uint8, device=META), m, m)
+    assert coded.device == META and coded.shape == (3 + 2,)
+    plain = torch_codec._pack(1, 4, idx, None, None, torch.zeros(2, device=META))
+    assert plain.device == META and plain.shape == (2 + 4,)
+
+
+def test_the_codec_does_not_depend_on_the_default_dtype():
+    """The same bytes and state with torch's default dtype set to float64: every table and
+    scalar the codec makes is fp32 by its own choice (a user's process may change the
+    default)."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert torch_codec._signed_powers(torch.tensor(2.0, dtype=torch.float32)).dtype == (
+            torch.float32
+        )
+        assert torch_codec._pow2(torch.device("cpu")).dtype == torch.float32
+        for params in ({}, {"scale": "mean"}, {"scale": "mean", "rounding": "down"}):
+            _layer_step({"alpha": 0.0, **params}, [1.5, -0.3, 0.0, 2.5e-3, 7.0])
+        codes, scale, _ = torch_codec._quantize(torch.empty(0), "max", "nearest")
+        assert codes.dtype == torch.uint8 and scale.dtype == torch.float32
+    finally:
+        torch.set_default_dtype(before)
