@@ -111,3 +111,79 @@ def test_a_delta_code_cut_off_by_the_end_of_the_stream_is_refused():
     assert bitstream.decode_delta(bytes([0x20]), 1).tolist() == [8]
     with pytest.raises(ValueError, match="ends before all codes were read"):
         bitstream.decode_delta(bytes([0x20]), 2)
+
+
+# -- any bytes, any count: the decoders against a bit-by-bit reading of the definitions -----
+
+
+def _ref_codes(data: bytes, count: int, kind: str) -> list[int] | None:
+    """The first ``count`` Elias codes of ``data`` read bit by bit from the definitions, or
+    None where the stream ends first. Gamma: z zeros, then the z + 1 bits of N (its first is
+    the 1 that ends the zeros). Delta: gamma(L), then the low L − 1 bits of N (N has L bits;
+    a length above 64 cannot be an int64 and counts as the stream ending)."""
+    bits = "".join(f"{b:08b}" for b in data)
+    pos, out = 0, []
+    for _ in range(count):
+        z = 0
+        while pos + z < len(bits) and bits[pos + z] == "0":
+            z += 1
+        if pos + 2 * z + 1 > len(bits):
+            return None
+        first = int(bits[pos + z : pos + 2 * z + 1], 2)
+        pos += 2 * z + 1
+        if kind == "gamma":
+            out.append(first)
+            continue
+        length = first
+        if length > 64 or pos + length - 1 > len(bits):
+            return None
+        out.append(int("1" + bits[pos : pos + length - 1], 2))
+        pos += length - 1
+    return out
+
+
+@pytest.mark.parametrize("kind", ["gamma", "delta"])
+def test_any_bytes_decode_as_the_definition_reads_them_or_are_refused(kind):
+    """Seeded random streams of 1–5 bytes (most of them not written by an encoder: zero runs
+    that reach the end, codes that end exactly on the last bit or one bit past it), and
+    every count from 1 to 7: the decoder returns what the bit-by-bit reading gives, or
+    raises the truncation error exactly where that reading runs out of bits."""
+    decode = bitstream.decode_gamma if kind == "gamma" else bitstream.decode_delta
+    rng = np.random.default_rng(2018)
+    ends_exactly = refused = 0
+    for _ in range(1500):
+        n = int(rng.integers(1, 6))
+        # bias towards zeros so that long zero runs (big codes, ends of stream) are common
+        raw = rng.integers(0, 256, n) & rng.integers(0, 256, n)
+        data = bytes(int(v) for v in raw)
+        for count in range(1, 8):
+            want = _ref_codes(data, count, kind)
+            if want is None:
+                refused += 1
+                with pytest.raises(ValueError) as exc:
+                    decode(data, count)
+                assert str(exc.value) == "bit stream ends before all codes were read"
+            else:
+                assert decode(data, count).tolist() == want, (data.hex(), count)
+                assert decode(np.frombuffer(data, dtype=np.uint8), count).tolist() == want
+                ends_exactly += _ref_codes(data + b"", count + 1, kind) is None
+    assert refused > 1000 and ends_exactly > 200  # both sides of the boundary are exercised
+
+
+def _bytes_of(bits: str) -> bytes:
+    bits += "0" * (-len(bits) % 8)
+    return bytes(int(bits[i : i + 8], 2) for i in range(0, len(bits), 8))
+
+
+def test_delta_lengths_up_to_63_bits_and_no_further():
+    """Delta codes written bit by bit: L = 63 (gamma(63) = 00000 111111) with the 62 low bits
+    of 2^62 and of 2^63 − 1 decode to those int64 values, also followed by a second code;
+    a gamma(L) prefix with seven zeros (L ≥ 128) is refused whatever follows it."""
+    gamma63 = "00000" + "111111"
+    assert bitstream.decode_delta(_bytes_of(gamma63 + "0" * 62), 1).tolist() == [2**62]
+    top = gamma63 + "1" * 62
+    assert bitstream.decode_delta(_bytes_of(top), 1).tolist() == [2**63 - 1]
+    assert bitstream.decode_delta(_bytes_of(top + "1"), 2).tolist() == [2**63 - 1, 1]
+    seven_zeros = _bytes_of("0000000" + "1" * 20)
+    with pytest.raises(ValueError, match="ends before all codes were read"):
+        bitstream.decode_delta(seven_zeros, 1)
