@@ -449,3 +449,141 @@ def test_command_minibatch_stream_is_the_recorded_one(recorder, capsys):
     for x, y in call["batches"]:
         idx = torch.from_numpy(rng.choice(len(data.y_train), 128, replace=False))
         assert torch.equal(x, data.x_train[idx]) and torch.equal(y, data.y_train[idx])
+
+
+def _conv_model() -> nn.Module:
+    torch.manual_seed(11)
+    return nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.Flatten(), nn.Linear(2 * 4 * 4, 3))
+
+
+def _conv_batches(steps: int, workers: int, b: int):
+    g = torch.Generator().manual_seed(12)
+    return [
+        (
+            torch.randn(workers * b, 1, 4, 4, generator=g),
+            torch.randint(0, 3, (workers * b,), generator=g),
+        )
+        for _ in range(steps)
+    ]
+
+
+def test_model_follows_the_exact_copy_where_the_two_copies_send_differently():
+    """A conv model (where the fast estimator's sums differ from the exact ones) and the
+    variance compressor at α = 1: the copies' decisions differ, and the model follows the
+    exact copy's decoded payloads. Reference, from the docstring's definition: the exact
+    estimator's worker gradients and sums, the compressor on per-worker states, SGD on the
+    mean of the decoded payloads."""
+    from vgcsim.traces.compression.compressors import get_compressor
+    from vgcsim.traces.compression.variance import worker_gradients
+
+    workers, b, lr = 2, 4, 0.5
+    loss = nn.CrossEntropyLoss(reduction="none")
+    batches = _conv_batches(3, workers, b)
+    model, ref = _conv_model(), _conv_model()
+    comp = get_compressor("variance", alpha=1.0)
+    rows = estimator_effect.send_decision_gap(
+        model,
+        loss,
+        iter(batches),
+        workers,
+        comp,
+        torch.optim.SGD(model.parameters(), lr=lr),
+        sq_dtype="float32",
+    )
+    assert sum(r["differ"] for r in rows) > 0  # the two copies do decide differently
+    params = list(ref.parameters())
+    states = [[comp.init_state(p.numel()) for p in params] for _ in range(workers)]
+    for x, y in batches:
+        wg = worker_gradients(ref, loss, x, y, workers, "exact")
+        with torch.no_grad():
+            for i, p in enumerate(params):
+                g = wg.grads[i].reshape(workers, -1)
+                sq = wg.sqsums[i].reshape(workers, -1)
+                mean = (
+                    sum(
+                        comp.compress(
+                            g[w], states[w][i], sqsum=sq[w], batch_size=b, layer=i
+                        ).decode()
+                        for w in range(workers)
+                    )
+                    / workers
+                )
+                p -= lr * mean.view_as(p)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_no_batches_give_rows_with_zero_decisions_and_nan_figures():
+    """An empty iterable of batches: every trainable parameter still has its row, with 0
+    decisions and NaN for each rate (not a division by zero)."""
+    from vgcsim.traces.compression.compressors import get_compressor
+
+    model = _conv_model()
+    rows = estimator_effect.send_decision_gap(
+        model,
+        nn.CrossEntropyLoss(reduction="none"),
+        iter([]),
+        2,
+        get_compressor("variance"),
+        torch.optim.SGD(model.parameters(), lr=0.1),
+    )
+    assert [r["kind"] for r in rows] == ["Conv2d", "Conv2d", "Linear", "Linear"]
+    for r in rows:
+        assert r["decisions"] == 0 and r["differ"] == 0
+        for key in ("decision_diff", "density_exact", "density_fast", "density_ratio"):
+            assert math.isnan(r[key]), key
+
+
+def test_the_fast_copy_runs_at_the_requested_precision(monkeypatch):
+    """``sq_dtype`` reaches the fast estimator's worker gradients (the exact estimator has
+    no precision setting): a spy on worker_gradients sees each call's estimator and dtype."""
+    from vgcsim.traces.compression.compressors import get_compressor
+
+    real = estimator_effect.worker_gradients
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append((args[5], kwargs.get("sq_dtype")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(estimator_effect, "worker_gradients", spy)
+    model = _conv_model()
+    estimator_effect.send_decision_gap(
+        model,
+        nn.CrossEntropyLoss(reduction="none"),
+        iter(_conv_batches(1, 2, 2)),
+        2,
+        get_compressor("variance"),
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        sq_dtype="bfloat16",
+    )
+    assert seen == [("exact", None), ("fast", "bfloat16")]
+
+
+def test_rows_do_not_depend_on_the_default_dtype():
+    """The same rows and the same trained model with torch's default dtype set to float64
+    (the model itself fp32): the aggregate the model follows is fp32 by the function's own
+    choice."""
+    from vgcsim.traces.compression.compressors import get_compressor
+
+    out = {}
+    for dtype in (torch.float32, torch.float64):
+        model, batches = _conv_model(), _conv_batches(2, 2, 2)
+        before = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)
+        try:
+            rows = estimator_effect.send_decision_gap(
+                model,
+                nn.CrossEntropyLoss(reduction="none"),
+                iter(batches),
+                2,
+                get_compressor("variance", alpha=1.0),
+                torch.optim.SGD(model.parameters(), lr=0.5),
+                sq_dtype="float32",
+            )
+        finally:
+            torch.set_default_dtype(before)
+        out[dtype] = (rows, [p.detach().clone() for p in model.parameters()])
+    assert out[torch.float32][0] == out[torch.float64][0]
+    for a, b in zip(out[torch.float32][1], out[torch.float64][1], strict=True):
+        assert torch.equal(a, b)

@@ -210,3 +210,24 @@ def test_same_padding_convs_are_served_and_asymmetric_ones_refused():
     with pytest.raises(ConfigError) as exc:
         worker_gradients(even, loss, x, y, 2, "fast")
     assert str(exc.value) == "fast estimator: asymmetric 'same' Conv2d padding unsupported"
+
+
+def test_estimator_gap_figures_do_not_depend_on_the_scale_of_the_loss():
+    """Every figure of estimator_gap is a ratio: a loss scaled by 2^-12 (gradients scaled
+    exactly, their L1 norms far below 1) gives the same rows, the gradient gap included,
+    where a conv weight's fast and exact gradients differ in their last bits."""
+    from torch import nn
+
+    def model():
+        torch.manual_seed(11)
+        return nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.Flatten(), nn.Linear(32, 3))
+
+    g = torch.Generator().manual_seed(12)
+    x, y = torch.randn(8, 1, 4, 4, generator=g), torch.randint(0, 3, (8,), generator=g)
+    ce = nn.CrossEntropyLoss(reduction="none")
+    rows = estimator_gap(model(), ce, x, y, 2, sq_dtype="float32")
+    small = estimator_gap(model(), lambda o, t: ce(o, t) * 2.0**-12, x, y, 2, sq_dtype="float32")
+    assert rows[0]["grad_rel_error"] > 0  # the conv weight's gradients differ a little
+    for a, b in zip(rows, small, strict=True):
+        for key in ("rel_error", "ratio", "grad_rel_error", "flip_rate"):
+            assert b[key] == pytest.approx(a[key], rel=1e-9, abs=0), (a["name"], key)
