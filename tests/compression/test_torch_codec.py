@@ -335,6 +335,11 @@ def test_chunked_layout_by_hand(small_chunks):
     assert one.tolist()[3:] == [3 << 4 | 0, 15 << 4 | 9]
     got_idx, _ = torch_codec.decode_sparse(two, numel=20, coded=True)
     assert got_idx.tolist() == [3, 17]
+    # the last chunks empty: their counts (0) are still written, one per chunk
+    first = torch_codec._pack(5, 40, torch.tensor([2, 9]), codes[:2], m, torch.zeros(2))
+    assert first.tolist()[3:] == [2, 0, 0, 2 << 4 | 0, 9 << 4 | 9]
+    got_idx, _ = torch_codec.decode_sparse(first, numel=40, coded=True)
+    assert got_idx.tolist() == [2, 9]
 
 
 def test_uncoded_layout_by_hand():

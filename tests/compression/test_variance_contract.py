@@ -231,3 +231,31 @@ def test_estimator_gap_figures_do_not_depend_on_the_scale_of_the_loss():
     for a, b in zip(rows, small, strict=True):
         for key in ("rel_error", "ratio", "grad_rel_error", "flip_rate"):
             assert b[key] == pytest.approx(a[key], rel=1e-9, abs=0), (a["name"], key)
+
+
+def test_gradients_alone_take_the_tapped_pass_where_its_convolutions_serve():
+    """estimator=None on a model whose convolutions the tapped pass serves (zeros padding):
+    the same pass as the fast estimator, so the same gradient bits; with a padding it lacks
+    (reflect), the torch.func fallback, equal to the exact estimator's gradients."""
+    from torch import nn
+
+    g = torch.Generator().manual_seed(21)
+    x, y = torch.randn(8, 1, 5, 5, generator=g), torch.randint(0, 3, (8,), generator=g)
+    ce = nn.CrossEntropyLoss(reduction="none")
+    for padding_mode, ref in (("zeros", "fast"), ("reflect", "exact")):
+        torch.manual_seed(22)
+        model = nn.Sequential(
+            nn.Conv2d(1, 2, 3, padding=1, padding_mode=padding_mode),
+            nn.Flatten(),
+            nn.Linear(50, 3),
+        )
+        plain = worker_gradients(model, ce, x, y, 2, None)
+        if ref == "fast":
+            want = worker_gradients(model, ce, x, y, 2, "fast", sq_dtype="float32")
+            for a, b in zip(plain.grads, want.grads, strict=True):
+                assert torch.equal(a, b)
+        else:
+            want = worker_gradients(model, ce, x, y, 2, "exact")
+            for a, b in zip(plain.grads, want.grads, strict=True):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+        assert plain.sqsums is None
