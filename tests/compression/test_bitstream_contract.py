@@ -120,7 +120,7 @@ def _ref_codes(data: bytes, count: int, kind: str) -> list[int] | None:
     """The first ``count`` Elias codes of ``data`` read bit by bit from the definitions, or
     None where the stream ends first. Gamma: z zeros, then the z + 1 bits of N (its first is
     the 1 that ends the zeros). Delta: gamma(L), then the low L − 1 bits of N (N has L bits;
-    a length above 64 cannot be an int64 and counts as the stream ending)."""
+    a length above 63 cannot be an int64 and is refused like a stream that ends)."""
     bits = "".join(f"{b:08b}" for b in data)
     pos, out = 0, []
     for _ in range(count):
@@ -135,7 +135,7 @@ def _ref_codes(data: bytes, count: int, kind: str) -> list[int] | None:
             out.append(first)
             continue
         length = first
-        if length > 64 or pos + length - 1 > len(bits):
+        if length > 63 or pos + length - 1 > len(bits):
             return None
         out.append(int("1" + bits[pos : pos + length - 1], 2))
         pos += length - 1
@@ -178,12 +178,15 @@ def _bytes_of(bits: str) -> bytes:
 def test_delta_lengths_up_to_63_bits_and_no_further():
     """Delta codes written bit by bit: L = 63 (gamma(63) = 00000 111111) with the 62 low bits
     of 2^62 and of 2^63 − 1 decode to those int64 values, also followed by a second code;
-    a gamma(L) prefix with seven zeros (L ≥ 128) is refused whatever follows it."""
+    a length of 64 bits or more cannot be an int64 value and is refused whatever follows."""
     gamma63 = "00000" + "111111"
     assert bitstream.decode_delta(_bytes_of(gamma63 + "0" * 62), 1).tolist() == [2**62]
     top = gamma63 + "1" * 62
     assert bitstream.decode_delta(_bytes_of(top), 1).tolist() == [2**63 - 1]
     assert bitstream.decode_delta(_bytes_of(top + "1"), 2).tolist() == [2**63 - 1, 1]
-    seven_zeros = _bytes_of("0000000" + "1" * 20)
-    with pytest.raises(ValueError, match="ends before all codes were read"):
-        bitstream.decode_delta(seven_zeros, 1)
+    # L = 64 (gamma(64) = 000000 1000000) would be a value of 2^63 or more: refused, also with
+    # all of its 63 low bits present; so are L = 127 and a prefix of seven zeros (L >= 128),
+    # with more than enough bits after them
+    for prefix in ("000000" + "1000000", "000000" + "1111111", "0000000" + "10000000"):
+        with pytest.raises(ValueError, match="ends before all codes were read"):
+            bitstream.decode_delta(_bytes_of(prefix + "1" * 300), 1)

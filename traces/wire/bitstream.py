@@ -172,7 +172,8 @@ def decode_delta(data: bytes | np.ndarray, count: int) -> np.ndarray:
     bits = _bits_of(data)
     size = bits.size
     zeros = _zero_runs(bits)
-    # gamma(L) with L <= 64 has at most 6 leading zeros; read L through an 8-bit window.
+    # An int64 value has L <= 63 bits, so gamma(L) has at most 5 leading zeros; a longer
+    # prefix (L >= 64: a value of 2^63 or more) is refused. L is read through an 8-bit window.
     padded = np.concatenate([bits, np.zeros(16, dtype=np.uint8)]).astype(np.int64)
     window = np.zeros(size + 9, dtype=np.int64)
     for j in range(8):
@@ -180,7 +181,7 @@ def decode_delta(data: bytes | np.ndarray, count: int) -> np.ndarray:
     pos = np.arange(size + 1)
     z = np.minimum(zeros, 7)
     length_code = window[pos + z] >> (7 - z)
-    valid = (zeros <= 6) & (length_code >= 1)
+    valid = (zeros <= 5) & (length_code >= 1)
     nxt = np.where(valid, pos + 2 * z + 1 + length_code - 1, size)
     nxt = np.minimum(nxt, size)
     starts = _chain(nxt, count)
