@@ -259,3 +259,68 @@ def test_gradients_alone_take_the_tapped_pass_where_its_convolutions_serve():
             for a, b in zip(plain.grads, want.grads, strict=True):
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
         assert plain.sqsums is None
+
+
+def _per_worker_autograd(model, loss_fn, x, y, workers):
+    """Each worker's gradient of its mean loss, by one ordinary backward per worker."""
+    b = x.shape[0] // workers
+    out = []
+    for w in range(workers):
+        model.zero_grad()
+        loss_fn(model(x[w * b : (w + 1) * b]), y[w * b : (w + 1) * b]).mean().backward()
+        out.append([p.grad.detach().clone() for p in model.parameters()])
+    model.zero_grad()
+    return [torch.stack([o[i] for o in out]) for i in range(len(out[0]))]
+
+
+@pytest.mark.parametrize(
+    "conv",
+    [
+        {"kernel_size": 3, "padding": (1, 2)},  # explicit, a different padding per side
+        {"kernel_size": (3, 5), "padding": "same"},  # "same" with a non-square kernel
+        {"kernel_size": (3, 3), "padding": "same", "dilation": (1, 2)},  # and dilation
+    ],
+    ids=["explicit-1-2", "same-3x5", "same-dilated"],
+)
+def test_conv_gradients_with_uneven_padding_equal_per_worker_autograd(conv):
+    """The tapped pass computes each worker's conv weight gradient with the conv's own
+    padding per side (rows and columns differ here): equal to one ordinary backward per
+    worker, for the gradients alone and with the fast estimator's sums."""
+    from torch import nn
+
+    torch.manual_seed(31)
+    c = nn.Conv2d(1, 2, **conv)
+    g = torch.Generator().manual_seed(32)
+    x = torch.randn(8, 1, 5, 6, generator=g)
+    with torch.no_grad():
+        flat = c(x).flatten(1).shape[1]
+    model = nn.Sequential(c, nn.Flatten(), nn.Linear(flat, 3))
+    y = torch.randint(0, 3, (8,), generator=g)
+    ce = nn.CrossEntropyLoss(reduction="none")
+    want = _per_worker_autograd(model, ce, x, y, 2)
+    for estimator in (None, "fast"):
+        got = worker_gradients(model, ce, x, y, 2, estimator, sq_dtype="float32")
+        for a, b in zip(got.grads, want, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_worker_gradients_do_not_depend_on_the_default_dtype():
+    """The same gradients and sums, dtype and bits, with torch's default dtype set to float64
+    (the model and data fp32): every buffer takes the parameter's dtype."""
+    from torch import nn
+
+    torch.manual_seed(33)
+    model = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.Flatten(), nn.Linear(32, 3))
+    g = torch.Generator().manual_seed(34)
+    x, y = torch.randn(8, 1, 4, 4, generator=g), torch.randint(0, 3, (8,), generator=g)
+    ce = nn.CrossEntropyLoss(reduction="none")
+    ref = worker_gradients(model, ce, x, y, 2, "fast", sq_dtype="float32")
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        got = worker_gradients(model, ce, x, y, 2, "fast", sq_dtype="float32")
+    finally:
+        torch.set_default_dtype(before)
+    for a, b in zip(got.grads + got.sqsums, ref.grads + ref.sqsums, strict=True):
+        assert a.dtype == b.dtype == torch.float32
+        assert torch.equal(a, b)
