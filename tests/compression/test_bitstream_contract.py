@@ -190,3 +190,12 @@ def test_delta_lengths_up_to_63_bits_and_no_further():
     for prefix in ("000000" + "1000000", "000000" + "1111111", "0000000" + "10000000"):
         with pytest.raises(ValueError, match="ends before all codes were read"):
             bitstream.decode_delta(_bytes_of(prefix + "1" * 300), 1)
+
+
+def test_field_sequences_decode_to_int64_arrays():
+    """decode_fields_sequence returns one int64 array per pattern entry, bits included: the
+    pattern (gamma, bit) over 5 = 00101, 1 and 1 = 1, 0 packed by hand: 00101 1 1 0."""
+    data = _bytes_of("00101" + "1" + "1" + "0")
+    gammas, bits = bitstream.decode_fields_sequence(data, 2, ("gamma", "bit"))
+    assert gammas.tolist() == [5, 1] and bits.tolist() == [1, 0]
+    assert gammas.dtype == np.int64 and bits.dtype == np.int64

@@ -491,3 +491,22 @@ def test_input_of_another_size_than_the_state_is_refused(name):
         with pytest.raises(ValueError, match="sqsum has 1 elements"):
             c.compress(torch.ones(10), state, sqsum=torch.tensor([0.01]), batch_size=4)
     assert not state.residual.any()
+
+
+def test_hybrid_ties_at_both_thresholds_by_hand():
+    """Dyadic inputs exactly at each threshold (exact in fp32): |r| = τ passes Strom's test
+    (>=), r² = α·v fails the variance test (strict >). α = 1, τ = 0.5, B = 1 (v += sq).
+    r = [0.5, 0.5, 1.0], v = [0, 0.25, 1.0]: element 0 passes both; element 1 sits on
+    τ and has r² = α·v (not sent); element 2 has r² = α·v = 1 (not sent)."""
+    c = get_compressor("hybrid", tau=0.5, alpha=1.0, zeta=0.5)
+    st = c.init_state(3)
+    p = c.compress(
+        torch.tensor([0.5, 0.5, 1.0]), st, sqsum=torch.tensor([0.0, 0.25, 1.0]), batch_size=1
+    )
+    np.testing.assert_array_equal(p.message.indices, [0])
+    torch.testing.assert_close(p.decode(), torch.tensor([0.5, 0.0, 0.0]), rtol=0, atol=0)
+    # one ulp above the tie: element 2 with r slightly above 1 passes (r² > v)
+    st = c.init_state(1)
+    up = float(np.nextafter(np.float32(1.0), np.float32(2.0)))
+    p = c.compress(torch.tensor([up]), st, sqsum=torch.tensor([1.0]), batch_size=1)
+    np.testing.assert_array_equal(p.message.indices, [0])

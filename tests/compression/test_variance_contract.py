@@ -324,3 +324,69 @@ def test_worker_gradients_do_not_depend_on_the_default_dtype():
     for a, b in zip(got.grads + got.sqsums, ref.grads + ref.sqsums, strict=True):
         assert a.dtype == b.dtype == torch.float32
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("budget", "chunks"),
+    [
+        (lambda s: 3 * s, [3, 3, 2]),  # exactly three samples' gradients
+        (lambda s: 3 * s - 1, [2, 2, 2, 2]),  # one byte short of three
+        (lambda s: s - 1, [1] * 8),  # not even one sample: one at a time
+        (lambda s: 100 * s, [8]),  # the whole batch at once
+    ],
+    ids=["3", "just-under-3", "under-1", "all"],
+)
+def test_exact_estimator_holds_at_most_its_memory_budget_of_per_sample_gradients(
+    monkeypatch, budget, chunks
+):
+    """The exact estimator computes per-sample gradients (4 bytes per parameter per sample)
+    in chunks of as many samples as ``EXACT_CHUNK_BYTES`` holds, at least one: a spy on
+    torch.func.vmap sees the chunk sizes; the results equal the one-pass results."""
+    import torch.func
+    import vgcsim.traces.compression.variance as variance
+    from torch import nn
+
+    torch.manual_seed(41)
+    model = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.Flatten(), nn.Linear(32, 3))
+    per_sample = 4 * sum(p.numel() for p in model.parameters())
+    g = torch.Generator().manual_seed(42)
+    x, y = torch.randn(8, 1, 4, 4, generator=g), torch.randint(0, 3, (8,), generator=g)
+    ce = nn.CrossEntropyLoss(reduction="none")
+    whole = worker_gradients(model, ce, x, y, 2, "exact")
+    seen = []
+    real_vmap = torch.func.vmap
+
+    def spy_vmap(fn, *args, **kwargs):
+        inner = real_vmap(fn, *args, **kwargs)
+
+        def call(params, xs, ys):
+            seen.append(xs.shape[0])
+            return inner(params, xs, ys)
+
+        return call
+
+    monkeypatch.setattr(torch.func, "vmap", spy_vmap)
+    monkeypatch.setattr(variance, "EXACT_CHUNK_BYTES", budget(per_sample))
+    got = worker_gradients(model, ce, x, y, 2, "exact")
+    assert seen == chunks
+    for a, b in zip(got.grads + got.sqsums, whole.grads + whole.sqsums, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-8)
+
+
+def test_exact_estimator_draws_independent_dropout_masks_per_sample():
+    """A model with dropout in training mode: the per-sample pass draws each sample's mask
+    (torch.func's randomness="different"); it runs, and the same seed gives the same sums."""
+    from torch import nn
+
+    torch.manual_seed(43)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.Dropout(0.5), nn.Linear(8, 3))
+    model.train()
+    g = torch.Generator().manual_seed(44)
+    x, y = torch.randn(8, 1, 4, 4, generator=g), torch.randint(0, 3, (8,), generator=g)
+    ce = nn.CrossEntropyLoss(reduction="none")
+    torch.manual_seed(45)
+    a = worker_gradients(model, ce, x, y, 2, "exact")
+    torch.manual_seed(45)
+    b = worker_gradients(model, ce, x, y, 2, "exact")
+    for u, v in zip(a.sqsums, b.sqsums, strict=True):
+        assert torch.equal(u, v)

@@ -206,15 +206,12 @@ def decode_fields_sequence(
     bits = _bits_of(data)
     size = bits.size
     zeros = _zero_runs(bits)
-    pos = np.arange(size + 1)
-    advance = np.zeros(size + 1, dtype=np.int64)
-    cursor = pos.copy()
+    cursor = np.arange(size + 1)  # from each bit position: where one pattern ends
     for kind in pattern:
         here = np.minimum(cursor, size)
         step = 2 * zeros[here] + 1 if kind == "gamma" else np.ones(size + 1, dtype=np.int64)
         cursor = np.minimum(here + step, size)
-    advance = cursor
-    starts = _chain(advance, count)
+    starts = _chain(cursor, count)
     cursor = starts
     for i, kind in enumerate(pattern):
         if kind == "gamma":
