@@ -199,3 +199,14 @@ def test_field_sequences_decode_to_int64_arrays():
     gammas, bits = bitstream.decode_fields_sequence(data, 2, ("gamma", "bit"))
     assert gammas.tolist() == [5, 1] and bits.tolist() == [1, 0]
     assert gammas.dtype == np.int64 and bits.dtype == np.int64
+
+
+def test_a_field_sequence_past_the_end_of_the_stream_is_refused():
+    """Nine one-bit patterns from one byte: the ninth starts where the stream ends, so the
+    decoder refuses (a ValueError naming the problem, not an IndexError); eight decode."""
+    data = _bytes_of("10110010")
+    (bits,) = bitstream.decode_fields_sequence(data, 8, ("bit",))
+    assert bits.tolist() == [1, 0, 1, 1, 0, 0, 1, 0]
+    with pytest.raises(ValueError) as exc:
+        bitstream.decode_fields_sequence(data, 9, ("bit",))
+    assert str(exc.value) == "bit stream ends before all codes were read"

@@ -510,3 +510,15 @@ def test_hybrid_ties_at_both_thresholds_by_hand():
     up = float(np.nextafter(np.float32(1.0), np.float32(2.0)))
     p = c.compress(torch.tensor([up]), st, sqsum=torch.tensor([1.0]), batch_size=1)
     np.testing.assert_array_equal(p.message.indices, [0])
+
+
+def test_topk_sends_at_least_one_element_and_no_more_when_the_fraction_is_tiny():
+    """k = min(n, max(1, ceil(fraction·n))): fraction 10^-6 of 8 elements is 1 element (the
+    largest |r|), not 2; with n = 1, that one."""
+    c = get_compressor("topk", fraction=1e-6)
+    st = c.init_state(8)
+    p = c.compress(torch.tensor([0.1, -3.0, 0.2, 2.0, 0.0, 0.5, -0.4, 1.0]), st)
+    np.testing.assert_array_equal(p.message.indices, [1])
+    assert p.sent == 1
+    one = c.init_state(1)
+    assert c.compress(torch.tensor([0.25]), one).sent == 1

@@ -268,7 +268,9 @@ def _per_worker_autograd(model, loss_fn, x, y, workers):
     for w in range(workers):
         model.zero_grad()
         loss_fn(model(x[w * b : (w + 1) * b]), y[w * b : (w + 1) * b]).mean().backward()
-        out.append([p.grad.detach().clone() for p in model.parameters()])
+        out.append(
+            [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in model.parameters()]
+        )
     model.zero_grad()
     return [torch.stack([o[i] for o in out]) for i in range(len(out[0]))]
 
@@ -390,3 +392,35 @@ def test_exact_estimator_draws_independent_dropout_masks_per_sample():
     b = worker_gradients(model, ce, x, y, 2, "exact")
     for u, v in zip(a.sqsums, b.sqsums, strict=True):
         assert torch.equal(u, v)
+
+
+def test_a_hooked_layer_whose_output_never_reaches_the_loss_gets_zero_gradients():
+    """A model whose forward also runs a Linear layer whose output it discards: the tapped
+    pass asks autograd for that output's gradient too (allowed to be unused) and gives the
+    layer zero gradients and zero sums, the others equal to per-worker autograd."""
+    from torch import nn
+
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used = nn.Linear(4, 3)
+            self.unused = nn.Linear(4, 2)
+
+        def forward(self, x):
+            self.unused(x)  # computed and discarded
+            return self.used(x)
+
+    torch.manual_seed(51)
+    model = Branchy()
+    g = torch.Generator().manual_seed(52)
+    x, y = torch.randn(8, 4, generator=g), torch.randint(0, 3, (8,), generator=g)
+    ce = nn.CrossEntropyLoss(reduction="none")
+    got = worker_gradients(model, ce, x, y, 2, "fast", sq_dtype="float32")
+    names = [n for n, _ in model.named_parameters()]
+    for name, grad, sq in zip(names, got.grads, got.sqsums, strict=True):
+        if name.startswith("unused"):
+            assert torch.count_nonzero(grad) == 0 and torch.count_nonzero(sq) == 0, name
+    want = _per_worker_autograd(model, ce, x, y, 2)
+    for name, a, b in zip(names, got.grads, want, strict=True):
+        if name.startswith("used"):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
