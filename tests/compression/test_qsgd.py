@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from vgcsim.traces.compression.compressors import get_compressor
@@ -55,3 +56,32 @@ def test_payload_decodes_to_quantized_values_and_zero_bucket():
     levels = out[4:8] / (norm / 3)
     torch.testing.assert_close(levels, levels.round(), rtol=0, atol=1e-5)
     assert torch.all(out[4:8] * x[4:8] >= 0)
+
+
+def test_a_level_never_exceeds_s_when_the_bucket_norm_rounds_below_an_element():
+    """fp32 norms of subnormal-range buckets lose precision: for [1e-20, 0, 0, 0] the norm is
+    below the element (|x|/‖x‖ = 1.0000026), so with s = 2^20 levels |x|/‖x‖·s + u exceeds
+    s + 1 for every draw u; the level is clamped to s (QSGD's levels lie in −s..s)."""
+    c = get_compressor("qsgd", levels=2**20, bucket_size=4)
+    x = torch.tensor([1e-20, 0.0, 0.0, 0.0, -1e-20, 0.0, 0.0, 0.0])  # two buckets
+    norm = torch.tensor([1e-20, 0.0, 0.0, 0.0]).norm()
+    assert float(torch.tensor(1e-20) / norm) * c.s >= c.s + 2  # the premise
+    p = c.compress(x, None, generator=torch.Generator().manual_seed(0))
+    assert p.message.levels.tolist() == [2**20, 0, 0, 0, -(2**20), 0, 0, 0]
+
+
+def test_qsgd_does_not_depend_on_the_default_dtype():
+    """The same message (norms, levels and bytes) with torch's default dtype set to float64:
+    the padding buffer and the random draws are fp32 by the compressor's own choice."""
+    c = get_compressor("qsgd", bits=4, bucket_size=8)
+    x = torch.linspace(-1.0, 2.0, 21, dtype=torch.float32)
+    ref = c.compress(x, None, generator=torch.Generator().manual_seed(3))
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        got = c.compress(x, None, generator=torch.Generator().manual_seed(3))
+    finally:
+        torch.set_default_dtype(before)
+    assert got.data == ref.data
+    assert got.message.norms.dtype == ref.message.norms.dtype
+    assert got.message.levels.dtype == np.int64

@@ -417,10 +417,99 @@ def test_a_hooked_layer_whose_output_never_reaches_the_loss_gets_zero_gradients(
     ce = nn.CrossEntropyLoss(reduction="none")
     got = worker_gradients(model, ce, x, y, 2, "fast", sq_dtype="float32")
     names = [n for n, _ in model.named_parameters()]
-    for name, grad, sq in zip(names, got.grads, got.sqsums, strict=True):
+    for name, grad, sq, p in zip(names, got.grads, got.sqsums, model.parameters(), strict=True):
+        assert grad.shape == sq.shape == (2, *p.shape), name  # [workers, *shape]
         if name.startswith("unused"):
             assert torch.count_nonzero(grad) == 0 and torch.count_nonzero(sq) == 0, name
     want = _per_worker_autograd(model, ce, x, y, 2)
     for name, a, b in zip(names, got.grads, want, strict=True):
         if name.startswith("used"):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_a_layer_applied_twice_adds_the_contributions_of_both_taps():
+    """A Linear layer applied twice (shared weights): its gradient is the sum of both
+    applications' (equal to per-worker autograd), and its fast squared sums are the sum of
+    the two taps' sums, which two separate layers with the same weights give one by one."""
+    from torch import nn
+
+    class Twice(nn.Module):
+        def __init__(self, first, second):
+            super().__init__()
+            self.first, self.second = first, second
+
+        def forward(self, x):
+            return self.second(torch.tanh(self.first(x)))
+
+    torch.manual_seed(61)
+    shared = nn.Linear(4, 4)
+    model = Twice(shared, shared)
+    g = torch.Generator().manual_seed(62)
+    x, y = torch.randn(8, 4, generator=g), torch.randint(0, 4, (8,), generator=g)
+    ce = nn.CrossEntropyLoss(reduction="none")
+    got = worker_gradients(model, ce, x, y, 2, "fast", sq_dtype="float32")
+    want = _per_worker_autograd(model, ce, x, y, 2)
+    for a, b in zip(got.grads, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    a_copy, b_copy = nn.Linear(4, 4), nn.Linear(4, 4)
+    a_copy.load_state_dict(shared.state_dict())
+    b_copy.load_state_dict(shared.state_dict())
+    apart = worker_gradients(Twice(a_copy, b_copy), ce, x, y, 2, "fast", sq_dtype="float32")
+    # apart: first.weight, first.bias, second.weight, second.bias
+    for i in range(2):
+        torch.testing.assert_close(
+            got.sqsums[i], apart.sqsums[i] + apart.sqsums[i + 2], rtol=1e-6, atol=0
+        )
+        torch.testing.assert_close(
+            got.grads[i], apart.grads[i] + apart.grads[i + 2], rtol=1e-6, atol=1e-9
+        )
+
+
+def test_a_frozen_weight_leaves_its_layers_bias_served_and_the_layers_after_it():
+    """A Linear whose weight is frozen (not a trainable parameter) before another layer: its
+    bias and the next layer's parameters still get their gradients and sums."""
+    from torch import nn
+
+    torch.manual_seed(63)
+    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2))
+    model[0].weight.requires_grad_(False)
+    g = torch.Generator().manual_seed(64)
+    x, y = torch.randn(8, 4, generator=g), torch.randint(0, 2, (8,), generator=g)
+    ce = nn.CrossEntropyLoss(reduction="none")
+    got = worker_gradients(model, ce, x, y, 2, "fast", sq_dtype="float32")
+    assert got.names == ["0.bias", "2.weight", "2.bias"]
+    params = [p for p in model.parameters() if p.requires_grad]
+    b = 4
+    for w in range(2):
+        model.zero_grad()
+        ce(model(x[w * b : (w + 1) * b]), y[w * b : (w + 1) * b]).mean().backward()
+        for i, p in enumerate(params):
+            torch.testing.assert_close(got.grads[i][w], p.grad, rtol=1e-5, atol=1e-7)
+    assert all(torch.count_nonzero(s) > 0 for s in got.sqsums)
+
+
+def test_a_parameter_without_gradient_is_logged_at_debug_level(caplog):
+    """The discarded layer of a model gets zero gradients, and the pass says so in one DEBUG
+    line per parameter: 'parameter NAME received no gradient'."""
+    import logging
+
+    from torch import nn
+
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used = nn.Linear(4, 3)
+            self.unused = nn.Linear(4, 2)
+
+        def forward(self, x):
+            self.unused(x)
+            return self.used(x)
+
+    torch.manual_seed(65)
+    g = torch.Generator().manual_seed(66)
+    x, y = torch.randn(4, 4, generator=g), torch.randint(0, 3, (4,), generator=g)
+    with caplog.at_level(logging.DEBUG, logger="vgcsim.traces.compression.variance"):
+        worker_gradients(Branchy(), nn.CrossEntropyLoss(reduction="none"), x, y, 2, None)
+    lines = [r.getMessage() for r in caplog.records if r.name.endswith("variance")]
+    assert "parameter unused.weight received no gradient" in lines
+    assert "parameter unused.bias received no gradient" in lines
