@@ -522,3 +522,19 @@ def test_topk_sends_at_least_one_element_and_no_more_when_the_fraction_is_tiny()
     assert p.sent == 1
     one = c.init_state(1)
     assert c.compress(torch.tensor([0.25]), one).sent == 1
+
+
+@pytest.mark.parametrize("name", ["topk", "strom", "hybrid", "variance"])
+def test_states_are_fp32_whatever_the_default_dtype(name):
+    """A compressor's state buffers are fp32 by its own choice, also with torch's default
+    dtype set to float64 (the residual is read as an fp32 NumPy view)."""
+    c = get_compressor(name)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        st = c.init_state(5)
+    finally:
+        torch.set_default_dtype(before)
+    assert st.residual.dtype == torch.float32
+    if hasattr(st, "variance"):
+        assert st.variance.dtype == torch.float32

@@ -513,3 +513,53 @@ def test_a_parameter_without_gradient_is_logged_at_debug_level(caplog):
     lines = [r.getMessage() for r in caplog.records if r.name.endswith("variance")]
     assert "parameter unused.weight received no gradient" in lines
     assert "parameter unused.bias received no gradient" in lines
+
+
+def test_norm_layers_with_their_own_eps_and_a_frozen_weight_equal_per_worker_autograd():
+    """GroupNorm and LayerNorm with a non-default eps (0.5: large enough to move every
+    normalized value), and a last LayerNorm whose weight is frozen and bias trained: each
+    worker's gradients equal one ordinary backward per worker."""
+    from torch import nn
+
+    torch.manual_seed(71)
+    model = nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1),
+        nn.GroupNorm(2, 4, eps=0.5),
+        nn.Flatten(),
+        nn.Linear(4 * 4 * 4, 6),
+        nn.LayerNorm(6, eps=0.5),
+        nn.Linear(6, 3),
+        nn.LayerNorm(3),
+    )
+    model[6].weight.requires_grad_(False)
+    g = torch.Generator().manual_seed(72)
+    x, y = torch.randn(8, 1, 4, 4, generator=g), torch.randint(0, 3, (8,), generator=g)
+    ce = nn.CrossEntropyLoss(reduction="none")
+    got = worker_gradients(model, ce, x, y, 2, "fast", sq_dtype="float32")
+    assert "6.bias" in got.names and "6.weight" not in got.names
+    params = [p for p in model.parameters() if p.requires_grad]
+    for w in range(2):
+        model.zero_grad()
+        ce(model(x[4 * w : 4 * w + 4]), y[4 * w : 4 * w + 4]).mean().backward()
+        for name, gw, p in zip(got.names, got.grads, params, strict=True):
+            torch.testing.assert_close(gw[w], p.grad, rtol=1e-4, atol=1e-7, msg=name)
+
+
+def test_worker_gradients_refusals_are_their_whole_messages():
+    from torch import nn
+
+    from vgcsim.core.errors import ConfigError
+
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3, 2))
+    x, y = torch.randn(7, 3), torch.zeros(7, dtype=torch.int64)
+    ce = nn.CrossEntropyLoss(reduction="none")
+    with pytest.raises(ConfigError) as err:
+        worker_gradients(model, ce, x, y, 2, None)
+    assert str(err.value) == "batch of 7 samples does not split into 2 workers"
+    with pytest.raises(ConfigError) as err:
+        worker_gradients(model, ce, x[:6], y[:6], 2, "approx")
+    assert str(err.value).startswith("unknown variance estimator 'approx'")
+    bn = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+    with pytest.raises(ConfigError) as err:
+        worker_gradients(bn, ce, x[:6], y[:6], 2, "fast")
+    assert str(err.value) == "per-sample gradients are ill-defined with BatchNorm; use GroupNorm"
