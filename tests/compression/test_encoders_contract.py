@@ -272,3 +272,13 @@ def test_qsgd_norms_travel_as_fp32_whatever_their_dtype():
         data = ENCODINGS[name].encode(q64)
         assert data == ENCODINGS[name].encode(q32)
         assert data[8:16] == struct.pack("<ff", 2.0, 1.0)
+
+
+def test_packed32_defaults_to_28_index_bits_and_refuses_more():
+    """The paper's word: a 28-bit index and a 4-bit code; 29 index bits leave no room."""
+    from vgcsim.traces.wire.encoders import Packed32
+
+    enc = Packed32()
+    assert enc.index_bits == 28 and enc.name == "packed32"
+    with pytest.raises(ValueError, match="index_bits must be in 1..28"):
+        Packed32(index_bits=29)

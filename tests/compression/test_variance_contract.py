@@ -563,3 +563,22 @@ def test_worker_gradients_refusals_are_their_whole_messages():
     with pytest.raises(ConfigError) as err:
         worker_gradients(bn, ce, x[:6], y[:6], 2, "fast")
     assert str(err.value) == "per-sample gradients are ill-defined with BatchNorm; use GroupNorm"
+
+
+def test_fast_estimator_and_precision_refusals_are_their_whole_messages():
+    from torch import nn
+    from vgcsim.traces.compression.variance import resolve_sq_dtype
+
+    from vgcsim.core.errors import ConfigError
+
+    model = nn.Sequential(nn.Conv1d(1, 2, 3), nn.Flatten(), nn.Linear(4, 2), nn.Embedding(3, 2))
+    x, y = torch.randn(4, 1, 4), torch.zeros(4, dtype=torch.int64)
+    with pytest.raises(ConfigError) as err:
+        worker_gradients(model, nn.CrossEntropyLoss(reduction="none"), x, y, 2, "fast")
+    assert str(err.value) == (
+        "the fast variance estimator supports parameters of Linear, Conv2d, GroupNorm, "
+        "LayerNorm only; found Conv1d, Embedding (use estimator 'exact')"
+    )
+    with pytest.raises(ConfigError) as err:
+        resolve_sq_dtype("float8")
+    assert str(err.value).startswith("unknown squared-sum precision 'float8'")
