@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 import torch
 from vgcsim.traces.compression import torch_codec
@@ -388,3 +389,82 @@ def test_the_codec_does_not_depend_on_the_default_dtype():
         assert codes.dtype == torch.uint8 and scale.dtype == torch.float32
     finally:
         torch.set_default_dtype(before)
+
+
+@pytest.mark.parametrize("values", ["code4", "fp32"])
+def test_several_ranks_messages_decode_like_each_one_alone(values):
+    """decode_messages on three ranks' bucket messages at once gives, back to back, what
+    decode_bucket_message gives for each message alone, and each message's element count."""
+    comp = get_compressor("variance", alpha=0.5, values=values)
+    g = torch.Generator().manual_seed(9)
+    messages, alone = [], []
+    for _ in range(3):
+        states = [comp.init_state(n) for n in SIZES]
+        bucket = torch_codec.bucket_state(states, LAYERS, CPU)
+        grad, sq = gradients(sum(SIZES), 0, g)
+        words, lengths, sent = torch_codec.compress_bucket(
+            comp, grad, sq, bucket, batch_size=B, impl="numpy"
+        )
+        messages.append((words.numpy(), lengths))
+        idx, vals = torch_codec.decode_bucket_message(
+            words, lengths, bucket.offsets, coded=values == "code4", impl="numpy"
+        )
+        alone.append((idx.numpy(), vals.numpy(), sum(sent)))
+    idx, vals, sizes = torch_codec.decode_messages(
+        messages, bucket.offsets.numpy(), values == "code4"
+    )
+    assert sizes == [a[2] for a in alone] and all(s > 0 for s in sizes)
+    assert idx.tolist() == np.concatenate([a[0] for a in alone]).tolist()
+    assert (
+        vals.view(np.int32).tolist()
+        == np.concatenate([a[1] for a in alone]).view(np.int32).tolist()
+    )
+
+
+@pytest.mark.parametrize("impl", ["torch", "numpy"])
+def test_bucket_path_refuses_a_gradient_of_another_size_with_the_whole_message(impl):
+    comp = get_compressor("variance")
+    bucket = torch_codec.bucket_state([comp.init_state(3), comp.init_state(2)], (0, 1), CPU)
+    with pytest.raises(ValueError) as err:
+        torch_codec.compress_bucket(
+            comp, torch.ones(4), torch.ones(5), bucket, batch_size=B, impl=impl
+        )
+    assert str(err.value).startswith("grad/sqsum have 4/5 elements but the bucket state holds 5")
+    with pytest.raises(ValueError):
+        torch_codec.compress_bucket(
+            comp, torch.ones(5), torch.ones(4), bucket, batch_size=B, impl=impl
+        )
+
+
+@pytest.mark.parametrize("impl", ["torch", "numpy"])
+def test_bucket_path_with_a_layer_scale_of_exactly_one(impl):
+    """A layer whose largest |r| is exactly 1 (M = 1) is coded like any other (the codes are
+    the exponents), equal to the NumPy compressor's bytes."""
+    comp = get_compressor("variance", alpha=0.0)
+    grads = torch.tensor([1.0, -0.5, 0.25, 3.0, 0.0])
+    sq = torch.zeros(5)
+    ref = [comp.init_state(3), comp.init_state(2)]
+    bucket = torch_codec.bucket_state([comp.init_state(3), comp.init_state(2)], (0, 1), CPU)
+    words, lengths, sent = torch_codec.compress_bucket(
+        comp, grads, sq, bucket, batch_size=1, impl=impl
+    )
+    data = comp.compress(grads[:3], ref[0], sqsum=sq[:3], batch_size=1, layer=0).data
+    data += comp.compress(grads[3:], ref[1], sqsum=sq[3:], batch_size=1, layer=1).data
+    assert words.view(torch.uint8).numpy().tobytes() == data
+    assert sent == [3, 1]
+    assert words.tolist()[:6] == [0, 3, _f32_bits(1.0), 0 << 4 | 0, 1 << 4 | 8 | 1, 2 << 4 | 2]
+
+
+def test_flat_fp32_views_take_tensors_that_require_grad_and_other_dtypes():
+    """The bucket path's NumPy view of its inputs: a tensor that requires grad (numpy()
+    refuses it) is detached first; bf16 and non-contiguous inputs are converted to flat fp32;
+    a plain contiguous fp32 tensor is viewed without a copy."""
+    t = torch.tensor([1.0, -2.0, 0.5], requires_grad=True)
+    assert torch_codec._flat_f32(t).tolist() == [1.0, -2.0, 0.5]
+    assert torch_codec._flat_f32(t.detach().to(torch.bfloat16)).dtype == np.float32
+    strided = torch.arange(6, dtype=torch.float32)[::2]
+    assert torch_codec._flat_f32(strided).tolist() == [0.0, 2.0, 4.0]
+    plain = torch.zeros(4)
+    view = torch_codec._flat_f32(plain)
+    view[1] = 3.0
+    assert plain[1] == 3.0

@@ -518,7 +518,6 @@ def _scratch(bucket: BucketState) -> dict:
         s.update(
             residual=bucket.residual.numpy(),
             variance=bucket.variance.numpy(),
-            layer_ids=bucket.layer_ids.numpy(),
             local_index=bucket.local_index.numpy(),
             offsets=bucket.offsets.numpy(),
             layers=np.asarray(bucket.layers, dtype=np.int32),
