@@ -468,3 +468,39 @@ def test_flat_fp32_views_take_tensors_that_require_grad_and_other_dtypes():
     view = torch_codec._flat_f32(plain)
     view[1] = 3.0
     assert plain[1] == 3.0
+
+
+@pytest.mark.parametrize("variance", ["sqsum", "centered"])
+def test_bf16_gradients_and_sums_are_read_as_fp32_on_the_layer_path(variance):
+    """bf16 gradients and squared sums: the layer path converts both to fp32 before any
+    arithmetic (g·g of the centered reading, S/|B|² of the sqsum one), as the NumPy path
+    does: the same bytes and state."""
+    comp = get_compressor("variance", variance=variance, alpha=0.5)
+    g = torch.Generator().manual_seed(13)
+    ref, mine = comp.init_state(400), comp.init_state(400)
+    for step in range(3):
+        grad, sq = gradients(400, step, g)
+        grad, sq = grad.to(torch.bfloat16), sq.to(torch.bfloat16)
+        payload = comp.compress(grad, ref, sqsum=sq, batch_size=3, layer=1)
+        words, sent = torch_codec.compress(comp, grad, mine, sq, batch_size=3, layer=1)
+        assert words.view(torch.uint8).numpy().tobytes() == payload.data
+        assert sent == payload.sent and same_state(ref, mine)
+
+
+def test_an_infinite_residual_in_a_bucket_raises_no_numpy_warning():
+    """The NumPy bucket path divides |r| by M = inf for an infinite residual (inf/inf): the
+    code it gives is masked to 0, and the division raises no RuntimeWarning."""
+    import warnings
+
+    comp = get_compressor("variance", alpha=1.0, below_floor="floor")
+    grads = torch.tensor([float("inf"), 1.0, -2.0, 0.0, 3.0])
+    bucket = torch_codec.bucket_state([comp.init_state(2), comp.init_state(3)], (0, 1), CPU)
+    ref = [comp.init_state(2), comp.init_state(3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        words, _, _ = torch_codec.compress_bucket(
+            comp, grads, torch.zeros(5), bucket, batch_size=1, impl="numpy"
+        )
+    data = comp.compress(grads[:2], ref[0], sqsum=torch.zeros(2), batch_size=1, layer=0).data
+    data += comp.compress(grads[2:], ref[1], sqsum=torch.zeros(3), batch_size=1, layer=1).data
+    assert words.view(torch.uint8).numpy().tobytes() == data
