@@ -282,3 +282,16 @@ def test_packed32_defaults_to_28_index_bits_and_refuses_more():
     assert enc.index_bits == 28 and enc.name == "packed32"
     with pytest.raises(ValueError, match="index_bits must be in 1..28"):
         Packed32(index_bits=29)
+
+
+def test_packed32_decodes_the_coded_layout_by_default():
+    """packed32 is the 4-bit code's format: decode without ``coded`` reads the coded layout
+    (index << 4 | code words after the scale)."""
+    from vgcsim.traces.wire.encoders import Packed32
+    from vgcsim.traces.wire.messages import SparseMessage
+
+    msg = SparseMessage(3, 40, np.array([1, 5, 39]), np.array([0, 9, 2], dtype=np.uint8), 2.0)
+    enc = Packed32()
+    got = enc.decode(enc.encode(msg), numel=40)
+    assert got.indices.tolist() == [1, 5, 39] and got.codes.tolist() == [0, 9, 2]
+    assert got.scale == 2.0
