@@ -164,3 +164,12 @@ def test_saved_results_keep_exit_codes_and_hashes_only_and_seed_a_new_copy(tmp_p
     assert tool.seed_results("tables", new, results) == 0 and not seeded.exists()
     with pytest.raises(SystemExit, match="nothing to save"):
         tool.save_results("tables", tmp_path / "empty", results)
+
+
+def test_the_saved_results_stay_out_of_the_copies():
+    """A copy of the tree never holds tools/mutation-results: mutmut would read those .meta
+    files in the copy's mutants/ folder as results of its own run."""
+    files = tool._tree_files()
+    assert "tools/mutation.py" in files
+    assert not any(f.startswith("tools/mutation-results/") for f in files)
+    assert any((ROOT / "tools" / "mutation-results").rglob("*.meta"))  # there is something to skip

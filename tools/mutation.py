@@ -133,7 +133,10 @@ def _tree_files() -> list[str]:
         check=True,
         capture_output=True,
     ).stdout.decode()
-    return [p for p in out.split("\0") if p and (ROOT / p).is_file()]
+    # the saved results stay out of the copies: mutmut would find their .meta files in the
+    # copy's mutants/ folder and report mutants of other versions of the code
+    kept = RESULTS.relative_to(ROOT).as_posix() + "/"
+    return [p for p in out.split("\0") if p and (ROOT / p).is_file() and not p.startswith(kept)]
 
 
 def _copy_tree(dest: Path, dirs: dict[str, str]) -> None:
