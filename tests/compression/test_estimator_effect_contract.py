@@ -513,24 +513,29 @@ def test_model_follows_the_exact_copy_where_the_two_copies_send_differently():
         torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-7)
 
 
-def test_no_batches_give_rows_with_zero_decisions_and_nan_figures():
-    """An empty iterable of batches: every trainable parameter still has its row, with 0
-    decisions and NaN for each rate, set as NaN (no division by zero, no warning)."""
+def _gap_without_warnings(model, batches, name, **params) -> list[dict]:
+    """send_decision_gap on 2 workers (SGD lr 0.1, fp32 sums) with every warning an error."""
     import warnings
 
     from vgcsim.traces.compression.compressors import get_compressor
 
-    model = _conv_model()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        rows = estimator_effect.send_decision_gap(
+        return estimator_effect.send_decision_gap(
             model,
             nn.CrossEntropyLoss(reduction="none"),
-            iter([]),
+            iter(batches),
             2,
-            get_compressor("variance"),
+            get_compressor(name, **params),
             torch.optim.SGD(model.parameters(), lr=0.1),
+            sq_dtype="float32",
         )
+
+
+def test_no_batches_give_rows_with_zero_decisions_and_nan_figures():
+    """An empty iterable of batches: every trainable parameter still has its row, with 0
+    decisions and NaN for each rate, set as NaN (no division by zero, no warning)."""
+    rows = _gap_without_warnings(_conv_model(), [], "variance")
     assert [r["kind"] for r in rows] == ["Conv2d", "Conv2d", "Linear", "Linear"]
     for r in rows:
         assert r["decisions"] == 0 and r["differ"] == 0
@@ -596,22 +601,8 @@ def test_rows_do_not_depend_on_the_default_dtype():
 def test_a_layer_the_exact_copy_never_sends_has_a_nan_density_ratio():
     """α = 10^30: neither copy sends anything, so both densities are 0 and the ratio is set to
     NaN (no 0/0, no warning), while the decision counts are those of the steps run."""
-    import warnings
-
-    from vgcsim.traces.compression.compressors import get_compressor
-
     model = _conv_model()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        rows = estimator_effect.send_decision_gap(
-            model,
-            nn.CrossEntropyLoss(reduction="none"),
-            iter(_conv_batches(1, 2, 2)),
-            2,
-            get_compressor("variance", alpha=1e30),
-            torch.optim.SGD(model.parameters(), lr=0.1),
-            sq_dtype="float32",
-        )
+    rows = _gap_without_warnings(model, _conv_batches(1, 2, 2), "variance", alpha=1e30)
     for r, p in zip(rows, model.parameters(), strict=True):
         assert r["decisions"] == 2 * p.numel() and r["differ"] == 0
         assert r["density_exact"] == 0 and r["density_fast"] == 0

@@ -394,24 +394,27 @@ def test_exact_estimator_draws_independent_dropout_masks_per_sample():
         assert torch.equal(u, v)
 
 
+class _Branchy(torch.nn.Module):
+    """Runs a Linear layer whose output it discards (``unused``) beside the one it returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.used = torch.nn.Linear(4, 3)
+        self.unused = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        self.unused(x)  # computed and discarded
+        return self.used(x)
+
+
 def test_a_hooked_layer_whose_output_never_reaches_the_loss_gets_zero_gradients():
     """A model whose forward also runs a Linear layer whose output it discards: the tapped
     pass asks autograd for that output's gradient too (allowed to be unused) and gives the
     layer zero gradients and zero sums, the others equal to per-worker autograd."""
     from torch import nn
 
-    class Branchy(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.used = nn.Linear(4, 3)
-            self.unused = nn.Linear(4, 2)
-
-        def forward(self, x):
-            self.unused(x)  # computed and discarded
-            return self.used(x)
-
     torch.manual_seed(51)
-    model = Branchy()
+    model = _Branchy()
     g = torch.Generator().manual_seed(52)
     x, y = torch.randn(8, 4, generator=g), torch.randint(0, 3, (8,), generator=g)
     ce = nn.CrossEntropyLoss(reduction="none")
@@ -495,21 +498,11 @@ def test_a_parameter_without_gradient_is_logged_at_debug_level(caplog):
 
     from torch import nn
 
-    class Branchy(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.used = nn.Linear(4, 3)
-            self.unused = nn.Linear(4, 2)
-
-        def forward(self, x):
-            self.unused(x)
-            return self.used(x)
-
     torch.manual_seed(65)
     g = torch.Generator().manual_seed(66)
     x, y = torch.randn(4, 4, generator=g), torch.randint(0, 3, (4,), generator=g)
     with caplog.at_level(logging.DEBUG, logger="vgcsim.traces.compression.variance"):
-        worker_gradients(Branchy(), nn.CrossEntropyLoss(reduction="none"), x, y, 2, None)
+        worker_gradients(_Branchy(), nn.CrossEntropyLoss(reduction="none"), x, y, 2, None)
     lines = [r.getMessage() for r in caplog.records if r.name.endswith("variance")]
     assert "parameter unused.weight received no gradient" in lines
     assert "parameter unused.bias received no gradient" in lines
