@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torchhelpers import default_dtype
 from vgcsim.traces.compression.base import Compressor
 from vgcsim.traces.compression.compressors import COMPRESSORS, get_compressor
 from vgcsim.traces.wire.encoders import DENSE_ENCODINGS, QSGD_ENCODINGS, SPARSE_ENCODINGS
@@ -529,12 +530,8 @@ def test_states_are_fp32_whatever_the_default_dtype(name):
     """A compressor's state buffers are fp32 by its own choice, also with torch's default
     dtype set to float64 (the residual is read as an fp32 NumPy view)."""
     c = get_compressor(name)
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
+    with default_dtype(torch.float64):
         st = c.init_state(5)
-    finally:
-        torch.set_default_dtype(before)
     assert st.residual.dtype == torch.float32
     if hasattr(st, "variance"):
         assert st.variance.dtype == torch.float32

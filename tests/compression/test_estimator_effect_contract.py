@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from torchhelpers import default_dtype
 from vgcsim.traces.compression import estimator_effect
 from vgcsim.traces.compression.estimator_effect import main, to_markdown, totals
 
@@ -578,9 +579,7 @@ def test_rows_do_not_depend_on_the_default_dtype():
     out = {}
     for dtype in (torch.float32, torch.float64):
         model, batches = _conv_model(), _conv_batches(2, 2, 2)
-        before = torch.get_default_dtype()
-        torch.set_default_dtype(dtype)
-        try:
+        with default_dtype(dtype):
             rows = estimator_effect.send_decision_gap(
                 model,
                 nn.CrossEntropyLoss(reduction="none"),
@@ -590,8 +589,6 @@ def test_rows_do_not_depend_on_the_default_dtype():
                 torch.optim.SGD(model.parameters(), lr=0.5),
                 sq_dtype="float32",
             )
-        finally:
-            torch.set_default_dtype(before)
         out[dtype] = (rows, [p.detach().clone() for p in model.parameters()])
     assert out[torch.float32][0] == out[torch.float64][0]
     for a, b in zip(out[torch.float32][1], out[torch.float64][1], strict=True):

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from torchhelpers import default_dtype
 from vgcsim.traces.compression.compressors import get_compressor
 from vgcsim.traces.wire.messages import qsgd_values
 
@@ -76,12 +77,8 @@ def test_qsgd_does_not_depend_on_the_default_dtype():
     c = get_compressor("qsgd", bits=4, bucket_size=8)
     x = torch.linspace(-1.0, 2.0, 21, dtype=torch.float32)
     ref = c.compress(x, None, generator=torch.Generator().manual_seed(3))
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
+    with default_dtype(torch.float64):
         got = c.compress(x, None, generator=torch.Generator().manual_seed(3))
-    finally:
-        torch.set_default_dtype(before)
     assert got.data == ref.data
     assert got.message.norms.dtype == ref.message.norms.dtype
     assert got.message.levels.dtype == np.int64

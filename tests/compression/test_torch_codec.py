@@ -13,6 +13,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from torchhelpers import default_dtype
 from vgcsim.traces.compression import torch_codec
 from vgcsim.traces.compression.compressors import get_compressor
 
@@ -376,9 +377,7 @@ def test_the_codec_does_not_depend_on_the_default_dtype():
     """The same bytes and state with torch's default dtype set to float64: every table and
     scalar the codec makes is fp32 by its own choice (a user's process may change the
     default)."""
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
+    with default_dtype(torch.float64):
         assert torch_codec._signed_powers(torch.tensor(2.0, dtype=torch.float32)).dtype == (
             torch.float32
         )
@@ -387,8 +386,6 @@ def test_the_codec_does_not_depend_on_the_default_dtype():
             _layer_step({"alpha": 0.0, **params}, [1.5, -0.3, 0.0, 2.5e-3, 7.0])
         codes, scale, _ = torch_codec._quantize(torch.empty(0), "max", "nearest")
         assert codes.dtype == torch.uint8 and scale.dtype == torch.float32
-    finally:
-        torch.set_default_dtype(before)
 
 
 @pytest.mark.parametrize("values", ["code4", "fp32"])

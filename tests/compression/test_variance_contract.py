@@ -21,6 +21,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from torchhelpers import default_dtype
 from vgcsim.traces.compression.variance import estimator_gap, worker_gradients
 
 X = torch.tensor([[1.0, 2.0], [0.0, 1.0], [3.0, -1.0], [2.0, 2.0]]).reshape(4, 1, 1, 2)
@@ -317,12 +318,8 @@ def test_worker_gradients_do_not_depend_on_the_default_dtype():
     x, y = torch.randn(8, 1, 4, 4, generator=g), torch.randint(0, 3, (8,), generator=g)
     ce = nn.CrossEntropyLoss(reduction="none")
     ref = worker_gradients(model, ce, x, y, 2, "fast", sq_dtype="float32")
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
+    with default_dtype(torch.float64):
         got = worker_gradients(model, ce, x, y, 2, "fast", sq_dtype="float32")
-    finally:
-        torch.set_default_dtype(before)
     for a, b in zip(got.grads + got.sqsums, ref.grads + ref.sqsums, strict=True):
         assert a.dtype == b.dtype == torch.float32
         assert torch.equal(a, b)
