@@ -135,6 +135,35 @@ def test_padded_allgatherv_adds_the_host_time_on_every_rank():
     assert ring.time_s == 0.5 + A
 
 
+@pytest.mark.parametrize(
+    ("scalar", "table", "delta"),
+    [
+        # gathered buffer P·m_max = 2^20 bytes: on the table's second point, 2^-19 s/B
+        (0.0, ((2.0**10, 2.0**-21), (2.0**20, 2.0**-19), (2.0**30, 2.0**-18)), 2.0**-19),
+        # below the first point: the first value; the scalar δ is not used where a table is
+        (2.0**-20, ((2.0**21, 2.0**-22), (2.0**22, 2.0**-18)), 2.0**-22),
+    ],
+    ids=["on-a-point", "below-the-first"],
+)
+def test_padded_allgatherv_takes_delta_from_the_links_table(scalar, table, delta):
+    # δ(P·m_max)·Σ m (the table's step function, vgcsim.core.collectives.host_s_per_byte_at):
+    # P = 2, m_max = 2^19, Σ m = 3·2^18 bytes copied, by hand
+    sizes = [N // 2, N // 4]
+    plain = simulate_collective("allgatherv/padded", sizes, _star())
+    link = LinkSpec(
+        "nic",
+        B,
+        A,
+        allgatherv_host_s_per_byte=scalar,
+        allgatherv_host_s_per_byte_table=table,
+    )
+    spec = cluster(bandwidth_Bps=B, latency_s=A)
+    spec = type(spec)(**{**spec.__dict__, "link": link})
+    host = simulate_collective("allgatherv/padded", sizes, spec)
+    np.testing.assert_array_equal(host.finish_s, plain.finish_s + delta * 3 * 2**18)
+    assert host.time_s == plain.time_s + delta * 3 * 2**18
+
+
 def test_one_rank_is_free_and_uses_no_link():
     run = simulate_collective("allreduce/ring", [N], _star())
     assert run.world_size == 1

@@ -167,6 +167,47 @@ def test_timeline_only_up_to_max_ranks(trace):
     assert sorted({t.world_size for t in timelines}) == [2, 3]
 
 
+_SPREAD_4_1 = {
+    "kind": "leaf_spine",
+    "hosts_per_leaf": 2,
+    "spines": 1,
+    "oversubscription": 4.0,
+    "placement": "spread",
+}
+
+
+@pytest.mark.parametrize(
+    ("label", "link", "options"),
+    [
+        ("dense", {"gamma_s_per_byte": 1e-9}, {}),  # γ adds to every reducing round
+        ("compressed", {}, {"mode": "fifo", "compressed_collective": "allgatherv/direct"}),
+        ("compressed", {}, {"semantics": "eager", "compressed_collective": "allgatherv/ring"}),
+    ],
+    ids=["gamma", "fifo", "eager"],
+)
+def test_a_timeline_is_the_step_its_row_prices(trace, label, link, options):
+    """A step's timeline is simulated again under the run's own γ, sharing model and message
+    matching: its end (the last collective's last rank) lies where its row puts the
+    communication's end: between step − optimizer − the largest decode and step − optimizer
+    (each rank decodes its own share after its collective; this step is communication-bound
+    on a 4:1 leaf-spine at 1 Gbit/s). Each setting moves that end, so a timeline simulated
+    under the defaults would fall outside."""
+
+    def run(link_kw, cfg_kw):
+        spec = cluster(_SPREAD_4_1, bandwidth_Bps=1.25e8, **link_kw)
+        cfg = SimulateConfig(path="message", per_step=True, dense_encodings=("fp32",), **cfg_kw)
+        df, timelines, _ = simulate_trace(trace, spec, [4], cfg, timeline_steps=[1])
+        (tl,) = [t for t in timelines if t.method == label]
+        (row,) = df[(df["step"] == 1) & (df["method"] == label)].itertuples()
+        return tl, row
+
+    tl, row = run(link, options)
+    default, _ = run({}, {k: v for k, v in options.items() if k == "compressed_collective"})
+    assert tl.step_s != pytest.approx(default.step_s, rel=1e-3)
+    end = row.step_s - row.optimizer_s
+    assert end - row.decode_s - 1e-12 * end <= tl.step_s <= end * (1 + 1e-12)
+
+
 def test_timeline_of_a_missing_step_is_an_error(trace):
     with pytest.raises(ConfigError, match="timeline steps"):
         simulate_trace(trace, cluster(), [2], SimulateConfig(), timeline_steps=[999])
