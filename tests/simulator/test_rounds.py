@@ -81,6 +81,48 @@ def test_a_flow_that_starts_later_shares_only_from_its_start():
     np.testing.assert_allclose(run_message([ph], topo)[0], want, rtol=1e-12)
 
 
+@pytest.mark.parametrize(
+    ("n_a", "t_b", "n_b", "a_end", "b_end"),
+    [
+        # 1e9 bytes at 1 B/s; at t_B = 999999999 s exactly 1 byte is left, which is 1e-9 of
+        # the flow (tol = 1e-9 · 1e9 = 1.0 exactly): rounding residue, A ends at t_B and B
+        # (2 bytes) then goes alone: t_B + 2
+        (1e9, 999999999.0, 2.0, 999999999.0, 1000000001.0),
+        # 1 byte at 1 B/s; at t_B = 1 − 2^-29 the 2^-29 bytes left are more than 1e-9 of it:
+        # sent at 1/2 B/s beside B until 1 + 2^-29, then B (1 byte, 2^-29 sent) alone: 2.0
+        (1.0, 1 - 2.0**-29, 1.0, 1 + 2.0**-29, 2.0),
+    ],
+    ids=["residue-at-the-tolerance-ends", "more-than-the-tolerance-is-sent"],
+)
+def test_a_flows_last_residue_of_1e9_of_its_size_ends_it_at_an_event(n_a, t_b, n_b, a_end, b_end):
+    # the sliver rule: at an event (here B's start), a flow with at most 1e-9 of its size
+    # (at least 1e-9 byte) left has ended; dumbbell with a 1 B/s middle link, A: 0 -> 2 from
+    # t = 0, B: 1 -> 3 from t_B; every number dyadic or an integer, so the times are exact
+    p = 4
+    topo = build_topology(_dumbbell(p, middle_Bps=1.0), p)
+    sched = _one_round(p, [(0, 2), (1, 3)])
+    ph = Phase(np.array([0.0, t_b, 0.0, 0.0]), sched, np.array([n_a, n_b]))
+    alpha = 3 * LINK_LAT
+    want = np.array([a_end, b_end, a_end, b_end]) + alpha
+    np.testing.assert_allclose(run_rounds([ph], topo)[0], want, rtol=1e-13)
+
+
+def test_an_empty_message_changes_no_other_flow_by_a_bit():
+    # A: 12345 bytes 0 -> 2 over a 3 B/s middle link from t = 0; an empty message 1 -> 3
+    # posted at t = 0.1 carries no byte, so A's fluid problem has no event at 0.1: A ends at
+    # 12345 / 3 exactly as without it (splitting A's progress at 0.1 would round to
+    # 4115.000000000001), and the empty message arrives one path latency after its start
+    p = 4
+    topo = build_topology(_dumbbell(p, middle_Bps=3.0), p)
+    ready = np.array([0.0, 0.1, 0.0, 0.0])
+    both = Phase(ready, _one_round(p, [(0, 2), (1, 3)]), np.array([12345.0, 0.0]))
+    alone = Phase(ready, _one_round(p, [(0, 2)]), np.array([12345.0]))
+    got, ref = run_rounds([both], topo)[0], run_rounds([alone], topo)[0]
+    assert got[[0, 2]].tolist() == ref[[0, 2]].tolist()
+    assert ref[0] == pytest.approx(4115.0 + 3 * LINK_LAT, rel=1e-15)
+    assert got[[1, 3]] == pytest.approx(0.1 + 3 * LINK_LAT, rel=1e-12)
+
+
 @pytest.mark.parametrize("semantics", ("rendezvous", "eager"))
 @pytest.mark.parametrize("key", sorted(COLLECTIVES))
 def test_equal_sizes_on_a_spread_leaf_spine_equal_the_message_level(key, semantics):
