@@ -240,3 +240,33 @@ def test_fifo_mode_is_slower_than_fair_sharing_for_direct_allgatherv_uneven():
     assert _sim("allgatherv/direct", p, m, mode="fifo") >= _sim("allgatherv/direct", p, m) * (
         1 - 1e-9
     )
+
+
+def test_padded_size_rounds_are_the_ring_allgather_of_the_8_byte_sizes():
+    """allgatherv/padded starts with a ring allgather of the 8-byte block sizes (the module
+    docstring; gloo's ring sends to the right neighbour): its first P − 1 rounds end, on every
+    rank, when allgatherv/ring's rounds of P 8-byte blocks end. On a 3-spine leaf-spine the
+    spine of each flow is hashed from (src, dst), so a ring the other way round takes other
+    spines and, here, other times."""
+    spec = {
+        "kind": "leaf_spine",
+        "hosts_per_leaf": 2,
+        "spines": 3,
+        "oversubscription": 4.0,
+        "placement": "spread",
+    }
+    p = 8
+    topo = build_topology(cluster(spec), p)
+
+    def round_ends(key, blocks):
+        schedule = get_schedule(key, p)
+        spans = []
+        ph = Phase(np.zeros(p), schedule, unit_sizes(schedule, blocks), key)
+        run_message([ph], topo, spans=spans)
+        return {(s.rank, s.name.split()[-1]): s.end_s for s in spans if " r" in s.name}
+
+    padded = round_ends("allgatherv/padded", np.full(p, 1e6))
+    ring = round_ends("allgatherv/ring", np.full(p, 8.0))
+    assert len(ring) == p * (p - 1)
+    for where, end in ring.items():
+        assert padded[where] == end, where
