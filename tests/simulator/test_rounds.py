@@ -277,3 +277,23 @@ def test_cli_simulate_path_round(tmp_path, capsys):
     capsys.readouterr()
     assert main([*args, "--path", "round", "--set", "mode=fifo", "-o", str(tmp_path / "x")]) == 2
     assert "fair sharing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("p", [3, 4, 7])
+@pytest.mark.parametrize("key", ["allgatherv/ring", "allgatherv/padded"])
+def test_one_unit_flows_carry_exactly_their_units_at_the_round_level(key, p):
+    """RoundCache.round_bytes: where every flow of a schedule of several rounds carries one
+    unit (ring allgatherv from P = 3, its two rounds included; the padded one's size and
+    data rounds), a flow's bytes are its unit's size itself, not a difference of running
+    sums: a 1-byte block after a 2^53-byte one keeps its byte (2^53 + 1 is not a double).
+    Block r goes round the ring: rank i sends block (i − k) mod P in round k."""
+    topo = build_topology(_leaf_spine(), p)
+    s = get_schedule(key, p)
+    blocks = np.array([2.0**53] + [1.0] * (p - 1))
+    units = unit_sizes(s, blocks)
+    got = RoundCache(topo).round_bytes(s, units)
+    data = s.rounds[-(p - 1) :]  # the ring's rounds (the padded schedule's last P − 1)
+    for k, (rnd, fb) in enumerate(zip(data, got[-(p - 1) :], strict=True)):
+        assert rnd.src.tolist() == list(range(p))
+        want = units[(np.arange(p) - k) % p]
+        assert np.asarray(fb).tolist() == want.tolist(), k
