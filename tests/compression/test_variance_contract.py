@@ -192,6 +192,8 @@ def test_exact_backward_hooks_of_a_linear_over_sequences_against_per_sample_auto
         torch.testing.assert_close(hooks.take(i), want[0], rtol=1e-4, atol=1e-9)
 
 
+# torch warns that an even kernel with padding="same" may copy the input: the case is on purpose
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel lengths")
 def test_same_padding_convs_are_served_and_asymmetric_ones_refused():
     from vgcsim.core.errors import ConfigError
 
