@@ -31,6 +31,23 @@ def cluster(
     )
 
 
+def leaf_spine(
+    hosts_per_leaf: int,
+    *,
+    spines: int = 1,
+    oversubscription: float = 4.0,
+    placement: str = "spread",
+) -> dict:
+    """A leaf-spine topology spec (ranks dealt round-robin over the leaves when ``spread``)."""
+    return {
+        "kind": "leaf_spine",
+        "hosts_per_leaf": hosts_per_leaf,
+        "spines": spines,
+        "oversubscription": oversubscription,
+        "placement": placement,
+    }
+
+
 def send_recv_times(env, comm, nbytes: float, send_at: float, recv_at: float) -> dict:
     """One message of ``nbytes`` from rank 0 to rank 1 over ``comm``: the send posted at
     ``send_at``, the receive at ``recv_at``; returns when each completed (``send``,

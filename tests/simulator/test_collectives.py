@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 import pytest
-from simhelpers import BW, LAT, cluster
+from simhelpers import BW, LAT, cluster, leaf_spine
 from vgcsim.simulator.collectives import COLLECTIVES, get_schedule, unit_sizes
 from vgcsim.simulator.engine import Phase, contention_free, run_fast, run_message
 from vgcsim.simulator.topology import build_topology
@@ -248,15 +248,8 @@ def test_padded_size_rounds_are_the_ring_allgather_of_the_8_byte_sizes():
     rank, when allgatherv/ring's rounds of P 8-byte blocks end. On a 3-spine leaf-spine the
     spine of each flow is hashed from (src, dst), so a ring the other way round takes other
     spines and, here, other times."""
-    spec = {
-        "kind": "leaf_spine",
-        "hosts_per_leaf": 2,
-        "spines": 3,
-        "oversubscription": 4.0,
-        "placement": "spread",
-    }
     p = 8
-    topo = build_topology(cluster(spec), p)
+    topo = build_topology(cluster(leaf_spine(2, spines=3)), p)
 
     def round_ends(key, blocks):
         schedule = get_schedule(key, p)

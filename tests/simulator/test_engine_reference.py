@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import simpy
-from simhelpers import cluster
+from simhelpers import cluster, leaf_spine
 from vgcsim.simulator.collectives import get_schedule, unit_sizes
 from vgcsim.simulator.engine import Phase, run_message
 from vgcsim.simulator.network import Comm, Waiter, make_network
@@ -32,13 +32,7 @@ A = 2.0**-10  # s
 TOPOLOGIES = {
     "star": {"kind": "star"},
     "ring": {"kind": "ring"},
-    "leaf-spine": {
-        "kind": "leaf_spine",
-        "hosts_per_leaf": 2,
-        "spines": 1,
-        "oversubscription": 4.0,
-        "placement": "spread",
-    },
+    "leaf-spine": leaf_spine(2),
 }
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from simhelpers import cluster as _cluster
+from simhelpers import leaf_spine
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 from vgcsim.simulator.timeline import chrome_trace
 from vgcsim.traces.io import read_trace
@@ -167,15 +168,6 @@ def test_timeline_only_up_to_max_ranks(trace):
     assert sorted({t.world_size for t in timelines}) == [2, 3]
 
 
-_SPREAD_4_1 = {
-    "kind": "leaf_spine",
-    "hosts_per_leaf": 2,
-    "spines": 1,
-    "oversubscription": 4.0,
-    "placement": "spread",
-}
-
-
 @pytest.mark.parametrize(
     ("label", "link", "options"),
     [
@@ -194,7 +186,7 @@ def test_a_timeline_is_the_step_its_row_prices(trace, label, link, options):
     under the defaults would fall outside."""
 
     def run(link_kw, cfg_kw):
-        spec = cluster(_SPREAD_4_1, bandwidth_Bps=1.25e8, **link_kw)
+        spec = cluster(leaf_spine(2), bandwidth_Bps=1.25e8, **link_kw)
         cfg = SimulateConfig(path="message", per_step=True, dense_encodings=("fp32",), **cfg_kw)
         df, timelines, _ = simulate_trace(trace, spec, [4], cfg, timeline_steps=[1])
         (tl,) = [t for t in timelines if t.method == label]
