@@ -9,6 +9,8 @@ it; utilization = busy / time).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from simhelpers import cluster
@@ -124,9 +126,9 @@ def test_padded_allgatherv_adds_the_host_time_on_every_rank():
     assert N == 2**20
     sizes = [N // 2, N // 4]
     plain = simulate_collective("allgatherv/padded", sizes, _star())
-    link = LinkSpec("nic", B, A, allgatherv_host_s_per_byte=2.0**-20)
-    spec = cluster(bandwidth_Bps=B, latency_s=A)
-    spec = type(spec)(**{**spec.__dict__, "link": link})
+    spec = dataclasses.replace(
+        _star(), link=LinkSpec("nic", B, A, allgatherv_host_s_per_byte=2.0**-20)
+    )
     host = simulate_collective("allgatherv/padded", sizes, spec)
     np.testing.assert_array_equal(host.finish_s, plain.finish_s + 0.75)
     assert host.time_s == plain.time_s + 0.75
@@ -157,9 +159,7 @@ def test_padded_allgatherv_takes_delta_from_the_links_table(scalar, table, delta
         allgatherv_host_s_per_byte=scalar,
         allgatherv_host_s_per_byte_table=table,
     )
-    spec = cluster(bandwidth_Bps=B, latency_s=A)
-    spec = type(spec)(**{**spec.__dict__, "link": link})
-    host = simulate_collective("allgatherv/padded", sizes, spec)
+    host = simulate_collective("allgatherv/padded", sizes, dataclasses.replace(_star(), link=link))
     np.testing.assert_array_equal(host.finish_s, plain.finish_s + delta * 3 * 2**18)
     assert host.time_s == plain.time_s + delta * 3 * 2**18
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from simhelpers import BW, cluster
+from simhelpers import BW, cluster, leaf_spine
 from vgcsim.simulator.collectives import COLLECTIVES, Round, Schedule, get_schedule, unit_sizes
 from vgcsim.simulator.engine import Phase, run_message
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace
@@ -25,14 +25,7 @@ LINK_LAT = 2.5e-6
 
 
 def _leaf_spine(placement: str = "spread"):
-    spec = {
-        "kind": "leaf_spine",
-        "hosts_per_leaf": 4,
-        "spines": 1,
-        "oversubscription": 4.0,
-        "placement": placement,
-    }
-    return cluster(spec, latency_s=LINK_LAT)
+    return cluster(leaf_spine(4, placement=placement), latency_s=LINK_LAT)
 
 
 def _dumbbell(p: int, middle_Bps: float = BW):
