@@ -405,7 +405,13 @@ def run_message(
     These are the events a SimPy process per rank, resumed by one event per completed round,
     processes for the same run (its Initialize, round-completion and termination events), so
     the count is that of the bare SimPy loop of ``benchmarks/simulator.py``: one per
-    process start, resumption and end. ``cache``: see :class:`RunCache`.
+    process start, resumption and end. Under FIFO sharing (every resumption queued) it is
+    exactly that run's count. Under fair sharing a rank resumed inline may run ahead of an
+    operation of its next round that completes later at the same instant; it is then
+    resumed once more where the process would have found that operation done, and the
+    count exceeds the process run's by one per such resumption (by none where no two of a
+    rank's operations complete at one instant, as in an uncontended ring with latency > 0).
+    ``cache``: see :class:`RunCache`.
     """
     with _gc_paused():
         return _run_message(
@@ -460,7 +466,7 @@ def _run_message(
                 if delay is not None:  # None: it waits for its operations
                     if delay > 0:
                         timeout(delay, i).callbacks.append(timed_out)
-                    else:
+                    else:  # -1.0: the rank has ended (it yields only delays > 0)
                         ended += 1
                 if not runnable:
                     break
@@ -469,10 +475,9 @@ def _run_message(
             draining = False
 
     def timed_out(event: simpy.Event) -> None:
-        if draining:
-            runnable.append(event.value)
-        else:
-            run_from(event.value)
+        # A SimPy callback: it never runs while run_from does (nothing there steps the
+        # environment), so it may resume its rank at once.
+        run_from(event.value)
 
     def ready(i: int) -> None:
         """Rank ``i``'s operations are done: resume it now where the order of this instant's
@@ -569,8 +574,9 @@ def _run_message(
                     got = 0.0
                     for g, _ in recvs:
                         got += nbytes[g]
-                    if got > 0:
-                        yield gamma * got
+                    reduce_s = gamma * got
+                    if reduce_s > 0:  # a rank yields no 0 (it could underflow to 0)
+                        yield reduce_s
                 if spans is not None:
                     spans.append(RankSpan(i, f"{ph.label} r{k}", tk, env.now))
             finish[b, i] = env.now

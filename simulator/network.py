@@ -676,6 +676,9 @@ class FairNetwork(_NetworkBase):
             for c in f.channels:
                 on[c].discard(f)
             mon.flow_ended(f.channels, f.start, now, f.nbytes, f.src, f.dst)
+        # Flows due together leave together: only a flow that leaves others behind on its
+        # channels calls for a reshare (not one whose neighbour ends in this same timer).
+        for f in due:
             if any(on[c] for c in f.channels):
                 self._ended.append(f)
                 self._mark(f.channels)

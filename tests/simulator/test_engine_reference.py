@@ -11,7 +11,9 @@ reference's order: under FIFO sharing a channel serves flows in the order they c
 rank that went on before the others' wake-ups would take a channel out of turn. Every
 collective, on a star, a ring and a spread 4:1 leaf-spine (where flows share uplinks), P =
 3, 4, 5, both sharing models and both matchings, must give each rank the reference's
-finish time exactly (the same network objects, so the same float operations).
+finish time exactly (the same network objects, so the same float operations); under FIFO
+sharing, where the engine resumes every rank by an event as the reference does, the run's
+event count (``stats["events"]``) must also equal the reference's.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 import pytest
 import simpy
 from simhelpers import cluster, leaf_spine
-from vgcsim.simulator.collectives import get_schedule, unit_sizes
+from vgcsim.simulator.collectives import Round, Schedule, get_schedule, unit_sizes
 from vgcsim.simulator.engine import Phase, run_message
 from vgcsim.simulator.network import Comm, Waiter, make_network
 from vgcsim.simulator.topology import build_topology
@@ -36,15 +38,21 @@ TOPOLOGIES = {
 }
 
 
-def reference_finish_s(schedule, units, topology, mode, semantics, gamma_s_per_byte):
-    """Each rank's finish time, one SimPy process per rank (see the module docstring)."""
+def reference_run(schedule, units, topology, mode, semantics, gamma_s_per_byte):
+    """Each rank's finish time, one SimPy process per rank (see the module docstring), and
+    the run's events as ``run_message``'s ``stats`` counts them: every SimPy event processed
+    (each process's start and end, each wake-up, each timeout and network event), less the
+    wake-up events of rounds done while their rank was still posting (the event fires, but
+    nobody waits for it: the engine's rank just goes on)."""
     p = schedule.world_size
     env = simpy.Environment()
     comm = Comm(make_network(mode, env, topology), semantics)
     round_bytes = schedule.round_bytes(units)
     finish = np.zeros(p)
+    unwaited = 0
 
     def rank(i):
+        nonlocal unwaited
         first = 0  # flows are numbered over the whole schedule, round by round
         for k, rnd in enumerate(schedule.rounds):
             pairs = list(zip(rnd.src.tolist(), rnd.dst.tolist(), strict=True))
@@ -58,8 +66,10 @@ def reference_finish_s(schedule, units, topology, mode, semantics, gamma_s_per_b
                 for j, s in recvs:
                     comm.post_recv(i, s, first + j, waiter)
                 waiter.done_one()
-                if not waiter.event.triggered:  # done while posting: it goes straight on
+                if not waiter.event.triggered:
                     yield waiter.event
+                else:  # done while posting: it goes straight on
+                    unwaited += 1
                 got = sum(float(round_bytes[k][j]) for j, _ in recvs)
                 if rnd.reduce and gamma_s_per_byte > 0 and got > 0:
                     yield env.timeout(gamma_s_per_byte * got)
@@ -68,8 +78,14 @@ def reference_finish_s(schedule, units, topology, mode, semantics, gamma_s_per_b
 
     for i in range(p):
         env.process(rank(i))
-    env.run()
-    return finish
+    processed = 0
+    while True:
+        try:
+            env.step()
+        except simpy.core.EmptySchedule:
+            break
+        processed += 1
+    return finish, processed - unwaited
 
 
 @pytest.mark.parametrize("key", COLLECTIVE_KEYS)
@@ -89,13 +105,78 @@ def test_every_rank_finishes_when_the_simpy_reference_says(key):
             for mode in ("fifo", "fair"):
                 for semantics in ("rendezvous", "eager"):
                     for gamma in gammas:
-                        want = reference_finish_s(schedule, units, topology, mode, semantics, gamma)
+                        want, events = reference_run(
+                            schedule, units, topology, mode, semantics, gamma
+                        )
+                        stats: dict[str, int] = {}
                         got = run_message(
                             [Phase(np.zeros(p), schedule, units, key)],
                             topology,
                             mode=mode,
                             semantics=semantics,
                             gamma_s_per_byte=gamma,
+                            stats=stats,
                         )[0]
                         where = f"{name} P={p} {mode} {semantics} γ={gamma}"
                         np.testing.assert_array_equal(got, want, err_msg=where)
+                        if mode == "fifo":  # no inline resumption: see run_message
+                            assert stats["events"] == events, where
+
+
+def _check_against_reference(schedule, units, spec, label):
+    p = schedule.world_size
+    topology = build_topology(spec, p)
+    gammas = (0.0, 3e-10) if any(r.reduce for r in schedule.rounds) else (0.0,)
+    for mode in ("fifo", "fair"):
+        for semantics in ("rendezvous", "eager"):
+            for gamma in gammas:
+                want, events = reference_run(schedule, units, topology, mode, semantics, gamma)
+                stats: dict[str, int] = {}
+                got = run_message(
+                    [Phase(np.zeros(p), schedule, units, schedule.key)],
+                    topology,
+                    mode=mode,
+                    semantics=semantics,
+                    gamma_s_per_byte=gamma,
+                    stats=stats,
+                )[0]
+                where = f"{label} P={p} {mode} {semantics} γ={gamma}"
+                np.testing.assert_array_equal(got, want, err_msg=where)
+                if mode == "fifo":  # no inline resumption: see run_message
+                    assert stats["events"] == events, where
+
+
+@pytest.mark.parametrize("key", COLLECTIVE_KEYS)
+def test_every_rank_finishes_when_the_reference_says_at_any_float_and_without_latency(key):
+    """Bandwidths, latencies and sizes that are not powers of two (so a flow timed another
+    way, e.g. shared where it should be lazy, lands on another float), empty allgatherv
+    blocks (a flow of 0 bytes is delivered at once where the latency is 0: its receive
+    completes while the ranks are still posting) and a latency of 0."""
+    for name, topo in TOPOLOGIES.items():
+        for latency in (5e-6, 0.0):
+            spec = cluster(topo, bandwidth_Bps=1.25e9, latency_s=latency)
+            for p in (3, 5):
+                schedule = get_schedule(key, p)
+                if schedule.allreduce:  # equal sizes (n/P units of a chunk: not round)
+                    sizes = np.full(p, 1.1e6 + 3)
+                else:
+                    sizes = np.array([3e5 + 7, 0.0, 0.0, 1.1e6 + 3, 7e5 + 1][:p])
+                _check_against_reference(
+                    schedule, unit_sizes(schedule, sizes), spec, f"{name} latency={latency}"
+                )
+
+
+def test_a_reducing_round_that_receives_two_blocks_reduces_both():
+    """A hand-made schedule: ranks 1 and 2 send their blocks (1 and 3 MB) to rank 0 in one
+    reducing round; rank 0 then reduces γ × 4 MB, so with γ > 0 it ends γ × 4 MB after the
+    last arrival, which the reference computes from the bytes it received."""
+    rnd = Round(np.array([1, 2]), np.array([0, 0]), np.array([1, 2]), np.array([1, 1]), True)
+    schedule = Schedule("allreduce/hand-made", 3, (rnd,), 3, True)
+    units = np.array([0.0, 1e6, 3e6])
+    _check_against_reference(schedule, units, cluster(bandwidth_Bps=1e9, latency_s=1e-6), "star")
+    topology = build_topology(cluster(bandwidth_Bps=1e9, latency_s=1e-6), 3)
+    fin = run_message(
+        [Phase(np.zeros(3), schedule, units, "hand-made")], topology, gamma_s_per_byte=1e-9
+    )[0]
+    alone = run_message([Phase(np.zeros(3), schedule, units, "hand-made")], topology)[0]
+    assert fin[0] - alone[0] == pytest.approx(4e6 * 1e-9, rel=1e-12)
