@@ -180,3 +180,57 @@ def test_a_reducing_round_that_receives_two_blocks_reduces_both():
     )[0]
     alone = run_message([Phase(np.zeros(3), schedule, units, "hand-made")], topology)[0]
     assert fin[0] - alone[0] == pytest.approx(4e6 * 1e-9, rel=1e-12)
+
+
+def test_fair_sharing_resumes_inline_and_may_run_ahead_of_an_arrival_at_the_same_instant():
+    """Binomial-tree allreduce, P = 3, eager, fair sharing on a star (2^20-byte chunks at
+    2^20 B/s): rounds 1->0, 2->0, 0->2, 0->1. Both sends to rank 0 start at 0 and share its
+    downlink; they end together at 2 s and land together at 2 s + A. At that instant no flow
+    is shared and no reshare is pending, so the engine resumes rank 0 inline from the first
+    landing: it posts its round-1 receive before the second landing (due at the same
+    instant) completes it, and waits once more, one resumption the process run does not
+    have (its rank 0 wakes once, behind both landings, and finds the second receive done).
+    Every finish time is the reference's; the event count is the reference's + 1. A rank
+    queued where it could go on inline would give the reference's count."""
+    p = 3
+    schedule = get_schedule("allreduce/binomial_tree", p)
+    topology = build_topology(cluster(bandwidth_Bps=B, latency_s=A), p)
+    units = unit_sizes(schedule, np.full(p, 2.0**20))
+    want, events = reference_run(schedule, units, topology, "fair", "eager", 0.0)
+    stats: dict[str, int] = {}
+    got = run_message(
+        [Phase(np.zeros(p), schedule, units, schedule.key)],
+        topology,
+        mode="fair",
+        semantics="eager",
+        stats=stats,
+    )[0]
+    np.testing.assert_array_equal(got, want)
+    assert events == 22
+    assert stats["events"] == events + 1
+
+
+def test_a_rank_ready_while_shared_flows_are_due_at_that_instant_waits_behind_their_end():
+    """A hand-made schedule on a star, rendezvous, fair sharing. Round 0: 4->3, whose last
+    byte lands at exactly 2 s (2^21 - 2^10 bytes at 2^20 B/s, + 2^-10 s). Round 1: 1->5 and
+    2->5 (ranks 1, 2 and 5 have nothing in round 0, so these start at 0 and share 5's
+    downlink until both end at 2 s) and 3->5. At 2 s the landing comes first (its timer was
+    set at 0, before the shared flows' reshare), while 1->5 and 2->5 are still on 5's
+    downlink, due that instant. Rank 3 must go on behind their end, as a SimPy process
+    would: 3->5 then finds the link free and runs alone (one lazy timer), ending at 3 s + A;
+    resumed inline, it would meet the two flows and pay a reshare, a timer and a latency
+    timeout for the same times. Finish times and the event count are the reference's."""
+    p = 6
+    rounds = (
+        Round(np.array([4]), np.array([3]), np.array([4]), np.array([1])),
+        Round(np.array([1, 2, 3]), np.array([5, 5, 5]), np.array([1, 2, 3]), np.array([1, 1, 1])),
+    )
+    schedule = Schedule("allgatherv/hand-made", p, rounds, p, False)
+    units = np.array([0.0, 2.0**20, 2.0**20, 2.0**20, 2.0**21 - 2.0**10, 0.0])
+    topology = build_topology(cluster(bandwidth_Bps=B, latency_s=A), p)
+    want, events = reference_run(schedule, units, topology, "fair", "rendezvous", 0.0)
+    stats: dict[str, int] = {}
+    got = run_message([Phase(np.zeros(p), schedule, units, "hand-made")], topology, stats=stats)[0]
+    np.testing.assert_array_equal(got, want)
+    assert got[3] == got[5] == 3 + A
+    assert stats["events"] == events
