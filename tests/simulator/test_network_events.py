@@ -19,10 +19,13 @@ powers of two (bandwidth 2^20 B/s, latency 2^-10 s), so every time is exact.
 
 from __future__ import annotations
 
+import pytest
 import simpy
 from simhelpers import cluster
-from vgcsim.simulator.network import FairNetwork
+from vgcsim.simulator.network import FairNetwork, make_network
 from vgcsim.simulator.topology import build_topology
+
+from vgcsim.core.errors import UnknownNameError
 
 B = 2.0**20  # bytes/s: one n-byte flow alone takes 1 s
 A = 2.0**-10  # s
@@ -149,3 +152,34 @@ def test_a_max_min_rate_of_exactly_one_byte_per_second_still_ends_the_flow():
     _start(env, net, arrived, [(1, 0, 4.0), (2, 0, 2.0)])
     _events(env)
     assert arrived == {(2, 0): 2 + A, (1, 0): 3 + A}
+
+
+def test_an_unknown_sharing_model_is_refused_by_name():
+    """The one line a user sees for a mistyped mode: what it is, what was given, what exists."""
+    topology = build_topology(cluster(), 2)
+    with pytest.raises(UnknownNameError) as err:
+        make_network("bogus", simpy.Environment(), topology)
+    assert str(err.value) == "unknown network mode 'bogus'; valid: fair, fifo"
+
+
+def test_a_newcomer_at_the_instant_a_shared_flow_ends_shares_nothing_with_it():
+    """1->0 (N) starts shared at 0 (a sender waits for its last byte to leave: on_sent), so
+    its timer, not a lazy one, ends it at 1 s. 2->0 (N) starts at 1 s, in an event queued
+    before that timer: it meets 1->0, with nothing left to send, on 0's downlink. The timer
+    then ends 1->0 and leaves 2->0 alone; the reshare at 1 s gives it the whole link: it ends
+    at 2 s. Events: the start event, 1->0's timer, its latency timeout, the reshare, 2->0's
+    timer, its latency timeout: 6."""
+    env, net = _network(3)
+    arrived: dict = {}
+    _start(env, net, arrived, [(2, 0, N)], at=1.0)  # queued first
+    sent: list[float] = []
+    net.start(
+        1,
+        0,
+        N,
+        on_sent=lambda: sent.append(env.now),
+        on_arrived=lambda: arrived.__setitem__((1, 0), env.now),
+    )
+    assert _events(env) == 6
+    assert sent == [1.0]
+    assert arrived == {(1, 0): 1 + A, (2, 0): 2 + A}
