@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import simpy
 from vgcsim.simulator.replay import _Block, _Outcome
 
 from vgcsim.core.cluster import DEVICE_PRESETS, ClusterSpec, LinkSpec
@@ -46,6 +47,18 @@ def leaf_spine(
         "oversubscription": oversubscription,
         "placement": placement,
     }
+
+
+def count_events(env) -> int:
+    """Run ``env`` until no event is left, one ``env.step()`` at a time; return how many events
+    it processed (as ``run_message``'s ``stats["events"]`` counts SimPy events)."""
+    n = 0
+    while True:
+        try:
+            env.step()
+        except simpy.core.EmptySchedule:
+            return n
+        n += 1
 
 
 def send_recv_times(env, comm, nbytes: float, send_at: float, recv_at: float) -> dict:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 import simpy
-from simhelpers import cluster
+from simhelpers import cluster, count_events
 from vgcsim.simulator.network import FairNetwork, make_network
 from vgcsim.simulator.topology import build_topology
 
@@ -52,16 +52,6 @@ def _start(env, net, arrived: dict, flows, at: float = 0.0) -> None:
         go()
 
 
-def _events(env) -> int:
-    n = 0
-    while True:
-        try:
-            env.step()
-        except simpy.core.EmptySchedule:
-            return n
-        n += 1
-
-
 def test_flows_meeting_at_one_instant_share_one_reshare_event():
     """1->0, 2->0, 3->0 (N each) at 0 through 0's downlink. Events: 1->0's lazy timer (void:
     2->0 met it), the one reshare at 0 (3->0 joins the same one), the timer at 3 s (rate B/3
@@ -69,7 +59,7 @@ def test_flows_meeting_at_one_instant_share_one_reshare_event():
     env, net = _network(4)
     arrived: dict = {}
     _start(env, net, arrived, [(1, 0, N), (2, 0, N), (3, 0, N)])
-    assert _events(env) == 6
+    assert count_events(env) == 6
     t = N / (B / 3) + A
     assert arrived == {(1, 0): t, (2, 0): t, (3, 0): t}
 
@@ -83,7 +73,7 @@ def test_a_reshare_that_keeps_the_earliest_finish_arms_no_second_timer():
     arrived: dict = {}
     _start(env, net, arrived, [(1, 0, N), (2, 0, N)])
     _start(env, net, arrived, [(5, 4, N), (6, 4, N)], at=0.5)
-    assert _events(env) == 11
+    assert count_events(env) == 11
     assert arrived == {(1, 0): 2 + A, (2, 0): 2 + A, (5, 4): 2.5 + A, (6, 4): 2.5 + A}
 
 
@@ -98,7 +88,7 @@ def test_a_superseded_timer_fires_void_and_arms_nothing():
     arrived: dict = {}
     _start(env, net, arrived, [(1, 0, 4 * N), (2, 0, 4 * N)])
     _start(env, net, arrived, [(3, 0, N / 4)], at=1.0)
-    assert _events(env) == 11
+    assert count_events(env) == 11
     r3 = B / 3
     z_end = 1 + (N / 4) / r3
     left = 4 * N - (B / 2) * 1 - r3 * (z_end - 1)
@@ -115,7 +105,7 @@ def test_a_newcomer_frees_a_lazy_flow_whose_last_byte_left_at_that_instant():
     arrived: dict = {}
     _start(env, net, arrived, [(1, 0, N)])
     _start(env, net, arrived, [(2, 0, N)], at=1.0)
-    assert _events(env) == 3
+    assert count_events(env) == 3
     assert arrived == {(1, 0): 1 + A, (2, 0): 2 + A}
 
 
@@ -129,7 +119,7 @@ def test_a_contended_newcomer_frees_the_lazy_flow_that_just_ended_and_shares_the
     arrived: dict = {}
     _start(env, net, arrived, [(2, 3, 4 * N), (1, 0, N)])
     _start(env, net, arrived, [(2, 0, N)], at=1.0)
-    assert _events(env) == 9
+    assert count_events(env) == 9
     assert arrived == {(1, 0): 1 + A, (2, 0): 3 + A, (2, 3): 5 + A}
 
 
@@ -139,7 +129,7 @@ def test_without_latency_a_shared_flow_arrives_inside_its_timer():
     env, net = _network(3, latency_s=0.0)
     arrived: dict = {}
     _start(env, net, arrived, [(1, 0, N), (2, 0, N)])
-    assert _events(env) == 3
+    assert count_events(env) == 3
     assert arrived == {(1, 0): 2.0, (2, 0): 2.0}
 
 
@@ -150,7 +140,7 @@ def test_a_max_min_rate_of_exactly_one_byte_per_second_still_ends_the_flow():
     env, net = _network(3, bandwidth_Bps=2.0)
     arrived: dict = {}
     _start(env, net, arrived, [(1, 0, 4.0), (2, 0, 2.0)])
-    _events(env)
+    count_events(env)
     assert arrived == {(2, 0): 2 + A, (1, 0): 3 + A}
 
 
@@ -180,6 +170,6 @@ def test_a_newcomer_at_the_instant_a_shared_flow_ends_shares_nothing_with_it():
         on_sent=lambda: sent.append(env.now),
         on_arrived=lambda: arrived.__setitem__((1, 0), env.now),
     )
-    assert _events(env) == 6
+    assert count_events(env) == 6
     assert sent == [1.0]
     assert arrived == {(1, 0): 1 + A, (2, 0): 2 + A}
