@@ -39,7 +39,7 @@ from functools import cached_property
 
 import numpy as np
 import simpy
-from vgcsim.simulator.collectives import Schedule
+from vgcsim.simulator.collectives import Schedule, running_sums, span_bytes
 from vgcsim.simulator.network import SEMANTICS, LinkMonitor, make_network
 from vgcsim.simulator.topology import Route, Topology
 
@@ -293,7 +293,7 @@ class _Tables:
     @cached_property
     def stacked(self) -> tuple[np.ndarray, ...]:
         """All-permutation schedules as [rounds, P] matrices: lo, count, dst, inverse, bw, lat,
-        and the reduce flag per round."""
+        the reduce flag per round, and whether every flow carries one unit."""
         rounds = self.schedule.rounds
         tables = self.pair_tables
         return (
@@ -304,6 +304,7 @@ class _Tables:
             np.stack([bw for bw, _ in tables]),
             np.stack([lat for _, lat in tables]),
             np.array([r.reduce for r in rounds]),
+            all(r.one_unit for r in rounds),
         )
 
 
@@ -631,10 +632,9 @@ def _run_stacked(
 ) -> np.ndarray:
     """:func:`run_fast` for schedules whose every round is a permutation (ring, Bruck, ...):
     all byte counts and transfer times at once, then a few gathers per round."""
-    lo, count, dst, inv, bw, lat, reduce = tables.stacked
+    lo, count, dst, inv, bw, lat, reduce, one_unit = tables.stacked
     units = ph.units if ph.schedule.unit_order is None else ph.units[ph.schedule.unit_order]
-    cs = np.concatenate(([0.0], np.cumsum(np.concatenate((units, units)))))
-    fb = cs[lo + count] - cs[lo]
+    fb = span_bytes(np.concatenate((units, units)), lo, count, one_unit=one_unit)
     tx = fb / bw
     gam = gamma_s_per_byte * np.take_along_axis(fb, inv, axis=1) if gamma_s_per_byte > 0 else None
     if eager:
@@ -729,11 +729,12 @@ def run_fast_steps(
     finish = np.empty((len(schedules), n_steps, p))
     for b, (tab, ready, v) in enumerate(zip(tables, ready_s, ordered, strict=True)):
         t = np.maximum(t, ready[:, :d])
-        zero = np.zeros((n_steps, 1))
-        cs = np.concatenate((zero, np.cumsum(np.concatenate((v, v), axis=1), axis=1)), axis=1)
-        reduce = [r.reduce for r in tab.schedule.rounds]
-        for (lo, hi, dst, inv, bw, lat), red in zip(tab.reduced(d), reduce, strict=True):
-            fb = cs[:, hi] - cs[:, lo]
+        doubled = np.concatenate((v, v), axis=1)
+        rounds = tab.schedule.rounds
+        cs = None if all(r.one_unit for r in rounds) else running_sums(doubled)
+        for (lo, hi, dst, inv, bw, lat), rnd in zip(tab.reduced(d), rounds, strict=True):
+            red = rnd.reduce
+            fb = span_bytes(doubled, lo, hi - lo, cs, rnd.one_unit or None)
             tx = fb / bw
             if eager:
                 done = t + tx

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
-from vgcsim.simulator.collectives import Schedule
+from vgcsim.simulator.collectives import Schedule, span_bytes
 from vgcsim.simulator.engine import Phase
 from vgcsim.simulator.network import SEMANTICS
 from vgcsim.simulator.topology import Topology
@@ -321,19 +321,15 @@ class RoundCache:
             rounds = schedule.rounds
             same = len(rounds) > 1 and len({len(r.src) for r in rounds}) == 1
             lo = np.stack([r.lo for r in rounds]) if same else None
-            hi = lo + np.stack([r.count for r in rounds]) if same else None
-            if same and np.all(hi - lo == 1) and lo.max() < len(units):
-                hi = None  # one unit per flow: a gather
-            hit = (schedule, lo, hi)
+            count = np.stack([r.count for r in rounds]) if same else None
+            one_unit = same and all(r.one_unit for r in rounds)
+            hit = (schedule, lo, count, one_unit)
             self._stacked[id(schedule)] = hit
-        _, lo, hi = hit
+        _, lo, count, one_unit = hit
         if lo is None:
             return schedule.round_bytes(units)
         v = units if schedule.unit_order is None else units[schedule.unit_order]
-        if hi is None:
-            return v[lo]
-        cs = np.concatenate(([0.0], np.cumsum(np.concatenate((v, v)))))
-        return cs[hi] - cs[lo]
+        return span_bytes(np.concatenate((v, v)), lo, count, one_unit=one_unit)
 
     def shapes(self, schedule: Schedule) -> list[RoundShape]:
         """The route pattern of each round of ``schedule``."""

@@ -11,6 +11,7 @@ from vgcsim.models.scenario import (
     best_rows,
     crossover_table,
     method_from_trace,
+    paper_methods,
     paper_scenario,
 )
 
@@ -35,6 +36,18 @@ def test_paper_ratios():
         "hybrid α=2, τ=0.1": 12822.4,
         "QSGD 2 bit, d=128": 12.3,
     }
+    # the tuple the scenario builds at each call is the public constant's
+    assert paper_methods() == PAPER_METHODS
+    assert [(m.compressor, m.encoding) for m in PAPER_METHODS] == [
+        ("variance", "paper-ratio"),
+        ("hybrid", "paper-ratio"),
+        ("qsgd", "paper-ratio"),
+    ]
+    assert [m.source for m in PAPER_METHODS] == [
+        "Tsuzuku, Imachi & Akiba 2018, table of compression ratios (variance-based, α=2, Adam)",
+        "Tsuzuku, Imachi & Akiba 2018, table of compression ratios (hybrid, τ=0.1)",
+        "Tsuzuku, Imachi & Akiba 2018, table of compression ratios (QSGD, 2 bit)",
+    ]
 
 
 def test_numbers_by_hand(small):

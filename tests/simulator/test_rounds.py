@@ -12,7 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from simhelpers import BW, cluster, leaf_spine
-from vgcsim.simulator.collectives import COLLECTIVES, Round, Schedule, get_schedule, unit_sizes
+from vgcsim.simulator.collectives import (
+    COLLECTIVES,
+    Round,
+    Schedule,
+    get_schedule,
+    span_bytes,
+    unit_sizes,
+)
 from vgcsim.simulator.engine import Phase, run_message
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 from vgcsim.simulator.rounds import RoundCache, run_rounds
@@ -272,21 +279,86 @@ def test_cli_simulate_path_round(tmp_path, capsys):
     assert "fair sharing" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("p", [3, 4, 7])
+def _schedule_bytes(topo, s, units):
+    return s.round_bytes(units)
+
+
+def _cache_bytes(topo, s, units):
+    return RoundCache(topo).round_bytes(s, units)
+
+
+@pytest.mark.parametrize("getter", [_schedule_bytes, _cache_bytes], ids=["schedule", "cache"])
+@pytest.mark.parametrize("p", [2, 3, 4, 7])
 @pytest.mark.parametrize("key", ["allgatherv/ring", "allgatherv/padded"])
-def test_one_unit_flows_carry_exactly_their_units_at_the_round_level(key, p):
-    """RoundCache.round_bytes: where every flow of a schedule of several rounds carries one
-    unit (ring allgatherv from P = 3, its two rounds included; the padded one's size and
-    data rounds), a flow's bytes are its unit's size itself, not a difference of running
+def test_one_unit_flows_carry_exactly_their_units(key, p, getter):
+    """Schedule.round_bytes and RoundCache.round_bytes (stacked rounds): where a flow carries
+    one unit (every ring allgatherv round, P = 2's single round included; the padded one's
+    size and data rounds), its bytes are its unit's size itself, not a difference of running
     sums: a 1-byte block after a 2^53-byte one keeps its byte (2^53 + 1 is not a double).
     Block r goes round the ring: rank i sends block (i − k) mod P in round k."""
     topo = build_topology(_leaf_spine(), p)
     s = get_schedule(key, p)
     blocks = np.array([2.0**53] + [1.0] * (p - 1))
     units = unit_sizes(s, blocks)
-    got = RoundCache(topo).round_bytes(s, units)
+    got = getter(topo, s, units)
     data = s.rounds[-(p - 1) :]  # the ring's rounds (the padded schedule's last P − 1)
     for k, (rnd, fb) in enumerate(zip(data, got[-(p - 1) :], strict=True)):
         assert rnd.src.tolist() == list(range(p))
         want = units[(np.arange(p) - k) % p]
         assert np.asarray(fb).tolist() == want.tolist(), k
+    if key == "allgatherv/padded":  # the size rounds: the 8-byte header after P blocks of 2^53
+        for fb in got[: p - 1]:
+            assert np.asarray(fb).tolist() == [8.0] * p
+
+
+@pytest.mark.parametrize("getter", [_schedule_bytes, _cache_bytes], ids=["schedule", "cache"])
+def test_direct_allgatherv_flows_carry_exactly_their_blocks(getter):
+    """The direct allgatherv's single round: every rank sends its own block to every other
+    rank, so flow (i → j) carries block i exactly, also the 1-byte blocks after 2^53."""
+    p = 4
+    s = get_schedule("allgatherv/direct", p)
+    blocks = np.array([2.0**53, 1.0, 3.0, 1.0])
+    (rnd,) = s.rounds
+    (fb,) = getter(build_topology(_leaf_spine(), p), s, unit_sizes(s, blocks))
+    assert np.asarray(fb).tolist() == blocks[rnd.src].tolist()
+    assert sorted(zip(rnd.src.tolist(), rnd.dst.tolist(), strict=True)) == [
+        (i, j) for i in range(p) for j in range(p) if i != j
+    ]
+
+
+def test_span_bytes_takes_one_unit_flows_as_they_are_and_sums_the_others():
+    """span_bytes by hand: units [2^53, 1, 1] twice; flow (lo 1, 1 unit) is the unit itself,
+    flow (lo 0, 2 units) the difference of running sums 2^53 + 1 → 2^53 (rounded to even),
+    flow (lo 2, 2 units: unit 2 and, circularly, unit 0) likewise 2^53; a flow of no unit 0."""
+    units = np.array([2.0**53, 1.0, 1.0])
+    doubled = np.concatenate((units, units))
+    lo = np.array([1, 0, 2, 1])
+    count = np.array([1, 2, 2, 0])
+    got = span_bytes(doubled, lo, count)
+    assert got.tolist() == [1.0, 2.0**53, 2.0**53, 0.0]
+    assert span_bytes(doubled, lo[:1], count[:1]).tolist() == [1.0]
+    # per step (rows): the same flows of two steps' units at once
+    two = np.stack((doubled, 2 * doubled))
+    assert span_bytes(two, lo, count).tolist() == [
+        [1.0, 2.0**53, 2.0**53, 0.0],
+        [2.0, 2.0**54, 2.0**54, 0.0],
+    ]
+
+
+@pytest.mark.parametrize("key", sorted(COLLECTIVES))
+def test_round_bytes_are_the_same_bits_stacked_or_per_round(key):
+    """RoundCache's stacked computation gives the bits Schedule.round_bytes gives, for every
+    schedule (one-unit flows and flows of several units, seeded random unit sizes over ten
+    orders of magnitude) at P = 2, 5 and 8."""
+    rng = np.random.default_rng(11)
+    for p in (2, 5, 8):
+        topo = build_topology(_leaf_spine(), p)
+        s = get_schedule(key, p, gpus_per_node=2)
+        n = 1 if s.allreduce else p
+        sizes = rng.uniform(1.0, 10.0, n) * 10.0 ** rng.integers(0, 10, n)
+        units = unit_sizes(s, sizes if not s.allreduce else sizes[0])
+        want = s.round_bytes(units)
+        got = RoundCache(topo).round_bytes(s, units)
+        assert len(got) == len(want)
+        for a, b in zip(got, want, strict=True):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (key, p)
