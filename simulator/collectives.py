@@ -70,11 +70,6 @@ class Round:
     count: np.ndarray
     reduce: bool = False
 
-    @functools.cached_property
-    def one_unit(self) -> bool:
-        """Whether every flow of the round carries exactly one unit."""
-        return bool(np.all(self.count == 1))
-
 
 @dataclass(frozen=True, eq=False)
 class Schedule:
@@ -95,13 +90,8 @@ class Schedule:
         """Bytes of every flow of every round for unit sizes ``units`` (see :func:`unit_sizes`)."""
         v = units if self.unit_order is None else units[self.unit_order]
         doubled = np.concatenate((v, v))
-        sums = None  # running sums, made only for a round with a flow of several units
-        out = []
-        for r in self.rounds:
-            if sums is None and not r.one_unit:
-                sums = running_sums(doubled)
-            out.append(span_bytes(doubled, r.lo, r.count, sums, r.one_unit))
-        return out
+        sums = running_sums(doubled)
+        return [span_bytes(doubled, sums, r.lo, r.count) for r in self.rounds]
 
 
 def running_sums(doubled: np.ndarray) -> np.ndarray:
@@ -111,30 +101,22 @@ def running_sums(doubled: np.ndarray) -> np.ndarray:
 
 
 def span_bytes(
-    doubled: np.ndarray,
-    lo: np.ndarray,
-    count: np.ndarray,
-    sums: np.ndarray | None = None,
-    one_unit: bool | None = None,
+    doubled: np.ndarray, sums: np.ndarray, lo: np.ndarray, count: np.ndarray
 ) -> np.ndarray:
     """Bytes of flows that carry the units ``[lo, lo + count)`` (circular).
 
     ``doubled`` holds the unit sizes twice along its last axis (so a circular range is a plain
-    one) and ``sums`` its :func:`running_sums` (made here when None and needed): a flow's bytes
-    are ``sums[lo + count] − sums[lo]``, except that a flow of one unit carries exactly that
-    unit, ``doubled[lo]``. A difference of running sums can lose a small unit's low bits after
-    a large one (1 B after 2⁵³ B is lost entirely). Every path of the simulator (per round,
-    stacked rounds, the periodic fast path) takes a flow's bytes from here, so they agree to
-    the bit. ``one_unit``: whether every flow has one unit, when the caller knows it.
+    one) and ``sums`` its :func:`running_sums`: a flow's bytes are
+    ``sums[lo + count] − sums[lo]``, except that a flow of one unit carries exactly that unit,
+    ``doubled[lo]``. A difference of running sums can lose a small unit's low bits after a
+    large one (1 B after 2⁵³ B is lost entirely). Every path of the simulator (per round,
+    stacked rounds, the stacked and periodic fast paths) takes a flow's bytes from here, so
+    they agree to the bit.
     """
-    if one_unit is None:
-        one_unit = bool(np.all(count == 1))
-    if one_unit:
-        return doubled[..., lo]
-    if sums is None:
-        sums = running_sums(doubled)
-    out = sums[..., lo + count] - sums[..., lo]
     one = count == 1
+    if one.all():  # a saving: the general case below gives the same
+        return doubled[..., lo]
+    out = sums[..., lo + count] - sums[..., lo]
     if one.any():
         out = np.where(one, doubled[..., lo], out)
     return out

@@ -293,7 +293,7 @@ class _Tables:
     @cached_property
     def stacked(self) -> tuple[np.ndarray, ...]:
         """All-permutation schedules as [rounds, P] matrices: lo, count, dst, inverse, bw, lat,
-        the reduce flag per round, and whether every flow carries one unit."""
+        and the reduce flag per round."""
         rounds = self.schedule.rounds
         tables = self.pair_tables
         return (
@@ -304,7 +304,6 @@ class _Tables:
             np.stack([bw for bw, _ in tables]),
             np.stack([lat for _, lat in tables]),
             np.array([r.reduce for r in rounds]),
-            all(r.one_unit for r in rounds),
         )
 
 
@@ -632,9 +631,10 @@ def _run_stacked(
 ) -> np.ndarray:
     """:func:`run_fast` for schedules whose every round is a permutation (ring, Bruck, ...):
     all byte counts and transfer times at once, then a few gathers per round."""
-    lo, count, dst, inv, bw, lat, reduce, one_unit = tables.stacked
+    lo, count, dst, inv, bw, lat, reduce = tables.stacked
     units = ph.units if ph.schedule.unit_order is None else ph.units[ph.schedule.unit_order]
-    fb = span_bytes(np.concatenate((units, units)), lo, count, one_unit=one_unit)
+    doubled = np.concatenate((units, units))
+    fb = span_bytes(doubled, running_sums(doubled), lo, count)
     tx = fb / bw
     gam = gamma_s_per_byte * np.take_along_axis(fb, inv, axis=1) if gamma_s_per_byte > 0 else None
     if eager:
@@ -730,11 +730,10 @@ def run_fast_steps(
     for b, (tab, ready, v) in enumerate(zip(tables, ready_s, ordered, strict=True)):
         t = np.maximum(t, ready[:, :d])
         doubled = np.concatenate((v, v), axis=1)
-        rounds = tab.schedule.rounds
-        cs = None if all(r.one_unit for r in rounds) else running_sums(doubled)
-        for (lo, hi, dst, inv, bw, lat), rnd in zip(tab.reduced(d), rounds, strict=True):
-            red = rnd.reduce
-            fb = span_bytes(doubled, lo, hi - lo, cs, rnd.one_unit or None)
+        cs = running_sums(doubled)
+        reduce = [r.reduce for r in tab.schedule.rounds]
+        for (lo, hi, dst, inv, bw, lat), red in zip(tab.reduced(d), reduce, strict=True):
+            fb = span_bytes(doubled, cs, lo, hi - lo)
             tx = fb / bw
             if eager:
                 done = t + tx

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
-from vgcsim.simulator.collectives import Schedule, span_bytes
+from vgcsim.simulator.collectives import Schedule, running_sums, span_bytes
 from vgcsim.simulator.engine import Phase
 from vgcsim.simulator.network import SEMANTICS
 from vgcsim.simulator.topology import Topology
@@ -319,17 +319,17 @@ class RoundCache:
         hit = self._stacked.get(id(schedule))
         if hit is None or hit[0] is not schedule:
             rounds = schedule.rounds
-            same = len(rounds) > 1 and len({len(r.src) for r in rounds}) == 1
+            same = len({len(r.src) for r in rounds}) == 1
             lo = np.stack([r.lo for r in rounds]) if same else None
             count = np.stack([r.count for r in rounds]) if same else None
-            one_unit = same and all(r.one_unit for r in rounds)
-            hit = (schedule, lo, count, one_unit)
+            hit = (schedule, lo, count)
             self._stacked[id(schedule)] = hit
-        _, lo, count, one_unit = hit
+        _, lo, count = hit
         if lo is None:
             return schedule.round_bytes(units)
         v = units if schedule.unit_order is None else units[schedule.unit_order]
-        return span_bytes(np.concatenate((v, v)), lo, count, one_unit=one_unit)
+        doubled = np.concatenate((v, v))
+        return span_bytes(doubled, running_sums(doubled), lo, count)
 
     def shapes(self, schedule: Schedule) -> list[RoundShape]:
         """The route pattern of each round of ``schedule``."""

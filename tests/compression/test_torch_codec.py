@@ -501,3 +501,20 @@ def test_an_infinite_residual_in_a_bucket_raises_no_numpy_warning():
     data = comp.compress(grads[:2], ref[0], sqsum=torch.zeros(2), batch_size=1, layer=0).data
     data += comp.compress(grads[2:], ref[1], sqsum=torch.zeros(3), batch_size=1, layer=1).data
     assert words.view(torch.uint8).numpy().tobytes() == data
+
+
+def test_state_to_moves_both_accumulators_and_leaves_a_state_in_place_alone():
+    """state_to: a state on another device gets its residual and variance moved there (the
+    `meta` device, which holds no data, stands in for a GPU); a state already on the device
+    keeps its very tensors (no copy)."""
+    from vgcsim.traces.compression.compressors.variance import VarianceState
+
+    r, v = torch.tensor([1.0, -2.0]), torch.tensor([0.5, 0.25])
+    state = VarianceState(residual=r, variance=v)
+    torch_codec.state_to(state, torch.device("cpu"))
+    assert state.residual is r and state.variance is v
+    meta = torch.device("meta")
+    torch_codec.state_to(state, meta)
+    assert (state.residual.device, state.variance.device) == (meta, meta)
+    assert state.residual.shape == (2,) and state.variance.dtype == torch.float32
+    assert r.device.type == "cpu"  # moved by a copy, the caller's tensors untouched
