@@ -7,6 +7,10 @@ worker starts with them done (one import in the server instead of one per worker
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+
 #: What the fork server imports before it forks the workers (``__main__``: the calling
 #: script, so that functions it defines can be sent to the workers).
 FORKSERVER_PRELOAD = ("__main__", "vgcsim.simulator.sweep", "distributed")
@@ -28,3 +32,27 @@ def start_fork_server(preload: tuple[str, ...] = FORKSERVER_PRELOAD) -> bool:
     multiprocessing.set_forkserver_preload(list(preload))
     multiprocessing.forkserver.ensure_running()
     return True
+
+
+def _forget_inherited_fork_server() -> None:
+    """In a process just forked from one that runs a fork server: forget that server.
+
+    multiprocessing checks that its fork server is alive by waiting for it as a child
+    process, which it is not of a forked child: there ``ensure_running`` raised
+    ChildProcessError, so a process forked after a sweep could not run a sweep. The child
+    drops its copy of the parent's handle (never the parent's socket file) and a lock another
+    thread may have held at the fork; it starts a server of its own when it needs one."""
+    module = sys.modules.get("multiprocessing.forkserver")
+    server = getattr(module, "_forkserver", None)
+    if getattr(server, "_forkserver_pid", None) is None:
+        return
+    alive_fd = getattr(server, "_forkserver_alive_fd", None)
+    server._forkserver_pid = None
+    server._forkserver_address = None
+    server._forkserver_alive_fd = None
+    server._lock = threading.Lock()
+    if alive_fd is not None:
+        os.close(alive_fd)  # the child's copy: the parent's keeps its server running
+
+
+os.register_at_fork(after_in_child=_forget_inherited_fork_server)
