@@ -197,6 +197,28 @@ def test_trace_cache_reads_a_trace_again_when_its_files_change(traces):
     assert again.header == first.header
 
 
+@pytest.mark.parametrize("given", ["run directory", "header.json"])
+@pytest.mark.parametrize("part", ["header.json", "steps", "payloads"])
+def test_trace_cache_watches_each_part_of_the_run_directory(traces, given, part):
+    """A trace recorded again at the same path changes its header, or its steps or payloads
+    folders (each chunk is renamed into its folder, which moves the folder's modification
+    time): any one of them alone makes the cache read it again, whether the trace is named
+    by its run directory or by its header.json."""
+    import os
+
+    from vgcsim.simulator.sweep import _trace
+
+    path = traces[1] if given == "run directory" else os.path.join(traces[1], "header.json")
+    first = _trace(path)
+    assert _trace(path) is first
+    target = os.path.join(traces[1], part)
+    st = os.stat(target)
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    again = _trace(path)
+    assert again is not first
+    assert again.header == first.header
+
+
 def test_local_cluster_workers_are_forked_and_set_up_for_sweep_jobs():
     """The workers come from the fork server (not this process) with the sweep settings."""
     import multiprocessing
