@@ -73,7 +73,14 @@ def test_cli_sweep_on_a_process_pool(traces, tmp_path):
     )
     df, header = read_results(out)
     assert len(df) == 2 * 2 * 2 * 4  # traces x P x bandwidths x (3 dense + compressed)
-    assert header["options"]["summary"]["jobs"] == 8
+    # the header's summary: the factor values covered, each sorted (clusters as the rows name them)
+    assert header["options"]["summary"] == {
+        "jobs": 8,
+        "traces": sorted(traces),
+        "clusters": sorted(df["cluster"].unique()),
+        "world_sizes": [2, 3],
+    }
+    assert len(header["options"]["summary"]["clusters"]) == 2  # one per bandwidth
     assert main(["sweep", str(cfg), "-o", str(out), "--set", "sweep.colour=red"]) == 2
     assert main(["sweep", str(cfg), "-o", str(out), "--scheduler", "yarn"]) == 2
 
