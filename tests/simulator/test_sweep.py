@@ -538,3 +538,25 @@ def test_dask_task_returns_a_users_error_and_raises_a_bug(traces, tmp_path, monk
     monkeypatch.setattr(sw, "run_job", bug)
     with pytest.raises(ZeroDivisionError):
         sw._dask_task(jobs, sim)
+
+
+def test_load_sweep_reads_world_sizes_as_a_list_or_in_the_cli_syntax(traces, tmp_path):
+    """``world_sizes`` in a sweep file: a TOML list of integers, or a string in the
+    ``--world-sizes`` syntax ("8, 2, 4" → the sorted sizes 2, 4, 8, as the CLI reads it)."""
+    path = tmp_path / "sweep.toml"
+    quoted = "[" + ", ".join(f'"{t}"' for t in traces) + "]"
+    path.write_text(f'[sweep]\ntraces = {quoted}\nworld_sizes = "8, 2, 4"\n')
+    assert load_sweep(path).sweep.world_sizes == (2, 4, 8)
+    path.write_text(f"[sweep]\ntraces = {quoted}\nworld_sizes = [16, 32]\n")
+    assert load_sweep(path).sweep.world_sizes == (16, 32)
+
+
+def test_load_sweep_without_a_sweep_table_names_the_file(tmp_path):
+    path = tmp_path / "bare.toml"
+    path.write_text("[simulate]\nmax_steps = 2\n")
+    with pytest.raises(ConfigError) as err:
+        load_sweep(path)
+    assert str(err.value) == f"sweep file {path} needs a [sweep] table"
+    path.write_text('sweep = "all"\n')  # a [sweep] that is not a table
+    with pytest.raises(ConfigError, match=r"needs a \[sweep\] table$"):
+        load_sweep(path)
