@@ -52,6 +52,11 @@ def test_rows_have_the_shared_columns_and_one_mean_per_method(trace):
     df, _, info = simulate_trace(trace, cluster(), [4, 6], SimulateConfig(per_step=True))
     assert list(df.columns) == list(RESULT_COLUMNS)
     assert set(df["source"]) == {"simulated"}
+    # the relative columns are not filled yet (finalize_results does): float NaN in every row,
+    # on the mean rows and the per-step rows alike
+    for col in ("speedup_vs_dense", "scaling_efficiency", "throughput_samples_per_s"):
+        assert df[col].dtype == np.float64, col
+        assert df[col].isna().all(), col
     means = df[df["step"] == -1]
     # per P: dense fp32, bf16, fp16 and the compressed method
     assert len(means) == 8 and set(means["method"]) == {"dense", "compressed"}

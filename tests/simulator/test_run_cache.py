@@ -71,3 +71,28 @@ def test_event_count_is_the_same_for_the_same_run_and_adds_up():
     # 4 ranks x 3 rounds = 12 flows; every flow needs at least its arrival event
     assert one["flows"] == 12 and one["events"] >= 12
     assert two == {"events": 2 * one["events"], "flows": 24}
+
+
+def test_shift_invariance_by_hand():
+    """_Tables.shift_invariant(d), from its definition: moving every rank by d (mod P) maps
+    each round onto itself, over routes of the same bandwidth and latency, and only for an
+    all-permutation schedule of one unit per rank with d dividing P.
+
+    * ring allgatherv, P = 8, star: every shift by a divisor of 8 (1, 2, 4, 8), none by 3;
+    * the same ring on a leaf-spine of two leaves of 4 hosts, ranks packed: only the
+      shifts by 4 and 8 map the leaves onto each other (rank 3 → 4 crosses the spine,
+      rank 4 → 5 does not, so a shift by 1 or 2 moves a crossing hop onto a local one);
+    * the direct allgatherv (not a permutation) and the padded one (P + 1 units): never."""
+    from simhelpers import cluster, leaf_spine
+    from vgcsim.simulator.collectives import get_schedule
+    from vgcsim.simulator.engine import RunCache
+    from vgcsim.simulator.topology import build_topology
+
+    ring = get_schedule("allgatherv/ring", 8)
+    star = RunCache(build_topology(cluster(), 8)).tables(ring)
+    assert [d for d in range(1, 9) if star.shift_invariant(d)] == [1, 2, 4, 8]
+    leaves = build_topology(cluster(leaf_spine(4, placement="packed")), 8)
+    assert [d for d in range(1, 9) if RunCache(leaves).tables(ring).shift_invariant(d)] == [4, 8]
+    for key in ("allgatherv/direct", "allgatherv/padded"):
+        tab = RunCache(build_topology(cluster(), 4)).tables(get_schedule(key, 4))
+        assert [d for d in range(1, 5) if tab.shift_invariant(d)] == [], key
