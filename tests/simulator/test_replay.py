@@ -268,3 +268,24 @@ def test_cli_simulate_user_errors_exit_2(trace_dir, tmp_path, capsys):
         )
         == 2
     )
+
+
+def test_encoding_rule_and_seed_reach_the_replays_inputs(trace):
+    """SimulateConfig's encoding, extrapolation rule and seed reach the inputs of every world
+    size: the compressed rows price the named encoding (coo64: 64 bits per sent element, more
+    than packed32's 32 + its index words), and at P = 8 from 4 recorded workers the resample
+    rule draws workers with the seed (seeds 1 and 2 give different payloads; the same seed the
+    same), while the modulo rule ignores the seed."""
+
+    def compressed(**kw):
+        df, _, _ = simulate_trace(trace, cluster(), [8], SimulateConfig(**kw))
+        return df[(df["method"] == "compressed") & (df["step"] == -1)].iloc[0]
+
+    packed, coo = compressed(), compressed(encoding="coo64")
+    assert (packed["encoding"], coo["encoding"]) == (trace.primary_encoding, "coo64")
+    assert coo["payload_bytes_mean"] > packed["payload_bytes_mean"]
+    one = compressed(rule="resample", seed=1)
+    assert compressed(rule="resample", seed=1)["payload_bytes_mean"] == one["payload_bytes_mean"]
+    two = compressed(rule="resample", seed=2)
+    assert one["payload_bytes_mean"] != two["payload_bytes_mean"]
+    assert compressed(seed=1)["payload_bytes_mean"] == compressed(seed=2)["payload_bytes_mean"]
