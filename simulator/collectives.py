@@ -51,10 +51,10 @@ __all__ = [
     "COLLECTIVES",
     "Round",
     "Schedule",
+    "doubled_units",
     "get_schedule",
     "host_time_s",
     "padded_data_schedule",
-    "running_sums",
     "span_bytes",
     "unit_sizes",
 ]
@@ -89,15 +89,16 @@ class Schedule:
     def round_bytes(self, units: np.ndarray) -> list[np.ndarray]:
         """Bytes of every flow of every round for unit sizes ``units`` (see :func:`unit_sizes`)."""
         v = units if self.unit_order is None else units[self.unit_order]
-        doubled = np.concatenate((v, v))
-        sums = running_sums(doubled)
+        doubled, sums = doubled_units(v)
         return [span_bytes(doubled, sums, r.lo, r.count) for r in self.rounds]
 
 
-def running_sums(doubled: np.ndarray) -> np.ndarray:
-    """Running sums of ``doubled`` along its last axis, after a leading 0 (for :func:`span_bytes`)."""
+def doubled_units(units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The unit sizes twice along the last axis, and their running sums after a leading 0:
+    the two arrays :func:`span_bytes` reads."""
+    doubled = np.concatenate((units, units), axis=-1)
     zero = np.zeros((*doubled.shape[:-1], 1))
-    return np.concatenate((zero, np.cumsum(doubled, axis=-1)), axis=-1)
+    return doubled, np.concatenate((zero, np.cumsum(doubled, axis=-1)), axis=-1)
 
 
 def span_bytes(
@@ -106,7 +107,7 @@ def span_bytes(
     """Bytes of flows that carry the units ``[lo, lo + count)`` (circular).
 
     ``doubled`` holds the unit sizes twice along its last axis (so a circular range is a plain
-    one) and ``sums`` its :func:`running_sums`: a flow's bytes are
+    one) and ``sums`` its running sums (both from :func:`doubled_units`): a flow's bytes are
     ``sums[lo + count] − sums[lo]``, except that a flow of one unit carries exactly that unit,
     ``doubled[lo]``. A difference of running sums can lose a small unit's low bits after a
     large one (1 B after 2⁵³ B is lost entirely). Every path of the simulator (per round,

@@ -39,7 +39,7 @@ from functools import cached_property
 
 import numpy as np
 import simpy
-from vgcsim.simulator.collectives import Schedule, running_sums, span_bytes
+from vgcsim.simulator.collectives import Schedule, doubled_units, span_bytes
 from vgcsim.simulator.network import SEMANTICS, LinkMonitor, make_network
 from vgcsim.simulator.topology import Route, Topology
 
@@ -633,8 +633,7 @@ def _run_stacked(
     all byte counts and transfer times at once, then a few gathers per round."""
     lo, count, dst, inv, bw, lat, reduce = tables.stacked
     units = ph.units if ph.schedule.unit_order is None else ph.units[ph.schedule.unit_order]
-    doubled = np.concatenate((units, units))
-    fb = span_bytes(doubled, running_sums(doubled), lo, count)
+    fb = span_bytes(*doubled_units(units), lo, count)
     tx = fb / bw
     gam = gamma_s_per_byte * np.take_along_axis(fb, inv, axis=1) if gamma_s_per_byte > 0 else None
     if eager:
@@ -729,8 +728,7 @@ def run_fast_steps(
     finish = np.empty((len(schedules), n_steps, p))
     for b, (tab, ready, v) in enumerate(zip(tables, ready_s, ordered, strict=True)):
         t = np.maximum(t, ready[:, :d])
-        doubled = np.concatenate((v, v), axis=1)
-        cs = running_sums(doubled)
+        doubled, cs = doubled_units(v)
         reduce = [r.reduce for r in tab.schedule.rounds]
         for (lo, hi, dst, inv, bw, lat), red in zip(tab.reduced(d), reduce, strict=True):
             fb = span_bytes(doubled, cs, lo, hi - lo)

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
-from vgcsim.simulator.collectives import Schedule, running_sums, span_bytes
+from vgcsim.simulator.collectives import Schedule, doubled_units, span_bytes
 from vgcsim.simulator.engine import Phase
 from vgcsim.simulator.network import SEMANTICS
 from vgcsim.simulator.topology import Topology
@@ -328,8 +328,7 @@ class RoundCache:
         if lo is None:
             return schedule.round_bytes(units)
         v = units if schedule.unit_order is None else units[schedule.unit_order]
-        doubled = np.concatenate((v, v))
-        return span_bytes(doubled, running_sums(doubled), lo, count)
+        return span_bytes(*doubled_units(v), lo, count)
 
     def shapes(self, schedule: Schedule) -> list[RoundShape]:
         """The route pattern of each round of ``schedule``."""

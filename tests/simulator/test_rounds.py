@@ -16,8 +16,8 @@ from vgcsim.simulator.collectives import (
     COLLECTIVES,
     Round,
     Schedule,
+    doubled_units,
     get_schedule,
-    running_sums,
     span_bytes,
     unit_sizes,
 )
@@ -333,21 +333,21 @@ def test_span_bytes_takes_one_unit_flows_as_they_are_and_sums_the_others():
     flow (lo 2, 2 units: unit 2 and, circularly, unit 0) likewise 2^53; a flow of no unit 0;
     and a round whose every flow has several units: the differences alone."""
     units = np.array([2.0**53, 1.0, 1.0])
-    doubled = np.concatenate((units, units))
     lo = np.array([1, 0, 2, 1])
     count = np.array([1, 2, 2, 0])
-    sums = running_sums(doubled)
+    doubled, sums = doubled_units(units)
+    assert doubled.tolist() == [2.0**53, 1.0, 1.0, 2.0**53, 1.0, 1.0]
     assert sums.tolist() == [0.0, 2.0**53, 2.0**53, 2.0**53, 2.0**54, 2.0**54, 2.0**54]
     got = span_bytes(doubled, sums, lo, count)
     assert got.tolist() == [1.0, 2.0**53, 2.0**53, 0.0]
     assert span_bytes(doubled, sums, lo[:1], count[:1]).tolist() == [1.0]
     # every flow of several units: differences of running sums only (units [1, 2, 4])
-    small = np.array([1.0, 2.0, 4.0, 1.0, 2.0, 4.0])
-    got = span_bytes(small, running_sums(small), np.array([0, 1, 2]), np.array([2, 3, 2]))
+    small = doubled_units(np.array([1.0, 2.0, 4.0]))
+    got = span_bytes(*small, np.array([0, 1, 2]), np.array([2, 3, 2]))
     assert got.tolist() == [3.0, 7.0, 5.0]
     # per step (rows): the same flows of two steps' units at once
-    two = np.stack((doubled, 2 * doubled))
-    assert span_bytes(two, running_sums(two), lo, count).tolist() == [
+    two = doubled_units(np.stack((units, 2 * units)))
+    assert span_bytes(*two, lo, count).tolist() == [
         [1.0, 2.0**53, 2.0**53, 0.0],
         [2.0, 2.0**54, 2.0**54, 0.0],
     ]
