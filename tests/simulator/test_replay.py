@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -289,3 +290,30 @@ def test_encoding_rule_and_seed_reach_the_replays_inputs(trace):
     two = compressed(rule="resample", seed=2)
     assert one["payload_bytes_mean"] != two["payload_bytes_mean"]
     assert compressed(seed=1)["payload_bytes_mean"] == compressed(seed=2)["payload_bytes_mean"]
+
+
+@pytest.mark.parametrize(("g", "nodes"), [(4, 2), (2, 3)])
+def test_dense_hierarchical_allreduce_is_priced_with_the_clusters_gpus_per_node(trace, g, nodes):
+    """The replay's dense hierarchical allreduce groups ranks by the cluster's gpus_per_node:
+    comm_s is the closed form ⌈lg g⌉(2α_i + 2nβ_i) + 2(N−1)(α_e + β·n/N) over N = P/g nodes
+    (γ = 0; one bucket, so n is the whole fp32 gradient). Grouping by 1 GPU per node instead
+    prices a flat ring over all P ranks."""
+    from simhelpers import BW, LAT
+
+    from vgcsim.core.cluster import LinkSpec
+
+    bw_i, lat_i = 20 * BW, 1e-6
+    spec = _cluster(
+        {"kind": "hierarchical"}, intra=LinkSpec("nvlink", bw_i, lat_i), gpus_per_node=g
+    )
+    spec = dataclasses.replace(spec, compute="trace")
+    cfg = SimulateConfig(dense_collective="allreduce/hierarchical", overlap="none", max_steps=2)
+    df, _, _ = simulate_trace(trace, spec, [g * nodes], cfg)
+    row = df[(df["method"] == "dense") & (df["encoding"] == "fp32") & (df["step"] == -1)]
+    assert row["collective"].tolist() == ["allreduce/hierarchical"]
+    n = 32 * sum(int(layer["numel"]) for layer in trace.layers) / 8
+    a_e = lat_i + LAT  # leader -> node switch -> top switch -> node switch -> leader
+    lg = math.ceil(math.log2(g))
+    ring = 2 * (nodes - 1) * (a_e + n / nodes / BW)
+    closed = lg * (2 * lat_i + 2 * n / bw_i) + ring
+    assert row["comm_s"].iloc[0] == pytest.approx(closed, rel=1e-3)
