@@ -173,3 +173,27 @@ def test_the_saved_results_stay_out_of_the_copies():
     assert "tools/mutation.py" in files
     assert not any(f.startswith("tools/mutation-results/") for f in files)
     assert any((ROOT / "tools" / "mutation-results").rglob("*.meta"))  # there is something to skip
+
+
+def test_resume_is_refused_when_the_areas_tests_changed(tmp_path, monkeypatch):
+    """A copy runs the test list its setup.cfg was written with: a test file added to the
+    area in tools/mutation.toml would never run there (and mutmut, given the new list, would
+    reset every result), so --resume names what changed and stops; the same list goes on."""
+    copy, _, dirs = _copy_of_area(tmp_path)
+    (copy / "mutants").mkdir()
+    settings = {"pytest_args": ["-p", "no:cacheprovider"]}
+    (copy / "setup.cfg").write_text(tool._setup_cfg(AREA, settings, dirs, ["tests"]))
+    assert tool.selection_changed(AREA, settings, copy) == []
+    more_tests = {**AREA, "tests": [*AREA["tests"], "tests/reports/test_tables_contract.py"]}
+    assert tool.selection_changed(more_tests, settings, copy) == ["tests"]
+    assert tool.selection_changed(AREA, {"pytest_args": []}, copy) == ["pytest options"]
+    forked = {**AREA, "process_isolation": "forkserver"}
+    assert tool.selection_changed(forked, settings, copy) == ["process isolation"]
+    monkeypatch.setattr(tool, "ROOT", ROOT)
+    with pytest.raises(SystemExit, match="cannot resume: the area's tests in tools/mutation.toml"):
+        tool._resume("tables", more_tests, copy, 19, 1, None, settings=settings)
+    runs = []
+    monkeypatch.setattr(tool, "_run_mutmut", lambda *args: runs.append(args))
+    monkeypatch.setattr(tool, "_sync_support", lambda copy, dirs, area: 0)
+    tool._resume("tables", AREA, copy, 19, 1, None, settings=settings)
+    assert len(runs) == 1

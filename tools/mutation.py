@@ -232,7 +232,7 @@ def run_area(
 ):
     copy = OUT / name
     if resume and (copy / "mutants").is_dir():
-        _resume(name, area, copy, nice, jobs, only, retry, refresh)
+        _resume(name, area, copy, nice, jobs, only, retry, refresh, settings)
     elif resume or rerun:
         if resume:
             print(f"[{name}] no copy in {_shown(copy)}: starting one from the saved results")
@@ -447,15 +447,29 @@ def _resume(
     only: list[str] | None,
     retry: bool = False,
     refresh: bool = False,
+    settings: dict | None = None,
 ) -> None:
     """Go on with the run in ``copy``: mutmut keeps the results it has and runs the mutants
     that have none (and those named by ``only``), with the working tree's tests. Refused
     when the mutated code changed since the copy was taken (the results would mix two
     versions of it), unless ``refresh``: the changed files are then copied in, and mutmut
     mutates them again and runs again the mutants of every function whose source changed
-    (it compares each function's hash with the one it stored), keeping the others' results."""
+    (it compares each function's hash with the one it stored), keeping the others' results.
+
+    Refused too when the area's test list or pytest options in ``tools/mutation.toml``
+    differ from the copy's (``selection_changed``): the copy would go on running the old
+    list, so a test file added to the area would never run; given the new list, mutmut
+    itself would reset every result and run the whole area again."""
     if not (copy / "mutants").is_dir():
         raise SystemExit(f"[{name}] no earlier run in {_shown(copy)} to resume")
+    changed_settings = selection_changed(area, settings or {}, copy)
+    if changed_settings:
+        raise SystemExit(
+            f"[{name}] cannot resume: the area's {' and '.join(changed_settings)} in "
+            "tools/mutation.toml changed since the copy was taken, and the copy would run the "
+            "old ones; run without --resume (every mutant again), or add tests to files the "
+            "area already lists"
+        )
     dirs = package_dirs()
     changed = changed_since_copy(area, copy, dirs)
     if changed and not refresh:
@@ -476,6 +490,32 @@ def _resume(
         if not only:
             return
     _run_mutmut(name, area, copy, nice, jobs, only, "a")
+
+
+def selection_changed(area: dict, settings: dict, copy: Path) -> list[str]:
+    """What of the area's test selection differs between ``tools/mutation.toml`` (``area``,
+    ``settings``) and the ``setup.cfg`` of ``copy``: "tests", "pytest options" and
+    "process isolation" (the settings mutmut's own fingerprint watches); empty when none,
+    or when the copy has no ``setup.cfg`` to compare with."""
+    import configparser
+
+    if not (copy / "setup.cfg").is_file():
+        return []
+    cfg = configparser.ConfigParser()
+    cfg.read_string((copy / "setup.cfg").read_text())
+    section = cfg["mutmut"] if cfg.has_section("mutmut") else {}
+
+    def listed(key: str) -> list[str]:
+        return [v.strip() for v in section.get(key, "").splitlines() if v.strip()]
+
+    changed = []
+    if listed("pytest_add_cli_args_test_selection") != list(area["tests"]):
+        changed.append("tests")
+    if listed("pytest_add_cli_args") != list(settings.get("pytest_args", [])):
+        changed.append("pytest options")
+    if section.get("process_isolation") != area.get("process_isolation"):
+        changed.append("process isolation")
+    return changed
 
 
 def _refresh_sources(name: str, changed: list[str], copy: Path, dirs: dict[str, str]) -> None:

@@ -44,6 +44,12 @@ _EXPONENT_BIAS = 127
 _MAX_E = 7
 CHUNK = 1 << PACKED32_INDEX_BITS
 
+#: Whether CPU tensors take the NumPy shortcuts of :func:`_accumulate_and_select` and
+#: :func:`_nonzero` (``True``, the default: NumPy is faster there on the CPU). ``False`` sends
+#: them through the torch ops a GPU runs, so that tests compare those ops with the NumPy path
+#: on a machine without a GPU; both give the same indices. Read at each call.
+NUMPY_ON_CPU = True
+
 
 def supports(compressor: object) -> bool:
     """True when :func:`compress` implements ``compressor`` (the variance compressor)."""
@@ -97,7 +103,7 @@ def _accumulate_and_select(
     else:
         centered = (sq / b - g * g).clamp_min_(0)
         v.add_(centered if per_sample else centered / b)
-    if r.device.type == "cpu":
+    if NUMPY_ON_CPU and r.device.type == "cpu":
         # On the CPU torch's float-to-bool comparison and nonzero kernels cost several times
         # NumPy's at these sizes (the largest part of a small model's compression); the
         # arrays are views of the same memory and the test is the NumPy path's own line.
@@ -111,7 +117,7 @@ def _accumulate_and_select(
 
 def _nonzero(mask: torch.Tensor) -> torch.Tensor:
     """Ascending int64 positions of the true elements of a flat bool ``mask``."""
-    if mask.device.type == "cpu":
+    if NUMPY_ON_CPU and mask.device.type == "cpu":
         return torch.from_numpy(np.flatnonzero(mask.numpy()))
     return mask.nonzero().view(-1)
 
@@ -292,7 +298,10 @@ def bucket_state(
         start += n
     offsets = torch.tensor([0, *itertools.accumulate(numels)], dtype=torch.int64, device=device)
     sizes = torch.tensor(numels, device=device)
-    layer_ids = torch.repeat_interleave(torch.arange(len(numels), device=device), sizes)
+    # output_size: no device-to-host sync to learn the length (and it runs on "meta").
+    layer_ids = torch.repeat_interleave(
+        torch.arange(len(numels), device=device), sizes, output_size=sum(numels)
+    )
     local_index = (
         torch.arange(sum(numels), device=device) - offsets.index_select(0, layer_ids)
     ).to(torch.int32)
