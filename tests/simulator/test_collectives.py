@@ -281,3 +281,13 @@ def test_host_time_by_hand_at_one_second_a_byte():
     assert host_time_s(s, two, 0.0).tolist() == [0.0, 0.0]
     ring = get_schedule("allgatherv/ring", 4)
     assert host_time_s(ring, unit_sizes(ring, np.array([1.0, 2.0, 3.0, 4.0])), 1.0) == 0.0
+
+
+def test_doubled_units_work_along_the_last_axis_of_stacked_rounds():
+    """Two stacked rows of units [1, 2, 3] and [4, 5, 6]: each row doubled on its own, and each
+    row's running sums after a leading 0 (by hand), not one flattened sequence."""
+    from vgcsim.simulator.collectives import doubled_units
+
+    doubled, sums = doubled_units(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
+    assert doubled.tolist() == [[1, 2, 3, 1, 2, 3], [4, 5, 6, 4, 5, 6]]
+    assert sums.tolist() == [[0, 1, 3, 6, 7, 9, 12], [0, 4, 9, 15, 19, 24, 30]]
