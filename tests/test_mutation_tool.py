@@ -197,3 +197,15 @@ def test_resume_is_refused_when_the_areas_tests_changed(tmp_path, monkeypatch):
     monkeypatch.setattr(tool, "_sync_support", lambda copy, dirs, area: 0)
     tool._resume("tables", AREA, copy, 19, 1, None, settings=settings)
     assert len(runs) == 1
+
+
+def test_without_mutmut_the_tool_says_so_in_one_line(monkeypatch, capsys):
+    """Run with a Python that lacks mutmut (the system one rather than the venv's), the tool
+    stops before copying anything, with one line naming the fix, not an ImportError traceback;
+    --list still works (it reads only tools/mutation.toml)."""
+    monkeypatch.setitem(__import__("sys").modules, "mutmut", None)
+    assert tool.main(["tables", "--report"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "mutmut is not installed" in err and "make setup" in err
+    assert tool.main(["--list"]) == 0
+    assert "tables" in capsys.readouterr().out

@@ -686,6 +686,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cfg = load_config()
     areas = cfg["areas"]
+    if not args.list:
+        try:
+            import mutmut  # noqa: F401  (the runs and the reports read its files)
+        except ImportError:
+            print(
+                f"error: mutmut is not installed for {sys.executable}; run `make setup` and use "
+                ".venv/bin/python tools/mutation.py",
+                file=sys.stderr,
+            )
+            return 2
     if args.list:
         for name, a in areas.items():
             print(f"{name:12} {' '.join(a['paths'])}  <-  {' '.join(a['tests'])}")
