@@ -158,7 +158,7 @@ def test_saved_results_keep_exit_codes_and_hashes_only_and_seed_a_new_copy(tmp_p
     assert read.exit_code_by_key == data["exit_code_by_key"]
     assert read.hash_by_function_name == {"x_f": "abc"} and read.durations_by_key == {}
     assert tool.seed_results("tables", new, tmp_path / "none") == 0
-    # other settings (here another test selection): the saved results are not used
+    # other settings (here other paths): the saved results are not used
     seeded.unlink()
     (new / "setup.cfg").write_text("[mutmut]\nsource_paths =\n    vgcsim/traces/\n")
     assert tool.seed_results("tables", new, results) == 0 and not seeded.exists()
@@ -209,3 +209,48 @@ def test_without_mutmut_the_tool_says_so_in_one_line(monkeypatch, capsys):
     assert err.count("\n") == 1 and "mutmut is not installed" in err and "make setup" in err
     assert tool.main(["--list"]) == 0
     assert "tables" in capsys.readouterr().out
+
+
+def test_tests_added_to_the_area_keep_the_kills_and_run_the_rest_again(tmp_path):
+    """Saved with tests A, seeded into a copy whose area has A and B: a mutant A killed (or
+    timed out) stays so, since A still runs; a survivor, a mutant without a test and one
+    never run get no result, so mutmut runs them with B too. Any other difference (a test
+    dropped, other pytest options) seeds nothing."""
+    area = {"paths": ["reports/tables.py"], "tests": ["tests/a.py"]}
+    settings = {"pytest_args": ["-p", "no:cacheprovider"]}
+    dirs = tool.package_dirs()
+    saved_cfg = tool._setup_cfg(area, settings, dirs, ["tests"])
+    results = tmp_path / "results"
+    meta = results / "vgcsim" / "reports" / "tables.py.meta"
+    meta.parent.mkdir(parents=True)
+    codes = {
+        "m.x_f__mutmut_1": 1,
+        "m.x_f__mutmut_2": 0,
+        "m.x_f__mutmut_3": -24,
+        "m.x_f__mutmut_4": 33,
+        "m.x_f__mutmut_5": None,
+    }
+    meta.write_text(json.dumps({"exit_code_by_key": codes, "hash_by_function_name": {"x_f": "h"}}))
+    (results / "setup.cfg").write_text(saved_cfg)
+    more = {**area, "tests": ["tests/a.py", "tests/b.py"]}
+    new_cfg = tool._setup_cfg(more, settings, dirs, ["tests"])
+    assert tool.tests_added(saved_cfg, new_cfg) == ["tests/b.py"]
+    assert tool.tests_added(saved_cfg, saved_cfg) == []
+    assert tool.tests_added(new_cfg, saved_cfg) is None  # a test file dropped
+    other = tool._setup_cfg(more, {"pytest_args": []}, dirs, ["tests"])
+    assert tool.tests_added(saved_cfg, other) is None
+    copy = tmp_path / "copy"
+    (copy / "mutants").mkdir(parents=True)
+    (copy / "setup.cfg").write_text(new_cfg)
+    assert tool.seed_results("tables", copy, results) == 2
+    seeded = json.loads((copy / "mutants" / "vgcsim" / "reports" / "tables.py.meta").read_text())
+    assert seeded["exit_code_by_key"] == {
+        "m.x_f__mutmut_1": 1,
+        "m.x_f__mutmut_2": None,
+        "m.x_f__mutmut_3": -24,
+        "m.x_f__mutmut_4": None,
+        "m.x_f__mutmut_5": None,
+    }
+    assert seeded["hash_by_function_name"] == {"x_f": "h"}
+    (copy / "setup.cfg").write_text(other)
+    assert tool.seed_results("tables", copy, results) == 0

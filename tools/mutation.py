@@ -274,22 +274,59 @@ def save_results(name: str, copy: Path, results: Path | None = None) -> int:
     return kept
 
 
+def tests_added(saved_cfg: str, new_cfg: str) -> list[str] | None:
+    """The test files a new ``setup.cfg`` adds to a saved one's selection, when that is all
+    that differs (``[]`` when nothing does); ``None`` when anything else changed (a test
+    file dropped, pytest options, paths, process isolation)."""
+    import configparser
+
+    def parsed(text: str) -> dict[str, list[str]]:
+        cfg = configparser.ConfigParser()
+        cfg.read_string(text)
+        section = cfg["mutmut"] if cfg.has_section("mutmut") else {}
+        return {k: [v.strip() for v in section[k].splitlines() if v.strip()] for k in section}
+
+    old, new = parsed(saved_cfg), parsed(new_cfg)
+    key = "pytest_add_cli_args_test_selection"
+    old_tests, new_tests = old.pop(key, []), new.pop(key, [])
+    if old != new or not set(old_tests) <= set(new_tests):
+        return None
+    return [t for t in new_tests if t not in old_tests]
+
+
 def seed_results(name: str, copy: Path, results: Path | None = None) -> int:
     """Put the saved results of ``results/`` (default ``tools/mutation-results/NAME``) into a
     new copy's ``mutants/`` before mutmut starts; the number of mutants with a result. mutmut
-    keeps a mutant's result only while its function's source hash is the one saved. Nothing is
-    seeded when the area's ``setup.cfg`` (its paths, tests and pytest options) differs from the
-    one the results were saved with."""
+    keeps a mutant's result only while its function's source hash is the one saved.
+
+    Where the area's ``setup.cfg`` differs from the one the results were saved with only by
+    test files added to the selection, only the detections (killed, timed out) are seeded:
+    a test that failed still runs, so a kill stays a kill, while a survivor may be caught by
+    an added test and runs again (mutmut, handed the longer list in a copy it ran, would
+    rerun every mutant). Nothing is seeded when anything else differs (its paths, a test
+    file dropped, pytest options)."""
+    from mutmut.stats import status_by_exit_code
+
     src = results if results is not None else RESULTS / name
     if not (src / "setup.cfg").is_file():
         return 0
-    if (src / "setup.cfg").read_text() != (copy / "setup.cfg").read_text():
-        # mutmut itself reruns every mutant when the area's settings or test selection change
+    added = tests_added((src / "setup.cfg").read_text(), (copy / "setup.cfg").read_text())
+    if added is None:
         print(f"[{name}] the area's settings changed since its results were saved: not used")
         return 0
+    if added:
+        print(
+            f"[{name}] the area's tests gained {', '.join(added)} since its results were saved: "
+            "kills and timeouts kept, every other mutant runs again"
+        )
     kept = 0
     for meta in sorted(src.rglob("*.meta")):
         data = _slim_meta(json.loads(meta.read_text()))
+        if added:
+            data["exit_code_by_key"] = {
+                key: code if status_by_exit_code[code] in DETECTED else None
+                for key, code in data["exit_code_by_key"].items()
+            }
         kept += sum(code is not None for code in data["exit_code_by_key"].values())
         target = copy / "mutants" / meta.relative_to(src)
         target.parent.mkdir(parents=True, exist_ok=True)
