@@ -376,3 +376,26 @@ def test_a_layer_without_elements_takes_no_bytes_from_the_others(tmp_path):
     # the step's timeline, simulated again from its own plan of the step, agrees
     (timeline,) = [t for t in timelines if t.method == "dense"]
     assert timeline.step_s == pytest.approx(4.0, rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("field", "kind", "valid"),
+    [
+        ("dense_collective", "dense collective", "allreduce/"),
+        ("compressed_collective", "compressed collective", "allgatherv/"),
+    ],
+)
+def test_an_unknown_collective_is_refused_naming_the_option_the_value_and_the_valid_ones(
+    field, kind, valid
+):
+    """The documented "unknown X 'name'; valid: a, b, c" line, whole: which option, the
+    value given and every algorithm the option takes (each one `get_schedule` builds)."""
+    from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
+
+    algorithms = ALLREDUCE_ALGORITHMS if field == "dense_collective" else ALLGATHERV_ALGORITHMS
+    names = ", ".join(sorted(f"{valid}{a}" for a in algorithms))
+    with pytest.raises(ConfigError) as info:
+        SimulateConfig(**{field: f"{valid}nope"})
+    assert str(info.value) == f"unknown {kind} '{valid}nope'; valid: {names}"
+    for a in algorithms:  # every listed name is accepted
+        SimulateConfig(**{field: f"{valid}{a}"})
