@@ -373,10 +373,13 @@ def test_tables_and_messages_are_built_on_the_inputs_device():
     assert plain.device == META and plain.shape == (2 + 4,)
 
 
-def test_the_codec_does_not_depend_on_the_default_dtype():
+def test_the_codec_does_not_depend_on_the_default_dtype(monkeypatch):
     """The same bytes and state with torch's default dtype set to float64: every table and
     scalar the codec makes is fp32 by its own choice (a user's process may change the
-    default)."""
+    default). The per-device tables are built afresh under float64 (not taken from the
+    cache an earlier call filled)."""
+    monkeypatch.setattr(torch_codec, "_POW2", {})
+    monkeypatch.setattr(torch_codec, "_SIGNED_POW2", {})
     with default_dtype(torch.float64):
         assert torch_codec._signed_powers(torch.tensor(2.0, dtype=torch.float32)).dtype == (
             torch.float32
