@@ -30,7 +30,8 @@ Where the jobs run (``SCHEDULERS``, or a Dask scheduler address):
   single-threaded worker processes (the default);
 * ``"tcp://HOST:PORT"`` (any Dask address with a ``://``) — an existing Dask cluster, e.g.
   one started by dask-jobqueue on a batch system or by the Dask Kubernetes operator; its
-  workers need this package installed and the trace directories at the same paths;
+  workers need this package installed, the same version (``check_workers`` asks each worker
+  before the jobs go out), and the trace directories at the same paths;
 * ``"processes"`` — a local process pool without Dask (one process: in this process).
 
 A job is a pure function of (trace, cluster variant, world size, simulate options), so every
@@ -437,7 +438,48 @@ def _dask_client(scheduler: str, n: int, connect_timeout_s: float, jobs: Sequenc
             f"cannot reach the Dask scheduler at {scheduler} within {connect_timeout_s:g} s "
             f"({type(exc).__name__}): is it running, and is the address right?"
         ) from None
+    try:
+        check_workers(client, scheduler)
+    except BaseException:
+        client.close()
+        raise
     return client, None
+
+
+def worker_version() -> str:
+    """Run on each worker of a user's Dask cluster (``check_workers``): this package's
+    version there. A worker gets this function by importing this module, which imports the
+    replay, so a worker that cannot run a job fails here."""
+    import vgcsim
+
+    return vgcsim.__version__
+
+
+def check_workers(client, scheduler: str) -> None:
+    """Refuse a Dask cluster whose workers cannot run sweep jobs, in one line naming the
+    first such worker: one that cannot import this package, or that has another version of
+    it (rows must equal a serial run's). Dask does not fail a task that a worker cannot
+    unpickle: the sweep would wait for it forever. Workers that join later are not
+    checked; a cluster with no worker yet passes."""
+    import vgcsim
+
+    # on_error="return": a worker that fails gives its exception as its value
+    versions = client.run(worker_version, on_error="return")
+    for worker, version in sorted(versions.items()):
+        if isinstance(version, BaseException):
+            cause = version.args[0] if type(version) is Exception and version.args else version
+            if isinstance(cause, BaseException):
+                cause = f"{type(cause).__name__}: {cause}"
+            raise ConfigError(
+                f"the Dask worker {worker} at {scheduler} cannot run sweep jobs: importing "
+                f"{__name__} there failed ({cause}); install this vgcsim "
+                f"({vgcsim.__version__}) where the workers run"
+            )
+        if version != vgcsim.__version__:
+            raise ConfigError(
+                f"the Dask worker {worker} at {scheduler} has vgcsim {version}, this process "
+                f"{vgcsim.__version__}: install the same version on every worker"
+            )
 
 
 def _local_client(n: int, traces: Sequence[str]):

@@ -560,3 +560,44 @@ def test_load_sweep_without_a_sweep_table_names_the_file(tmp_path):
     path.write_text('sweep = "all"\n')  # a [sweep] that is not a table
     with pytest.raises(ConfigError, match=r"needs a \[sweep\] table$"):
         load_sweep(path)
+
+
+def test_workers_that_cannot_run_jobs_are_refused_in_one_line_not_waited_for(traces):
+    """Dask does not fail a task its worker cannot unpickle (the sweep would wait forever):
+    a user's cluster whose workers cannot import the sweep module, or have another version of
+    this package, is refused before any job goes out, naming the cause. Real workers: a
+    LocalCluster of two processes, one of them broken by hand."""
+    import sys
+
+    from distributed import Client, LocalCluster
+
+    sweep = SweepFile(SweepConfig(traces=tuple(traces[:1])), SimulateConfig(max_steps=1))
+
+    def break_import():
+        sys.modules["vgcsim.simulator.sweep"] = None  # the next import raises ImportError
+
+    def other_version():
+        import vgcsim
+
+        vgcsim.__version__ = "0.0.1"
+
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        address = cluster.scheduler_address
+        rows, jobs = run_sweep(sweep, scheduler=address)  # healthy workers: the jobs run
+        assert len(jobs) > 0 and len(rows) > 0
+        with Client(cluster) as client:
+            worker = sorted(client.scheduler_info()["workers"])[0]
+            client.run(other_version, workers=[worker])
+            with pytest.raises(ConfigError) as info:
+                run_sweep(sweep, scheduler=address)
+            assert str(info.value).startswith(f"the Dask worker {worker} at {address}")
+            assert "has vgcsim 0.0.1" in str(info.value)
+            client.run(break_import, workers=[worker])
+            with pytest.raises(ConfigError) as info:
+                run_sweep(sweep, scheduler=address)
+            message = str(info.value)
+            assert message.startswith(f"the Dask worker {worker} at {address} cannot run sweep")
+            assert "ModuleNotFoundError" in message and "vgcsim.simulator.sweep" in message
+            assert "\n" not in message
