@@ -30,8 +30,9 @@ Where the jobs run (``SCHEDULERS``, or a Dask scheduler address):
   single-threaded worker processes (the default);
 * ``"tcp://HOST:PORT"`` (any Dask address with a ``://``) — an existing Dask cluster, e.g.
   one started by dask-jobqueue on a batch system or by the Dask Kubernetes operator; its
-  workers need this package installed, the same version (``check_workers`` asks each worker
-  before the jobs go out), and the trace directories at the same paths;
+  workers need this package installed, the same version (``check_workers`` asks each worker,
+  the local cluster's too, before the jobs go out), and the trace directories at the same
+  paths;
 * ``"processes"`` — a local process pool without Dask (one process: in this process).
 
 A job is a pure function of (trace, cluster variant, world size, simulate options), so every
@@ -487,10 +488,16 @@ def _local_client(n: int, traces: Sequence[str]):
 
     cluster = local_cluster(n, traces)
     try:
-        return Client(cluster), cluster
+        client = Client(cluster)
     except BaseException:
         cluster.close()
         raise
+    try:
+        check_workers(client, "local")
+    except BaseException:
+        _close(client, cluster)
+        raise
+    return client, cluster
 
 
 def _close(client, cluster) -> None:

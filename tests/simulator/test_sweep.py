@@ -562,6 +562,7 @@ def test_load_sweep_without_a_sweep_table_names_the_file(tmp_path):
         load_sweep(path)
 
 
+@pytest.mark.timeout(180)  # the failure this guards against is a sweep that never ends
 def test_workers_that_cannot_run_jobs_are_refused_in_one_line_not_waited_for(traces):
     """Dask does not fail a task its worker cannot unpickle (the sweep would wait forever):
     a user's cluster whose workers cannot import the sweep module, or have another version of
@@ -601,3 +602,25 @@ def test_workers_that_cannot_run_jobs_are_refused_in_one_line_not_waited_for(tra
             assert message.startswith(f"the Dask worker {worker} at {address} cannot run sweep")
             assert "ModuleNotFoundError" in message and "vgcsim.simulator.sweep" in message
             assert "\n" not in message
+
+
+@pytest.mark.timeout(180)  # the failure this guards against is a sweep that never ends
+def test_a_local_cluster_whose_workers_cannot_import_the_sweep_is_refused(
+    traces, tmp_path, monkeypatch
+):
+    """The same check on the local cluster: its workers, forked from the fork server, here
+    run one more Dask preload script that makes the sweep module unimportable (as a fork
+    server whose own preload failed would leave them); the sweep stops in one line naming a
+    worker instead of waiting for tasks the workers cannot unpickle."""
+    from vgcsim.simulator import sweep as sweep_module
+
+    script = tmp_path / "break_sweep_import.py"
+    script.write_text('import sys\n\nsys.modules["vgcsim.simulator.sweep"] = None\n')
+    preload = [*sweep_module.LOCAL_DASK_CONFIG["distributed.worker.preload"], str(script)]
+    monkeypatch.setitem(sweep_module.LOCAL_DASK_CONFIG, "distributed.worker.preload", preload)
+    sweep = SweepFile(SweepConfig(traces=tuple(traces[:1])), SimulateConfig(max_steps=1))
+    with pytest.raises(ConfigError) as info:
+        run_sweep(sweep, processes=2, scheduler="local")
+    message = str(info.value)
+    assert message.startswith("the Dask worker tcp://127.0.0.1:") and " at local " in message
+    assert "vgcsim.simulator.sweep" in message and "\n" not in message
