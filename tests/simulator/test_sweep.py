@@ -624,3 +624,33 @@ def test_a_local_cluster_whose_workers_cannot_import_the_sweep_is_refused(
     message = str(info.value)
     assert message.startswith("the Dask worker tcp://127.0.0.1:") and " at local " in message
     assert "vgcsim.simulator.sweep" in message and "\n" not in message
+
+
+@pytest.mark.timeout(300)
+def test_a_process_forked_after_a_local_dask_sweep_runs_one_too(traces):
+    """A child forked after a sweep on a LocalCluster (real processes, a fresh interpreter)
+    runs its own: it gets the parent's rows. Forked, Dask's module-level offload thread would
+    be missing in the child, and the child's sweep would wait for it without end."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os, sys\n"
+        "from vgcsim.simulator.sweep import SweepConfig, SweepFile, run_sweep\n"
+        "from vgcsim.simulator.replay import SimulateConfig\n"
+        "if __name__ == '__main__':\n"
+        "    sweep = SweepFile(SweepConfig(traces=(sys.argv[1],), world_sizes=(2, 4)),\n"
+        "                      SimulateConfig(max_steps=1))\n"
+        "    parent, _ = run_sweep(sweep, processes=2, scheduler='local')\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        child, _ = run_sweep(sweep, processes=2, scheduler='local')\n"
+        "        os._exit(0 if child.equals(parent) else 3)\n"
+        "    _, status = os.waitpid(pid, 0)\n"
+        "    print('child exit', os.waitstatus_to_exitcode(status), len(parent))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, traces[0]], capture_output=True, text=True, timeout=240
+    )
+    assert out.stdout.split()[:3] == ["child", "exit", "0"], out.stderr[-2000:]
+    assert int(out.stdout.split()[3]) > 0

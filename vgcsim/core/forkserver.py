@@ -55,4 +55,26 @@ def _forget_inherited_fork_server() -> None:
         os.close(alive_fd)  # the child's copy: the parent's keeps its server running
 
 
+def _renew_dask_offload_thread() -> None:
+    """In a process just forked from one that used Dask: give Dask a new offload thread.
+
+    ``distributed`` runs some of a client's and a cluster's work (serialization, closing
+    comms) on a module-level one-thread pool. A forked child gets that pool without its
+    thread, which the pool still counts as running, so the work queues for ever: a sweep on
+    a LocalCluster in a child forked after a sweep (a test session forked by a mutation
+    tester, a user's fork of a notebook kernel) waited without end. The child gets a new pool
+    of the same kind; the parent's is untouched."""
+    utils = sys.modules.get("distributed.utils")
+    executor = getattr(utils, "_offload_executor", None)
+    if executor is None:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    if isinstance(executor, ThreadPoolExecutor):
+        utils._offload_executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="Dask-Offload"
+        )
+
+
 os.register_at_fork(after_in_child=_forget_inherited_fork_server)
+os.register_at_fork(after_in_child=_renew_dask_offload_thread)
