@@ -467,13 +467,10 @@ def check_workers(client, scheduler: str) -> None:
     # on_error="return": a worker that fails gives its exception as its value
     versions = client.run(worker_version, on_error="return")
     for worker, version in sorted(versions.items()):
-        if isinstance(version, BaseException):
-            cause = version.args[0] if type(version) is Exception and version.args else version
-            if isinstance(cause, BaseException):
-                cause = f"{type(cause).__name__}: {cause}"
+        if isinstance(version, BaseException):  # Dask's Exception holds the error's repr
             raise ConfigError(
                 f"the Dask worker {worker} at {scheduler} cannot run sweep jobs: importing "
-                f"{__name__} there failed ({cause}); install this vgcsim "
+                f"{__name__} there failed ({version}); install this vgcsim "
                 f"({vgcsim.__version__}) where the workers run"
             )
         if version != vgcsim.__version__:

@@ -147,17 +147,26 @@ def test_cli_scheduler_local_writes_the_process_pools_rows(traces, tmp_path, cap
     assert header["options"]["sweep"]["scheduler"] == "local"
 
 
+@pytest.mark.timeout(120)  # Dask's own connect timeout, set to 10 min below, must not apply
 def test_unreachable_scheduler_is_one_line_and_exit_2(traces, tmp_path, capsys):
     import socket
 
-    with socket.socket() as s:  # a port nobody listens on: bound, never listening
+    import dask
+    import distributed  # noqa: F401  (its defaults loaded first: set() restores to them)
+
+    with (
+        socket.socket() as s,
+        dask.config.set({"distributed.comm.timeouts.connect": "600s"}),
+    ):  # a port nobody listens on: bound, never listening
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
         sweep = SweepFile(SweepConfig(traces=tuple(traces[:1])), SimulateConfig(max_steps=1))
-        with pytest.raises(
-            ConfigError, match=f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}"
-        ):
+        with pytest.raises(ConfigError) as info:
             run_sweep(sweep, scheduler=f"tcp://127.0.0.1:{port}", connect_timeout_s=1.0)
+        assert str(info.value) == (
+            f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port} within 1 s "
+            "(OSError): is it running, and is the address right?"
+        )
         cfg = tmp_path / "sweep.toml"
         cfg.write_text(f'[sweep]\ntraces = ["{traces[0]}"]\n\n[simulate]\nmax_steps = 1\n')
         args = [
@@ -582,6 +591,8 @@ def test_workers_that_cannot_run_jobs_are_refused_in_one_line_not_waited_for(tra
 
         vgcsim.__version__ = "0.0.1"
 
+    import vgcsim
+
     with LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     ) as cluster:
@@ -598,10 +609,12 @@ def test_workers_that_cannot_run_jobs_are_refused_in_one_line_not_waited_for(tra
             client.run(break_import, workers=[worker])
             with pytest.raises(ConfigError) as info:
                 run_sweep(sweep, scheduler=address)
-            message = str(info.value)
-            assert message.startswith(f"the Dask worker {worker} at {address} cannot run sweep")
-            assert "ModuleNotFoundError" in message and "vgcsim.simulator.sweep" in message
-            assert "\n" not in message
+            assert str(info.value) == (
+                f"the Dask worker {worker} at {address} cannot run sweep jobs: importing "
+                "vgcsim.simulator.sweep there failed (ModuleNotFoundError('import of "
+                "vgcsim.simulator.sweep halted; None in sys.modules')); install this vgcsim "
+                f"({vgcsim.__version__}) where the workers run"
+            )
 
 
 @pytest.mark.timeout(180)  # the failure this guards against is a sweep that never ends
@@ -618,12 +631,28 @@ def test_a_local_cluster_whose_workers_cannot_import_the_sweep_is_refused(
     script.write_text('import sys\n\nsys.modules["vgcsim.simulator.sweep"] = None\n')
     preload = [*sweep_module.LOCAL_DASK_CONFIG["distributed.worker.preload"], str(script)]
     monkeypatch.setitem(sweep_module.LOCAL_DASK_CONFIG, "distributed.worker.preload", preload)
+    clusters, workers = [], []
+
+    def local_cluster(n, traces):  # the real one, each cluster kept to look at afterwards
+        clusters.append(real_local_cluster(n, traces))
+        return clusters[-1]
+
+    def check_workers(client, scheduler):  # the real check, the workers counted first
+        workers.append(len(client.scheduler_info()["workers"]))
+        return real_check_workers(client, scheduler)
+
+    real_local_cluster, real_check_workers = sweep_module.local_cluster, sweep_module.check_workers
+    monkeypatch.setattr(sweep_module, "local_cluster", local_cluster)
+    monkeypatch.setattr(sweep_module, "check_workers", check_workers)
     sweep = SweepFile(SweepConfig(traces=tuple(traces[:1])), SimulateConfig(max_steps=1))
     with pytest.raises(ConfigError) as info:
-        run_sweep(sweep, processes=2, scheduler="local")
+        run_sweep(sweep, processes=3, scheduler="local")
     message = str(info.value)
     assert message.startswith("the Dask worker tcp://127.0.0.1:") and " at local " in message
     assert "vgcsim.simulator.sweep" in message and "\n" not in message
+    # one worker per process asked for; the refused cluster is closed, not left running
+    assert workers == [3] and len(clusters) == 1
+    assert clusters[0].status.name == "closed"
 
 
 @pytest.mark.timeout(300)
