@@ -399,3 +399,25 @@ def test_an_unknown_collective_is_refused_naming_the_option_the_value_and_the_va
     assert str(info.value) == f"unknown {kind} '{valid}nope'; valid: {names}"
     for a in algorithms:  # every listed name is accepted
         SimulateConfig(**{field: f"{valid}{a}"})
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_steps": -1}, "max_steps must be >= 0 (0 = all steps)"),
+        ({"seed": -3}, "seed must be >= 0, got -3"),
+        (
+            {"dense_encodings": ("bf16", "fp16")},
+            "dense_encodings must include fp32 (the speedup baseline)",
+        ),
+        (
+            {"dense_encodings": ("fp32", "int8")},
+            "unknown dense encoding 'int8'; valid: bf16, fp16, fp32",
+        ),
+    ],
+)
+def test_refused_simulate_options_give_their_documented_line(options, message):
+    """Each refusal of SimulateConfig is the one line the CLI prints (exit 2), whole."""
+    with pytest.raises(ConfigError) as info:
+        SimulateConfig(**options)
+    assert str(info.value) == message
