@@ -451,9 +451,9 @@ def worker_version() -> str:
     """Run on each worker of a user's Dask cluster (``check_workers``): this package's
     version there. A worker gets this function by importing this module, which imports the
     replay, so a worker that cannot run a job fails here."""
-    import vgcsim
+    from vgcsim.core.provenance import vgcsim_version
 
-    return vgcsim.__version__
+    return vgcsim_version()
 
 
 def check_workers(client, scheduler: str) -> None:
@@ -462,8 +462,9 @@ def check_workers(client, scheduler: str) -> None:
     it (rows must equal a serial run's). Dask does not fail a task that a worker cannot
     unpickle: the sweep would wait for it forever. Workers that join later are not
     checked; a cluster with no worker yet passes."""
-    import vgcsim
+    from vgcsim.core.provenance import vgcsim_version
 
+    ours = vgcsim_version()
     # on_error="return": a worker that fails gives its exception as its value
     versions = client.run(worker_version, on_error="return")
     for worker, version in sorted(versions.items()):
@@ -471,12 +472,12 @@ def check_workers(client, scheduler: str) -> None:
             raise ConfigError(
                 f"the Dask worker {worker} at {scheduler} cannot run sweep jobs: importing "
                 f"{__name__} there failed ({version}); install this vgcsim "
-                f"({vgcsim.__version__}) where the workers run"
+                f"({ours}) where the workers run"
             )
-        if version != vgcsim.__version__:
+        if version != ours:
             raise ConfigError(
                 f"the Dask worker {worker} at {scheduler} has vgcsim {version}, this process "
-                f"{vgcsim.__version__}: install the same version on every worker"
+                f"{ours}: install the same version on every worker"
             )
 
 

@@ -33,6 +33,13 @@ def git_commit() -> str | None:
     return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
+def vgcsim_version() -> str:
+    """This package's version (for the layers that may not import the package root)."""
+    from vgcsim import __version__
+
+    return __version__
+
+
 def package_versions(*extra: str) -> dict[str, str]:
     """Versions of vgcsim, Python, numpy, pandas, pyarrow and the ``extra`` packages."""
     from vgcsim import __version__
