@@ -439,11 +439,6 @@ def _dask_client(scheduler: str, n: int, connect_timeout_s: float, jobs: Sequenc
             f"cannot reach the Dask scheduler at {scheduler} within {connect_timeout_s:g} s "
             f"({type(exc).__name__}): is it running, and is the address right?"
         ) from None
-    try:
-        check_workers(client, scheduler)
-    except BaseException:
-        client.close()
-        raise
     return client, None
 
 
@@ -486,16 +481,10 @@ def _local_client(n: int, traces: Sequence[str]):
 
     cluster = local_cluster(n, traces)
     try:
-        client = Client(cluster)
+        return Client(cluster), cluster
     except BaseException:
         cluster.close()
         raise
-    try:
-        check_workers(client, "local")
-    except BaseException:
-        _close(client, cluster)
-        raise
-    return client, cluster
 
 
 def _close(client, cluster) -> None:
@@ -550,6 +539,7 @@ def _run_dask(
 
     client, cluster = _dask_client(scheduler, n, connect_timeout_s, jobs)
     try:
+        check_workers(client, scheduler)  # a refused cluster is closed below
         from distributed import as_completed
 
         log.info("sweep: %d jobs on Dask scheduler %s", len(jobs), client.scheduler.address)
