@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
-from report_data import LINKS, build_results
+from report_data import LINKS, _row, build_results
 from vgcsim.reports import tables
 
 from vgcsim.core.errors import ResultsError
@@ -281,6 +281,16 @@ def test_time_to_accuracy_headline_of_single_rows():
     assert tables.time_to_accuracy_headline(_tta_rows([])) == []
 
 
+def test_time_to_accuracy_headline_leaves_out_p_1_beside_p_2_alone():
+    # W at P = 1 and P = 2 only: P = 2 is the only P with communication, so P = 1's
+    # 50× (no communication on either side) must not be the sentence's best
+    lines = tables.time_to_accuracy_headline(_tta_rows([TTA[7], TTA[8]]))
+    assert lines == [
+        "On B, to 90.0 % test accuracy (5 steps vs dense 20), W is faster than dense at every "
+        "P up to 2, by up to 4× (at P = 2, simulated)."
+    ]
+
+
 # --- time_to_accuracy ---------------------------------------------------------------------
 
 
@@ -342,6 +352,15 @@ def test_fit_comm_falls_back_to_the_origin():
     assert tables._fit_comm(_points([0.0, 0.0], [1.0, 1.0])) == (0.0, math.inf)
 
 
+def test_fit_comm_a_zero_slope_is_not_positive(monkeypatch):
+    # a flat line (comm_s the same at both sizes) has slope 0, which the contract (b > 0)
+    # refuses: through the origin, b = Σy / Σx = 2 / 3. np.polyfit's slope for flat data
+    # is 0 or a rounding residue depending on the LAPACK build, so the fit is pinned to
+    # exactly (0, 1) here.
+    monkeypatch.setattr(tables.np, "polyfit", lambda x, y, deg: np.array([0.0, 1.0]))
+    assert tables._fit_comm(_points([1.0, 2.0], [1.0, 1.0])) == (0.0, pytest.approx(2 / 3))
+
+
 # --- crossover ----------------------------------------------------------------------------
 
 CROSSOVER_COLUMNS = [
@@ -385,6 +404,52 @@ def test_crossover_of_dense_rows_only_is_empty_with_the_columns():
     apart = apart[~((apart.method == "dense") & (apart.trace == "strom"))]
     c = tables.crossover(apart)
     assert c.empty and list(c.columns) == CROSSOVER_COLUMNS
+
+
+def _crossover_rows():
+    """Hand-built mean rows of one trace at P = 2 on two clusters (dyadic numbers, exact).
+
+    Dense on both: 0.5 s compute + 0.5 s communication, 1024 bytes. On A two compressed
+    collectives, each alone at its size (so each fit is through the origin, b = comm/bytes):
+
+    * ring: overhead 0.5 s, 0.5 s for 256 bytes: b = 2^-9, budget 1 − 0.5 = 0.5 s,
+      r* = 2^-9·1024 / 0.5 = 4, achieved 1024 / 256 = 4 (a tie: no win), step 1.0 s;
+    * padded: overhead 0.25 s, 0.5 s for 64 bytes: b = 2^-7, budget 0.75 s,
+      r* = 8 / 0.75 = 10.67, step 0.75 s: faster, but needs the larger ratio.
+
+    On B one compressed row whose overhead (1.0 s) is the whole dense step: budget 0."""
+    rows = []
+    for cluster in ("A", "B"):
+        rows.append(
+            _row("predicted", "t", "dense", cluster, 2, "dense", "allreduce/ring",
+                 0.5, 0.0, 0.0, 0.5, 1024.0)
+        )  # fmt: skip
+    rows.append(
+        _row("predicted", "t", "variance", "A", 2, "compressed", "allgatherv/ring",
+             0.5, 0.0, 0.0, 0.5, 256.0)
+    )  # fmt: skip
+    rows.append(
+        _row("predicted", "t", "variance", "A", 2, "compressed", "allgatherv/padded",
+             0.25, 0.0, 0.0, 0.5, 64.0)
+    )  # fmt: skip
+    rows.append(
+        _row("predicted", "t", "variance", "B", 2, "compressed", "allgatherv/ring",
+             1.0, 0.0, 0.0, 0.25, 256.0)
+    )  # fmt: skip
+    return pd.DataFrame(rows, columns=list(tables.RESULT_COLUMNS))
+
+
+def test_crossover_by_hand_smallest_required_ratio_tie_and_zero_budget():
+    c = tables.crossover(_crossover_rows()).set_index("cluster")
+    a = c.loc["A"]
+    # the option needing the smallest ratio is chosen, not the fastest step
+    assert a.collective == "allgatherv/ring"
+    assert a.required_ratio == 4.0 and a.achieved_ratio == 4.0 and a.overhead_s == 0.5
+    assert not a.wins  # achieved == required: the compressed step ties the dense one
+    b = c.loc["B"]
+    # overhead = dense step: no budget left for communication, no ratio is enough
+    assert b.overhead_s == 1.0 and b.required_ratio == math.inf and not b.wins
+    assert b.dense_step_s == 1.0 and b.achieved_ratio == 4.0
 
 
 # --- headline, _acc_note and headline_order -----------------------------------------------
@@ -443,6 +508,24 @@ def test_headline_accuracy_notes():
         "0.5× at P = 2 (simulated).",
         "On A, U (test accuracy not recorded) never beats dense allreduce for P ≤ 2; its "
         "best is 0.5× at P = 2 (simulated).",
+    ]
+
+
+def test_headline_expands_only_the_leading_dense_of_a_2_byte_baseline():
+    wi = pd.DataFrame(
+        {
+            "source": "simulated",
+            "cluster": "A",
+            "trace": "dense-bf16",
+            "method_label": "dense bf16 (dense rows of bf16)",
+            "world_size": [2],
+            "speedup": [1.5],
+            "winner": ["compressed"],
+        }
+    )
+    assert tables.headline(wi) == [
+        "On A, dense allreduce of bf16 (dense rows of bf16) beats fp32 at every P up to 2, "
+        "by up to 1.5× (at P = 2, simulated)."
     ]
 
 
@@ -688,3 +771,28 @@ def test_tables_are_ordered_by_source_cluster_speed_trace_and_p(results):
         assert got == sorted(got, key=lambda r: (r[0], rank[r[1]], r[2], r[3]))
     # without dense rows: the clusters by name
     assert tables.cluster_order(results[results.method == "compressed"]) == sorted(rank)
+
+
+def test_mean_rows_averages_a_configuration_whose_key_is_missing():
+    # per-step rows of one configuration whose device is not known (None): averaged into
+    # one mean row like any other, not dropped for its missing key
+    rows = [
+        _row("predicted", "t", "dense", "A", 2, "dense", "allreduce/ring", 0.5, 0.0, 0.0, c, 8.0)
+        for c in (0.25, 0.75)
+    ]
+    df = pd.DataFrame(rows, columns=list(tables.RESULT_COLUMNS))
+    df["step"] = [0, 1]
+    df["device"] = None
+    m = tables.mean_rows(df)
+    assert len(m) == 1
+    assert m.step.item() == -1 and pd.isna(m.device.item())
+    assert m.comm_s.item() == 0.5 and m.step_s.item() == 1.0
+
+
+def test_missing_columns_give_the_documented_line(results):
+    with pytest.raises(ResultsError) as err:
+        tables.check_results(results.drop(columns=["comm_s", "step_s"]))
+    assert str(err.value) == (
+        "result table lacks columns ['comm_s', 'step_s']; expected the columns of "
+        "vgcsim.core.results.RESULT_COLUMNS (written by `vgcsim predict` / `vgcsim simulate`)"
+    )
