@@ -274,19 +274,22 @@ def save_results(name: str, copy: Path, results: Path | None = None) -> int:
     return kept
 
 
+def mutmut_settings(text: str) -> dict[str, list[str]]:
+    """The ``[mutmut]`` section of a ``setup.cfg`` (its text): each key's non-blank lines,
+    stripped (a one-line value is a list of one); empty without the section."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read_string(text)
+    section = cfg["mutmut"] if cfg.has_section("mutmut") else {}
+    return {k: [v.strip() for v in section[k].splitlines() if v.strip()] for k in section}
+
+
 def tests_added(saved_cfg: str, new_cfg: str) -> list[str] | None:
     """The test files a new ``setup.cfg`` adds to a saved one's selection, when that is all
     that differs (``[]`` when nothing does); ``None`` when anything else changed (a test
     file dropped, pytest options, paths, process isolation)."""
-    import configparser
-
-    def parsed(text: str) -> dict[str, list[str]]:
-        cfg = configparser.ConfigParser()
-        cfg.read_string(text)
-        section = cfg["mutmut"] if cfg.has_section("mutmut") else {}
-        return {k: [v.strip() for v in section[k].splitlines() if v.strip()] for k in section}
-
-    old, new = parsed(saved_cfg), parsed(new_cfg)
+    old, new = mutmut_settings(saved_cfg), mutmut_settings(new_cfg)
     key = "pytest_add_cli_args_test_selection"
     old_tests, new_tests = old.pop(key, []), new.pop(key, [])
     if old != new or not set(old_tests) <= set(new_tests):
@@ -534,23 +537,16 @@ def selection_changed(area: dict, settings: dict, copy: Path) -> list[str]:
     ``settings``) and the ``setup.cfg`` of ``copy``: "tests", "pytest options" and
     "process isolation" (the settings mutmut's own fingerprint watches); empty when none,
     or when the copy has no ``setup.cfg`` to compare with."""
-    import configparser
-
     if not (copy / "setup.cfg").is_file():
         return []
-    cfg = configparser.ConfigParser()
-    cfg.read_string((copy / "setup.cfg").read_text())
-    section = cfg["mutmut"] if cfg.has_section("mutmut") else {}
-
-    def listed(key: str) -> list[str]:
-        return [v.strip() for v in section.get(key, "").splitlines() if v.strip()]
-
+    section = mutmut_settings((copy / "setup.cfg").read_text())
     changed = []
-    if listed("pytest_add_cli_args_test_selection") != list(area["tests"]):
+    if section.get("pytest_add_cli_args_test_selection", []) != list(area["tests"]):
         changed.append("tests")
-    if listed("pytest_add_cli_args") != list(settings.get("pytest_args", [])):
+    if section.get("pytest_add_cli_args", []) != list(settings.get("pytest_args", [])):
         changed.append("pytest options")
-    if section.get("process_isolation") != area.get("process_isolation"):
+    isolation = area.get("process_isolation")
+    if section.get("process_isolation") != (None if isolation is None else [str(isolation)]):
         changed.append("process isolation")
     return changed
 

@@ -42,9 +42,7 @@ def vgcsim_version() -> str:
 
 def package_versions(*extra: str) -> dict[str, str]:
     """Versions of vgcsim, Python, numpy, pandas, pyarrow and the ``extra`` packages."""
-    from vgcsim import __version__
-
-    versions = {"vgcsim": __version__, "python": platform.python_version()}
+    versions = {"vgcsim": vgcsim_version(), "python": platform.python_version()}
     for name in (*_BASE_PACKAGES, *extra):
         versions[name] = str(getattr(importlib.import_module(name), "__version__", "unknown"))
     return versions
