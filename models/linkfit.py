@@ -64,7 +64,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from vgcsim.traces.calibration import OPS, measured_seconds, skewed_sizes
+from vgcsim.traces.calibration import DEFAULT_MAX_ERROR, OPS, measured_seconds, skewed_sizes
 
 from vgcsim.core.collectives import SIZE_HEADER_BYTES, host_s_per_byte_at
 from vgcsim.core.errors import ConfigError, VgcsimError
@@ -73,8 +73,6 @@ from vgcsim.core.errors import ConfigError, VgcsimError
 BANDWIDTH_FACTOR = 4.0
 #: A row is in the latency regime while the bandwidth terms explain at most this share.
 LATENCY_SHARE = 0.2
-#: Refuse to write a cluster file above this typical error (exp(rms log ratio) − 1).
-DEFAULT_MAX_ERROR = 0.25
 #: allgatherv rows enter δ's fit while α's terms explain at most this share of the measured
 #: time. Not γ's rule (β's term at least half the time): the per-byte excess of an
 #: allgatherv can be several times its wire time (4-5x at 64 MiB on a shared 2-core host),

@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from vgcsim.core.config import to_dict
 from vgcsim.core.errors import ConfigError, unknown_name
 
@@ -53,9 +51,26 @@ READABLE_VERSIONS = (1, 2)
 #: Timed repetitions kept even when ``budget_s`` would allow fewer.
 MIN_REPEATS = 3
 
+
+
+def _median(seconds):
+    import numpy as np  # here, not at import: ``vgcsim --help`` reads this module's defaults
+
+    return np.median(seconds)
+
+
+def _min(seconds):
+    import numpy as np
+
+    return np.min(seconds)
+
+
 #: How repetitions of one (op, size) become its measurement: the median is what a training
 #: step sees (OS noise included); the minimum is the network's best case.
-STATISTICS = {"median": np.median, "min": np.min}
+STATISTICS = {"median": _median, "min": _min}
+#: ``vgcsim calibrate`` refuses to write a cluster file above this typical error of the fit
+#: (exp(rms log ratio) − 1; :func:`vgcsim.models.linkfit.fit_link`).
+DEFAULT_MAX_ERROR = 0.25
 
 
 #: From this size up, a size range steps by 2 instead of 4 (:func:`sizes_between`).

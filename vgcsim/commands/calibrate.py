@@ -49,8 +49,7 @@ class CalibrationError(VgcsimError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from vgcsim.models.linkfit import DEFAULT_MAX_ERROR
-    from vgcsim.traces.calibration import DEFAULT_OPS
+    from vgcsim.traces.calibration import DEFAULT_MAX_ERROR, DEFAULT_OPS
 
     add_out_option(parser, "cluster TOML file to write", type=Path)
     add_set_option(
