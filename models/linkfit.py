@@ -64,7 +64,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from vgcsim.traces.calibration import DEFAULT_MAX_ERROR, OPS, measured_seconds, skewed_sizes
+from vgcsim.traces.calibration import OPS, measured_seconds, skewed_sizes
 
 from vgcsim.core.collectives import SIZE_HEADER_BYTES, host_s_per_byte_at
 from vgcsim.core.errors import ConfigError, VgcsimError
