@@ -52,7 +52,6 @@ READABLE_VERSIONS = (1, 2)
 MIN_REPEATS = 3
 
 
-
 def _median(seconds):
     import numpy as np  # here, not at import: ``vgcsim --help`` reads this module's defaults
 
