@@ -160,6 +160,19 @@ def test_torch_free_stages_do_not_load_torch():
     assert out.stdout.strip() == "False"
 
 
+def test_the_command_line_parser_imports_no_numerical_library():
+    # vgcsim --help and every command's argument parsing stay light; `vgcsim sweep` starts
+    # its fork server only after the parser is built, so what the parser imports delays it
+    code = (
+        "import sys, vgcsim.cli; vgcsim.cli.build_parser(); "
+        "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'simpy', 'matplotlib') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 def test_test_module_basenames_are_unique():
     names = Counter(p.name for p in (ROOT / "tests").rglob("test_*.py"))
     assert [n for n, c in names.items() if c > 1] == []
