@@ -301,6 +301,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--check-ops", default="p2p,allreduce,allgatherv")
     p.add_argument("--check-sizes", default="8MB,40MB")
     p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--check-repeats", type=int, default=5, help="repeats of the check sweep")
     p.add_argument("--tolerance", default="0.05")
     p.add_argument("--record", type=int, default=0, help="also record N steps of each RECORDINGS")
     p.add_argument("-o", "--out", type=Path, required=True, help="folder for the files")
@@ -313,7 +314,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     sweeps = {
         "cal": ["--ops", args.ops, "--sizes", args.sizes, "--repeats", str(args.repeats)],
-        "check": ["--ops", args.check_ops, "--sizes", args.check_sizes, "--repeats", "5"],
+        "check": ["--ops", args.check_ops, "--sizes", args.check_sizes, "--repeats", str(args.check_repeats)],
     }
     print("load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
     with shaped_hosts(args.hosts, args.rate) as hosts:
