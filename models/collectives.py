@@ -376,16 +376,16 @@ def size_exchange_time_s(world_size: int, link: LinkSpec) -> float:
 
 
 def allgatherv_host_time_s(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
-    """Host time of the padded allgatherv's implementation: ``T_host = δ·Σ_r m_r``, δ =
-    ``link.allgatherv_host_s_per_byte``, or δ(P·m_max) from the link's
+    """Host time of the padded allgatherv's implementation: ``T_host = δ·(½·P·m_max +
+    ½·Σ_r m_r)``, δ = ``link.allgatherv_host_s_per_byte``, or δ(P·m_max) from the link's
     ``allgatherv_host_s_per_byte_table`` where it has one (a step function of the gathered
     buffer's size, ``vgcsim.core.collectives.host_s_per_byte_at``); 0 for P = 1.
 
-    Assumptions: the host work is proportional to the bytes each rank's gathered buffer holds,
-    P blocks of m_max (padding included): writing its own block in and copying every block
-    out (``vgcsim.traces.training.distributed_allgatherv``), plus whatever the backend's
-    all_gather spends on the host per byte beyond the wire; it runs on every rank at once and
-    adds to the ring's time (no overlap with the transfers).
+    Assumptions: the host work is two copies of each rank's gathered buffer, the backend's of
+    the P blocks padded to m_max and vgcsim's out into per-rank segments at their real
+    lengths (``vgcsim.traces.training.distributed_allgatherv``), each half of δ
+    (``vgcsim.core.collectives.padded_host_time_s``, where the rule and its checks are); it
+    runs on every rank at once and adds to the ring's time (no overlap with the transfers).
 
     Source: δ is measured, not derived: ``vgcsim calibrate`` fits it as the slope of the
     measured allgatherv time beyond its α-β ring cost against P·m
@@ -405,7 +405,7 @@ def allgatherv_host_time_s(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray
 def allgatherv_padded_data(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
     """The data phase of the padded allgatherv alone: a ring allgather of every block padded to
     the largest one and the implementation's host copies,
-    ``T = (P−1)·(α + β·m_max) + δ·Σ m`` (sizes known in advance;
+    ``T = (P−1)·(α + β·m_max) + δ·(½·P·m_max + ½·Σ m)`` (sizes known in advance;
     :func:`allgatherv_host_time_s`)."""
     s = _sizes(sizes_bytes)
     p = s.shape[-1]
@@ -423,7 +423,7 @@ def allgatherv_padded(
     """Padded allgatherv: allgather the sizes, then a ring allgather of every block padded to
     the largest one (what gloo-backed ``torch.distributed`` and many frameworks do).
 
-    Formula: ``T = (P−1)·(α + 8β) + (P−1)·(α + β·m_max) + δ·Σ m`` —
+    Formula: ``T = (P−1)·(α + 8β) + (P−1)·(α + β·m_max) + δ·(½·P·m_max + ½·Σ m)`` —
     :func:`size_exchange_time_s` (one int64 per rank by ring allgather) +
     :func:`allgatherv_padded_data` (the padded ring and the host copies, δ =
     ``link.allgatherv_host_s_per_byte``, :func:`allgatherv_host_time_s`).

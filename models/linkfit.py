@@ -66,7 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 from vgcsim.traces.calibration import OPS, measured_seconds, skewed_sizes
 
-from vgcsim.core.collectives import SIZE_HEADER_BYTES, host_s_per_byte_at
+from vgcsim.core.collectives import BACKEND_COPY_SHARE, SIZE_HEADER_BYTES, host_s_per_byte_at
 from vgcsim.core.errors import ConfigError, VgcsimError
 
 #: A row is in the bandwidth regime from this many times its op's fastest time.
@@ -100,17 +100,20 @@ def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, fl
 
 
 def host_coefficient(op: str, size_bytes: float, world: int) -> float:
-    """Coefficient ``k_δ`` of δ (``allgatherv_host_s_per_byte``) in one measurement's cost: the
-    real bytes of the P gathered blocks, ``Σ m``: ``P·m`` for vgcsim's allgatherv of ``m``
-    bytes per rank, the sum of :func:`~vgcsim.traces.calibration.skewed_sizes` for
-    ``allgatherv_skewed`` (whose blocks are padded to the largest, ``m``, on the wire but
-    copied at their own lengths); 0 for the other ops
+    """Coefficient ``k_δ`` of δ (``allgatherv_host_s_per_byte``) in one measurement's cost,
+    the bytes its two copies take (:func:`vgcsim.core.collectives.padded_host_time_s`):
+    ``P·m`` for vgcsim's allgatherv of ``m`` bytes per rank; for ``allgatherv_skewed``, whose
+    blocks (:func:`~vgcsim.traces.calibration.skewed_sizes`) are padded to the largest,
+    ``m``, ``½·P·m + ½·Σ m_r`` (the backend copies the padded buffer, the copy out takes
+    each block at its own length); 0 for the other ops
     (:func:`vgcsim.models.collectives.allgatherv_host_time_s`). δ itself is looked up at the
     gathered buffer's ``P·m`` bytes (:func:`gathered_bytes`)."""
     if op not in OPS:
         raise ConfigError(f"unknown op {op!r}; valid: {', '.join(OPS)}")
     if op == "allgatherv_skewed":
-        return float(sum(skewed_sizes(int(size_bytes), world)))
+        gathered = float(world) * float(size_bytes)
+        real = float(sum(skewed_sizes(int(size_bytes), world)))
+        return BACKEND_COPY_SHARE * gathered + (1.0 - BACKEND_COPY_SHARE) * real
     return float(world) * float(size_bytes) if op.startswith("allgatherv") else 0.0
 
 

@@ -148,10 +148,10 @@ def host_time_s(
     schedule: Schedule, units: np.ndarray, host_s_per_byte: float, table=(), copied_bytes=None
 ):
     """Host time of the allgatherv implementation after a call of ``schedule`` with unit sizes
-    ``units`` (``[..., n_units]``, see :func:`unit_sizes`): ``δ·Σ m`` on every rank for
-    the padded schedules (``allgatherv/padded`` and its data-only twin), 0 for the others;
-    ``copied_bytes`` = Σ m, the real bytes of the P blocks (``[...]``; None: every block as
-    large as the padded one, P·m_max), which the padded units no longer tell.
+    ``units`` (``[..., n_units]``, see :func:`unit_sizes`): ``δ·(½·P·m_max + ½·Σ m)`` on
+    every rank for the padded schedules (``allgatherv/padded`` and its data-only twin), 0 for
+    the others; ``copied_bytes`` = Σ m, the real bytes of the P blocks (``[...]``; None:
+    every block as large as the padded one, P·m_max), which the padded units no longer tell.
 
     Formula and assumptions: ``vgcsim.core.collectives.padded_host_time_s`` (the same rule
     as the cost model's ``allgatherv/padded``); δ = a link's ``allgatherv_host_s_per_byte``,

@@ -314,7 +314,14 @@ def _main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     sweeps = {
         "cal": ["--ops", args.ops, "--sizes", args.sizes, "--repeats", str(args.repeats)],
-        "check": ["--ops", args.check_ops, "--sizes", args.check_sizes, "--repeats", str(args.check_repeats)],
+        "check": [
+            "--ops",
+            args.check_ops,
+            "--sizes",
+            args.check_sizes,
+            "--repeats",
+            str(args.check_repeats),
+        ],
     }
     print("load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
     with shaped_hosts(args.hosts, args.rate) as hosts:

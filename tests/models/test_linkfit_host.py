@@ -90,12 +90,13 @@ def test_the_cluster_file_carries_delta_and_models_and_simulator_price_it_alike(
     cluster = load_cluster(str(path))
     link = cluster.link
     assert link.allgatherv_host_s_per_byte == pytest.approx(3e-9, rel=1e-6)
-    # skewed blocks: the padded allgatherv pads to the largest on the wire, and its host
-    # copies take each block at its own length: 4.75 MB copied, not 4 x 3 MB
+    # skewed blocks: the padded allgatherv pads to the largest on the wire; of its two host
+    # copies the backend's takes the 4 x 3 MB padded buffer and the copy out each block at
+    # its own length, 4.75 MB: ½·12 MB + ½·4.75 MB = 8.375 MB
     sizes = np.array([1e6, 3e6, 2.5e5, 5e5])
     ring = 3 * (link.latency_s + 8 * link.beta_s_per_byte)
     ring += 3 * (link.latency_s + 3e6 * link.beta_s_per_byte)
-    host = 4.75e6 * link.allgatherv_host_s_per_byte
+    host = 8.375e6 * link.allgatherv_host_s_per_byte
     assert float(allgatherv_host_time_s(sizes, link)) == pytest.approx(host, rel=1e-12)
     predicted = float(collective_time_s("allgatherv/padded", sizes[None, :], cluster)[0])
     assert predicted == pytest.approx(ring + host, rel=1e-12)
@@ -148,8 +149,11 @@ def test_replay_and_predict_of_a_trace_price_the_host_cost_alike(size_exchange):
         frames[name] = merged[(merged["method"] == "compressed") & (merged["step"] >= 0)]
     host, none = frames["host"], frames["none"]
     np.testing.assert_allclose(host["comm_s_sim"], host["comm_s_pred"], rtol=5e-3)
-    # the closed form's comm grows by exactly delta * (the bytes of all P payloads) per step
-    extra = 2e-9 * host["world_size"].to_numpy() * host["payload_bytes_mean_pred"].to_numpy()
+    # the closed form's comm grows by exactly delta * (½ the P padded payloads + ½ the P real
+    # ones) per step
+    p = host["world_size"].to_numpy()
+    padded = p * host["payload_bytes_max_pred"].to_numpy()
+    extra = 2e-9 * (0.5 * padded + 0.5 * p * host["payload_bytes_mean_pred"].to_numpy())
     grown = host["comm_s_pred"].to_numpy() - none["comm_s_pred"].to_numpy()
     assert np.all(extra > 0.05 * host["comm_s_pred"].to_numpy())
     np.testing.assert_allclose(grown, extra, rtol=1e-6)
@@ -169,13 +173,14 @@ def test_skewed_allgatherv_rows_are_checked_with_their_blocks_and_the_host_cost(
     link = cluster.link
     m = 8_000_000
     ring = 6 * link.latency_s + 3 * (m + 8) * link.beta_s_per_byte
-    # padded to m on the wire; the host copies take the real blocks, 2+4+6+8 = 20 MB
-    truth = ring + 20_000_000 * 3e-9
+    # padded to m on the wire; the backend's host copy takes the 4 x 8 = 32 MB padded
+    # buffer, the copy out the real blocks, 2+4+6+8 = 20 MB: ½·32 + ½·20 = 26 MB
+    truth = ring + 26_000_000 * 3e-9
     rows = [{"op": op, "size_bytes": m, "seconds": [truth]} for op in ("allgatherv_skewed",)]
     df = collective_frame({"world_size": 4, "backend": "gloo", "rows": rows}, cluster)
     row = df.iloc[0]
     assert row["collective"] == "allgatherv/padded"
-    # its wire time is the even allgatherv's of m, its host time that of the real blocks
+    # its wire time is the even allgatherv's of m, its host time that of the two copies
     assert row["predicted_s"] == pytest.approx(truth, rel=1e-6)
     assert row["simulated_s"] == pytest.approx(truth, rel=1e-6)
     # and the fit's own table prices a skewed row the same way

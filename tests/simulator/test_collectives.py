@@ -266,17 +266,19 @@ def test_padded_size_rounds_are_the_ring_allgather_of_the_8_byte_sizes():
 
 
 def test_host_time_by_hand_at_one_second_a_byte():
-    """host_time_s of the padded allgatherv, δ·Σ m on every rank: blocks of 1, 2, 3 and 4 B at
-    δ = 1 s/B copy 10 B (10 s); without the real sizes, P·m_max = 16 B (16 s); per step, one
-    value per row of units; δ = 0 and no table, or a schedule that is not padded: 0."""
+    """host_time_s of the padded allgatherv, δ·(½·P·m_max + ½·Σ m) on every rank: blocks of
+    1, 2, 3 and 4 B at δ = 1 s/B: the backend's copy of the 4 × 4 = 16 padded bytes and the
+    copy out of the 10 real ones, ½·16 + ½·10 = 13 s; without the real sizes, every block
+    full: 16 s; per step, one value per row of units (doubled blocks: ½·32 + ½·20 = 26 s);
+    δ = 0 and no table, or a schedule that is not padded: 0."""
     from vgcsim.simulator.collectives import host_time_s
 
     s = get_schedule("allgatherv/padded", 4)
     units = unit_sizes(s, np.array([1.0, 2.0, 3.0, 4.0]))
-    assert host_time_s(s, units, 1.0, copied_bytes=10.0) == 10.0
+    assert host_time_s(s, units, 1.0, copied_bytes=10.0) == 13.0
     assert host_time_s(s, units, 1.0) == 16.0
     two = np.stack((units, 2 * units))
-    assert host_time_s(s, two, 1.0, copied_bytes=np.array([10.0, 20.0])).tolist() == [10.0, 20.0]
+    assert host_time_s(s, two, 1.0, copied_bytes=np.array([10.0, 20.0])).tolist() == [13.0, 26.0]
     assert host_time_s(s, units, 0.0) == 0.0
     assert host_time_s(s, two, 0.0).tolist() == [0.0, 0.0]
     ring = get_schedule("allgatherv/ring", 4)

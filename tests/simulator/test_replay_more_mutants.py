@@ -298,9 +298,10 @@ def test_replay_in_one_step_blocks_equals_the_replay_at_once(tmp_path, monkeypat
 
 
 def test_padded_allgatherv_host_copies_add_delta_times_the_payload_bytes_to_the_step(tmp_path):
-    """Priced host copies of the padded allgatherv (δ per copied byte) add δ·Σ m to each step
-    of the compressed variant (the closed form of ``host_time_s``; Σ m = P times the row's
-    ``payload_bytes_mean``, the real bytes, not the padded P·m_max), with one bucket group,
+    """Priced host copies of the padded allgatherv (δ per copied byte) add δ·(½·P·m_max +
+    ½·Σ m) to each step of the compressed variant (the closed form of ``host_time_s``: the
+    backend's copy of the padded buffer, m_max the row's ``payload_bytes_max``, and the copy
+    out of the real bytes, Σ m = P times its ``payload_bytes_mean``), with one bucket group,
     so the collective ends the step."""
     cfg_t = SynthConfig(layers="vgg_like", workers=2, steps=2, density=0.01, seed=1)
     trace = read_trace(synth_trace(cfg_t, tmp_path / "t"))
@@ -314,13 +315,17 @@ def test_padded_allgatherv_host_copies_add_delta_times_the_payload_bytes_to_the_
     def steps(cl):
         df = simulate_trace(trace, cl, [4], cfg)[0]
         df = df[(df.method == "compressed") & (df.step >= 0)].sort_values("step")
-        return df.step_s.to_numpy(), df.payload_bytes_mean.to_numpy(), df.payload_bytes_max
+        return (
+            df.step_s.to_numpy(),
+            df.payload_bytes_mean.to_numpy(),
+            df.payload_bytes_max.to_numpy(),
+        )
 
     base, mean, m_max = steps(plain)
     more, mean2, _ = steps(priced)
     np.testing.assert_array_equal(mean2, mean)
     assert np.all(mean < m_max)  # uneven payloads: the padded bytes would price more
-    np.testing.assert_allclose(more - base, delta * 4 * mean, rtol=1e-6)
+    np.testing.assert_allclose(more - base, delta * (0.5 * 4 * m_max + 0.5 * 4 * mean), rtol=1e-6)
 
 
 def test_one_rank_has_no_exposed_communication(tmp_path):

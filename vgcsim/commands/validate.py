@@ -163,7 +163,7 @@ def _simulated_s(key: str, sizes: Any, cluster: Any) -> float:
         build_topology(cluster, p),
         gamma_s_per_byte=cluster.link.gamma_s_per_byte,
     )
-    # the padded allgatherv's host copies (δ·Σ m), as the closed form prices them
+    # the padded allgatherv's host copies (δ·(½·P·m_max + ½·Σ m)), as the closed form prices them
     link = cluster.link
     host = host_time_s(
         schedule,

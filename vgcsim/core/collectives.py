@@ -52,37 +52,54 @@ def host_s_per_byte_at(gathered_bytes, host_s_per_byte: float, table=()):
     return ys[np.clip(at, 0, len(xs) - 1)]
 
 
+#: Share of vgcsim's allgatherv host cost that is the backend's copy of the gathered buffer
+#: (P padded blocks); the rest is the copy out into per-rank segments, each at its real length
+#: (:func:`padded_host_time_s`). A plain torch all_gather pays this share alone
+#: (:func:`plain_allgather_host_time_s`).
+BACKEND_COPY_SHARE = 0.5
+
+
 def padded_host_time_s(
     world_size: int, block_bytes, host_s_per_byte: float, table=(), copied_bytes=None
 ):
-    """Host time of a padded allgatherv's implementation: ``δ(P·m_max)·Σ_r m_r`` (0 for
-    P = 1), ``block_bytes`` = m_max and ``copied_bytes`` = Σ_r m_r, the real bytes of the P
-    blocks (numbers or arrays of them; None: P·m_max, every block full). δ is
+    """Host time of a padded allgatherv's implementation:
+    ``δ(P·m_max)·(½·P·m_max + ½·Σ_r m_r)`` (0 for P = 1), ``block_bytes`` = m_max and
+    ``copied_bytes`` = Σ_r m_r, the real bytes of the P blocks (numbers or arrays of them;
+    None: P·m_max, every block full, where the rule is ``δ·P·m_max``). δ is
     ``host_s_per_byte`` (a link's ``allgatherv_host_s_per_byte``) or, where ``table`` (its
     ``allgatherv_host_s_per_byte_table``) is given, its value at the P·m_max bytes of the
     gathered buffer (:func:`host_s_per_byte_at`).
 
-    The one rule the cost model and the simulator price. The gathered buffer holds P padded
-    blocks and its size sets the cost per byte (whether it fits the CPU's caches); the
-    bytes copied are each rank's real block (each is copied out into its segments at its
-    own length), not its padding. Checked on an allgatherv whose four ranks send blocks in
-    the ratio 1:2:3:4 (5/8 of the padded bytes), at 8 and 40 MB, in five namespace runs at
-    200 Mbit/s and 1 Gbit/s (``docs/distributed.md``): pricing the padded bytes put 3 of
-    the 10 more than 5 % off (up to +14.3 %), pricing the real ones 1 (−11.4 %). The real
-    bytes err low (by 1-5 % in the other rows): part of the copying, the backend's own
-    gathered buffer, does take the padded bytes."""
+    The one rule the cost model and the simulator price. δ is fitted on allgathervs of equal
+    blocks, where the implementation's host work is two copies of the gathered buffer: the
+    backend's (torch's gloo binding gathers into a flat buffer of its own and copies it into
+    the output, P padded blocks) and vgcsim's copy out into per-rank segments, each at its
+    real length. Each is half of δ (``BACKEND_COPY_SHARE``; a plain all_gather, which makes
+    only the first, measured 0.52-0.64 of the allgatherv's excess). With uneven blocks the
+    first still copies the padding, the second does not; the gathered buffer's size sets the
+    cost per byte of both (whether it fits the CPU's caches).
+
+    Checked on an allgatherv whose four ranks send blocks in the ratio 1:2:3:4 (5/8 of the
+    padded bytes), at 8 and 40 MB per rank, in four namespace runs at 1 Gbit/s
+    (``docs/distributed.md``): with this rule the eight predictions were −5.7 to +6.5 % off
+    the measured medians (mean +0.5 %, three past 5 %); pricing every copy at the real bytes
+    put all eight low (−3.3 to −9.8 %, mean −6.4 %, six past 5 %), and an earlier rule
+    pricing every copy at the padded bytes put 3 of 10 past 5 % high (up to +14.3 %)."""
     if world_size <= 1:
         return 0.0 * block_bytes
     gathered = world_size * block_bytes
-    copied = gathered if copied_bytes is None else copied_bytes
+    if copied_bytes is None:
+        copied = gathered
+    else:
+        copied = BACKEND_COPY_SHARE * gathered + (1.0 - BACKEND_COPY_SHARE) * copied_bytes
     if not table:
         return host_s_per_byte * copied
     return host_s_per_byte_at(gathered, host_s_per_byte, table) * copied
 
 
 #: Share of vgcsim's allgatherv host cost that a plain torch all_gather of equal blocks pays on
-#: gloo (:func:`plain_allgather_host_time_s`).
-PLAIN_ALLGATHER_HOST_SHARE = 0.5
+#: gloo (:func:`plain_allgather_host_time_s`): the backend's copy alone.
+PLAIN_ALLGATHER_HOST_SHARE = BACKEND_COPY_SHARE
 
 
 def plain_allgather_host_time_s(world_size: int, block_bytes, host_s_per_byte: float, table=()):
