@@ -121,6 +121,7 @@ def test_dask_local_cluster_rows_equal_the_process_pool(traces):
             sweep, scheduler=cluster.scheduler_address, progress=done.append
         )
     assert dask_jobs == jobs and len(done) == len(jobs) == 2 * 3 * 2 * 2
+    assert done == [1] * len(jobs)  # the progress bar advances one job at a time
     assert len(dask) == len(jobs) * 4
     pd.testing.assert_frame_equal(dask, pool)
     # Cases differ, so equal tables mean each job's rows landed in the job's place.
@@ -683,3 +684,40 @@ def test_a_process_forked_after_a_local_dask_sweep_runs_one_too(traces):
     )
     assert out.stdout.split()[:3] == ["child", "exit", "0"], out.stderr[-2000:]
     assert int(out.stdout.split()[3]) > 0
+
+
+def test_a_sweep_on_a_users_cluster_logs_it_and_cuts_tasks_for_its_threads(
+    traces, monkeypatch, caplog
+):
+    """On a user's cluster (one single-threaded worker here, asked for two processes) the
+    jobs are cut into tasks for the cluster's threads, 1, not for the processes asked for;
+    the sweep names its job count and the scheduler in one INFO line. A repeated case (P = 2
+    twice, apart in the job order) gets its own rows each time, in its own place: every task
+    is submitted as impure, so equal tasks are not merged into one."""
+    import logging
+
+    from distributed import LocalCluster
+    from vgcsim.simulator import sweep as sweep_module
+
+    cut: list[int] = []
+    real_chunks = sweep_module._task_chunks
+
+    def chunks(order, n):
+        cut.append(n)
+        return real_chunks(order, n)
+
+    monkeypatch.setattr(sweep_module, "_task_chunks", chunks)
+    sweep = SweepFile(
+        SweepConfig(traces=tuple(traces[:1]), world_sizes=(2, 3, 2)), SimulateConfig(max_steps=2)
+    )
+    pool, jobs = run_sweep(sweep, processes=1, scheduler="processes")
+    assert [j.world_size for j in jobs] == [2, 3, 2]
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        address = cluster.scheduler_address
+        with caplog.at_level(logging.INFO, logger=sweep_module.__name__):
+            table, _ = run_sweep(sweep, processes=2, scheduler=address)
+    assert cut == [1]
+    assert f"sweep: 3 jobs on Dask scheduler {address}" in caplog.messages
+    pd.testing.assert_frame_equal(table, pool)
