@@ -120,6 +120,13 @@ def test_no_first_party_import_cycle():
     assert not cycles, f"first-party import cycles: {cycles[:5]}"
 
 
+def _python_prints(code: str, cwd=ROOT) -> str:
+    """What ``python -c code`` prints (stripped), run in ``cwd``; it must exit 0."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
 def test_only_vgcsim_is_importable_from_outside_the_repository(tmp_path):
     """The installed distribution provides one import name: the stage folders are vgcsim.*."""
     code = (
@@ -128,9 +135,7 @@ def test_only_vgcsim_is_importable_from_outside_the_repository(tmp_path):
         "print([n for n in ('traces', 'models', 'simulator', 'reports', 'core') "
         "if u.find_spec(n) is not None])"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert _python_prints(code, tmp_path) == "[]"
     failed = subprocess.run(
         [sys.executable, "-c", "import models"], capture_output=True, text=True, cwd=tmp_path
     )
@@ -155,9 +160,7 @@ def test_torch_free_stages_do_not_load_torch():
         "import sys, vgcsim.cli, vgcsim.traces.io, vgcsim.core.results, vgcsim.models.predict, vgcsim.simulator.replay, "
         "vgcsim.reports.render; vgcsim.cli.build_parser(); print('torch' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "False"
+    assert _python_prints(code) == "False"
 
 
 def test_the_command_line_parser_imports_no_numerical_library():
@@ -168,9 +171,7 @@ def test_the_command_line_parser_imports_no_numerical_library():
         "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'simpy', 'matplotlib') "
         "if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert _python_prints(code) == "[]"
 
 
 def test_test_module_basenames_are_unique():

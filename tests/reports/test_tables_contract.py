@@ -418,24 +418,18 @@ def _crossover_rows():
       r* = 8 / 0.75 = 10.67, step 0.75 s: faster, but needs the larger ratio.
 
     On B one compressed row whose overhead (1.0 s) is the whole dense step: budget 0."""
-    rows = []
-    for cluster in ("A", "B"):
-        rows.append(
-            _row("predicted", "t", "dense", cluster, 2, "dense", "allreduce/ring",
-                 0.5, 0.0, 0.0, 0.5, 1024.0)
-        )  # fmt: skip
-    rows.append(
-        _row("predicted", "t", "variance", "A", 2, "compressed", "allgatherv/ring",
-             0.5, 0.0, 0.0, 0.5, 256.0)
-    )  # fmt: skip
-    rows.append(
-        _row("predicted", "t", "variance", "A", 2, "compressed", "allgatherv/padded",
-             0.25, 0.0, 0.0, 0.5, 64.0)
-    )  # fmt: skip
-    rows.append(
-        _row("predicted", "t", "variance", "B", 2, "compressed", "allgatherv/ring",
-             1.0, 0.0, 0.0, 0.25, 256.0)
-    )  # fmt: skip
+    # cluster, compressor, method, collective, compute_s, comm_s, payload bytes
+    spec = [
+        ("A", "dense", "dense", "allreduce/ring", 0.5, 0.5, 1024.0),
+        ("B", "dense", "dense", "allreduce/ring", 0.5, 0.5, 1024.0),
+        ("A", "variance", "compressed", "allgatherv/ring", 0.5, 0.5, 256.0),
+        ("A", "variance", "compressed", "allgatherv/padded", 0.25, 0.5, 64.0),
+        ("B", "variance", "compressed", "allgatherv/ring", 1.0, 0.25, 256.0),
+    ]
+    rows = [
+        _row("predicted", "t", comp, cluster, 2, method, coll, compute, 0.0, 0.0, comm, size)
+        for cluster, comp, method, coll, compute, comm, size in spec
+    ]
     return pd.DataFrame(rows, columns=list(tables.RESULT_COLUMNS))
 
 
