@@ -66,7 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 from vgcsim.traces.calibration import OPS, measured_seconds, skewed_sizes
 
-from vgcsim.core.collectives import BACKEND_COPY_SHARE, SIZE_HEADER_BYTES, host_s_per_byte_at
+from vgcsim.core.collectives import SIZE_HEADER_BYTES, host_copied_bytes, host_s_per_byte_at
 from vgcsim.core.errors import ConfigError, VgcsimError
 
 #: A row is in the bandwidth regime from this many times its op's fastest time.
@@ -111,9 +111,8 @@ def host_coefficient(op: str, size_bytes: float, world: int) -> float:
     if op not in OPS:
         raise ConfigError(f"unknown op {op!r}; valid: {', '.join(OPS)}")
     if op == "allgatherv_skewed":
-        gathered = float(world) * float(size_bytes)
         real = float(sum(skewed_sizes(int(size_bytes), world)))
-        return BACKEND_COPY_SHARE * gathered + (1.0 - BACKEND_COPY_SHARE) * real
+        return host_copied_bytes(float(world) * float(size_bytes), real)
     return float(world) * float(size_bytes) if op.startswith("allgatherv") else 0.0
 
 

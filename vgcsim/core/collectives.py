@@ -59,6 +59,13 @@ def host_s_per_byte_at(gathered_bytes, host_s_per_byte: float, table=()):
 BACKEND_COPY_SHARE = 0.5
 
 
+def host_copied_bytes(gathered_bytes, real_bytes):
+    """The bytes δ prices for a padded allgatherv: ``½·P·m_max + ½·Σ m`` (the backend's copy
+    of the ``gathered_bytes`` padded buffer, the copy out of the ``real_bytes`` blocks; see
+    :func:`padded_host_time_s`)."""
+    return BACKEND_COPY_SHARE * gathered_bytes + (1.0 - BACKEND_COPY_SHARE) * real_bytes
+
+
 def padded_host_time_s(
     world_size: int, block_bytes, host_s_per_byte: float, table=(), copied_bytes=None
 ):
@@ -88,10 +95,7 @@ def padded_host_time_s(
     if world_size <= 1:
         return 0.0 * block_bytes
     gathered = world_size * block_bytes
-    if copied_bytes is None:
-        copied = gathered
-    else:
-        copied = BACKEND_COPY_SHARE * gathered + (1.0 - BACKEND_COPY_SHARE) * copied_bytes
+    copied = gathered if copied_bytes is None else host_copied_bytes(gathered, copied_bytes)
     if not table:
         return host_s_per_byte * copied
     return host_s_per_byte_at(gathered, host_s_per_byte, table) * copied
