@@ -376,16 +376,18 @@ def size_exchange_time_s(world_size: int, link: LinkSpec) -> float:
 
 
 def allgatherv_host_time_s(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
-    """Host time of the padded allgatherv's implementation: ``T_host = δ·(½·P·m_max +
-    ½·Σ_r m_r)``, δ = ``link.allgatherv_host_s_per_byte``, or δ(P·m_max) from the link's
+    """Host time of the padded allgatherv's implementation: ``T_host = δ·(s·P·m_max +
+    (1 − s)·Σ_r m_r)``, δ = ``link.allgatherv_host_s_per_byte``, or δ(P·m_max) from the link's
     ``allgatherv_host_s_per_byte_table`` where it has one (a step function of the gathered
-    buffer's size, ``vgcsim.core.collectives.host_s_per_byte_at``); 0 for P = 1.
+    buffer's size, ``vgcsim.core.collectives.host_s_per_byte_at``), s =
+    ``link.allgatherv_host_padded_share``; 0 for P = 1.
 
-    Assumptions: the host work is two copies of each rank's gathered buffer, the backend's of
-    the P blocks padded to m_max and vgcsim's out into per-rank segments at their real
-    lengths (``vgcsim.traces.training.distributed_allgatherv``), each half of δ
-    (``vgcsim.core.collectives.padded_host_time_s``, where the rule and its checks are); it
-    runs on every rank at once and adds to the ring's time (no overlap with the transfers).
+    Assumptions: the host work copies each rank's gathered buffer, part of it at the P blocks
+    padded to m_max (the backend's gathered buffer) and part at their real lengths (vgcsim's
+    copy out into per-rank segments, ``vgcsim.traces.training.distributed_allgatherv``), s
+    the first part's share (``vgcsim.core.collectives.padded_host_time_s``, where the rule
+    and its checks are); it runs on every rank at once and adds to the ring's time (no
+    overlap with the transfers).
 
     Source: δ is measured, not derived: ``vgcsim calibrate`` fits it as the slope of the
     measured allgatherv time beyond its α-β ring cost against P·m
@@ -399,13 +401,14 @@ def allgatherv_host_time_s(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray
         link.allgatherv_host_s_per_byte,
         link.allgatherv_host_s_per_byte_table,
         copied_bytes=s.sum(axis=-1),
+        padded_share=link.allgatherv_host_padded_share,
     )
 
 
 def allgatherv_padded_data(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
     """The data phase of the padded allgatherv alone: a ring allgather of every block padded to
     the largest one and the implementation's host copies,
-    ``T = (P−1)·(α + β·m_max) + δ·(½·P·m_max + ½·Σ m)`` (sizes known in advance;
+    ``T = (P−1)·(α + β·m_max) + δ·(s·P·m_max + (1 − s)·Σ m)`` (sizes known in advance;
     :func:`allgatherv_host_time_s`)."""
     s = _sizes(sizes_bytes)
     p = s.shape[-1]
@@ -423,10 +426,11 @@ def allgatherv_padded(
     """Padded allgatherv: allgather the sizes, then a ring allgather of every block padded to
     the largest one (what gloo-backed ``torch.distributed`` and many frameworks do).
 
-    Formula: ``T = (P−1)·(α + 8β) + (P−1)·(α + β·m_max) + δ·(½·P·m_max + ½·Σ m)`` —
+    Formula: ``T = (P−1)·(α + 8β) + (P−1)·(α + β·m_max) + δ·(s·P·m_max + (1 − s)·Σ m)`` —
     :func:`size_exchange_time_s` (one int64 per rank by ring allgather) +
     :func:`allgatherv_padded_data` (the padded ring and the host copies, δ =
-    ``link.allgatherv_host_s_per_byte``, :func:`allgatherv_host_time_s`).
+    ``link.allgatherv_host_s_per_byte``, s = ``link.allgatherv_host_padded_share``,
+    :func:`allgatherv_host_time_s`).
 
     Assumptions: both phases use the lock-step ring allgather; padding bytes cross the wire;
     the host copies of the gathered buffer add to the ring (δ = 0: the α-β ring alone).

@@ -42,6 +42,13 @@ terms explain at most a tenth of the measured time (:data:`HOST_LATENCY_SHARE`),
 fixed: the slope of their excess over the ring's α-β terms against P·m, least squares on
 the seconds with a free intercept (what vgcsim's allgatherv pays per gathered byte beyond
 the ring: its host copies and whatever the backend's all_gather loses per byte).
+s, the share of that host time an allgatherv of uneven blocks pays per padded byte
+(``allgatherv_host_padded_share``; the rest per real byte), comes from
+``allgatherv_skewed``'s rows where α's terms explain at most a tenth of the time, with α, β
+and δ fixed: each such row's excess over its ring terms is ``δ·(s·P·m + (1 − s)·Σ m_r)``,
+so ``excess − δ·Σ m_r = s·δ·(P·m − Σ m_r)``, a line through the origin in s, fitted by least
+squares on the seconds (the largest sizes, where the padding's copies are longest, set it)
+and kept within [0, 1] (:func:`padded_share_given`).
 α comes from the collective and not from p2p because a collective's step pays more than a
 ping-pong's one-way latency (gloo's ring synchronises neighbours at every step): on 4 ranks
 joined by 200 Mbit/s and 1 Gbit/s links in network namespaces, a small allreduce took
@@ -66,7 +73,12 @@ from dataclasses import dataclass
 import numpy as np
 from vgcsim.traces.calibration import OPS, measured_seconds, skewed_sizes
 
-from vgcsim.core.collectives import SIZE_HEADER_BYTES, host_copied_bytes, host_s_per_byte_at
+from vgcsim.core.collectives import (
+    BACKEND_COPY_SHARE,
+    SIZE_HEADER_BYTES,
+    host_copied_bytes,
+    host_s_per_byte_at,
+)
 from vgcsim.core.errors import ConfigError, VgcsimError
 
 #: A row is in the bandwidth regime from this many times its op's fastest time.
@@ -82,6 +94,8 @@ HOST_LATENCY_SHARE = 0.1
 HOST_OP = "allgatherv"
 #: The op whose small messages give the link's α by default (:func:`fit_link`).
 LATENCY_OP = "allreduce"
+#: The op whose rows give s (``allgatherv_host_padded_share``) by default.
+SHARE_OP = "allgatherv_skewed"
 
 
 def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, float, float]:
@@ -99,21 +113,33 @@ def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, fl
     raise ConfigError(f"unknown op {op!r}; valid: {', '.join(OPS)}")
 
 
-def host_coefficient(op: str, size_bytes: float, world: int) -> float:
+def host_coefficient(
+    op: str, size_bytes: float, world: int, padded_share: float = BACKEND_COPY_SHARE
+) -> float:
     """Coefficient ``k_δ`` of δ (``allgatherv_host_s_per_byte``) in one measurement's cost,
-    the bytes its two copies take (:func:`vgcsim.core.collectives.padded_host_time_s`):
+    the bytes its host copies take (:func:`vgcsim.core.collectives.padded_host_time_s`):
     ``P·m`` for vgcsim's allgatherv of ``m`` bytes per rank; for ``allgatherv_skewed``, whose
     blocks (:func:`~vgcsim.traces.calibration.skewed_sizes`) are padded to the largest,
-    ``m``, ``½·P·m + ½·Σ m_r`` (the backend copies the padded buffer, the copy out takes
-    each block at its own length); 0 for the other ops
-    (:func:`vgcsim.models.collectives.allgatherv_host_time_s`). δ itself is looked up at the
-    gathered buffer's ``P·m`` bytes (:func:`gathered_bytes`)."""
+    ``m``, ``s·P·m + (1 − s)·Σ m_r``, s = ``padded_share`` (the share of the copying that
+    takes the padded buffer; the rest takes each block at its own length); 0 for the other
+    ops (:func:`vgcsim.models.collectives.allgatherv_host_time_s`). δ itself is looked up at
+    the gathered buffer's ``P·m`` bytes (:func:`gathered_bytes`)."""
     if op not in OPS:
         raise ConfigError(f"unknown op {op!r}; valid: {', '.join(OPS)}")
     if op == "allgatherv_skewed":
-        real = float(sum(skewed_sizes(int(size_bytes), world)))
-        return host_copied_bytes(float(world) * float(size_bytes), real)
+        return host_copied_bytes(
+            float(world) * float(size_bytes), real_bytes(op, size_bytes, world), padded_share
+        )
     return float(world) * float(size_bytes) if op.startswith("allgatherv") else 0.0
+
+
+def real_bytes(op: str, size_bytes: float, world: int) -> float:
+    """Σ m_r, the bytes the P ranks of an allgatherv of ``op`` really send (without padding):
+    ``P·m`` for equal blocks, the sum of :func:`~vgcsim.traces.calibration.skewed_sizes` for
+    ``allgatherv_skewed``; 0 for the other ops."""
+    if op == "allgatherv_skewed":
+        return float(sum(skewed_sizes(int(size_bytes), world)))
+    return gathered_bytes(op, size_bytes, world)
 
 
 def gathered_bytes(op: str, size_bytes: float, world: int) -> float:
@@ -150,6 +176,10 @@ class LinkFit:
     #: δ measured size by size: ``(P·m, excess per gathered byte)`` of each size of
     #: ``host_op``'s rows that gave δ (:func:`host_points`); empty when fewer than two sizes.
     allgatherv_host_s_per_byte_table: tuple[tuple[float, float], ...] = ()
+    #: s, the share of δ's host time paid per padded byte of uneven blocks, and the op whose
+    #: rows gave it ("" where not fitted: the default, :func:`padded_share_given`).
+    allgatherv_host_padded_share: float = BACKEND_COPY_SHARE
+    share_op: str = ""
     #: The op whose small messages gave α (``latency_s``), "" when α is the fit ops' own;
     #: ``fit_ops_latency_s`` is the fit ops' α either way (their rows are priced with it).
     latency_op: str = ""
@@ -318,6 +348,7 @@ def fit_link(
     gamma_op: str | None = "allreduce",
     host_op: str | None = HOST_OP,
     latency_op: str | None = LATENCY_OP,
+    share_op: str | None = SHARE_OP,
 ) -> tuple[LinkFit, list[dict]]:
     """Fit α, β, γ to a measurement file's rows; returns the fit and the per-size error table.
 
@@ -334,10 +365,14 @@ def fit_link(
     of their time beyond β and γ's terms over α's coefficient, the latency of one step of a
     collective as the collectives pay it; the fit ops' rows keep their own α
     (``fit_ops_latency_s``) in the table and the typical error; δ's excess is taken over
-    the link's α. ``p2p_intra`` rows are left out (see :func:`fit_intra_link`). Each table
+    the link's α. ``share_op`` (default ``allgatherv_skewed``), when measured, δ fitted and
+    not among ``ops``, gives s (``allgatherv_host_padded_share``) from its rows where α's
+    terms explain at most :data:`HOST_LATENCY_SHARE` of the time, with α, β, γ and δ fixed
+    (:func:`padded_share_given`); else s is the default
+    (:data:`~vgcsim.core.collectives.BACKEND_COPY_SHARE`). ``p2p_intra`` rows are left out (see :func:`fit_intra_link`). Each table
     row: op, size_bytes, measured_s (``statistic`` over repetitions), fitted_s, rel_error
     and role (latency, bandwidth, between, joint: how the row entered the fit; gamma; host;
-    check: predicted only).
+    share; check: predicted only).
     """
     world = int(measurements["world_size"])
     rows = [r for r in measurements["rows"] if r["op"] != "p2p_intra"]
@@ -399,6 +434,21 @@ def fit_link(
             h_table = host_points(k_host[h_band], rest)
             roles[h_band] = "host"
             h_op = host_op
+    share, s_op = BACKEND_COPY_SHARE, ""
+    if share_op and share_op in measured and share_op not in fit_ops and h_op:
+        sk = np.array([r["op"] == share_op for r in rows])
+        sk_band = sk & (a[:, 0] * x[0] <= HOST_LATENCY_SHARE * t) & (k_gathered > 0)
+        k_real = np.array([real_bytes(r["op"], r["size_bytes"], world) for r in rows])
+        fitted_share = padded_share_given(
+            t[sk_band] - a[sk_band] @ x,
+            host_s_per_byte_at(k_gathered[sk_band], delta, h_table),
+            k_gathered[sk_band],
+            k_real[sk_band],
+        )
+        if fitted_share is not None:
+            share, s_op = fitted_share, share_op
+            roles[sk_band] = "share"
+    k_host = np.array([host_coefficient(r["op"], r["size_bytes"], world, share) for r in rows])
     # the fit ops' rows with their own α, every other row with the link's
     alphas = np.where(used, fit_alpha, x[0])
     fitted = a[:, 0] * alphas + a[:, 1:] @ x[1:]
@@ -423,8 +473,28 @@ def fit_link(
         allgatherv_host_s_per_byte_table=h_table,
         latency_op=l_op,
         fit_ops_latency_s=fit_alpha,
+        allgatherv_host_padded_share=float(share),
+        share_op=s_op,
     )
     return fit, _table(rows, t, fitted, rel, roles)
+
+
+def padded_share_given(excess_s, host_s_per_byte, padded_bytes, real_bytes) -> float | None:
+    """s, the share of an allgatherv's host time paid per padded byte, from rows of uneven
+    blocks: each row's ``excess_s`` (measured time beyond its ring's α-β-γ terms) is
+    ``δ·(s·B_pad + (1 − s)·B_real)``, δ = ``host_s_per_byte`` at its size, B_pad =
+    ``padded_bytes`` (P·m_max) and B_real = ``real_bytes`` (Σ m_r); so ``excess − δ·B_real =
+    s·δ·(B_pad − B_real)``, whose least-squares slope through the origin (on the seconds:
+    the largest rows set it) is s, clipped to [0, 1]. None where no row has padding to price
+    (δ·(B_pad − B_real) = 0 on every row), or no row at all."""
+    excess = np.asarray(excess_s, dtype=float)
+    delta = np.asarray(host_s_per_byte, dtype=float)
+    u = delta * (np.asarray(padded_bytes, dtype=float) - np.asarray(real_bytes, dtype=float))
+    v = excess - delta * np.asarray(real_bytes, dtype=float)
+    den = float(u @ u)
+    if not den > 0:
+        return None
+    return float(np.clip(float(u @ v) / den, 0.0, 1.0))
 
 
 def _table(rows, t, fitted, rel, roles) -> list[dict]:

@@ -44,7 +44,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vgcsim.core.collectives import COLLECTIVE_KEYS, SIZE_HEADER_BYTES, padded_host_time_s
+from vgcsim.core.collectives import (
+    BACKEND_COPY_SHARE,
+    COLLECTIVE_KEYS,
+    SIZE_HEADER_BYTES,
+    padded_host_time_s,
+)
 from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
@@ -145,10 +150,15 @@ def unit_sizes(schedule: Schedule, sizes_bytes: np.ndarray | float) -> np.ndarra
 
 
 def host_time_s(
-    schedule: Schedule, units: np.ndarray, host_s_per_byte: float, table=(), copied_bytes=None
+    schedule: Schedule,
+    units: np.ndarray,
+    host_s_per_byte: float,
+    table=(),
+    copied_bytes=None,
+    padded_share: float = BACKEND_COPY_SHARE,
 ):
     """Host time of the allgatherv implementation after a call of ``schedule`` with unit sizes
-    ``units`` (``[..., n_units]``, see :func:`unit_sizes`): ``δ·(½·P·m_max + ½·Σ m)`` on
+    ``units`` (``[..., n_units]``, see :func:`unit_sizes`): ``δ·(s·P·m_max + (1 − s)·Σ m)`` on
     every rank for the padded schedules (``allgatherv/padded`` and its data-only twin), 0 for
     the others; ``copied_bytes`` = Σ m, the real bytes of the P blocks (``[...]``; None:
     every block as large as the padded one, P·m_max), which the padded units no longer tell.
@@ -156,14 +166,20 @@ def host_time_s(
     Formula and assumptions: ``vgcsim.core.collectives.padded_host_time_s`` (the same rule
     as the cost model's ``allgatherv/padded``); δ = a link's ``allgatherv_host_s_per_byte``,
     or δ at P·m_max from ``table`` (its ``allgatherv_host_s_per_byte_table``) where given,
-    both fitted by ``vgcsim calibrate``. The engine does not run it: callers add it to the
+    s = ``padded_share`` (its ``allgatherv_host_padded_share``), all fitted by ``vgcsim
+    calibrate``. The engine does not run it: callers add it to the
     phase's finish time (so it does not delay a later phase of the same step).
     """
     u = np.asarray(units, dtype=float)
     if not schedule.pad or (host_s_per_byte == 0 and not table):
         return np.zeros(u.shape[:-1]) if u.ndim > 1 else 0.0
     return padded_host_time_s(
-        schedule.world_size, u[..., 0], host_s_per_byte, table, copied_bytes=copied_bytes
+        schedule.world_size,
+        u[..., 0],
+        host_s_per_byte,
+        table,
+        copied_bytes=copied_bytes,
+        padded_share=padded_share,
     )
 
 

@@ -697,7 +697,11 @@ def simulate_trace(
                 # the padded allgatherv's host copies, if priced
                 for b, copied in zip(block.data_index, block.copied, strict=True):
                     extra = host_time_s(
-                        block.schedules[b], block.units[b], *host, copied_bytes=copied
+                        block.schedules[b],
+                        block.units[b],
+                        *host,
+                        copied_bytes=copied,
+                        padded_share=cluster.link.allgatherv_host_padded_share,
                     )
                     finish[:, b] += extra[:, None]
                 per_step[label].extend(_block_records(ws, buckets, block, finish, paths))

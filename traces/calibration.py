@@ -34,7 +34,7 @@ from vgcsim.core.errors import ConfigError, unknown_name
 #: Operations the sweep can time, by the name used in measurement files and ``--ops``.
 OPS = ("p2p", "p2p_intra", "allreduce", "allgather", "allgatherv", "allgatherv_skewed")
 #: Operations timed by default (``p2p_intra`` only where a node holds several ranks).
-DEFAULT_OPS = ("p2p", "p2p_intra", "allreduce", "allgather", "allgatherv")
+DEFAULT_OPS = ("p2p", "p2p_intra", "allreduce", "allgather", "allgatherv", "allgatherv_skewed")
 
 
 def skewed_sizes(size_bytes: int, world: int) -> list[int]:

@@ -296,7 +296,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rate", default="200mbit")
     p.add_argument("--hosts", type=int, default=4)
-    p.add_argument("--ops", default="p2p,allreduce,allgatherv", help="ops of the calibration sweep")
+    p.add_argument(
+        "--ops",
+        default="p2p,allreduce,allgatherv,allgatherv_skewed",
+        help="ops of the calibration sweep",
+    )
     p.add_argument("--sizes", default="4:64MiB", help="sizes of the calibration sweep")
     p.add_argument("--check-ops", default="p2p,allreduce,allgatherv")
     p.add_argument("--check-sizes", default="8MB,40MB")

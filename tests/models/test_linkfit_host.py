@@ -186,9 +186,12 @@ def test_skewed_allgatherv_rows_are_checked_with_their_blocks_and_the_host_cost(
     # and the fit's own table prices a skewed row the same way
     meas = synthetic(300e-6, 1 / 25e6, 0.0, 3e-9, 4)
     meas["rows"].append({"op": "allgatherv_skewed", "size_bytes": m, "seconds": [truth]})
-    _, table = fit_link(meas)
+    refit, table = fit_link(meas)
     skew = next(r for r in table if r["op"] == "allgatherv_skewed")
-    assert skew["role"] == "check" and abs(skew["rel_error"]) < 1e-6
+    # the row gives the padded share, ½ here, and is priced with it
+    assert skew["role"] == "share" and abs(skew["rel_error"]) < 1e-6
+    assert refit.share_op == "allgatherv_skewed"
+    assert refit.allgatherv_host_padded_share == pytest.approx(0.5, rel=1e-9)
 
 
 def test_a_host_cost_several_times_the_wire_time_is_still_recovered():

@@ -100,7 +100,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fit-ops",
         default=None,
         help="operations that fix alpha and beta (default: beta from p2p; alpha from the small "
-        "allreduces, gamma from the large ones, the allgatherv host cost from allgatherv)",
+        "allreduces, gamma from the large ones, the allgatherv host cost from allgatherv, its "
+        "padded share from allgatherv_skewed)",
     )
     parser.add_argument(
         "--sizes",
@@ -170,6 +171,7 @@ def _link_lines(table: str, name: str, fit, what: str) -> list[str]:
         + _fit_source(fit)
         + (f", gamma from {fit.gamma_op}" if fit.gamma_op else "")
         + (f", allgatherv host cost from {fit.host_op}" if fit.host_op else "")
+        + (f", its padded share from {fit.share_op}" if fit.share_op else "")
         + f" ({fit.method} fit), typical error {fit.typical_error:.1%}"
     )
     lines = [
@@ -185,6 +187,11 @@ def _link_lines(table: str, name: str, fit, what: str) -> list[str]:
         # δ size by size ([gathered bytes, s per byte]); it prices the host time where given.
         points = ", ".join(f"[{int(b)}, {toml_value(float(v))}]" for b, v in host_table)
         lines.append(f"allgatherv_host_s_per_byte_table = [{points}]")
+    if fit.share_op:
+        # the share of that host time an allgatherv of uneven blocks pays per padded byte
+        lines.append(
+            f"allgatherv_host_padded_share = {toml_value(float(fit.allgatherv_host_padded_share))}"
+        )
     if "efficiency" in {f.name for f in dataclasses.fields(LinkSpec)}:
         # The fit measures payload bytes per second: nothing is left to discount.
         lines.append("efficiency = 1.0")
@@ -349,6 +356,7 @@ def run(args: argparse.Namespace) -> int:
         gamma_op=None if fit_ops else "allreduce",
         host_op=None if fit_ops else "allgatherv",
         latency_op=None if fit_ops else "allreduce",
+        share_op=None if fit_ops else "allgatherv_skewed",
     )
     if fit.bandwidth_Bps == float("inf"):
         raise CalibrationError(
@@ -408,6 +416,8 @@ def _print_fit(label: str, fit) -> None:
                 )
                 + ")"
             )
+        if fit.share_op:
+            gamma += f", {fit.allgatherv_host_padded_share:.2f} of it per padded byte"
     ops = "+".join(fit.fit_ops)
     source = _fit_source(fit)
     if fit.latency_op:

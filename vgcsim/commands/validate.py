@@ -163,7 +163,8 @@ def _simulated_s(key: str, sizes: Any, cluster: Any) -> float:
         build_topology(cluster, p),
         gamma_s_per_byte=cluster.link.gamma_s_per_byte,
     )
-    # the padded allgatherv's host copies (δ·(½·P·m_max + ½·Σ m)), as the closed form prices them
+    # the padded allgatherv's host copies (δ·(s·P·m_max + (1 − s)·Σ m)), as the closed form
+    # prices them
     link = cluster.link
     host = host_time_s(
         schedule,
@@ -171,6 +172,7 @@ def _simulated_s(key: str, sizes: Any, cluster: Any) -> float:
         link.allgatherv_host_s_per_byte,
         link.allgatherv_host_s_per_byte_table,
         copied_bytes=float(np.sum(sizes)) if schedule.pad else None,
+        padded_share=link.allgatherv_host_padded_share,
     )
     return float(fin.max() + host)
 

@@ -40,6 +40,9 @@ A cluster file (TOML) looks like::
     # optional, written by vgcsim calibrate: [gathered bytes, s per byte] points; where given,
     # δ at a size is the value of the point at or below it (a step function), not one number
     allgatherv_host_s_per_byte_table = [[16777216, 1.9e-9], [67108864, 5.1e-9]]
+    # optional, written by vgcsim calibrate: the share of that host time paid per padded
+    # byte of an allgatherv of uneven blocks (the rest per real byte); default 0.5
+    allgatherv_host_padded_share = 0.24
     framing = "tcp-mtu9000"      # or efficiency = 0.99 (payload bytes per wire byte)
     [intra_link]
     preset = "NVLink2"
@@ -94,6 +97,11 @@ __all__ = [
 COMPUTE_MODES = ("model", "trace")
 
 
+#: A link's ``allgatherv_host_padded_share`` where its file does not give one
+#: (:func:`vgcsim.core.collectives.padded_host_time_s`).
+DEFAULT_HOST_PADDED_SHARE = 0.5
+
+
 def _finite(value: float) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -105,6 +113,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "latency_s": (0.0, 1.0),  # a start-up time above a second is a unit mistake
     "gamma_s_per_byte": (0.0, 1.0),
     "allgatherv_host_s_per_byte": (0.0, 1.0),
+    "allgatherv_host_padded_share": (0.0, 1.0),
     "peak_flops": (1e6, 1e21),  # 1 MFLOP/s .. 1 ZFLOP/s
     "memory_bandwidth_Bps": (1.0, 1e15),
     "launch_overhead_s": (0.0, 1.0),
@@ -231,7 +240,10 @@ class LinkSpec:
     function, :func:`vgcsim.core.collectives.host_s_per_byte_at`). The host copies of a gathered buffer
     cost more per byte once it no longer fits the CPU's caches, so one slope fitted over
     1-64 MiB misprices the sizes on one side of that step; ``vgcsim calibrate`` writes the
-    per-size points it measured.
+    per-size points it measured. ``allgatherv_host_padded_share`` is the share s of that host
+    time paid per padded byte when the blocks are uneven (the rest is paid per real byte:
+    ``δ·(s·P·m_max + (1 − s)·Σ m_r)``, :func:`vgcsim.core.collectives.padded_host_time_s`);
+    ``vgcsim calibrate`` fits it where it timed ``allgatherv_skewed``.
     """
 
     name: str
@@ -242,9 +254,16 @@ class LinkSpec:
     efficiency: float = 1.0
     allgatherv_host_s_per_byte: float = 0.0
     allgatherv_host_s_per_byte_table: tuple[tuple[float, float], ...] = ()
+    allgatherv_host_padded_share: float = DEFAULT_HOST_PADDED_SHARE
 
     def __post_init__(self) -> None:
-        for key in ("bandwidth_Bps", "latency_s", "gamma_s_per_byte", "allgatherv_host_s_per_byte"):
+        for key in (
+            "bandwidth_Bps",
+            "latency_s",
+            "gamma_s_per_byte",
+            "allgatherv_host_s_per_byte",
+            "allgatherv_host_padded_share",
+        ):
             _check_range(f"link {self.name!r}", key, getattr(self, key))
         object.__setattr__(
             self,
@@ -838,6 +857,7 @@ _LINK_KEYS = (
     "gamma_s_per_byte",
     "allgatherv_host_s_per_byte",
     "allgatherv_host_s_per_byte_table",
+    "allgatherv_host_padded_share",
     "efficiency",
     "framing",
     "source",
@@ -890,6 +910,14 @@ def _link_from(where: str, value: Any) -> LinkSpec:
         "allgatherv_host_s_per_byte_table",
         base.allgatherv_host_s_per_byte_table if base else (),
     )
+    share = _number_key(
+        where,
+        "allgatherv_host_padded_share",
+        value.get(
+            "allgatherv_host_padded_share",
+            base.allgatherv_host_padded_share if base else DEFAULT_HOST_PADDED_SHARE,
+        ),
+    )
     framing = _one_of(where, value, "efficiency", "framing")
     if "framing" in value:
         if not isinstance(framing, str):
@@ -906,6 +934,7 @@ def _link_from(where: str, value: Any) -> LinkSpec:
         or "gamma_s_per_byte" in value
         or "allgatherv_host_s_per_byte" in value
         or "allgatherv_host_s_per_byte_table" in value
+        or "allgatherv_host_padded_share" in value
         or "efficiency" in value
         or "framing" in value
     )
@@ -921,6 +950,7 @@ def _link_from(where: str, value: Any) -> LinkSpec:
             efficiency=eff,
             allgatherv_host_s_per_byte=host,
             allgatherv_host_s_per_byte_table=host_table,
+            allgatherv_host_padded_share=share,
         )
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None

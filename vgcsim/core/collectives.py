@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from vgcsim.core.cluster import DEFAULT_HOST_PADDED_SHARE
+
 #: Collective vocabulary shared by models/ and simulator/ (registry keys are
 #: f"{op}/{algorithm}"; a test asserts both registries have exactly these keys).
 ALLREDUCE_ALGORITHMS = (
@@ -52,58 +54,71 @@ def host_s_per_byte_at(gathered_bytes, host_s_per_byte: float, table=()):
     return ys[np.clip(at, 0, len(xs) - 1)]
 
 
-#: Share of vgcsim's allgatherv host cost that is the backend's copy of the gathered buffer
-#: (P padded blocks); the rest is the copy out into per-rank segments, each at its real length
-#: (:func:`padded_host_time_s`). A plain torch all_gather pays this share alone
+#: Share of vgcsim's allgatherv host cost paid per padded byte (the P·m_max bytes of the
+#: gathered buffer) by default; the rest is paid per real byte (Σ m_r): a link's
+#: ``allgatherv_host_padded_share`` where ``vgcsim calibrate`` did not fit one
+#: (:func:`padded_host_time_s`). A plain torch all_gather pays this share of δ
 #: (:func:`plain_allgather_host_time_s`).
-BACKEND_COPY_SHARE = 0.5
+BACKEND_COPY_SHARE = DEFAULT_HOST_PADDED_SHARE
 
 
-def host_copied_bytes(gathered_bytes, real_bytes):
-    """The bytes δ prices for a padded allgatherv: ``½·P·m_max + ½·Σ m`` (the backend's copy
-    of the ``gathered_bytes`` padded buffer, the copy out of the ``real_bytes`` blocks; see
-    :func:`padded_host_time_s`)."""
-    return BACKEND_COPY_SHARE * gathered_bytes + (1.0 - BACKEND_COPY_SHARE) * real_bytes
+def host_copied_bytes(gathered_bytes, real_bytes, padded_share: float = BACKEND_COPY_SHARE):
+    """The bytes δ prices for a padded allgatherv: ``s·P·m_max + (1 − s)·Σ m``, s =
+    ``padded_share`` (the share of the host work that takes the ``gathered_bytes`` padded
+    buffer; the rest takes the ``real_bytes`` blocks; see :func:`padded_host_time_s`)."""
+    return padded_share * gathered_bytes + (1.0 - padded_share) * real_bytes
 
 
 def padded_host_time_s(
-    world_size: int, block_bytes, host_s_per_byte: float, table=(), copied_bytes=None
+    world_size: int,
+    block_bytes,
+    host_s_per_byte: float,
+    table=(),
+    copied_bytes=None,
+    padded_share: float = BACKEND_COPY_SHARE,
 ):
     """Host time of a padded allgatherv's implementation:
-    ``δ(P·m_max)·(½·P·m_max + ½·Σ_r m_r)`` (0 for P = 1), ``block_bytes`` = m_max and
+    ``δ(P·m_max)·(s·P·m_max + (1 − s)·Σ_r m_r)`` (0 for P = 1), ``block_bytes`` = m_max and
     ``copied_bytes`` = Σ_r m_r, the real bytes of the P blocks (numbers or arrays of them;
-    None: P·m_max, every block full, where the rule is ``δ·P·m_max``). δ is
+    None: P·m_max, every block full, where the rule is ``δ·P·m_max`` whatever s). δ is
     ``host_s_per_byte`` (a link's ``allgatherv_host_s_per_byte``) or, where ``table`` (its
     ``allgatherv_host_s_per_byte_table``) is given, its value at the P·m_max bytes of the
-    gathered buffer (:func:`host_s_per_byte_at`).
+    gathered buffer (:func:`host_s_per_byte_at`); s is ``padded_share`` (a link's
+    ``allgatherv_host_padded_share``, default :data:`BACKEND_COPY_SHARE`).
 
     The one rule the cost model and the simulator price. δ is fitted on allgathervs of equal
-    blocks, where the implementation's host work is two copies of the gathered buffer: the
-    backend's (torch's gloo binding gathers into a flat buffer of its own and copies it into
-    the output, P padded blocks) and vgcsim's copy out into per-rank segments, each at its
-    real length. Each is half of δ (``BACKEND_COPY_SHARE``; a plain all_gather, which makes
-    only the first, measured 0.52-0.64 of the allgatherv's excess). With uneven blocks the
-    first still copies the padding, the second does not; the gathered buffer's size sets the
-    cost per byte of both (whether it fits the CPU's caches).
+    blocks, where every byte of the gathered buffer is a real byte. With uneven blocks part
+    of the implementation's host work still takes the padding (torch's gloo binding gathers
+    into a flat buffer of its own and copies it into the output, P padded blocks) and part
+    takes each block at its real length (vgcsim's copy out into per-rank segments); the
+    gathered buffer's size sets the cost per byte of both (whether it fits the CPU's caches).
+    s, the first part's share, is fitted by ``vgcsim calibrate`` from allgathervs whose
+    ranks send uneven blocks (``allgatherv_skewed``: blocks in the ratio 1:2:3:4 on four
+    ranks, 5/8 of the padded bytes; :func:`vgcsim.models.linkfit.fit_link`).
 
-    Checked on an allgatherv whose four ranks send blocks in the ratio 1:2:3:4 (5/8 of the
-    padded bytes), at 8 and 40 MB per rank, in four namespace runs at 1 Gbit/s
-    (``docs/distributed.md``): with this rule the eight predictions were −5.7 to +6.5 % off
-    the measured medians (mean +0.5 %, three past 5 %); pricing every copy at the real bytes
-    put all eight low (−3.3 to −9.8 %, mean −6.4 %, six past 5 %), and an earlier rule
-    pricing every copy at the padded bytes put 3 of 10 past 5 % high (up to +14.3 %)."""
+    Why s is measured, not assumed: in four namespace runs at 1 Gbit/s and one at
+    200 Mbit/s (``docs/distributed.md``) the skewed allgatherv of 40 MB per rank took
+    0.21-0.28 s less than the even one, where s = ½ (the two copies of equal cost) priced
+    0.15-0.18 s less: its 40 MB predictions were up to +6.5 % off the measured medians;
+    those differences put s at 0.16-0.29. Pricing every copy at the real bytes (s = 0) put
+    all eight 1 Gbit/s predictions at 8 and 40 MB low (−3.3 to −9.8 %), and pricing every
+    copy at the padded bytes (s = 1) put 3 of 10 past 5 % high (up to +14.3 %)."""
     if world_size <= 1:
         return 0.0 * block_bytes
     gathered = world_size * block_bytes
-    copied = gathered if copied_bytes is None else host_copied_bytes(gathered, copied_bytes)
+    copied = (
+        gathered
+        if copied_bytes is None
+        else host_copied_bytes(gathered, copied_bytes, padded_share)
+    )
     if not table:
         return host_s_per_byte * copied
     return host_s_per_byte_at(gathered, host_s_per_byte, table) * copied
 
 
 #: Share of vgcsim's allgatherv host cost that a plain torch all_gather of equal blocks pays on
-#: gloo (:func:`plain_allgather_host_time_s`): the backend's copy alone.
-PLAIN_ALLGATHER_HOST_SHARE = BACKEND_COPY_SHARE
+#: gloo (:func:`plain_allgather_host_time_s`): the backend's copy alone, measured 0.52-0.64.
+PLAIN_ALLGATHER_HOST_SHARE = 0.5
 
 
 def plain_allgather_host_time_s(world_size: int, block_bytes, host_s_per_byte: float, table=()):

@@ -1,0 +1,166 @@
+"""s, the share of the allgatherv's host time paid per padded byte when the ranks' blocks are
+uneven: recovered exactly from synthetic measurements with a known s, kept within [0, 1],
+written to the cluster file and priced alike by the closed form, the simulator and
+``vgcsim validate``; absent skewed rows, the default."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from vgcsim.models.collectives import collective_time_s
+from vgcsim.models.linkfit import (
+    cost_coefficients,
+    fit_link,
+    host_coefficient,
+    padded_share_given,
+    real_bytes,
+)
+from vgcsim.simulator.call import simulate_collective
+from vgcsim.traces.calibration import MEASUREMENTS_KIND, MEASUREMENTS_VERSION, skewed_sizes
+
+from vgcsim.commands.calibrate import cluster_toml
+from vgcsim.core.cluster import LinkSpec, load_cluster
+from vgcsim.core.collectives import BACKEND_COPY_SHARE, padded_host_time_s
+from vgcsim.core.errors import ConfigError
+
+SIZES = (4, 64, 1024, 16384, 262144, 1 << 20, 4 << 20, 16 << 20)
+ALPHA, BETA, DELTA = 300e-6, 1 / 25e6, 3e-9
+
+
+def measurements(share: float, world: int = 4, ops=("p2p", "allreduce", "allgatherv")) -> dict:
+    """Exact times of ``ops`` and of allgatherv_skewed at every size, on a link with α, β, δ
+    and the padded share ``share``: a skewed row's host time is δ·(s·P·m + (1 − s)·Σ m_r)."""
+    rows = []
+    for op in (*ops, "allgatherv_skewed"):
+        for size in SIZES:
+            a, b, _ = cost_coefficients(op, size, world)
+            t = a * ALPHA + b * BETA + host_coefficient(op, size, world, share) * DELTA
+            rows.append({"op": op, "size_bytes": size, "seconds": [t]})
+    return {"world_size": world, "backend": "gloo", "rows": rows}
+
+
+@pytest.mark.parametrize("share", [0.0, 0.24, 0.5, 1.0])
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_the_fit_recovers_a_known_padded_share_exactly(share, world):
+    fit, table = fit_link(measurements(share, world))
+    assert fit.allgatherv_host_s_per_byte == pytest.approx(DELTA, rel=1e-6)
+    assert fit.allgatherv_host_padded_share == pytest.approx(share, abs=1e-9)
+    assert fit.share_op == "allgatherv_skewed"
+    # every row, skewed ones included, is priced as measured
+    assert max(abs(r["rel_error"]) for r in table) < 1e-6
+    roles = {r["size_bytes"] for r in table if r["role"] == "share"}
+    assert roles and all(r["op"] == "allgatherv_skewed" for r in table if r["role"] == "share")
+    # the latency-bound skewed rows are checked, not fitted
+    assert 4 not in roles and 16 << 20 in roles
+
+
+def test_the_share_is_the_hand_worked_slope_of_the_skewed_rows():
+    # 4 ranks, m = 8 MB: blocks 2, 4, 6, 8 MB, 32 MB padded, 20 MB real, δ = 3 ns/B. A row
+    # whose excess over the ring is 72 ms: 72e-3 - 3e-9·20e6 = 12 ms = s·3e-9·12e6, s = 1/3.
+    s = padded_share_given([0.072], [3e-9], [32e6], [20e6])
+    assert s == pytest.approx(1 / 3, rel=1e-12)
+    # two rows: least squares through the origin, u = δ(B_pad − B_real), v = excess − δ·B_real
+    u, v = np.array([0.036, 0.072]), np.array([0.012, 0.036])
+    s2 = padded_share_given(v + [0.06, 0.12], [3e-9, 3e-9], [32e6, 64e6], [20e6, 40e6])
+    assert s2 == pytest.approx(float(u @ v / (u @ u)), rel=1e-12)
+
+
+def test_the_share_stays_within_zero_and_one():
+    # an excess above the padded bytes' price says "all padded", below the real bytes' "none"
+    assert padded_share_given([0.2], [3e-9], [32e6], [20e6]) == 1.0
+    assert padded_share_given([0.01], [3e-9], [32e6], [20e6]) == 0.0
+    # nothing to fit: no row, no padding, no host cost
+    assert padded_share_given([], [], [], []) is None
+    assert padded_share_given([0.1], [3e-9], [32e6], [32e6]) is None
+    assert padded_share_given([0.1], [0.0], [32e6], [20e6]) is None
+
+
+def test_real_bytes_are_the_blocks_sent():
+    assert real_bytes("allgatherv_skewed", 1000, 4) == sum(skewed_sizes(1000, 4)) == 2500
+    assert real_bytes("allgatherv", 1000, 4) == 4000
+    assert real_bytes("allreduce", 1000, 4) == 0.0
+
+
+def test_without_skewed_rows_the_share_is_the_default_and_not_written(tmp_path):
+    meas = measurements(0.24)
+    meas["rows"] = [r for r in meas["rows"] if r["op"] != "allgatherv_skewed"]
+    fit, _ = fit_link(meas)
+    assert fit.share_op == "" and fit.allgatherv_host_padded_share == BACKEND_COPY_SHARE
+    text = cluster_toml("cal", fit, "cpu", "synthetic")
+    assert "allgatherv_host_padded_share" not in text
+    # nor without δ: a share of nothing is not fitted
+    fit, _ = fit_link(measurements(0.24), host_op=None)
+    assert fit.share_op == "" and fit.allgatherv_host_padded_share == BACKEND_COPY_SHARE
+
+
+def test_the_cluster_file_carries_the_share_and_every_pricing_uses_it(tmp_path):
+    share = 0.24
+    fit, _ = fit_link(measurements(share))
+    path = tmp_path / "cal.toml"
+    path.write_text(cluster_toml("cal", fit, "cpu", "synthetic"))
+    assert "allgatherv_host_padded_share = " in path.read_text()
+    cluster = load_cluster(str(path))
+    link = cluster.link
+    assert link.allgatherv_host_padded_share == fit.allgatherv_host_padded_share  # repr: exact
+    # 8 MB per rank, blocks 2, 4, 6, 8 MB: padded ring, host δ·(s·32 MB + (1 − s)·20 MB)
+    m = 8_000_000
+    sizes = np.asarray(skewed_sizes(m, 4), dtype=float)
+    ring = 6 * link.latency_s + 3 * (m + 8) * link.beta_s_per_byte
+    host = link.allgatherv_host_s_per_byte * (share * 32e6 + (1 - share) * 20e6)
+    predicted = float(collective_time_s("allgatherv/padded", sizes[None, :], cluster)[0])
+    assert predicted == pytest.approx(ring + host, rel=1e-6)
+    simulated = simulate_collective("allgatherv/padded", sizes, cluster).time_s
+    assert simulated == pytest.approx(predicted, rel=1e-9)
+    # equal blocks pay δ·P·m whatever the share
+    even = padded_host_time_s(4, float(m), 3e-9, copied_bytes=4.0 * m, padded_share=0.0)
+    assert even == pytest.approx(3e-9 * 4 * m, rel=1e-12)
+
+
+def test_calibrate_prints_and_writes_the_share_and_validate_prices_with_it(tmp_path, capsys):
+    from vgcsim.cli import main
+
+    doc = {"kind": MEASUREMENTS_KIND, "version": MEASUREMENTS_VERSION, "nodes": [0, 1, 2, 3]}
+    doc.update(measurements(0.25))
+    meas = tmp_path / "m.json"
+    meas.write_text(json.dumps(doc))
+    out = tmp_path / "c.toml"
+    assert main(["calibrate", "--from", str(meas), "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert ", 0.25 of it per padded byte" in printed
+    assert "its padded share from allgatherv_skewed" in out.read_text()
+    link = load_cluster(str(out)).link
+    assert link.allgatherv_host_padded_share == pytest.approx(0.25, abs=1e-9)
+    # a skewed allgatherv of 40 MB per rank, measured as the share prices it, passes at 0.1 %;
+    # the same file without the share (the default, ½) prices it 0.9 % high and fails
+    m = 40_000_000
+    real = sum(skewed_sizes(m, 4))
+    ring = 6 * link.latency_s + 3 * (m + 8) * link.beta_s_per_byte
+    truth = ring + link.allgatherv_host_s_per_byte * (0.25 * 4 * m + 0.75 * real)
+    check = tmp_path / "check.json"
+    rows = [{"op": "allgatherv_skewed", "size_bytes": m, "seconds": [truth]}]
+    check.write_text(json.dumps({**doc, "rows": rows}))
+    assert main(["validate", str(check), "--cluster", str(out), "--tolerance", "0.001"]) == 0
+    capsys.readouterr()
+    default = tmp_path / "default.toml"
+    lines = out.read_text().splitlines(keepends=True)
+    default.write_text("".join(x for x in lines if "allgatherv_host_padded_share" not in x))
+    assert main(["validate", str(check), "--cluster", str(default), "--tolerance", "0.001"]) != 0
+    assert "+0.9%" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, float("nan")])
+def test_a_share_outside_zero_and_one_is_refused(value):
+    with pytest.raises(ConfigError, match=r"allgatherv_host_padded_share must be a finite number"):
+        LinkSpec("l", 1e9, 1e-5, allgatherv_host_padded_share=value)
+
+
+def test_a_cluster_file_share_is_read_and_a_bad_one_refused_in_one_line(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('name = "c"\n[link]\npreset = "10GbE"\nallgatherv_host_padded_share = 0.3\n')
+    assert load_cluster(str(path)).link.allgatherv_host_padded_share == 0.3
+    assert load_cluster("10GbE").link.allgatherv_host_padded_share == BACKEND_COPY_SHARE
+    path.write_text('name = "c"\n[link]\npreset = "10GbE"\nallgatherv_host_padded_share = "x"\n')
+    with pytest.raises(ConfigError, match="allgatherv_host_padded_share: expected a number"):
+        load_cluster(str(path))
