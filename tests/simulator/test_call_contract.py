@@ -137,6 +137,12 @@ def test_padded_allgatherv_adds_the_host_time_on_every_rank():
     # the unpadded schedule has no host cost
     ring = simulate_collective("allgatherv/ring", sizes, spec)
     assert ring.time_s == 0.5 + A
+    # the link's padded share s = 1/4: ¼·2^20 + ¾·3·2^18 = 13·2^16 bytes, 0.8125 s
+    shared = dataclasses.replace(
+        spec, link=dataclasses.replace(spec.link, allgatherv_host_padded_share=0.25)
+    )
+    host = simulate_collective("allgatherv/padded", sizes, shared)
+    np.testing.assert_array_equal(host.finish_s, plain.finish_s + 0.8125)
 
 
 @pytest.mark.parametrize(

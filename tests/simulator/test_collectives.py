@@ -285,6 +285,18 @@ def test_host_time_by_hand_at_one_second_a_byte():
     assert host_time_s(ring, unit_sizes(ring, np.array([1.0, 2.0, 3.0, 4.0])), 1.0) == 0.0
 
 
+@pytest.mark.parametrize(("share", "expected"), [(0.0, 10.0), (0.25, 11.5), (1.0, 16.0)])
+def test_host_time_by_hand_with_a_padded_share(share, expected):
+    """δ·(s·P·m_max + (1 − s)·Σ m) at δ = 1 s/B, blocks of 1, 2, 3 and 4 B: 16 padded bytes,
+    10 real ones; s = ¼: 4 + 7.5 = 11.5 s. Full blocks pay 16 s whatever s."""
+    from vgcsim.simulator.collectives import host_time_s
+
+    s = get_schedule("allgatherv/padded", 4)
+    units = unit_sizes(s, np.array([1.0, 2.0, 3.0, 4.0]))
+    assert host_time_s(s, units, 1.0, copied_bytes=10.0, padded_share=share) == expected
+    assert host_time_s(s, units, 1.0, padded_share=share) == 16.0
+
+
 def test_doubled_units_work_along_the_last_axis_of_stacked_rounds():
     """Two stacked rows of units [1, 2, 3] and [4, 5, 6]: each row doubled on its own, and each
     row's running sums after a leading 0 (by hand), not one flattened sequence."""

@@ -326,6 +326,12 @@ def test_padded_allgatherv_host_copies_add_delta_times_the_payload_bytes_to_the_
     np.testing.assert_array_equal(mean2, mean)
     assert np.all(mean < m_max)  # uneven payloads: the padded bytes would price more
     np.testing.assert_allclose(more - base, delta * (0.5 * 4 * m_max + 0.5 * 4 * mean), rtol=1e-6)
+    # with the link's padded share s = 0.2: δ·(0.2·P·m_max + 0.8·Σ m)
+    shared = dataclasses.replace(
+        priced, link=dataclasses.replace(priced.link, allgatherv_host_padded_share=0.2)
+    )
+    less, _, _ = steps(shared)
+    np.testing.assert_allclose(less - base, delta * (0.2 * 4 * m_max + 0.8 * 4 * mean), rtol=1e-6)
 
 
 def test_one_rank_has_no_exposed_communication(tmp_path):
