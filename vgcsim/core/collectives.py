@@ -100,7 +100,8 @@ def padded_host_time_s(
     200 Mbit/s (``docs/distributed.md``) the skewed allgatherv of 40 MB per rank took
     0.21-0.28 s less than the even one, where s = ½ (the two copies of equal cost) priced
     0.15-0.18 s less: its 40 MB predictions were up to +6.5 % off the measured medians;
-    those differences put s at 0.16-0.29. Pricing every copy at the real bytes (s = 0) put
+    those differences put s at 0.16-0.29; the calibrations of five later runs fitted
+    0.40-0.56 (the largest skewed sizes set it). Pricing every copy at the real bytes (s = 0) put
     all eight 1 Gbit/s predictions at 8 and 40 MB low (−3.3 to −9.8 %), and pricing every
     copy at the padded bytes (s = 1) put 3 of 10 past 5 % high (up to +14.3 %)."""
     if world_size <= 1:
