@@ -437,7 +437,7 @@ def fit_link(
     share, s_op = BACKEND_COPY_SHARE, ""
     if share_op and share_op in measured and share_op not in fit_ops and h_op:
         sk = np.array([r["op"] == share_op for r in rows])
-        sk_band = sk & (a[:, 0] * x[0] <= HOST_LATENCY_SHARE * t) & (k_gathered > 0)
+        sk_band = sk & (a[:, 0] * x[0] <= HOST_LATENCY_SHARE * t)
         k_real = np.array([real_bytes(r["op"], r["size_bytes"], world) for r in rows])
         fitted_share = padded_share_given(
             t[sk_band] - a[sk_band] @ x,

@@ -164,3 +164,60 @@ def test_a_cluster_file_share_is_read_and_a_bad_one_refused_in_one_line(tmp_path
     path.write_text('name = "c"\n[link]\npreset = "10GbE"\nallgatherv_host_padded_share = "x"\n')
     with pytest.raises(ConfigError, match="allgatherv_host_padded_share: expected a number"):
         load_cluster(str(path))
+
+
+def test_skewed_rows_among_the_fit_ops_give_no_share():
+    # rows that fix α and β do not also give s (as γ's and δ's ops): the default stays
+    fit, _ = fit_link(measurements(0.24), ops=("p2p", "allgatherv_skewed"))
+    assert fit.share_op == "" and fit.allgatherv_host_padded_share == BACKEND_COPY_SHARE
+    # nor when the share's op was not measured, or is not asked for
+    meas = measurements(0.24)
+    meas["rows"] = [r for r in meas["rows"] if r["op"] != "allgatherv_skewed"]
+    assert fit_link(meas, share_op="allgatherv_skewed")[0].share_op == ""
+    assert fit_link(measurements(0.24), share_op=None)[0].share_op == ""
+
+
+def _stepped_delta(gathered: float) -> float:
+    """δ that steps up past 64 MiB gathered (a buffer outgrowing a cache)."""
+    return 2e-9 if gathered <= 64 << 20 else 5e-9
+
+
+def test_the_share_prices_each_skewed_row_at_delta_of_its_own_size():
+    # δ 2 ns/B up to 64 MiB gathered, 5 ns/B beyond; s = 0.3 is recovered exactly only if
+    # each skewed row's δ is the table's value at its own P·m, not one slope for all
+    rows = []
+    for op in ("p2p", "allreduce", "allgatherv", "allgatherv_skewed"):
+        for size in (*SIZES, 32 << 20):
+            a, b, _ = cost_coefficients(op, size, 4)
+            k = host_coefficient(op, size, 4, 0.3)
+            t = a * ALPHA + b * BETA + k * _stepped_delta(4 * size)
+            rows.append({"op": op, "size_bytes": size, "seconds": [t]})
+    fit, table = fit_link({"world_size": 4, "backend": "gloo", "rows": rows})
+    assert fit.allgatherv_host_padded_share == pytest.approx(0.3, abs=1e-9)
+    assert max(abs(r["rel_error"]) for r in table) < 1e-9
+
+
+def test_a_skewed_row_whose_alpha_terms_are_exactly_a_tenth_gives_the_share():
+    """The share's rows: α's terms *at most* a tenth of the time, as δ's. A dyadic p2p link
+    (α = 2^-13 s, β = 2^-27 s/B) gives α exactly; at P = 2 a skewed row pays 2α = 2^-12 s of
+    α, exactly a tenth of a measured 10·2^-12 s: that row gives s, like the large ones."""
+    alpha, beta, delta = 2.0**-13, 2.0**-27, 2.0**-30
+
+    def rows(op, sizes, share=0.25):
+        out = []
+        for m in sizes:
+            a, b, _ = cost_coefficients(op, m, 2)
+            t = a * alpha + b * beta + host_coefficient(op, m, 2, share) * delta
+            out.append({"op": op, "size_bytes": m, "seconds": [t]})
+        return out
+
+    p2p = [
+        {"op": "p2p", "size_bytes": n, "seconds": [alpha + n * beta]}
+        for n in (2**k for k in (2, 10, 12, 14, 16, 20))
+    ]
+    meas = p2p + rows("allgatherv", (1 << 20, 1 << 22)) + rows("allgatherv_skewed", (1 << 22,))
+    meas.append({"op": "allgatherv_skewed", "size_bytes": 1 << 14, "seconds": [10 * 2.0**-12]})
+    fit, table = fit_link({"world_size": 2, "rows": meas})
+    assert fit.latency_s == alpha  # exact: the boundary is met to the bit
+    roles = {r["size_bytes"]: r["role"] for r in table if r["op"] == "allgatherv_skewed"}
+    assert roles == {1 << 22: "share", 1 << 14: "share"}
