@@ -94,7 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fit measurements written earlier (a torchrun job, or FILE.measurements.json)",
     )
     parser.add_argument(
-        "--ops", default=",".join(DEFAULT_OPS), help="operations to time (comma-separated)"
+        "--ops",
+        default=",".join(DEFAULT_OPS),
+        help=f"operations to time, comma-separated (default: {', '.join(DEFAULT_OPS)})",
     )
     parser.add_argument(
         "--fit-ops",
