@@ -221,3 +221,17 @@ def test_a_skewed_row_whose_alpha_terms_are_exactly_a_tenth_gives_the_share():
     assert fit.latency_s == alpha  # exact: the boundary is met to the bit
     roles = {r["size_bytes"]: r["role"] for r in table if r["op"] == "allgatherv_skewed"}
     assert roles == {1 << 22: "share", 1 << 14: "share"}
+
+
+def test_with_one_host_size_the_share_uses_the_one_slope():
+    # allgatherv timed at 4 B (latency-bound) and 16 MiB only: δ is one slope, no table, and
+    # the skewed rows are priced with it
+    meas = measurements(0.3)
+    meas["rows"] = [
+        r for r in meas["rows"] if r["op"] != "allgatherv" or r["size_bytes"] in (4, 16 << 20)
+    ]
+    fit, table = fit_link(meas)
+    assert fit.allgatherv_host_s_per_byte_table == ()
+    assert fit.allgatherv_host_s_per_byte == pytest.approx(DELTA, rel=1e-9)
+    assert fit.allgatherv_host_padded_share == pytest.approx(0.3, abs=1e-9)
+    assert max(abs(r["rel_error"]) for r in table) < 1e-6
