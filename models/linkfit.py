@@ -46,9 +46,9 @@ s, the share of that host time an allgatherv of uneven blocks pays per padded by
 (``allgatherv_host_padded_share``; the rest per real byte), comes from
 ``allgatherv_skewed``'s rows where α's terms explain at most a tenth of the time, with α, β
 and δ fixed: each such row's excess over its ring terms is ``δ·(s·P·m + (1 − s)·Σ m_r)``,
-so ``excess − δ·Σ m_r = s·δ·(P·m − Σ m_r)``, a line through the origin in s, fitted by least
-squares on the seconds (the largest sizes, where the padding's copies are longest, set it)
-and kept within [0, 1] (:func:`padded_share_given`).
+so ``excess − δ·Σ m_r = s·δ·(P·m − Σ m_r)``, a line through the origin in s, fitted by
+least squares on the seconds (the largest sizes, where the padding's copies are longest,
+set it) and kept within [0, 1] (:func:`padded_share_given`).
 α comes from the collective and not from p2p because a collective's step pays more than a
 ping-pong's one-way latency (gloo's ring synchronises neighbours at every step): on 4 ranks
 joined by 200 Mbit/s and 1 Gbit/s links in network namespaces, a small allreduce took
@@ -369,10 +369,10 @@ def fit_link(
     not among ``ops``, gives s (``allgatherv_host_padded_share``) from its rows where α's
     terms explain at most :data:`HOST_LATENCY_SHARE` of the time, with α, β, γ and δ fixed
     (:func:`padded_share_given`); else s is the default
-    (:data:`~vgcsim.core.collectives.BACKEND_COPY_SHARE`). ``p2p_intra`` rows are left out (see :func:`fit_intra_link`). Each table
-    row: op, size_bytes, measured_s (``statistic`` over repetitions), fitted_s, rel_error
-    and role (latency, bandwidth, between, joint: how the row entered the fit; gamma; host;
-    share; check: predicted only).
+    (:data:`~vgcsim.core.collectives.BACKEND_COPY_SHARE`). ``p2p_intra`` rows are left out
+    (see :func:`fit_intra_link`). Each table row: op, size_bytes, measured_s (``statistic``
+    over repetitions), fitted_s, rel_error and role (latency, bandwidth, between, joint: how
+    the row entered the fit; gamma; host; share; check: predicted only).
     """
     world = int(measurements["world_size"])
     rows = [r for r in measurements["rows"] if r["op"] != "p2p_intra"]
