@@ -1,8 +1,12 @@
-"""Shared by the models tests: a one-link star cluster with a V100 device."""
+"""Shared by the models tests: a one-link star cluster with a V100 device; exact measurement
+times of the link fit's cost model."""
 
 from __future__ import annotations
 
+from vgcsim.models.linkfit import cost_coefficients, host_coefficient
+
 from vgcsim.core.cluster import ClusterSpec, LinkSpec, get_device
+from vgcsim.core.collectives import BACKEND_COPY_SHARE
 
 
 def star_cluster(latency_s=0.0, bandwidth_Bps=1e9) -> ClusterSpec:
@@ -15,3 +19,25 @@ def star_cluster(latency_s=0.0, bandwidth_Bps=1e9) -> ClusterSpec:
         gpus_per_node=1,
         device=get_device("V100"),
     )
+
+
+def exact_time_s(
+    op, size_bytes, world, alpha, beta, *, gamma=0.0, delta=0.0, share=BACKEND_COPY_SHARE
+):
+    """A measurement's time as the link fit prices it: ``k_α·α + k_β·β + k_γ·γ + k_δ·δ``
+    (``vgcsim.models.linkfit.cost_coefficients`` and ``host_coefficient``, the latter with the
+    padded share ``share``, default the model's); ``delta`` a number, or a function of the
+    gathered bytes ``P·m`` (δ by size)."""
+    a, b, g = cost_coefficients(op, size_bytes, world)
+    k = host_coefficient(op, size_bytes, world, share)
+    d = delta(world * size_bytes) if callable(delta) else delta
+    return a * alpha + b * beta + g * gamma + k * d
+
+
+def exact_rows(ops, sizes, world, alpha, beta, **link) -> list[dict]:
+    """One measurement row per op and size, each one repetition of :func:`exact_time_s`."""
+    return [
+        {"op": op, "size_bytes": n, "seconds": [exact_time_s(op, n, world, alpha, beta, **link)]}
+        for op in ops
+        for n in sizes
+    ]

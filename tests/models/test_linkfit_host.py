@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from modelhelpers import exact_time_s
 from vgcsim.models.collectives import allgatherv_host_time_s, collective_time_s
 from vgcsim.models.linkfit import cost_coefficients, fit_link, host_coefficient
 from vgcsim.simulator.call import simulate_collective
@@ -23,8 +24,7 @@ def synthetic(alpha, beta, gamma, delta, world, *, extra_s=0.0):
     rows = []
     for op in ("p2p", "allreduce", "allgatherv"):
         for size in SIZES:
-            a, b, g = cost_coefficients(op, size, world)
-            t = a * alpha + b * beta + g * gamma + host_coefficient(op, size, world) * delta
+            t = exact_time_s(op, size, world, alpha, beta, gamma=gamma, delta=delta)
             t += extra_s if op == "allgatherv" else 0.0
             rows.append({"op": op, "size_bytes": size, "seconds": [t, t * 1.001, t * 0.999]})
     return {"world_size": world, "backend": "gloo", "rows": rows}

@@ -9,14 +9,9 @@ import json
 
 import numpy as np
 import pytest
+from modelhelpers import exact_rows
 from vgcsim.models.collectives import collective_time_s
-from vgcsim.models.linkfit import (
-    cost_coefficients,
-    fit_link,
-    host_coefficient,
-    padded_share_given,
-    real_bytes,
-)
+from vgcsim.models.linkfit import fit_link, padded_share_given, real_bytes
 from vgcsim.simulator.call import simulate_collective
 from vgcsim.traces.calibration import MEASUREMENTS_KIND, MEASUREMENTS_VERSION, skewed_sizes
 
@@ -29,15 +24,14 @@ SIZES = (4, 64, 1024, 16384, 262144, 1 << 20, 4 << 20, 16 << 20)
 ALPHA, BETA, DELTA = 300e-6, 1 / 25e6, 3e-9
 
 
-def measurements(share: float, world: int = 4, ops=("p2p", "allreduce", "allgatherv")) -> dict:
-    """Exact times of ``ops`` and of allgatherv_skewed at every size, on a link with α, β, δ
-    and the padded share ``share``: a skewed row's host time is δ·(s·P·m + (1 − s)·Σ m_r)."""
-    rows = []
-    for op in (*ops, "allgatherv_skewed"):
-        for size in SIZES:
-            a, b, _ = cost_coefficients(op, size, world)
-            t = a * ALPHA + b * BETA + host_coefficient(op, size, world, share) * DELTA
-            rows.append({"op": op, "size_bytes": size, "seconds": [t]})
+OPS = ("p2p", "allreduce", "allgatherv", "allgatherv_skewed")
+
+
+def measurements(share: float, world: int = 4) -> dict:
+    """Exact times of p2p, allreduce, allgatherv and allgatherv_skewed at every size, on a link
+    with α, β, δ and the padded share ``share``: a skewed row's host time is
+    δ·(s·P·m + (1 − s)·Σ m_r)."""
+    rows = exact_rows(OPS, SIZES, world, ALPHA, BETA, delta=DELTA, share=share)
     return {"world_size": world, "backend": "gloo", "rows": rows}
 
 
@@ -185,13 +179,7 @@ def _stepped_delta(gathered: float) -> float:
 def test_the_share_prices_each_skewed_row_at_delta_of_its_own_size():
     # δ 2 ns/B up to 64 MiB gathered, 5 ns/B beyond; s = 0.3 is recovered exactly only if
     # each skewed row's δ is the table's value at its own P·m, not one slope for all
-    rows = []
-    for op in ("p2p", "allreduce", "allgatherv", "allgatherv_skewed"):
-        for size in (*SIZES, 32 << 20):
-            a, b, _ = cost_coefficients(op, size, 4)
-            k = host_coefficient(op, size, 4, 0.3)
-            t = a * ALPHA + b * BETA + k * _stepped_delta(4 * size)
-            rows.append({"op": op, "size_bytes": size, "seconds": [t]})
+    rows = exact_rows(OPS, (*SIZES, 32 << 20), 4, ALPHA, BETA, delta=_stepped_delta, share=0.3)
     fit, table = fit_link({"world_size": 4, "backend": "gloo", "rows": rows})
     assert fit.allgatherv_host_padded_share == pytest.approx(0.3, abs=1e-9)
     assert max(abs(r["rel_error"]) for r in table) < 1e-9
@@ -203,13 +191,8 @@ def test_a_skewed_row_whose_alpha_terms_are_exactly_a_tenth_gives_the_share():
     α, exactly a tenth of a measured 10·2^-12 s: that row gives s, like the large ones."""
     alpha, beta, delta = 2.0**-13, 2.0**-27, 2.0**-30
 
-    def rows(op, sizes, share=0.25):
-        out = []
-        for m in sizes:
-            a, b, _ = cost_coefficients(op, m, 2)
-            t = a * alpha + b * beta + host_coefficient(op, m, 2, share) * delta
-            out.append({"op": op, "size_bytes": m, "seconds": [t]})
-        return out
+    def rows(op, sizes):
+        return exact_rows((op,), sizes, 2, alpha, beta, delta=delta, share=0.25)
 
     p2p = [
         {"op": "p2p", "size_bytes": n, "seconds": [alpha + n * beta]}
