@@ -149,32 +149,11 @@ def _model_key(op: str, backend: str) -> str | None:
 
 
 def _simulated_s(key: str, sizes: Any, cluster: Any) -> float:
-    import numpy as np
+    """The simulator's time of one call, host copies included (as the closed form prices
+    them): :func:`vgcsim.simulator.call.simulate_collective`."""
+    from vgcsim.simulator.call import simulate_collective
 
-    from vgcsim.simulator.collectives import get_schedule, host_time_s, unit_sizes
-    from vgcsim.simulator.engine import Phase, run_message
-    from vgcsim.simulator.topology import build_topology
-
-    p = len(sizes)
-    schedule = get_schedule(key, p, cluster.gpus_per_node)
-    units = unit_sizes(schedule, np.asarray(sizes, dtype=float))
-    fin = run_message(
-        [Phase(np.zeros(p), schedule, units)],
-        build_topology(cluster, p),
-        gamma_s_per_byte=cluster.link.gamma_s_per_byte,
-    )
-    # the padded allgatherv's host copies (δ·(s·P·m_max + (1 − s)·Σ m)), as the closed form
-    # prices them
-    link = cluster.link
-    host = host_time_s(
-        schedule,
-        units,
-        link.allgatherv_host_s_per_byte,
-        link.allgatherv_host_s_per_byte_table,
-        copied_bytes=float(np.sum(sizes)) if schedule.pad else None,
-        padded_share=link.allgatherv_host_padded_share,
-    )
-    return float(fin.max() + host)
+    return simulate_collective(key, sizes, cluster).time_s
 
 
 def collective_frame(
