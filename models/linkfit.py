@@ -73,12 +73,8 @@ from dataclasses import dataclass
 import numpy as np
 from vgcsim.traces.calibration import OPS, measured_seconds, skewed_sizes
 
-from vgcsim.core.collectives import (
-    BACKEND_COPY_SHARE,
-    SIZE_HEADER_BYTES,
-    host_copied_bytes,
-    host_s_per_byte_at,
-)
+from vgcsim.core.cluster import DEFAULT_HOST_PADDED_SHARE
+from vgcsim.core.collectives import SIZE_HEADER_BYTES, host_copied_bytes, host_s_per_byte_at
 from vgcsim.core.errors import ConfigError, VgcsimError
 
 #: A row is in the bandwidth regime from this many times its op's fastest time.
@@ -114,7 +110,7 @@ def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, fl
 
 
 def host_coefficient(
-    op: str, size_bytes: float, world: int, padded_share: float = BACKEND_COPY_SHARE
+    op: str, size_bytes: float, world: int, padded_share: float = DEFAULT_HOST_PADDED_SHARE
 ) -> float:
     """Coefficient ``k_δ`` of δ (``allgatherv_host_s_per_byte``) in one measurement's cost,
     the bytes its host copies take (:func:`vgcsim.core.collectives.padded_host_time_s`):
@@ -178,7 +174,7 @@ class LinkFit:
     allgatherv_host_s_per_byte_table: tuple[tuple[float, float], ...] = ()
     #: s, the share of δ's host time paid per padded byte of uneven blocks, and the op whose
     #: rows gave it ("" where not fitted: the default, :func:`padded_share_given`).
-    allgatherv_host_padded_share: float = BACKEND_COPY_SHARE
+    allgatherv_host_padded_share: float = DEFAULT_HOST_PADDED_SHARE
     share_op: str = ""
     #: The op whose small messages gave α (``latency_s``), "" when α is the fit ops' own;
     #: ``fit_ops_latency_s`` is the fit ops' α either way (their rows are priced with it).
@@ -369,7 +365,7 @@ def fit_link(
     not among ``ops``, gives s (``allgatherv_host_padded_share``) from its rows where α's
     terms explain at most :data:`HOST_LATENCY_SHARE` of the time, with α, β, γ and δ fixed
     (:func:`padded_share_given`); else s is the default
-    (:data:`~vgcsim.core.collectives.BACKEND_COPY_SHARE`). ``p2p_intra`` rows are left out
+    (:data:`~vgcsim.core.cluster.DEFAULT_HOST_PADDED_SHARE`). ``p2p_intra`` rows are left out
     (see :func:`fit_intra_link`). Each table row: op, size_bytes, measured_s (``statistic``
     over repetitions), fitted_s, rel_error and role (latency, bandwidth, between, joint: how
     the row entered the fit; gamma; host; share; check: predicted only).
@@ -434,7 +430,7 @@ def fit_link(
             h_table = host_points(k_host[h_band], rest)
             roles[h_band] = "host"
             h_op = host_op
-    share, s_op = BACKEND_COPY_SHARE, ""
+    share, s_op = DEFAULT_HOST_PADDED_SHARE, ""
     if share_op and share_op in measured and share_op not in fit_ops and h_op:
         sk = np.array([r["op"] == share_op for r in rows])
         sk_band = sk & (a[:, 0] * x[0] <= HOST_LATENCY_SHARE * t)

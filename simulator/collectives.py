@@ -44,12 +44,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vgcsim.core.collectives import (
-    BACKEND_COPY_SHARE,
-    COLLECTIVE_KEYS,
-    SIZE_HEADER_BYTES,
-    padded_host_time_s,
-)
+from vgcsim.core.cluster import DEFAULT_HOST_PADDED_SHARE
+from vgcsim.core.collectives import COLLECTIVE_KEYS, SIZE_HEADER_BYTES, padded_host_time_s
 from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
@@ -155,7 +151,7 @@ def host_time_s(
     host_s_per_byte: float,
     table=(),
     copied_bytes=None,
-    padded_share: float = BACKEND_COPY_SHARE,
+    padded_share: float = DEFAULT_HOST_PADDED_SHARE,
 ):
     """Host time of the allgatherv implementation after a call of ``schedule`` with unit sizes
     ``units`` (``[..., n_units]``, see :func:`unit_sizes`): ``δ·(s·P·m_max + (1 − s)·Σ m)`` on

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from vgcsim.models.linkfit import cost_coefficients, host_coefficient
 
-from vgcsim.core.cluster import ClusterSpec, LinkSpec, get_device
-from vgcsim.core.collectives import BACKEND_COPY_SHARE
+from vgcsim.core.cluster import DEFAULT_HOST_PADDED_SHARE, ClusterSpec, LinkSpec, get_device
 
 
 def star_cluster(latency_s=0.0, bandwidth_Bps=1e9) -> ClusterSpec:
@@ -22,7 +21,7 @@ def star_cluster(latency_s=0.0, bandwidth_Bps=1e9) -> ClusterSpec:
 
 
 def exact_time_s(
-    op, size_bytes, world, alpha, beta, *, gamma=0.0, delta=0.0, share=BACKEND_COPY_SHARE
+    op, size_bytes, world, alpha, beta, *, gamma=0.0, delta=0.0, share=DEFAULT_HOST_PADDED_SHARE
 ):
     """A measurement's time as the link fit prices it: ``k_α·α + k_β·β + k_γ·γ + k_δ·δ``
     (``vgcsim.models.linkfit.cost_coefficients`` and ``host_coefficient``, the latter with the

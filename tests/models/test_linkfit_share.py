@@ -16,8 +16,8 @@ from vgcsim.simulator.call import simulate_collective
 from vgcsim.traces.calibration import MEASUREMENTS_KIND, MEASUREMENTS_VERSION, skewed_sizes
 
 from vgcsim.commands.calibrate import cluster_toml
-from vgcsim.core.cluster import LinkSpec, load_cluster
-from vgcsim.core.collectives import BACKEND_COPY_SHARE, padded_host_time_s
+from vgcsim.core.cluster import DEFAULT_HOST_PADDED_SHARE, LinkSpec, load_cluster
+from vgcsim.core.collectives import padded_host_time_s
 from vgcsim.core.errors import ConfigError
 
 SIZES = (4, 64, 1024, 16384, 262144, 1 << 20, 4 << 20, 16 << 20)
@@ -81,12 +81,12 @@ def test_without_skewed_rows_the_share_is_the_default_and_not_written(tmp_path):
     meas = measurements(0.24)
     meas["rows"] = [r for r in meas["rows"] if r["op"] != "allgatherv_skewed"]
     fit, _ = fit_link(meas)
-    assert fit.share_op == "" and fit.allgatherv_host_padded_share == BACKEND_COPY_SHARE
+    assert fit.share_op == "" and fit.allgatherv_host_padded_share == DEFAULT_HOST_PADDED_SHARE
     text = cluster_toml("cal", fit, "cpu", "synthetic")
     assert "allgatherv_host_padded_share" not in text
     # nor without δ: a share of nothing is not fitted
     fit, _ = fit_link(measurements(0.24), host_op=None)
-    assert fit.share_op == "" and fit.allgatherv_host_padded_share == BACKEND_COPY_SHARE
+    assert fit.share_op == "" and fit.allgatherv_host_padded_share == DEFAULT_HOST_PADDED_SHARE
 
 
 def test_the_cluster_file_carries_the_share_and_every_pricing_uses_it(tmp_path):
@@ -154,7 +154,7 @@ def test_a_cluster_file_share_is_read_and_a_bad_one_refused_in_one_line(tmp_path
     path = tmp_path / "c.toml"
     path.write_text('name = "c"\n[link]\npreset = "10GbE"\nallgatherv_host_padded_share = 0.3\n')
     assert load_cluster(str(path)).link.allgatherv_host_padded_share == 0.3
-    assert load_cluster("10GbE").link.allgatherv_host_padded_share == BACKEND_COPY_SHARE
+    assert load_cluster("10GbE").link.allgatherv_host_padded_share == DEFAULT_HOST_PADDED_SHARE
     path.write_text('name = "c"\n[link]\npreset = "10GbE"\nallgatherv_host_padded_share = "x"\n')
     with pytest.raises(ConfigError, match="allgatherv_host_padded_share: expected a number"):
         load_cluster(str(path))
@@ -163,7 +163,7 @@ def test_a_cluster_file_share_is_read_and_a_bad_one_refused_in_one_line(tmp_path
 def test_skewed_rows_among_the_fit_ops_give_no_share():
     # rows that fix α and β do not also give s (as γ's and δ's ops): the default stays
     fit, _ = fit_link(measurements(0.24), ops=("p2p", "allgatherv_skewed"))
-    assert fit.share_op == "" and fit.allgatherv_host_padded_share == BACKEND_COPY_SHARE
+    assert fit.share_op == "" and fit.allgatherv_host_padded_share == DEFAULT_HOST_PADDED_SHARE
     # nor when the share's op was not measured, or is not asked for
     meas = measurements(0.24)
     meas["rows"] = [r for r in meas["rows"] if r["op"] != "allgatherv_skewed"]

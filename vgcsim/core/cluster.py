@@ -97,8 +97,10 @@ __all__ = [
 COMPUTE_MODES = ("model", "trace")
 
 
-#: A link's ``allgatherv_host_padded_share`` where its file does not give one
-#: (:func:`vgcsim.core.collectives.padded_host_time_s`).
+#: Share of vgcsim's allgatherv host cost paid per padded byte (the P·m_max bytes of the
+#: gathered buffer) by default, the rest per real byte (Σ m_r): a link's
+#: ``allgatherv_host_padded_share`` where its file does not give one (``vgcsim calibrate``
+#: did not fit one; :func:`vgcsim.core.collectives.padded_host_time_s`).
 DEFAULT_HOST_PADDED_SHARE = 0.5
 
 

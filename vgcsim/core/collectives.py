@@ -54,15 +54,7 @@ def host_s_per_byte_at(gathered_bytes, host_s_per_byte: float, table=()):
     return ys[np.clip(at, 0, len(xs) - 1)]
 
 
-#: Share of vgcsim's allgatherv host cost paid per padded byte (the P·m_max bytes of the
-#: gathered buffer) by default; the rest is paid per real byte (Σ m_r): a link's
-#: ``allgatherv_host_padded_share`` where ``vgcsim calibrate`` did not fit one
-#: (:func:`padded_host_time_s`). A plain torch all_gather pays this share of δ
-#: (:func:`plain_allgather_host_time_s`).
-BACKEND_COPY_SHARE = DEFAULT_HOST_PADDED_SHARE
-
-
-def host_copied_bytes(gathered_bytes, real_bytes, padded_share: float = BACKEND_COPY_SHARE):
+def host_copied_bytes(gathered_bytes, real_bytes, padded_share: float = DEFAULT_HOST_PADDED_SHARE):
     """The bytes δ prices for a padded allgatherv: ``s·P·m_max + (1 − s)·Σ m``, s =
     ``padded_share`` (the share of the host work that takes the ``gathered_bytes`` padded
     buffer; the rest takes the ``real_bytes`` blocks; see :func:`padded_host_time_s`)."""
@@ -75,7 +67,7 @@ def padded_host_time_s(
     host_s_per_byte: float,
     table=(),
     copied_bytes=None,
-    padded_share: float = BACKEND_COPY_SHARE,
+    padded_share: float = DEFAULT_HOST_PADDED_SHARE,
 ):
     """Host time of a padded allgatherv's implementation:
     ``δ(P·m_max)·(s·P·m_max + (1 − s)·Σ_r m_r)`` (0 for P = 1), ``block_bytes`` = m_max and
@@ -84,7 +76,7 @@ def padded_host_time_s(
     ``host_s_per_byte`` (a link's ``allgatherv_host_s_per_byte``) or, where ``table`` (its
     ``allgatherv_host_s_per_byte_table``) is given, its value at the P·m_max bytes of the
     gathered buffer (:func:`host_s_per_byte_at`); s is ``padded_share`` (a link's
-    ``allgatherv_host_padded_share``, default :data:`BACKEND_COPY_SHARE`).
+    ``allgatherv_host_padded_share``, default :data:`vgcsim.core.cluster.DEFAULT_HOST_PADDED_SHARE`).
 
     The one rule the cost model and the simulator price. δ is fitted on allgathervs of equal
     blocks, where every byte of the gathered buffer is a real byte. With uneven blocks part
