@@ -50,6 +50,16 @@ MEASUREMENTS_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 #: Timed repetitions kept even when ``budget_s`` would allow fewer.
 MIN_REPEATS = 3
+#: Passes through the sweep that its timed repetitions are spread over (``CalibrateConfig``).
+DEFAULT_PASSES = 3
+
+
+def split_repeats(repeats: int, passes: int) -> list[int]:
+    """``repeats`` timed repetitions shared out over ``passes`` passes: as even as can be,
+    the first passes taking one more where they do not divide (10 over 3: 4, 3, 3), and no
+    pass past the ``repeats``-th (2 over 3: 1, 1, 0)."""
+    base, extra = divmod(repeats, passes)
+    return [base + (i < extra) for i in range(passes)]
 
 
 def _median(seconds):
@@ -136,6 +146,10 @@ class CalibrateConfig:
 
     Every size gets ``warmup`` untimed repetitions, then ``repeats`` timed ones, fewer (at least
     :data:`MIN_REPEATS`) where the last warm-up says they would take longer than ``budget_s``.
+    The timed repetitions are spread over ``passes`` passes through the whole sweep (every op
+    and size once per pass; :func:`split_repeats`), so that a slow spell of the host or the
+    network lands on a few repetitions of many sizes, which the median discards, instead of
+    on every repetition of the sizes that happened to be timed during it.
     """
 
     backend: str = "gloo"
@@ -144,6 +158,7 @@ class CalibrateConfig:
     repeats: int = 10
     warmup: int = 2
     budget_s: float = 10.0
+    passes: int = DEFAULT_PASSES
 
     def __post_init__(self) -> None:
         if not self.ops:
@@ -155,6 +170,8 @@ class CalibrateConfig:
             raise ConfigError("sizes_bytes must be non-empty and each size >= 4 bytes")
         if self.repeats < 1 or self.warmup < 0:
             raise ConfigError("repeats must be >= 1 and warmup >= 0")
+        if isinstance(self.passes, bool) or not isinstance(self.passes, int) or self.passes < 1:
+            raise ConfigError(f"passes must be a whole number >= 1, got {self.passes!r}")
         if not self.budget_s > 0:
             raise ConfigError(f"budget_s must be positive, got {self.budget_s}")
 

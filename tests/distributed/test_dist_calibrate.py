@@ -267,3 +267,97 @@ def test_small_messages_are_timed_over_several_back_to_back_operations():
         1,
         1,
     ]
+
+
+def _scripted_sweep(monkeypatch, cfg, warmup_s=1e-3):
+    """``measure`` with the timing replaced by a script: each call to ``_time_op`` is logged
+    as (op, size) and returns its call number (warm-ups ``warmup_s``, which the budget reads),
+    and the all-reduce across ranks is the identity (one rank's view)."""
+    import vgcsim.traces.training.distributed_calibrate as dc
+
+    calls: list[tuple[str, int]] = []
+
+    def time_op(op, size, rank, world, device, pair):
+        calls.append((op, size))
+        return float(len(calls))
+
+    monkeypatch.setattr(dc, "_time_op", time_op)
+    monkeypatch.setattr(dc, "_slowest", lambda values, device: [warmup_s] * len(values))
+    rows = dc.measure(cfg, rank=0, world=2)
+    return calls, rows
+
+
+def test_the_sweep_spreads_each_sizes_repetitions_over_its_passes(monkeypatch):
+    import vgcsim.traces.training.distributed_calibrate as dc
+    from vgcsim.traces.calibration import CalibrateConfig
+
+    cfg = CalibrateConfig(
+        ops=("p2p", "allreduce"),
+        sizes_bytes=(4, 64),
+        repeats=5,
+        warmup=2,
+        passes=2,
+        budget_s=1e9,  # the warm-ups "take" their call numbers in seconds
+    )
+    monkeypatch.setattr(dc, "_slowest", lambda values, device: values)  # one rank's view
+    calls = []
+    monkeypatch.setattr(
+        dc, "_time_op", lambda op, size, *rest: calls.append((op, size)) or float(len(calls))
+    )
+    rows = dc.measure(cfg, rank=0, world=2)
+    visits = [("p2p", 4), ("p2p", 64), ("allreduce", 4), ("allreduce", 64)]
+    # Pass 1: two warm-ups and 3 of the 5 repetitions per visit; pass 2: one warm-up, 2 more.
+    expected = [v for v in visits for _ in range(2 + 3)] + [v for v in visits for _ in range(1 + 2)]
+    assert calls == expected
+    # Each row's repetitions are its timed calls (call numbers, 1-based), pass by pass.
+    first = {v: 5 * i + 1 for i, v in enumerate(visits)}  # a visit's first call in pass 1
+    second = {v: 20 + 3 * i + 1 for i, v in enumerate(visits)}
+    for row in rows:
+        v = (row["op"], row["size_bytes"])
+        assert row["seconds"] == [
+            first[v] + 2,
+            first[v] + 3,
+            first[v] + 4,
+            second[v] + 1,
+            second[v] + 2,
+        ]
+    assert [(r["op"], r["size_bytes"]) for r in rows] == visits
+    assert rows[0]["pair"] == [0, 1] and "pair" not in rows[2]
+
+
+def test_one_pass_times_every_repetition_of_a_size_back_to_back(monkeypatch):
+    from vgcsim.traces.calibration import CalibrateConfig
+
+    cfg = CalibrateConfig(ops=("allreduce",), sizes_bytes=(4, 64), repeats=3, warmup=1, passes=1)
+    calls, rows = _scripted_sweep(monkeypatch, cfg)
+    assert calls == [("allreduce", 4)] * 4 + [("allreduce", 64)] * 4
+    assert [len(r["seconds"]) for r in rows] == [3, 3]
+
+
+def test_without_warm_up_no_pass_has_an_untimed_repetition(monkeypatch):
+    from vgcsim.traces.calibration import CalibrateConfig
+
+    cfg = CalibrateConfig(ops=("allreduce",), sizes_bytes=(4, 64), repeats=4, warmup=0, passes=2)
+    calls, rows = _scripted_sweep(monkeypatch, cfg)
+    assert (
+        calls
+        == [("allreduce", 4)] * 2
+        + [("allreduce", 64)] * 2
+        + [("allreduce", 4)] * 2
+        + [("allreduce", 64)] * 2
+    )
+    assert [len(r["seconds"]) for r in rows] == [4, 4]
+
+
+def test_the_budget_cuts_a_slow_sizes_repetitions_before_they_are_shared_out(monkeypatch):
+    from vgcsim.traces.calibration import CalibrateConfig
+
+    # 1 MiB is one operation per repetition. A warm-up of 2.5 s: the 10 s budget fits 4 of
+    # the 10 repetitions, 2 per pass; at 6 s it fits 1 and the floor of 3 holds (2 + 1).
+    for warmup_s, shares in ((2.5, [2, 2]), (6.0, [2, 1])):
+        cfg = CalibrateConfig(
+            ops=("allreduce",), sizes_bytes=(1 << 20,), repeats=10, warmup=1, passes=2
+        )
+        calls, rows = _scripted_sweep(monkeypatch, cfg, warmup_s=warmup_s)
+        assert len(calls) == 1 + shares[0] + 1 + shares[1]
+        assert len(rows[0]["seconds"]) == sum(shares)

@@ -11,6 +11,7 @@ from vgcsim.traces.calibration import (
     measured_seconds,
     parse_sizes,
     read_measurements,
+    split_repeats,
     write_measurements,
 )
 
@@ -153,3 +154,34 @@ def test_statistics_are_median_or_min_over_repetitions():
     assert measured_seconds(row, "min") == 1.0
     with pytest.raises(UnknownNameError, match="unknown statistic 'mean'; valid: median, min"):
         measured_seconds(row, "mean")
+
+
+def test_repeats_are_shared_out_over_the_passes_as_evenly_as_can_be():
+    # Worked by hand: the first passes take the remainder, one each; never a negative share.
+    assert split_repeats(10, 3) == [4, 3, 3]
+    assert split_repeats(9, 3) == [3, 3, 3]
+    assert split_repeats(2, 3) == [1, 1, 0]
+    assert split_repeats(3, 1) == [3]
+    assert split_repeats(15, 4) == [4, 4, 4, 3]
+    for repeats in range(1, 30):
+        for passes in range(1, 8):
+            shares = split_repeats(repeats, passes)
+            assert sum(shares) == repeats and len(shares) == passes
+            assert max(shares) - min(shares) <= 1 and shares == sorted(shares, reverse=True)
+
+
+@pytest.mark.parametrize("passes", [0, -1, 1.5, True, "3"])
+def test_passes_must_be_a_whole_number_of_one_or_more(passes):
+    with pytest.raises(ConfigError, match="passes must be a whole number >= 1"):
+        CalibrateConfig(passes=passes)
+
+
+def test_a_file_written_before_passes_existed_reads_with_its_config(tmp_path):
+    cfg = CalibrateConfig(ops=("p2p",), sizes_bytes=(64,), repeats=3, passes=2)
+    path = tmp_path / "m.json"
+    write_measurements(path, cfg, 4, _doc()["rows"], [0, 0, 1, 1])
+    doc = json.loads(path.read_text())
+    assert doc["config"]["passes"] == 2
+    del doc["config"]["passes"]
+    path.write_text(json.dumps(doc))
+    assert "passes" not in read_measurements(path)["config"]

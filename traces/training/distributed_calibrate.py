@@ -22,7 +22,10 @@ A rank's node is its ``GROUP_RANK`` (torchrun sets it), else its host name.
 The sweep: sizes log-spaced ×4 from 4 B to 64 MiB by default (a link's bandwidth shows only
 once messages are well past its latency, its token bucket or its socket buffers); every size
 gets ``warmup`` untimed repetitions, then ``repeats`` timed ones, fewer (never under 3) where
-they would take longer than ``budget_s``. A repetition is the mean of up to 16 back-to-back
+they would take longer than ``budget_s``. The timed repetitions are spread over ``passes``
+passes through the whole sweep (every op and size in each; one untimed repetition opens each
+visit after the first), so a slow spell of a shared host or link costs a few repetitions of
+many sizes, not all of a few (see :class:`~vgcsim.traces.calibration.CalibrateConfig`). A repetition is the mean of up to 16 back-to-back
 operations (:func:`back_to_back`: small messages only) started after an untimed one-byte
 exchange that lines the ranks up past the barrier (see :func:`_time_op`).
 """
@@ -41,6 +44,7 @@ from vgcsim.traces.calibration import (
     MIN_REPEATS,
     CalibrateConfig,
     skewed_sizes,
+    split_repeats,
     write_measurements,
 )
 
@@ -161,6 +165,28 @@ def _slowest(values: list[float], device: str) -> list[float]:
     return t.cpu().tolist()
 
 
+def _repeats(
+    cfg: CalibrateConfig,
+    op: str,
+    size: int,
+    rank: int,
+    world: int,
+    device: str,
+    pair: tuple[int, int],
+) -> int:
+    """Run ``op``'s warm-up at ``size`` and say how many timed repetitions it gets: ``repeats``,
+    fewer (never under ``MIN_REPEATS``) where the slowest rank's last warm-up says they would
+    take longer than ``budget_s``. A collective: every rank gets the same count."""
+    last = 0.0
+    for _ in range(cfg.warmup):
+        last = _time_op(op, size, rank, world, device, pair)
+    if not cfg.warmup:
+        return cfg.repeats
+    slow = _slowest([last], device)[0] * back_to_back(size)  # one repetition
+    fit = int(cfg.budget_s // slow) if slow > 0 else cfg.repeats
+    return max(min(MIN_REPEATS, cfg.repeats), min(cfg.repeats, fit))
+
+
 def measure(
     cfg: CalibrateConfig,
     rank: int,
@@ -172,35 +198,40 @@ def measure(
 
     ``nodes`` gives every rank's node index (default: all on one node). Returns rows
     ``{"op", "size_bytes", "seconds": [per repetition, slowest rank]}`` (p2p rows also
-    ``"pair"``); an op that needs what the job lacks (``p2p_intra`` on one rank per node) is
-    skipped.
+    ``"pair"``), in op then size order, each row's repetitions in the order they were timed
+    (pass by pass); an op that needs what the job lacks (``p2p_intra`` on one rank per node)
+    is skipped.
     """
     if world < 2:
         raise ConfigError("calibration needs at least 2 processes (--nprocs >= 2)")
     pairs = p2p_pairs(list(nodes) if nodes is not None else [0] * world)
-    rows = []
+    plan = []  # (op, pair, size) in the order each pass visits them
     for op in cfg.ops:
         if op.startswith("p2p") and op not in pairs:
             log.info("%s skipped: no such pair in this job's node layout", op)
             continue
-        pair = pairs.get(op, (0, 1))
-        for size in cfg.sizes_bytes:
-            last = 0.0
-            for _ in range(cfg.warmup):
-                last = _time_op(op, size, rank, world, device, pair)
-            repeats = cfg.repeats
-            if cfg.warmup:
-                # Every rank must run the same count: agree on the slowest warm-up.
-                slow = _slowest([last], device)[0] * back_to_back(size)  # one repetition
-                fit = int(cfg.budget_s // slow) if slow > 0 else repeats
-                repeats = max(min(MIN_REPEATS, cfg.repeats), min(cfg.repeats, fit))
-            times = [_time_op(op, size, rank, world, device, pair) for _ in range(repeats)]
-            row = {"op": op, "size_bytes": size, "seconds": _slowest(times, device)}
-            if op.startswith("p2p"):
-                row["pair"] = list(pair)
-            row["back_to_back"] = back_to_back(size)
-            rows.append(row)
-            log.debug("%s %d B: median %.3g s", op, size, float(np.median(row["seconds"])))
+        plan += [(op, pairs.get(op, (0, 1)), size) for size in cfg.sizes_bytes]
+    times: list[list[float]] = [[] for _ in plan]
+    shares: list[list[int]] = []  # each visit's timed repetitions, one per pass
+    for k in range(cfg.passes):
+        for i, (op, pair, size) in enumerate(plan):
+            if k == 0:
+                shares.append(
+                    split_repeats(_repeats(cfg, op, size, rank, world, device, pair), cfg.passes)
+                )
+            if not shares[i][k]:
+                continue
+            if k and cfg.warmup:  # the link may have idled since this size's last pass
+                _time_op(op, size, rank, world, device, pair)
+            times[i] += [_time_op(op, size, rank, world, device, pair) for _ in range(shares[i][k])]
+    rows = []
+    for (op, pair, size), mine in zip(plan, times, strict=True):
+        row = {"op": op, "size_bytes": size, "seconds": _slowest(mine, device)}
+        if op.startswith("p2p"):
+            row["pair"] = list(pair)
+        row["back_to_back"] = back_to_back(size)
+        rows.append(row)
+        log.debug("%s %d B: median %.3g s", op, size, float(np.median(row["seconds"])))
     return rows
 
 

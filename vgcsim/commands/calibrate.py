@@ -49,13 +49,13 @@ class CalibrationError(VgcsimError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from vgcsim.traces.calibration import DEFAULT_MAX_ERROR, DEFAULT_OPS
+    from vgcsim.traces.calibration import DEFAULT_MAX_ERROR, DEFAULT_OPS, DEFAULT_PASSES
 
     add_out_option(parser, "cluster TOML file to write", type=Path)
     add_set_option(
         parser,
         "set a CalibrateConfig key of the measurement sweep (backend, ops, sizes_bytes, "
-        "repeats, warmup, budget_s), applied after the flags of the same names",
+        "repeats, warmup, budget_s, passes), applied after the flags of the same names",
     )
     parser.add_argument(
         "--codec",
@@ -113,6 +113,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--repeats", type=int, default=10, help="timed repetitions per size")
     parser.add_argument("--warmup", type=int, default=2, help="untimed repetitions per size")
+    parser.add_argument(
+        "--passes",
+        type=int,
+        default=DEFAULT_PASSES,
+        help="passes through the sweep that each size's repetitions are spread over, so a "
+        f"slow spell hits a few repetitions of many sizes (default {DEFAULT_PASSES}; 1: all "
+        "of a size's repetitions back to back)",
+    )
     parser.add_argument(
         "--budget",
         type=float,
@@ -262,6 +270,7 @@ def _measure(args: argparse.Namespace, meas_path: Path) -> bool:
         repeats=args.repeats,
         warmup=args.warmup,
         budget_s=args.budget,
+        passes=args.passes,
     )
     cfg = apply_overrides(cfg, args.set)
     check_backend(cfg.backend)
