@@ -46,9 +46,8 @@ s, the share of that host time an allgatherv of uneven blocks pays per padded by
 (``allgatherv_host_padded_share``; the rest per real byte), comes from
 ``allgatherv_skewed``'s rows where α's terms explain at most a tenth of the time, with α, β
 and δ fixed: each such row's excess over its ring terms is ``δ·(s·P·m + (1 − s)·Σ m_r)``,
-so ``excess − δ·Σ m_r = s·δ·(P·m − Σ m_r)``, a line through the origin in s, fitted by
-least squares on the seconds (the largest sizes, where the padding's copies are longest,
-set it) and kept within [0, 1] (:func:`padded_share_given`).
+so ``excess − δ·Σ m_r = s·δ·(P·m − Σ m_r)``: each row gives one value of s, and s is their
+median (a robust estimate, as for α), kept within [0, 1] (:func:`padded_share_given`).
 α comes from the collective and not from p2p because a collective's step pays more than a
 ping-pong's one-way latency (gloo's ring synchronises neighbours at every step): on 4 ranks
 joined by 200 Mbit/s and 1 Gbit/s links in network namespaces, a small allreduce took
@@ -479,18 +478,25 @@ def padded_share_given(excess_s, host_s_per_byte, padded_bytes, real_bytes) -> f
     """s, the share of an allgatherv's host time paid per padded byte, from rows of uneven
     blocks: each row's ``excess_s`` (measured time beyond its ring's α-β-γ terms) is
     ``δ·(s·B_pad + (1 − s)·B_real)``, δ = ``host_s_per_byte`` at its size, B_pad =
-    ``padded_bytes`` (P·m_max) and B_real = ``real_bytes`` (Σ m_r); so ``excess − δ·B_real =
-    s·δ·(B_pad − B_real)``, whose least-squares slope through the origin (on the seconds:
-    the largest rows set it) is s, clipped to [0, 1]. None where no row has padding to price
-    (δ·(B_pad − B_real) = 0 on every row), or no row at all."""
+    ``padded_bytes`` (P·m_max) and B_real = ``real_bytes`` (Σ m_r); so each row gives
+    ``s_i = (excess − δ·B_real) / (δ·(B_pad − B_real))``, and s is the median of those, clipped
+    to [0, 1] (the rows without padding to price, δ·(B_pad − B_real) = 0, give none).
+
+    The median, as for α (:func:`fit_link`), not a least-squares slope: each s_i is a small
+    difference of two noisy excesses (the skewed row's and, through δ, the even row's at the
+    same size), and on the seconds the largest size alone would set the slope. On 4 namespace
+    hosts at 1 Gbit/s the 64 MiB rows gave 0.07-0.08 in two calibrations where the other sizes
+    gave 0.32-0.88, and the slope came out 0.12 in both; the medians (0.43, 0.45) lie
+    between the values the 8 and 40 MB checks' own fits gave (0.53, 0.31; docs/distributed.md).
+    None where no row has padding to price, or no row at all."""
     excess = np.asarray(excess_s, dtype=float)
     delta = np.asarray(host_s_per_byte, dtype=float)
     u = delta * (np.asarray(padded_bytes, dtype=float) - np.asarray(real_bytes, dtype=float))
     v = excess - delta * np.asarray(real_bytes, dtype=float)
-    den = float(u @ u)
-    if not den > 0:
+    priced = u > 0
+    if not priced.any():
         return None
-    return float(np.clip(float(u @ v) / den, 0.0, 1.0))
+    return float(np.clip(np.median(v[priced] / u[priced]), 0.0, 1.0))
 
 
 def _table(rows, t, fitted, rel, roles) -> list[dict]:

@@ -50,15 +50,31 @@ def test_the_fit_recovers_a_known_padded_share_exactly(share, world):
     assert 4 not in roles and 16 << 20 in roles
 
 
-def test_the_share_is_the_hand_worked_slope_of_the_skewed_rows():
+def test_the_share_is_the_hand_worked_median_of_the_skewed_rows():
     # 4 ranks, m = 8 MB: blocks 2, 4, 6, 8 MB, 32 MB padded, 20 MB real, δ = 3 ns/B. A row
     # whose excess over the ring is 72 ms: 72e-3 - 3e-9·20e6 = 12 ms = s·3e-9·12e6, s = 1/3.
     s = padded_share_given([0.072], [3e-9], [32e6], [20e6])
     assert s == pytest.approx(1 / 3, rel=1e-12)
-    # two rows: least squares through the origin, u = δ(B_pad − B_real), v = excess − δ·B_real
-    u, v = np.array([0.036, 0.072]), np.array([0.012, 0.036])
-    s2 = padded_share_given(v + [0.06, 0.12], [3e-9, 3e-9], [32e6, 64e6], [20e6, 40e6])
-    assert s2 == pytest.approx(float(u @ v / (u @ u)), rel=1e-12)
+    # Three rows, δ·(B_pad − B_real) = 36, 72 and 144 ms; their excesses beyond δ·B_real
+    # (60, 120, 240 ms) are 12, 36 and 14.4 ms: s = 1/3, 1/2 and 0.1 row by row. The median
+    # is 1/3; the least-squares slope through the origin, which the 144 ms row would set,
+    # is (0.036·0.012 + 0.072·0.036 + 0.144·0.0144) / (0.036² + 0.072² + 0.144²) = 0.187.
+    excess = [0.06 + 0.012, 0.12 + 0.036, 0.24 + 0.0144]
+    s3 = padded_share_given(excess, [3e-9] * 3, [32e6, 64e6, 128e6], [20e6, 40e6, 80e6])
+    assert s3 == pytest.approx(1 / 3, rel=1e-9)
+    # an even count: the mean of the middle two (1/3 and 1/2)
+    s4 = padded_share_given(
+        [*excess, 0.48 + 0.288 * 0.9],
+        [3e-9] * 4,
+        [32e6, 64e6, 128e6, 256e6],
+        [20e6, 40e6, 80e6, 160e6],
+    )
+    assert s4 == pytest.approx((1 / 3 + 1 / 2) / 2, rel=1e-9)
+    # a row without padding (B_pad = B_real) has no say, even with a wild excess
+    s5 = padded_share_given(
+        [*excess, 9.0], [3e-9] * 4, [32e6, 64e6, 128e6, 50e6], [20e6, 40e6, 80e6, 50e6]
+    )
+    assert s5 == pytest.approx(1 / 3, rel=1e-9)
 
 
 def test_the_share_stays_within_zero_and_one():
