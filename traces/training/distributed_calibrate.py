@@ -25,8 +25,8 @@ gets ``warmup`` untimed repetitions, then ``repeats`` timed ones, fewer (never u
 they would take longer than ``budget_s``. The timed repetitions are spread over ``passes``
 passes through the whole sweep (every op and size in each; one untimed repetition opens each
 visit after the first), so a slow spell of a shared host or link costs a few repetitions of
-many sizes, not all of a few (see :class:`~vgcsim.traces.calibration.CalibrateConfig`). A repetition is the mean of up to 16 back-to-back
-operations (:func:`back_to_back`: small messages only) started after an untimed one-byte
+many sizes, not all of a few (see :class:`~vgcsim.traces.calibration.CalibrateConfig`). A
+repetition is the mean of up to 16 back-to-back operations (:func:`back_to_back`: small messages only) started after an untimed one-byte
 exchange that lines the ranks up past the barrier (see :func:`_time_op`).
 """
 
@@ -221,7 +221,9 @@ def measure(
                 )
             if not shares[i][k]:
                 continue
-            if k and cfg.warmup:  # the link may have idled since this size's last pass
+            # Other sizes ran since this one's last pass: its buffers, the allocator and the
+            # sockets are not where its repetitions left them, so one goes untimed again.
+            if k and cfg.warmup:
                 _time_op(op, size, rank, world, device, pair)
             times[i] += [_time_op(op, size, rank, world, device, pair) for _ in range(shares[i][k])]
     rows = []
