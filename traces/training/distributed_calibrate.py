@@ -26,8 +26,9 @@ they would take longer than ``budget_s``. The timed repetitions are spread over 
 passes through the whole sweep (every op and size in each; one untimed repetition opens each
 visit after the first), so a slow spell of a shared host or link costs a few repetitions of
 many sizes, not all of a few (see :class:`~vgcsim.traces.calibration.CalibrateConfig`). A
-repetition is the mean of up to 16 back-to-back operations (:func:`back_to_back`: small messages only) started after an untimed one-byte
-exchange that lines the ranks up past the barrier (see :func:`_time_op`).
+repetition is the mean of up to 16 back-to-back operations (:func:`back_to_back`: small
+messages only) started after an untimed one-byte exchange that lines the ranks up past the
+barrier (see :func:`_time_op`).
 """
 
 from __future__ import annotations
