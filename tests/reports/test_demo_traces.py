@@ -1,8 +1,10 @@
 """The traces committed for `vgcsim demo` are what the demo says they are, and honest.
 
 tests/data/demo_traces holds four traces recorded by `vgcsim record` (commands in the
-README beside them). Recording is deterministic for a seed on one machine type, so the
-first chunk of a trace, recorded again, must come out identical: the slow test does that.
+README beside them). Recording is deterministic for a seed on one machine, so the first
+chunk of a trace, recorded twice, must come out identical, and recorded again it must agree
+with the committed chunk (identical on the machine type that recorded it; within the drift
+of another CPU's float rounding elsewhere): the slow tests do that.
 """
 
 from __future__ import annotations
@@ -69,24 +71,52 @@ def test_variance_density_has_settled():
     assert last.mean() < 0.5 * d[: len(d) // 5].mean()
 
 
-@pytest.mark.slow
-def test_first_chunk_rerecords_identically(tmp_path):
-    """Determinism: the variance trace's first chunk, recorded again, is the same.
+def _first(df: pd.DataFrame, n: int) -> pd.DataFrame:
+    """The rows of steps before ``n``, without the wall-clock columns, in a fixed order."""
+    keep = [c for c in df.columns if not c.endswith("_s")]  # wall-clock columns differ
+    part = df[df["step"] < n][keep]
+    return part.sort_values(list(part.columns[:3])).reset_index(drop=True)
 
-    The demo's learning-rate schedule is a step schedule, so the first steps do not depend
-    on the run's length: recording only ``chunk_steps`` steps gives the same chunk.
-    """
+
+@pytest.fixture(scope="module")
+def first_chunk_twice(tmp_path_factory):
+    """The committed variance trace, its first chunk's step count, and that chunk recorded
+    twice on this machine. The demo's learning-rate schedule is a step schedule, so the first
+    steps do not depend on the run's length: recording ``chunk_steps`` steps gives the chunk."""
     committed = read_trace(DEMO_TRACES / "variance")
     cfg = config_from_dict(RecordConfig, committed.header["config"])
     n = cfg.chunk_steps
-    again = read_trace(record(dataclasses.replace(cfg, steps=n), tmp_path / "v"))
+    where = tmp_path_factory.mktemp("rerecord")
+    runs = [read_trace(record(dataclasses.replace(cfg, steps=n), where / k)) for k in "ab"]
+    return committed, n, runs
 
-    def first(df: pd.DataFrame) -> pd.DataFrame:
-        keep = [c for c in df.columns if not c.endswith("_s")]  # wall-clock columns differ
-        part = df[df["step"] < n][keep]
-        return part.sort_values(list(part.columns[:3])).reset_index(drop=True)
 
-    pd.testing.assert_frame_equal(first(again.payloads), first(committed.payloads))
-    pd.testing.assert_frame_equal(first(again.steps), first(committed.steps))
-    pd.testing.assert_frame_equal(first(again.evals), first(committed.evals))
-    assert len(first(again.payloads)) == n * cfg.workers * len(committed.layers)
+@pytest.mark.slow
+def test_first_chunk_rerecords_identically(first_chunk_twice):
+    """Determinism: the same seed on one machine gives the same trace, bit for bit."""
+    committed, n, (a, b) = first_chunk_twice
+    for table in ("payloads", "steps", "evals"):
+        pd.testing.assert_frame_equal(_first(getattr(a, table), n), _first(getattr(b, table), n))
+    assert len(_first(a.payloads, n)) == n * committed.header["workers"] * len(committed.layers)
+
+
+@pytest.mark.slow
+def test_first_chunk_agrees_with_the_committed_trace(first_chunk_twice):
+    """The committed trace is what this code records: on the machine type that recorded it,
+    identical; on another CPU, torch's float kernels round differently, training drifts
+    from the first differing bit, and the elements sent drift with it, but only a little.
+
+    Measured on a 2-core machine whose CPU (AMD EPYC) rounds differently from the one that
+    recorded the trace: identical up to step 32, then per-step totals of elements sent
+    0.02 % apart (median) and at most 2.1 %, 0.04 % over the chunk. A compressor, codec or
+    schedule that changed would move them by far more; the bounds are 5 % and 0.5 %."""
+    committed, n, (again, _) = first_chunk_twice
+    got, want = _first(again.payloads, n), _first(committed.payloads, n)
+    keys = ["step", "worker", "layer", "numel"]
+    pd.testing.assert_frame_equal(got[keys], want[keys])
+    if got.equals(want):
+        return  # the recording machine's type
+    per_step = got.groupby("step")["sent"].sum(), want.groupby("step")["sent"].sum()
+    assert ((per_step[0] - per_step[1]).abs() / per_step[1]).max() < 0.05
+    assert abs(got["sent"].sum() / want["sent"].sum() - 1) < 0.005
+    assert (got["step"].min(), got["step"].max()) == (0, n - 1)
