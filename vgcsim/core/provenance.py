@@ -48,11 +48,29 @@ def package_versions(*extra: str) -> dict[str, str]:
     return versions
 
 
+def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU's model name: the first ``model name`` line of ``cpuinfo`` (Linux), else
+    ``platform.processor()`` or ``platform.machine()``. Two machines with the same
+    architecture can round floats differently (torch picks kernels by CPU), so a recording
+    names its CPU, not only ``x86_64``."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine_info(**extra: Any) -> dict[str, Any]:
-    """Platform, processor and CPU count (plus ``extra`` fields such as torch threads)."""
+    """Platform, processor, CPU model and count (plus ``extra`` fields such as torch
+    threads)."""
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
         "cpus": os.cpu_count(),
         **extra,
     }
