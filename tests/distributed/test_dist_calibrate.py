@@ -271,8 +271,9 @@ def test_small_messages_are_timed_over_several_back_to_back_operations():
 
 def _scripted_sweep(monkeypatch, cfg, warmup_s=1e-3):
     """``measure`` with the timing replaced by a script: each call to ``_time_op`` is logged
-    as (op, size) and returns its call number (warm-ups ``warmup_s``, which the budget reads),
-    and the all-reduce across ranks is the identity (one rank's view)."""
+    as (op, size) and returns its call number. The slowest rank's times are ``warmup_s`` each
+    (what the budget reads from the warm-up), or with ``warmup_s=None`` this rank's own: the
+    call numbers, rows' times included (one rank's view)."""
     import vgcsim.traces.training.distributed_calibrate as dc
 
     calls: list[tuple[str, int]] = []
@@ -281,14 +282,16 @@ def _scripted_sweep(monkeypatch, cfg, warmup_s=1e-3):
         calls.append((op, size))
         return float(len(calls))
 
+    def slowest(values, device):
+        return list(values) if warmup_s is None else [warmup_s] * len(values)
+
     monkeypatch.setattr(dc, "_time_op", time_op)
-    monkeypatch.setattr(dc, "_slowest", lambda values, device: [warmup_s] * len(values))
+    monkeypatch.setattr(dc, "_slowest", slowest)
     rows = dc.measure(cfg, rank=0, world=2)
     return calls, rows
 
 
 def test_the_sweep_spreads_each_sizes_repetitions_over_its_passes(monkeypatch):
-    import vgcsim.traces.training.distributed_calibrate as dc
     from vgcsim.traces.calibration import CalibrateConfig
 
     cfg = CalibrateConfig(
@@ -299,12 +302,7 @@ def test_the_sweep_spreads_each_sizes_repetitions_over_its_passes(monkeypatch):
         passes=2,
         budget_s=1e9,  # the warm-ups "take" their call numbers in seconds
     )
-    monkeypatch.setattr(dc, "_slowest", lambda values, device: values)  # one rank's view
-    calls = []
-    monkeypatch.setattr(
-        dc, "_time_op", lambda op, size, *rest: calls.append((op, size)) or float(len(calls))
-    )
-    rows = dc.measure(cfg, rank=0, world=2)
+    calls, rows = _scripted_sweep(monkeypatch, cfg, warmup_s=None)
     visits = [("p2p", 4), ("p2p", 64), ("allreduce", 4), ("allreduce", 64)]
     # Pass 1: two warm-ups and 3 of the 5 repetitions per visit; pass 2: one warm-up, 2 more.
     expected = [v for v in visits for _ in range(2 + 3)] + [v for v in visits for _ in range(1 + 2)]
