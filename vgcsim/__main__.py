@@ -1,5 +1,5 @@
 """Allow ``python -m vgcsim``."""
 
-from vgcsim.cli import main
+from vgcsim.cli import entry
 
-raise SystemExit(main())
+entry()
