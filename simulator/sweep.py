@@ -406,8 +406,11 @@ def local_cluster(n: int, traces: Sequence[str] = ()):
     Each worker reads ``traces`` (run directories) as it starts. ``run_sweep(...,
     scheduler="local")`` starts one per sweep; to run several sweeps on one, pass
     ``scheduler=local_cluster(n).scheduler_address`` (and close it at the end)."""
-    import dask
-    from distributed import LocalCluster
+    from vgcsim.core.preload import paused_gc
+
+    with paused_gc():  # Dask's imports, without collections (vgcsim.core.preload)
+        import dask
+        from distributed import LocalCluster
 
     config = dict(LOCAL_DASK_CONFIG)
     config[TRACES_SETTING] = [str(t) for t in traces]

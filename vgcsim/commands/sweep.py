@@ -49,13 +49,16 @@ def run(args: argparse.Namespace) -> int:
         start_fork_server()
     elif args.scheduler == "processes" and args.processes != 1 and not args.dry_run:
         start_fork_server(POOL_PRELOAD)
-    from tqdm import tqdm
+    from vgcsim.core.preload import paused_gc
 
-    from vgcsim.commands import check_out, settings
-    from vgcsim.core.cluster import cluster_to_dict, load_cluster
-    from vgcsim.core.config import apply_overrides, to_dict
-    from vgcsim.core.results import save_results
-    from vgcsim.simulator.sweep import expand_factors, load_sweep, run_sweep, sweep_summary
+    with paused_gc():  # the simulator's imports, without collections (vgcsim.core.preload)
+        from tqdm import tqdm
+
+        from vgcsim.commands import check_out, settings
+        from vgcsim.core.cluster import cluster_to_dict, load_cluster
+        from vgcsim.core.config import apply_overrides, to_dict
+        from vgcsim.core.results import save_results
+        from vgcsim.simulator.sweep import expand_factors, load_sweep, run_sweep, sweep_summary
 
     overrides = settings(args.set, ("sweep.world_sizes",))
     if args.world_sizes is not None:

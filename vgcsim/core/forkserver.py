@@ -12,10 +12,11 @@ import sys
 import threading
 
 #: What the fork server imports before it forks the workers (``__main__``: the calling
-#: script, so that functions it defines can be sent to the workers).
-FORKSERVER_PRELOAD = ("__main__", "vgcsim.simulator.sweep", "distributed")
+#: script, so that functions it defines can be sent to the workers; then the sweep module and
+#: Dask, without garbage collections and frozen after: vgcsim.core.preload).
+FORKSERVER_PRELOAD = ("__main__", "vgcsim.core.preload.sweep_dask")
 #: The same for a process pool's workers, which do not use Dask.
-POOL_PRELOAD = ("__main__", "vgcsim.simulator.sweep")
+POOL_PRELOAD = ("__main__", "vgcsim.core.preload.sweep_pool")
 
 
 def start_fork_server(preload: tuple[str, ...] = FORKSERVER_PRELOAD) -> bool:
