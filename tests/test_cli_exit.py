@@ -19,7 +19,7 @@ SAMPLE = str(ROOT / "tests" / "data" / "sample_trace")
 
 # A program that runs ``entry()`` as the console script does, with an atexit handler, a
 # non-daemon thread that finishes after ``main`` returned and an object whose finalizer runs
-# only in the interpreter's teardown, each leaving a file behind.
+# only in the interpreter's teardown, each leaving a file behind, and an idle thread pool.
 PROGRAM = textwrap.dedent(
     """
     import atexit, sys, threading, time
@@ -42,6 +42,10 @@ PROGRAM = textwrap.dedent(
             (out / "teardown").write_text("ran")
 
     keep = Teardown()
+    # a thread pool never shut down: its idle worker must be stopped, not waited for forever
+    from concurrent.futures import ThreadPoolExecutor
+    pool = ThreadPoolExecutor(1)
+    pool.submit(int).result()
     sys.argv = ["vgcsim", *sys.argv[2:]]
     import vgcsim.cli
 
@@ -68,7 +72,7 @@ def _run(tmp_path: Path, *argv: str, program: str = PROGRAM) -> subprocess.Compl
         capture_output=True,
         cwd=ROOT,
         env=BUFFERED,
-        timeout=300,
+        timeout=120,  # a wait for the idle pool's thread would never end
     )
 
 

@@ -145,9 +145,10 @@ def entry() -> None:
     """The ``vgcsim`` program (console script and ``python -m vgcsim``): ``main()``, then exit
     without tearing the interpreter down.
 
-    Everything an exit owes the user still happens, in Python's own order: non-daemon threads
-    are waited for, the ``atexit`` handlers run (multiprocessing's, Dask's, temporary files'
-    and logging's among them) and stdout and stderr are flushed. What is skipped is the
+    Everything an exit owes the user still happens, in Python's own order: idle thread pools
+    are stopped and non-daemon threads waited for, the ``atexit`` handlers run
+    (multiprocessing's, Dask's, temporary files' and logging's among them) and stdout and
+    stderr are flushed. What is skipped is the
     interpreter's final garbage collection and module teardown, which frees memory the
     operating system takes back anyway and, once pandas, pyarrow and Dask are loaded, took
     0.2-0.4 s of every command's wall time (docs/simulator.md, *Exit without teardown*).
@@ -159,14 +160,22 @@ def entry() -> None:
 
 
 def _exit_now(code: int) -> None:
-    """End the process with ``code`` the way the interpreter's exit would, minus its teardown."""
+    """End the process with ``code`` the way the interpreter's exit would, minus its teardown.
+
+    CPython's exit (``Py_FinalizeEx`` in Python/pylifecycle.c) first calls
+    ``threading._shutdown`` (the threading atexit callbacks, which stop idle thread-pool
+    workers, then a join of every non-daemon thread) and then the ``atexit`` handlers; the
+    same two calls run here. Where either is missing (another Python), the exit is Python's
+    own, teardown included."""
     import atexit
     import threading
 
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
+    shutdown = getattr(threading, "_shutdown", None)
+    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
+    if shutdown is None or run_exitfuncs is None:
+        raise SystemExit(code)
+    shutdown()
+    run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
