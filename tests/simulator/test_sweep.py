@@ -236,8 +236,17 @@ def test_trace_cache_watches_each_part_of_the_run_directory(traces, given, part)
     assert again.header == first.header
 
 
+def _nanny_log_level() -> int:
+    import logging
+
+    return logging.getLogger("distributed.nanny").level
+
+
 def test_local_cluster_workers_are_forked_and_set_up_for_sweep_jobs():
-    """The workers come from the fork server (not this process) with the sweep settings."""
+    """The workers come from the fork server (not this process) with the sweep settings:
+    one thread each (with one worker, Dask's default would give it every CPU), their logs at
+    WARNING (Dask sets the level in each worker process) and no dashboard."""
+    import logging
     import multiprocessing
     import os
 
@@ -251,8 +260,12 @@ def test_local_cluster_workers_are_forked_and_set_up_for_sweep_jobs():
     with local_cluster(1) as cluster, Client(cluster) as client:
         (ppid,) = client.run(os.getppid).values()
         (settings,) = client.run(lambda: [dask.config.get(k) for k in keys]).values()
+        threads = list(client.nthreads().values())
+        levels = list(client.run(_nanny_log_level).values())
+        dashboard = cluster.scheduler_spec["options"]["dashboard_address"]
     assert ppid != os.getpid()
     assert settings == [LOCAL_DASK_CONFIG[k] for k in keys]
+    assert threads == [1] and levels == [logging.WARNING] and dashboard is None
 
 
 def test_task_chunks_cover_the_order_once_largest_first_and_end_in_single_jobs():
