@@ -8,7 +8,8 @@ the models and the simulator). Version 2::
     {"kind": "vgcsim-calibration", "version": 2, "backend": "gloo", "world_size": 4,
      "nodes": [0, 0, 1, 1],                 # node index of every rank
      "config": {...},                        # the CalibrateConfig that ran
-     "machine": {"platform": ..., "node": ..., "cpu_model": ...},
+     "machine": {"platform": ..., "processor": ..., "cpu_model": ..., "cpus": ...,
+                 "node": ...},               # a trace header's machine keys, and the host name
      "rows": [{"op": "p2p", "size_bytes": 64, "seconds": [...], "pair": [0, 2]}, ...]}
 
 ``seconds`` holds one time per timed repetition (the slowest rank's); ``pair`` only on
@@ -30,7 +31,7 @@ from typing import Any
 
 from vgcsim.core.config import to_dict
 from vgcsim.core.errors import ConfigError, unknown_name
-from vgcsim.core.provenance import cpu_model
+from vgcsim.core.provenance import machine_info
 
 #: Operations the sweep can time, by the name used in measurement files and ``--ops``.
 OPS = ("p2p", "p2p_intra", "allreduce", "allgather", "allgatherv", "allgatherv_skewed")
@@ -188,11 +189,7 @@ def write_measurements(
         "world_size": world,
         "nodes": list(nodes),
         "config": to_dict(cfg),
-        "machine": {
-            "platform": platform.platform(),
-            "node": platform.node(),
-            "cpu_model": cpu_model(),
-        },
+        "machine": machine_info(node=platform.node()),
         "rows": rows,
     }
     path = Path(path)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
 
 import pytest
 from vgcsim.traces.calibration import (
@@ -16,6 +18,7 @@ from vgcsim.traces.calibration import (
 )
 
 from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.core.provenance import cpu_model, machine_info
 
 
 def test_reading_a_foreign_file_is_a_clear_error(tmp_path):
@@ -83,6 +86,10 @@ def test_written_file_reads_back_with_its_config(tmp_path):
     assert doc["rows"] == rows and doc["nodes"] == [0, 0, 1, 1] and doc["world_size"] == 4
     assert doc["config"]["sizes_bytes"] == [64, 4096] and doc["config"]["repeats"] == 3
     assert not list(tmp_path.glob("sub/*.tmp"))  # written through a temporary file
+    # the machine as a trace header names it (vgcsim.core.provenance), and the host's name
+    machine = json.loads(path.read_text())["machine"]
+    assert machine == {**machine_info(), "node": platform.node()}
+    assert machine["cpus"] == os.cpu_count() and machine["cpu_model"] == cpu_model()
 
 
 # Each case breaks one rule; the message names the field and the rule.
