@@ -148,12 +148,11 @@ def entry() -> None:
     Everything an exit owes the user still happens, in Python's own order: idle thread pools
     are stopped and non-daemon threads waited for, the ``atexit`` handlers run
     (multiprocessing's, Dask's, temporary files' and logging's among them) and stdout and
-    stderr are flushed. What is skipped is the
-    interpreter's final garbage collection and module teardown, which frees memory the
-    operating system takes back anyway and, once pandas, pyarrow and Dask are loaded, took
-    0.2-0.4 s of every command's wall time (docs/simulator.md, *Exit without teardown*).
-    Output files are closed before ``main`` returns. ``main(argv)`` itself returns as before,
-    for notebooks and tests.
+    stderr are flushed. What is skipped is the interpreter's final garbage collection and
+    module teardown, which frees memory the operating system takes back anyway and, once
+    pandas, pyarrow and Dask are loaded, took 0.2-0.4 s of a command's wall time
+    (docs/simulator.md, *Exit without teardown*). Output files are closed before ``main``
+    returns. ``main(argv)`` itself returns as before, for notebooks and tests.
     """
     code = main()
     _exit_now(code)

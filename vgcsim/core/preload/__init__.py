@@ -1,11 +1,11 @@
 """Imports for a fork server and a command: done with the cyclic garbage collector paused.
 
 Importing the simulator and Dask allocates some hundred thousand long-lived objects (modules,
-functions, classes), and each allocation burst triggers a collection that walks every object
-tracked so far, none of which is garbage: 0.07-0.12 s of the 0.7-0.9 s that importing the
-sweep module and Dask takes (``python -X importtime``; docs/simulator.md, *Imports without
-the garbage collector*). :func:`paused_gc` switches collections off for such a block and
-back on after it.
+functions, classes), and each allocation burst can trigger a collection that walks every
+object tracked so far, none of which is garbage: importing the sweep module and Dask in a
+fresh interpreter took 0.807 s (fastest of twelve) and 0.691 s with collections off
+(docs/simulator.md, *Imports without the garbage collector*). :func:`paused_gc` switches
+collections off for such a block and back on after it.
 
 The fork server's preload modules (``sweep_pool``, ``sweep_dask``; ``FORKSERVER_PRELOAD`` of
 vgcsim.core.forkserver) import the sweep module (and Dask) this way, then :func:`gc.freeze`
