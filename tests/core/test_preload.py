@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import gc
-import importlib
+import importlib.util
 import multiprocessing
 import subprocess
 import sys

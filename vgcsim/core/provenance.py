@@ -61,6 +61,12 @@ def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
                     return value.strip()
     except OSError:
         pass
+    return _processor()
+
+
+def _processor() -> str:
+    """The architecture as the platform names it (``platform.processor()`` is empty on
+    some Linux systems; ``platform.machine()`` is not)."""
     return platform.processor() or platform.machine()
 
 
@@ -69,7 +75,7 @@ def machine_info(**extra: Any) -> dict[str, Any]:
     threads)."""
     return {
         "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
+        "processor": _processor(),
         "cpu_model": cpu_model(),
         "cpus": os.cpu_count(),
         **extra,
