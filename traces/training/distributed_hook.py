@@ -265,7 +265,8 @@ class DirectSqsumHooks(SqsumHooks):
     """:class:`SqsumHooks` whose fast-estimator sums of Conv2d and 2-D Linear layers are
     direct products (fp32 only; every other case is the recorder's shared code).
 
-    The same products as the recorder's per-worker code for one worker, bit for bit (tested):
+    The same products as the recorder's per-worker code for one worker, summed in another
+    order, so equal to within float32 rounding (tested against the bound of the computation):
     Σ_z (∇_W f_z)² ≈ conv_weight_grad(a², δ²) (Conv2d, one ``convolution_backward`` with the
     layer's own weight) or δ²ᵀ·a² (Linear, one ``mm``), and the bias sums Σ_z (Σ δ_z)²,
     without the per-worker loop, the ``[workers, ...]`` buffer and the wrappers around them,
