@@ -3,8 +3,8 @@
 tests/data/demo_traces holds four traces recorded by `vgcsim record` (commands in the
 README beside them). Recording is deterministic for a seed on one machine, so the first
 chunk of a trace, recorded twice, must come out identical, and recorded again it must agree
-with the committed chunk (identical on the machine type that recorded it; within the drift
-of another CPU's float rounding elsewhere): the slow tests do that.
+with the committed chunk (identical on a CPU that rounds as the recording machine did; within
+bounds that hold on any CPU elsewhere): the slow tests do that.
 """
 
 from __future__ import annotations
@@ -102,21 +102,26 @@ def test_first_chunk_rerecords_identically(first_chunk_twice):
 
 @pytest.mark.slow
 def test_first_chunk_agrees_with_the_committed_trace(first_chunk_twice):
-    """The committed trace is what this code records: on the machine type that recorded it,
-    identical; on another CPU, torch's float kernels round differently, training drifts
-    from the first differing bit, and the elements sent drift with it, but only a little.
+    """The committed trace is what this code records, on any CPU.
 
-    Measured on a 2-core machine whose CPU (AMD EPYC) rounds differently from the one that
-    recorded the trace: identical up to step 32, then per-step totals of elements sent
-    0.02 % apart (median) and at most 2.1 %, 0.04 % over the chunk. A compressor, codec or
-    schedule that changed would move them by far more; the bounds are 5 % and 0.5 %."""
+    Another CPU's float kernels round differently; training is chaotic, so from the first
+    differing bit the two recordings drift apart and no per-step figure holds on every CPU.
+    What holds: the same rows; the first step, which starts from the same weights and data
+    (a rounding difference flips only elements within rounding distance of r² = α·v); and the
+    chunk's total of elements sent, which the drift moves by fractions of a percent.
+
+    Bounds, against what moves the trace (docs/testing.md, "Bit-exact tests"):
+    rounding drift of the chunk total measured at 0.04 % and 0.62 % on two other CPUs and
+    0.12 % with two torch threads instead of one on this one (the first step identical each
+    time); α = 1.8 or 2.2 instead of 2 moves the first step by +11.7 / −9.2 % and the chunk by
+    +7.8 / −11.5 %. The bounds, 0.5 % on the first step and 3 % on the chunk, sit between."""
     committed, n, (again, _) = first_chunk_twice
     got, want = _first(again.payloads, n), _first(committed.payloads, n)
     keys = ["step", "worker", "layer", "numel"]
     pd.testing.assert_frame_equal(got[keys], want[keys])
-    if got.equals(want):
-        return  # the recording machine's type
-    per_step = got.groupby("step")["sent"].sum(), want.groupby("step")["sent"].sum()
-    assert ((per_step[0] - per_step[1]).abs() / per_step[1]).max() < 0.05
-    assert abs(got["sent"].sum() / want["sent"].sum() - 1) < 0.005
     assert (got["step"].min(), got["step"].max()) == (0, n - 1)
+    if got.equals(want):
+        return  # a CPU that rounds as the recording machine did
+    per_step = got.groupby("step")["sent"].sum(), want.groupby("step")["sent"].sum()
+    assert abs(per_step[0][0] / per_step[1][0] - 1) < 0.005
+    assert abs(got["sent"].sum() / want["sent"].sum() - 1) < 0.03
