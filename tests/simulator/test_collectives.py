@@ -249,7 +249,7 @@ def test_padded_size_rounds_are_the_ring_allgather_of_the_8_byte_sizes():
     spine of each flow is hashed from (src, dst), so a ring the other way round takes other
     spines and, here, other times."""
     p = 8
-    topo = build_topology(cluster(leaf_spine(2, spines=3)), p)
+    topo = build_topology(cluster(leaf_spine(2, spines=3, routing="hash")), p)
 
     def round_ends(key, blocks):
         schedule = get_schedule(key, p)
