@@ -35,7 +35,9 @@ carries flows of two rounds at once: checked while it runs), else the message le
 error). Steps whose sizes and relative start times repeat reuse the earlier result. The
 ``path`` column says which ran (the slowest any part of that world size's step group needed:
 ``"message"``, then ``"round"``, then ``"collective"``); ``info`` counts the steps of each
-path and, as ``round_refused``, the steps the round-level path handed to the message level.
+path and, as ``round_refused``, the steps the round-level path handed to the message level;
+the first step that falls to the message level under ``path = "auto"`` logs one warning per
+:func:`simulate_trace` call, saying where and why.
 
 Columns: ``compute_s``, ``variance_s``, ``codec_s`` are means over ranks, ``decode_s`` the
 slowest rank's; ``step_s`` is the last rank's finish time (after its optimizer step);
