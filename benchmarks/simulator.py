@@ -18,7 +18,9 @@
    synthetic trace, 100 steps, P = 256 and 1024 (targets <= 30 s and <= 60 s; ``auto`` takes
    the round-level path where its run-time check passes), and the largest relative difference
    of step times between ``auto`` and the message level on the first 2 steps at P = 128
-   (``leafspine_p128_auto_vs_message_rel``, target <= 1 %).
+   (``leafspine_p128_auto_vs_message_rel``, target <= 1 %): one spine and 16 hosts per leaf
+   (``leafspine_*``), and two spines (D-mod-K routing) and 8 hosts per leaf
+   (``leafspine2_*``).
 6. ``vgcsim sweep`` of 64 cases (the VGG trace of 3 and 4 on a star: 4 bandwidths x 4
    latencies x P = 8, 16, 32, 64) on a Dask LocalCluster of 2 worker processes and on a
    process pool of 2: the wall time of the whole command, each in a fresh interpreter
@@ -30,6 +32,11 @@
    (``sweep64_dask_over_pool``), and whether both wrote the same rows
    (``sweep64_rows_equal``; target: Dask no slower).
 
+7. ``vgcsim collective 10GbE KEY --sizes-bytes 1e5 --world-size 4096 --engine simulate`` for
+   the ring, Bruck and recursive-doubling allgatherv, each in a fresh interpreter: wall
+   seconds and peak resident memory (``collective_*_p4096_s``, ``..._peak_rss_bytes``;
+   target <= 2 GiB).
+
 Every timed case runs under a wall-clock cap (``--cap-factor`` times its target, or
 ``--limit-s``); a case that does not finish is reported as null with the reason, never as an
 estimate. The traces are synthetic, written to a temporary directory.
@@ -39,6 +46,8 @@ Usage: python benchmarks/simulator.py [--json] [--quick] [--steps N] [--limit-s 
        python benchmarks/simulator.py --only replay [--json]   (figures 3, 4 and 6 only)
        python benchmarks/simulator.py --only message [--json]  (figures 1 and 3 only)
        python benchmarks/simulator.py --only sweep [--json]    (figure 6 only)
+       python benchmarks/simulator.py --only leafspine [--json] (figure 5 only)
+       python benchmarks/simulator.py --only collective [--json] (figure 7 only)
        python benchmarks/simulator.py --profile-ring 64
        python benchmarks/simulator.py --profile-direct 32
        python benchmarks/simulator.py --profile-replay 1024 --steps 100
@@ -327,17 +336,21 @@ def sweep_seconds(config: Path, scheduler: str, out: Path) -> tuple[float, Any]:
     return time.perf_counter() - t0, read_results(out)[0]
 
 
-def leaf_spine_cluster():
-    """10GbE hosts, 16 per leaf, one spine, 4:1 oversubscribed uplinks, ring neighbours spread."""
+def leaf_spine_cluster(hosts_per_leaf: int = 16, spines: int = 1):
+    """10GbE hosts, 16 per leaf, one spine, 4:1 oversubscribed uplinks, ring neighbours spread
+    (several spines: D-mod-K routing, the default)."""
     topo = {
         "kind": "leaf_spine",
-        "hosts_per_leaf": 16,
-        "spines": 1,
+        "hosts_per_leaf": hosts_per_leaf,
+        "spines": spines,
         "oversubscription": 4.0,
         "placement": "spread",
     }
     base = load_cluster("10GbE")
-    return dataclasses.replace(base, name=base.name + "[leaf_spine 4:1 spread]", topology=topo)
+    name = (
+        f"[leaf_spine {hosts_per_leaf}/leaf {spines} spine{'s' if spines > 1 else ''} 4:1 spread]"
+    )
+    return dataclasses.replace(base, name=base.name + name, topology=topo)
 
 
 def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
@@ -364,6 +377,17 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         with tempfile.TemporaryDirectory() as tmp:
             vgg_trace(steps, Path(tmp))
             sweep_cases(cap, Path(tmp) / "vgg", out, reasons, log)
+        out["reasons"] = reasons
+        return out
+
+    if args.only == "leafspine":
+        with tempfile.TemporaryDirectory() as tmp:
+            leafspine_cases(quick, cap, Path(tmp), out, reasons, log)
+        out["reasons"] = reasons
+        return out
+
+    if args.only == "collective":
+        collective_cases(cap, out, reasons, log)
         out["reasons"] = reasons
         return out
 
@@ -407,32 +431,92 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         return out
     with tempfile.TemporaryDirectory() as tmp:
         replay_cases(args, steps, cap, Path(tmp), out, reasons, log)
-        ls_steps = 2 if quick else 100
-        cfg = SynthConfig(layers="resnet50", workers=8, steps=ls_steps, density=0.01, seed=1)
-        trace = read_trace(synth_trace(cfg, Path(tmp) / "resnet50"))
-        cluster = leaf_spine_cluster()
+        leafspine_cases(quick, cap, Path(tmp), out, reasons, log)
+    collective_cases(cap, out, reasons, log)
+    out["reasons"] = reasons
+    return out
+
+
+def leafspine_cases(
+    quick: bool,
+    cap: Callable[[float], float],
+    tmp: Path,
+    out: dict[str, Any],
+    reasons: dict[str, str],
+    log: Callable[[str], None],
+) -> None:
+    """Figure 5 into ``out``: the leaf-spine replays (one spine, and two spines of 8 hosts per
+    leaf routed D-mod-K) and the agreement of ``auto`` with the message level."""
+    ls_steps = 2 if quick else 100
+    cfg = SynthConfig(layers="resnet50", workers=8, steps=ls_steps, density=0.01, seed=1)
+    trace = read_trace(synth_trace(cfg, tmp / "resnet50"))
+    for name, cluster in (
+        ("leafspine", leaf_spine_cluster()),
+        ("leafspine2", leaf_spine_cluster(hosts_per_leaf=8, spines=2)),
+    ):
         for p, target in ((256, 30.0), (1024, 60.0)):
-            key = f"leafspine_p{p}_{ls_steps}steps_s"
+            key = f"{name}_p{p}_{ls_steps}steps_s"
             wall, res, why = capped(
-                cap(target), lambda p=p: replay_seconds(trace, p, "auto", cluster)
+                cap(target), lambda p=p, c=cluster: replay_seconds(trace, p, "auto", c)
             )
             out[key] = wall
             if why:
                 reasons[key] = why
-            log(
-                f"leaf-spine 4:1 spread, {p} ranks x {ls_steps} steps: {wall} s {reasons.get(key, res)}"
-            )
-        key = "leafspine_p128_auto_vs_message_rel"
-        wall, res, why = capped(cap(60.0), lambda: leafspine_agreement(trace, 128, 2, cluster))
+            log(f"{cluster.name}, {p} ranks x {ls_steps} steps: {wall} s {reasons.get(key, res)}")
+        key = f"{name}_p128_auto_vs_message_rel"
+        wall, res, why = capped(cap(60.0), lambda c=cluster: leafspine_agreement(trace, 128, 2, c))
         out[key] = res[0] if res else None
         if why:
             reasons[key] = why
         log(
-            f"leaf-spine 4:1 spread, 128 ranks x 2 steps, auto {res[1] if res else ''} vs message: "
+            f"{cluster.name}, 128 ranks x 2 steps, auto {res[1] if res else ''} vs message: "
             f"largest relative step-time difference {out[key]} ({wall} s) {why}"
         )
-    out["reasons"] = reasons
-    return out
+
+
+COLLECTIVE_KEYS_4096 = ("allgatherv/ring", "allgatherv/bruck", "allgatherv/recursive_doubling")
+
+
+def collective_run(key: str, world_size: int, limit_s: float) -> tuple[float, float, int]:
+    """Wall seconds and peak resident memory (bytes) of ``vgcsim collective 10GbE KEY
+    --sizes-bytes 1e5 --world-size P --engine simulate`` in a fresh interpreter, and its exit
+    status (killed at ``limit_s``)."""
+    command = [sys.executable, "-m", "vgcsim", "collective", "10GbE", key, "--sizes-bytes"]
+    command += ["1e5", "--world-size", str(world_size), "--engine", "simulate"]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = t0 + limit_s
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            proc.kill()
+            pid, status, usage = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    # ru_maxrss is in KiB on Linux
+    return time.perf_counter() - t0, usage.ru_maxrss * 1024.0, proc.returncode
+
+
+def collective_cases(
+    cap: Callable[[float], float],
+    out: dict[str, Any],
+    reasons: dict[str, str],
+    log: Callable[[str], None],
+) -> None:
+    """Figure 7 into ``out``: ``vgcsim collective --engine simulate`` at P = 4096 (seconds and
+    peak memory, target <= 2 GiB) for the ring, Bruck and recursive-doubling allgatherv."""
+    for key in COLLECTIVE_KEYS_4096:
+        name = "collective_" + key.replace("/", "_") + "_p4096"
+        wall, rss, code = collective_run(key, 4096, cap(60.0))
+        ok = code == 0
+        out[name + "_s"] = wall if ok else None
+        out[name + "_peak_rss_bytes"] = rss if ok else None
+        if not ok:
+            reasons[name + "_s"] = f"exit status {code} after {wall:.1f} s"
+        log(f"collective {key} P=4096 --engine simulate: {wall:.1f} s, peak {rss / 2**20:.0f} MiB")
 
 
 def event_rate_figures(quick: bool, out: dict[str, Any], log: Callable[[str], None]) -> None:
@@ -655,11 +739,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        choices=["solver", "replay", "message", "sweep"],
+        choices=["solver", "replay", "message", "sweep", "leafspine", "collective"],
         help="solver: only the event rate and the direct allgatherv cases (with SimGrid's); "
         "replay: only the VGG replays and the sweep; "
         "message: only the event rate and the 64-rank message-level replay; "
-        "sweep: only the 64-case sweep",
+        "sweep: only the 64-case sweep; leafspine: only the leaf-spine replays; "
+        "collective: only `vgcsim collective --engine simulate` at P = 4096",
     )
     parser.add_argument(
         "--profile-ring",

@@ -1,31 +1,68 @@
-"""One collective call on a cluster, simulated at message level, with per-link traffic.
+"""One collective call on a cluster, simulated, with per-link traffic.
 
 :func:`simulate_collective` builds the cluster's topology for P = ``len(sizes_bytes)`` ranks
 (any topology, a ``graph`` included), the schedule of the collective (a key of
-``vgcsim.core.collectives.COLLECTIVE_KEYS``), starts every rank at t = 0 and runs the
-message-level engine (:func:`vgcsim.simulator.engine.run_message`) with a link monitor. The
-result is the time until the last rank has finished, each rank's finish time and a table of
-the links that carried bytes. It is the simulated twin of
+``vgcsim.core.collectives.COLLECTIVE_KEYS``), starts every rank at t = 0 and runs it on the
+fastest exact path: the collective-level recurrence
+(:func:`vgcsim.simulator.engine.run_fast_steps` / :func:`~vgcsim.simulator.engine.run_fast`)
+where no two flows ever share a channel (:func:`~vgcsim.simulator.engine.contention_free`),
+else the message-level engine (:func:`vgcsim.simulator.engine.run_message`) with a link
+monitor, after one warning saying why. The result is the time until the last rank has
+finished, each rank's finish time, the path and a table of the links that carried bytes
+(on the collective-level path a link's busy seconds are the sum of its flows' transfer
+times, its flows never overlapping). It is the simulated twin of
 :func:`vgcsim.models.collectives.collective_time_s`; ``vgcsim.api.collective`` and
 ``vgcsim collective`` offer both.
+
+Memory grows with the schedule's flows (:func:`~vgcsim.simulator.collectives.flow_count`):
+P(P − 1) for a ring, P·⌈log2 P⌉ for Bruck. :func:`memory_estimate_bytes` prices a run from
+that count, and a run whose estimate exceeds the memory available is refused before it
+starts (:func:`vgcsim.core.memory.check_fits`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from vgcsim.simulator.collectives import get_schedule, host_time_s, unit_sizes
-from vgcsim.simulator.engine import Phase, run_message
-from vgcsim.simulator.network import LinkMonitor
-from vgcsim.simulator.topology import build_topology
+from vgcsim.simulator.collectives import (
+    Schedule,
+    doubled_units,
+    flow_count,
+    get_schedule,
+    host_time_s,
+    span_bytes,
+    unit_sizes,
+)
+from vgcsim.simulator.engine import (
+    Phase,
+    RunCache,
+    contention_free,
+    run_fast,
+    run_fast_steps,
+    run_message,
+)
+from vgcsim.simulator.network import MODES, SEMANTICS, LinkMonitor
+from vgcsim.simulator.topology import Topology, build_topology
 
 from vgcsim.core.cluster import ClusterSpec
-from vgcsim.core.errors import ConfigError
+from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.memory import check_fits
+from vgcsim.core.worldsizes import MAX_WORLD_SIZE
 
-__all__ = ["LINK_COLUMNS", "CollectiveRun", "simulate_collective"]
+__all__ = ["LINK_COLUMNS", "CollectiveRun", "memory_estimate_bytes", "simulate_collective"]
+
+log = logging.getLogger(__name__)
+
+#: Bytes a run holds per flow of its schedule, by path, and what any run holds besides
+#: (the interpreter with numpy, pandas, networkx and SimPy imported). Peak RSS of
+#: ``vgcsim collective 10GbE allgatherv/ring --engine simulate`` measured at two world sizes
+#: (docs/simulator.md, "One collective call"), rounded up.
+BYTES_PER_FLOW = {"collective": 64, "message": 1800}
+BASE_BYTES = 200 * 2**20
 
 #: Columns of :attr:`CollectiveRun.links`, one row per directed link that carried bytes.
 LINK_COLUMNS = ("link", "bytes", "busy_s", "utilization")
@@ -46,9 +83,27 @@ class CollectiveRun:
     time_s: float
     finish_s: np.ndarray  # [P] seconds
     links: pd.DataFrame
+    path: str = "message"  # "collective" (contention-free recurrence) or "message"
 
     def __float__(self) -> float:
         return self.time_s
+
+
+def memory_estimate_bytes(key: str, world_size: int, path: str, gpus_per_node: int = 1) -> int:
+    """Peak memory of simulating ``key`` for ``world_size`` ranks on ``path`` (``"collective"``
+    or ``"message"``): ``BASE_BYTES + BYTES_PER_FLOW[path] × flows``, an upper estimate."""
+    flows = flow_count(key, world_size, gpus_per_node)
+    return BASE_BYTES + BYTES_PER_FLOW[path] * flows
+
+
+def _refuse_if_too_big(key: str, p: int, path: str, gpn: int) -> None:
+    check_fits(
+        memory_estimate_bytes(key, p, path, gpn),
+        f"simulating {key} for P = {p} "
+        f"({'every message' if path == 'message' else 'collective level'}, "
+        f"{flow_count(key, p, gpn):,} flows)",
+        "use --engine model or a smaller world size",
+    )
 
 
 def simulate_collective(
@@ -64,23 +119,53 @@ def simulate_collective(
     allreduce needs equal sizes on every rank; allgatherv takes any sizes. ``mode`` and
     ``semantics`` are the network's sharing model and message matching
     (:data:`vgcsim.simulator.network.MODES`, :data:`~vgcsim.simulator.network.SEMANTICS`).
+    P above ``MAX_WORLD_SIZE`` and runs whose memory estimate exceeds the memory available
+    are refused (ConfigError) before anything is built.
     """
     sizes = np.asarray(sizes_bytes, dtype=np.float64)
     if sizes.ndim != 1 or len(sizes) < 1:
         raise ConfigError("sizes_bytes must be a list of per-rank sizes (one per rank)")
     p = len(sizes)
+    if p > MAX_WORLD_SIZE:
+        raise ConfigError(
+            f"world size {p} exceeds the largest supported world size, {MAX_WORLD_SIZE}"
+        )
+    if mode not in MODES:
+        raise unknown_name("network mode", str(mode), MODES)
+    if semantics not in SEMANTICS:
+        raise unknown_name("message semantics", str(semantics), SEMANTICS)
+    gpn = cluster.gpus_per_node
+    _refuse_if_too_big(key, p, "collective", gpn)
     topo = build_topology(cluster, p)
-    schedule = get_schedule(key, p, cluster.gpus_per_node)
-    monitor = LinkMonitor(topo.n_channels)
+    schedule = get_schedule(key, p, gpn)
     units = unit_sizes(schedule, sizes)
-    finish = run_message(
-        [Phase(np.zeros(p), schedule, units, key)],
-        topo,
-        mode=mode,
-        semantics=semantics,
-        gamma_s_per_byte=cluster.link.gamma_s_per_byte,
-        monitor=monitor,
-    )[0]
+    gamma = cluster.link.gamma_s_per_byte
+    cache = RunCache(topo)
+    finish, why = _collective_level(schedule, units, topo, semantics, gamma, cache)
+    if finish is not None:
+        path = "collective"
+        link_bytes, link_busy = _link_use(schedule, units, topo, cache)
+    else:
+        path = "message"
+        log.warning(
+            "%s on this %s topology: %s, so the collective-level path is not exact; "
+            "simulating every message (slower)",
+            key,
+            topo.kind,
+            why,
+        )
+        _refuse_if_too_big(key, p, "message", gpn)
+        monitor = LinkMonitor(topo.n_channels)
+        finish = run_message(
+            [Phase(np.zeros(p), schedule, units, key)],
+            topo,
+            mode=mode,
+            semantics=semantics,
+            gamma_s_per_byte=gamma,
+            monitor=monitor,
+            cache=cache,
+        )[0]
+        link_bytes, link_busy = monitor.bytes, monitor.busy_s
     # the padded allgatherv's host copies after the transfers (0 unless the link has them)
     link = cluster.link
     finish = finish + host_time_s(
@@ -92,15 +177,88 @@ def simulate_collective(
         padded_share=link.allgatherv_host_padded_share,
     )
     time_s = float(finish.max())
-    used = monitor.bytes > 0
-    busy = monitor.busy_s[used]
+    used = link_bytes > 0
+    busy = link_busy[used]
     links = pd.DataFrame(
         {
             "link": np.asarray(topo.channel_names, dtype=object)[used],
-            "bytes": monitor.bytes[used],
+            "bytes": link_bytes[used],
             "busy_s": busy,
             "utilization": busy / time_s if time_s > 0 else np.zeros(len(busy)),
         },
         columns=list(LINK_COLUMNS),
     )
-    return CollectiveRun(key, cluster.name, topo.kind, p, time_s, finish, links)
+    return CollectiveRun(key, cluster.name, topo.kind, p, time_s, finish, links, path)
+
+
+def _collective_level(
+    schedule: Schedule,
+    units: np.ndarray,
+    topo: Topology,
+    semantics: str,
+    gamma: float,
+    cache: RunCache,
+) -> tuple[np.ndarray | None, str]:
+    """Each rank's finish time on the collective-level path where it is exact, else None
+    and the reason.
+
+    Rounds that are all permutations (ring, Bruck, recursive doubling) go through
+    :func:`run_fast_steps`, which makes each round's tables on the fly (no [rounds, P]
+    matrices); others through :func:`run_fast`, with its overlap check where eager
+    messages into one rank could overlap."""
+    verdict = contention_free([schedule], topo, cache=cache)
+    if verdict is None:
+        return None, "flows share links"
+    p = topo.world_size
+    checked = semantics == "eager" and verdict == "dst"
+    if not checked and cache.tables(schedule).all_permutations:
+        fin = run_fast_steps(
+            [schedule],
+            [np.zeros((1, p))],
+            [units[None, :]],
+            topo,
+            semantics=semantics,
+            gamma_s_per_byte=gamma,
+            cache=cache,
+        )
+        return fin[0, 0], ""  # not None: every round is a permutation
+    fin = run_fast(
+        [Phase(np.zeros(p), schedule, units, schedule.key)],
+        topo,
+        semantics=semantics,
+        gamma_s_per_byte=gamma,
+        check_overlap=checked,
+        cache=cache,
+    )
+    if fin is None:
+        return None, "eager messages into one rank overlap"
+    return fin[0], ""
+
+
+def _link_use(
+    schedule: Schedule, units: np.ndarray, topo: Topology, cache: RunCache
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes and busy seconds per channel on the collective-level path: every flow crosses
+    its route's channels at the route's bandwidth, alone, so a channel's busy time is the
+    sum of its flows' ``bytes / bandwidth``."""
+    p = topo.world_size
+    pairs = cache.tables(schedule).pairs  # sorted by src * P + dst
+    codes = pairs[:, 0] * p + pairs[:, 1]
+    routes = [topo.route(a, b) for a, b in pairs.tolist()]
+    bw = np.array([r.bandwidth_Bps for r in routes])
+    pair_bytes = np.zeros(len(pairs))
+    pair_busy = np.zeros(len(pairs))
+    v = units if schedule.unit_order is None else units[schedule.unit_order]
+    doubled, sums = doubled_units(v)
+    for rnd in schedule.rounds:
+        fb = span_bytes(doubled, sums, rnd.lo, rnd.count)
+        j = np.searchsorted(codes, rnd.src * p + rnd.dst)
+        np.add.at(pair_bytes, j, fb)
+        np.add.at(pair_busy, j, fb / bw[j])
+    lengths = np.array([len(r.channels) for r in routes], dtype=np.int64)
+    chans = np.fromiter((c for r in routes for c in r.channels), dtype=np.int64)
+    link_bytes = np.zeros(topo.n_channels)
+    link_busy = np.zeros(topo.n_channels)
+    np.add.at(link_bytes, chans, np.repeat(pair_bytes, lengths))
+    np.add.at(link_busy, chans, np.repeat(pair_busy, lengths))
+    return link_bytes, link_busy

@@ -53,6 +53,7 @@ __all__ = [
     "Round",
     "Schedule",
     "doubled_units",
+    "flow_count",
     "get_schedule",
     "host_time_s",
     "padded_data_schedule",
@@ -220,8 +221,13 @@ def padded_data_schedule(p: int) -> Schedule:
 def _ag_direct(p: int, gpn: int) -> Schedule:
     if p == 1:
         return Schedule("allgatherv/direct", p, (), p, False)
-    flows = [(i, j, i, 1) for i in range(p) for j in range(p) if i != j]
-    return Schedule("allgatherv/direct", p, (_round(flows),), p, False)
+    # rank i sends its block to every j != i, i outer and j ascending (numpy, not a list
+    # of P(P - 1) tuples)
+    flow = np.arange(p * (p - 1), dtype=np.int64)
+    src, k = np.divmod(flow, p - 1)
+    dst = k + (k >= src)
+    rnd = Round(src, dst, src.copy(), np.ones(len(flow), dtype=np.int64))
+    return Schedule("allgatherv/direct", p, (rnd,), p, False)
 
 
 def _ag_bruck(p: int, gpn: int) -> Schedule:
@@ -403,6 +409,32 @@ COLLECTIVES: dict[str, Callable[[int, int], Schedule]] = {
     "allgatherv/padded": _ag_padded,
 }
 assert set(COLLECTIVES) == set(COLLECTIVE_KEYS)
+
+
+def flow_count(key: str, world_size: int, gpus_per_node: int = 1) -> int:
+    """How many flows the schedule of ``key`` for ``world_size`` ranks has, without building
+    it (what a run's memory grows with; ``tests/simulator/test_collectives.py`` checks it
+    against every built schedule). p' = largest power of two ≤ P, r = P − p'."""
+    if key not in COLLECTIVES:
+        raise unknown_name("collective", key, COLLECTIVES)
+    p = int(world_size)
+    q = _pow2_below(p) if p >= 1 else 0
+    r, log_q = p - q, q.bit_length() - 1
+    if key in ("allgatherv/ring", "allgatherv/direct"):
+        return p * (p - 1)
+    if key in ("allgatherv/padded", "allreduce/ring"):
+        return 2 * p * (p - 1)
+    if key == "allgatherv/bruck":
+        return p * (p - 1).bit_length()  # ⌈log2 P⌉ rounds of P flows
+    if key in ("allgatherv/recursive_doubling", "allreduce/recursive_doubling"):
+        return q * log_q + 2 * r
+    if key == "allreduce/rabenseifner":
+        return 2 * q * log_q + 2 * r
+    if key == "allreduce/binomial_tree":
+        return 2 * (p - 1)
+    g = max(1, min(gpus_per_node, p))  # allreduce/hierarchical
+    nodes = -(-p // g)
+    return 2 * (p - nodes) + 2 * nodes * (nodes - 1)
 
 
 @functools.lru_cache(maxsize=256)

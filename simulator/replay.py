@@ -35,7 +35,9 @@ carries flows of two rounds at once: checked while it runs), else the message le
 error). Steps whose sizes and relative start times repeat reuse the earlier result. The
 ``path`` column says which ran (the slowest any part of that world size's step group needed:
 ``"message"``, then ``"round"``, then ``"collective"``); ``info`` counts the steps of each
-path and, as ``round_refused``, the steps the round-level path handed to the message level.
+path and, as ``round_refused``, the steps the round-level path handed to the message level;
+the first step that falls to the message level under ``path = "auto"`` logs one warning per
+:func:`simulate_trace` call, saying where and why.
 
 Columns: ``compute_s``, ``variance_s``, ``codec_s`` are means over ranks, ``decode_s`` the
 slowest rank's; ``step_s`` is the last rank's finish time (after its optimizer step);
@@ -95,6 +97,7 @@ __all__ = [
     "PATHS",
     "SimulateConfig",
     "StepTimeline",
+    "replay_units",
     "simulate_trace",
 ]
 
@@ -209,6 +212,23 @@ class _Outcome:
 
 
 @dataclass
+class _Notice:
+    """Says once per replay that steps fell back to the message level, and why."""
+
+    said: bool = False
+
+    def fell_back(self, where: str, why: str) -> None:
+        if not self.said:
+            self.said = True
+            log.warning(
+                "%s: %s; those steps run at message level, much slower (said once per run; "
+                "the result header's options.paths_run counts the steps of each path)",
+                where,
+                why,
+            )
+
+
+@dataclass
 class _Runner:
     """Runs steps of one (world size, method) with memoization and the path choice."""
 
@@ -216,6 +236,9 @@ class _Runner:
     cfg: SimulateConfig
     gamma_s_per_byte: float
     cache: RunCache
+    label: str = ""
+    notice: _Notice = field(default_factory=_Notice)
+    progress: Callable[[int], None] | None = None
     memo: dict[Any, _Outcome] = field(default_factory=dict)
     verdicts: dict[tuple[str, ...], str | None] = field(default_factory=dict)
     counts: dict[str, int] = field(
@@ -273,6 +296,10 @@ class _Runner:
                 )
             ]
             self.memo[keys[i]] = self._run(phases)
+            if self.progress is not None:
+                self.progress(1)
+        if self.progress is not None and n > len(todo):
+            self.progress(n - len(todo))
         finish = np.empty((n, len(block.schedules), self.topology.world_size))
         paths = []
         for i, key in enumerate(keys):
@@ -330,6 +357,18 @@ class _Runner:
             fin = self._rounds(phases)
             if fin is not None:
                 return _Outcome(fin, "round")
+        if cfg.path == "auto":
+            where = (
+                f"{self.label} steps at P = {self.topology.world_size} on this {self.topology.kind}"
+            )
+            if cfg.mode != "fair":
+                why = f"the round-level path models fair sharing, not mode = {cfg.mode!r}"
+            else:
+                why = (
+                    "flows share links and the round-level path is not exact (a rank ran "
+                    "ahead into a link that an earlier round's flow still uses)"
+                )
+            self.notice.fell_back(where, why)
         fin = run_message(
             phases,
             self.topology,
@@ -670,6 +709,11 @@ def simulate_trace(
     every world size up to ``timeline_max_ranks`` (all when None; a timeline of a 1024-rank
     ring allreduce holds millions of flows), and ``info`` (how many steps ran on each path,
     per world size).
+
+    ``progress``, if given, is called with the number of steps done as they finish, each
+    variant's step counted apart: ``len(world_sizes) × steps × variants`` in all (variants:
+    ``len(cfg.dense_encodings) + 1``; :func:`replay_units`). When steps fall back to the
+    message level under ``path = "auto"``, one warning per call says where and why.
     """
     rows: list[dict[str, Any]] = []
     timelines: list[StepTimeline] = []
@@ -680,10 +724,13 @@ def simulate_trace(
     labels = [_label(m, e) for m, e in variants]
     gamma = cluster.link.gamma_s_per_byte
     host = (cluster.link.allgatherv_host_s_per_byte, cluster.link.allgatherv_host_s_per_byte_table)
+    notice = _Notice()
     for p in world_sizes:
         ws = _world_size(trace, cluster, int(p), cfg, buckets)
         cache = RunCache(ws.topology)
-        runners = {lab: _Runner(ws.topology, cfg, gamma, cache) for lab in labels}
+        runners = {
+            lab: _Runner(ws.topology, cfg, gamma, cache, lab, notice, progress) for lab in labels
+        }
         per_step: dict[str, list[dict[str, Any]]] = {lab: [] for lab in labels}
         want_timeline = _timeline_steps(ws, timeline_steps)
         draw = timeline_max_ranks is None or ws.p <= timeline_max_ranks
@@ -715,12 +762,17 @@ def simulate_trace(
                                     ws, plan, cfg=cfg, gamma=gamma, method=label, t=t, cache=cache
                                 )
                             )
-            if progress is not None:
-                progress(steps.stop - steps.start)
         info[str(ws.p)] = {lab: dict(runners[lab].counts) for lab in labels}
         rows.extend(_rows(trace, cluster, ws.p, cfg, variants, ws.inputs.device, per_step))
     df = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
     return df, timelines, info
+
+
+def replay_units(cfg: SimulateConfig, world_sizes: Sequence[int], n_steps: int) -> int:
+    """How many units :func:`simulate_trace` reports through ``progress`` for ``n_steps``
+    trace steps (before ``max_steps``): one per step, variant and world size."""
+    steps = min(n_steps, cfg.max_steps) if cfg.max_steps else n_steps
+    return len(world_sizes) * steps * (len(cfg.dense_encodings) + 1)
 
 
 def _label(method: str, encoding: str) -> str:

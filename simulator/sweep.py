@@ -8,6 +8,7 @@ A sweep file (TOML) names the factors and the replay options::
     world_sizes = [8, 16, 64]                  # or "8:64:x2" (vgcsim.core.worldsizes); default 2:1024:x2
     bandwidths = ["10Gbps", "100Gbps"]         # optional: replaces the base link's bandwidth
     latencies = ["2us", "20us"]                # optional: replaces the base link's latency
+                                               # (a graph's links: scaled by the same ratio)
     topologies = [{kind = "star"}, {kind = "leaf_spine", hosts_per_leaf = 8, oversubscription = 4.0}]
     compute = ""                               # optional: "model" | "trace" overrides the cluster's
     processes = 0                              # worker processes; 0 = one per CPU
@@ -23,6 +24,12 @@ changed, so dense and compressed rows of one variant compare with each other, an
 carries its factors as columns of their own (``FACTOR_COLUMNS`` of vgcsim.core.results:
 ``trace_path``, ``bandwidth_Bps``, ``latency_s``, ``topology_spec``) beside ``world_size`` and
 ``topology`` (the kind).
+
+A ``graph`` topology prices its own links (the simulator routes over them; the closed-form
+models see only ``cluster.link``): a bandwidth or latency factor multiplies every graph
+link's bandwidth or latency by the factor's ratio to the base link's, so predict and simulate
+move together, and ``topology_spec`` holds the graph as given. A latency factor on a base
+link of latency 0 is refused for a graph (no ratio).
 
 Where the jobs run (``SCHEDULERS``, or a Dask scheduler address):
 
@@ -68,7 +75,7 @@ import functools
 import itertools
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,6 +163,9 @@ class SweepJob:
     cluster: ClusterSpec
     world_size: int
     factors: tuple[tuple[str, str], ...]
+    #: the topology as the sweep gives it (a graph before its links are scaled), for the
+    #: ``topology_spec`` column; None: the cluster's
+    topology_spec: Mapping[str, Any] | None = None
 
 
 def check_scheduler(scheduler: str) -> str:
@@ -181,7 +191,22 @@ def load_sweep(path: str | Path) -> SweepFile:
     return config_from_dict(SweepFile, data)
 
 
-def _variant(base: ClusterSpec, bw: Any, lat: Any, topo: dict | None) -> tuple[ClusterSpec, list]:
+def _scaled_graph(topology: Mapping[str, Any], bw_ratio: float, lat_ratio: float) -> dict:
+    """A graph topology with every link's payload bandwidth multiplied by ``bw_ratio`` and
+    its latency by ``lat_ratio`` (inline links, efficiency 1: the payload rate as given)."""
+    spec = parse_topology(topology)
+    links = [
+        {"a": a, "b": b, "bandwidth_Bps": bw * bw_ratio, "latency_s": lat * lat_ratio}
+        for a, b, bw, lat in spec.links
+    ]
+    return {"kind": "graph", "hosts": list(spec.hosts), "links": links}
+
+
+def _variant(
+    base: ClusterSpec, bw: Any, lat: Any, topo: dict | None
+) -> tuple[ClusterSpec, list, Mapping[str, Any] | None]:
+    """The cluster of one factor combination, its factors, and the topology as given where
+    the cluster's differs from it (a graph whose links the factors scaled)."""
     link = base.link
     factors: list[tuple[str, str]] = []
     if bw is not None:
@@ -196,8 +221,20 @@ def _variant(base: ClusterSpec, bw: Any, lat: Any, topo: dict | None) -> tuple[C
         topology = dict(topo)
         params = ",".join(f"{k}={v}" for k, v in topo.items() if k != "kind")
         factors.append(("topology", f"{topo['kind']}({params})" if params else str(topo["kind"])))
+    given = None
+    if topology and topology.get("kind") == "graph" and (bw is not None or lat is not None):
+        # a graph's own links carry the traffic the simulator sees (predict prices
+        # ``cluster.link``): they move with the factors, by the same ratio as the base link
+        if lat is not None and base.link.latency_s == 0 and link.latency_s != 0:
+            raise ConfigError(
+                "a latency factor scales a graph's link latencies by new / base latency, "
+                f"and the base cluster {base.name!r} has latency 0; give the base link a latency"
+            )
+        lat_ratio = link.latency_s / base.link.latency_s if base.link.latency_s else 1.0
+        given = topology
+        topology = _scaled_graph(topology, link.bandwidth_Bps / base.link.bandwidth_Bps, lat_ratio)
     name = base.name + ("[" + ";".join(f"{k}={v}" for k, v in factors) + "]" if factors else "")
-    return dataclasses.replace(base, name=name, link=link, topology=topology), factors
+    return dataclasses.replace(base, name=name, link=link, topology=topology), factors, given
 
 
 def expand_factors(cfg: SweepConfig) -> list[SweepJob]:
@@ -212,8 +249,10 @@ def expand_factors(cfg: SweepConfig) -> list[SweepJob]:
         _variant(base, bw, lat, topo) for bw, lat, topo in itertools.product(bws, lats, topos)
     ]
     jobs = []
-    for trace, (cluster, factors), p in itertools.product(cfg.traces, variants, cfg.world_sizes):
-        jobs.append(SweepJob(str(trace), cluster, int(p), tuple(factors)))
+    for trace, (cluster, factors, given), p in itertools.product(
+        cfg.traces, variants, cfg.world_sizes
+    ):
+        jobs.append(SweepJob(str(trace), cluster, int(p), tuple(factors), given))
     return jobs
 
 
@@ -264,7 +303,9 @@ def run_job(job: SweepJob, sim: SimulateConfig) -> pd.DataFrame:
         trace_path=job.trace,
         bandwidth_Bps=float(job.cluster.link.bandwidth_Bps),
         latency_s=float(job.cluster.link.latency_s),
-        topology_spec=json.dumps(dict(job.cluster.topology or {}), sort_keys=True, default=str),
+        topology_spec=json.dumps(
+            dict(job.topology_spec or job.cluster.topology or {}), sort_keys=True, default=str
+        ),
     )
 
 

@@ -36,7 +36,15 @@ Kinds (rank ``i`` lives on host ``h{i}``):
 
 Routing: minimum hop count. Among equal-cost next hops we pick deterministically per flow
 (a CRC32 of source, destination and hop index chooses among the sorted candidates), the way a
-switch hashes a flow's 5-tuple: equal-cost multipath without randomness.
+switch hashes a flow's 5-tuple: equal-cost multipath without randomness. A leaf-spine routes
+by ``routing``: ``"dmodk"`` (default) takes, among the sorted spines, the one numbered by the
+destination host's number modulo the spine count — D-mod-K, the deterministic routing of
+InfiniBand fat trees (Zahavi et al., "Optimized InfiniBand fat-tree routing for shift
+all-to-all communication patterns", 2010), where a host's number counts leaf by leaf
+(``leaf × hosts_per_leaf + slot``); every leaf's flows of a shift pattern (ring, Bruck,
+recursive doubling) then split evenly over the spines when ``spines`` divides
+``hosts_per_leaf``. ``"hash"`` is the per-flow CRC32 rule above: few flows per leaf can
+then crowd one spine while another idles.
 """
 
 from __future__ import annotations
@@ -99,6 +107,8 @@ class Topology:
     channel_names: list[str]
     capacity_Bps: np.ndarray
     latency_s: np.ndarray
+    #: D-mod-K number of each host node where the topology routes by it (else None)
+    dmodk_number: dict[str, int] | None = None
     _dist: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
     _routes: dict[tuple[int, int], Route] = field(default_factory=dict, repr=False)
 
@@ -147,7 +157,10 @@ class Topology:
             else:
                 nxt = sorted(n for n in self.graph.neighbors(node) if hops(n, -1) == here - 1)
             if len(nxt) > 1:
-                pick = zlib.crc32(f"{src}>{dst}#{hop}".encode()) % len(nxt)
+                if self.dmodk_number is not None:
+                    pick = self.dmodk_number[target] % len(nxt)
+                else:
+                    pick = zlib.crc32(f"{src}>{dst}#{hop}".encode()) % len(nxt)
                 step = nxt[pick]
             else:
                 step = nxt[0]
@@ -194,9 +207,16 @@ def _build_leaf_spine(
     leaves = -(-p // spec.hosts_per_leaf)
     hosts = _hosts(p)
     link = cluster.link
+    number = {}
     for rank, h in enumerate(hosts):
-        leaf = rank // spec.hosts_per_leaf if spec.placement == "packed" else rank % leaves
+        if spec.placement == "packed":
+            leaf, slot = divmod(rank, spec.hosts_per_leaf)
+        else:
+            slot, leaf = divmod(rank, leaves)
+        number[h] = leaf * spec.hosts_per_leaf + slot
         _edge(g, h, f"leaf{leaf}", link.payload_Bps, link.latency_s / 2)
+    if spec.routing == "dmodk":
+        g.graph["dmodk_number"] = number
     uplink_Bps = spec.hosts_per_leaf * link.payload_Bps / (spec.oversubscription * spec.spines)
     if leaves > 1:
         for leaf in range(leaves):
@@ -327,4 +347,5 @@ def build_topology(cluster: ClusterSpec, world_size: int) -> Topology:
         channel_names=names,
         capacity_Bps=np.asarray(caps, dtype=float),
         latency_s=np.asarray(lats, dtype=float),
+        dmodk_number=graph.graph.get("dmodk_number"),
     )

@@ -227,13 +227,15 @@ def collective(
     (``{"base": "10GbE", "topology": {"kind": "graph", ...}}``) or a ``ClusterSpec``; any
     topology, a graph included. ``key``: one of ``vgcsim.core.collectives.COLLECTIVE_KEYS``
     (``"allreduce/ring"``, ``"allgatherv/bruck"``, ...). ``sizes_bytes``: one size per rank,
-    so P = ``len(sizes_bytes)``; allreduce needs equal sizes.
+    so P = ``len(sizes_bytes)`` (at most ``vgcsim.core.worldsizes.MAX_WORLD_SIZE``, as in
+    every command); allreduce needs equal sizes.
 
     ``engine="model"``: the closed form (:func:`vgcsim.models.collectives.collective_time_s`,
     α-β-γ of the cluster's link on a non-blocking fabric; the topology is not priced).
-    ``engine="simulate"``: the message-level simulation on the cluster's topology
+    ``engine="simulate"``: the simulation on the cluster's topology
     (:func:`vgcsim.simulator.call.simulate_collective`, ``mode`` and ``semantics`` of the
-    network). Returns the seconds as a float; with ``detail=True`` (simulate only) the
+    network; the collective-level path where it is exact, else every message; a run whose
+    memory estimate exceeds the memory available is refused up front). Returns the seconds as a float; with ``detail=True`` (simulate only) the
     :class:`vgcsim.simulator.call.CollectiveRun`: ``time_s``, each rank's ``finish_s`` and
     ``links``, a DataFrame of the bytes, busy seconds and utilization of every link used.
     """
@@ -242,6 +244,7 @@ def collective(
     from vgcsim.core.cluster import ClusterSpec, cluster_from_dict
     from vgcsim.core.collectives import COLLECTIVE_KEYS
     from vgcsim.core.errors import ConfigError, unknown_name
+    from vgcsim.core.worldsizes import MAX_WORLD_SIZE
 
     engines = ("model", "simulate")
     if engine not in engines:
@@ -262,6 +265,10 @@ def collective(
         raise ConfigError("sizes_bytes must be numbers, one per rank") from None
     if sizes.ndim != 1 or len(sizes) < 1:
         raise ConfigError("sizes_bytes must be a non-empty list with one size per rank")
+    if len(sizes) > MAX_WORLD_SIZE:
+        raise ConfigError(
+            f"world size {len(sizes)} exceeds the largest supported world size, {MAX_WORLD_SIZE}"
+        )
     if not np.all(np.isfinite(sizes)) or np.any(sizes < 0):
         raise ConfigError("sizes_bytes must be finite and >= 0")
     if key.startswith("allreduce/") and np.any(sizes != sizes[0]):

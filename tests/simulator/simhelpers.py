@@ -38,6 +38,7 @@ def leaf_spine(
     spines: int = 1,
     oversubscription: float = 4.0,
     placement: str = "spread",
+    routing: str = "dmodk",
 ) -> dict:
     """A leaf-spine topology spec (ranks dealt round-robin over the leaves when ``spread``)."""
     return {
@@ -46,6 +47,7 @@ def leaf_spine(
         "spines": spines,
         "oversubscription": oversubscription,
         "placement": placement,
+        "routing": routing,
     }
 
 

@@ -39,3 +39,16 @@ def test_agreement_figure_compares_auto_with_the_message_level(bench):
     assert paths == ["round"] and rel <= 1e-12
     rel, paths = bench.leafspine_agreement(trace, 32, 2, bench.leaf_spine_cluster())
     assert paths == ["message", "round"] and rel <= 1e-12
+
+
+def test_the_two_spine_leaf_spine_splits_each_leafs_ring_flows_evenly(bench):
+    """leafspine2_*: 8 hosts per leaf, 2 spines, D-mod-K: at P = 64 (8 leaves) every uplink
+    carries 4 of its leaf's 8 ring hops, at a quarter of a leaf's 8 host links (4:1, 2 spines)."""
+    topo = build_topology(bench.leaf_spine_cluster(hosts_per_leaf=8, spines=2), 64)
+    host = topo.capacity_Bps[topo.route(0, 1).channels[0]]
+    per_uplink: dict[int, int] = {}
+    for r in range(64):
+        up = topo.route(r, (r + 1) % 64).channels[1]
+        per_uplink[up] = per_uplink.get(up, 0) + 1
+        assert topo.capacity_Bps[up] == pytest.approx(8 * host / (4 * 2), rel=1e-12)
+    assert sorted(per_uplink.values()) == [4] * 16

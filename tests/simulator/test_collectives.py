@@ -249,7 +249,7 @@ def test_padded_size_rounds_are_the_ring_allgather_of_the_8_byte_sizes():
     spine of each flow is hashed from (src, dst), so a ring the other way round takes other
     spines and, here, other times."""
     p = 8
-    topo = build_topology(cluster(leaf_spine(2, spines=3)), p)
+    topo = build_topology(cluster(leaf_spine(2, spines=3, routing="hash")), p)
 
     def round_ends(key, blocks):
         schedule = get_schedule(key, p)
@@ -305,3 +305,16 @@ def test_doubled_units_work_along_the_last_axis_of_stacked_rounds():
     doubled, sums = doubled_units(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
     assert doubled.tolist() == [[1, 2, 3, 1, 2, 3], [4, 5, 6, 4, 5, 6]]
     assert sums.tolist() == [[0, 1, 3, 6, 7, 9, 12], [0, 4, 9, 15, 19, 24, 30]]
+
+
+@pytest.mark.parametrize("key", sorted(COLLECTIVE_KEYS))
+def test_flow_count_is_the_built_schedules_number_of_flows(key):
+    """flow_count (what memory estimates use, without building a schedule) equals the flows
+    of the schedule built for every P up to 40, powers of two and not, and 1 to 8 GPUs per
+    node (hierarchical)."""
+    from vgcsim.simulator.collectives import flow_count
+
+    for p in [*range(1, 41), 64, 100]:
+        for gpn in (1, 3, 4, 8):
+            built = sum(len(r.src) for r in get_schedule(key, p, gpn).rounds)
+            assert flow_count(key, p, gpn) == built, (p, gpn)

@@ -265,8 +265,8 @@ def test_replay_in_one_step_blocks_equals_the_replay_at_once(tmp_path, monkeypat
     """Invariant: how the steps are cut into blocks does not change anything. A 3-step trace
     on 2 ranks replayed with blocks of at most 3 values (one step of 2 ranks each: 3 // 2)
     gives the same table, the same path counts and one timeline per variant for the asked
-    step 0 (not one per block), as the replay in one block; progress reports 1 step per
-    block, 3 in all. Blocks of 2 steps then 1 (4 values) give the same again. Every timeline span of a collective is named after its variant."""
+    step 0 (not one per block), as the replay in one block; progress reports every step of
+    every variant once, 3 x variants in all, however the blocks are cut. Blocks of 2 steps then 1 (4 values) give the same again. Every timeline span of a collective is named after its variant."""
     cfg_t = SynthConfig(layers="vgg_like", workers=2, steps=3, density=0.01, seed=1)
     trace = read_trace(synth_trace(cfg_t, tmp_path / "t"))
     cfg = SimulateConfig(per_step=True)
@@ -281,7 +281,6 @@ def test_replay_in_one_step_blocks_equals_the_replay_at_once(tmp_path, monkeypat
     df0, tls0, info0, calls0 = replay()
     monkeypatch.setattr(replay_module, "_BLOCK_VALUES", 3)
     df1, tls1, info1, calls1 = replay()
-    assert calls0 == [3] and calls1 == [1, 1, 1]
     pd.testing.assert_frame_equal(df1, df0)
     assert info1 == info0
     variants = sorted(info0["2"])  # one label per replayed variant
@@ -289,7 +288,9 @@ def test_replay_in_one_step_blocks_equals_the_replay_at_once(tmp_path, monkeypat
     assert sorted(t.method for t in tls1) == sorted(t.method for t in tls0) == variants
     monkeypatch.setattr(replay_module, "_BLOCK_VALUES", 4)  # blocks of 2 steps, then 1
     df2, tls2, info2, calls2 = replay()
-    assert calls2 == [2, 1] and info2 == info0 and len(tls2) == len(tls0)
+    assert info2 == info0 and len(tls2) == len(tls0)
+    assert sum(calls0) == sum(calls1) == sum(calls2) == 3 * len(variants)
+    assert len(calls1) >= 3 * len(variants) // 2  # one-step blocks: reported step by step
     pd.testing.assert_frame_equal(df2, df0)
     for tl in tls0 + tls1:
         named = [s.name for s in tl.spans if s.name not in ("forward", "backward")]

@@ -145,12 +145,18 @@ def test_equal_sizes_on_a_spread_leaf_spine_equal_the_message_level(key, semanti
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("semantics", ("rendezvous", "eager"))
-@pytest.mark.parametrize("fabric", ("spread", "packed", "dumbbell", "star"))
+@pytest.mark.parametrize(
+    "fabric", ("spread", "packed", "dumbbell", "star", "2 spines dmodk", "2 spines hash")
+)
 def test_wherever_the_check_passes_the_result_is_the_message_levels(fabric, semantics, seed):
     # random sizes and ready times, two phases back to back: whatever run_rounds returns
     # must equal the message level; where it refuses, rounds really did overlap
     p = 8
-    cl = {"dumbbell": _dumbbell(p), "star": cluster()}.get(fabric) or _leaf_spine(fabric)
+    two = {
+        f"2 spines {r}": cluster(leaf_spine(2, spines=2, routing=r), latency_s=LINK_LAT)
+        for r in ("dmodk", "hash")
+    }
+    cl = {"dumbbell": _dumbbell(p), "star": cluster(), **two}.get(fabric) or _leaf_spine(fabric)
     topo = build_topology(cl, p)
     rng = np.random.default_rng(seed)
     cache = RoundCache(topo)
@@ -252,6 +258,25 @@ def test_the_replay_takes_the_round_path_where_it_is_exact_and_says_so():
     assert info["16"]["compressed"]["round_refused"] == 0
     for frame in (auto, forced):
         np.testing.assert_allclose(frame["step_s"], msg["step_s"], rtol=1e-12)
+
+
+def test_a_two_spine_leaf_spine_replays_at_round_level_as_the_message_level():
+    # 2 spines, 8 hosts per leaf, 4:1, spread, P = 32 (4 leaves): D-mod-K sends 4 of each
+    # leaf's 8 ring flows through each spine, and every leaf holds ranks of one trace worker,
+    # so each uplink's flows stay in step: every step at round level, equal to the message
+    # level to rounding. Hashed per flow, the spines get uneven shares, ranks of one leaf
+    # drift apart and the compressed steps go to the message level.
+    trace = read_trace("tests/data/sample_trace")
+    kw = {"max_steps": 2, "per_step": True}
+    dmodk = cluster(leaf_spine(8, spines=2), latency_s=LINK_LAT)
+    auto, _, info = simulate_trace(trace, dmodk, [32], SimulateConfig(path="auto", **kw))
+    msg, _, _ = simulate_trace(trace, dmodk, [32], SimulateConfig(path="message", **kw))
+    assert set(auto["path"]) == {"round"}
+    assert info["32"]["compressed"]["round_refused"] == 0
+    np.testing.assert_allclose(auto["step_s"], msg["step_s"], rtol=1e-12)
+    hashed = cluster(leaf_spine(8, spines=2, routing="hash"), latency_s=LINK_LAT)
+    _, _, info = simulate_trace(trace, hashed, [32], SimulateConfig(path="auto", max_steps=1))
+    assert info["32"]["compressed"]["round_refused"] == 1
 
 
 def test_forcing_the_round_path_where_it_is_not_exact_is_an_error():

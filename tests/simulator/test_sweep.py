@@ -734,3 +734,56 @@ def test_a_sweep_on_a_users_cluster_logs_it_and_cuts_tasks_for_its_threads(
     assert cut == [1]
     assert f"sweep: 3 jobs on Dask scheduler {address}" in caplog.messages
     pd.testing.assert_frame_equal(table, pool)
+
+
+def _graph_star(p: int, half_latency: str) -> dict:
+    """p hosts on one switch node, each cable a 10GbE link (its framing) of half the latency
+    (host -> switch -> host = the 10GbE preset's α): the closed form's star, as a graph."""
+    hosts = [f"h{i}" for i in range(p)]
+    links = [{"a": h, "b": "sw", "preset": "10GbE", "latency": half_latency} for h in hosts]
+    return {"kind": "graph", "hosts": hosts, "links": links}
+
+
+def test_a_bandwidth_or_latency_factor_moves_a_graphs_links_as_predict_moves(traces):
+    """On a graph topology predict prices ``cluster.link`` and simulate the graph's own links:
+    a sweep factor scales both, so the closed form and the simulation of a ring allreduce on
+    a 4-host graph star agree at every factor value as they agree at the base, and the
+    ``topology_spec`` column keeps the graph as given."""
+    import json
+
+    from vgcsim.simulator.sweep import run_job
+
+    from vgcsim import api
+    from vgcsim.core.cluster import load_cluster
+
+    alpha = load_cluster("10GbE").link.latency_s
+    graph = _graph_star(4, f"{alpha / 2}s")
+    cfg = SweepConfig(
+        traces=(traces[0],),
+        world_sizes=(4,),
+        bandwidths=("1Gbps", "10Gbps", "40Gbps"),
+        latencies=("2us", "50us"),
+        topologies=(graph,),
+    )
+    jobs = expand_factors(cfg)
+    assert len(jobs) == 6
+    seen = set()
+    for job in jobs:
+        model = api.collective(job.cluster, "allreduce/ring", [4e6] * 4, engine="model")
+        sim = api.collective(job.cluster, "allreduce/ring", [4e6] * 4, engine="simulate")
+        assert sim == pytest.approx(model, rel=1e-9), job.cluster.name
+        seen.add(round(model, 12))
+    assert len(seen) == 6  # every factor value moved both
+    row = run_job(jobs[0], SimulateConfig(max_steps=1))
+    assert set(row["topology_spec"]) == {json.dumps(graph, sort_keys=True)}
+
+
+def test_a_latency_factor_on_a_graph_needs_a_base_latency(traces, tmp_path):
+    base = tmp_path / "zero.toml"
+    base.write_text('base = "10GbE"\n[link]\npreset = "10GbE"\nlatency = "0s"\n')
+    graph = _graph_star(2, "1us")
+    cfg = SweepConfig(
+        traces=(traces[0],), cluster=str(base), latencies=("5us",), topologies=(graph,)
+    )
+    with pytest.raises(ConfigError, match="latency 0"):
+        expand_factors(cfg)

@@ -38,7 +38,7 @@ def test_leaf_spine_oversubscription_sets_uplink_bandwidth():
 
 
 def test_leaf_spine_ecmp_is_deterministic_and_uses_several_spines():
-    spec = {"kind": "leaf_spine", "hosts_per_leaf": 8, "spines": 4}
+    spec = {"kind": "leaf_spine", "hosts_per_leaf": 8, "spines": 4, "routing": "hash"}
     a = build_topology(cluster(spec), 16)
     b = build_topology(cluster(spec), 16)
     routes_a = [a.route(i, 8 + j).channels for i in range(8) for j in range(8)]

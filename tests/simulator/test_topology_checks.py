@@ -168,8 +168,8 @@ def _ecmp_walk(topo, src, dst):
 @pytest.mark.parametrize(
     "spec",
     [
-        {"kind": "leaf_spine", "hosts_per_leaf": 2, "spines": 3, "oversubscription": 1.0},
-        {"kind": "leaf_spine", "hosts_per_leaf": 2, "spines": 2, "oversubscription": 1.0},
+        {"kind": "leaf_spine", "hosts_per_leaf": 2, "spines": 3, "routing": "hash"},
+        {"kind": "leaf_spine", "hosts_per_leaf": 2, "spines": 2, "routing": "hash"},
         {"kind": "torus2d", "rows": 3},
         {"kind": "torus2d", "rows": 4},
     ],
@@ -188,6 +188,34 @@ def test_every_route_follows_the_ecmp_rule(spec):
             assert route.latency_s == pytest.approx(len(names) * topo.latency_s[0])
             picked_later_hops |= len(names) > 2
     assert picked_later_hops
+
+
+@pytest.mark.parametrize("placement", ["packed", "spread"])
+def test_dmodk_takes_the_spine_numbered_by_the_destination_host(placement):
+    """routing = "dmodk" (the default): a cross-leaf flow leaves its leaf for spine
+    (destination's number mod spines) among the sorted spines, the number counted leaf by
+    leaf; with spines dividing hosts_per_leaf, every leaf's flows of a ring (each rank to
+    the next) split evenly over the spines (2 spines, 4 hosts per leaf, 16 ranks)."""
+    spec = {"kind": "leaf_spine", "hosts_per_leaf": 4, "spines": 2, "placement": placement}
+    p = 16
+    topo = build_topology(cluster(spec), p)
+    leaves = p // 4
+    per_spine: dict[str, int] = {}
+    for src in range(p):
+        for dst in range(p):
+            names = [topo.channel_names[c] for c in topo.route(src, dst).channels]
+            if len(names) < 4:
+                continue
+            if placement == "packed":
+                leaf, slot = divmod(dst, 4)
+            else:
+                slot, leaf = divmod(dst, leaves)
+            spines = sorted(n for n in topo.graph.nodes if n.startswith("spine"))
+            assert names[1].endswith("->" + spines[(leaf * 4 + slot) % 2]), (src, dst)
+            if dst == (src + 1) % p:
+                per_spine[names[1]] = per_spine.get(names[1], 0) + 1
+    if placement == "spread":  # every ring hop leaves its leaf: 2 flows per uplink
+        assert sorted(per_spine.values()) == [2] * (2 * leaves)
 
 
 def test_the_ecmp_hash_counts_every_hop():

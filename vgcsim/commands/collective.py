@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--engine",
         choices=("model", "simulate"),
         default="model",
-        help="closed form (default) or message-level simulation on the cluster's topology",
+        help="closed form (default) or simulation on the cluster's topology (collective "
+        "level where no two flows share a link, else every message)",
     )
     parser.add_argument("--mode", default="fair", help="simulate: link sharing (fair, fifo)")
     parser.add_argument(
@@ -57,11 +58,17 @@ def run(args: argparse.Namespace) -> int:
     from vgcsim import api
     from vgcsim.core.errors import ConfigError
     from vgcsim.core.units import format_bytes, format_time
+    from vgcsim.core.worldsizes import MAX_WORLD_SIZE
 
     sizes = args.sizes_bytes
     if args.world_size is not None:
         if len(sizes) != 1 or args.world_size < 1:
             raise ConfigError("--world-size P takes one --sizes-bytes value and P >= 1")
+        if args.world_size > MAX_WORLD_SIZE:
+            raise ConfigError(
+                f"--world-size {args.world_size} exceeds the largest supported world size, "
+                f"{MAX_WORLD_SIZE}"
+            )
         sizes = sizes * args.world_size
     out = Path(args.out) if args.out else None
     if out is not None and out.suffix.lower() not in (".csv", ".parquet"):
@@ -81,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     time_s = float(result)
     print(
         f"{args.key} on {args.cluster}, P = {len(sizes)}, {format_bytes(sum(sizes))} in all: "
-        f"{format_time(time_s)} ({args.engine}; time_s = {time_s:.9g})"
+        f"{format_time(time_s)} ({args.engine}"
+        f"{f', {result.path} level' if simulate else ''}; time_s = {time_s:.9g})"
     )
     summary = {
         "collective": args.key,

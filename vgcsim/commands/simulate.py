@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from vgcsim.commands import add_out_option
 from vgcsim.commands.cost_options import (
@@ -60,14 +59,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="record timelines only at world sizes <= N (default 64: larger ones make "
         "files of gigabytes that Perfetto cannot open)",
     )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress (a bar on a terminal, else a line every few seconds)",
+    )
     add_out_option(parser, "result table folder (pandas reads OUT/results.parquet)")
 
 
 def run(args: argparse.Namespace) -> int:
     from vgcsim.commands import check_out, world_sizes
+    from vgcsim.commands.progress import Progress
     from vgcsim.core.cluster import load_cluster
     from vgcsim.core.config import apply_overrides, to_dict
-    from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+    from vgcsim.simulator.replay import SimulateConfig, replay_units, simulate_trace
     from vgcsim.simulator.timeline import write_chrome_trace
     from vgcsim.traces.io import read_trace
 
@@ -79,12 +85,8 @@ def run(args: argparse.Namespace) -> int:
     cluster = with_compute(args, load_cluster(args.cluster))
     check_out(args, "simulate")
     trace = read_trace(args.run)
-    total = len(sizes) * (
-        min(trace.steps_count, cfg.max_steps) if cfg.max_steps else trace.steps_count
-    )
-    from tqdm import tqdm
-
-    with tqdm(total=total, desc="simulate", unit="step", disable=not sys.stderr.isatty()) as bar:
+    total = replay_units(cfg, sizes, trace.steps_count)
+    with Progress(total, "simulate", "steps", quiet=args.quiet) as bar:
         df, timelines, info = simulate_trace(
             trace,
             cluster,

@@ -393,12 +393,15 @@ class StarSpec:
 
 @dataclass(frozen=True)
 class LeafSpineSpec:
-    """Two-tier Clos: leaves of ``hosts_per_leaf`` hosts, ``spines`` spines, an oversubscription ratio."""
+    """Two-tier Clos: leaves of ``hosts_per_leaf`` hosts, ``spines`` spines, an oversubscription
+    ratio; ``routing`` picks the spine of a cross-leaf flow (``dmodk``: the destination host's
+    number modulo the spines; ``hash``: a per-flow hash)."""
 
     hosts_per_leaf: int = 16
     spines: int = 1
     oversubscription: float = 1.0
     placement: str = "packed"
+    routing: str = "dmodk"
 
 
 @dataclass(frozen=True)
@@ -437,6 +440,7 @@ TOPOLOGIES: dict[str, type] = {
 }
 
 _PLACEMENTS = ("packed", "spread")
+_ROUTINGS = ("dmodk", "hash")
 
 
 def _int(where: str, value: Any, minimum: int) -> int:
@@ -572,6 +576,8 @@ def parse_topology(d: Mapping[str, Any]) -> Any:
         _check_range("topology", "oversubscription", spec.oversubscription)
         if not isinstance(spec.placement, str) or spec.placement not in _PLACEMENTS:
             raise unknown_name("leaf_spine placement", str(spec.placement), _PLACEMENTS)
+        if not isinstance(spec.routing, str) or spec.routing not in _ROUTINGS:
+            raise unknown_name("leaf_spine routing", str(spec.routing), _ROUTINGS)
         return spec
     if cls is Torus2dSpec:
         spec = Torus2dSpec(**params)

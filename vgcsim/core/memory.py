@@ -15,7 +15,33 @@ __all__ = ["available_memory_bytes", "check_fits"]
 
 
 def available_memory_bytes() -> int | None:
-    """Memory the OS can give this process now (MemAvailable on Linux, else physical)."""
+    """Memory the OS can give this process now (MemAvailable on Linux, else physical), and
+    no more than what its address-space limit (``ulimit -v``) leaves."""
+    have = _os_available_bytes()
+    room = _address_space_left_bytes()
+    if room is not None:
+        have = room if have is None else min(have, room)
+    return have
+
+
+def _address_space_left_bytes() -> int | None:
+    """RLIMIT_AS minus the address space this process maps now; None without a limit."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft == resource.RLIM_INFINITY:
+            return None
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmSize:"):
+                    return max(0, soft - int(line.split()[1]) * 1024)
+    except (ImportError, OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _os_available_bytes() -> int | None:
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
