@@ -189,7 +189,7 @@ def test_a_core_install_runs_every_stage_without_torch(core_venv, tmp_path):
     ok("sweep", "sweep.toml", "-o", "sw-local", "--processes", "1", "--scheduler", "local")
     ok("report", "p", "s", "--trace", trace, "-o", "r")
     assert (tmp_path / "r" / "index.html").is_file()
-    assert " s" in ok("collective", "10GbE", "allreduce/ring", "--sizes-bytes", "4e6",
+    assert "time_s = " in ok("collective", "10GbE", "allreduce/ring", "--sizes-bytes", "4e6",
                       "--world-size", "8")  # fmt: skip
     ok("demo", "-o", "d", "--world-sizes", "2,4", "--set", "clusters=10GbE", "-q")
     assert (tmp_path / "d" / "report" / "index.html").is_file()

@@ -344,9 +344,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _reading(params: dict[str, Any]) -> str:
     """The post-send reading of a variance/hybrid compressor, e.g. "after_send=reset"."""
-    keys = ("after_send", "below_floor", "variance_scale")
-    shown = [f"{k}={params[k]}" for k in keys if k in params]
-    return ", ".join(shown) if shown else "reading not recorded"
+    from vgcsim.traces.labels import compressor_reading
+
+    return compressor_reading("variance", params) or "reading not recorded"
 
 
 def demo_headline(traces: dict[str, Any], methods: tuple[str, ...] | list[str]) -> str:
