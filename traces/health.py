@@ -23,7 +23,8 @@ Two things make a valid trace a poor input to ``predict``, ``simulate`` and ``re
   * *at chance*: the last evaluation's test accuracy is within :data:`CHANCE_SIGMAS`
     binomial standard deviations of chance, 1/C over ``n`` test samples
     (1/C + 3·sqrt((1/C)(1 − 1/C)/n)), after at least :data:`MIN_STEPS_FOR_CHANCE` steps and
-    with a final loss no lower than the first: a short run may still be near chance.
+    with a final loss no lower than the first: a short run may still be near chance (not
+    judged where the header gives neither C nor n).
 
   Either makes the run diverged; the verdict names every rule that holds. The recorder
   writes it into the header (``divergence``, None when healthy); traces written before the
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from vgcsim.traces.lock import being_written
 from vgcsim.traces.reading import Trace, printable
 
 #: the last steps' median loss above this multiple of the first steps' is an exploded loss
@@ -90,10 +92,10 @@ def divergence(
                 f"(over {EXPLODE_FACTOR:g}× its start from step {step})"
             )
     acc = chance = math.nan
-    if len(evals) and num_classes and num_classes > 1:
+    if len(evals) and num_classes and num_classes > 1 and test_samples:
         last = evals.sort_values("step").iloc[-1]
         acc, chance = float(last["test_acc"]), 1.0 / num_classes
-        n = max(1, int(test_samples or 1))
+        n = int(test_samples)
         ceiling = chance + CHANCE_SIGMAS * math.sqrt(chance * (1 - chance) / n)
         long_enough = int(last["step"]) + 1 >= MIN_STEPS_FOR_CHANCE
         no_progress = not (final < start)  # NaN (a single step) counts as none
@@ -159,8 +161,6 @@ INTERRUPTED = "interrupted"
 
 def trace_state(trace: Trace) -> str:
     """The header's status, except ``running`` without a live writer: ``interrupted``."""
-    from vgcsim.traces.io import being_written
-
     if trace.status == "running" and not being_written(trace.path):
         return INTERRUPTED
     return trace.status
