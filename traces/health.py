@@ -118,11 +118,23 @@ def divergence(
     }
 
 
+def _table(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _test_samples(header: dict[str, Any]) -> int | None:
-    dataset = header.get("dataset") or {}
-    config = header.get("config") or {}
-    sizes = [v for v in (dataset.get("test"), config.get("eval_samples")) if isinstance(v, int)]
+    dataset, config = _table(header.get("dataset")), _table(header.get("config"))
+    sizes = [
+        v
+        for v in (dataset.get("test"), config.get("eval_samples"))
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0
+    ]
     return min(sizes) if sizes else None
+
+
+def _num_classes(header: dict[str, Any]) -> int | None:
+    n = _table(header.get("dataset")).get("num_classes")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else None
 
 
 def trace_divergence(trace: Trace) -> dict[str, Any] | None:
@@ -136,7 +148,7 @@ def trace_divergence(trace: Trace) -> dict[str, Any] | None:
     return divergence(
         trace.steps,
         trace.evals,
-        num_classes=(h.get("dataset") or {}).get("num_classes"),
+        num_classes=_num_classes(h),
         test_samples=_test_samples(h),
         stop_reason=h.get("stop_reason"),
     )
@@ -149,7 +161,7 @@ def header_divergence(
     return divergence(
         steps,
         evals,
-        num_classes=(header.get("dataset") or {}).get("num_classes"),
+        num_classes=_num_classes(header),
         test_samples=_test_samples(header),
         stop_reason=header.get("stop_reason"),
     )
@@ -183,7 +195,7 @@ def caveats(trace: Trace) -> list[str]:
     """One line per reason not to trust results computed from ``trace`` (empty: none)."""
     path = printable(trace.path)
     state = trace_state(trace)
-    planned = (trace.header.get("config") or {}).get("steps")
+    planned = _table(trace.header.get("config")).get("steps")
     of = f" of {planned}" if isinstance(planned, int) else ""
     out = []
     if state == INTERRUPTED:

@@ -402,12 +402,16 @@ def recording_info(header: dict[str, Any]) -> dict[str, Any]:
     device and CPU (None where the header does not say: a synthetic trace, an older one)."""
     from vgcsim.traces.labels import compressor_reading
 
-    config = header.get("config") or {}
-    model = config.get("model") if isinstance(config.get("model"), dict) else {}
-    data = header.get("dataset") or config.get("data") or {}
-    optimizer = config.get("optimizer") if isinstance(config.get("optimizer"), dict) else {}
-    machine = header.get("machine") or {}
-    comp = header.get("compressor") or {}
+    def table(value: Any) -> dict[str, Any]:  # fields a newer writer added may be anything
+        return value if isinstance(value, dict) else {}
+
+    config = table(header.get("config"))
+    model = table(config.get("model"))
+    data = table(header.get("dataset")) or table(config.get("data"))
+    optimizer = table(config.get("optimizer"))
+    machine = table(header.get("machine"))
+    comp = table(header.get("compressor"))
+    device = header.get("device")
     return {
         # a synthetic trace names its layer list instead of a model
         "model": model.get("name") or config.get("layers"),
@@ -422,7 +426,7 @@ def recording_info(header: dict[str, Any]) -> dict[str, Any]:
         "reading": None
         if header.get("synthetic")
         else compressor_reading(str(comp.get("name", "")), comp.get("params") or {}),
-        "device": header.get("device"),
+        "device": device if isinstance(device, dict) else None,
         "cpu_model": machine.get("cpu_model"),
         "processor": machine.get("processor"),
     }

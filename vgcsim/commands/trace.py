@@ -113,7 +113,7 @@ def _recording_lines(info: dict[str, Any]) -> list[str]:
         extra = []
         if opt.get("schedule"):
             extra.append(f"schedule {opt['schedule']}")
-        if opt.get("milestones"):
+        if isinstance(opt.get("milestones"), list) and opt["milestones"]:
             extra.append(f"milestones {', '.join(map(str, opt['milestones']))}")
         lr = opt.get("lr")
         lines.append(
