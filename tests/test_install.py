@@ -83,6 +83,18 @@ def _packages_in_tree() -> set[str]:
     return found
 
 
+def _has_build_backend() -> bool:
+    """True when this environment has the setuptools pyproject.toml asks for."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (need,) = [r for r in config["build-system"]["requires"] if r.startswith("setuptools")]
+    minimum = tuple(int(x) for x in need.split(">=")[1].split("."))
+    try:
+        have = importlib.metadata.version("setuptools")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return tuple(int(x) for x in have.split(".")[:2] if x.isdigit()) >= minimum
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """The project's wheel, built from a copy of what the build reads (the checkout is left
@@ -95,8 +107,10 @@ def wheel(tmp_path_factory) -> Path:
             ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
         )
     dist = tmp_path_factory.mktemp("dist")
+    # the build backend of this environment where it is recent enough, else pip's isolated one
+    isolation = ["--no-build-isolation"] if _has_build_backend() else []
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation",
+        [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", *isolation,
          "--quiet", "-w", str(dist)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
