@@ -159,7 +159,7 @@ def core_venv(wheel, tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
     done = subprocess.run(
-        [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+        [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
          "-c", str(_constraints(where / "constraints.txt")), str(wheel)],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
