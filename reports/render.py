@@ -82,6 +82,7 @@ def load_inputs(
     else the header.json at the path a result table records for its trace, when present.
     ``target_accuracy`` (a fraction in (0, 1]) sets the time-to-accuracy target.
     """
+    from vgcsim.traces import health
     from vgcsim.traces.io import read_header, read_trace
 
     from vgcsim.core.results import read_results
@@ -93,11 +94,13 @@ def load_inputs(
             f"target accuracy must be a test accuracy in (0, 1], got {target_accuracy}"
         )
     frames, labels = [], {}
+    caveats: dict[str, None] = {}  # ordered, de-duplicated
     for path in result_paths:
         df, header = read_results(path)
         tables.check_results(df)
         frames.append(df)
         for entry in header.get("traces", []) or []:
+            caveats.update(dict.fromkeys(entry.get("caveats") or []))
             name = entry.get("name")
             comp = entry.get("compressor")
             if isinstance(comp, dict):
@@ -114,6 +117,7 @@ def load_inputs(
         trace = read_trace(path)
         labels[trace.name] = _label_from_header(trace.header)
         traces.append(trace)
+        caveats.update(dict.fromkeys(health.caveats(trace)))
     results = (
         pd.concat(frames, ignore_index=True)
         if frames
@@ -125,6 +129,7 @@ def load_inputs(
         traces=tuple(traces),
         labels=labels,
         target_accuracy=target_accuracy,
+        caveats=tuple(caveats),
     )
 
 
@@ -136,6 +141,7 @@ def build_report(inputs: ReportInputs) -> Report:
     sections of :data:`vgcsim.reports.sections.SECTIONS` that apply, in order."""
     ctx = SectionContext(inputs)
     report = Report(summary=[], tables=[], plots=[], sources=list(inputs.result_paths))
+    report.notes.extend(f"Caution: {line}." for line in inputs.caveats)
     for sec in SECTIONS.values():
         if not sec.applies(ctx):
             continue

@@ -47,6 +47,8 @@ class ReportInputs:
     #: time-to-accuracy target (test accuracy as a fraction); None: the dense trace's
     #: final test accuracy minus 1 point
     target_accuracy: float | None = None
+    #: one line per partial or diverged input trace (vgcsim.traces.health), de-duplicated
+    caveats: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from vgcsim.traces import schema
+from vgcsim.traces.lock import being_written
+from vgcsim.traces.lock import lock_folder as _lock_folder
 from vgcsim.traces.reading import (
     PART_RE,
     Trace,
@@ -135,36 +137,6 @@ def _why(exc: OSError) -> str:
 
 def _checkpoint_name(index: int) -> str:
     return f"chunk-{index:06d}"
-
-
-def _lock_folder(folder: Path) -> int | None:
-    """An exclusive, non-blocking ``flock`` on ``folder``: its descriptor (close it to
-    unlock), or None where there is no flock. Raises BlockingIOError when another open
-    holds it."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        return None
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
-
-
-def being_written(run_dir: str | Path) -> bool:
-    """True while a :class:`TraceWriter` (in any process) holds ``run_dir``'s lock."""
-    try:
-        fd = _lock_folder(Path(run_dir))
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    if fd is not None:
-        os.close(fd)
-    return False
 
 
 def _remove_checkpoints(run_dir: Path, keep: str | None) -> None:

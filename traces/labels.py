@@ -65,6 +65,21 @@ def method_label(name: str, params: Mapping[str, Any] | None) -> str:
     return f"{name} {', '.join(shown)}" if shown else name
 
 
+#: the parameters that choose a variance-test compressor's reading of the paper's rules
+READING_KEYS = ("after_send", "below_floor", "variance_scale")
+
+
+def compressor_reading(name: str, params: Mapping[str, Any] | None) -> str | None:
+    """Which reading of the paper a variance-test compressor ran, e.g. "after_send=reset,
+    below_floor=keep, variance_scale=batch_mean"; "reading not recorded" for one whose header
+    predates these parameters; None for a compressor without readings."""
+    params = dict(params or {})
+    if name not in ("variance", "hybrid") and not any(k in params for k in READING_KEYS):
+        return None
+    shown = [f"{k}={params[k]}" for k in READING_KEYS if k in params]
+    return ", ".join(shown) if shown else "reading not recorded"
+
+
 def slug(label: str) -> str:
     """A label as a folder or option name: lower case, no spaces, commas or brackets
     ("hybrid α=2, τ=0.1" -> "hybrid_alpha2_tau0.1")."""

@@ -127,6 +127,9 @@ class TraceHeader(_Strict):
     steps_recorded: _Count | None = None
     created_utc: str | None = None
     finished_utc: str | None = None
+    #: the recorder's divergence verdict (vgcsim.traces.health.divergence): None when the run
+    #: is healthy; absent in traces recorded before it (then judged from the tables)
+    divergence: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -397,8 +397,51 @@ def density_over_time(trace: Trace, bins: int = 10) -> list[dict[str, Any]]:
     return out
 
 
+def recording_info(header: dict[str, Any]) -> dict[str, Any]:
+    """What a trace was recorded from: model, dataset, optimizer, the compressor's reading,
+    device and CPU (None where the header does not say: a synthetic trace, an older one)."""
+    from vgcsim.traces.labels import compressor_reading
+
+    def table(value: Any) -> dict[str, Any]:  # fields a newer writer added may be anything
+        return value if isinstance(value, dict) else {}
+
+    config = table(header.get("config"))
+    model = table(config.get("model"))
+    data = table(header.get("dataset")) or table(config.get("data"))
+    optimizer = table(config.get("optimizer"))
+    machine = table(header.get("machine"))
+    comp = table(header.get("compressor"))
+    device = header.get("device")
+    return {
+        # a synthetic trace names its layer list instead of a model
+        "model": model.get("name") or config.get("layers"),
+        "dataset": {k: data[k] for k in ("name", "train", "test", "num_classes") if k in data}
+        or None,
+        "optimizer": {
+            k: optimizer[k]
+            for k in ("name", "lr", "momentum", "weight_decay", "schedule", "milestones", "gamma")
+            if k in optimizer
+        }
+        or None,
+        "reading": None
+        if header.get("synthetic")
+        else compressor_reading(str(comp.get("name", "")), comp.get("params") or {}),
+        "device": device if isinstance(device, dict) else None,
+        "cpu_model": machine.get("cpu_model"),
+        "processor": machine.get("processor"),
+    }
+
+
 def trace_info(trace: Trace) -> dict[str, Any]:
-    """The summary ``vgcsim trace info`` prints (JSON-able)."""
+    """The summary ``vgcsim trace info`` prints (JSON-able).
+
+    ``status`` is the header's; ``state`` is what is true now (``interrupted`` for a
+    ``running`` header whose writer is gone, :mod:`vgcsim.traces.health`), ``state_line``
+    says it in words, ``divergence`` is the run's divergence verdict (None: healthy) and
+    ``caveats`` the lines predict, simulate and report warn with.
+    """
+    from vgcsim.traces import health
+
     h = trace.header
     ev = trace.evals
     last_eval = ev.iloc[-1].to_dict() if len(ev) else {}
@@ -408,8 +451,13 @@ def trace_info(trace: Trace) -> dict[str, Any]:
         "path": printable(trace.path),
         "name": trace.name,
         "status": trace.status,
+        "state": health.trace_state(trace),
+        "state_line": health.state_line(trace),
         "stop_reason": h.get("stop_reason"),
         "synthetic": trace.synthetic,
+        "divergence": health.trace_divergence(trace),
+        "caveats": health.caveats(trace),
+        "recording": recording_info(h),
         "compressor": h["compressor"],
         "workers": trace.workers,
         "batch_size_per_worker": h["batch_size_per_worker"],

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 from vgcsim.core.cluster import (
     CLUSTER_PRESETS,
@@ -141,3 +148,65 @@ def test_specs_are_hashable_and_equal_by_value():
     b = cluster_from_dict(cluster_to_dict(a))
     assert a == b and hash(a) == hash(b)
     assert len({a, b, load_cluster("1GbE")}) == 2
+
+
+def test_a_link_table_overrides_one_field_of_the_base(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('base = "10GbE"\n[link]\nbandwidth = "25Gbps"\n')
+    c = load_cluster(f)
+    base = load_cluster("10GbE")
+    assert c.link.bandwidth_Bps == pytest.approx(25e9 / 8)
+    # every other field is the base's, the link's included
+    assert c.link.latency_s == base.link.latency_s and c.link.efficiency == base.link.efficiency
+    assert c.device == base.device and c.topology == base.topology
+    assert c.link.source == "user"  # changed: the preset's source no longer describes it
+
+
+def test_device_and_intra_link_tables_override_the_base():
+    base = load_cluster("dgx1-IB-EDR")
+    c = cluster_from_dict(
+        {"base": base.name, "device": {"efficiency": 0.2}, "intra_link": {"latency": "2us"}}
+    )
+    assert c.device.efficiency == 0.2 and c.device.peak_flops == base.device.peak_flops
+    assert c.intra_link.latency_s == pytest.approx(2e-6)
+    assert c.intra_link.bandwidth_Bps == base.intra_link.bandwidth_Bps
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('bandwidth = "-25Gbps"', "link.bandwidth: '-25Gbps' must be a finite positive quantity"),
+        ("bandwidth_Bps = 1e30", r"link.bandwidth_Bps must be a finite number in \[1, 1e\+15\]"),
+        ("latency_s = nan", "link.latency_s: nan must be a finite non-negative quantity"),
+        ('latency = "5s"', r"link.latency must be a finite number in \[0, 1\], got 5.0"),
+        ("efficiency = 1.5", r"link.efficiency: payload bytes per wire byte, must be in \(0, 1\]"),
+        ('framing = "jumbo"', "link.framing: unknown link framing 'jumbo'"),
+        ("gamma_s_per_byte = -1.0", "link.gamma_s_per_byte must be a finite number"),
+    ],
+)
+def test_a_bad_link_field_is_named_with_its_rule(tmp_path, table, message):
+    f = tmp_path / "c.toml"
+    f.write_text(f'base = "10GbE"\n[link]\n{table}\n')
+    with pytest.raises(ConfigError, match=f"^cluster file {re.escape(str(f))}: {message}"):
+        load_cluster(f)
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("efficiency = 1.5", r"device.efficiency: a fraction of the peak, must be in \(0, 1\]"),
+        ("memory_efficiency = 0", r"device.memory_efficiency: .* must be in \(0, 1\], got 0"),
+        ('peak_flops = "-1TFLOPS"', "device.peak_flops: '-1TFLOPS' must be a finite positive"),
+        ('launch_overhead = "3s"', r"device.launch_overhead must be a finite number in \[0, 1\]"),
+    ],
+)
+def test_a_bad_device_field_is_named_with_its_rule(table, message):
+    with pytest.raises(ConfigError, match=f"^{message}"):
+        cluster_from_dict({"base": "10GbE", "device": tomllib.loads(table)})
+
+
+def test_a_table_without_a_base_names_what_it_lacks():
+    with pytest.raises(ConfigError, match="^link: no 'latency': give it, or 'preset'"):
+        cluster_from_dict({"link": {"bandwidth": "25Gbps"}})
+    with pytest.raises(ConfigError, match="^device: no 'peak_flops'"):
+        cluster_from_dict({"link": "10GbE", "device": {"efficiency": 0.5}})

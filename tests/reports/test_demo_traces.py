@@ -1,6 +1,6 @@
 """The traces committed for `vgcsim demo` are what the demo says they are, and honest.
 
-tests/data/demo_traces holds four traces recorded by `vgcsim record` (commands in the
+vgcsim/data/demo_traces holds four traces recorded by `vgcsim record` (commands in the
 README beside them). Recording is deterministic for a seed on one machine, so the first
 chunk of a trace, recorded twice, must come out identical, and recorded again it must agree
 with the committed chunk (identical on a CPU that rounds as the recording machine did; within
@@ -46,7 +46,7 @@ def test_committed_traces_are_small():
 def test_readme_gives_each_traces_command():
     readme = (DEMO_TRACES / "README.md").read_text()
     for method in METHODS:
-        assert f"-o tests/data/demo_traces/{method} " in readme
+        assert f"-o vgcsim/data/demo_traces/{method} " in readme
 
 
 def test_demo_headline_names_model_size_steps_reading_and_accuracy():

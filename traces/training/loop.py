@@ -60,6 +60,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 from vgcsim.traces import schema
+from vgcsim.traces.health import NON_FINITE_REASON, run_divergence
 from vgcsim.traces.io import STOP_SIGNALS, ResumePoint, TraceWriter
 from vgcsim.traces.training import checkpoint as ckpt
 from vgcsim.traces.training.allocator import keep_freed_memory
@@ -504,7 +505,10 @@ def train(
                 model = build_net(
                     cfg.model.name, data.input_shape, data.num_classes, cfg.model.width
                 )
-            with seeded_global_rngs(cfg.seed):
+            # A diverging run overflows float32 in the compressors' numpy code (r² of a huge
+            # residual): inf is the right value there, and the divergence verdict in the
+            # header says what happened, so numpy's per-call warnings stay off the terminal.
+            with seeded_global_rngs(cfg.seed), np.errstate(over="ignore"):
                 return _loop(cfg, workers, data, model, Path(out_dir), progress, overwrite, resume)
     finally:
         torch.set_num_threads(saved_threads)
@@ -611,9 +615,10 @@ def _loop(
             synchronize(device)
             pass_s = time.perf_counter() - t0
             if not workers.all_finite(_all_finite(wg.losses, wg.grads)):
-                reason = f"NaN or Inf in the loss or gradients at step {step}"
+                reason = f"{NON_FINITE_REASON} at step {step}"
                 kept = "the steps"
                 if writer is not None:
+                    _judge(writer, reason)
                     writer.finish("stopped", reason)
                     kept = f"the {writer.steps_written} steps"
                 raise TrainingDivergedError(
@@ -713,8 +718,21 @@ def _loop(
         if bar is not None:
             bar.close()
     if writer is not None:
+        _judge(writer, None)
         return writer.finish("complete")
     return None
+
+
+def _judge(writer: TraceWriter, stop_reason: str | None) -> dict[str, Any] | None:
+    """Write what is buffered and record the run's divergence verdict in its header
+    (:mod:`vgcsim.traces.health`); a failed write is left to ``finish`` to report."""
+    try:
+        writer.flush()
+    except TraceError:
+        return None
+    verdict = run_divergence(writer.run_dir, {**writer.header, "stop_reason": stop_reason})
+    writer.header["divergence"] = verdict
+    return verdict
 
 
 def payload_rows(

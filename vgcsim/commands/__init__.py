@@ -98,3 +98,12 @@ def check_out(
         overwrite=args.overwrite,
         legacy=legacy or legacy_result_files,
     )
+
+
+def warn(command: str, lines: Iterable[str]) -> None:
+    """Print each line as ``vgcsim COMMAND: warning: LINE`` on stderr (results are still
+    written: a warning says what they rest on, e.g. a partial or diverged trace)."""
+    import sys
+
+    for line in lines:
+        print(f"vgcsim {command}: warning: {line}", file=sys.stderr)

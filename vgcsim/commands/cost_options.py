@@ -155,15 +155,20 @@ def save_replay(
     trace, the cluster, the extrapolation rule of ``config`` and the time sources."""
     import sys
 
+    from vgcsim.commands import warn
     from vgcsim.core.cluster import cluster_to_dict
     from vgcsim.core.results import save_results, trace_entry
     from vgcsim.models.predict import time_sources
+    from vgcsim.traces.health import caveats
 
+    # a partial or diverged trace: say so now, and in the header for `vgcsim report`
+    lines = caveats(trace)
+    warn(args.command, lines)
     return save_results(
         df,
         args.out,
         source=source,
-        traces=[trace_entry(trace)],
+        traces=[{**trace_entry(trace), "caveats": lines}],
         cluster=cluster_to_dict(cluster),
         extrapolation={
             "rule": config.rule,

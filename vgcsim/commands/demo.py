@@ -2,16 +2,16 @@
 
 Stages talk only through files, in one direction::
 
-    tests/data/demo_traces/<method>/          committed traces (default), or
+    vgcsim/data/demo_traces/<method>/         committed traces (default), or
     OUT/traces/<method>/                      record (real training, W emulated workers)
     OUT/results/predicted/<method>-<cluster>/ closed-form models read the trace
     OUT/results/simulated/<method>-<cluster>/ the discrete-event simulator reads the trace
     OUT/report/index.html                     the report reads result tables and traces
 
-By default the demo reads traces committed with the project: recorded by ``vgcsim
-record`` long enough for the variance compressor's density to settle (the commands are
-in the README beside them; recording them takes longer than the demo's time budget on two
-cores). With ``--set traces=record`` it records them itself with the same settings. A
+By default the demo reads traces committed with the project and installed with the
+package (:data:`DEMO_TRACES`): recorded by ``vgcsim record`` long enough for the variance
+compressor's density to settle (the commands are in the README beside them; recording
+them takes longer than the demo's time budget on two cores). With ``--set traces=record`` it records them itself with the same settings. A
 recorded trace is reused when its folder holds a *complete* trace recorded with the same
 configuration; anything else (missing, interrupted, other settings) is recorded again.
 """
@@ -34,8 +34,8 @@ HELP = (
     "256, and write the HTML report"
 )
 
-#: Traces committed for the demo (tests/data/demo_traces/README.md has their commands).
-DEMO_TRACES = Path(__file__).resolve().parents[2] / "tests" / "data" / "demo_traces"
+#: Traces committed for the demo, installed with the package (their README has the commands).
+DEMO_TRACES = Path(__file__).resolve().parents[1] / "data" / "demo_traces"
 TRACE_SOURCES = ("committed", "record")
 
 #: Methods the demo can record: name -> (compressor, hyperparameters). The paper's settings:
@@ -59,7 +59,7 @@ RECORD_FIELDS = ("steps", "workers", "batch_size", "eval_every", "seed", "lr_mil
 class DemoConfig:
     """What the demo evaluates (every field settable with ``--set key=value``).
 
-    traces: "committed" reads the traces committed in tests/data/demo_traces (recorded
+    traces: "committed" reads the traces committed in vgcsim/data/demo_traces (recorded
     with the settings below), "record" records them into OUT/traces. steps, workers,
     batch_size, eval_every, seed, lr_milestones (Adam's learning rate × 0.1 at each):
     the recording (default workload of ``vgcsim record`` otherwise; a step schedule, so
@@ -229,7 +229,11 @@ def run(args: argparse.Namespace) -> int:
     from vgcsim.reports.render import render_report
     from vgcsim.simulator.replay import SimulateConfig, simulate_trace
     from vgcsim.traces.io import read_trace
-    from vgcsim.traces.training.record import record
+
+    if cfg.traces == "record":
+        # needs the training extra: a core install stops here, in one line naming it,
+        # before any folder is made (the committed traces need no torch)
+        from vgcsim.traces.training.record import record
 
     folder = prepare_output(
         args.out,
@@ -305,8 +309,8 @@ def run(args: argparse.Namespace) -> int:
         else "forward/backward, variance and codec times as measured on the recording CPU"
     )
     where = (
-        "committed with the project (tests/data/demo_traces, recorded by `vgcsim record`; "
-        "commands in its README)"
+        "committed with the project (vgcsim/data/demo_traces, installed with the package; "
+        "recorded by `vgcsim record`, commands in its README)"
         if cfg.traces == "committed"
         else f"recorded into {out / 'traces'}"
     )
@@ -340,9 +344,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _reading(params: dict[str, Any]) -> str:
     """The post-send reading of a variance/hybrid compressor, e.g. "after_send=reset"."""
-    keys = ("after_send", "below_floor", "variance_scale")
-    shown = [f"{k}={params[k]}" for k in keys if k in params]
-    return ", ".join(shown) if shown else "reading not recorded"
+    from vgcsim.traces.labels import compressor_reading
+
+    return compressor_reading("variance", params) or "reading not recorded"
 
 
 def demo_headline(traces: dict[str, Any], methods: tuple[str, ...] | list[str]) -> str:

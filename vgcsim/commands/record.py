@@ -127,7 +127,24 @@ def _resume(args: argparse.Namespace) -> int:
     path = resume(point.run_dir, cfg, progress=not args.quiet)
     if not args.quiet:
         print(f"resumed and completed trace {_shown(path)}")
+    _warn_diverged(path)
     return 0
+
+
+def _warn_diverged(path) -> None:
+    """A run that completed but diverged (its header's ``divergence``) is said so, even -q."""
+    from vgcsim.commands import warn
+    from vgcsim.traces.io import read_header
+
+    verdict = read_header(path).get("divergence")
+    if verdict:
+        warn(
+            "record",
+            [
+                f"training diverged ({verdict['reason']}); the trace records it "
+                "(try a lower optimizer.lr)"
+            ],
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -186,4 +203,5 @@ def _record(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"wrote trace {_shown(path)}")
         print(f"inspect it with: vgcsim trace info {_shown(path)}")
+    _warn_diverged(path)
     return 0

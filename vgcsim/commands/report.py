@@ -94,7 +94,7 @@ def target_fraction(percent: float | None) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vgcsim.commands import check_out
+    from vgcsim.commands import check_out, warn
     from vgcsim.core.errors import ResultsError
     from vgcsim.reports.render import build_report, load_inputs, write_report
 
@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         )
     check_out(args, "report", legacy=_legacy_report)
     inputs = load_inputs(args.results, args.trace, target_accuracy=target)
+    warn("report", inputs.caveats)  # also a note on the page
     report = build_report(inputs)
     path = report_folder(
         args.out, lambda out: write_report(report, out, title=args.title), args.overwrite

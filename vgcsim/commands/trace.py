@@ -100,14 +100,56 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(type(obj).__name__)
 
 
+def _recording_lines(info: dict[str, Any]) -> list[str]:
+    """model, optimizer, device and CPU lines of ``trace info`` (what was recorded)."""
+    rec = info["recording"]
+    data = rec["dataset"] or {}
+    sizes = ", ".join(f"{data[k]:,} {k}" for k in ("train", "test") if isinstance(data.get(k), int))
+    classes = f", {data['num_classes']} classes" if data.get("num_classes") else ""
+    on = f" on {data['name']}" + (f" ({sizes}{classes})" if sizes else "") if data else ""
+    lines = [f"model      {rec['model'] or 'not recorded'} ({info['parameters']:,} parameters){on}"]
+    opt = rec["optimizer"]
+    if opt:
+        extra = []
+        if opt.get("schedule"):
+            extra.append(f"schedule {opt['schedule']}")
+        if isinstance(opt.get("milestones"), list) and opt["milestones"]:
+            extra.append(f"milestones {', '.join(map(str, opt['milestones']))}")
+        lr = opt.get("lr")
+        lines.append(
+            f"optimizer  {opt.get('name', '?')}, lr "
+            + (f"{lr:g}" if isinstance(lr, int | float) else "?")
+            + (f" ({', '.join(extra)})" if extra else "")
+        )
+    if not info["synthetic"]:
+        dev = rec["device"] or {}
+        threads = dev.get("threads")
+        lines.append(
+            f"device     {dev.get('type', 'not recorded')}"
+            + (f": {dev['name']}" if dev.get("name") else "")
+            + (f" ({threads} thread{'s' if threads != 1 else ''})" if threads else "")
+        )
+        cpu = rec["cpu_model"] or f"not recorded (processor {rec['processor'] or '?'})"
+        lines.append(f"cpu        {cpu}")
+    return lines
+
+
 def _render_info(info: dict[str, Any], with_layers: bool) -> str:
     comp = info["compressor"]
     params = ", ".join(f"{k}={v}" for k, v in comp.get("params", {}).items())
     lines = [
         f"trace      {info['path']}" + ("  (synthetic)" if info["synthetic"] else ""),
-        f"status     {info['status']}"
-        + (f" — {info['stop_reason']}" if info["stop_reason"] else ""),
+        f"status     {info['state_line']}",
+    ]
+    if info["divergence"]:
+        lines.append(f"DIVERGED   {info['divergence']['reason']}")
+    lines += _recording_lines(info)
+    lines += [
         f"compressor {comp['name']}" + (f" ({params})" if params else ""),
+    ]
+    if info["recording"]["reading"]:
+        lines.append(f"reading    {info['recording']['reading']}")
+    lines += [
         f"workers    {info['workers']} x {info['batch_size_per_worker']} samples/step",
         f"steps      {info['steps']}",
         f"layers     {info['layers']} tensors, {info['parameters']:,} parameters "
@@ -154,6 +196,7 @@ def _render_info(info: dict[str, Any], with_layers: bool) -> str:
 
 def _validate(args: argparse.Namespace) -> int:
     from vgcsim.core.errors import VgcsimError
+    from vgcsim.traces.health import state_line, trace_divergence, trace_state
     from vgcsim.traces.reading import printable
     from vgcsim.traces.validate import validate_trace
 
@@ -171,12 +214,23 @@ def _validate(args: argparse.Namespace) -> int:
             invalid += 1
             verdicts.append({"run": printable(run_dir), "valid": False, "error": str(exc)})
             continue
-        note = "" if t.status == "complete" else f" (status {t.status}: a valid prefix)"
+        state = trace_state(t)
+        note = "" if state == "complete" else f" (status {state_line(t)}: a valid prefix)"
+        verdict = trace_divergence(t)
+        diverged = f"; DIVERGED: {verdict['reason']}" if verdict else ""
         print(
             f"{printable(t.path)}: valid — {t.steps_count} steps, {t.workers} workers, "
-            f"{len(t.layers)} layers{note}"
+            f"{len(t.layers)} layers{note}{diverged}"
         )
-        verdicts.append({"run": printable(t.path), "valid": True, "status": t.status})
+        verdicts.append(
+            {
+                "run": printable(t.path),
+                "valid": True,
+                "status": t.status,
+                "state": state,
+                "divergence": verdict,
+            }
+        )
     if args.out is not None:
         from vgcsim.core.outdir import write_json_output
 

@@ -32,7 +32,7 @@ A cluster file (TOML) looks like::
     [topology]
     kind = "hierarchical"
     [link]                       # preset name string, or a table
-    preset = "10GbE"             # optional base for the table
+    preset = "10GbE"             # optional base for the table (default: base's link)
     bandwidth = "10Gbps"         # or bandwidth_Bps = 1.25e9
     latency = "10us"             # or latency_s = 1e-5
     gamma_s_per_byte = 0.0
@@ -47,7 +47,10 @@ A cluster file (TOML) looks like::
     [intra_link]
     preset = "NVLink2"
 
-Unknown keys anywhere are a :class:`~vgcsim.core.errors.ConfigError` listing the valid ones.
+A ``[link]``, ``[intra_link]`` or ``[device]`` table overrides only the fields it gives, of its
+``preset`` where it names one, else of the ``base`` cluster's. Unknown keys anywhere are a
+:class:`~vgcsim.core.errors.ConfigError` listing the valid ones; a bad value is one naming the
+field as the file spells it and the rule it breaks.
 """
 
 from __future__ import annotations
@@ -125,12 +128,14 @@ RANGES: dict[str, tuple[float, float]] = {
 }
 
 
-def _check_range(owner: str, key: str, value: Any) -> None:
-    """ConfigError unless ``value`` is a finite number within ``RANGES[key]``."""
+def _check_range(owner: str, key: str, value: Any, *, shown: str | None = None) -> None:
+    """ConfigError unless ``value`` is a finite number within ``RANGES[key]`` (the message
+    names the field as ``shown``, by default ``owner: key``)."""
     lo, hi = RANGES[key]
     if not (_finite(value) and lo <= value <= hi):
         raise ConfigError(
-            f"{owner}: {key} must be a finite number in [{lo:g}, {hi:g}], got {value!r}"
+            f"{shown or f'{owner}: {key}'} must be a finite number in [{lo:g}, {hi:g}], "
+            f"got {value!r}"
         )
 
 
@@ -878,11 +883,40 @@ def _number_key(where: str, key: str, value: Any) -> float:
     return float(value)
 
 
+def _given(d: Mapping[str, Any], *keys: str) -> str:
+    """The spelling of a field the table used (the first of ``keys``, where none is given)."""
+    return next((k for k in keys if k in d), keys[0])
+
+
+def _quantity(where: str, key: str, parse: Any, value: Any) -> float:
+    """``parse(value)``; its error names the field (``link.bandwidth: '-1Gbps' must be ...``)."""
+    try:
+        return parse(value)
+    except ConfigError as exc:
+        rule = str(exc).split(": ", 1)[-1]
+        raise type(exc)(f"{where}.{key}: {rule}") from None
+
+
+def _field_ranges(where: str, d: Mapping[str, Any], values: Mapping[tuple[str, ...], Any]) -> None:
+    """Check each value against :data:`RANGES` under the name the table gave it (the first
+    spelling is the ``RANGES`` key): ``link.latency_s must be a finite number in [0, 1]``."""
+    for keys, value in values.items():
+        if value is not None:
+            _check_range(where, keys[0], value, shown=f"{where}.{_given(d, *keys)}")
+
+
 def _preset_or_table(
-    where: str, value: Any, spec_type: type, lookup: Any, keys: tuple[str, ...], what: str
+    where: str,
+    value: Any,
+    spec_type: type,
+    lookup: Any,
+    keys: tuple[str, ...],
+    what: str,
+    inherited: Any = None,
 ) -> tuple[Any, Mapping[str, Any], Any]:
-    """``(spec, {}, None)`` for a preset name or a spec; ``(None, table, base preset or None)``
-    for a table (its keys checked)."""
+    """``(spec, {}, None)`` for a preset name or a spec; ``(None, table, base)`` for a table
+    (its keys checked), where ``base`` is its ``preset``, else ``inherited`` (the spec of the
+    cluster's ``base`` preset, whose fields the table overrides one by one), else None."""
     if isinstance(value, str):
         return lookup(value), {}, None
     if isinstance(value, spec_type):
@@ -893,17 +927,25 @@ def _preset_or_table(
     preset = value.get("preset")
     if preset is not None and not isinstance(preset, str):
         raise ConfigError(f"{where}.preset: expected a {what} preset name, got {preset!r:.80}")
-    return None, value, (lookup(preset) if preset is not None else None)
+    return None, value, (lookup(preset) if preset is not None else inherited)
 
 
-def _link_from(where: str, value: Any) -> LinkSpec:
-    spec, value, base = _preset_or_table(where, value, LinkSpec, get_link, _LINK_KEYS, "link")
+def _link_from(where: str, value: Any, inherited: LinkSpec | None = None) -> LinkSpec:
+    spec, value, base = _preset_or_table(
+        where, value, LinkSpec, get_link, _LINK_KEYS, "link", inherited
+    )
     if spec is not None:
         return spec
     bw = _one_of(where, value, "bandwidth", "bandwidth_Bps")
     lat = _one_of(where, value, "latency", "latency_s")
     if base is None and (bw is None or lat is None):
-        raise ConfigError(f"{where}: give 'preset' or both 'bandwidth' and 'latency'")
+        lacking = " and ".join(
+            repr(k) for k, v in (("bandwidth", bw), ("latency", lat)) if v is None
+        )
+        raise ConfigError(
+            f"{where}: no {lacking}: give it, or 'preset' (a link preset the table overrides), "
+            "or a cluster 'base'"
+        )
     gamma = _number_key(
         where,
         "gamma_s_per_byte",
@@ -930,9 +972,16 @@ def _link_from(where: str, value: Any) -> LinkSpec:
     if "framing" in value:
         if not isinstance(framing, str):
             raise ConfigError(f"{where}.framing: expected a framing name, got {framing!r}")
-        eff = get_framing(framing).efficiency
+        try:
+            eff = get_framing(framing).efficiency
+        except ConfigError as exc:
+            raise type(exc)(f"{where}.framing: {exc}") from None
     elif "efficiency" in value:
         eff = _number_key(where, "efficiency", framing)
+        if not (math.isfinite(eff) and 0 < eff <= 1):
+            raise ConfigError(
+                f"{where}.efficiency: payload bytes per wire byte, must be in (0, 1], got {eff!r}"
+            )
     else:
         eff = base.efficiency if base else 1.0
     name = value.get("name", base.name if base else where)
@@ -946,8 +995,27 @@ def _link_from(where: str, value: Any) -> LinkSpec:
         or "efficiency" in value
         or "framing" in value
     )
-    bandwidth = parse_bandwidth_Bps(bw) if bw is not None else base.bandwidth_Bps
-    latency = parse_time_s(lat) if lat is not None else base.latency_s
+    bandwidth = (
+        _quantity(where, _given(value, "bandwidth", "bandwidth_Bps"), parse_bandwidth_Bps, bw)
+        if bw is not None
+        else base.bandwidth_Bps
+    )
+    latency = (
+        _quantity(where, _given(value, "latency", "latency_s"), parse_time_s, lat)
+        if lat is not None
+        else base.latency_s
+    )
+    _field_ranges(
+        where,
+        value,
+        {
+            ("bandwidth_Bps", "bandwidth"): bandwidth,
+            ("latency_s", "latency"): latency,
+            ("gamma_s_per_byte",): gamma,
+            ("allgatherv_host_s_per_byte",): host,
+            ("allgatherv_host_padded_share",): share,
+        },
+    )
     try:
         return LinkSpec(
             name=str(name),
@@ -978,14 +1046,17 @@ _DEVICE_KEYS = (
 )
 
 
-def _device_from(where: str, value: Any) -> DeviceSpec:
+def _device_from(where: str, value: Any, inherited: DeviceSpec | None = None) -> DeviceSpec:
     spec, value, base = _preset_or_table(
-        where, value, DeviceSpec, get_device, _DEVICE_KEYS, "device"
+        where, value, DeviceSpec, get_device, _DEVICE_KEYS, "device", inherited
     )
     if spec is not None:
         return spec
     if base is None and "peak_flops" not in value:
-        raise ConfigError(f"{where}: give 'preset' or 'peak_flops'")
+        raise ConfigError(
+            f"{where}: no 'peak_flops': give it, or 'preset' (a device preset the table "
+            "overrides), or a cluster 'base'"
+        )
     eff = _number_key(
         where, "efficiency", value.get("efficiency", base.efficiency if base else 0.4)
     )
@@ -994,17 +1065,44 @@ def _device_from(where: str, value: Any) -> DeviceSpec:
         "memory_efficiency",
         value.get("memory_efficiency", base.memory_efficiency if base else 1.0),
     )
-    peak = parse_flops(value["peak_flops"]) if "peak_flops" in value else base.peak_flops
+    peak = (
+        _quantity(where, "peak_flops", parse_flops, value["peak_flops"])
+        if "peak_flops" in value
+        else base.peak_flops
+    )
     mem = _one_of(where, value, "memory_bandwidth", "memory_bandwidth_Bps")
     launch = _one_of(where, value, "launch_overhead", "launch_overhead_s")
     changed = any(k in value for k in _DEVICE_KEYS if k not in ("preset", "name", "source"))
     mem_Bps = (
-        parse_bandwidth_Bps(mem)
+        _quantity(
+            where,
+            _given(value, "memory_bandwidth", "memory_bandwidth_Bps"),
+            parse_bandwidth_Bps,
+            mem,
+        )
         if mem is not None
         else (base.memory_bandwidth_Bps if base else None)
     )
     launch_s = (
-        parse_time_s(launch) if launch is not None else (base.launch_overhead_s if base else None)
+        _quantity(
+            where, _given(value, "launch_overhead", "launch_overhead_s"), parse_time_s, launch
+        )
+        if launch is not None
+        else (base.launch_overhead_s if base else None)
+    )
+    for key, fraction in (("efficiency", eff), ("memory_efficiency", mem_eff)):
+        if not (math.isfinite(fraction) and 0 < fraction <= 1):
+            raise ConfigError(
+                f"{where}.{key}: a fraction of the peak, must be in (0, 1], got {fraction!r}"
+            )
+    _field_ranges(
+        where,
+        value,
+        {
+            ("peak_flops",): peak,
+            ("memory_bandwidth_Bps", "memory_bandwidth"): mem_Bps,
+            ("launch_overhead_s", "launch_overhead"): launch_s,
+        },
     )
     try:
         return DeviceSpec(
@@ -1048,15 +1146,24 @@ def cluster_from_dict(d: Mapping[str, Any], *, default_name: str = "custom") -> 
     topology = d.get("topology", base.topology if base else {"kind": "star"})
     if not isinstance(topology, Mapping):
         raise ConfigError(f"topology: expected a table with 'kind', got {topology!r}")
+    # a table overrides the fields it names of the base's link, intra link and device
     if "link" in d:
-        link = _link_from("link", d["link"])
+        link = _link_from("link", d["link"], base.link if base else None)
     elif base is not None:
         link = base.link
     else:
         raise ConfigError("cluster spec needs 'link' (a preset name or a table) or 'base'")
     intra = d.get("intra_link", base.intra_link if base else None)
-    intra_link = None if intra is None else _link_from("intra_link", intra)
-    device = _device_from("device", d.get("device", base.device if base else _DEFAULT_DEVICE))
+    intra_link = (
+        None
+        if intra is None
+        else _link_from("intra_link", intra, base.intra_link if base else None)
+    )
+    device = _device_from(
+        "device",
+        d.get("device", base.device if base else _DEFAULT_DEVICE),
+        base.device if base else None,
+    )
     gpn = d.get("gpus_per_node", base.gpus_per_node if base else 1)
     if isinstance(gpn, bool) or not isinstance(gpn, int):
         raise ConfigError(f"gpus_per_node: expected an integer, got {gpn!r}")

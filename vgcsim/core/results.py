@@ -52,7 +52,9 @@ RESULTS_HEADER_KEYS = (
     "schema_version",
     "kind",  # "vgcsim-results"
     "source",  # "predicted" | "simulated"
-    "traces",  # [{"path", "name", "compressor", "synthetic", "schema_version"}]
+    # [{"path", "name", "compressor", "synthetic", "schema_version", "caveats"}]; caveats:
+    # lines on a partial or diverged input trace (vgcsim.traces.health), absent before them
+    "traces",
     "cluster",  # the full cluster spec as a dict
     "extrapolation",  # {"rule": "modulo"|"resample", "seed": int|None}
     "options",  # command options (collectives, overlap, per_step, ...)
@@ -419,6 +421,7 @@ def _header_model() -> Any:
         name: str | None = None
         path: str | None = None
         compressor: str | CompressorEntry | None = None
+        caveats: list[str] = []
 
     class ResultsHeader(_Strict):
         source: str
