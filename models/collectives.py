@@ -24,14 +24,21 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from vgcsim.core.bounded import bounded_rounds
 from vgcsim.core.cluster import ClusterSpec, LinkSpec
-from vgcsim.core.collectives import COLLECTIVE_KEYS, SIZE_HEADER_BYTES, padded_host_time_s
+from vgcsim.core.collectives import (
+    COLLECTIVE_KEYS,
+    SIZE_HEADER_BYTES,
+    padded_host_time_s,
+    plain_allgather_host_time_s,
+)
 from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
     "COLLECTIVES",
     "CollectiveModel",
     "allgatherv_host_time_s",
+    "allgatherv_bounded",
     "allgatherv_padded_data",
     "size_exchange_time_s",
     "collective_key",
@@ -442,6 +449,62 @@ def allgatherv_padded(
     return size_exchange_time_s(s.shape[-1], link) + allgatherv_padded_data(s, link)
 
 
+def allgatherv_bounded(
+    sizes_bytes: ArrayLike,
+    link: LinkSpec,
+    *,
+    intra_link: LinkSpec | None = None,
+    gpus_per_node: int = 1,
+    first_bound_bytes: int = 0,
+) -> np.ndarray:
+    """The DDP hook's bounded exchange of one bucket: a plain all_gather of every rank's
+    message cut or padded to a bound b_t, plus a fallback all_gather of e_t bytes per rank
+    when the largest message exceeds the bound (``vgcsim.core.bounded``).
+
+    ``sizes_bytes`` ``[..., T, P]``: every rank's message (bytes, header included) of T
+    successive exchanges of one bucket, in order along axis −2 (the bound's history); a
+    ``[P]`` array is one exchange without history. b_t, e_t from
+    :func:`vgcsim.core.bounded.bounded_rounds` (b_0 = ``first_bound_bytes``; b_t = align8(
+    ⌈1.1 · 0.75-quantile of max_r m_{t',r}, t' ∈ [t−16, t)⌉); e_t = align8(max_r m_t,r) − b_t
+    when positive, else 0).
+
+    Formula: ``T_t = (P−1)·(α + β·b_t) + ½·δ·P·b_t + [e_t > 0]·((P−1)·(α + β·e_t) +
+    ½·δ·P·e_t)`` — two ring allgathers of equal blocks and their host copies
+    (:func:`vgcsim.core.collectives.plain_allgather_host_time_s`, δ =
+    ``link.allgatherv_host_s_per_byte``); no size exchange (the lengths travel in the
+    message's header). 0 for P = 1.
+
+    Assumptions: the lock-step ring allgather of gloo; padding bytes cross the wire; the
+    fallback round starts after the main round (it needs the gathered lengths).
+
+    Source: ``vgcsim.traces.training.distributed_hook._start_bucket_gather`` (the hook's
+    exchange, whose ``wire_bytes`` per rank is Σ_t b_t + e_t); ring allgather of Thakur,
+    Rabenseifner & Gropp, IJHPCA 2005.
+    """
+    s = _sizes(sizes_bytes)
+    p = s.shape[-1]
+    if p == 1:
+        return _zeros_like_steps(s)
+    flat = s.reshape(-1, *s.shape[-2:]) if s.ndim >= 2 else s[None, None, :]
+    out = np.empty(flat.shape[:-1], dtype=np.float64)
+    for i, messages in enumerate(flat):
+        bound, extra = bounded_rounds(np.ceil(messages).astype(np.int64), first_bound_bytes)
+        out[i] = _plain_ring_s(p, bound, link) + np.where(
+            extra > 0, _plain_ring_s(p, extra, link), 0.0
+        )
+    return out.reshape(s.shape[:-1])
+
+
+def _plain_ring_s(p: int, block_bytes: np.ndarray, link: LinkSpec) -> np.ndarray:
+    """A plain ring all_gather of equal blocks and its host copies:
+    ``(P−1)·(α + β·b) + ½·δ(P·b)·P·b``."""
+    b = np.asarray(block_bytes, dtype=np.float64)
+    ring = (p - 1) * (link.latency_s + b * link.beta_s_per_byte)
+    return ring + plain_allgather_host_time_s(
+        p, b, link.allgatherv_host_s_per_byte, link.allgatherv_host_s_per_byte_table
+    )
+
+
 # ------------------------------------------------------------------------------------------
 # registry
 # ------------------------------------------------------------------------------------------
@@ -468,6 +531,7 @@ _FUNCTIONS: dict[str, CostFn] = {
     "allgatherv/bruck": allgatherv_bruck,
     "allgatherv/direct": allgatherv_direct,
     "allgatherv/padded": allgatherv_padded,
+    "allgatherv/bounded": allgatherv_bounded,
 }
 
 COLLECTIVES: dict[str, CollectiveModel] = {

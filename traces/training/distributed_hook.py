@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import math
 import threading
 import time
 from collections.abc import Sequence
@@ -42,23 +41,18 @@ from vgcsim.traces.compression.variance import _conv_padding
 from vgcsim.traces.training.distributed_allgatherv import start_allgatherv_segments
 from vgcsim.traces.wire.encoders import ENCODINGS
 
+from vgcsim.core.bounded import (
+    BOUND_HISTORY,
+    align_bytes,
+    message_bound_bytes,
+    message_header_bytes,
+)
 from vgcsim.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-#: The hook's per-bucket message bound for the next step: the BOUND_QUANTILE quantile of
-#: the largest message (any rank, header included) of each of the last BOUND_HISTORY
-#: exchanges of that bucket, times BOUND_HEADROOM, rounded up to BOUND_ALIGN bytes. A
-#: message above the bound costs a second, smaller all_gather (the bytes past the bound);
-#: a bound above the message costs padding. Measured on the small CNN of
-#: benchmarks/ddp_hook.py, where a step's largest message often moves by a quarter from
-#: one step to the next, the largest of the last 8 (+10 %) padded a step to about twice
-#: its payload (32.0 KB sent for 15.3 KB of payload per step).
-BOUND_QUANTILE = 0.75
-BOUND_HEADROOM = 1.1
-BOUND_HISTORY = 16
-#: Message bounds are multiples of this (keeps every rank's row 8-byte aligned).
-BOUND_ALIGN = 8
+# The per-bucket message bound (vgcsim.core.bounded: the one rule the hook runs and the
+# cost models and simulator price as allgatherv/bounded).
 # all_gather into one tensor: named all_gather_single from torch 2.13 (the older name is
 # deprecated there), all_gather_into_tensor before.
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -132,7 +126,8 @@ class VGCState:
     * ``stats`` — :class:`StepCommStats` of the last step on this rank.
     * ``bounds``, ``message_history``, ``buckets``, ``fallback_group`` — the DDP hook's
       per-bucket state: the padded message size of the next exchange (a high quantile of
-      the largest messages of the last ``BOUND_HISTORY`` exchanges, :func:`_bound`), the
+      the largest messages of the last ``BOUND_HISTORY`` exchanges,
+      :func:`vgcsim.core.bounded.message_bound_bytes`), the
       flat residual/variance tensors the layer states are views of, and the group of the
       fallback round (a message above its bound costs one more all_gather there, of the
       bytes past the bound). See :func:`_start_bucket_gather`.
@@ -493,17 +488,6 @@ def sync_gradients(
     return state.stats
 
 
-def _align(n: int) -> int:
-    return -(-n // BOUND_ALIGN) * BOUND_ALIGN
-
-
-def _bound(history: Sequence[int]) -> int:
-    """The next exchange's message bound from a bucket's recent largest messages."""
-    ordered = sorted(history)
-    at = min(len(ordered) - 1, int(BOUND_QUANTILE * len(ordered)))
-    return _align(math.ceil(ordered[at] * BOUND_HEADROOM))
-
-
 def _bucket_sqsum(
     state: VGCState,
     layers: Sequence[int],
@@ -742,10 +726,10 @@ def _start_bucket_gather(
     device = torch.device(state.device)
     body, lengths, payloads = _encode_bucket(state, layers, grads, buffer)
     body = body.to(device)
-    header_bytes = 4 * (len(lengths) + 1)
+    header_bytes = message_header_bytes(len(lengths))
     total = header_bytes + body.numel()
     key = tuple(layers)
-    bound = state.bounds.get(key, _align(header_bytes))
+    bound = state.bounds.get(key, align_bytes(header_bytes))
     world = dist.get_world_size(group)
     # The whole message, then zeros up to the bound; the first `bound` bytes are sent.
     if device.type == "cpu":
@@ -779,7 +763,7 @@ def _start_bucket_gather(
         fallback = need > bound
         if fallback:
             # Every rank sends the bytes of its message past the bound (zeros past its end).
-            extra = _align(need) - bound
+            extra = align_bytes(need) - bound
             rest = torch.zeros(extra, dtype=torch.uint8, device=device)
             tail = message[bound:total]
             rest[: tail.numel()] = tail
@@ -789,7 +773,7 @@ def _start_bucket_gather(
         history = state.message_history.setdefault(key, [])
         history.append(need)
         del history[:-BOUND_HISTORY]
-        state.bounds[key] = _bound(history)
+        state.bounds[key] = message_bound_bytes(history)
         t2 = time.perf_counter()
         out = _decode_bucket(state, rows, heads, numels, payloads, into=buffer)
         out = out.to(dtype=buffer.dtype, device=buffer.device)
