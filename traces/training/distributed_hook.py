@@ -23,6 +23,7 @@ import path is :mod:`vgcsim.ddp`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -84,6 +85,8 @@ class StepCommStats:
     # DDP hook: buckets whose message exceeded the bound, so that a second all_gather of the
     # bytes past the bound ran (the first step of every bucket always does: no bound yet).
     fallback_rounds: int = 0
+    # DDP hook: the layers of each bucket exchanged, in the order DDP handed them over
+    buckets: list[tuple[int, ...]] = field(default_factory=list)
     compress_s: float = 0.0
     encode_s: float = 0.0  # measured only when VGCState.time_encode
     comm_s: float = 0.0
@@ -158,6 +161,8 @@ class VGCState:
     message_history: dict[tuple[int, ...], list[int]] = field(default_factory=dict)
     buckets: dict[tuple[int, ...], torch_codec.BucketState] = field(default_factory=dict)
     fallback_group: dist.ProcessGroup | None = None
+    # register_vgc_hook(trace_dir=...): the trace of this job (hook_trace.HookTracer)
+    tracer: object | None = field(default=None, repr=False)
     _tail: torch.futures.Future | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -236,6 +241,26 @@ class VGCState:
         if batch_size is not None:
             self.batch_size = int(batch_size)
         self.sqsums = None if sqsums is None else {i: s for i, s in enumerate(sqsums)}
+
+    def timed(self, phase: str):
+        """Context manager timing ``phase`` (``"forward_backward"`` or ``"optimizer"``) of
+        this step for the hook's trace (a no-op without ``trace_dir``)."""
+        if self.tracer is None:
+            return contextlib.nullcontext()
+        return self.tracer.timed(phase)
+
+    def step_done(self, **reported: float | None) -> None:
+        """Close this step in the hook's trace (every rank, after ``optimizer.step()``):
+        ``loss=``, ``lr=``, ``grad_norm=``, and seconds measured by the script
+        (``forward_backward_s=``, ``optimizer_s=``) instead of :meth:`timed`. A no-op
+        without ``trace_dir``; every ``gather_every`` steps a gather to rank 0."""
+        if self.tracer is not None:
+            self.tracer.step_done(**reported)
+
+    def close_trace(self, status: str = "complete"):
+        """Gather the last rows and finish the hook's trace (every rank, once, after the last
+        step); returns the trace folder on rank 0, else None."""
+        return None if self.tracer is None else self.tracer.close(status)
 
     def take_sqsum(self, layer: int, device: torch.device | str = "cpu") -> torch.Tensor:
         """This step's Σ_z (∇f_z)² of ``layer`` (flat fp32 on ``device``), consumed by the call."""
@@ -751,6 +776,7 @@ def _start_bucket_gather(
     work = _all_gather_single(gathered, send, group=group, async_op=True)
     with state._lock:
         stats.wire_bytes += bound
+        stats.buckets.append(key)
     numels = [g.numel() for g in grads]
 
     def finish(_: torch.futures.Future) -> torch.Tensor:
@@ -876,9 +902,21 @@ def register_vgc_hook(
     sq_dtype: str = "auto",
     process_group: dist.ProcessGroup | None = None,
     generator: torch.Generator | None = None,
+    trace_dir: str | None = None,
+    gather_every: int = 50,
+    overwrite: bool = False,
+    flops_per_sample: float | None = None,
 ) -> VGCState:
     """Build the state for ``ddp_model.module``, gather squared sums in its backward when the
     compressor needs them, register :func:`vgc_hook`; returns the state (read ``.stats``).
+
+    ``trace_dir`` (off by default): rank 0 writes a trace of this job there
+    (:mod:`vgcsim.traces.training.hook_trace`); the script closes each step with
+    ``state.step_done(loss=...)``, may time ``with state.timed("forward_backward"):`` and
+    ``state.timed("optimizer")``, and ends with ``state.close_trace()``. Every
+    ``gather_every`` steps the ranks send their rows to rank 0 in one gloo gather;
+    ``flops_per_sample`` (forward+backward FLOPs of one sample) lets ``--compute model``
+    price the compute; ``overwrite`` replaces an earlier trace there.
 
     ``batch_size`` (samples per rank that the loss averages over) is required for ``variance``
     and ``hybrid``; ``estimator`` ("fast" or "exact") and ``sq_dtype`` choose how the sums
@@ -899,5 +937,21 @@ def register_vgc_hook(
         state.attach(ddp_model.module, estimator=estimator, sq_dtype=sq_dtype)
     if state.collective == "allgatherv":
         _ensure_fallback_group(state)
+    if trace_dir is not None:
+        from vgcsim.traces.training.hook_trace import HookTracer
+
+        state.tracer = HookTracer(
+            state,
+            ddp_model.module,
+            trace_dir,
+            gather_every=gather_every,
+            overwrite=overwrite,
+            flops_per_sample=flops_per_sample,
+            config={
+                "batch_size": batch_size,
+                "estimator": estimator,
+                "compressor": getattr(compressor, "name", ""),
+            },
+        )
     ddp_model.register_comm_hook(state, vgc_hook)
     return state

@@ -57,7 +57,10 @@ def measured_method(trace: Any) -> str:
 
 
 def default_allgatherv(trace: Any) -> str:
-    """The algorithm the recorder's allgatherv is: padded on gloo, uneven (ring) on NCCL."""
+    """The algorithm the recorder's allgatherv is: padded on gloo, uneven (ring) on NCCL;
+    the hook's bounded exchange for traces the DDP hook wrote."""
+    if trace.header.get("source") == "ddp_hook":
+        return "bounded"
     dist = trace.header.get("distributed") or {}
     return "padded" if dist.get("padded_allgather", True) else "ring"
 
