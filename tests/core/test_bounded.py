@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from vgcsim.core.bounded import (
     align_bytes,
     bounded_rounds,
