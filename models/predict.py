@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 from vgcsim.models.collectives import (
-    allgatherv_bounded,
+    allgatherv_bounded_history,
     allgatherv_padded_data,
     collective_key,
     get_collective,
@@ -234,7 +234,7 @@ def bounded_comm_s(bm: BucketMessages, cluster: ClusterSpec) -> np.ndarray:
     for k in range(len(bm.buckets)):
         rows = np.flatnonzero(bm.used[:, k])
         if rows.size:
-            out[rows] += allgatherv_bounded(
+            out[rows] += allgatherv_bounded_history(
                 bm.messages[rows, :, k],
                 cluster.link,
                 first_bound_bytes=align_bytes(int(bm.header_bytes[k])),
