@@ -320,7 +320,9 @@ def step_inputs(
         if world_size == 1:
             return np.zeros(shape)
         per_payload = devicecost.decode_bytes(compressor, numel_r, sent_r, rb)  # [T, P]
-        received = per_payload.sum(axis=1, keepdims=True) - per_payload
+        received = per_payload.sum(axis=1, keepdims=True)
+        if not is_hook_trace(trace):  # the DDP hook decodes its own payload too
+            received = received - per_payload
         return devicecost.decode_time_s(compressor, received, n_layers, device)
 
     if cluster.compute == "model":
@@ -351,10 +353,12 @@ def step_inputs(
             # torch.distributed allgatherv, every rank decodes all W payloads (W x W)
             per_step_decodes = workers * (workers if _distributed_allgatherv(trace) else 1)
             per = dec / per_step_decodes * scale
-            decode = np.broadcast_to((per * (world_size - 1))[:, None], shape).copy()
+            # the DDP hook decodes every rank's payload, its own included (P per rank)
+            decoded = world_size if is_hook_trace(trace) else world_size - 1
+            decode = np.broadcast_to((per * decoded)[:, None], shape).copy()
             sources["decode_s"] = (
-                f"measured: (P - 1) x decode_s / {per_step_decodes} (decodes per recorded "
-                "step: one per payload)"
+                f"measured: {'P' if decoded == world_size else '(P - 1)'} x decode_s / "
+                f"{per_step_decodes} (decodes per recorded step: one per payload)"
             )
         else:
             decode = decode_model()
