@@ -1,11 +1,12 @@
 """One rank of a user's DDP script that asks the vgcsim hook for a trace (gloo on loopback).
 
-Usage: _hook_trace_worker.py STEPS SEED TRACE_DIR OUT
-A small MLP and a small CNN layer in one model, several DDP buckets, variance α = 2; the
-script times forward+backward and the optimizer step with ``state.timed`` and closes each
-step with ``state.step_done(loss=...)``; ``gather_every = 3`` so that the run gathers several
-times. Rank 0 saves every rank's ``state.stats.wire_bytes`` per step to OUT
-({"wire_bytes": [step][rank]}).
+Usage: _hook_trace_worker.py STEPS SEED TRACE_ROOT OUT COMPRESSOR[,COMPRESSOR...]
+For each compressor named (``variance`` at α = 2; ``dense`` is plain DDP's allreduce), one
+run from the same weights: a small CNN + MLP, several DDP buckets; the script times
+forward+backward and the optimizer step with ``state.timed`` and closes each step with
+``state.step_done(loss=...)``; ``gather_every = 3`` so that the run gathers several times.
+Rank 0 writes TRACE_ROOT/<compressor> and saves every rank's ``state.stats.wire_bytes`` per
+step to OUT ({compressor: {"wire_bytes": [step][rank]}}).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from vgcsim.traces.training.distributed_launch import (
 from vgcsim.ddp import get_compressor, register_vgc_hook
 
 BATCH, LR, GATHER_EVERY = 16, 0.05, 3
+PARAMS = {"variance": {"alpha": 2.0}}
 
 
 def build_model(seed: int) -> nn.Module:
@@ -40,19 +42,17 @@ def build_model(seed: int) -> nn.Module:
     )
 
 
-def main(steps: int, seed: int, trace_dir: str, path: str) -> int:
-    env = init_process_group("gloo", timeout_s=300)
-    model = build_model(seed)
-    ddp = DDP(model, bucket_cap_mb=0.004)
+def one_run(compressor: str, steps: int, seed: int, trace_dir: str, rank: int, world: int):
+    ddp = DDP(build_model(seed), bucket_cap_mb=0.004)
     state = register_vgc_hook(
         ddp,
-        get_compressor("variance", alpha=2.0),
+        get_compressor(compressor, **PARAMS.get(compressor, {})),
         batch_size=BATCH,
         trace_dir=trace_dir,
         gather_every=GATHER_EVERY,
     )
     opt = torch.optim.SGD(ddp.parameters(), lr=LR, momentum=0.9)
-    g = torch.Generator().manual_seed(seed + env.rank)
+    g = torch.Generator().manual_seed(seed + rank)
     wire = []
     for _ in range(steps):
         x = torch.randn(BATCH, 1, 8, 8, generator=g)
@@ -64,17 +64,23 @@ def main(steps: int, seed: int, trace_dir: str, path: str) -> int:
         with state.timed("optimizer"):
             opt.step()
         mine = torch.tensor([state.stats.wire_bytes], dtype=torch.int64)
-        everyone = [torch.zeros_like(mine) for _ in range(env.world_size)]
+        everyone = [torch.zeros_like(mine) for _ in range(world)]
         dist.all_gather(everyone, mine)
         wire.append([int(t) for t in everyone])
         state.step_done(loss=loss.item(), lr=LR)
     state.close_trace()
+    return {"wire_bytes": wire}
+
+
+def main(steps: int, seed: int, root: str, path: str, compressors: list[str]) -> int:
+    env = init_process_group("gloo", timeout_s=300)
+    out = {c: one_run(c, steps, seed, f"{root}/{c}", env.rank, env.world_size) for c in compressors}
     if env.rank == 0:
-        torch.save({"wire_bytes": wire}, path)
+        torch.save(out, path)
     leave_process_group(completed=True)
     return 0
 
 
 if __name__ == "__main__":
-    steps, seed, trace_dir, path = sys.argv[1:5]
-    exit_rank(main(int(steps), int(seed), trace_dir, path))
+    steps, seed, root, path, names = sys.argv[1:6]
+    exit_rank(main(int(steps), int(seed), root, path, names.split(",")))

@@ -10,12 +10,13 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from vgcsim.models.predict import PredictOptions, bounded_wire_bytes, predict_trace
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.replay import bucket_messages, step_inputs
-from vgcsim.traces.training.distributed_launch import launch_local
+from vgcsim.traces.training.distributed_launch import DistributedRunError, launch_local
 
 from vgcsim.cli import main
 from vgcsim.core.bounded import align_bytes, bounded_rounds
@@ -28,16 +29,18 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> tuple[Path, dict]:
+def runs(tmp_path_factory) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("hook_trace")
-    trace_dir, out = root / "trace", root / "out.pt"
-    launch_local(
-        [str(HERE / "_hook_trace_worker.py"), str(STEPS), str(SEED), str(trace_dir), str(out)],
-        WORLD,
-        timeout_s=300,
-        threads_per_proc=1,
-    )
-    return trace_dir, torch.load(out, weights_only=False)
+    out = root / "out.pt"
+    argv = [str(HERE / "_hook_trace_worker.py"), str(STEPS), str(SEED), str(root), str(out)]
+    launch_local([*argv, "variance,dense"], WORLD, timeout_s=300, threads_per_proc=1)
+    return root, torch.load(out, weights_only=False)
+
+
+@pytest.fixture(scope="module")
+def run(runs) -> tuple[Path, dict]:
+    root, measured = runs
+    return root / "variance", measured["variance"]
 
 
 def test_trace_validate_accepts_it_and_the_header_says_the_hook_wrote_it(run, capsys):
@@ -101,3 +104,33 @@ def test_predict_and_simulate_read_it_with_the_bounded_exchange(run, tmp_path, c
         argv = [cmd, str(trace_dir), "--cluster", "1GbE", "--compute", "trace"]
         assert main([*argv, "--world-sizes", f"{WORLD},8", "-o", str(out)]) == 0
         assert "allgatherv/bounded" in capsys.readouterr().out
+
+
+def test_validate_prints_every_term_and_the_winner_of_two_runs(runs, tmp_path, capsys):
+    root, _ = runs
+    out = tmp_path / "v"
+    argv = ["validate", str(root / "variance"), str(root / "dense"), "--cluster", "1GbE"]
+    rc = main([*argv, "--compute", "trace", "--tolerance", "10", "-o", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    for term in ("compute", "sqsum", "compress", "exchange", "decode", "optimizer", "step"):
+        assert f"\n{term:>9} " in text, term
+    assert "winner: measured " in text and ("match" in text or "MISMATCH" in text)
+    terms = pd.read_csv(out / "validation_terms.csv")
+    assert set(terms["term"]) >= {"exchange", "step"} and len(terms) == 7 * STEPS
+    # the compressed run's measured exchange is the fastest rank's, per step
+    t = read_trace(root / "variance")
+    fastest = t.ranks.groupby("step")["comm_s"].min().to_numpy()
+    exchange = terms[terms["term"] == "exchange"].sort_values("step")["measured_s"].to_numpy()
+    assert np.allclose(exchange, fastest, rtol=1e-12, atol=0)
+
+
+def test_a_trace_folder_in_use_is_refused_before_the_first_step(runs):
+    root, _ = runs
+    with pytest.raises(DistributedRunError, match="is not empty"):
+        launch_local(
+            [str(HERE / "_hook_trace_worker.py"), "1", "1", str(root), str(root / "x.pt"), "dense"],
+            2,
+            timeout_s=120,
+            threads_per_proc=1,
+        )

@@ -88,6 +88,12 @@ class HookTracer:
         # gather_object on a gloo group of its own: CPU objects whatever the main backend
         self.group = dist.new_group(ranks, backend="gloo", use_local_synchronization=True)
         self.dst = ranks[0]
+        if self.rank == 0 and not overwrite and _non_empty(self.trace_dir):
+            # refused before the first step, not at the first gather
+            raise ConfigError(
+                f"trace folder {self.trace_dir} is not empty; choose another trace_dir or pass "
+                "overwrite=True"
+            )
         self.layers = [
             {"index": i, "name": n, "shape": list(p.shape), "numel": p.numel()}
             for i, (n, p) in enumerate(
@@ -129,6 +135,7 @@ class HookTracer:
         if self._closed:
             raise ConfigError("the hook's trace is closed: step_done after close_trace")
         stats = self.state.stats
+        primary = self.state.compressor.primary_encoding
         phases = dict(self._phase_s)
         if forward_backward_s is not None:
             phases["forward_backward"] = float(forward_backward_s)
@@ -155,7 +162,7 @@ class HookTracer:
             "wire_bytes": int(stats.wire_bytes),
             "fallback_rounds": int(stats.fallback_rounds),
             "sent": dict(stats.sent),
-            "bits": {i: int(sum(b.values())) for i, b in stats.bits.items()},
+            "bits": {i: int(b[primary]) for i, b in stats.bits.items()},
             "numel": dict(stats.numel),
             "buckets": [list(b) for b in stats.buckets],
         }
@@ -246,7 +253,8 @@ class HookTracer:
         )
 
     def _write_step(self, step: int, rows: list[dict[str, Any]]) -> None:
-        buckets = rows[0]["buckets"]
+        # the dense compressor all-reduces without the bounded buckets: one of every layer
+        buckets = rows[0]["buckets"] or [[layer["index"] for layer in reversed(self.layers)]]
         if self._writer is None:
             self._writer = self._open(buckets)
         layouts = self._writer.header["hook"]["layouts"]
@@ -297,6 +305,10 @@ class HookTracer:
                 "optimizer_s": sum(optim) / len(optim) if optim else math.nan,
             }
         )
+
+
+def _non_empty(folder: Path) -> bool:
+    return folder.exists() and (not folder.is_dir() or any(folder.iterdir()))
 
 
 def _finite(value: float | None) -> float:
