@@ -201,8 +201,20 @@ class HookTracer:
         for rows in everyone:
             for row in rows:
                 by_step.setdefault(row["step"], []).append(row)
-        for step in sorted(by_step):
-            self._write_step(step, sorted(by_step[step], key=lambda r: r["rank"]))
+        payload: dict[str, list[int]] = {}
+        rank_rows: list[dict[str, Any]] = []
+        step_rows = [
+            self._step_row(step, sorted(by_step[step], key=lambda r: r["rank"]), payload, rank_rows)
+            for step in sorted(by_step)
+        ]
+        # one frame per table per gather (a gather holds at most one chunk of steps: the
+        # steps' rows go in before the step that closes the chunk)
+        assert self._writer is not None
+        if payload.get("step"):
+            self._writer.add_payload_rows(payload)
+        self._writer.add_rank_rows(rank_rows)
+        for row in step_rows:
+            self._writer.add_step(row)
         self._writer.flush()
 
     def _open(self, buckets: list[list[int]]) -> TraceWriter:
@@ -252,7 +264,15 @@ class HookTracer:
             self.trace_dir, header, chunk_steps=self.gather_every, overwrite=self.overwrite
         )
 
-    def _write_step(self, step: int, rows: list[dict[str, Any]]) -> None:
+    def _step_row(
+        self,
+        step: int,
+        rows: list[dict[str, Any]],
+        payload: dict[str, list[int]],
+        rank_rows: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        """The steps-table row of ``step`` (every rank's ``rows``); its payload and rank rows
+        are appended to ``payload`` and ``rank_rows``."""
         # the dense compressor all-reduces without the bounded buckets: one of every layer
         buckets = rows[0]["buckets"] or [[layer["index"] for layer in reversed(self.layers)]]
         if self._writer is None:
@@ -264,9 +284,8 @@ class HookTracer:
             layouts.append({"from_step": step, "buckets": buckets})
             write_header(self._writer.run_dir, self._writer.header)
         enc = schema.BITS_PREFIX + self._writer.header["primary_encoding"]
-        payload: dict[str, list[int]] = {
-            c: [] for c in ("step", "worker", "layer", "numel", "sent", enc)
-        }
+        for c in ("step", "worker", "layer", "numel", "sent", enc):
+            payload.setdefault(c, [])
         for row in rows:
             for i in sorted(row["numel"]):
                 payload["step"].append(step)
@@ -275,36 +294,30 @@ class HookTracer:
                 payload["numel"].append(row["numel"][i])
                 payload["sent"].append(row["sent"][i])
                 payload[enc].append(row["bits"][i])
-        if payload["step"]:
-            self._writer.add_payload_rows(payload)
         sent = sum(sum(r["sent"].values()) for r in rows)
         numel = sum(sum(r["numel"].values()) for r in rows)
         computes = [r["compute_s"] for r in rows]
         optim = [r["optimizer_s"] for r in rows if math.isfinite(r["optimizer_s"])]
-        self._writer.add_rank_rows(
-            [{k: v for k, v in r.items() if k in schema.RANK_COLUMNS} for r in rows]
-        )
-        self._writer.add_step(
-            {
-                "step": step,
-                "loss": rows[0]["loss"],
-                "lr": rows[0]["lr"],
-                "grad_norm": rows[0]["grad_norm"],
-                "density": sent / numel if numel else 0.0,
-                "compute_s": sum(c for c in computes if math.isfinite(c)),
-                "variance_s": sum(r["sqsum_s"] for r in rows),
-                "compress_s": sum(r["compress_s"] for r in rows),
-                "encode_s": sum(r["encode_s"] for r in rows),
-                "decode_s": sum(r["decode_s"] for r in rows),
-                "comm_s": max(r["comm_s"] for r in rows),
-                "rank_compute_s": (
-                    sum(computes) / len(computes)
-                    if all(math.isfinite(c) for c in computes)
-                    else math.nan
-                ),
-                "optimizer_s": sum(optim) / len(optim) if optim else math.nan,
-            }
-        )
+        rank_rows.extend({k: v for k, v in r.items() if k in schema.RANK_COLUMNS} for r in rows)
+        return {
+            "step": step,
+            "loss": rows[0]["loss"],
+            "lr": rows[0]["lr"],
+            "grad_norm": rows[0]["grad_norm"],
+            "density": sent / numel if numel else 0.0,
+            "compute_s": sum(c for c in computes if math.isfinite(c)),
+            "variance_s": sum(r["sqsum_s"] for r in rows),
+            "compress_s": sum(r["compress_s"] for r in rows),
+            "encode_s": sum(r["encode_s"] for r in rows),
+            "decode_s": sum(r["decode_s"] for r in rows),
+            "comm_s": max(r["comm_s"] for r in rows),
+            "rank_compute_s": (
+                sum(computes) / len(computes)
+                if all(math.isfinite(c) for c in computes)
+                else math.nan
+            ),
+            "optimizer_s": sum(optim) / len(optim) if optim else math.nan,
+        }
 
 
 def _non_empty(folder: Path) -> bool:
