@@ -31,6 +31,11 @@ they see identical numbers. The rules (shared contract):
 
 Per-layer bytes (for bucketed overlap) are optional and may be grouped into buckets on the
 fly, because ``[steps, P, layers]`` for ResNet-50 at P = 1024 would not fit in memory.
+
+The DDP hook's bounded exchange (``allgatherv/bounded``) is priced per bucket message
+(:func:`bucket_messages`: header plus layer bytes, the hook's bucket layouts from a trace it
+wrote, else DDP's greedy buckets); :func:`default_allgatherv` is the algorithm predict and
+simulate use when none is asked for.
 """
 
 from __future__ import annotations

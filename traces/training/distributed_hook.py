@@ -135,6 +135,10 @@ class VGCState:
       fallback round (a message above its bound costs one more all_gather there, of the
       bytes past the bound). See :func:`_start_bucket_gather`.
 
+    * ``tracer`` — with ``register_vgc_hook(..., trace_dir=...)``, the job's trace
+      (:class:`vgcsim.traces.training.hook_trace.HookTracer`): :meth:`timed`,
+      :meth:`step_done` and :meth:`close_trace` feed it; None (the default) costs nothing.
+
     Cost: the exchange (for every compressor but ``dense``) is an allgatherv, whose time grows
     with the sum of every rank's payload (P·m for P ranks of m bytes), unlike allreduce's 2·n
     for n dense bytes; it pays when the payloads are ≲ 1/P of the dense gradient. On gloo the
