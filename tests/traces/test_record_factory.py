@@ -10,7 +10,7 @@ import uuid
 import numpy as np
 import pytest
 from vgcsim.traces.io import read_trace
-from vgcsim.traces.training.factories import load_data
+from vgcsim.traces.training.datasets import load_dataset
 
 from vgcsim import api
 from vgcsim.cli import main
@@ -67,7 +67,7 @@ def test_the_command_line_records_the_users_model_on_the_users_data(factory, tmp
 
 
 def test_the_data_are_used_as_given(factory):
-    data = load_data(f"{factory}:make_data", seed=0, test_fraction=0.25)
+    data = load_dataset(f"{factory}:make_data", seed=0, test_fraction=0.25)
     # /255 data stay in [0, 1]: a standardised copy would have negative values
     assert float(data.x_train.min()) >= 0.0 and float(data.x_train.max()) <= 1.0
     assert len(data.x_train) + len(data.x_test) == 120 and len(data.x_test) == 30
@@ -87,9 +87,9 @@ def test_four_tensors_and_a_torch_dataset_are_accepted(tmp_path, monkeypatch):
         "    return TensorDataset(torch.arange(20.0).reshape(10, 2), torch.arange(10) % 2)\n"
     )
     monkeypatch.chdir(tmp_path)
-    four = load_data(f"{name}:four", seed=0, test_fraction=0.2)
+    four = load_dataset(f"{name}:four", seed=0, test_fraction=0.2)
     assert four.input_shape == (5,) and four.num_classes == 2 and len(four.x_test) == 4
-    tds = load_data(f"{name}:tds", seed=0, test_fraction=0.2)
+    tds = load_dataset(f"{name}:tds", seed=0, test_fraction=0.2)
     assert tds.input_shape == (2,) and len(tds.x_train) == 8
     rows = np.concatenate([tds.x_train.numpy(), tds.x_test.numpy()])
     assert sorted(rows[:, 0].tolist()) == list(np.arange(0.0, 20.0, 2.0))
@@ -141,6 +141,6 @@ def test_fractional_labels_and_mismatched_lengths_are_refused(tmp_path, monkeypa
     )
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="not integer labels"):
-        load_data(f"{name}:halves", seed=0, test_fraction=0.5)
+        load_dataset(f"{name}:halves", seed=0, test_fraction=0.5)
     with pytest.raises(ConfigError, match="6 inputs but 5 labels"):
-        load_data(f"{name}:short", seed=0, test_fraction=0.5)
+        load_dataset(f"{name}:short", seed=0, test_fraction=0.5)

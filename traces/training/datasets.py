@@ -208,7 +208,10 @@ def load_dataset(
     if factories.is_factory(name):
         if not 0.0 < test_fraction < 1.0:
             raise ConfigError(f"data.test_fraction must be in (0, 1), got {test_fraction}")
-        return factories.load_data(name, seed, test_fraction)
+        got = factories.load_data(name, seed, test_fraction, _stratified_split)
+        return (
+            got if isinstance(got, Dataset) or not isinstance(got, tuple) else Dataset(name, *got)
+        )
     if name not in DATASETS:
         raise unknown_name("dataset", name, DATASETS)
     if not 0.0 < test_fraction < 1.0:

@@ -132,13 +132,14 @@ def _stack(ds: Any, spec: str) -> tuple[Any, Any]:
     return xs, ys
 
 
-def load_data(spec: str, seed: int, test_fraction: float):
-    """The :class:`~vgcsim.traces.training.datasets.Dataset` of a dataset factory (see the
-    module docstring for what it may return)."""
-    from vgcsim.traces.training.datasets import Dataset, _stratified_split
-
+def load_data(spec: str, seed: int, test_fraction: float, split: Callable) -> Any:
+    """What a dataset factory returns, checked: a ``Dataset`` as it is (anything with
+    ``x_train``, ``y_train``, ``x_test``, ``y_test`` and ``num_classes``), otherwise
+    ``(x_train, y_train, x_test, y_test, num_classes)`` as tensors; ``(x, y)`` are cut by
+    ``split(x, y, test_fraction, seed)`` (the registered datasets' seeded stratified split,
+    handed in by ``vgcsim.traces.training.datasets``). See the module docstring."""
     got = _call(spec, "dataset")
-    if isinstance(got, Dataset):
+    if all(hasattr(got, a) for a in ("x_train", "y_train", "x_test", "y_test", "num_classes")):
         return got
     if isinstance(got, torch.utils.data.Dataset) and hasattr(got, "__len__"):
         got = _stack(got, spec)
@@ -152,8 +153,7 @@ def load_data(spec: str, seed: int, test_fraction: float):
         y = _tensor(got[1], spec, "y", torch.int64)
         if len(x) != len(y):
             raise ConfigError(f"dataset factory {spec!r}: {len(x)} inputs but {len(y)} labels")
-        xtr, ytr, xte, yte = _stratified_split(x.numpy(), y.numpy(), test_fraction, seed)
-        got = (xtr, ytr, xte, yte)
+        got = split(x.numpy(), y.numpy(), test_fraction, seed)
     xtr = _tensor(got[0], spec, "x_train", torch.float32)
     ytr = _tensor(got[1], spec, "y_train", torch.int64)
     xte = _tensor(got[2], spec, "x_test", torch.float32)
@@ -166,4 +166,4 @@ def load_data(spec: str, seed: int, test_fraction: float):
     if xtr.shape[1:] != xte.shape[1:]:
         raise ConfigError(f"dataset factory {spec!r}: train and test inputs differ in shape")
     classes = int(max(ytr.max(), yte.max())) + 1
-    return Dataset(str(spec), xtr, ytr, xte, yte, classes)
+    return xtr, ytr, xte, yte, classes
