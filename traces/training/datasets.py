@@ -209,9 +209,11 @@ def load_dataset(
         if not 0.0 < test_fraction < 1.0:
             raise ConfigError(f"data.test_fraction must be in (0, 1), got {test_fraction}")
         got = factories.load_data(name, seed, test_fraction, _stratified_split)
-        return (
-            got if isinstance(got, Dataset) or not isinstance(got, tuple) else Dataset(name, *got)
-        )
+        if isinstance(got, Dataset):
+            return got
+        if isinstance(got, tuple):
+            return Dataset(name, *got)
+        return Dataset(name, got.x_train, got.y_train, got.x_test, got.y_test, got.num_classes)
     if name not in DATASETS:
         raise unknown_name("dataset", name, DATASETS)
     if not 0.0 < test_fraction < 1.0:
