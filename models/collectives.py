@@ -24,14 +24,22 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from vgcsim.core.bounded import BOUND_ALIGN, bounded_rounds
 from vgcsim.core.cluster import ClusterSpec, LinkSpec
-from vgcsim.core.collectives import COLLECTIVE_KEYS, SIZE_HEADER_BYTES, padded_host_time_s
+from vgcsim.core.collectives import (
+    COLLECTIVE_KEYS,
+    SIZE_HEADER_BYTES,
+    padded_host_time_s,
+    plain_allgather_host_time_s,
+)
 from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
     "COLLECTIVES",
     "CollectiveModel",
     "allgatherv_host_time_s",
+    "allgatherv_bounded",
+    "allgatherv_bounded_history",
     "allgatherv_padded_data",
     "size_exchange_time_s",
     "collective_key",
@@ -442,6 +450,72 @@ def allgatherv_padded(
     return size_exchange_time_s(s.shape[-1], link) + allgatherv_padded_data(s, link)
 
 
+def allgatherv_bounded(
+    sizes_bytes: ArrayLike,
+    link: LinkSpec,
+    *,
+    intra_link: LinkSpec | None = None,
+    gpus_per_node: int = 1,
+    bound_bytes: ArrayLike = 0,
+) -> np.ndarray:
+    """One exchange of the DDP hook's bounded allgatherv: a plain all_gather of every rank's
+    message cut or padded to the bound b, plus a fallback all_gather of e bytes per rank when
+    the largest message exceeds it (``vgcsim.core.bounded``).
+
+    ``sizes_bytes`` ``[..., P]``: every rank's message (bytes, header included), each row one
+    exchange; ``bound_bytes`` its bound b (a number or ``[...]``; 0, the default: an exchange
+    without history, everything in the fallback round). e = align8(max_r m_r) − b where
+    max_r m_r > b, else 0. :func:`allgatherv_bounded_history` gives each of a bucket's
+    successive exchanges the bound the hook computes from the ones before.
+
+    Formula: ``T = (P−1)·(α + β·b) + ½·δ·P·b + [e > 0]·((P−1)·(α + β·e) + ½·δ·P·e)`` — two
+    ring allgathers of equal blocks and their host copies
+    (:func:`vgcsim.core.collectives.plain_allgather_host_time_s`, δ =
+    ``link.allgatherv_host_s_per_byte``); no size exchange (the lengths travel in the
+    message's header). 0 for P = 1.
+
+    Assumptions: the lock-step ring allgather of gloo; padding bytes cross the wire; the
+    fallback round starts after the main round (it needs the gathered lengths).
+
+    Source: ``vgcsim.traces.training.distributed_hook._start_bucket_gather`` (the hook's
+    exchange, whose ``wire_bytes`` per rank is b + e); ring allgather of Thakur,
+    Rabenseifner & Gropp, IJHPCA 2005.
+    """
+    s = _sizes(sizes_bytes)
+    p = s.shape[-1]
+    if p == 1:
+        return _zeros_like_steps(s)
+    bound = np.broadcast_to(np.asarray(bound_bytes, dtype=np.float64), s.shape[:-1])
+    need = np.ceil(s.max(axis=-1))
+    aligned = np.ceil(need / BOUND_ALIGN) * BOUND_ALIGN
+    extra = np.where(need > bound, aligned - bound, 0.0)
+    return _plain_ring_s(p, bound, link) + np.where(extra > 0, _plain_ring_s(p, extra, link), 0.0)
+
+
+def allgatherv_bounded_history(
+    sizes_bytes: ArrayLike, link: LinkSpec, *, first_bound_bytes: int = 0
+) -> np.ndarray:
+    """:func:`allgatherv_bounded` of T successive exchanges of one bucket ``[T, P]`` → ``[T]``,
+    exchange t at the bound the hook computes from the largest messages of the (at most 16)
+    exchanges before it (:func:`vgcsim.core.bounded.bounded_rounds`; b_0 =
+    ``first_bound_bytes``, the hook's aligned header)."""
+    s = _sizes(sizes_bytes)
+    if s.ndim != 2:
+        raise ConfigError("a bounded exchange history is [exchanges, ranks]")
+    bound, _ = bounded_rounds(np.ceil(s).astype(np.int64), first_bound_bytes)
+    return allgatherv_bounded(s, link, bound_bytes=bound)
+
+
+def _plain_ring_s(p: int, block_bytes: np.ndarray, link: LinkSpec) -> np.ndarray:
+    """A plain ring all_gather of equal blocks and its host copies:
+    ``(P−1)·(α + β·b) + ½·δ(P·b)·P·b``."""
+    b = np.asarray(block_bytes, dtype=np.float64)
+    ring = (p - 1) * (link.latency_s + b * link.beta_s_per_byte)
+    return ring + plain_allgather_host_time_s(
+        p, b, link.allgatherv_host_s_per_byte, link.allgatherv_host_s_per_byte_table
+    )
+
+
 # ------------------------------------------------------------------------------------------
 # registry
 # ------------------------------------------------------------------------------------------
@@ -468,6 +542,7 @@ _FUNCTIONS: dict[str, CostFn] = {
     "allgatherv/bruck": allgatherv_bruck,
     "allgatherv/direct": allgatherv_direct,
     "allgatherv/padded": allgatherv_padded,
+    "allgatherv/bounded": allgatherv_bounded,
 }
 
 COLLECTIVES: dict[str, CollectiveModel] = {

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 from vgcsim.models.collectives import (
+    allgatherv_bounded_history,
     allgatherv_padded_data,
     collective_key,
     get_collective,
@@ -33,8 +34,16 @@ from vgcsim.models.iteration import (
 )
 from vgcsim.traces.buckets import DDP_BUCKET_BYTES, bucket_backward_share, layer_groups
 from vgcsim.traces.extrapolate import RULES
-from vgcsim.traces.replay import DENSE_ENCODINGS, StepInputs, step_inputs
+from vgcsim.traces.replay import (
+    DENSE_ENCODINGS,
+    BucketMessages,
+    StepInputs,
+    bucket_messages,
+    default_allgatherv,
+    step_inputs,
+)
 
+from vgcsim.core.bounded import align_bytes, bounded_rounds
 from vgcsim.core.cluster import ClusterSpec
 from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
 from vgcsim.core.errors import ConfigError, unknown_name
@@ -43,7 +52,14 @@ from vgcsim.core.results import RESULT_COLUMNS, finalize_results
 if TYPE_CHECKING:
     from vgcsim.traces.io import Trace
 
-__all__ = ["PredictOptions", "frame_from_rows", "predict_trace", "rows_for"]
+__all__ = [
+    "PredictOptions",
+    "bounded_comm_s",
+    "bounded_wire_bytes",
+    "frame_from_rows",
+    "predict_trace",
+    "rows_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +73,8 @@ class PredictOptions:
 
     world_sizes: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
     allreduce: tuple[str, ...] = ("ring",)
-    allgatherv: tuple[str, ...] = ("ring",)
+    #: empty: the trace's default (``bounded`` for traces the DDP hook wrote, else ``ring``)
+    allgatherv: tuple[str, ...] = ()
     encoding: str | None = None
     rule: str = "modulo"
     seed: int = 0
@@ -195,6 +212,8 @@ def allgatherv_time_s(
     p = sizes_bytes.shape[-1]
     if key == "allgatherv/padded" and not size_exchange:
         return allgatherv_padded_data(sizes_bytes, cluster.link)
+    if key == "allgatherv/bounded":  # its lengths travel in the message: no size exchange
+        size_exchange = False
     model = get_collective(key)
     t = model.time_s(
         sizes_bytes,
@@ -207,10 +226,52 @@ def allgatherv_time_s(
     return t
 
 
+def bounded_comm_s(bm: BucketMessages, cluster: ClusterSpec) -> np.ndarray:
+    """Seconds of the hook's exchanges per step ``[T]``: Σ over the buckets a step exchanged
+    of :func:`vgcsim.models.collectives.allgatherv_bounded`, each bucket's bound computed from
+    its own earlier messages (first bound: its aligned header, as in the hook)."""
+    out = np.zeros(bm.used.shape[0])
+    for k in range(len(bm.buckets)):
+        rows = np.flatnonzero(bm.used[:, k])
+        if rows.size:
+            out[rows] += allgatherv_bounded_history(
+                bm.messages[rows, :, k],
+                cluster.link,
+                first_bound_bytes=align_bytes(int(bm.header_bytes[k])),
+            )
+    return out
+
+
+def bounded_wire_bytes(bm: BucketMessages) -> np.ndarray:
+    """Bytes one rank puts on the wire per step ``[T]`` in the hook's exchanges: Σ over the
+    step's buckets of bound + fallback bytes (:func:`vgcsim.core.bounded.bounded_rounds`);
+    the hook's own ``StepCommStats.wire_bytes``."""
+    out = np.zeros(bm.used.shape[0], dtype=np.int64)
+    for k in range(len(bm.buckets)):
+        rows = np.flatnonzero(bm.used[:, k])
+        if rows.size:
+            bound, extra = bounded_rounds(
+                bm.messages[rows, :, k], align_bytes(int(bm.header_bytes[k]))
+            )
+            out[rows] += bound + extra
+    return out
+
+
 def _compressed_breakdown(
-    si: StepInputs, key: str, cluster: ClusterSpec, opts: PredictOptions, buckets: Any
+    si: StepInputs, key: str, cluster: ClusterSpec, opts: PredictOptions, buckets: Any, trace=None
 ) -> StepBreakdown:
     xch = opts.size_exchange
+    if key == "allgatherv/bounded":
+        bm = bucket_messages(trace, si.layer_bytes, opts.bucket_bytes)
+        return iteration_time_s(
+            si.compute_s,
+            si.variance_s,
+            si.codec_s,
+            bounded_comm_s(bm, cluster),
+            decode_s=si.decode(),
+            optimizer_s=si.optimizer(),
+            overlap=opts.overlap,
+        )
     if opts.overlap in _BUCKETED:
         _, share, _ = buckets
         lb = si.layer_bytes  # [T, P, K]
@@ -250,6 +311,13 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
     topology = str(cluster.topology.get("kind"))
     buckets = None
     layers: Any = False
+    algorithms = opts.allgatherv or (default_allgatherv(trace),)
+    if "bounded" in algorithms:
+        if opts.overlap in _BUCKETED:
+            raise ConfigError(
+                "allgatherv/bounded prices the hook's own buckets; use --overlap none or full"
+            )
+        layers = True
     if opts.overlap in _BUCKETED:
         numel = np.array([int(layer["numel"]) for layer in trace.layers], dtype=np.float64)
         groups = layer_groups(numel, opts.overlap, opts.bucket_bytes)
@@ -287,9 +355,9 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
                 )
         pmax = si.rank_bytes.max(axis=1)
         pmean = si.rank_bytes.mean(axis=1)
-        for alg in opts.allgatherv:
+        for alg in algorithms:
             key = collective_key("allgatherv", alg)
-            bd = _compressed_breakdown(si, key, cluster, opts, buckets)
+            bd = _compressed_breakdown(si, key, cluster, opts, buckets, trace)
             const = {
                 **base,
                 "compressor": trace.compressor,

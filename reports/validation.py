@@ -112,3 +112,64 @@ def collective_text(df: pd.DataFrame) -> str:
                 **{f"{src}_rel_error": "{:+.1%}".format for src in SOURCES},
             },
         )
+
+
+def term_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per term (in the frame's order) of a per-step term frame
+    (``vgcsim.commands.validate.term_frame``): the median measured seconds and, per source,
+    the median modelled seconds and the median and worst (largest absolute) per-step
+    relative error. Steps without a measurement (NaN) are left out."""
+    rows = []
+    for term, part in df.groupby("term", sort=False):
+        row = {"term": term, "measured_s": part["measured_s"].median()}
+        for src in SOURCES:
+            err = part[f"{src}_rel_error"].dropna()
+            row[f"{src}_s"] = part[f"{src}_s"].median()
+            row[f"{src}_median_error"] = err.median() if len(err) else float("nan")
+            row[f"{src}_worst_error"] = (
+                err.iloc[err.abs().to_numpy().argmax()] if len(err) else float("nan")
+            )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def terms_text(summary: pd.DataFrame, attrs: dict) -> str:
+    """What ``vgcsim validate`` prints for a trace the DDP hook wrote: one row per term."""
+    head = (
+        f"per term ({attrs.get('compressor')}, {attrs.get('method')}): median seconds over "
+        "steps; errors per step (modelled - measured) / measured, median and worst"
+    )
+    errors = [c for c in summary.columns if c.endswith("_error")]
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        return (
+            head
+            + "\n"
+            + summary.to_string(
+                index=False,
+                formatters={
+                    **{c: "{:.4g}".format for c in summary.columns if c.endswith("_s")},
+                    **{c: "{:+.1%}".format for c in errors},
+                },
+            )
+        )
+
+
+def winner_line(frames: list[pd.DataFrame]) -> str:
+    """Which of two runs of the same job is faster, measured and as predicted: the median
+    whole-step seconds of each run's own method (term ``step`` of two term frames)."""
+    labels, measured, predicted = [], [], []
+    for df in frames:
+        step = df[df["term"] == "step"]
+        labels.append(
+            "plain DDP (dense)" if df.attrs.get("method") == "dense" else df.attrs["compressor"]
+        )
+        measured.append(float(step["measured_s"].median()))
+        predicted.append(float(step["predicted_s"].median()))
+    m = 0 if measured[0] <= measured[1] else 1
+    p = 0 if predicted[0] <= predicted[1] else 1
+    verdict = "match" if m == p else "MISMATCH"
+    return (
+        f"winner: measured {labels[m]} ({measured[m] * 1e3:.3f} ms vs "
+        f"{measured[1 - m] * 1e3:.3f} ms), predicted {labels[p]} ({predicted[p] * 1e3:.3f} ms "
+        f"vs {predicted[1 - p] * 1e3:.3f} ms): {verdict}"
+    )

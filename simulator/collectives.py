@@ -34,6 +34,11 @@ rank i sends the result to rank p'+i):
 * ``allgatherv/direct`` — one round: every rank sends its block to every other rank at once.
 * ``allgatherv/padded`` — ring allgather of the 8-byte block sizes, then ring allgather of
   blocks padded to the largest block (what ``torch.distributed.all_gather`` needs).
+* ``allgatherv/bounded`` — the DDP hook's exchange (``vgcsim.core.bounded``): a ring allgather
+  of blocks of the bound, then a ring allgather of the bytes past it (the fallback round).
+  Units: P bound blocks then P fallback blocks. One call has no history (bound 0); a replay
+  gives each step its bound from the steps before (:func:`bounded_units`) and drops the
+  fallback rounds where no message exceeds the bound (:func:`bounded_schedule`).
 """
 
 from __future__ import annotations
@@ -44,12 +49,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vgcsim.core.bounded import bounded_rounds
 from vgcsim.core.cluster import DEFAULT_HOST_PADDED_SHARE
-from vgcsim.core.collectives import COLLECTIVE_KEYS, SIZE_HEADER_BYTES, padded_host_time_s
+from vgcsim.core.collectives import (
+    COLLECTIVE_KEYS,
+    SIZE_HEADER_BYTES,
+    padded_host_time_s,
+    plain_allgather_host_time_s,
+)
 from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
     "COLLECTIVES",
+    "bounded_schedule",
+    "bounded_units",
     "Round",
     "Schedule",
     "doubled_units",
@@ -87,6 +100,7 @@ class Schedule:
     allreduce: bool
     unit_order: np.ndarray | None = None
     pad: bool = False
+    bounded: bool = False  # allgatherv/bounded: P bound blocks, then P fallback blocks
 
     def round_bytes(self, units: np.ndarray) -> list[np.ndarray]:
         """Bytes of every flow of every round for unit sizes ``units`` (see :func:`unit_sizes`)."""
@@ -143,7 +157,18 @@ def unit_sizes(schedule: Schedule, sizes_bytes: np.ndarray | float) -> np.ndarra
         )
     if schedule.pad:  # every block padded to the largest, plus the size header unit
         return np.append(np.full(schedule.world_size, sizes.max()), float(SIZE_HEADER_BYTES))
+    if schedule.bounded:  # one exchange without history: bound 0, all in the fallback round
+        bound, extra = bounded_rounds(np.ceil(sizes).astype(np.int64))
+        return bounded_units(schedule.world_size, bound, extra)[0]
     return sizes
+
+
+def bounded_units(p: int, bound_bytes, extra_bytes) -> np.ndarray:
+    """Units ``[T, 2P]`` of ``allgatherv/bounded`` for T exchanges: P blocks of the bound,
+    then P blocks of the fallback round (``vgcsim.core.bounded.bounded_rounds``)."""
+    b = np.asarray(bound_bytes, dtype=float).reshape(-1, 1)
+    e = np.asarray(extra_bytes, dtype=float).reshape(-1, 1)
+    return np.concatenate([np.repeat(b, p, axis=1), np.repeat(e, p, axis=1)], axis=1)
 
 
 def host_time_s(
@@ -164,10 +189,19 @@ def host_time_s(
     as the cost model's ``allgatherv/padded``); δ = a link's ``allgatherv_host_s_per_byte``,
     or δ at P·m_max from ``table`` (its ``allgatherv_host_s_per_byte_table``) where given,
     s = ``padded_share`` (its ``allgatherv_host_padded_share``), all fitted by ``vgcsim
-    calibrate``. The engine does not run it: callers add it to the
+    calibrate``. ``allgatherv/bounded``: two plain all_gathers of equal blocks,
+    ``½·δ·P·b + ½·δ·P·e`` (``vgcsim.core.collectives.plain_allgather_host_time_s``; e only
+    where the fallback round runs). The engine does not run it: callers add it to the
     phase's finish time (so it does not delay a later phase of the same step).
     """
     u = np.asarray(units, dtype=float)
+    if schedule.bounded and (host_s_per_byte != 0 or table):
+        p = schedule.world_size
+        # the fallback round's copies only where it runs
+        fallback = u[..., p] if len(schedule.rounds) > max(p - 1, 0) else 0.0 * u[..., p]
+        return plain_allgather_host_time_s(
+            p, u[..., 0], host_s_per_byte, table
+        ) + plain_allgather_host_time_s(p, fallback, host_s_per_byte, table)
     if not schedule.pad or (host_s_per_byte == 0 and not table):
         return np.zeros(u.shape[:-1]) if u.ndim > 1 else 0.0
     return padded_host_time_s(
@@ -216,6 +250,20 @@ def padded_data_schedule(p: int) -> Schedule:
     allgather of blocks padded to the largest one. Units: P blocks plus the (unsent) size
     unit, so :func:`unit_sizes` of the padded key applies unchanged."""
     return Schedule("allgatherv/padded-data", p, tuple(_ring_rounds(p)), p + 1, False, pad=True)
+
+
+@functools.lru_cache(maxsize=128)
+def bounded_schedule(p: int, fallback: bool = True) -> Schedule:
+    """``allgatherv/bounded`` for P ranks: a ring allgather of the P bound blocks, then (with
+    ``fallback``) one of the P fallback blocks (units P … 2P − 1)."""
+    rounds = _ring_rounds(p)
+    if fallback:
+        rounds += [Round(r.src, r.dst, r.lo + p, r.count, r.reduce) for r in _ring_rounds(p)]
+    return Schedule("allgatherv/bounded", p, tuple(rounds), 2 * p, False, bounded=True)
+
+
+def _ag_bounded(p: int, gpn: int) -> Schedule:
+    return bounded_schedule(p, True)
 
 
 def _ag_direct(p: int, gpn: int) -> Schedule:
@@ -407,6 +455,7 @@ COLLECTIVES: dict[str, Callable[[int, int], Schedule]] = {
     "allgatherv/bruck": _ag_bruck,
     "allgatherv/direct": _ag_direct,
     "allgatherv/padded": _ag_padded,
+    "allgatherv/bounded": _ag_bounded,
 }
 assert set(COLLECTIVES) == set(COLLECTIVE_KEYS)
 

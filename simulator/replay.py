@@ -57,6 +57,8 @@ import numpy as np
 import pandas as pd
 from vgcsim.simulator.collectives import (
     Schedule,
+    bounded_schedule,
+    bounded_units,
     get_schedule,
     host_time_s,
     padded_data_schedule,
@@ -81,8 +83,9 @@ from vgcsim.traces.buckets import (
     layer_groups,
 )
 from vgcsim.traces.extrapolate import RULES
-from vgcsim.traces.replay import DENSE_ENCODINGS, StepInputs, step_inputs
+from vgcsim.traces.replay import DENSE_ENCODINGS, StepInputs, bucket_messages, step_inputs
 
+from vgcsim.core.bounded import align_bytes, bounded_rounds
 from vgcsim.core.cluster import ClusterSpec
 from vgcsim.core.collectives import (
     ALLGATHERV_ALGORITHMS,
@@ -173,6 +176,8 @@ class SimulateConfig:
             raise ConfigError(f"dense_encodings lists an encoding twice: {list(encs)}")
         if not isinstance(self.size_exchange, bool):
             raise ConfigError(f"size_exchange must be true or false, got {self.size_exchange!r}")
+        if self.compressed_collective == "allgatherv/bounded" and self.overlap != "none":
+            raise ConfigError("allgatherv/bounded replays the hook's own buckets; use overlap none")
 
 
 @dataclass
@@ -453,6 +458,9 @@ class _WorldSize:
     optimizer: np.ndarray  # [T]
     data_schedules: dict[str, Schedule]  # method -> its collective's schedule
     exchange: Schedule | None  # the size exchange before a compressed collective
+    # allgatherv/bounded: per step and bucket of the hook, whether it ran, its bound and its
+    # fallback bytes per rank ([T, K] each; vgcsim.core.bounded.bounded_rounds)
+    bounded: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 @dataclass(frozen=True)
@@ -472,6 +480,7 @@ class _StepPlan:
 def _world_size(
     trace: Trace, cluster: ClusterSpec, p: int, cfg: SimulateConfig, buckets: _Buckets
 ) -> _WorldSize:
+    is_bounded = cfg.compressed_collective == "allgatherv/bounded"
     inputs = step_inputs(
         trace,
         cluster,
@@ -479,19 +488,24 @@ def _world_size(
         encoding=cfg.encoding,
         rule=cfg.rule,
         seed=cfg.seed,
-        layers=buckets.groups if cfg.overlap != "none" else False,
+        layers=True if is_bounded else buckets.groups if cfg.overlap != "none" else False,
     )
     n_steps = len(inputs.steps)
     if cfg.max_steps:
         n_steps = min(n_steps, cfg.max_steps)
     compute = inputs.compute_s[:n_steps] * _jitter(cfg, p, (n_steps, p))
-    if inputs.layer_bytes is not None:
+    bounded = None
+    if is_bounded:
+        bounded = _bounded_rounds(trace, inputs.layer_bytes[:n_steps], cfg)
+        comp_bytes = inputs.rank_bytes[:n_steps, :, None].astype(float)
+    elif inputs.layer_bytes is not None:
         comp_bytes = inputs.layer_bytes[:n_steps].astype(float)  # [T, P, K]
     else:
         comp_bytes = inputs.rank_bytes[:n_steps, :, None].astype(float)
     exchange = (
         get_schedule("allgatherv/ring", p)
-        if cfg.size_exchange and cfg.compressed_collective != "allgatherv/padded"
+        if cfg.size_exchange
+        and cfg.compressed_collective not in ("allgatherv/padded", "allgatherv/bounded")
         else None
     )
     return _WorldSize(
@@ -510,7 +524,52 @@ def _world_size(
             "compressed": _compressed_schedule(cfg, p),
         },
         exchange=exchange,
+        bounded=bounded,
     )
+
+
+def _bounded_rounds(
+    trace: Trace, layer_bytes: np.ndarray, cfg: SimulateConfig
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(used, bound, extra)`` ``[T, K]`` of the hook's buckets (see :class:`_WorldSize`)."""
+    bm = bucket_messages(trace, layer_bytes, cfg.bucket_bytes)
+    bound = np.zeros(bm.used.shape, dtype=np.int64)
+    extra = np.zeros(bm.used.shape, dtype=np.int64)
+    for k in range(len(bm.buckets)):
+        rows = np.flatnonzero(bm.used[:, k])
+        if rows.size:
+            first = align_bytes(int(bm.header_bytes[k]))
+            bound[rows, k], extra[rows, k] = bounded_rounds(bm.messages[rows, :, k], first)
+    return bm.used, bound, extra
+
+
+def _step_slices(ws: _WorldSize, size: int) -> list[slice]:
+    """Blocks of at most ``size`` steps; with ``allgatherv/bounded`` also cut where the set of
+    buckets a step exchanges, or which of them run a fallback round, changes (a block runs
+    the same schedules at every step)."""
+    cuts = set(range(0, ws.n_steps, size)) | {ws.n_steps}
+    if ws.bounded is not None:
+        used, _, extra = ws.bounded
+        sig = np.concatenate([used, extra > 0], axis=1)
+        changed = np.flatnonzero((sig[1:] != sig[:-1]).any(axis=1)) + 1
+        cuts |= set(changed.tolist())
+    edges = sorted(cuts)
+    return [slice(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+
+def _bounded_phases(
+    ws: _WorldSize, rows: np.ndarray | int
+) -> list[tuple[Schedule, np.ndarray, str]]:
+    """The hook's exchanges of the steps ``rows`` (the same buckets and fallbacks at each):
+    one ``allgatherv/bounded`` phase per bucket the steps exchange, in bucket order."""
+    used, bound, extra = ws.bounded  # type: ignore[misc]
+    first = int(np.atleast_1d(rows)[0])
+    out = []
+    for k in np.flatnonzero(used[first]):
+        schedule = bounded_schedule(ws.p, bool(extra[first, k] > 0))
+        units = bounded_units(ws.p, bound[rows, k], extra[rows, k])
+        out.append((schedule, units, f"b{k}"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -531,6 +590,8 @@ class _Block:
     dec: np.ndarray  # [S, P]
     variance: np.ndarray  # [S, P]
     payload: np.ndarray  # [S, P]
+    # phases whose host copies are priced (copied[i] goes with host_phases[i]); None: data_index
+    host_phases: list[int] | None = None
 
     @property
     def n_steps(self) -> int:
@@ -579,6 +640,18 @@ def _block(
     side = local[:, None, :] * buckets.frac[None, :, None]  # [S, K, P]
     ready = grad_ready + np.cumsum(side, axis=1)
     schedules, names, readies, all_units, data_index = [], [], [], [], []
+    if method == "compressed" and ws.bounded is not None:
+        # the hook's buckets one after the other once the step's gradients are compressed
+        rows = np.arange(ws.n_steps)[steps]
+        phases = _bounded_phases(ws, rows)
+        for sched, u, name in phases:
+            schedules.append(sched)
+            names.append(name)
+            readies.append(ready[:, -1])
+            all_units.append(u)
+        data_index = [len(schedules) - 1]
+        copied = [np.zeros(n) for _ in schedules]
+        k_groups = 0
     for k in range(k_groups):
         if method == "compressed" and ws.exchange is not None:
             schedules.append(ws.exchange)
@@ -591,6 +664,11 @@ def _block(
         readies.append(ready[:, k])
         all_units.append(units[k])
     start = steps.indices(ws.n_steps)[0]
+    host_phases = (
+        list(range(len(schedules)))
+        if method == "compressed" and ws.bounded is not None
+        else list(data_index)
+    )
     return _Block(
         label,
         start,
@@ -604,6 +682,7 @@ def _block(
         dec,
         variance,
         payload,
+        host_phases,
     )
 
 
@@ -670,6 +749,11 @@ def _step_plan(
     schedule = ws.data_schedules[method]
     phases: list[Phase] = []
     data_index = []
+    if method == "compressed" and ws.bounded is not None:
+        for sched, u, name in _bounded_phases(ws, t):
+            phases.append(Phase(ready[-1], sched, u[0], f"{label} {name}"))
+        data_index = [len(phases) - 1]
+        k_groups = 0
     for k in range(k_groups):
         if method == "compressed" and ws.exchange is not None:
             header = np.full(p, float(SIZE_HEADER_BYTES))
@@ -736,13 +820,13 @@ def simulate_trace(
         draw = timeline_max_ranks is None or ws.p <= timeline_max_ranks
         # steps go in blocks of [S, P] arrays (about a million values each)
         size = max(1, min(_BLOCK_STEPS, _BLOCK_VALUES // ws.p))
-        for start in range(0, ws.n_steps, size):
-            steps = slice(start, min(start + size, ws.n_steps))
+        for steps in _step_slices(ws, size):
             for (method, enc), label in zip(variants, labels, strict=True):
                 block = _block(ws, buckets, steps, method, enc, label)
                 finish, paths = runners[label].run_steps(block)
-                # the padded allgatherv's host copies, if priced
-                for b, copied in zip(block.data_index, block.copied, strict=True):
+                # the padded (or bounded) allgatherv's host copies, if priced; the bounded
+                # buckets' copies delay the step's last exchange (one stream per rank)
+                for b, copied in zip(block.host_phases, block.copied, strict=True):
                     extra = host_time_s(
                         block.schedules[b],
                         block.units[b],
@@ -750,7 +834,8 @@ def simulate_trace(
                         copied_bytes=copied,
                         padded_share=cluster.link.allgatherv_host_padded_share,
                     )
-                    finish[:, b] += extra[:, None]
+                    at = block.data_index[-1] if block.schedules[b].bounded else b
+                    finish[:, at] += extra[:, None]
                 per_step[label].extend(_block_records(ws, buckets, block, finish, paths))
             if draw:
                 for t in range(steps.start, steps.stop):

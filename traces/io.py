@@ -210,6 +210,7 @@ def _normalize(df: pd.DataFrame, int_cols: set[str]) -> pd.DataFrame:
 _PAYLOAD_INT = set(schema.PAYLOAD_COLUMNS)
 _STEP_INT = {"step"}
 _EVAL_INT = {"step"}
+_RANK_INT = {"step", "rank", "wire_bytes", "fallback_rounds"}
 
 
 class TraceWriter:
@@ -309,6 +310,7 @@ class TraceWriter:
         self._payload_buf: list[pd.DataFrame] = []
         self._step_buf: list[dict[str, Any]] = []
         self._eval_buf: list[dict[str, Any]] = []
+        self._rank_buf: list[dict[str, Any]] = []
         self._chunk_index = chunk_index
         self._steps_written = steps_written
         self._last_step: int | None = steps_written - 1 if steps_written else None
@@ -370,7 +372,7 @@ class TraceWriter:
         self._lock()
         try:
             with _signals_held():
-                for table in schema.TRACE_TABLES:
+                for table in schema.TRACE_TABLES + schema.OPTIONAL_TABLES:
                     d = self.run_dir / table
                     if not d.is_dir():
                         continue
@@ -427,6 +429,15 @@ class TraceWriter:
             raise ValueError(f"eval row lacks columns: {', '.join(missing)}")
         self._eval_buf.append(dict(row))
 
+    def add_rank_rows(self, rows: list[Mapping[str, Any]]) -> None:
+        """Buffer rows of the optional ranks table (``schema.RANK_COLUMNS``, one per step and
+        rank; written by the DDP hook)."""
+        for row in rows:
+            missing = [c for c in schema.RANK_COLUMNS if c not in row]
+            if missing:
+                raise ValueError(f"rank row lacks columns: {', '.join(missing)}")
+            self._rank_buf.append(dict(row))
+
     @property
     def steps_written(self) -> int:
         """Steps already in closed chunks on disk."""
@@ -441,7 +452,7 @@ class TraceWriter:
         """
         if self._failed is not None:
             raise TraceError(self._failed)
-        if not (self._step_buf or self._eval_buf or self._payload_buf):
+        if not (self._step_buf or self._eval_buf or self._payload_buf or self._rank_buf):
             return
         idx = self._chunk_index
         with _signals_held():
@@ -449,7 +460,7 @@ class TraceWriter:
                 self._write_chunks(idx, checkpoint and self._checkpoint is not None)
             except OSError as exc:
                 self._discard_chunk(idx)
-                self._payload_buf, self._eval_buf, self._step_buf = [], [], []
+                self._payload_buf, self._eval_buf, self._step_buf, self._rank_buf = [], [], [], []
                 where = exc.filename if exc.filename else self._target
                 self._failed = (
                     f"cannot write {where}: {_why(exc)}; {self.run_dir} keeps the "
@@ -457,7 +468,7 @@ class TraceWriter:
                 )
                 raise TraceError(self._failed) from None
             self._steps_written += len(self._step_buf)
-            self._payload_buf, self._eval_buf, self._step_buf = [], [], []
+            self._payload_buf, self._eval_buf, self._step_buf, self._rank_buf = [], [], [], []
             self._chunk_index += 1
 
     def _write_chunks(self, idx: int, checkpoint: bool) -> None:
@@ -471,6 +482,10 @@ class TraceWriter:
             evals = _normalize(pd.DataFrame(self._eval_buf), _EVAL_INT)
             self._target = self.run_dir / schema.EVALS_TABLE / part
             _write_chunk(self.run_dir / schema.EVALS_TABLE, idx, evals)
+        if self._rank_buf:
+            ranks = _normalize(pd.DataFrame(self._rank_buf), _RANK_INT)
+            self._target = self.run_dir / schema.RANKS_TABLE / part
+            _write_chunk(self.run_dir / schema.RANKS_TABLE, idx, ranks)
         if checkpoint:
             self._target = self.run_dir / CHECKPOINT_DIR / _checkpoint_name(idx)
             self._write_checkpoint(idx, self._steps_written + len(self._step_buf))
@@ -498,7 +513,7 @@ class TraceWriter:
 
     def _discard_chunk(self, idx: int) -> None:
         """Remove whatever chunk ``idx`` wrote (it never committed), freeing its space."""
-        for table in schema.TRACE_TABLES:
+        for table in schema.TRACE_TABLES + schema.OPTIONAL_TABLES:
             for name in (f"part-{idx:06d}.parquet", f"part-{idx:06d}.parquet.tmp"):
                 _unlink(self.run_dir / table / name)
         for name in (_checkpoint_name(idx), _checkpoint_name(idx) + ".tmp"):
@@ -554,7 +569,7 @@ class TraceWriter:
 def _clear_run_dir(run_dir: Path) -> None:
     """Remove a previous trace's files (only the names a trace writes)."""
     header = run_dir / schema.HEADER_FILE
-    for table in schema.TRACE_TABLES:
+    for table in schema.TRACE_TABLES + schema.OPTIONAL_TABLES:
         d = run_dir / table
         if d.is_dir():
             for f in d.iterdir():

@@ -158,6 +158,7 @@ class Trace:
         payloads: pd.DataFrame,
         steps: pd.DataFrame,
         evals: pd.DataFrame,
+        ranks: pd.DataFrame | None = None,
     ) -> None:
         self.path = Path(path)
         # the label results carry: a folder name that is not UTF-8 gets U+FFFD for its bad bytes
@@ -166,6 +167,8 @@ class Trace:
         self.payloads = payloads
         self.steps = steps
         self.evals = evals
+        #: the optional ranks table (traces the DDP hook writes), else None
+        self.ranks = ranks
         self.workers = int(header["workers"])
         self.layers: list[dict[str, Any]] = list(header["layers"])
         self.encodings: list[str] = list(header["encodings"])
@@ -233,6 +236,11 @@ def read_trace_parts(path: str | Path) -> Trace:
     payloads = _read_table(run_dir, schema.PAYLOADS_TABLE, list(schema.PAYLOAD_COLUMNS) + bits_cols)
     steps = _read_table(run_dir, schema.STEPS_TABLE, list(schema.STEP_COLUMNS))
     evals = _read_table(run_dir, schema.EVALS_TABLE, list(schema.EVAL_COLUMNS))
+    ranks = (
+        _read_table(run_dir, schema.RANKS_TABLE, list(schema.RANK_COLUMNS))
+        if chunk_files(run_dir, schema.RANKS_TABLE)
+        else None
+    )
     if header["status"] != "complete":
         last = int(steps["step"].max()) if len(steps) else -1
         dropped = int((payloads["step"] > last).sum()) if len(payloads) else 0
@@ -243,4 +251,6 @@ def read_trace_parts(path: str | Path) -> Trace:
             payloads = payloads[payloads["step"] <= last].reset_index(drop=True)
         if len(evals):
             evals = evals[evals["step"] <= last].reset_index(drop=True)
-    return Trace(run_dir, header, payloads, steps, evals)
+        if ranks is not None and len(ranks):
+            ranks = ranks[ranks["step"] <= last].reset_index(drop=True)
+    return Trace(run_dir, header, payloads, steps, evals, ranks)

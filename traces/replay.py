@@ -31,6 +31,11 @@ they see identical numbers. The rules (shared contract):
 
 Per-layer bytes (for bucketed overlap) are optional and may be grouped into buckets on the
 fly, because ``[steps, P, layers]`` for ResNet-50 at P = 1024 would not fit in memory.
+
+The DDP hook's bounded exchange (``allgatherv/bounded``) is priced per bucket message
+(:func:`bucket_messages`: header plus layer bytes, the hook's bucket layouts from a trace it
+wrote, else DDP's greedy buckets); :func:`default_allgatherv` is the algorithm predict and
+simulate use when none is asked for.
 """
 
 from __future__ import annotations
@@ -320,7 +325,9 @@ def step_inputs(
         if world_size == 1:
             return np.zeros(shape)
         per_payload = devicecost.decode_bytes(compressor, numel_r, sent_r, rb)  # [T, P]
-        received = per_payload.sum(axis=1, keepdims=True) - per_payload
+        received = per_payload.sum(axis=1, keepdims=True)
+        if not is_hook_trace(trace):  # the DDP hook decodes its own payload too
+            received = received - per_payload
         return devicecost.decode_time_s(compressor, received, n_layers, device)
 
     if cluster.compute == "model":
@@ -351,10 +358,12 @@ def step_inputs(
             # torch.distributed allgatherv, every rank decodes all W payloads (W x W)
             per_step_decodes = workers * (workers if _distributed_allgatherv(trace) else 1)
             per = dec / per_step_decodes * scale
-            decode = np.broadcast_to((per * (world_size - 1))[:, None], shape).copy()
+            # the DDP hook decodes every rank's payload, its own included (P per rank)
+            decoded = world_size if is_hook_trace(trace) else world_size - 1
+            decode = np.broadcast_to((per * decoded)[:, None], shape).copy()
             sources["decode_s"] = (
-                f"measured: (P - 1) x decode_s / {per_step_decodes} (decodes per recorded "
-                "step: one per payload)"
+                f"measured: {'P' if decoded == world_size else '(P - 1)'} x decode_s / "
+                f"{per_step_decodes} (decodes per recorded step: one per payload)"
             )
         else:
             decode = decode_model()
@@ -397,3 +406,97 @@ def step_inputs(
         device=dev_name,
         time_sources=sources,
     )
+
+
+# -- the DDP hook's bounded exchange -------------------------------------------------------------
+
+#: The header's ``source`` of traces the DDP hook writes (``vgcsim.traces.training.hook_trace``).
+HOOK_SOURCE = "ddp_hook"
+
+
+def is_hook_trace(trace: Trace) -> bool:
+    """Whether the DDP hook wrote ``trace`` (header ``source = "ddp_hook"``)."""
+    return trace.header.get("source") == HOOK_SOURCE
+
+
+def default_allgatherv(trace: Trace) -> str:
+    """The allgatherv algorithm predict and simulate price when none is asked for: the hook's
+    own ``bounded`` exchange for traces it wrote, ``ring`` otherwise."""
+    return "bounded" if is_hook_trace(trace) else "ring"
+
+
+@dataclass(frozen=True)
+class BucketMessages:
+    """Every bucket's message of every rank and step, as the hook builds it: ``4·(L + 1)``
+    header bytes (``vgcsim.core.bounded.message_header_bytes``) plus the bytes of its L
+    layers. ``buckets[k]`` is a tuple of layers; ``used[t, k]`` whether step t exchanged
+    bucket k (DDP rebuilds its buckets after the first step); ``messages[t, r, k]`` the bytes
+    (0 where unused)."""
+
+    buckets: list[tuple[int, ...]]
+    used: np.ndarray  # [T, K] bool
+    messages: np.ndarray  # [T, P, K] int64
+    header_bytes: np.ndarray  # [K] int64
+
+
+def bucket_layouts(trace: Trace, bucket_bytes: float = DDP_BUCKET_BYTES) -> list[tuple[int, list]]:
+    """``[(from_step, buckets), ...]``: the hook's bucket layouts (header ``hook.layouts``)
+    for traces it wrote; otherwise one layout from step 0, DDP's greedy buckets of
+    ``bucket_bytes`` (:func:`vgcsim.traces.buckets.bucket_layers`). Raises TraceError for a
+    malformed ``hook`` header entry."""
+    n_layers = len(trace.layers)
+    if not is_hook_trace(trace):
+        from vgcsim.traces.buckets import bucket_layers
+
+        numel = [int(layer["numel"]) for layer in trace.layers]
+        return [(0, bucket_layers(numel, bucket_bytes))]
+    hook = trace.header.get("hook")
+    try:
+        layouts = [
+            (int(x["from_step"]), [[int(i) for i in b] for b in x["buckets"]])
+            for x in hook["layouts"]
+        ]
+    except (TypeError, KeyError, ValueError):
+        raise TraceError(
+            f"trace {trace.name}: header field hook.layouts must be a list of "
+            "{from_step, buckets} entries (the DDP hook writes it)"
+        ) from None
+    for start, buckets in layouts:
+        flat = [i for b in buckets for i in b]
+        if not buckets or any(i < 0 or i >= n_layers for i in flat) or start < 0:
+            raise TraceError(
+                f"trace {trace.name}: header field hook.layouts names layers outside "
+                f"0..{n_layers - 1} or an empty layout"
+            )
+    return layouts
+
+
+def bucket_messages(
+    trace: Trace, layer_bytes: np.ndarray, bucket_bytes: float = DDP_BUCKET_BYTES
+) -> BucketMessages:
+    """The hook's bucket messages from per-layer bytes ``[T, P, L]`` (``step_inputs(...,
+    layers=True).layer_bytes``) and :func:`bucket_layouts`."""
+    from vgcsim.core.bounded import message_header_bytes
+
+    layouts = bucket_layouts(trace, bucket_bytes)
+    steps = trace.steps["step"].to_numpy(dtype=np.int64)[: layer_bytes.shape[0]]
+    keys: list[tuple[int, ...]] = []
+    for _, buckets in layouts:
+        for b in buckets:
+            if tuple(b) not in keys:
+                keys.append(tuple(b))
+    n_t, n_p, _ = layer_bytes.shape
+    used = np.zeros((n_t, len(keys)), dtype=bool)
+    messages = np.zeros((n_t, n_p, len(keys)), dtype=np.int64)
+    header = np.array([message_header_bytes(len(k)) for k in keys], dtype=np.int64)
+    starts = [s for s, _ in layouts]
+    which = np.searchsorted(starts, steps, side="right") - 1
+    for li, (_, buckets) in enumerate(layouts):
+        rows = np.flatnonzero(which == li)
+        if rows.size == 0:
+            continue
+        for b in buckets:
+            k = keys.index(tuple(b))
+            used[rows, k] = True
+            messages[rows, :, k] = header[k] + layer_bytes[rows][:, :, b].sum(axis=2)
+    return BucketMessages(keys, used, messages, header)

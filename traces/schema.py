@@ -9,6 +9,8 @@ A **trace** is a run directory written by ``vgcsim record`` (or ``vgcsim trace s
       payloads/part-000000.parquet ...   one row per (step, worker, layer)
       steps/part-000000.parquet ...      one row per step
       evals/part-000000.parquet ...      one row per evaluation
+      ranks/part-000000.parquet ...      optional: one row per (step, rank), traces the DDP
+                                         hook writes (seconds and wire bytes of each rank)
 
 Each table is a folder of closed Parquet chunks written atomically (temporary file, fsync,
 rename), so ``pandas.read_parquet("RUN/payloads")`` reads it with pandas alone, and a run
@@ -41,6 +43,9 @@ PAYLOADS_TABLE = "payloads"
 STEPS_TABLE = "steps"
 EVALS_TABLE = "evals"
 TRACE_TABLES = (PAYLOADS_TABLE, STEPS_TABLE, EVALS_TABLE)
+RANKS_TABLE = "ranks"
+#: tables a trace may have (written by the DDP hook, ``vgcsim.traces.training.hook_trace``)
+OPTIONAL_TABLES = (RANKS_TABLE,)
 
 #: Keys every trace header carries.
 TRACE_HEADER_KEYS = (
@@ -206,8 +211,34 @@ EVAL_TABLE = (
     Column("test_loss", "float"),
     Column("test_acc", "float", ge=0, le=1),
 )
+#: ranks table (optional; traces the DDP hook writes): one row per (step, rank), what that
+#: rank measured. ``forward_backward_s`` and ``optimizer_s`` are NaN where the script does not
+#: report them; ``compute_s`` = forward_backward_s minus the hook's own seconds (sqsum,
+#: compress, encode, comm, decode), NaN with it; ``wire_bytes``: every byte the rank sent in
+#: the exchange, padding and fallback rounds included; ``fallback_rounds``: buckets whose
+#: message exceeded its bound.
+RANK_TABLE = (
+    Column("step", "int", ge=0),
+    Column("rank", "int", ge=0),
+    Column("forward_backward_s", "float", ge=0, nan_ok=True),
+    Column("compute_s", "float", ge=0, nan_ok=True),
+    Column("sqsum_s", "float", ge=0),
+    Column("compress_s", "float", ge=0),
+    Column("encode_s", "float", ge=0),
+    Column("comm_s", "float", ge=0),
+    Column("decode_s", "float", ge=0),
+    Column("optimizer_s", "float", ge=0, nan_ok=True),
+    Column("wire_bytes", "int", ge=0),
+    Column("fallback_rounds", "int", ge=0),
+)
+RANK_COLUMNS = tuple(c.name for c in RANK_TABLE)
 #: table folder -> its column descriptions
-TABLE_COLUMNS = {PAYLOADS_TABLE: PAYLOAD_TABLE, STEPS_TABLE: STEP_TABLE, EVALS_TABLE: EVAL_TABLE}
+TABLE_COLUMNS = {
+    PAYLOADS_TABLE: PAYLOAD_TABLE,
+    STEPS_TABLE: STEP_TABLE,
+    EVALS_TABLE: EVAL_TABLE,
+    RANKS_TABLE: RANK_TABLE,
+}
 
 
 def _shown(value: Any) -> str:

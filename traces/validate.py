@@ -120,7 +120,25 @@ def _examples(df: pd.DataFrame, mask: np.ndarray, cols: list[str]) -> str:
 
 def check_trace(trace: Trace) -> list[str]:
     """Every violated invariant of ``trace`` as a one-line message (empty list: valid)."""
-    return trace_problems(trace.header, trace.payloads, trace.steps, trace.evals)
+    return trace_problems(trace.header, trace.payloads, trace.steps, trace.evals) + (
+        [] if trace.ranks is None else rank_problems(trace.header, trace.ranks, trace.steps)
+    )
+
+
+def rank_problems(header: Mapping[str, Any], ranks: pd.DataFrame, steps: pd.DataFrame) -> list[str]:
+    """The optional ranks table (traces the DDP hook writes): the column types and ranges of
+    ``schema.RANK_TABLE``, one row per recorded step and rank, ranks below W."""
+    problems, ok = _column_problems(ranks, "ranks", schema.RANK_TABLE, None)
+    if not ok or not {"step", "rank"} <= set(ranks.columns) or "step" not in steps.columns:
+        return problems
+    workers = header.get("workers")
+    if isinstance(workers, int) and (ranks["rank"] >= workers).any():
+        problems.append(f"ranks table names a rank outside 0..{workers - 1}")
+    if ranks.duplicated(["step", "rank"]).any():
+        problems.append("ranks table has more than one row for a step and rank")
+    if not ranks["step"].isin(steps["step"]).all():
+        problems.append("ranks table refers to steps that are not in the steps table")
+    return problems
 
 
 def trace_problems(

@@ -140,8 +140,11 @@ def simulate(
     """
     from vgcsim.core.results import finalize_results
     from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+    from vgcsim.traces.replay import default_allgatherv
 
     t = load_trace(trace)
+    # the trace's own exchange unless asked otherwise (bounded for the DDP hook's traces)
+    options.setdefault("compressed_collective", f"allgatherv/{default_allgatherv(t)}")
     df, _, _ = simulate_trace(
         t,
         _with_compute(cluster, compute),

@@ -8,6 +8,10 @@ The public import path of the DDP communication hook (implemented in
     state = register_vgc_hook(ddp_model, get_compressor("variance", alpha=2.0), batch_size=B)
     # ... ordinary training loop; state.stats holds the last step's bytes and seconds
 
+With ``trace_dir="runs/myjob"`` rank 0 writes a trace of the job (close each step with
+``state.step_done(loss=...)``, time phases with ``state.timed("forward_backward")``, end
+with ``state.close_trace()``; docs/distributed.md).
+
 Importing this module imports torch.
 """
 

@@ -251,12 +251,12 @@ def test_direct_squared_sums_agree_with_the_shared_hooks_within_float32_rounding
 
 
 def test_the_bound_is_a_high_quantile_of_recent_messages_with_headroom():
-    from vgcsim.traces.training import distributed_hook as dh
+    from vgcsim.core import bounded as dh
 
     # 16 messages 100, 200, ..., 1600 bytes: the 0.75 quantile is the 13th (1300 B),
     # + 10 % = 1430, rounded up to 8 bytes = 1432; the largest alone would give 1760.
     history = [100 * k for k in range(16, 0, -1)]
     assert (dh.BOUND_QUANTILE, dh.BOUND_HEADROOM, dh.BOUND_ALIGN) == (0.75, 1.1, 8)
-    assert dh._bound(history) == 1432
-    assert dh._bound([10]) == 16  # one message: itself + 10 %, aligned
-    assert dh._bound([8, 8, 8, 4000]) == 4400  # the quantile of four is the largest
+    assert dh.message_bound_bytes(history) == 1432
+    assert dh.message_bound_bytes([10]) == 16  # one message: itself + 10 %, aligned
+    assert dh.message_bound_bytes([8, 8, 8, 4000]) == 4400  # the quantile of four is the largest

@@ -68,6 +68,8 @@ def run_allgatherv(schedule):
         for src, dst, units in flows:
             assert 0 <= src < p and 0 <= dst < p and src != dst
             data = units - {header_unit}
+            if schedule.bounded:  # unit P + i: the bytes of rank i's message past the bound
+                data = {u % p for u in data}
             missing = data - snap_blocks[src]
             assert not missing, f"rank {src} sends blocks {sorted(missing)} it does not hold"
             blocks[dst] |= data

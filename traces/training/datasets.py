@@ -7,8 +7,12 @@
   downloaded with an MD5 check only when the server answers within a short timeout.
 * ``synthetic``: seeded Gaussian class blobs shaped like images, for tests only.
 
-Every loader returns a :class:`Dataset` of float32 tensors normalised per channel with
-training-set statistics; splits are seeded and stratified where the source has no split.
+Every loader returns a :class:`Dataset` of float32 tensors standardised per channel with
+training-set statistics (x ← (x − mean_c) / (std_c + 1e-6), mean and std over the training
+images' samples and pixels of channel c; pixel values are read as stored, 0-255 for mnist and
+cifar10, 0-16 for digits, before this); splits are seeded and stratified where the source
+has no split. A user's own data (``MODULE:FUNCTION``,
+:mod:`vgcsim.traces.training.factories`) is used as given, unnormalised.
 """
 
 from __future__ import annotations
@@ -196,7 +200,20 @@ def load_dataset(
     test_fraction: float = 0.2,
     download: bool = True,
 ) -> Dataset:
-    """Load a registered dataset; unknown names list the valid ones."""
+    """Load a registered dataset, or a user's ``MODULE:FUNCTION`` factory
+    (:mod:`vgcsim.traces.training.factories`, its data as given); unknown names list the
+    valid ones."""
+    from vgcsim.traces.training import factories
+
+    if factories.is_factory(name):
+        if not 0.0 < test_fraction < 1.0:
+            raise ConfigError(f"data.test_fraction must be in (0, 1), got {test_fraction}")
+        got = factories.load_data(name, seed, test_fraction, _stratified_split)
+        if isinstance(got, Dataset):
+            return got
+        if isinstance(got, tuple):
+            return Dataset(name, *got)
+        return Dataset(name, got.x_train, got.y_train, got.x_test, got.y_test, got.num_classes)
     if name not in DATASETS:
         raise unknown_name("dataset", name, DATASETS)
     if not 0.0 < test_fraction < 1.0:

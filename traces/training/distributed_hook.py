@@ -23,10 +23,10 @@ import path is :mod:`vgcsim.ddp`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
-import math
 import threading
 import time
 from collections.abc import Sequence
@@ -42,23 +42,18 @@ from vgcsim.traces.compression.variance import _conv_padding
 from vgcsim.traces.training.distributed_allgatherv import start_allgatherv_segments
 from vgcsim.traces.wire.encoders import ENCODINGS
 
+from vgcsim.core.bounded import (
+    BOUND_HISTORY,
+    align_bytes,
+    message_bound_bytes,
+    message_header_bytes,
+)
 from vgcsim.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-#: The hook's per-bucket message bound for the next step: the BOUND_QUANTILE quantile of
-#: the largest message (any rank, header included) of each of the last BOUND_HISTORY
-#: exchanges of that bucket, times BOUND_HEADROOM, rounded up to BOUND_ALIGN bytes. A
-#: message above the bound costs a second, smaller all_gather (the bytes past the bound);
-#: a bound above the message costs padding. Measured on the small CNN of
-#: benchmarks/ddp_hook.py, where a step's largest message often moves by a quarter from
-#: one step to the next, the largest of the last 8 (+10 %) padded a step to about twice
-#: its payload (32.0 KB sent for 15.3 KB of payload per step).
-BOUND_QUANTILE = 0.75
-BOUND_HEADROOM = 1.1
-BOUND_HISTORY = 16
-#: Message bounds are multiples of this (keeps every rank's row 8-byte aligned).
-BOUND_ALIGN = 8
+# The per-bucket message bound (vgcsim.core.bounded: the one rule the hook runs and the
+# cost models and simulator price as allgatherv/bounded).
 # all_gather into one tensor: named all_gather_single from torch 2.13 (the older name is
 # deprecated there), all_gather_into_tensor before.
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -90,6 +85,8 @@ class StepCommStats:
     # DDP hook: buckets whose message exceeded the bound, so that a second all_gather of the
     # bytes past the bound ran (the first step of every bucket always does: no bound yet).
     fallback_rounds: int = 0
+    # DDP hook: the layers of each bucket exchanged, in the order DDP handed them over
+    buckets: list[tuple[int, ...]] = field(default_factory=list)
     compress_s: float = 0.0
     encode_s: float = 0.0  # measured only when VGCState.time_encode
     comm_s: float = 0.0
@@ -132,10 +129,15 @@ class VGCState:
     * ``stats`` — :class:`StepCommStats` of the last step on this rank.
     * ``bounds``, ``message_history``, ``buckets``, ``fallback_group`` — the DDP hook's
       per-bucket state: the padded message size of the next exchange (a high quantile of
-      the largest messages of the last ``BOUND_HISTORY`` exchanges, :func:`_bound`), the
+      the largest messages of the last ``BOUND_HISTORY`` exchanges,
+      :func:`vgcsim.core.bounded.message_bound_bytes`), the
       flat residual/variance tensors the layer states are views of, and the group of the
       fallback round (a message above its bound costs one more all_gather there, of the
       bytes past the bound). See :func:`_start_bucket_gather`.
+
+    * ``tracer`` — with ``register_vgc_hook(..., trace_dir=...)``, the job's trace
+      (:class:`vgcsim.traces.training.hook_trace.HookTracer`): :meth:`timed`,
+      :meth:`step_done` and :meth:`close_trace` feed it; None (the default) costs nothing.
 
     Cost: the exchange (for every compressor but ``dense``) is an allgatherv, whose time grows
     with the sum of every rank's payload (P·m for P ranks of m bytes), unlike allreduce's 2·n
@@ -163,6 +165,8 @@ class VGCState:
     message_history: dict[tuple[int, ...], list[int]] = field(default_factory=dict)
     buckets: dict[tuple[int, ...], torch_codec.BucketState] = field(default_factory=dict)
     fallback_group: dist.ProcessGroup | None = None
+    # register_vgc_hook(trace_dir=...): the trace of this job (hook_trace.HookTracer)
+    tracer: object | None = field(default=None, repr=False)
     _tail: torch.futures.Future | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -241,6 +245,26 @@ class VGCState:
         if batch_size is not None:
             self.batch_size = int(batch_size)
         self.sqsums = None if sqsums is None else {i: s for i, s in enumerate(sqsums)}
+
+    def timed(self, phase: str):
+        """Context manager timing ``phase`` (``"forward_backward"`` or ``"optimizer"``) of
+        this step for the hook's trace (a no-op without ``trace_dir``)."""
+        if self.tracer is None:
+            return contextlib.nullcontext()
+        return self.tracer.timed(phase)
+
+    def step_done(self, **reported: float | None) -> None:
+        """Close this step in the hook's trace (every rank, after ``optimizer.step()``):
+        ``loss=``, ``lr=``, ``grad_norm=``, and seconds measured by the script
+        (``forward_backward_s=``, ``optimizer_s=``) instead of :meth:`timed`. A no-op
+        without ``trace_dir``; every ``gather_every`` steps a gather to rank 0."""
+        if self.tracer is not None:
+            self.tracer.step_done(**reported)
+
+    def close_trace(self, status: str = "complete"):
+        """Gather the last rows and finish the hook's trace (every rank, once, after the last
+        step); returns the trace folder on rank 0, else None."""
+        return None if self.tracer is None else self.tracer.close(status)
 
     def take_sqsum(self, layer: int, device: torch.device | str = "cpu") -> torch.Tensor:
         """This step's Σ_z (∇f_z)² of ``layer`` (flat fp32 on ``device``), consumed by the call."""
@@ -494,17 +518,6 @@ def sync_gradients(
     return state.stats
 
 
-def _align(n: int) -> int:
-    return -(-n // BOUND_ALIGN) * BOUND_ALIGN
-
-
-def _bound(history: Sequence[int]) -> int:
-    """The next exchange's message bound from a bucket's recent largest messages."""
-    ordered = sorted(history)
-    at = min(len(ordered) - 1, int(BOUND_QUANTILE * len(ordered)))
-    return _align(math.ceil(ordered[at] * BOUND_HEADROOM))
-
-
 def _bucket_sqsum(
     state: VGCState,
     layers: Sequence[int],
@@ -743,10 +756,10 @@ def _start_bucket_gather(
     device = torch.device(state.device)
     body, lengths, payloads = _encode_bucket(state, layers, grads, buffer)
     body = body.to(device)
-    header_bytes = 4 * (len(lengths) + 1)
+    header_bytes = message_header_bytes(len(lengths))
     total = header_bytes + body.numel()
     key = tuple(layers)
-    bound = state.bounds.get(key, _align(header_bytes))
+    bound = state.bounds.get(key, align_bytes(header_bytes))
     world = dist.get_world_size(group)
     # The whole message, then zeros up to the bound; the first `bound` bytes are sent.
     if device.type == "cpu":
@@ -768,6 +781,7 @@ def _start_bucket_gather(
     work = _all_gather_single(gathered, send, group=group, async_op=True)
     with state._lock:
         stats.wire_bytes += bound
+        stats.buckets.append(key)
     numels = [g.numel() for g in grads]
 
     def finish(_: torch.futures.Future) -> torch.Tensor:
@@ -780,7 +794,7 @@ def _start_bucket_gather(
         fallback = need > bound
         if fallback:
             # Every rank sends the bytes of its message past the bound (zeros past its end).
-            extra = _align(need) - bound
+            extra = align_bytes(need) - bound
             rest = torch.zeros(extra, dtype=torch.uint8, device=device)
             tail = message[bound:total]
             rest[: tail.numel()] = tail
@@ -790,7 +804,7 @@ def _start_bucket_gather(
         history = state.message_history.setdefault(key, [])
         history.append(need)
         del history[:-BOUND_HISTORY]
-        state.bounds[key] = _bound(history)
+        state.bounds[key] = message_bound_bytes(history)
         t2 = time.perf_counter()
         out = _decode_bucket(state, rows, heads, numels, payloads, into=buffer)
         out = out.to(dtype=buffer.dtype, device=buffer.device)
@@ -893,9 +907,21 @@ def register_vgc_hook(
     sq_dtype: str = "auto",
     process_group: dist.ProcessGroup | None = None,
     generator: torch.Generator | None = None,
+    trace_dir: str | None = None,
+    gather_every: int = 50,
+    overwrite: bool = False,
+    flops_per_sample: float | None = None,
 ) -> VGCState:
     """Build the state for ``ddp_model.module``, gather squared sums in its backward when the
     compressor needs them, register :func:`vgc_hook`; returns the state (read ``.stats``).
+
+    ``trace_dir`` (off by default): rank 0 writes a trace of this job there
+    (:mod:`vgcsim.traces.training.hook_trace`); the script closes each step with
+    ``state.step_done(loss=...)``, may time ``with state.timed("forward_backward"):`` and
+    ``state.timed("optimizer")``, and ends with ``state.close_trace()``. Every
+    ``gather_every`` steps the ranks send their rows to rank 0 in one gloo gather;
+    ``flops_per_sample`` (forward+backward FLOPs of one sample) lets ``--compute model``
+    price the compute; ``overwrite`` replaces an earlier trace there.
 
     ``batch_size`` (samples per rank that the loss averages over) is required for ``variance``
     and ``hybrid``; ``estimator`` ("fast" or "exact") and ``sq_dtype`` choose how the sums
@@ -916,5 +942,21 @@ def register_vgc_hook(
         state.attach(ddp_model.module, estimator=estimator, sq_dtype=sq_dtype)
     if state.collective == "allgatherv":
         _ensure_fallback_group(state)
+    if trace_dir is not None:
+        from vgcsim.traces.training.hook_trace import HookTracer
+
+        state.tracer = HookTracer(
+            state,
+            ddp_model.module,
+            trace_dir,
+            gather_every=gather_every,
+            overwrite=overwrite,
+            flops_per_sample=flops_per_sample,
+            config={
+                "batch_size": batch_size,
+                "estimator": estimator,
+                "compressor": getattr(compressor, "name", ""),
+            },
+        )
     ddp_model.register_comm_hook(state, vgc_hook)
     return state

@@ -107,8 +107,12 @@ def check_config(cfg: RecordConfig) -> None:
         ("gradient pass", cfg.gradient_pass, GRADIENT_PASSES),
         ("device", cfg.device, DEVICES),
     )
+    from vgcsim.traces.training import factories
+
     for kind, name, valid in checks:
-        if name not in valid:
+        if kind in ("dataset", "model") and factories.is_factory(name):
+            factories.load_factory(name, kind)  # a bad name fails here, before any work
+        elif name not in valid:
             raise unknown_name(kind, name, valid)
     get_compressor(cfg.compressor.name, **cfg.compressor.params)
 

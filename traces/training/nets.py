@@ -201,7 +201,13 @@ NETS: dict[str, Callable[..., nn.Module]] = {
 def build_net(
     name: str, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0
 ) -> nn.Module:
-    """Build a registered net; unknown names list the valid ones."""
+    """Build a registered net, or a user's ``MODULE:FUNCTION`` factory
+    (:mod:`vgcsim.traces.training.factories`; ``width`` does not apply); unknown names list
+    the valid ones."""
+    from vgcsim.traces.training import factories
+
+    if factories.is_factory(name):
+        return factories.build_model(name)
     if name not in NETS:
         raise unknown_name("model", name, NETS)
     if not width > 0:

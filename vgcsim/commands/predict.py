@@ -48,6 +48,12 @@ def run(args: argparse.Namespace) -> int:
     opts = apply_overrides(opts, replay_overrides(args, "predict"))
     check_out(args, "predict")
     trace = read_trace(args.trace)
+    if not opts.allgatherv:  # the trace's own exchange (bounded for the DDP hook's traces)
+        import dataclasses
+
+        from vgcsim.traces.replay import default_allgatherv
+
+        opts = dataclasses.replace(opts, allgatherv=(default_allgatherv(trace),))
     df = predict_trace(trace, cluster, opts)
     options = {**options_dict(opts), "encoding": opts.encoding or trace.primary_encoding}
     out = save_replay(args, df, trace, cluster, source="predicted", config=opts, options=options)

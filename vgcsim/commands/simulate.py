@@ -85,6 +85,13 @@ def run(args: argparse.Namespace) -> int:
     cluster = with_compute(args, load_cluster(args.cluster))
     check_out(args, "simulate")
     trace = read_trace(args.run)
+    if not any(o.startswith("compressed_collective=") for o in overrides):
+        # the trace's own exchange: bounded for the DDP hook's traces
+        from vgcsim.traces.replay import default_allgatherv
+
+        if default_allgatherv(trace) != "ring":
+            overrides.append(f"compressed_collective=allgatherv/{default_allgatherv(trace)}")
+            cfg = apply_overrides(SimulateConfig(), overrides)
     total = replay_units(cfg, sizes, trace.steps_count)
     with Progress(total, "simulate", "steps", quiet=args.quiet) as bar:
         df, timelines, info = simulate_trace(

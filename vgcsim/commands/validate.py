@@ -57,7 +57,10 @@ def measured_method(trace: Any) -> str:
 
 
 def default_allgatherv(trace: Any) -> str:
-    """The algorithm the recorder's allgatherv is: padded on gloo, uneven (ring) on NCCL."""
+    """The algorithm the recorder's allgatherv is: padded on gloo, uneven (ring) on NCCL;
+    the hook's bounded exchange for traces the DDP hook wrote."""
+    if trace.header.get("source") == "ddp_hook":
+        return "bounded"
     dist = trace.header.get("distributed") or {}
     return "padded" if dist.get("padded_allgather", True) else "ring"
 
@@ -132,6 +135,101 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
         cluster=cluster.name,
         trace=trace.name,
     )
+    return out
+
+
+#: The terms of a step that a trace the DDP hook wrote measures (ranks table), in step order:
+#: (term, ranks-table columns summed, reduction over ranks, result column of predict/simulate)
+STEP_TERMS = (
+    ("compute", ("compute_s",), "mean", "compute_s"),
+    ("sqsum", ("sqsum_s",), "mean", "variance_s"),
+    ("compress", ("compress_s", "encode_s"), "mean", "codec_s"),
+    ("exchange", ("comm_s",), "min", "comm_s"),
+    ("decode", ("decode_s",), "mean", "decode_s"),
+    ("optimizer", ("optimizer_s",), "mean", "optimizer_s"),
+    ("step", ("forward_backward_s", "optimizer_s"), "max", "step_s"),
+)
+
+
+def measured_terms(trace: Any):
+    """Per step, the measured seconds of every term of :data:`STEP_TERMS` from the ranks
+    table of a trace the DDP hook wrote: ``[steps, terms]`` (NaN where the script did not
+    report a phase). Reductions over ranks: the mean of the local terms; the exchange's
+    minimum (a rank's exchange runs from its own start to the gathered buffer, so every
+    rank but the last to arrive also waits for the others; the last one's is the collective
+    alone); the whole step's maximum (the slowest rank ends the step)."""
+    import pandas as pd
+
+    ranks = trace.ranks
+    if ranks is None:
+        raise TraceError(
+            f"trace {trace.name} has no ranks table; per-term validation needs a trace the DDP "
+            "hook wrote (register_vgc_hook(..., trace_dir=...))"
+        )
+    out = {}
+    for term, cols, how, _ in STEP_TERMS:
+        per_rank = ranks[list(cols)].sum(axis=1, min_count=len(cols))
+        out[term] = per_rank.groupby(ranks["step"]).agg(how)
+    return pd.DataFrame(out).rename_axis("step")
+
+
+def term_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateOptions()):
+    """Per step and term: measured (:func:`measured_terms`), predicted and simulated seconds
+    of the method the trace ran (``dense``: allreduce; else the compressed exchange) on
+    ``cluster`` at the trace's world size, and their relative errors.
+
+    Columns: step, term, measured_s, predicted_s, simulated_s (NaN when not simulated),
+    predicted_rel_error, simulated_rel_error. Term ↔ result column: compute ↔ compute_s,
+    sqsum ↔ variance_s, compress ↔ codec_s, exchange ↔ comm_s, decode ↔ decode_s,
+    optimizer ↔ optimizer_s, step ↔ step_s."""
+    import numpy as np
+    import pandas as pd
+
+    from vgcsim.models.predict import PredictOptions, predict_trace
+    from vgcsim.reports.validation import SOURCES
+
+    measured = measured_terms(trace)
+    p = int(trace.workers)
+    method = measured_method(trace)
+    allgatherv = opts.allgatherv or default_allgatherv(trace)
+    frames = {
+        "predicted": predict_trace(
+            trace,
+            cluster,
+            PredictOptions(
+                world_sizes=(p,),
+                allreduce=(opts.allreduce,),
+                allgatherv=(allgatherv,),
+                per_step=True,
+                dense_encodings=("fp32",),
+            ),
+        )
+    }
+    if opts.simulate:
+        from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+
+        sim_cfg = SimulateConfig(
+            dense_collective=f"allreduce/{opts.allreduce}",
+            compressed_collective=f"allgatherv/{allgatherv}",
+            per_step=True,
+            dense_encodings=("fp32",),
+        )
+        frames["simulated"] = simulate_trace(trace, cluster, [p], sim_cfg)[0]
+    rows = []
+    for term, _, _, column in STEP_TERMS:
+        part = pd.DataFrame({"step": measured.index.to_numpy(dtype=np.int64), "term": term})
+        part["measured_s"] = measured[term].to_numpy(dtype=float)
+        for src in SOURCES:
+            if src in frames:
+                modelled = _measured_rows(frames[src], method)[column]
+                part[f"{src}_s"] = modelled.reindex(part["step"]).to_numpy(dtype=float)
+            else:
+                part[f"{src}_s"] = np.nan
+        rows.append(part)
+    out = pd.concat(rows, ignore_index=True)
+    for src in SOURCES:
+        out[f"{src}_rel_error"] = (out[f"{src}_s"] - out["measured_s"]) / out["measured_s"]
+    out.attrs.update(method=method, compressor=trace.compressor, trace=trace.name)
     return out
 
 
@@ -267,8 +365,17 @@ def _collective_cases(df: Any) -> dict[str, float]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "run",
-        help="trace run directory recorded with --backend gloo|nccl, or a calibration "
-        "measurement file (FILE.measurements.json)",
+        help="trace run directory recorded with --backend gloo|nccl or written by the DDP "
+        "hook, or a calibration measurement file (FILE.measurements.json)",
+    )
+    parser.add_argument(
+        "other",
+        nargs="?",
+        default=None,
+        metavar="OTHER_RUN",
+        help="a second trace the DDP hook wrote of the same job with the other method (plain "
+        "DDP, i.e. the dense compressor, or a compressor): says whether the predicted winner "
+        "is the measured one",
     )
     parser.add_argument("--cluster", required=True, help="cluster preset name or TOML file")
     add_out_option(
@@ -284,6 +391,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="allgatherv algorithm (default: what the run used: padded on gloo, ring on nccl)",
     )
     parser.add_argument("--no-simulate", action="store_true", help="closed-form models only")
+    parser.add_argument(
+        "--compute",
+        choices=("model", "trace"),
+        default=None,
+        help="override the cluster's compute mode: 'model' (local times on the cluster's "
+        "device) or 'trace' (the seconds the run measured)",
+    )
     parser.add_argument(
         "--show-steps",
         type=int,
@@ -368,9 +482,19 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_output(args.out, "vgcsim validate", overwrite=args.overwrite)
     if Path(args.run).is_file():
+        if args.other is not None:
+            raise ConfigError("a second run is compared only with a trace, not a measurement file")
         return _run_measurements(args)
     trace = read_trace(args.run)
-    cluster = load_cluster(args.cluster)
+    other = read_trace(args.other) if args.other is not None else None
+    if other is not None and (trace.ranks is None or other.ranks is None):
+        raise ConfigError(
+            "comparing two runs needs two traces written by the DDP hook "
+            "(register_vgc_hook(..., trace_dir=...))"
+        )
+    from vgcsim.commands.cost_options import with_compute
+
+    cluster = with_compute(args, load_cluster(args.cluster))
     opts = ValidateOptions(
         allreduce=args.allreduce, allgatherv=args.allgatherv, simulate=not args.no_simulate
     )
@@ -382,13 +506,25 @@ def run(args: argparse.Namespace) -> int:
         f"{len(df)} steps"
     )
     print(steps_text(df, summary, args.show_steps))
+    terms = None
+    if trace.ranks is not None:
+        from vgcsim.reports.validation import term_summary, terms_text
+
+        terms = term_frame(trace, cluster, opts)
+        print()
+        print(terms_text(term_summary(terms), terms.attrs))
+    if other is not None:
+        from vgcsim.reports.validation import winner_line
+
+        frames = [terms, term_frame(other, cluster, opts)]
+        print(winner_line(frames))
     if args.out is not None:
-        out = prepare_output(
-            args.out,
-            "vgcsim validate",
-            overwrite=args.overwrite,
-            files=["validation.csv", "validation_summary.csv", "validation.png"],
-        )
+        files = ["validation.csv", "validation_summary.csv", "validation.png"]
+        if terms is not None:
+            files.append("validation_terms.csv")
+        out = prepare_output(args.out, "vgcsim validate", overwrite=args.overwrite, files=files)
+        if terms is not None:
+            out.write("validation_terms.csv", lambda p: terms.to_csv(p, index=False))
         out.write("validation.csv", lambda p: df.to_csv(p, index=False))
         out.write("validation_summary.csv", lambda p: summary.to_csv(p, index=False))
         fig = plot_validation(df).figure

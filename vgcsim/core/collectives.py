@@ -17,6 +17,8 @@ ALLREDUCE_ALGORITHMS = (
     "hierarchical",
 )
 ALLGATHERV_ALGORITHMS = ("ring", "recursive_doubling", "bruck", "direct", "padded")
+# the DDP hook's exchange: equal blocks of a bound from past messages + a fallback round
+ALLGATHERV_ALGORITHMS += ("bounded",)
 COLLECTIVE_KEYS = tuple(f"allreduce/{a}" for a in ALLREDUCE_ALGORITHMS) + tuple(
     f"allgatherv/{a}" for a in ALLGATHERV_ALGORITHMS
 )
