@@ -4,12 +4,14 @@ form, any cluster form (preset, TOML, dict with a graph), per-link detail, clear
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 
 from vgcsim import api
 from vgcsim.cli import main
-from vgcsim.core.cluster import get_cluster
+from vgcsim.core.cluster import LinkSpec, get_cluster
 from vgcsim.core.collectives import COLLECTIVE_KEYS
 from vgcsim.core.errors import ConfigError, UnknownNameError
 
@@ -72,6 +74,28 @@ def test_a_graph_cluster_given_as_a_dict_gives_its_route_times_and_link_detail()
     assert links.loc["b->a", "bytes"] == 2e6
     assert links.loc["a->b", "busy_s"] == pytest.approx(2e-3)
     assert (links["utilization"] <= 1).all()
+
+
+def test_message_semantics_reach_the_simulator():
+    # 2 ranks on a star of dyadic numbers (exact in binary): 2^20 B/s, α = 2^-10 s. Ring
+    # allgatherv of [2^20, 1] bytes: rank 0 sends one second of bytes, rank 1 one byte.
+    link = LinkSpec("nic", bandwidth_Bps=2.0**20, latency_s=2.0**-10)
+    star = dataclasses.replace(get_cluster("10GbE"), link=link)
+    a, sizes = 2.0**-10, [2**20, 1]
+
+    def finish_s(**semantics):
+        run = api.collective(
+            star, "allgatherv/ring", sizes, engine="simulate", detail=True, **semantics
+        )
+        return run.finish_s.tolist()
+
+    # eager: a send completes when its last byte has left, so rank 0 is done at 1 s (its one
+    # byte in arrived at 2^-20 + α); rank 1 waits for the big block: 1 + α
+    assert finish_s(semantics="eager") == [1.0, 1.0 + a]
+    # rendezvous (the default): a send completes when its last byte arrives, at 1 + α
+    assert finish_s(semantics="rendezvous") == finish_s() == [1.0 + a, 1.0 + a]
+    with pytest.raises(UnknownNameError, match="message semantics"):
+        api.collective(star, "allgatherv/ring", sizes, engine="simulate", semantics="eagre")
 
 
 def test_detail_needs_the_simulator_and_bad_input_is_a_clear_error():

@@ -4,6 +4,7 @@ predict and simulate refuse the same files with the same one line (issue reprodu
 from __future__ import annotations
 
 import pytest
+from vgcsim.simulator.topology import build_topology
 
 from vgcsim.cli import main
 from vgcsim.core.cluster import RANGES, LinkSpec, cluster_from_dict, load_cluster
@@ -97,6 +98,37 @@ def test_a_connected_graph_with_a_switch_is_accepted():
         }
     )
     assert spec.topology["kind"] == "graph"
+
+
+@pytest.mark.parametrize(
+    ("link", "payload_Bps"),
+    [
+        # a preset's link carries payload at its line rate × its framing's efficiency: 10GbE is
+        # 10 Gb/s = 1.25e9 B/s under TCP with MTU 1500 (1448 payload bytes per 1538 on the wire)
+        ({"preset": "10GbE"}, 1.25e9 * 1448 / 1538),
+        # a bandwidth given with a preset keeps the preset's framing
+        ({"preset": "10GbE", "bandwidth": "8Gbps"}, 1e9 * 1448 / 1538),
+        # a framing or an efficiency given replaces the preset's
+        ({"preset": "10GbE", "framing": "tcp-mtu9000"}, 1.25e9 * 8948 / 9038),
+        ({"preset": "10GbE", "efficiency": 0.5}, 0.625e9),
+        # no preset, no framing: the bandwidth is already the payload rate
+        ({"bandwidth": "8Gbps", "latency": "1us"}, 1e9),
+    ],
+    ids=["preset", "preset-and-bandwidth", "framing", "efficiency", "no-preset"],
+)
+def test_a_graph_link_carries_payload_at_its_rate_times_its_transport_efficiency(link, payload_Bps):
+    spec = cluster_from_dict(
+        {
+            "base": "10GbE",
+            "topology": {
+                "kind": "graph",
+                "hosts": ["x", "y"],
+                "links": [{"a": "x", "b": "y", **link}],
+            },
+        }
+    )
+    route = build_topology(spec, 2).route(0, 1)
+    assert route.bandwidth_Bps == pytest.approx(payload_Bps, rel=1e-12)
 
 
 def test_errors_keep_their_class_and_name_the_file(tmp_path):

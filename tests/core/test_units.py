@@ -87,6 +87,28 @@ def test_size(text, expected):
 
 
 @pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # "bits" spelled out is a bit, as "b" and "bit" are: an eighth of a byte each
+        ("800 bits", 100.0),
+        ("16kbits", 2e3),
+        ("1 bits", 0.125),
+        ("2Mibits", 2.0**21 / 8),
+    ],
+)
+def test_sizes_spelled_in_bits_are_eighths_of_bytes(text, expected):
+    assert parse_size_bytes(text) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("10Gbits/s", 1.25e9), ("10 Gbitsps", 1.25e9), ("8 bits/s", 1.0), ("100Mbits/sec", 12.5e6)],
+)
+def test_bandwidths_spelled_in_bits_per_second_are_eighths_of_bytes(text, expected):
+    assert parse_bandwidth_Bps(text) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
     ("text", "expected"), [("15.7TFLOPS", 15.7e12), ("160 GFLOP/s", 160e9), (1e12, 1e12)]
 )
 def test_flops(text, expected):

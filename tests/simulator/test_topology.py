@@ -73,6 +73,20 @@ def test_ring_and_torus_hop_counts():
     assert len(torus.route(0, 10).channels) == 4
 
 
+def test_directly_cabled_hosts_pay_the_whole_link_latency_on_every_hop():
+    # ring and torus2d have no switch: each cable is a host-to-host link of latency α, so a
+    # route of h hops starts up in h·α (a star's host -> switch -> host is α in all)
+    ring = build_topology(cluster({"kind": "ring"}), 8)
+    for dst, hops in ((1, 1), (7, 1), (3, 3), (4, 4), (5, 3)):
+        assert ring.route(0, dst).latency_s == pytest.approx(hops * LAT, rel=1e-12)
+    assert ring.latency_s.tolist() == [LAT] * ring.n_channels
+    two = build_topology(cluster({"kind": "ring"}), 2)  # one cable between the two hosts
+    assert two.n_channels == 2 and two.route(1, 0).latency_s == LAT
+    torus = build_topology(cluster({"kind": "torus2d", "rows": 4}), 16)
+    assert torus.route(0, 15).latency_s == pytest.approx(2 * LAT, rel=1e-12)
+    assert torus.route(0, 10).latency_s == pytest.approx(4 * LAT, rel=1e-12)
+
+
 def test_graph_from_toml_file(tmp_path):
     f = tmp_path / "g.toml"
     f.write_text(

@@ -130,6 +130,21 @@ def test_unfinished_run_reads_closed_prefix(tmp_path):
     assert t.steps_count == 8 and t.payloads["step"].max() == 7
 
 
+def test_an_unfinished_run_keeps_the_evaluation_at_its_last_closed_step(tmp_path):
+    run = tmp_path / "run"
+    w = TraceWriter(run, make_header(), chunk_steps=4)
+    write_steps(w, range(9))  # evaluations at steps 3 and 7, the last steps of two chunks
+    w.add_eval({"step": 8, "train_loss": 1.0, "train_acc": 0.5, "test_loss": 1.0, "test_acc": 0.4})
+    w.flush()
+    # the run dies before the steps chunk of step 8 lands (its payload and eval chunks did):
+    # the last closed step is 7, whose evaluation stays; step 8's goes with its step
+    (run / "steps" / "part-000002.parquet").unlink()
+    assert list(pd.read_parquet(run / "evals")["step"]) == [3, 7, 8]
+    t = read_trace(run)
+    assert t.status == "running" and t.steps_count == 8
+    assert list(t.evals["step"]) == [3, 7]
+
+
 def test_nonempty_output_refused(tmp_path):
     run = tmp_path / "run"
     with TraceWriter(run, make_header()) as w:

@@ -230,6 +230,46 @@ def test_resume_after_sigterm_equals_uninterrupted(tmp_path, stopped_run, uninte
     assert entry["from_step"] == 3 * (entry["from_step"] // 3) <= kept
 
 
+#: QSGD's stochastic rounding draws from the compression generator at every step; a test
+#: fraction of 0.9 leaves 120 of the synthetic set's 1200 samples for training, a shard of 60
+#: for each of the 2 workers, 7 batches of 8: the sampler draws a new order from its
+#: generators at steps 7, 14, 21, 28 and 35
+RESHUFFLING = [
+    *(o for o in BASE if not o.startswith("steps=")),
+    "steps=36",
+    "data.test_fraction=0.9",
+    *SETUPS["qsgd-sgd-step"],
+]
+
+
+def test_resume_between_two_reshuffles_equals_uninterrupted(tmp_path):
+    """A run stopped after the sampler's first reshuffle and resumed before its next: the
+    resumed run draws the next order and the rounding noise as the uninterrupted run did,
+    which holds only if the sampler's and the compressor's generators were restored."""
+    uninterrupted = record(apply_overrides(RecordConfig(), RESHUFFLING), tmp_path / "whole")
+    run = tmp_path / "stopped"
+    cmd = [sys.executable, "-m", "vgcsim", "record", "-q", "-o", str(run)]
+    proc = subprocess.Popen(
+        [*cmd, *_cli_args(RESHUFFLING)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        # chunk 3 holds steps 9-11: its checkpoint comes after the reshuffle at step 7
+        while not (run / "steps" / "part-000003.parquet").exists():
+            assert proc.poll() is None, proc.stderr.read().decode()
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert main(["record", "--resume", str(run), "-q"]) == 0
+    (entry,) = read_trace(run).header["resumes"]
+    assert 12 <= entry["from_step"] <= 35, "stopped after the last reshuffle; retry"
+    assert_same_trace(uninterrupted, run)
+
+
 def test_resume_refuses_a_distributed_recording(tmp_path, stopped_run, capsys):
     run = _stopped_copy(stopped_run, tmp_path)
     header = json.loads((run / "header.json").read_text())
