@@ -47,6 +47,8 @@ class ReportInputs:
     #: time-to-accuracy target (test accuracy as a fraction); None: the dense trace's
     #: final test accuracy minus 1 point
     target_accuracy: float | None = None
+    #: sentences naming inputs a result table refers to but that were not found
+    missing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -238,8 +240,11 @@ def display_what_if(t: pd.DataFrame) -> pd.DataFrame:
 
 
 def _display_matrix(t: pd.DataFrame) -> pd.DataFrame:
-    """The speedup matrix: its columns depend on the world sizes (one per P)."""
+    """The speedup matrix: its columns depend on the world sizes (one per P). The key
+    column, method, comes first (the HTML page keeps the first column in view)."""
     out = t.copy()
+    if "method" in out:
+        out = out[["method", *[c for c in out.columns if c != "method"]]]
     if "final_test_acc" in out:
         out = out.rename(columns={"final_test_acc": "test accuracy (%)"})
         out["test accuracy (%)"] = out["test accuracy (%)"].map(_fmt_pct)
@@ -255,13 +260,16 @@ def _display_matrix(t: pd.DataFrame) -> pd.DataFrame:
 # --- figures ----------------------------------------------------------------------------
 
 
-def _subplots(n: int, width: float, height: float, ncols: int | None = None):
+def _subplots(
+    n: int, width: float, height: float, ncols: int | None = None, sharey: bool = False
+):
     from matplotlib.figure import Figure
 
-    ncols = ncols or min(n, 3)
+    n = max(n, 1)
+    ncols = max(1, min(ncols or min(n, 3), n))
     nrows = math.ceil(n / ncols)
     fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=sharey).ravel()
     for ax in axes[n:]:
         ax.set_visible(False)
     return fig, axes[:n]
@@ -275,10 +283,14 @@ def _panels(
     width: float,
     height: float,
     ncols: int | None = None,
+    sharey: bool = False,
 ) -> Any:
-    """One panel per key: ``draw(frame[frame[column] == key], ax)``; returns the Figure."""
-    fig, axes = _subplots(len(keys), width, height, ncols=ncols)
-    for ax, key in zip(axes, keys, strict=True):
+    """One panel per key: ``draw(frame[frame[column] == key], ax)``; returns the Figure.
+
+    ``sharey``: every panel on one y scale (limits, log or linear, ticks).
+    """
+    fig, axes = _subplots(len(keys), width, height, ncols=ncols, sharey=sharey)
+    for ax, key in zip(axes, keys, strict=False):
         draw(frame[frame[column] == key], ax)
     return fig
 
@@ -332,9 +344,21 @@ class SectionContext:
         return tables.what_if(self.results, self.labels)
 
     @cached_property
+    def breakdown(self) -> pd.DataFrame:
+        return tables.breakdown(self.results, self.labels)
+
+    @cached_property
     def compressed_traces(self) -> list[str]:
-        """Traces of the what-if table, variance first."""
-        return _preferred_trace(self.what_if["trace"], self.labels)
+        """Compressed traces of the what-if table, variance first (the 2-byte dense
+        baselines, traces ``dense-<encoding>``, are not among them)."""
+        names = [n for n in self.what_if["trace"] if not tables.is_baseline(n)]
+        labels = dict(zip(self.what_if["trace"], self.what_if["method_label"], strict=True))
+        return _preferred_trace(names, {**labels, **self.labels})
+
+    @cached_property
+    def baseline_traces(self) -> list[str]:
+        """The 2-byte dense allreduce baselines of the what-if table (``dense-<encoding>``)."""
+        return [n for n in dict.fromkeys(self.what_if["trace"]) if tables.is_baseline(n)]
 
 
 @dataclass(frozen=True)
@@ -395,7 +419,9 @@ def _what_if(ctx: SectionContext) -> SectionOutput:
     wi = ctx.what_if
     sm = tables.speedup_matrix(wi, ctx.accuracy)
     out = SectionOutput(
-        summary=tables.headline_order(tables.headline(wi, ctx.accuracy, ctx.dense_acc)),
+        summary=tables.headline_order(
+            tables.headline(wi, ctx.accuracy, ctx.dense_acc, ctx.breakdown)
+        ),
         notes=[_local_times_note(tables.local_times(ctx.results))],
     )
     out.tables.append(
@@ -422,14 +448,28 @@ def _what_if(ctx: SectionContext) -> SectionOutput:
             collapsed=True,
         )
     )
-    if ctx.compressed_traces:
+    if ctx.compressed_traces or ctx.baseline_traces:
+        shown = tables.prefer_simulated(wi)
+        shown = shown[shown["world_size"] > 1] if (shown["world_size"] > 1).any() else shown
+        baselines = wi[wi["trace"].isin(ctx.baseline_traces)]
+        panels = ctx.compressed_traces or ctx.baseline_traces[:1]
+
+        def draw(rows: pd.DataFrame, ax: Any) -> Any:
+            clusters = set(rows["cluster"])
+            extra = baselines[baselines["cluster"].isin(clusters)]
+            both = pd.concat([rows, extra]) if ctx.compressed_traces else rows
+            return plots.speedup_vs_world_size(both, ax, scale_values=shown["speedup"])
+
         out.plots.append(
             Plot(
                 "speedup",
                 "Speedup vs P per interconnect",
-                "Dense step time over compressed step time; above the dashed 1× line the "
-                "compressed allgatherv is faster. One panel per compression method.",
-                _panels(wi, "trace", ctx.compressed_traces, plots.speedup_vs_world_size, 6.2, 4.4),
+                "Dense fp32 step time over compressed step time; above the dashed 1× line "
+                "the compressed allgatherv is faster. One panel per compression method, "
+                "all on one y scale; each interconnect says whether it is predicted or "
+                "simulated where both appear. Dotted lines: dense allreduce of 2-byte "
+                "values (bf16/fp16), a baseline, not a compression method.",
+                _panels(wi, "trace", panels, draw, 6.2, 4.4, sharey=True),
             )
         )
     return out
@@ -437,7 +477,7 @@ def _what_if(ctx: SectionContext) -> SectionOutput:
 
 @section("breakdown", needs="results")
 def _breakdown(ctx: SectionContext) -> SectionOutput:
-    bd = tables.breakdown(ctx.results, ctx.labels)
+    bd = ctx.breakdown
     out = SectionOutput()
     out.tables.append(
         Table(
@@ -451,10 +491,10 @@ def _breakdown(ctx: SectionContext) -> SectionOutput:
             collapsed=True,
         )
     )
-    if len(bd) and ctx.compressed_traces:
-        main = ctx.compressed_traces[0]
-        b = bd[bd["trace"] == main]
-        clusters = list(dict.fromkeys(b["cluster"]))
+    main = ctx.compressed_traces[0] if ctx.compressed_traces else None
+    b = tables.prefer_simulated(bd[bd["trace"] == main]) if len(bd) else bd
+    clusters = list(dict.fromkeys(b["cluster"]))
+    if clusters:
         out.plots.append(
             Plot(
                 "breakdown",

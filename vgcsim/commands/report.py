@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -109,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
     check_out(args, "report", legacy=_legacy_report)
     inputs = load_inputs(args.results, args.trace, target_accuracy=target)
     report = build_report(inputs)
+    for line in inputs.missing:
+        print(f"note: {line}", file=sys.stderr)
     path = report_folder(
         args.out, lambda out: write_report(report, out, title=args.title), args.overwrite
     )
