@@ -260,9 +260,7 @@ def _display_matrix(t: pd.DataFrame) -> pd.DataFrame:
 # --- figures ----------------------------------------------------------------------------
 
 
-def _subplots(
-    n: int, width: float, height: float, ncols: int | None = None, sharey: bool = False
-):
+def _subplots(n: int, width: float, height: float, ncols: int | None = None, sharey: bool = False):
     from matplotlib.figure import Figure
 
     n = max(n, 1)
