@@ -523,7 +523,7 @@ def test_headline_expands_only_the_leading_dense_of_a_2_byte_baseline():
     ]
 
 
-def test_headline_order_groups_by_cluster_preferred_first():
+def test_headline_order_puts_wins_first_then_losses_then_baselines():
     lines = [
         "qsgd s=4 never reaches 92 %, so it is slower.",
         "On B, strom τ=0.01 beats dense allreduce up to P = 8.",
@@ -531,22 +531,23 @@ def test_headline_order_groups_by_cluster_preferred_first():
         "hybrid never reaches 92 %.",
         "On A, qsgd s=4 beats dense allreduce up to P = 4.",
         "On 10GbE, strom τ=0.01 beats dense allreduce up to P = 2.",
-        "On A, variance α=2 beats dense allreduce up to P = 16.",
+        "On A, variance α=2 never beats dense allreduce for P ≤ 64.",
         "On B, variance α=2 beats dense allreduce up to P = 32.",
-        "On 10GbE, variance α=2 beats dense allreduce up to P = 64.",
+        "On 10GbE, variance α=2 never beats dense allreduce for P ≤ 64.",
     ]
     assert tables.headline_order(lines) == [
-        # the preferred cluster first, variance first within it
-        "On 10GbE, variance α=2 beats dense allreduce up to P = 64.",
+        # the wins, whatever the cluster: the preferred cluster first, then B, A by first
+        # appearance, variance first within a cluster
         "On 10GbE, strom τ=0.01 beats dense allreduce up to P = 2.",
-        # then by first appearance: sentences without a cluster, B, A
-        "qsgd s=4 never reaches 92 %, so it is slower.",
-        "hybrid never reaches 92 %.",
         "On B, variance α=2 beats dense allreduce up to P = 32.",
         "On B, strom τ=0.01 beats dense allreduce up to P = 8.",
-        # within A: variance, the other compressors, the 2-byte dense baseline last
-        "On A, variance α=2 beats dense allreduce up to P = 16.",
         "On A, qsgd s=4 beats dense allreduce up to P = 4.",
+        # then the rest in the same order (sentences without a cluster before B and A)
+        "On 10GbE, variance α=2 never beats dense allreduce for P ≤ 64.",
+        "qsgd s=4 never reaches 92 %, so it is slower.",
+        "hybrid never reaches 92 %.",
+        "On A, variance α=2 never beats dense allreduce for P ≤ 64.",
+        # the 2-byte dense baseline after every compression method
         "On A, dense allreduce of bf16 beats fp32 at every P up to 64.",
     ]
 
