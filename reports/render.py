@@ -24,8 +24,8 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +65,17 @@ class Report:
 
 def _label_from_header(header: dict[str, Any]) -> str:
     comp = header.get("compressor") or {}
-    if isinstance(comp, dict):
-        return method_label(str(comp.get("name", "?")), comp.get("params"))
-    return str(comp)
+    if not isinstance(comp, dict):
+        return str(comp)
+    params = dict(comp.get("params") or {})
+    if header.get("synthetic") and "synthetic_density" in params:
+        # a synthesized trace: its density and layer list, not hyperparameters it never had
+        layers = (header.get("config") or {}).get("layers", "?")
+        return (
+            f"{comp.get('name', '?')} at {float(params['synthetic_density']) * 100:.2g} % "
+            f"density, {layers} (synthesized)"
+        )
+    return method_label(str(comp.get("name", "?")), params)
 
 
 def load_inputs(
@@ -380,15 +388,19 @@ def render_report(
     notes: Sequence[str] = (),
     progress: Callable[[str], None] | None = None,
     target_accuracy: float | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Path:
     """Load, build and write a report; return the path of its HTML page.
 
     ``target_accuracy``: the time-to-accuracy target as a fraction (None: the dense
-    trace's final test accuracy minus 1 point).
+    trace's final test accuracy minus 1 point). ``labels``: trace name -> method label,
+    over those of the trace headers.
     """
     say = progress or (lambda _msg: None)
     say("reading result tables and traces")
     inputs = load_inputs(result_paths, trace_paths, target_accuracy=target_accuracy)
+    if labels:
+        inputs = replace(inputs, labels={**inputs.labels, **labels})
     say("computing tables and drawing plots")
     report = build_report(inputs)
     say(f"writing {len(report.plots)} plots and {len(report.tables)} tables")

@@ -453,7 +453,9 @@ def _acc_note(
     if trace.startswith("dense-"):  # a 2-byte dense baseline: no trace of its own
         return " (test accuracy not recorded)"
     acc = accuracy.get(trace, math.nan)
-    own = "test accuracy not recorded" if pd.isna(acc) else f"test accuracy {acc * 100:.1f} %"
+    if pd.isna(acc):
+        return " (test accuracy not recorded)"
+    own = f"test accuracy {acc * 100:.1f} %"
     if dense_accuracy is not None and not pd.isna(dense_accuracy):
         own += f" vs dense {dense_accuracy * 100:.1f} %"
     return f" ({own})"
@@ -468,6 +470,9 @@ _TERMS = (
 
 
 def _ms(v: float) -> str:
+    """Seconds for reading: "0.064 ms", "9.95 ms", "1.3 s"."""
+    if v >= 1.0:
+        return f"{v:.3g} s"
     return f"{v * 1e3:.2g} ms" if v < 1e-3 else f"{v * 1e3:.3g} ms"
 
 
