@@ -196,7 +196,9 @@ METHODS_COLUMNS: tuple[Column, ...] = (
     ("test accuracy (%)", "final_test_acc", _fmt_pct),
     ("paper accuracy (%)", "paper_test_acc", _fmt_pct),
     ("vs dense (points)", "acc_vs_dense", _fmt_points),
+    ("encoding", "encoding", None),
     ("compression ratio (×)", "compression_ratio", _fmt_x),
+    ("paper encoding", "paper_encoding", None),
     ("paper ratio (×)", "paper_compression_ratio", _fmt_x),
     ("mean density", "mean_density", lambda v: f"{v:.2e}"),
 )
@@ -663,7 +665,8 @@ def _methods(ctx: SectionContext) -> SectionOutput:
         "Recorded methods beside the paper's table (method, accuracy, compression ratio)",
         "Final test accuracy of each recorded trace, its difference to the dense run with "
         "the same optimizer, and the compression ratio over the whole run (fp32 bits / "
-        "bits sent under the trace's primary encoding); beside them the numbers of "
+        "bits sent under the encoding named beside it, the trace's primary one); beside "
+        "them, with the encoding the paper counts its bits in, the numbers of "
         f"{PAPER_SOURCE} for the same method and optimizer (our workload is smaller and "
         "shorter, so expect lower ratios early in training).",
         mt,

@@ -628,10 +628,13 @@ def method_table(overview: pd.DataFrame, paper: pd.DataFrame | None = None) -> p
     ``overview`` has one row per trace with columns trace, method_label, compressor,
     optimizer, paper_key, workers, steps, final_test_acc, bits (total bits sent),
     dense_bits (total fp32 bits of the same gradients) and mean_density. Adds
-    ``compression_ratio`` and ``acc_vs_dense`` (difference in test accuracy to the dense
+    ``compression_ratio`` (under the trace's primary encoding, column ``encoding`` when
+    the overview has it) and ``acc_vs_dense`` (difference in test accuracy to the dense
     trace with the same optimizer and the most steps; NaN without one). With ``paper``
     (:func:`vgcsim.reports.paper.paper_frame`), the paper's accuracy and ratio of the matching
-    row (same optimizer and paper_key) are set beside ours.
+    row (same optimizer and paper_key) are set beside ours, with the encoding the paper
+    counts its bits in (``paper_encoding``, :func:`vgcsim.reports.paper.paper_encoding`), so
+    that a ratio compared with the paper's names both encodings.
     """
     t = overview.copy()
     for col, default in (("optimizer", ""), ("paper_key", None)):
@@ -641,6 +644,8 @@ def method_table(overview: pd.DataFrame, paper: pd.DataFrame | None = None) -> p
     dense = t[t["compressor"] == "dense"].sort_values("steps")
     ref = dense.groupby("optimizer")["final_test_acc"].last()
     t["acc_vs_dense"] = t["final_test_acc"] - t["optimizer"].map(ref).astype(float)
+    if "encoding" not in t:
+        t["encoding"] = None
     cols = [
         "method_label",
         "optimizer",
@@ -649,13 +654,20 @@ def method_table(overview: pd.DataFrame, paper: pd.DataFrame | None = None) -> p
         "steps",
         "final_test_acc",
         "acc_vs_dense",
+        "encoding",
         "compression_ratio",
         "mean_density",
     ]
     if paper is not None:
+        from vgcsim.reports.paper import paper_encoding
+
         t = t.merge(paper, on=["optimizer", "paper_key"], how="left")
+        t["paper_encoding"] = [
+            paper_encoding(c) if not pd.isna(r) else None
+            for c, r in zip(t["compressor"], t["paper_compression_ratio"], strict=True)
+        ]
         cols[6:6] = ["paper_test_acc"]
-        cols[-1:-1] = ["paper_compression_ratio"]
+        cols[-1:-1] = ["paper_encoding", "paper_compression_ratio"]
     return t[cols].sort_values(["optimizer", "compression_ratio", "trace"]).reset_index(drop=True)
 
 
@@ -681,6 +693,7 @@ def trace_overview(trace: Any, label: str | None = None) -> dict[str, Any]:
         "compressor": trace.compressor,
         "optimizer": optimizer,
         "paper_key": paper_key(trace.compressor, comp.get("params")),
+        "encoding": enc,
         "workers": int(trace.workers),
         "steps": int(trace.steps_count),
         "final_test_acc": acc,

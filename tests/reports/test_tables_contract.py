@@ -60,6 +60,7 @@ def test_trace_overview_fields_by_hand():
     assert row == {
         "trace": "v2",
         "method_label": "variance",  # no label: the compressor's name
+        "encoding": "packed32",  # the trace's primary encoding: its ratio's
         "compressor": "variance",
         "optimizer": "adam",
         "paper_key": "variance α=2",  # Table 1 row of variance with alpha = 2
@@ -146,11 +147,16 @@ def test_method_table_with_the_paper_beside_ours():
         "final_test_acc",
         "paper_test_acc",
         "acc_vs_dense",
+        "encoding",
         "compression_ratio",
+        "paper_encoding",
         "paper_compression_ratio",
         "mean_density",
     ]
-    # sorted by optimizer, then ratio, then trace name; a fresh 0..n-1 index
+    # a ratio beside the paper's names the encoding of each: the paper's only where it
+    # gives a ratio (none for Strom τ=0.01 here)
+    named = [e if isinstance(e, str) else None for e in t.paper_encoding]
+    assert named == ["fp32", "fp32", None, "packed32", "packed32"]
     assert list(t.trace) == ["d_long", "d_short", "s", "v", "m"]
     assert list(t.index) == [0, 1, 2, 3, 4]
     # ratio = dense bits / bits: 100/100, 100/100, 1000/50, 1000/10, 400/4
