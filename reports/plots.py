@@ -167,10 +167,10 @@ def speedup_vs_world_size(
     ax.set_ylabel(f"speedup over dense fp32 allreduce (×{scale})")
     src = ", ".join(sorted(set(t["source"])))
     if not labels and base_labels:  # baselines alone
-        ax.set_title(f"{base_labels[0]} allreduce vs dense fp32 allreduce ({src})")
-    else:
-        what = labels[0] if len(labels) == 1 else "compressed"
-        ax.set_title(f"{what} allgatherv vs dense allreduce ({src})")
+        ax.set_title(f"{base_labels[0]} allreduce vs dense fp32 ({src})", fontsize="medium")
+    else:  # the y label says what is compared: the title names the method
+        what = labels[0] if len(labels) == 1 else "compressed allgatherv"
+        ax.set_title(f"{what} ({src})", fontsize="medium")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(title="interconnect", fontsize="small")
     return ax

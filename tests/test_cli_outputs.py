@@ -394,7 +394,7 @@ def read_only(tmp_path):
 
 
 #: Commands writing into OUT (a folder, or a file for trace info and collective).
-WRITERS = {
+UNWRITABLE = {
     "predict": (TABLES["predict"], "new"),
     "predict --overwrite": (
         lambda tmp: [*TABLES["predict"](tmp), "--overwrite"],
@@ -420,18 +420,18 @@ def _one_line_exit_2(argv, capsys, *expected):
     return err[0]
 
 
-@pytest.mark.parametrize("command", sorted(WRITERS))
+@pytest.mark.parametrize("command", sorted(UNWRITABLE))
 def test_a_read_only_folder_is_one_line_and_exit_2(command, read_only, tmp_path, capsys):
-    argv, name = WRITERS[command]
+    argv, name = UNWRITABLE[command]
     line = _one_line_exit_2([*argv(tmp_path), "-o", str(read_only / name)], capsys, "cannot write")
     assert str(read_only) in line
     assert ("Read-only file system" in line) or ("Permission denied" in line), line
 
 
-@pytest.mark.parametrize("command", sorted(WRITERS))
+@pytest.mark.parametrize("command", sorted(UNWRITABLE))
 def test_a_file_on_the_output_path_is_one_line_and_exit_2(command, tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    argv, name = WRITERS[command]
+    argv, name = UNWRITABLE[command]
     _one_line_exit_2([*argv(tmp_path), "-o", str(blocker / "sub" / name)], capsys, str(blocker))
     assert blocker.read_text() == "not a folder"
