@@ -797,3 +797,25 @@ def test_missing_columns_give_the_documented_line(results):
         "result table lacks columns ['comm_s', 'step_s']; expected the columns of "
         "vgcsim.core.results.RESULT_COLUMNS (written by `vgcsim predict` / `vgcsim simulate`)"
     )
+
+
+def test_dominant_term_names_the_largest_parts_against_the_dense_overhead():
+    row = {"source": "simulated", "cluster": "A", "trace": "t", "world_size": 8}
+    bd = pd.DataFrame(
+        [
+            # compressed: variance 0.01 ms (under a tenth of the parts), codec + decode
+            # 0.2 + 0.13 = 0.33 ms, communication 0.083 ms; dense: 0.064 ms beyond compute
+            {**row, "method": "compressed", "compute_s": 1.0, "variance_s": 1e-5,
+             "codec_s": 2e-4, "decode_s": 1.3e-4, "comm_s": 8.3e-5, "step_s": 1.000423},
+            {**row, "method": "dense", "compute_s": 1.0, "variance_s": 0.0, "codec_s": 0.0,
+             "decode_s": 0.0, "comm_s": 6.4e-5, "step_s": 1.000064},
+        ]
+    )  # fmt: skip
+    term = tables.dominant_term(bd, ("simulated", "A", "t", 8))
+    assert term == (
+        "compress + decode 0.33 ms and communication 0.083 ms against 0.064 ms of dense allreduce"
+    )
+    assert tables.dominant_term(bd, ("simulated", "A", "t", 16)) == ""  # no such row
+    wi = pd.DataFrame({**row, "method_label": "T", "speedup": [0.15], "winner": ["dense"]})
+    (line,) = tables.headline(wi, breakdown_table=bd)
+    assert line.endswith(f"(simulated: {term}).")
