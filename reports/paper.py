@@ -16,7 +16,7 @@ import pandas as pd
 from vgcsim.traces.labels import method_label
 from vgcsim.traces.paper import PAPER_SOURCE, PAPER_TABLE1
 
-__all__ = ["PAPER_SOURCE", "PAPER_TABLE1", "paper_frame", "paper_key"]
+__all__ = ["PAPER_SOURCE", "PAPER_TABLE1", "paper_encoding", "paper_frame", "paper_key"]
 
 _PAPER_LABELS = frozenset(label for _, label in PAPER_TABLE1)
 
@@ -33,6 +33,18 @@ def paper_key(compressor: str, params: Mapping[str, Any] | None) -> str | None:
     """
     label = method_label(compressor, params)
     return label if label in _PAPER_LABELS else None
+
+
+def paper_encoding(compressor: str) -> str:
+    """The encoding under which the paper counts a method's bits, in our encodings' names:
+    dense fp32 values, QSGD's Elias-coded levels (``qsgd_elias``), and for the sparse
+    methods one 32-bit word per element, a 28-bit index and a 4-bit code (``packed32``,
+    our reading of the paper's format; docs/compression.md)."""
+    if compressor == "dense":
+        return "fp32"
+    if compressor == "qsgd":
+        return "qsgd_elias"
+    return "packed32"
 
 
 def paper_frame() -> pd.DataFrame:

@@ -18,6 +18,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
 from matplotlib.transforms import offset_copy
+from vgcsim.reports.tables import is_baseline, prefer_simulated
 
 #: Stacking order and colours of the step-time parts.
 PARTS = (
@@ -98,11 +99,11 @@ def _ratio_axis(ax: Axes, values: pd.Series) -> str:
 
 
 def _prefer_source(df: pd.DataFrame, source: str | None) -> pd.DataFrame:
+    """Rows of ``source``; without one, each (cluster, trace)'s simulated rows where it
+    has any, else its predicted ones (a predicted-only input is drawn, not dropped)."""
     if source is not None:
         return df[df["source"] == source]
-    if (df["source"] == "simulated").any():
-        return df[df["source"] == "simulated"]
-    return df
+    return prefer_simulated(df)
 
 
 def _style(keys: Sequence[str]) -> dict[str, tuple[str, str]]:
@@ -110,48 +111,66 @@ def _style(keys: Sequence[str]) -> dict[str, tuple[str, str]]:
 
 
 def speedup_vs_world_size(
-    what_if: pd.DataFrame, ax: Axes | None = None, *, source: str | None = None
+    what_if: pd.DataFrame,
+    ax: Axes | None = None,
+    *,
+    source: str | None = None,
+    scale_values: pd.Series | None = None,
 ) -> Axes:
     """Speedup of compressed allgatherv over dense allreduce vs P, one line per interconnect.
 
     ``what_if`` is a :func:`vgcsim.reports.tables.what_if` frame; several method labels are drawn
-    with different line styles. Above the dashed line at 1× compression is faster.
+    with different line styles. Rows of a 2-byte dense allreduce (trace ``dense-<enc>``)
+    are baselines: thin dotted lines in their interconnect's colour, "(baseline)" in the
+    legend. Each interconnect's legend entry names its source (predicted or simulated)
+    when the panel mixes them. Above the dashed line at 1× compression is faster.
+    ``scale_values``: the speedups that choose a log or linear y axis (default: those
+    drawn), so that panels sharing a y axis choose alike.
     """
     ax = _axes(ax)
     t = _prefer_source(what_if, source)
     if (t["world_size"] > 1).any():
         t = t[t["world_size"] > 1]  # a single worker communicates nothing
+    base = t["trace"].map(is_baseline).astype(bool) if "trace" in t else pd.Series(False, t.index)
     clusters = list(dict.fromkeys(t["cluster"]))
-    labels = list(dict.fromkeys(t["method_label"]))
+    labels = list(dict.fromkeys(t.loc[~base, "method_label"]))
+    base_labels = list(dict.fromkeys(t.loc[base, "method_label"]))
+    mixed = t["source"].nunique() > 1
     styles = _style(clusters)
     dashes = ("-", "--", ":", "-.")
-    for li, label in enumerate(labels):
+    series = [(label, False) for label in labels] + [(label, True) for label in base_labels]
+    for li, (label, baseline) in enumerate(series):
         for cluster in clusters:
-            g = t[(t["cluster"] == cluster) & (t["method_label"] == label)].sort_values(
-                "world_size"
-            )
+            g = t[(t["cluster"] == cluster) & (t["method_label"] == label) & (base == baseline)]
+            g = g.sort_values("world_size")
             if g.empty:
                 continue
             color, marker = styles[cluster]
-            name = cluster if len(labels) == 1 else f"{cluster}, {label}"
+            where = f"{cluster} ({g['source'].iloc[0]})" if mixed else cluster
+            if baseline:
+                name = f"{where}, {label} (baseline)"
+            else:
+                name = where if len(labels) == 1 else f"{where}, {label}"
             ax.plot(
                 g["world_size"],
                 g["speedup"],
-                marker=marker,
+                marker=None if baseline else marker,
                 color=color,
-                linestyle=dashes[li % len(dashes)],
+                linestyle=":" if baseline else dashes[li % len(dashes)],
+                linewidth=1.0 if baseline else 1.5,
+                alpha=0.7 if baseline else 1.0,
                 label=name,
             )
     ax.axhline(1.0, color="black", linewidth=1, linestyle="--", label="break-even (dense = 1×)")
-    scale = _ratio_axis(ax, t["speedup"])
+    scale = _ratio_axis(ax, t["speedup"] if scale_values is None else scale_values)
     _world_size_axis(ax, t["world_size"])
-    ax.set_ylabel(f"speedup over dense allreduce (×{scale})")
+    ax.set_ylabel(f"speedup over dense fp32 allreduce (×{scale})")
     src = ", ".join(sorted(set(t["source"])))
-    if len(labels) == 1 and labels[0].startswith("dense "):  # a 2-byte dense baseline
-        ax.set_title(f"{labels[0]} allreduce vs dense fp32 allreduce ({src})")
-    else:
-        what = labels[0] if len(labels) == 1 else "compressed"
-        ax.set_title(f"{what} allgatherv vs dense allreduce ({src})")
+    if not labels and base_labels:  # baselines alone
+        ax.set_title(f"{base_labels[0]} allreduce vs dense fp32 ({src})", fontsize="medium")
+    else:  # the y label says what is compared: the title names the method
+        what = labels[0] if len(labels) == 1 else "compressed allgatherv"
+        ax.set_title(f"{what} ({src})", fontsize="medium")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(title="interconnect", fontsize="small")
     return ax

@@ -24,8 +24,8 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +65,17 @@ class Report:
 
 def _label_from_header(header: dict[str, Any]) -> str:
     comp = header.get("compressor") or {}
-    if isinstance(comp, dict):
-        return method_label(str(comp.get("name", "?")), comp.get("params"))
-    return str(comp)
+    if not isinstance(comp, dict):
+        return str(comp)
+    params = dict(comp.get("params") or {})
+    if header.get("synthetic") and "synthetic_density" in params:
+        # a synthesized trace: its density and layer list, not hyperparameters it never had
+        layers = (header.get("config") or {}).get("layers", "?")
+        return (
+            f"{comp.get('name', '?')} at {float(params['synthetic_density']) * 100:.2g} % "
+            f"density, {layers} (synthesized)"
+        )
+    return method_label(str(comp.get("name", "?")), params)
 
 
 def load_inputs(
@@ -79,7 +87,9 @@ def load_inputs(
     """Read result tables (dirs or results.parquet) and traces into :class:`ReportInputs`.
 
     Method labels ("variance α=2") come from the trace headers: those of ``trace_paths``,
-    else the header.json at the path a result table records for its trace, when present.
+    else the header.json at the path a result table records for its trace (absolute, then
+    as typed), when present; a trace found at neither is listed in ``missing`` (the
+    report goes on without it and says so in its notes).
     ``target_accuracy`` (a fraction in (0, 1]) sets the time-to-accuracy target.
     """
     from vgcsim.traces import health
@@ -93,7 +103,7 @@ def load_inputs(
         raise ResultsError(
             f"target accuracy must be a test accuracy in (0, 1], got {target_accuracy}"
         )
-    frames, labels = [], {}
+    frames, labels, unfound = [], {}, {}
     caveats: dict[str, None] = {}  # ordered, de-duplicated
     for path in result_paths:
         df, header = read_results(path)
@@ -106,18 +116,30 @@ def load_inputs(
             if isinstance(comp, dict):
                 labels.setdefault(name, method_label(comp.get("name", "?"), comp.get("params")))
                 continue
-            tpath = Path(str(entry.get("path", "")))
-            if name and (tpath / HEADER_FILE).is_file():
+            # the absolute path first, then the path as typed (headers before both were
+            # stored hold the typed one only)
+            where = [str(entry[k]) for k in ("path", "path_given") if entry.get(k)]
+            found = next((Path(w) for w in where if (Path(w) / HEADER_FILE).is_file()), None)
+            if name and found is not None:
                 try:
-                    labels.setdefault(name, _label_from_header(read_header(tpath)))
+                    labels.setdefault(name, _label_from_header(read_header(found)))
                 except TraceError as exc:
-                    log.info("no label from %s: %s", tpath, exc)
+                    log.info("no label from %s: %s", found, exc)
+            elif name and name not in labels:
+                unfound.setdefault(name, (str(path), where[0] if where else "?"))
     traces = []
     for path in trace_paths:
         trace = read_trace(path)
         labels[trace.name] = _label_from_header(trace.header)
         traces.append(trace)
         caveats.update(dict.fromkeys(health.caveats(trace)))
+    missing = tuple(
+        f"Trace {name!r} of {result} is not at {where} (moved or deleted): methods are "
+        "labelled by compressor name alone, without hyperparameters; give --trace RUN "
+        "for the labels and the trace sections."
+        for name, (result, where) in unfound.items()
+        if name not in labels
+    )
     results = (
         pd.concat(frames, ignore_index=True)
         if frames
@@ -130,6 +152,7 @@ def load_inputs(
         labels=labels,
         target_accuracy=target_accuracy,
         caveats=tuple(caveats),
+        missing=missing,
     )
 
 
@@ -140,7 +163,13 @@ def build_report(inputs: ReportInputs) -> Report:
     """Compute every table and draw every plot of a report (nothing is written): the
     sections of :data:`vgcsim.reports.sections.SECTIONS` that apply, in order."""
     ctx = SectionContext(inputs)
-    report = Report(summary=[], tables=[], plots=[], sources=list(inputs.result_paths))
+    report = Report(
+        summary=[],
+        tables=[],
+        plots=[],
+        sources=list(inputs.result_paths),
+        notes=list(inputs.missing),
+    )
     report.notes.extend(f"Caution: {line}." for line in inputs.caveats)
     for sec in SECTIONS.values():
         if not sec.applies(ctx):
@@ -195,6 +224,8 @@ figcaption,.caption{color:#555;font-size:.92rem}
 table{border-collapse:collapse;font-size:.82rem;width:100%}
 th,td{border:1px solid #ddd;padding:.2rem .45rem;text-align:right;white-space:nowrap}
 th{background:#f5f5f5;position:sticky;top:0}
+.scroll td:first-child{position:sticky;left:0;background:#fff;z-index:1}
+.scroll th:first-child{left:0;z-index:2}
 td.win{color:#176b1e;font-weight:600}
 .meta{color:#666;font-size:.85rem}
 """
@@ -363,15 +394,19 @@ def render_report(
     notes: Sequence[str] = (),
     progress: Callable[[str], None] | None = None,
     target_accuracy: float | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Path:
     """Load, build and write a report; return the path of its HTML page.
 
     ``target_accuracy``: the time-to-accuracy target as a fraction (None: the dense
-    trace's final test accuracy minus 1 point).
+    trace's final test accuracy minus 1 point). ``labels``: trace name -> method label,
+    over those of the trace headers.
     """
     say = progress or (lambda _msg: None)
     say("reading result tables and traces")
     inputs = load_inputs(result_paths, trace_paths, target_accuracy=target_accuracy)
+    if labels:
+        inputs = replace(inputs, labels={**inputs.labels, **labels})
     say("computing tables and drawing plots")
     report = build_report(inputs)
     say(f"writing {len(report.plots)} plots and {len(report.tables)} tables")

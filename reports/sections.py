@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from vgcsim.reports import plots, tables
 from vgcsim.reports.paper import PAPER_SOURCE, paper_frame
@@ -49,6 +50,8 @@ class ReportInputs:
     target_accuracy: float | None = None
     #: one line per partial or diverged input trace (vgcsim.traces.health), de-duplicated
     caveats: tuple[str, ...] = ()
+    #: sentences naming inputs a result table refers to but that were not found
+    missing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -196,7 +199,9 @@ METHODS_COLUMNS: tuple[Column, ...] = (
     ("test accuracy (%)", "final_test_acc", _fmt_pct),
     ("paper accuracy (%)", "paper_test_acc", _fmt_pct),
     ("vs dense (points)", "acc_vs_dense", _fmt_points),
+    ("encoding", "encoding", None),
     ("compression ratio (×)", "compression_ratio", _fmt_x),
+    ("paper encoding", "paper_encoding", None),
     ("paper ratio (×)", "paper_compression_ratio", _fmt_x),
     ("mean density", "mean_density", lambda v: f"{v:.2e}"),
 )
@@ -240,8 +245,11 @@ def display_what_if(t: pd.DataFrame) -> pd.DataFrame:
 
 
 def _display_matrix(t: pd.DataFrame) -> pd.DataFrame:
-    """The speedup matrix: its columns depend on the world sizes (one per P)."""
+    """The speedup matrix: its columns depend on the world sizes (one per P). The key
+    column, method, comes first (the HTML page keeps the first column in view)."""
     out = t.copy()
+    if "method" in out:
+        out = out[["method", *[c for c in out.columns if c != "method"]]]
     if "final_test_acc" in out:
         out = out.rename(columns={"final_test_acc": "test accuracy (%)"})
         out["test accuracy (%)"] = out["test accuracy (%)"].map(_fmt_pct)
@@ -257,13 +265,14 @@ def _display_matrix(t: pd.DataFrame) -> pd.DataFrame:
 # --- figures ----------------------------------------------------------------------------
 
 
-def _subplots(n: int, width: float, height: float, ncols: int | None = None):
+def _subplots(n: int, width: float, height: float, ncols: int | None = None, sharey: bool = False):
     from matplotlib.figure import Figure
 
-    ncols = ncols or min(n, 3)
+    n = max(n, 1)
+    ncols = max(1, min(ncols or min(n, 3), n))
     nrows = math.ceil(n / ncols)
     fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=sharey).ravel()
     for ax in axes[n:]:
         ax.set_visible(False)
     return fig, axes[:n]
@@ -277,10 +286,14 @@ def _panels(
     width: float,
     height: float,
     ncols: int | None = None,
+    sharey: bool = False,
 ) -> Any:
-    """One panel per key: ``draw(frame[frame[column] == key], ax)``; returns the Figure."""
-    fig, axes = _subplots(len(keys), width, height, ncols=ncols)
-    for ax, key in zip(axes, keys, strict=True):
+    """One panel per key: ``draw(frame[frame[column] == key], ax)``; returns the Figure.
+
+    ``sharey``: every panel on one y scale (limits, log or linear, ticks).
+    """
+    fig, axes = _subplots(len(keys), width, height, ncols=ncols, sharey=sharey)
+    for ax, key in zip(axes, keys, strict=False):
         draw(frame[frame[column] == key], ax)
     return fig
 
@@ -334,9 +347,21 @@ class SectionContext:
         return tables.what_if(self.results, self.labels)
 
     @cached_property
+    def breakdown(self) -> pd.DataFrame:
+        return tables.breakdown(self.results, self.labels)
+
+    @cached_property
     def compressed_traces(self) -> list[str]:
-        """Traces of the what-if table, variance first."""
-        return _preferred_trace(self.what_if["trace"], self.labels)
+        """Compressed traces of the what-if table, variance first (the 2-byte dense
+        baselines, traces ``dense-<encoding>``, are not among them)."""
+        names = [n for n in self.what_if["trace"] if not tables.is_baseline(n)]
+        labels = dict(zip(self.what_if["trace"], self.what_if["method_label"], strict=True))
+        return _preferred_trace(names, {**labels, **self.labels})
+
+    @cached_property
+    def baseline_traces(self) -> list[str]:
+        """The 2-byte dense allreduce baselines of the what-if table (``dense-<encoding>``)."""
+        return [n for n in dict.fromkeys(self.what_if["trace"]) if tables.is_baseline(n)]
 
 
 @dataclass(frozen=True)
@@ -375,6 +400,17 @@ def section(
     return register
 
 
+def _same_model(baselines: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """The baseline what-if rows (dense 2-byte allreduce) that belong beside ``rows``: same
+    source, cluster and P, and the same dense fp32 step (the same model; a baseline taken
+    from a 38 k-parameter trace says nothing about a ResNet-50 panel)."""
+    keys = ["source", "cluster", "world_size"]
+    ref = tables.prefer_simulated(rows)[[*keys, "dense_step_s"]].drop_duplicates(keys)
+    b = baselines.merge(ref, on=keys, suffixes=("", "_panel"))
+    same = np.isclose(b["dense_step_s"], b["dense_step_s_panel"], rtol=1e-6, atol=0.0)
+    return b[same].drop(columns="dense_step_s_panel")
+
+
 def _local_times_note(lt: pd.DataFrame) -> str:
     """One sentence saying, per cluster, whether local times are modelled or measured."""
     parts = []
@@ -397,7 +433,9 @@ def _what_if(ctx: SectionContext) -> SectionOutput:
     wi = ctx.what_if
     sm = tables.speedup_matrix(wi, ctx.accuracy)
     out = SectionOutput(
-        summary=tables.headline_order(tables.headline(wi, ctx.accuracy, ctx.dense_acc)),
+        summary=tables.headline_order(
+            tables.headline(wi, ctx.accuracy, ctx.dense_acc, ctx.breakdown)
+        ),
         notes=[_local_times_note(tables.local_times(ctx.results))],
     )
     out.tables.append(
@@ -424,14 +462,29 @@ def _what_if(ctx: SectionContext) -> SectionOutput:
             collapsed=True,
         )
     )
-    if ctx.compressed_traces:
+    if ctx.compressed_traces or ctx.baseline_traces:
+        shown = tables.prefer_simulated(wi)
+        shown = shown[shown["world_size"] > 1] if (shown["world_size"] > 1).any() else shown
+        baselines = wi[wi["trace"].isin(ctx.baseline_traces)]
+        panels = ctx.compressed_traces or ctx.baseline_traces[:1]
+
+        def draw(rows: pd.DataFrame, ax: Any) -> Any:
+            return plots.speedup_vs_world_size(
+                pd.concat([rows, _same_model(baselines, rows)]) if ctx.compressed_traces else rows,
+                ax,
+                scale_values=shown["speedup"],
+            )
+
         out.plots.append(
             Plot(
                 "speedup",
                 "Speedup vs P per interconnect",
-                "Dense step time over compressed step time; above the dashed 1× line the "
-                "compressed allgatherv is faster. One panel per compression method.",
-                _panels(wi, "trace", ctx.compressed_traces, plots.speedup_vs_world_size, 6.2, 4.4),
+                "Dense fp32 step time over compressed step time; above the dashed 1× line "
+                "the compressed allgatherv is faster. One panel per compression method, "
+                "all on one y scale; each interconnect says whether it is predicted or "
+                "simulated where both appear. Dotted lines: dense allreduce of 2-byte "
+                "values (bf16/fp16) of the same model, a baseline, not a compression method.",
+                _panels(wi, "trace", panels, draw, 6.2, 4.4, sharey=True),
             )
         )
     return out
@@ -439,7 +492,7 @@ def _what_if(ctx: SectionContext) -> SectionOutput:
 
 @section("breakdown", needs="results")
 def _breakdown(ctx: SectionContext) -> SectionOutput:
-    bd = tables.breakdown(ctx.results, ctx.labels)
+    bd = ctx.breakdown
     out = SectionOutput()
     out.tables.append(
         Table(
@@ -453,10 +506,10 @@ def _breakdown(ctx: SectionContext) -> SectionOutput:
             collapsed=True,
         )
     )
-    if len(bd) and ctx.compressed_traces:
-        main = ctx.compressed_traces[0]
-        b = bd[bd["trace"] == main]
-        clusters = list(dict.fromkeys(b["cluster"]))
+    main = ctx.compressed_traces[0] if ctx.compressed_traces else None
+    b = tables.prefer_simulated(bd[bd["trace"] == main]) if len(bd) else bd
+    clusters = list(dict.fromkeys(b["cluster"]))
+    if clusters:
         out.plots.append(
             Plot(
                 "breakdown",
@@ -627,7 +680,8 @@ def _methods(ctx: SectionContext) -> SectionOutput:
         "Recorded methods beside the paper's table (method, accuracy, compression ratio)",
         "Final test accuracy of each recorded trace, its difference to the dense run with "
         "the same optimizer, and the compression ratio over the whole run (fp32 bits / "
-        "bits sent under the trace's primary encoding); beside them the numbers of "
+        "bits sent under the encoding named beside it, the trace's primary one); beside "
+        "them, with the encoding the paper counts its bits in, the numbers of "
         f"{PAPER_SOURCE} for the same method and optimizer (our workload is smaller and "
         "shorter, so expect lower ratios early in training).",
         mt,

@@ -119,6 +119,29 @@ def _sort(out: pd.DataFrame, order: list[str], keys: list[str]) -> pd.DataFrame:
     return out.sort_values(keys).drop(columns="_rank").reset_index(drop=True)
 
 
+def prefer_simulated(t: pd.DataFrame, keys: Iterable[str] = ("cluster", "trace")) -> pd.DataFrame:
+    """The rows to show per ``keys`` group: its simulated rows where it has any, else its
+    predicted ones.
+
+    Each (cluster, trace) keeps its own source, so a predicted-only result beside a
+    simulated one is shown (labelled by its ``source``), never dropped.
+    """
+    if t.empty or "source" not in t:
+        return t
+    keys = [k for k in keys if k in t]
+    if not keys:
+        sim = t["source"] == "simulated"
+        return t[sim] if sim.any() else t
+    has_sim = (t["source"] == "simulated").groupby([t[k] for k in keys]).transform("any")
+    return t[(t["source"] == "simulated") | ~has_sim.astype(bool)]
+
+
+def is_baseline(trace: Any) -> bool:
+    """True for the what-if rows of a 2-byte dense allreduce (trace ``dense-<encoding>``):
+    a baseline beside the compression methods, not one of them."""
+    return str(trace).startswith("dense-")
+
+
 def _label(labels: Mapping[str, str] | None, trace: str, compressor: str) -> str:
     if labels and trace in labels:
         return labels[trace]
@@ -243,24 +266,31 @@ def speedup_matrix(
 ) -> pd.DataFrame:
     """Compact what-if view: one row per (interconnect, method), one speedup column per P.
 
-    Uses simulated rows when there are any (else predicted). Columns: source,
-    interconnect, method, ``final_test_acc`` (only with ``accuracy``: trace name -> final
-    test accuracy, NaN for traces it lacks), ``P=<n>`` speedups (×), and the largest P
-    where compression wins.
+    Each (interconnect, trace) shows its simulated rows when it has any, else its
+    predicted ones (:func:`prefer_simulated`; the ``source`` column says which). Within an
+    interconnect the compression methods come first and the 2-byte dense allreduce
+    baselines last, their method labelled "… (baseline)". Columns: source, interconnect,
+    method, ``final_test_acc`` (only with ``accuracy``: trace name -> final test accuracy,
+    NaN for traces it lacks), ``P=<n>`` speedups (×), and the largest P where compression
+    wins.
     """
     t = what_if_table
     if t.empty:
         return pd.DataFrame(columns=["source", "interconnect", "method"])
-    if (t["source"] == "simulated").any():
-        t = t[t["source"] == "simulated"]
+    t = prefer_simulated(t)
     sizes = sorted(set(int(p) for p in t["world_size"]))
     traces_per_label = t.groupby("method_label")["trace"].nunique()
     rows = []
-    for (cluster, trace), g in t.groupby(["cluster", "trace"], sort=False):
+    groups = list(t.groupby(["cluster", "trace"], sort=False))
+    clusters = list(dict.fromkeys(c for (c, _), _g in groups))
+    groups.sort(key=lambda kg: (clusters.index(kg[0][0]), is_baseline(kg[0][1])))
+    for (cluster, trace), g in groups:
         sp = g.set_index("world_size")["speedup"]
         label = g["method_label"].iloc[0]
         if traces_per_label[label] > 1:
             label = f"{label} ({trace})"
+        if is_baseline(trace):
+            label = f"{label} (baseline)"
         row: dict[str, Any] = {
             "source": g["source"].iloc[0],
             "interconnect": cluster,
@@ -423,30 +453,81 @@ def _acc_note(
     if trace.startswith("dense-"):  # a 2-byte dense baseline: no trace of its own
         return " (test accuracy not recorded)"
     acc = accuracy.get(trace, math.nan)
-    own = "test accuracy not recorded" if pd.isna(acc) else f"test accuracy {acc * 100:.1f} %"
+    if pd.isna(acc):
+        return " (test accuracy not recorded)"
+    own = f"test accuracy {acc * 100:.1f} %"
     if dense_accuracy is not None and not pd.isna(dense_accuracy):
         own += f" vs dense {dense_accuracy * 100:.1f} %"
     return f" ({own})"
+
+
+#: The parts of a compressed step beyond compute, as the headline names them.
+_TERMS = (
+    ("variance estimate", ("variance_s",)),
+    ("compress + decode", ("codec_s", "decode_s")),
+    ("communication", ("comm_s",)),
+)
+
+
+def _ms(v: float) -> str:
+    """Seconds for reading: "0.064 ms", "9.95 ms", "1.3 s"."""
+    if v >= 1.0:
+        return f"{v:.3g} s"
+    return f"{v * 1e3:.2g} ms" if v < 1e-3 else f"{v * 1e3:.3g} ms"
+
+
+def dominant_term(breakdown_table: pd.DataFrame, key: tuple[Any, ...]) -> str:
+    """What decides one what-if comparison, from a :func:`breakdown` table.
+
+    ``key`` is (source, cluster, trace, world_size). The compressed step's parts beyond
+    compute (compute is the same on both sides), named as the report names them
+    (variance estimate, compress + decode, communication), largest first: the largest
+    and every other holding at least a tenth of their sum, against the dense step's time
+    beyond compute (its allreduce and optimizer step), e.g. "compress + decode 0.33 ms
+    and communication 0.083 ms against 0.064 ms of dense allreduce". Empty when the
+    table lacks the row.
+    """
+    b = breakdown_table
+    if b is None or b.empty:
+        return ""
+    source, cluster, trace, p = key
+    sel = b[(b["source"] == source) & (b["cluster"] == cluster) & (b["trace"] == trace)]
+    sel = sel[sel["world_size"] == p]
+    comp, dense = sel[sel["method"] == "compressed"], sel[sel["method"] == "dense"]
+    if comp.empty or dense.empty:
+        return ""
+    c, d = comp.iloc[0], dense.iloc[0]
+    parts = sorted(
+        ((float(sum(c[col] for col in cols)), name) for name, cols in _TERMS),
+        reverse=True,
+    )
+    total = sum(v for v, _ in parts)
+    # the largest part, and any other that holds at least a tenth of the overhead
+    shown = [f"{name} {_ms(v)}" for i, (v, name) in enumerate(parts) if i == 0 or v >= total / 10]
+    dense_rest = float(d["step_s"] - d["compute_s"])
+    return f"{' and '.join(shown)} against {_ms(dense_rest)} of dense allreduce"
 
 
 def headline(
     what_if_table: pd.DataFrame,
     accuracy: Mapping[str, float] | None = None,
     dense_accuracy: float | None = None,
+    breakdown_table: pd.DataFrame | None = None,
 ) -> list[str]:
     """Summary sentences, one per (cluster, compressed trace), from a :func:`what_if` table.
 
-    Prefers simulated rows where a configuration has both sources. Example: "On 10GbE,
+    Each (cluster, trace) speaks from its simulated rows when it has any, else from its
+    predicted ones (:func:`prefer_simulated`), and says which. Example: "On 10GbE,
     variance α=2 beats dense allreduce up to P = 64, by up to 3.1× (simulated)."
     With ``accuracy`` (trace name -> final test accuracy) each method's accuracy is
     written beside it, and with ``dense_accuracy`` the dense run's: "On 10GbE, variance
-    α=2 (test accuracy 97.1 % vs dense 97.8 %) beats dense allreduce …".
+    α=2 (test accuracy 97.1 % vs dense 97.8 %) beats dense allreduce …". With
+    ``breakdown_table`` (:func:`breakdown` of the same rows) each compression method's
+    sentence names what decides it at the P it quotes (:func:`dominant_term`).
     """
     if what_if_table.empty:
         return []
-    t = what_if_table
-    if (t["source"] == "simulated").any():
-        t = t[t["source"] == "simulated"]
+    t = prefer_simulated(what_if_table)
     traces_per_label = t.groupby("method_label")["trace"].nunique()
     lines = []
     for (cluster, trace), g in t.groupby(["cluster", "trace"], sort=False):
@@ -455,31 +536,41 @@ def headline(
             label = f"{label} ({trace})"
         label += _acc_note(trace, accuracy, dense_accuracy)
         base = "dense allreduce"
-        if str(trace).startswith("dense-"):  # a 2-byte dense baseline against fp32
+        if is_baseline(trace):  # a 2-byte dense baseline against fp32
             label, base = label.replace("dense ", "dense allreduce of ", 1), "fp32"
         source = g["source"].iloc[0]
         pmax = int(g["world_size"].max())
         wins = g[g["winner"] == "compressed"]
+        best = g.loc[g["speedup"].idxmax()] if wins.empty else wins.loc[wins["speedup"].idxmax()]
+        term = (
+            ""
+            if breakdown_table is None or is_baseline(trace)
+            else dominant_term(breakdown_table, (source, cluster, trace, int(best["world_size"])))
+        )
+        why = f": {term}" if term else ""
         if wins.empty:
-            best = g.loc[g["speedup"].idxmax()]
             lines.append(
                 f"On {cluster}, {label} never beats {base} for P ≤ {pmax}; "
-                f"its best is {best['speedup']:.3g}× at P = {int(best['world_size'])} ({source})."
+                f"its best is {best['speedup']:.3g}× at P = {int(best['world_size'])} "
+                f"({source}{why})."
             )
             continue
         largest = int(wins["world_size"].max())
-        best = wins.loc[wins["speedup"].idxmax()]
         upto = f"up to P = {largest}" if largest < pmax else f"at every P up to {pmax}"
         lines.append(
             f"On {cluster}, {label} beats {base} {upto}, "
-            f"by up to {best['speedup']:.3g}× (at P = {int(best['world_size'])}, {source})."
+            f"by up to {best['speedup']:.3g}× (at P = {int(best['world_size'])}, {source}{why})."
         )
     return lines
 
 
 def headline_order(lines: Iterable[str], preferred: str = "10GbE") -> list[str]:
-    """Sentences about the ``preferred`` cluster first, variance methods first and dense
-    2-byte baselines last within a cluster; otherwise the given order."""
+    """Sentences where compression wins first (so that a win is never buried under the
+    losses), then the rest; within each, the ``preferred`` cluster first, then clusters
+    in order of first appearance, variance methods first and the dense 2-byte baselines
+    last within a cluster; sentences about no cluster keep their place among the
+    clusters. Baseline sentences (dense allreduce of bf16/fp16 against fp32) come after
+    every compression method's."""
     lines = list(lines)
     key = f"On {preferred},"
 
@@ -488,13 +579,16 @@ def headline_order(lines: Iterable[str], preferred: str = "10GbE") -> list[str]:
 
     order = list(dict.fromkeys(cluster(s) for s in lines))
 
-    def rank(s: str) -> tuple[bool, int, bool, bool]:
+    def rank(s: str) -> tuple[bool, bool, bool, int, bool]:
         method = s.split(", ", 1)[1] if ", " in s else s
+        baseline = method.startswith("dense ")
+        win = (" beats " in s and " never beats " not in s) or " is faster than " in s
         return (
+            baseline,  # 2-byte dense baselines after the compressors
+            not win,
             not s.startswith(key),
             order.index(cluster(s)),
             not method.startswith("variance"),
-            method.startswith("dense "),  # 2-byte dense baselines after the compressors
         )
 
     return sorted(lines, key=rank)
@@ -534,10 +628,13 @@ def method_table(overview: pd.DataFrame, paper: pd.DataFrame | None = None) -> p
     ``overview`` has one row per trace with columns trace, method_label, compressor,
     optimizer, paper_key, workers, steps, final_test_acc, bits (total bits sent),
     dense_bits (total fp32 bits of the same gradients) and mean_density. Adds
-    ``compression_ratio`` and ``acc_vs_dense`` (difference in test accuracy to the dense
+    ``compression_ratio`` (under the trace's primary encoding, column ``encoding`` when
+    the overview has it) and ``acc_vs_dense`` (difference in test accuracy to the dense
     trace with the same optimizer and the most steps; NaN without one). With ``paper``
     (:func:`vgcsim.reports.paper.paper_frame`), the paper's accuracy and ratio of the matching
-    row (same optimizer and paper_key) are set beside ours.
+    row (same optimizer and paper_key) are set beside ours, with the encoding the paper
+    counts its bits in (``paper_encoding``, :func:`vgcsim.reports.paper.paper_encoding`), so
+    that a ratio compared with the paper's names both encodings.
     """
     t = overview.copy()
     for col, default in (("optimizer", ""), ("paper_key", None)):
@@ -547,6 +644,8 @@ def method_table(overview: pd.DataFrame, paper: pd.DataFrame | None = None) -> p
     dense = t[t["compressor"] == "dense"].sort_values("steps")
     ref = dense.groupby("optimizer")["final_test_acc"].last()
     t["acc_vs_dense"] = t["final_test_acc"] - t["optimizer"].map(ref).astype(float)
+    if "encoding" not in t:
+        t["encoding"] = None
     cols = [
         "method_label",
         "optimizer",
@@ -555,13 +654,20 @@ def method_table(overview: pd.DataFrame, paper: pd.DataFrame | None = None) -> p
         "steps",
         "final_test_acc",
         "acc_vs_dense",
+        "encoding",
         "compression_ratio",
         "mean_density",
     ]
     if paper is not None:
+        from vgcsim.reports.paper import paper_encoding
+
         t = t.merge(paper, on=["optimizer", "paper_key"], how="left")
+        t["paper_encoding"] = [
+            paper_encoding(c) if not pd.isna(r) else None
+            for c, r in zip(t["compressor"], t["paper_compression_ratio"], strict=True)
+        ]
         cols[6:6] = ["paper_test_acc"]
-        cols[-1:-1] = ["paper_compression_ratio"]
+        cols[-1:-1] = ["paper_encoding", "paper_compression_ratio"]
     return t[cols].sort_values(["optimizer", "compression_ratio", "trace"]).reset_index(drop=True)
 
 
@@ -587,6 +693,7 @@ def trace_overview(trace: Any, label: str | None = None) -> dict[str, Any]:
         "compressor": trace.compressor,
         "optimizer": optimizer,
         "paper_key": paper_key(trace.compressor, comp.get("params")),
+        "encoding": enc,
         "workers": int(trace.workers),
         "steps": int(trace.steps_count),
         "final_test_acc": acc,
@@ -743,7 +850,8 @@ def _pct(v: float) -> str:
 def time_to_accuracy_headline(tta: pd.DataFrame) -> list[str]:
     """Summary sentences of a :func:`time_to_accuracy` table, one per (cluster, method).
 
-    Prefers simulated rows. Examples: "On 10GbE, to 96.8 % test accuracy (300 steps vs
+    Each (cluster, trace) speaks from its simulated rows when it has any, else from its
+    predicted ones. Examples: "On 10GbE, to 96.8 % test accuracy (300 steps vs
     dense 250), variance α=2 is faster than dense up to P = 64, by up to 2.9× (at P = 8,
     simulated)." and, once per method that misses the target, "QSGD 2 bit, d=128 never
     reaches 96.8 % test accuracy (95.1 % after 800 steps), so it is slower to accuracy on
@@ -751,9 +859,7 @@ def time_to_accuracy_headline(tta: pd.DataFrame) -> list[str]:
     """
     if tta.empty:
         return []
-    t = tta
-    if (t["source"] == "simulated").any():
-        t = t[t["source"] == "simulated"]
+    t = prefer_simulated(tta)
     if (t["world_size"] > 1).any():
         t = t[t["world_size"] > 1]
     target = _pct(float(t["target_acc"].iloc[0]))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from vgcsim import api
-from vgcsim.core.errors import ResultsError
+from vgcsim.core.errors import ResultsError, UnknownNameError
 from vgcsim.core.results import RESULT_COLUMNS
 
 SAMPLE = Path(__file__).parent / "data" / "sample_trace"
@@ -47,3 +49,47 @@ def test_compute_override_is_the_same_in_predict_and_simulate():
     assert set(pred["compute_mode"]) == set(sim["compute_mode"]) == {"trace"}
     assert set(pred["device"]) == set(sim["device"])
     assert "V100" not in set(pred["device"])  # the recording machine, not the preset's device
+
+
+def test_frames_carry_their_cluster_and_options():
+    pred = api.predict(SAMPLE, "1GbE", world_sizes=[2, 4], overlap="full")
+    sim = api.simulate(SAMPLE, "1GbE", world_sizes=[2, 4], max_steps=2)
+    for df, source in ((pred, "predicted"), (sim, "simulated")):
+        assert df.attrs["source"] == source
+        assert df.attrs["cluster"]["name"] == "1GbE"
+        assert list(df.attrs["options"]["world_sizes"]) == [2, 4]
+    assert pred.attrs["options"]["overlap"] == "full" and sim.attrs["options"]["max_steps"] == 2
+
+
+@pytest.mark.parametrize(
+    ("call", "typo", "valid"),
+    [(api.predict, "allredcue", "allreduce"), (api.simulate, "max_step", "max_steps")],
+)
+def test_a_misspelt_option_lists_the_valid_ones(call, typo, valid):
+    with pytest.raises(UnknownNameError) as exc:
+        call(SAMPLE, "1GbE", world_sizes=[2], **{typo: 1})
+    message = str(exc.value)
+    assert repr(typo) in message and valid in message.split("valid:")[1]
+
+
+def test_the_docstrings_name_every_result_column_and_the_mean_row():
+    for fn in (api.predict, api.simulate):
+        doc = fn.__doc__
+        assert all(f"``{c}``" in doc for c in RESULT_COLUMNS), fn.__name__
+        assert "-1 for the" in doc and "mean" in doc
+
+
+def test_record_without_torch_names_the_extra(tmp_path):
+    code = (
+        "import sys\nfor m in ('torch', 'sklearn', 'mlxtend'): sys.modules[m] = None\n"
+        "from vgcsim import api\n"
+        "try:\n"
+        f"    api.record(out_dir={str(tmp_path / 'run')!r})\n"
+        "except api.MissingExtraError as exc:\n"
+        "    print(exc)\n"
+        "    raise SystemExit(3)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 3, done.stderr
+    assert "vgcsim[train]" in done.stdout and "torch" in done.stdout
+    assert not (tmp_path / "run").exists()

@@ -117,5 +117,6 @@ def test_stdout_is_complete_through_a_pipe(tmp_path):
     rows = len(read_results(tmp_path / "p")[0])
     printed = done.stdout.decode().splitlines()
     assert len(done.stdout) > 65536 and rows == 1200
-    assert len(printed) == rows + 3  # a title, the column names, one line a row, the summary
+    # a title, the column names, one line a row, the verdict, the summary
+    assert len(printed) == rows + 4 and printed[-2].startswith("verdict: ")
     assert printed[-1] == f"wrote {rows} rows to {tmp_path / 'p'}"

@@ -354,3 +354,84 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     assert done.returncode == 141 and done.stdout.startswith(b"local times")
     assert (tmp_path / "err").read_text() == ""
     assert len(read_results(tmp_path / "q")[0]) > 0  # the results were written before printing
+
+
+# -- a folder that cannot be written ----------------------------------------------------------
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """A folder holding an earlier predict result, then made read-only: a tmpfs remounted
+    read-only as root (permission bits do not stop root), mode 0555 otherwise."""
+    where = tmp_path / "ro"
+    where.mkdir()
+    mounted = False
+    if os.geteuid() == 0:
+        if (
+            not shutil.which("mount")
+            or subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)]
+            ).returncode
+        ):
+            pytest.skip("cannot mount a tmpfs here")
+        mounted = True
+    try:
+        assert main([*TABLES["predict"](tmp_path), "-o", str(where / "result")]) == 0
+        if mounted:
+            subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+        else:
+            for p in (where, where / "result"):
+                p.chmod(0o555)
+        with pytest.raises(OSError):  # the folder really refuses writes
+            (where / "probe").write_text("x")
+        yield where
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(where)], check=True)
+        else:
+            for p in (where, where / "result"):
+                p.chmod(0o755)
+
+
+#: Commands writing into OUT (a folder, or a file for trace info and collective).
+UNWRITABLE = {
+    "predict": (TABLES["predict"], "new"),
+    "predict --overwrite": (
+        lambda tmp: [*TABLES["predict"](tmp), "--overwrite"],
+        "result",
+    ),
+    "report": (lambda tmp: ["report", str(GOLDEN)], "report"),
+    "trace info": (lambda tmp: ["trace", "info", SAMPLE], "info.json"),
+    "collective": (
+        lambda tmp: (
+            ["collective", "10GbE", "allreduce/ring", "--sizes-bytes", "4e6"]
+            + ["--world-size", "8"]
+        ),
+        "links.csv",
+    ),
+}
+
+
+def _one_line_exit_2(argv, capsys, *expected):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert all(e in err[0] for e in expected), err
+    return err[0]
+
+
+@pytest.mark.parametrize("command", sorted(UNWRITABLE))
+def test_a_read_only_folder_is_one_line_and_exit_2(command, read_only, tmp_path, capsys):
+    argv, name = UNWRITABLE[command]
+    line = _one_line_exit_2([*argv(tmp_path), "-o", str(read_only / name)], capsys, "cannot write")
+    assert str(read_only) in line
+    assert ("Read-only file system" in line) or ("Permission denied" in line), line
+
+
+@pytest.mark.parametrize("command", sorted(UNWRITABLE))
+def test_a_file_on_the_output_path_is_one_line_and_exit_2(command, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    argv, name = UNWRITABLE[command]
+    _one_line_exit_2([*argv(tmp_path), "-o", str(blocker / "sub" / name)], capsys, str(blocker))
+    assert blocker.read_text() == "not a folder"

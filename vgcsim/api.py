@@ -10,7 +10,11 @@ imports so that ``import vgcsim.api`` stays light (torch is only loaded by :func
     html = api.report([api.save(pred, "results/pred", run, "10GbE")], [run], "out/report")
 
 Frames returned by :func:`predict` and :func:`simulate` have exactly
-``vgcsim.core.results.RESULT_COLUMNS`` with the relative columns (speedup, efficiency) filled.
+``vgcsim.core.results.RESULT_COLUMNS`` with the relative columns (speedup, efficiency) filled
+(each function's docstring lists them with their units), and carry what made them in
+``df.attrs``: ``source``, ``cluster`` (the cluster as a dict, as a result header holds it)
+and ``options`` (every option used, defaults included). A misspelt option is refused with
+the list of valid ones; :func:`record` without the training extra names it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from vgcsim.core.errors import VgcsimError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,6 +33,7 @@ if TYPE_CHECKING:
     from vgcsim.traces.io import Trace
 
 __all__ = [
+    "MissingExtraError",
     "load_trace",
     "load_cluster",
     "record",
@@ -36,6 +43,65 @@ __all__ = [
     "report",
     "collective",
 ]
+
+
+#: What a frame of :func:`predict` and :func:`simulate` holds, one row per (trace step or
+#: mean, P, method, encoding, collective); appended to both docstrings.
+RESULT_FRAME_DOC = """
+    Returns a DataFrame with these columns (times in seconds, sizes in bytes, per rank):
+
+    - ``source``: "predicted" (closed form) or "simulated" (discrete-event replay);
+      ``path``: which model made the row ("closed_form", "collective", "round",
+      "message").
+    - ``trace``, ``compressor``: the trace's name and compressor ("dense" for a dense
+      trace); ``encoding``: the wire format whose bits were used (dense rows: "fp32",
+      "bf16" or "fp16").
+    - ``cluster``, ``topology``, ``compute_mode`` ("model": local times priced on the
+      cluster's device; "trace": the seconds measured while recording), ``device``.
+    - ``world_size``: P; ``method``: "dense" (allreduce of the gradient in ``encoding``)
+      or "compressed" (allgatherv of the trace's payloads); ``collective``, e.g.
+      "allreduce/ring".
+    - ``step``: the trace step of a per-step row (``per_step=True``), or **-1 for the
+      mean over all replayed steps** (the row to read; the only rows without
+      ``per_step``).
+    - ``compute_s`` (forward + backward), ``optimizer_s``, ``variance_s`` (squared-gradient
+      estimate), ``codec_s`` (compress + encode), ``decode_s`` (decode + accumulate of the
+      P - 1 received payloads), ``comm_s`` (the collective, with the size exchange when
+      priced), ``step_s`` (the whole step): seconds.
+    - ``payload_bytes_max``, ``payload_bytes_mean``: bytes one rank sends (largest, mean).
+    - ``speedup_vs_dense``: dense fp32 ``step_s`` / this ``step_s`` at the same cluster,
+      P and step (above 1: faster than dense); ``scaling_efficiency``: single-worker
+      step time / ``step_s``; ``throughput_samples_per_s``: samples per second over all P
+      ranks.
+
+    ``df.attrs`` holds ``source``, ``cluster`` (a dict) and ``options`` (every option
+    used).
+"""
+
+
+class MissingExtraError(VgcsimError, ImportError):
+    """A function needs the training extra (torch, scikit-learn, mlxtend), not installed."""
+
+
+def _options(kind: str, cls: type, options: Mapping[str, Any]) -> Any:
+    """``cls(**options)``, refusing a misspelt option with the list of valid ones."""
+    import dataclasses
+
+    from vgcsim.core.errors import unknown_name
+
+    valid = [f.name for f in dataclasses.fields(cls) if f.init]
+    for name in options:
+        if name not in valid:
+            raise unknown_name(f"{kind} option", name, valid)
+    return cls(**options)
+
+
+def _attrs(df: pd.DataFrame, source: str, cluster: ClusterSpec, options: Any) -> pd.DataFrame:
+    from vgcsim.core.cluster import cluster_to_dict
+    from vgcsim.core.config import to_dict
+
+    df.attrs.update(source=source, cluster=cluster_to_dict(cluster), options=to_dict(options))
+    return df
 
 
 def load_trace(trace: str | Path | Trace) -> Trace:
@@ -64,10 +130,21 @@ def record(
 
     ``config`` is a :class:`vgcsim.traces.training.record_config.RecordConfig` (default: the
     default workload); ``overrides`` are ``key=value`` strings as on the command line.
+    Without the training extra: :class:`MissingExtraError`, naming ``vgcsim[train]``.
     """
+    from vgcsim.cli import TRAIN_EXTRA_HINT, TRAIN_MODULES
     from vgcsim.core.config import apply_overrides
-    from vgcsim.traces.training.record import RecordConfig
-    from vgcsim.traces.training.record import record as _record
+
+    try:
+        from vgcsim.traces.training.record import RecordConfig
+        from vgcsim.traces.training.record import record as _record
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").split(".")[0]
+        if top not in TRAIN_MODULES:
+            raise
+        raise MissingExtraError(
+            f"record needs the training extra ({top} is not installed): {TRAIN_EXTRA_HINT}"
+        ) from None
 
     cfg = config if config is not None else RecordConfig()
     if overrides:
@@ -118,8 +195,11 @@ def predict(
     """
     from vgcsim.models.predict import PredictOptions, predict_trace
 
-    opts = PredictOptions(world_sizes=_world_sizes(world_sizes), **options)
-    return predict_trace(load_trace(trace), _with_compute(cluster, compute), opts)
+    opts = _options(
+        "predict", PredictOptions, {**options, "world_sizes": _world_sizes(world_sizes)}
+    )
+    spec = _with_compute(cluster, compute)
+    return _attrs(predict_trace(load_trace(trace), spec, opts), "predicted", spec, opts)
 
 
 def simulate(
@@ -144,15 +224,16 @@ def simulate(
 
     t = load_trace(trace)
     # the trace's own exchange unless asked otherwise (bounded for the DDP hook's traces)
-    options.setdefault("compressed_collective", f"allgatherv/{default_allgatherv(t)}")
-    df, _, _ = simulate_trace(
-        t,
-        _with_compute(cluster, compute),
-        list(_world_sizes(world_sizes)),
-        SimulateConfig(**options),
-    )
+    options = {"compressed_collective": f"allgatherv/{default_allgatherv(t)}", **options}
+    cfg = _options("simulate", SimulateConfig, options)
+    spec = _with_compute(cluster, compute)
+    sizes = list(_world_sizes(world_sizes))
+    df, _, _ = simulate_trace(t, spec, sizes, cfg)
     batch = t.header.get("batch_size_per_worker")
-    return finalize_results(df, batch_size_per_worker=int(batch) if batch else None)
+    df = finalize_results(df, batch_size_per_worker=int(batch) if batch else None)
+    df = _attrs(df, "simulated", spec, cfg)
+    df.attrs["options"]["world_sizes"] = sizes
+    return df
 
 
 def save(
@@ -284,3 +365,7 @@ def collective(
 
     run = simulate_collective(key, sizes, spec, mode=mode, semantics=semantics)
     return run if detail else run.time_s
+
+
+predict.__doc__ = (predict.__doc__ or "") + RESULT_FRAME_DOC
+simulate.__doc__ = (simulate.__doc__ or "") + RESULT_FRAME_DOC

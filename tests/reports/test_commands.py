@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from reports_golden import RESULTS, ROOT, TRACE
 
@@ -165,3 +166,31 @@ def test_demo_end_to_end_tiny(tmp_path, capsys):
     assert main([*args, "--overwrite"]) == 0  # second run reuses both complete traces
     assert header.stat().st_mtime_ns == stamp
     assert "On 10GbE, variance α=2" in html.read_text()
+
+
+@pytest.mark.slow
+def test_demo_shows_a_paper_size_row_beside_the_toy_and_leads_with_wins(tmp_path, capsys):
+    out = tmp_path / "demo"
+    args = ["demo", "-o", str(out), "--quiet", "--world-sizes", "2,4"]
+    for setting in (
+        'methods=["dense","variance"]',
+        'clusters=["10GbE"]',
+        'paper_nets=["vgg_like"]',
+        "paper_steps=2",
+    ):
+        args += ["--set", setting]
+    assert main(args) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    glance = pd.read_csv(out / "report" / "tables" / "speedup_matrix.csv")
+    methods = set(glance["method"])
+    assert "variance α=2 on recorded small_cnn" in methods
+    assert "variance α=2 on synthesized VGG-like" in methods
+    synth = glance[glance["method"] == "variance α=2 on synthesized VGG-like"]
+    assert set(synth["source"]) == {"predicted"}
+    # the first line printed is a verdict; wins lead, each naming what decides it
+    verdicts = [s for s in printed if s.startswith("On 10GbE, variance α=2")]
+    assert printed[0] == verdicts[0] and len(verdicts) == 2
+    wins = [" beats dense allreduce " in s and "never" not in s for s in verdicts]
+    assert wins == sorted(wins, reverse=True)
+    assert all(" against " in s and " of dense allreduce" in s for s in verdicts)
+    assert any(line.startswith("Paper-size rows: VGG-like") for line in printed)

@@ -60,6 +60,7 @@ def test_trace_overview_fields_by_hand():
     assert row == {
         "trace": "v2",
         "method_label": "variance",  # no label: the compressor's name
+        "encoding": "packed32",  # the trace's primary encoding: its ratio's
         "compressor": "variance",
         "optimizer": "adam",
         "paper_key": "variance α=2",  # Table 1 row of variance with alpha = 2
@@ -146,11 +147,16 @@ def test_method_table_with_the_paper_beside_ours():
         "final_test_acc",
         "paper_test_acc",
         "acc_vs_dense",
+        "encoding",
         "compression_ratio",
+        "paper_encoding",
         "paper_compression_ratio",
         "mean_density",
     ]
-    # sorted by optimizer, then ratio, then trace name; a fresh 0..n-1 index
+    # a ratio beside the paper's names the encoding of each: the paper's only where it
+    # gives a ratio (none for Strom τ=0.01 here)
+    named = [e if isinstance(e, str) else None for e in t.paper_encoding]
+    assert named == ["fp32", "fp32", None, "packed32", "packed32"]
     assert list(t.trace) == ["d_long", "d_short", "s", "v", "m"]
     assert list(t.index) == [0, 1, 2, 3, 4]
     # ratio = dense bits / bits: 100/100, 100/100, 1000/50, 1000/10, 400/4
@@ -523,7 +529,7 @@ def test_headline_expands_only_the_leading_dense_of_a_2_byte_baseline():
     ]
 
 
-def test_headline_order_groups_by_cluster_preferred_first():
+def test_headline_order_puts_wins_first_then_losses_then_baselines():
     lines = [
         "qsgd s=4 never reaches 92 %, so it is slower.",
         "On B, strom τ=0.01 beats dense allreduce up to P = 8.",
@@ -531,22 +537,23 @@ def test_headline_order_groups_by_cluster_preferred_first():
         "hybrid never reaches 92 %.",
         "On A, qsgd s=4 beats dense allreduce up to P = 4.",
         "On 10GbE, strom τ=0.01 beats dense allreduce up to P = 2.",
-        "On A, variance α=2 beats dense allreduce up to P = 16.",
+        "On A, variance α=2 never beats dense allreduce for P ≤ 64.",
         "On B, variance α=2 beats dense allreduce up to P = 32.",
-        "On 10GbE, variance α=2 beats dense allreduce up to P = 64.",
+        "On 10GbE, variance α=2 never beats dense allreduce for P ≤ 64.",
     ]
     assert tables.headline_order(lines) == [
-        # the preferred cluster first, variance first within it
-        "On 10GbE, variance α=2 beats dense allreduce up to P = 64.",
+        # the wins, whatever the cluster: the preferred cluster first, then B, A by first
+        # appearance, variance first within a cluster
         "On 10GbE, strom τ=0.01 beats dense allreduce up to P = 2.",
-        # then by first appearance: sentences without a cluster, B, A
-        "qsgd s=4 never reaches 92 %, so it is slower.",
-        "hybrid never reaches 92 %.",
         "On B, variance α=2 beats dense allreduce up to P = 32.",
         "On B, strom τ=0.01 beats dense allreduce up to P = 8.",
-        # within A: variance, the other compressors, the 2-byte dense baseline last
-        "On A, variance α=2 beats dense allreduce up to P = 16.",
         "On A, qsgd s=4 beats dense allreduce up to P = 4.",
+        # then the rest in the same order (sentences without a cluster before B and A)
+        "On 10GbE, variance α=2 never beats dense allreduce for P ≤ 64.",
+        "qsgd s=4 never reaches 92 %, so it is slower.",
+        "hybrid never reaches 92 %.",
+        "On A, variance α=2 never beats dense allreduce for P ≤ 64.",
+        # the 2-byte dense baseline after every compression method
         "On A, dense allreduce of bf16 beats fp32 at every P up to 64.",
     ]
 
@@ -790,3 +797,25 @@ def test_missing_columns_give_the_documented_line(results):
         "result table lacks columns ['comm_s', 'step_s']; expected the columns of "
         "vgcsim.core.results.RESULT_COLUMNS (written by `vgcsim predict` / `vgcsim simulate`)"
     )
+
+
+def test_dominant_term_names_the_largest_parts_against_the_dense_overhead():
+    row = {"source": "simulated", "cluster": "A", "trace": "t", "world_size": 8}
+    bd = pd.DataFrame(
+        [
+            # compressed: variance 0.01 ms (under a tenth of the parts), codec + decode
+            # 0.2 + 0.13 = 0.33 ms, communication 0.083 ms; dense: 0.064 ms beyond compute
+            {**row, "method": "compressed", "compute_s": 1.0, "variance_s": 1e-5,
+             "codec_s": 2e-4, "decode_s": 1.3e-4, "comm_s": 8.3e-5, "step_s": 1.000423},
+            {**row, "method": "dense", "compute_s": 1.0, "variance_s": 0.0, "codec_s": 0.0,
+             "decode_s": 0.0, "comm_s": 6.4e-5, "step_s": 1.000064},
+        ]
+    )  # fmt: skip
+    term = tables.dominant_term(bd, ("simulated", "A", "t", 8))
+    assert term == (
+        "compress + decode 0.33 ms and communication 0.083 ms against 0.064 ms of dense allreduce"
+    )
+    assert tables.dominant_term(bd, ("simulated", "A", "t", 16)) == ""  # no such row
+    wi = pd.DataFrame({**row, "method_label": "T", "speedup": [0.15], "winner": ["dense"]})
+    (line,) = tables.headline(wi, breakdown_table=bd)
+    assert line.endswith(f"(simulated: {term}).")

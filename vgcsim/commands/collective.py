@@ -111,10 +111,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         table = pd.DataFrame([summary])
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
+        from vgcsim.core.outdir import atomic_write, write_error
+
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise write_error(exc, out) from None
         if out.suffix.lower() == ".parquet":
-            table.to_parquet(out, index=False)
+            atomic_write(out, lambda p: table.to_parquet(p, index=False))
         else:
-            table.to_csv(out, index=False)
+            atomic_write(out, lambda p: table.to_csv(p, index=False))
         print(f"wrote {out}")
     return 0

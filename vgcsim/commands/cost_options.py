@@ -181,3 +181,34 @@ def save_replay(
         files=files,
         writer=f"vgcsim {args.command}",
     )
+
+
+def verdict(df: Any, trace: Any) -> str:
+    """One line: where the trace's compressed allgatherv beats dense fp32 allreduce, in the
+    report's words (:func:`vgcsim.reports.tables.headline`, naming what decides it)."""
+    from vgcsim.reports import tables
+    from vgcsim.traces.labels import method_label
+
+    comp = trace.header.get("compressor") or {}
+    labels = {trace.name: method_label(str(comp.get("name", trace.compressor)), comp.get("params"))}
+    wi = tables.what_if(df, labels)
+    lines = [
+        s
+        for s in tables.headline(wi, breakdown_table=tables.breakdown(df, labels))
+        if not s.startswith("On ") or " dense allreduce of " not in s
+    ]
+    if not lines:
+        return "verdict: no compressed exchange to compare with dense allreduce (a dense trace)"
+    return "verdict: " + " ".join(lines)
+
+
+def print_replay(df: Any, trace: Any, out: Any) -> None:
+    """What predict and simulate print, in one format: the mean rows (P, method, encoding,
+    collective, comm, decode, step, speedup over dense fp32), one verdict line, the folder."""
+    from vgcsim.core.results import finalize_results
+    from vgcsim.models.predict import summarize
+
+    df = finalize_results(df)
+    print(summarize(df))
+    print(verdict(df, trace))
+    print(f"wrote {len(df)} rows to {out}")

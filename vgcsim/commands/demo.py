@@ -51,6 +51,11 @@ COMPUTE_MODES = ("trace", "model")
 #: The demo's world sizes: its own default (P = 1 is the single-worker baseline of its plots;
 #: it stops at 256 to keep the whole job within minutes on two cores).
 DEMO_WORLD_SIZES = "1,2:256:x2"
+#: Paper-size workloads the demo synthesizes: layer list of ``vgcsim trace synth`` -> name.
+PAPER_NETS = {"resnet50": "ResNet-50", "vgg_like": "VGG-like"}
+#: Encodings of the synthesized traces: those with closed-form sizes (the gap codes' exact
+#: lengths cost seconds per step at ResNet-50 size).
+PAPER_ENCODINGS = ("packed32", "coo64", "bitmap")
 #: Fields that only shape a recording (must keep their defaults with committed traces).
 RECORD_FIELDS = ("steps", "workers", "batch_size", "eval_every", "seed", "lr_milestones")
 
@@ -68,7 +73,11 @@ class DemoConfig:
     forward/backward on each cluster's device, "trace" uses the CPU times measured while
     recording. sim_steps: steps replayed per world size (0: all). target_accuracy: test
     accuracy in percent for the time-to-accuracy table (0: the dense trace's final
-    accuracy minus 1 point).
+    accuracy minus 1 point). paper_nets: paper-size workloads (layer lists of ``vgcsim
+    trace synth``: resnet50, vgg_like; empty: none) synthesized with paper_steps steps at
+    the density the recorded variance trace settles to (its mean over the last 20 % of
+    steps), their compute modelled from their own FLOPs on each cluster's device, and
+    predicted beside the recorded toy.
     """
 
     traces: str = "committed"
@@ -84,6 +93,8 @@ class DemoConfig:
     compute: str = "model"
     sim_steps: int = 0
     target_accuracy: float = 0.0
+    paper_nets: tuple[str, ...] = ("resnet50", "vgg_like")
+    paper_steps: int = 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,7 +102,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "set a demo option: traces (committed|record), steps, workers, batch_size, "
         "eval_every, seed, lr_milestones, methods, clusters, world_sizes, compute "
-        "(model|trace), sim_steps, target_accuracy (percent)",
+        "(model|trace), sim_steps, target_accuracy (percent), paper_nets (resnet50, "
+        "vgg_like; [] for none), paper_steps",
         dest="overrides",
     )
     add_world_sizes_option(parser, default=DEMO_WORLD_SIZES)
@@ -136,8 +148,11 @@ def _check(cfg: DemoConfig) -> None:
         raise ConfigError("methods, clusters and world_sizes must not be empty")
     if any(int(p) < 1 for p in cfg.world_sizes):
         raise ConfigError("world_sizes must be >= 1")
-    if cfg.steps < 1 or cfg.workers < 1 or cfg.sim_steps < 0:
-        raise ConfigError("steps and workers must be >= 1, sim_steps >= 0")
+    if cfg.steps < 1 or cfg.workers < 1 or cfg.sim_steps < 0 or cfg.paper_steps < 1:
+        raise ConfigError("steps, workers and paper_steps must be >= 1, sim_steps >= 0")
+    for net in cfg.paper_nets:
+        if net not in PAPER_NETS:
+            raise unknown_name("paper-size net", net, PAPER_NETS)
     try:  # batch_size, seed, eval_every: checked where the recorder checks them
         _record_config(cfg, cfg.methods[0])
     except ValueError as exc:
@@ -249,6 +264,8 @@ def run(args: argparse.Namespace) -> int:
     steps_total = len(cfg.methods) + 2 * len(compressed) * len(clusters) + 1
     if cfg.traces == "committed":
         steps_total -= len(cfg.methods)
+    if "variance" in cfg.methods:
+        steps_total += len(cfg.paper_nets) * (1 + len(clusters))
     say = _Progress(args.quiet, steps_total)
     command = ["vgcsim", "demo", *sys.argv[2:]] if len(sys.argv) > 1 else ["vgcsim", "demo"]
 
@@ -300,8 +317,34 @@ def run(args: argparse.Namespace) -> int:
                 )
                 say(f"{source} {tag} for P = {sizes[0]}..{sizes[-1]}")
 
-    # 3. report from the result folders and the traces
+    # 3. paper-size workloads, synthesized at the recorded variance trace's settled
+    #    density, predicted with compute modelled from their own FLOPs
     traces = {m: read_trace(d) for m, d in trace_dirs.items()}
+    synthesized = _paper_traces(cfg, traces, out / "traces" / "synthesized")
+    for net, run_dir in synthesized.items():
+        trace = read_trace(run_dir)
+        for cluster in clusters:
+            model_cluster = replace(cluster, compute="model")
+            opts = PredictOptions(world_sizes=sizes)
+            result_dirs.append(
+                save_results(
+                    predict_trace(trace, model_cluster, opts),
+                    out / "results" / "predicted" / f"{net}-{cluster.name}",
+                    source="predicted",
+                    traces=[trace_entry(trace)],
+                    cluster=cluster_to_dict(model_cluster),
+                    extrapolation={"rule": opts.rule, "seed": None},
+                    options=options_dict(opts),
+                    command=command,
+                    batch_size_per_worker=trace.header.get("batch_size_per_worker"),
+                    overwrite=args.overwrite,
+                    writer="vgcsim demo",
+                )
+            )
+            say(f"predicted {net}-{cluster.name} (synthesized) for P = {sizes[0]}..{sizes[-1]}")
+
+    # 4. report from the result folders and the traces
+    labels = _labels(traces, synthesized)
     compute_note = (
         "forward/backward time modelled from the traces' FLOPs on each cluster's device "
         f"({', '.join(sorted({c.device.name for c in clusters}))})"
@@ -319,27 +362,107 @@ def run(args: argparse.Namespace) -> int:
         f"Clusters: {', '.join(c.name for c in clusters)}; P = {', '.join(map(str, sizes))}. "
         f"Compute: {compute_note}.",
     ]
+    if synthesized:
+        notes.insert(1, paper_note(synthesized, traces["variance"]))
     html = report_folder(
         out / "report",
         lambda where: render_report(
             result_dirs,
-            list(trace_dirs.values()),
+            list(trace_dirs.values()),  # the synthesized ones have nothing to validate
             where,
             title="vgcsim demo report",
             notes=notes,
             target_accuracy=cfg.target_accuracy / 100 if cfg.target_accuracy else None,
+            labels=labels,
         ),
         args.overwrite,
         command="demo",
     )
     folder.commit()
     say(f"report written to {html.parent}")
-    summary = (html.parent / "report.json").read_text(encoding="utf-8")
-    print(notes[0])
-    for line in json.loads(summary).get("summary", [])[:3]:
+    summary = json.loads((html.parent / "report.json").read_text(encoding="utf-8"))
+    # the verdicts first (wins lead them), then what they rest on
+    for line in summary.get("summary", [])[:4]:
         print(line)
+    for note in notes[:-1]:
+        print(note)
     print(html)
     return 0
+
+
+def _settled_density(trace: Any) -> float:
+    """A trace's mean density over its last 20 % of steps (where the variance compressor's
+    density has settled)."""
+    steps = trace.steps.sort_values("step")
+    return float(steps["density"].iloc[-max(1, len(steps) // 5) :].mean())
+
+
+def _paper_traces(cfg: DemoConfig, traces: dict[str, Any], where: Path) -> dict[str, Path]:
+    """Synthesize each of ``cfg.paper_nets`` at the recorded variance trace's settled density
+    (its workers, per-worker batch and seed) into ``where/<net>``; none without a variance
+    trace."""
+    from vgcsim.traces.synth import SynthConfig, synth_trace
+
+    if "variance" not in traces or not cfg.paper_nets:
+        return {}
+    var = traces["variance"]
+    density = _settled_density(var)
+    out = {}
+    for net in cfg.paper_nets:
+        synth = SynthConfig(
+            layers=net,
+            workers=int(var.workers),
+            steps=cfg.paper_steps,
+            seed=cfg.seed,
+            compressor="variance",
+            density=density,
+            encodings=PAPER_ENCODINGS,
+            primary_encoding="packed32",
+            batch_size_per_worker=int(var.header.get("batch_size_per_worker") or 32),
+            chunk_steps=cfg.paper_steps,
+        )
+        out[net] = synth_trace(synth, where / net, overwrite=True)
+    return out
+
+
+def _labels(traces: dict[str, Any], synthesized: dict[str, Path]) -> dict[str, str]:
+    """Report labels saying which rows are recorded (the toy) and which synthesized."""
+    from vgcsim.traces.labels import method_label
+
+    labels = {}
+    model = "?"
+    for t in traces.values():
+        comp = t.header.get("compressor") or {}
+        model = ((t.header.get("config") or {}).get("model") or {}).get("name", "?")
+        label = method_label(str(comp.get("name", t.compressor)), comp.get("params"))
+        labels[t.name] = f"{label} on recorded {model}"
+    var = traces.get("variance")
+    if var is not None:
+        comp = var.header.get("compressor") or {}
+        label = method_label("variance", comp.get("params"))
+        for net, path in synthesized.items():
+            labels[Path(path).name] = f"{label} on synthesized {PAPER_NETS[net]}"
+    return labels
+
+
+def paper_note(synthesized: dict[str, Path], variance: Any) -> str:
+    """The paragraph saying how the paper-size rows were made."""
+    from vgcsim.traces.synth import load_layers
+
+    nets = []
+    for net in synthesized:
+        layers, flops = load_layers(net)
+        n = sum(int(layer["numel"]) for layer in layers)
+        nets.append(
+            f"{PAPER_NETS[net]} ({n / 1e6:.1f} M parameters, {flops / 1e9:.2g} GFLOP/sample)"
+        )
+    return (
+        f"Paper-size rows: {' and '.join(nets)} synthesized (`vgcsim trace synth`) at "
+        f"{_settled_density(variance) * 100:.2g} % density, the recorded variance trace's "
+        "mean over its last 20 % of steps; their compute, codec and decode times are "
+        "modelled from their own sizes and FLOPs on each cluster's device; predicted "
+        "(closed form) only."
+    )
 
 
 def _reading(params: dict[str, Any]) -> str:

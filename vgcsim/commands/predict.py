@@ -7,6 +7,7 @@ import argparse
 from vgcsim.commands import add_out_option
 from vgcsim.commands.cost_options import (
     add_replay_options,
+    print_replay,
     replay_overrides,
     save_replay,
     with_compute,
@@ -35,12 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from vgcsim.commands import check_out, world_sizes
     from vgcsim.core.cluster import load_cluster
     from vgcsim.core.config import apply_overrides
-    from vgcsim.models.predict import (
-        PredictOptions,
-        options_dict,
-        predict_trace,
-        summarize,
-    )
+    from vgcsim.models.predict import PredictOptions, options_dict, predict_trace
     from vgcsim.traces.io import read_trace
 
     cluster = with_compute(args, load_cluster(args.cluster))
@@ -57,6 +53,5 @@ def run(args: argparse.Namespace) -> int:
     df = predict_trace(trace, cluster, opts)
     options = {**options_dict(opts), "encoding": opts.encoding or trace.primary_encoding}
     out = save_replay(args, df, trace, cluster, source="predicted", config=opts, options=options)
-    print(summarize(df))
-    print(f"wrote {len(df)} rows to {out}")
+    print_replay(df, trace, out)
     return 0

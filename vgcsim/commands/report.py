@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -110,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
     inputs = load_inputs(args.results, args.trace, target_accuracy=target)
     warn("report", inputs.caveats)  # also a note on the page
     report = build_report(inputs)
+    for line in inputs.missing:
+        print(f"note: {line}", file=sys.stderr)
     path = report_folder(
         args.out, lambda out: write_report(report, out, title=args.title), args.overwrite
     )

@@ -7,6 +7,7 @@ import argparse
 from vgcsim.commands import add_out_option
 from vgcsim.commands.cost_options import (
     add_replay_options,
+    print_replay,
     replay_overrides,
     save_replay,
     with_compute,
@@ -124,22 +125,5 @@ def run(args: argparse.Namespace) -> int:
             f"timeline: {out / 'timeline.json'} (open in https://ui.perfetto.dev); "
             "per-link bytes: links.csv"
         )
-    from vgcsim.core.results import finalize_results
-
-    df = finalize_results(df)
-    means = df[df["step"] == -1]
-    cols = [
-        "world_size",
-        "method",
-        "encoding",
-        "collective",
-        "path",
-        "comm_s",
-        "decode_s",
-        "step_s",
-        "speedup_vs_dense",
-    ]
-    print(f"local times: compute {cluster.compute} on {means['device'].iloc[0]}")
-    print(means[cols].to_string(index=False, float_format=lambda v: f"{v:.6g}"))
-    print(f"results: {out}")
+    print_replay(df, trace, out)
     return 0

@@ -21,6 +21,7 @@ half-written file under the final name.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -36,6 +37,7 @@ __all__ = [
     "MARKER_KIND",
     "OutputDir",
     "OutputError",
+    "WriteError",
     "atomic_write",
     "atomic_write_text",
     "check_output",
@@ -56,6 +58,20 @@ TRACE_KIND = "vgcsim-trace"
 
 class OutputError(VgcsimError):
     """An output path vgcsim must not write (not a folder, not vgcsim's, or already written)."""
+
+
+class WriteError(OutputError, OSError):
+    """A file could not be written: no permission, a read-only file system, a file where a
+    folder should be, a full disk. Also an :class:`OSError` (``errno``, ``strerror`` and
+    ``filename`` of the failure), so code that handles failed writes keeps doing so; its
+    message is one line naming the file."""
+
+    def __init__(self, message: str, errno: int | None, strerror: str | None, filename: str):
+        OSError.__init__(self, errno, strerror, filename)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def _umask() -> int:
@@ -88,9 +104,7 @@ def atomic_write(path: str | Path, write: Callable[[str], Any]) -> Path:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        if exc.filename is None:
-            exc.filename = str(path)
-        raise
+        raise write_error(exc, path) from exc
     os.close(fd)
     try:
         write(tmp)
@@ -101,11 +115,32 @@ def atomic_write(path: str | Path, write: Callable[[str], Any]) -> Path:
     except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        if isinstance(exc, OSError) and exc.filename is None:
-            exc.filename = str(path)  # a full disk names the file it could not write
+        if isinstance(exc, OSError) and not isinstance(exc, WriteError):
+            raise write_error(exc, path) from exc
         raise
     fsync_dir(path.parent)
     return path
+
+
+#: errno values of a full disk or an exhausted quota.
+DISK_FULL = frozenset(e for e in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if e is not None)
+
+
+def write_error(exc: OSError, path: str | Path) -> WriteError:
+    """The one-line error of a failed write of ``path`` (no permission, read-only file
+    system, a file where a folder should be, a full disk): names the file and what to do.
+    """
+    path = Path(path)
+    why = exc.strerror or str(exc)
+    if exc.errno in DISK_FULL:
+        msg = f"{why} writing {path}; free space and run it again"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        msg = f"cannot write {path}: {why} (choose a folder you can write to with -o)"
+    elif exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        msg = f"cannot write {path}: a folder on its path is a file"
+    else:
+        msg = f"cannot write {path}: {why}"
+    return WriteError(msg, exc.errno, exc.strerror, str(exc.filename or path))
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

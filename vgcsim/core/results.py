@@ -204,9 +204,15 @@ def results_header(
 
 
 def trace_entry(trace: Any) -> dict[str, Any]:
-    """The result-header entry of one input trace (a :class:`vgcsim.traces.io.Trace`)."""
+    """The result-header entry of one input trace (a :class:`vgcsim.traces.io.Trace`).
+
+    ``path`` is absolute (a report run from another folder still finds the trace),
+    ``path_given`` the path as it was typed.
+    """
+    given = Path(trace.path)
     return {
-        "path": str(trace.path),
+        "path": str(given.resolve()),
+        "path_given": str(given),
         "name": trace.name,
         "compressor": trace.compressor,
         "synthetic": bool(trace.synthetic),
