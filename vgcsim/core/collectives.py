@@ -43,11 +43,9 @@ def host_s_per_byte_at(gathered_bytes, host_s_per_byte: float, table=()):
     Steps rather than a line between points because the per-byte host cost changes at a
     size, not gradually: a gathered buffer either fits the CPU's last-level cache or not.
     Between a point below that size and one above it, a line over-prices every size still
-    below it; the step keeps the lower point's cost up to the next measured size. On seven
-    calibrations of 4 ranks on a 2-core host with a 32 MiB cache (200 Mbit/s and 1 Gbit/s
-    links, ``docs/distributed.md``) the 8 MB-per-rank allgatherv (30.5 MiB gathered) came
-    out within 5.4 % with steps (six of the seven within 2.8 %) and 2.6-17.9 % too slow
-    with a line in log size."""
+    below it; the step keeps the lower point's cost up to the next measured size. The
+    calibrations that compare steps with a line are in ``docs/distributed.md`` ("The fit and
+    what its error means")."""
     if not table:
         return host_s_per_byte + 0.0 * np.asarray(gathered_bytes, dtype=float)
     xs = np.array([point[0] for point in table], dtype=float)
@@ -90,14 +88,10 @@ def padded_host_time_s(
     ranks send uneven blocks (``allgatherv_skewed``: blocks in the ratio 1:2:3:4 on four
     ranks, 5/8 of the padded bytes; :func:`vgcsim.models.linkfit.fit_link`).
 
-    Why s is measured, not assumed: in four namespace runs at 1 Gbit/s and one at
-    200 Mbit/s (``docs/distributed.md``) the skewed allgatherv of 40 MB per rank took
-    0.21-0.28 s less than the even one, where s = ½ (the two copies of equal cost) priced
-    0.15-0.18 s less: its 40 MB predictions were up to +6.5 % off the measured medians;
-    those differences put s at 0.16-0.29; the calibrations of five later runs fitted
-    0.40-0.56 (the largest skewed sizes set it). Pricing every copy at the real bytes (s = 0) put
-    all eight 1 Gbit/s predictions at 8 and 40 MB low (−3.3 to −9.8 %), and pricing every
-    copy at the padded bytes (s = 1) put 3 of 10 past 5 % high (up to +14.3 %)."""
+    s is measured, not assumed: it depends on the host, and the bounds s = 0 (every copy at
+    the real bytes) and s = 1 (every copy at the padded bytes) each misprice skewed
+    allgathervs; the namespace runs that show it are in ``docs/distributed.md`` ("The fit and
+    what its error means", "Measured across network namespaces")."""
     if world_size <= 1:
         return 0.0 * block_bytes
     gathered = world_size * block_bytes
@@ -112,7 +106,7 @@ def padded_host_time_s(
 
 
 #: Share of vgcsim's allgatherv host cost that a plain torch all_gather of equal blocks pays on
-#: gloo (:func:`plain_allgather_host_time_s`): the backend's copy alone, measured 0.52-0.64.
+#: gloo (:func:`plain_allgather_host_time_s`): the backend's copy alone.
 PLAIN_ALLGATHER_HOST_SHARE = 0.5
 
 
@@ -123,10 +117,9 @@ def plain_allgather_host_time_s(world_size: int, block_bytes, host_s_per_byte: f
     Assumption: the host work is copies of the gathered buffer. torch's gloo binding gathers
     into a flat buffer of its own and copies it into the outputs, one copy of the P blocks;
     vgcsim's allgatherv (what δ is fitted on) makes that copy and a second one, out into
-    per-rank segments; so a plain all_gather pays half of δ per gathered byte. Measured: in
-    the two namespace runs of ``docs/distributed.md`` with this rule (200 Mbit/s and
-    1 Gbit/s, 4 ranks, 8 and 40 MB per rank) the plain all_gather's excess over its ring
-    cost was 0.52-0.64 of the allgatherv's. Calibration, not the cost models, prices it: a trace's collectives are
+    per-rank segments; so a plain all_gather pays half of δ per gathered byte (checked by
+    ``vgcsim validate`` on a calibrated cluster: its ``allgather`` rows, docs/distributed.md,
+    "Validation"). Calibration, not the cost models, prices it: a trace's collectives are
     vgcsim's own."""
     return PLAIN_ALLGATHER_HOST_SHARE * padded_host_time_s(
         world_size, block_bytes, host_s_per_byte, table
