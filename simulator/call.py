@@ -22,7 +22,7 @@ from vgcsim.simulator.engine import Phase, run_message
 from vgcsim.simulator.network import LinkMonitor
 from vgcsim.simulator.topology import build_topology
 
-from vgcsim.core.cluster import ClusterSpec
+from vgcsim.core.cluster import ClusterSpec, shared_cluster
 from vgcsim.core.errors import ConfigError
 
 __all__ = ["LINK_COLUMNS", "CollectiveRun", "simulate_collective"]
@@ -69,6 +69,7 @@ def simulate_collective(
     if sizes.ndim != 1 or len(sizes) < 1:
         raise ConfigError("sizes_bytes must be a list of per-rank sizes (one per rank)")
     p = len(sizes)
+    cluster = shared_cluster(cluster, p)  # CPU-time terms under the hosts' sharing
     topo = build_topology(cluster, p)
     schedule = get_schedule(key, p, cluster.gpus_per_node)
     monitor = LinkMonitor(topo.n_channels)
@@ -80,6 +81,7 @@ def simulate_collective(
         semantics=semantics,
         gamma_s_per_byte=cluster.link.gamma_s_per_byte,
         monitor=monitor,
+        call_overhead_s=cluster.link.call_overhead_s,
     )[0]
     # the padded allgatherv's host copies after the transfers (0 unless the link has them)
     link = cluster.link

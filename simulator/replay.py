@@ -81,7 +81,7 @@ from vgcsim.traces.buckets import (
 from vgcsim.traces.extrapolate import RULES
 from vgcsim.traces.replay import DENSE_ENCODINGS, StepInputs, step_inputs
 
-from vgcsim.core.cluster import ClusterSpec
+from vgcsim.core.cluster import ClusterSpec, shared_cluster
 from vgcsim.core.collectives import (
     ALLGATHERV_ALGORITHMS,
     ALLREDUCE_ALGORITHMS,
@@ -216,6 +216,7 @@ class _Runner:
     cfg: SimulateConfig
     gamma_s_per_byte: float
     cache: RunCache
+    call_overhead_s: float = 0.0  # the link's per-call software cost (engine.call_s)
     memo: dict[Any, _Outcome] = field(default_factory=dict)
     verdicts: dict[tuple[str, ...], str | None] = field(default_factory=dict)
     counts: dict[str, int] = field(
@@ -259,6 +260,7 @@ class _Runner:
                 self.topology,
                 semantics=self.cfg.semantics,
                 gamma_s_per_byte=self.gamma_s_per_byte,
+                call_overhead_s=self.call_overhead_s,
                 cache=self.cache,
             )
             if fin is not None:
@@ -316,6 +318,7 @@ class _Runner:
                     self.topology,
                     semantics=cfg.semantics,
                     gamma_s_per_byte=self.gamma_s_per_byte,
+                    call_overhead_s=self.call_overhead_s,
                     check_overlap=cfg.semantics == "eager" and verdict == "dst",
                     cache=self.cache,
                 )
@@ -337,6 +340,7 @@ class _Runner:
             semantics=cfg.semantics,
             gamma_s_per_byte=self.gamma_s_per_byte,
             cache=self.cache,
+            call_overhead_s=self.call_overhead_s,
         )
         return _Outcome(fin, "message")
 
@@ -360,6 +364,7 @@ class _Runner:
             semantics=cfg.semantics,
             gamma_s_per_byte=self.gamma_s_per_byte,
             cache=self.rounds,
+            call_overhead_s=self.call_overhead_s,
         )
         if fin is None:
             if cfg.path == "round":
@@ -678,12 +683,14 @@ def simulate_trace(
     encoding = cfg.encoding or trace.primary_encoding
     variants = [("dense", e) for e in cfg.dense_encodings] + [("compressed", encoding)]
     labels = [_label(m, e) for m, e in variants]
-    gamma = cluster.link.gamma_s_per_byte
-    host = (cluster.link.allgatherv_host_s_per_byte, cluster.link.allgatherv_host_s_per_byte_table)
     for p in world_sizes:
         ws = _world_size(trace, cluster, int(p), cfg, buckets)
+        # the link's CPU-time terms under the hosts' processor sharing at this P
+        link = shared_cluster(cluster, ws.p).link
+        gamma, call = link.gamma_s_per_byte, link.call_overhead_s
+        host = (link.allgatherv_host_s_per_byte, link.allgatherv_host_s_per_byte_table)
         cache = RunCache(ws.topology)
-        runners = {lab: _Runner(ws.topology, cfg, gamma, cache) for lab in labels}
+        runners = {lab: _Runner(ws.topology, cfg, gamma, cache, call) for lab in labels}
         per_step: dict[str, list[dict[str, Any]]] = {lab: [] for lab in labels}
         want_timeline = _timeline_steps(ws, timeline_steps)
         draw = timeline_max_ranks is None or ws.p <= timeline_max_ranks
@@ -701,7 +708,7 @@ def simulate_trace(
                         block.units[b],
                         *host,
                         copied_bytes=copied,
-                        padded_share=cluster.link.allgatherv_host_padded_share,
+                        padded_share=link.allgatherv_host_padded_share,
                     )
                     finish[:, b] += extra[:, None]
                 per_step[label].extend(_block_records(ws, buckets, block, finish, paths))
@@ -712,7 +719,14 @@ def simulate_trace(
                             plan = _step_plan(ws, buckets, t, method, enc, label)
                             timelines.append(
                                 _timeline(
-                                    ws, plan, cfg=cfg, gamma=gamma, method=label, t=t, cache=cache
+                                    ws,
+                                    plan,
+                                    cfg=cfg,
+                                    gamma=gamma,
+                                    call=call,
+                                    method=label,
+                                    t=t,
+                                    cache=cache,
                                 )
                             )
             if progress is not None:
@@ -812,6 +826,7 @@ def _timeline(
     *,
     cfg: SimulateConfig,
     gamma: float,
+    call: float,
     method: str,
     t: int,
     cache: RunCache,
@@ -829,6 +844,7 @@ def _timeline(
         monitor=monitor,
         spans=spans,
         cache=cache,
+        call_overhead_s=call,
     )
     compute, fwd = ws.compute[t], ws.fwd[t]
     for r in range(ws.p):

@@ -21,6 +21,18 @@ COLLECTIVE_KEYS = tuple(f"allreduce/{a}" for a in ALLREDUCE_ALGORITHMS) + tuple(
     f"allgatherv/{a}" for a in ALLGATHERV_ALGORITHMS
 )
 
+#: Collective calls a registry key makes (each pays a link's ``call_overhead_s`` once): the
+#: padded allgatherv is two calls, the size exchange and the data; every other key one.
+_CALLS = {"allgatherv/padded": 2}
+
+
+def calls_per_collective(key: str) -> int:
+    """How many collective calls ``key`` makes (2 for ``allgatherv/padded``, else 1): the
+    count of ``call_overhead_s`` the cost models and the simulator add, the one rule both
+    use."""
+    return _CALLS.get(key, 1)
+
+
 #: Bytes of the per-rank size announcement of an allgatherv (one int64 length per rank),
 #: exchanged before the data when the receivers do not know the block sizes in advance
 #: (MPI_Allgatherv's receive counts, torch.distributed's two-collective allgatherv). The one
