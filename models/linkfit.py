@@ -6,14 +6,17 @@ a time. Each op's cost is linear in α (per-message latency, s), β = 1/bandwidt
 "Optimization of Collective Communication Operations in MPICH" (IJHPCA 2005), on ``P`` ranks:
 
 * ``p2p`` / ``p2p_intra``, half a ping-pong round trip of ``n`` bytes: ``t = α + n·β``
-* ring allreduce of ``n`` bytes: ``t = 2(P−1)·α + 2(P−1)/P·n·β + (P−1)/P·n·γ``
-* ring allgather of ``m`` bytes per rank: ``t = (P−1)·α + (P−1)·m·β``
+* ring allreduce of ``n`` bytes: ``t = c + 2(P−1)·α + 2(P−1)/P·n·β + (P−1)/P·n·γ``
+* ring allgather of ``m`` bytes per rank: ``t = c + (P−1)·α + (P−1)·m·β``
 * vgcsim's allgatherv of ``m`` bytes per rank (an all_gather of one int64 length, then the
   payload all_gather; on gloo the ``allgatherv/padded`` model):
-  ``t = 2(P−1)·α + (P−1)·(m + h)·β + P·m·δ`` with ``h`` =
+  ``t = 2c + 2(P−1)·α + (P−1)·(m + h)·β + P·m·δ`` (two calls) with ``h`` =
   :data:`~vgcsim.core.collectives.SIZE_HEADER_BYTES` and δ the implementation's host time per
   gathered byte (``allgatherv_host_s_per_byte``: copying the P blocks in and out, which the
   ring's α-β terms do not price; :func:`host_coefficient`)
+
+c is the software cost of one collective call (``call_overhead_s``, 0 unless fitted; see
+step 4 below).
 
 The fit (:func:`fit_link`) takes latency from small messages and bandwidth from large ones,
 so that neither regime's many points can drag the other's parameter:
@@ -31,6 +34,13 @@ so that neither regime's many points can drag the other's parameter:
    α, β, γ ≥ 0 come from one fit minimising the squared log ratio Σ (log t̂ − log t)²
    (Levenberg–Marquardt on log-parameters, started from the exact non-negative
    relative-error least squares).
+
+4. *per call and per step*: where the latency regime holds collectives with different
+   ratios of steps to calls (allreduce: 2(P−1) steps in one call; allgather: P−1 in one;
+   :data:`CALL_OPS`), α (per step) and c (per call) ≥ 0 come together from those rows, least squares on the relative error (:func:`fit_call_overhead`). Across
+   four network namespaces of a 2-core host, a collective's small-message time per step was
+   5-14 times the ping-pong's latency and grew with P (issue 39): a cost that one α
+   charged 2(P−1) times per allreduce and P−1 times per allgather.
 
 By default β comes from ``p2p`` alone (the link, without a collective algorithm's
 behaviour), α from ``allreduce``'s small messages (:data:`LATENCY_OP`; ``p2p``'s own α
@@ -91,6 +101,46 @@ HOST_OP = "allgatherv"
 LATENCY_OP = "allreduce"
 #: The op whose rows give s (``allgatherv_host_padded_share``) by default.
 SHARE_OP = "allgatherv_skewed"
+#: The collectives whose small messages give α and the per-call cost c together by default:
+#: a ring allreduce (2(P−1) steps in one call) and a ring allgather (P−1 in one). Not the
+#: allgatherv, whose small rows carry its host copies (δ, fitted after α) as well.
+CALL_OPS = ("allreduce", "allgather")
+
+
+def call_coefficient(op: str, world: int) -> float:
+    """Coefficient ``k_c`` of the per-call software cost c (``call_overhead_s``) in one
+    measurement's cost: 0 for ``p2p`` (no collective call), 1 for ``allreduce`` and
+    ``allgather``, 2 for vgcsim's allgatherv (an all_gather of the lengths, then one of the
+    data; :func:`vgcsim.core.collectives.calls_per_collective`); 0 for P = 1."""
+    if op not in OPS:
+        raise ConfigError(f"unknown op {op!r}; valid: {', '.join(OPS)}")
+    if world <= 1 or op.startswith("p2p"):
+        return 0.0
+    return 2.0 if op.startswith("allgatherv") else 1.0
+
+
+def fit_call_overhead(
+    k_alpha: np.ndarray, k_call: np.ndarray, rest: np.ndarray
+) -> tuple[float, float] | None:
+    """``(α, c) ≥ 0`` minimising Σ ((k_α·α + k_c·c − rest) / rest)² over latency-regime rows
+    of collectives, ``rest`` being each row's measured time beyond its β and γ terms: the
+    relative error, so every size counts alike (exact non-negative least squares over the
+    active sets). None unless the rows hold two different ratios k_α / k_c (a per-step and a
+    per-call cost cannot be told apart otherwise): a ring allreduce pays 2(P−1) steps per
+    call, a ring allgather P−1, vgcsim's allgatherv 2(P−1) steps in two calls.
+
+    Which structure the data choose (per step, per call, both) is this fit's answer: c = 0
+    where the collectives' small-message times grow with their step counts alone, α = 0
+    where they do not grow with them at all."""
+    ok = (k_call > 0) & (rest > 0)
+    if not ok.any():
+        return None
+    ratios = np.unique(np.round(k_alpha[ok] / k_call[ok], 12))
+    if ratios.size < 2:
+        return None
+    a = np.column_stack([k_alpha[ok], k_call[ok]]) / rest[ok, None]
+    x = _nnls_small(a, np.ones(int(ok.sum())))
+    return float(x[0]), float(x[1])
 
 
 def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, float, float]:
@@ -179,6 +229,10 @@ class LinkFit:
     #: ``fit_ops_latency_s`` is the fit ops' α either way (their rows are priced with it).
     latency_op: str = ""
     fit_ops_latency_s: float = 0.0
+    #: c, the software cost of one collective call (``call_overhead_s``), and the ops whose
+    #: small messages gave it with α (empty: not fitted, c = 0).
+    call_overhead_s: float = 0.0
+    call_ops: tuple[str, ...] = ()
 
     @property
     def typical_error(self) -> float:
@@ -344,6 +398,7 @@ def fit_link(
     host_op: str | None = HOST_OP,
     latency_op: str | None = LATENCY_OP,
     share_op: str | None = SHARE_OP,
+    call_ops: Sequence[str] | None = CALL_OPS,
 ) -> tuple[LinkFit, list[dict]]:
     """Fit α, β, γ to a measurement file's rows; returns the fit and the per-size error table.
 
@@ -360,7 +415,11 @@ def fit_link(
     of their time beyond β and γ's terms over α's coefficient, the latency of one step of a
     collective as the collectives pay it; the fit ops' rows keep their own α
     (``fit_ops_latency_s``) in the table and the typical error; δ's excess is taken over
-    the link's α. ``share_op`` (default ``allgatherv_skewed``), when measured, δ fitted and
+    the link's α. ``call_ops`` (default :data:`CALL_OPS`), when two or more of them were
+    measured (none among ``ops``) and ``latency_op`` gave α, give α and the per-call cost c
+    (``call_overhead_s``) together instead, from their rows in the latency regime
+    (:func:`fit_call_overhead`; every collective row is then priced with c × its calls,
+    :func:`call_coefficient`). ``share_op`` (default ``allgatherv_skewed``), when measured, δ fitted and
     not among ``ops``, gives s (``allgatherv_host_padded_share``) from its rows where α's
     terms explain at most :data:`HOST_LATENCY_SHARE` of the time, with α, β, γ and δ fixed
     (:func:`padded_share_given`); else s is the default
@@ -416,6 +475,19 @@ def fit_link(
             x[0] = max(0.0, float(np.median(rest[c_lat] / a[c_lat, 0])))
             roles[c_lat] = "latency"
             l_op = latency_op
+    k_call = np.array([call_coefficient(r["op"], world) for r in rows])
+    call_s, c_ops = 0.0, ()
+    measured_calls = [o for o in (call_ops or ()) if o in measured and o not in fit_ops]
+    if l_op and len(measured_calls) >= 2:
+        c = np.array([r["op"] in measured_calls for r in rows])
+        rest = t - a[:, 1] * x[1] - a[:, 2] * x[2]
+        c_lat = c & (a[:, 0] > 0) & (t - rest <= LATENCY_SHARE * t)
+        both = fit_call_overhead(a[c_lat, 0], k_call[c_lat], rest[c_lat])
+        if both is not None:
+            x[0], call_s = both
+            roles[c_lat] = "latency"
+            c_ops = tuple(o for o in measured_calls if (c_lat & c).any())
+    calls = k_call * call_s  # each row's per-call software seconds
     k_host = np.array([host_coefficient(r["op"], r["size_bytes"], world) for r in rows])
     k_gathered = np.array([gathered_bytes(r["op"], r["size_bytes"], world) for r in rows])
     delta, h_op, h_table = 0.0, "", ()
@@ -424,7 +496,7 @@ def fit_link(
         # α's terms at most HOST_LATENCY_SHARE of the time: the per-byte costs dominate.
         h_band = h & (a[:, 0] * x[0] <= HOST_LATENCY_SHARE * t) & (k_host > 0)
         if h_band.any():
-            rest = t[h_band] - a[h_band] @ x
+            rest = t[h_band] - a[h_band] @ x - calls[h_band]
             delta = _excess_slope(k_host[h_band], rest, t[h_band])
             h_table = host_points(k_host[h_band], rest)
             roles[h_band] = "host"
@@ -435,7 +507,7 @@ def fit_link(
         sk_band = sk & (a[:, 0] * x[0] <= HOST_LATENCY_SHARE * t)
         k_real = np.array([real_bytes(r["op"], r["size_bytes"], world) for r in rows])
         fitted_share = padded_share_given(
-            t[sk_band] - a[sk_band] @ x,
+            t[sk_band] - a[sk_band] @ x - calls[sk_band],
             host_s_per_byte_at(k_gathered[sk_band], delta, h_table),
             k_gathered[sk_band],
             k_real[sk_band],
@@ -446,7 +518,7 @@ def fit_link(
     k_host = np.array([host_coefficient(r["op"], r["size_bytes"], world, share) for r in rows])
     # the fit ops' rows with their own α, every other row with the link's
     alphas = np.where(used, fit_alpha, x[0])
-    fitted = a[:, 0] * alphas + a[:, 1:] @ x[1:]
+    fitted = a[:, 0] * alphas + a[:, 1:] @ x[1:] + calls
     fitted = fitted + k_host * host_s_per_byte_at(k_gathered, delta, h_table)
     rel = (fitted - t) / t
     with np.errstate(divide="ignore"):
@@ -470,6 +542,8 @@ def fit_link(
         fit_ops_latency_s=fit_alpha,
         allgatherv_host_padded_share=float(share),
         share_op=s_op,
+        call_overhead_s=float(call_s),
+        call_ops=c_ops,
     )
     return fit, _table(rows, t, fitted, rel, roles)
 
