@@ -19,6 +19,14 @@ paid by the processor apart from the wire latency L (D. Culler et al., "LogP: to
 realistic model of parallel computation", PPoPP 1993), here per call; 0 by default, fitted
 by ``vgcsim calibrate`` (``vgcsim.models.linkfit``).
 
+Size segments: where the link has ``segments`` (SMPI-style piecewise pricing by message
+size, :class:`vgcsim.core.cluster.LinkSpec`), every step's ``α + β·m`` term below is
+priced as one message of its m bytes, ``msg(m)`` =
+:func:`vgcsim.core.collectives.message_time_s`: e.g. the ring allreduce is ``c + 2(P−1)·
+msg(n/P) + (P−1)/P·n·γ`` and Rabenseifner's halving and doubling ``2·Σ_k msg(n/2^k)``;
+``allgatherv/direct``, whose P−1 messages share a rank's link, moves each message's
+:func:`~vgcsim.core.collectives.wire_bytes`. Without segments the formulas are as written.
+
 Common assumptions: every rank has its own full-duplex link into a non-blocking fabric (a
 rank can send and receive at full rate at once; no contention between disjoint pairs);
 rounds are lock-step (a round ends when its slowest transfer ends); no overlap of
@@ -35,7 +43,13 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from vgcsim.core.cluster import ClusterSpec, LinkSpec, shared_cluster
-from vgcsim.core.collectives import COLLECTIVE_KEYS, SIZE_HEADER_BYTES, padded_host_time_s
+from vgcsim.core.collectives import (
+    COLLECTIVE_KEYS,
+    SIZE_HEADER_BYTES,
+    message_time_s,
+    padded_host_time_s,
+    wire_bytes,
+)
 from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
@@ -80,6 +94,14 @@ def _software(link: LinkSpec) -> tuple[LinkSpec, float]:
     return link, link.call_overhead_s
 
 
+def _msg(link: LinkSpec, m):
+    """One step's ``α + β·m`` (the same float operations as written in the formulas), or
+    ``msg(m)`` of the link's size segments where it has them."""
+    if link.segments:
+        return message_time_s(link, m)
+    return link.latency_s + m * link.beta_s_per_byte
+
+
 def _plus_calls(t: np.ndarray, p: int, call_s: float, calls: int = 1):
     """``t + calls·c`` for P > 1 (a collective of one rank is free, as in every formula)."""
     if p <= 1 or call_s == 0.0:
@@ -93,6 +115,8 @@ def _fold_unfold_s(n: np.ndarray, p: int, link: LinkSpec) -> np.ndarray | float:
     which reduces it, and receive the result at the end)."""
     if _pow2_floor(p) == p:
         return 0.0
+    if link.segments:
+        return 2 * message_time_s(link, n) + n * link.gamma_s_per_byte
     return 2 * link.latency_s + 2 * n * link.beta_s_per_byte + n * link.gamma_s_per_byte
 
 
@@ -106,6 +130,8 @@ def _ring_allreduce(n: np.ndarray, p: int, link: LinkSpec) -> np.ndarray:
         return np.zeros_like(n)
     a, b, g = link.latency_s, link.beta_s_per_byte, link.gamma_s_per_byte
     frac = (p - 1) / p
+    if link.segments:
+        return 2 * (p - 1) * message_time_s(link, n / p) + frac * n * g
     return 2 * (p - 1) * a + 2 * frac * n * b + frac * n * g
 
 
@@ -155,6 +181,9 @@ def allreduce_recursive_doubling(
         return np.zeros_like(n)
     link, call_s = _software(link)
     a, b, g = link.latency_s, link.beta_s_per_byte, link.gamma_s_per_byte
+    if link.segments:
+        t = math.log2(_pow2_floor(p)) * (message_time_s(link, n) + n * g)
+        return _plus_calls(t + _fold_unfold_s(n, p, link), p, call_s)
     t = math.log2(_pow2_floor(p)) * (a + n * b + n * g) + _fold_unfold_s(n, p, link)
     return _plus_calls(t, p, call_s)
 
@@ -186,7 +215,11 @@ def allreduce_rabenseifner(
     a, b, g = link.latency_s, link.beta_s_per_byte, link.gamma_s_per_byte
     pp = _pow2_floor(p)
     frac = (pp - 1) / pp
-    t = 2 * math.log2(pp) * a + 2 * frac * n * b + frac * n * g
+    if link.segments:  # halving then doubling: messages of n/2, n/4, ..., n/p' each way
+        levels = int(math.log2(pp))
+        t = frac * n * g + 2 * sum(message_time_s(link, n / 2**k) for k in range(1, levels + 1))
+    else:
+        t = 2 * math.log2(pp) * a + 2 * frac * n * b + frac * n * g
     return _plus_calls(t + _fold_unfold_s(n, p, link), p, call_s)
 
 
@@ -211,6 +244,8 @@ def allreduce_binomial_tree(
     n = s.max(axis=-1)
     link, call_s = _software(link)
     a, b, g = link.latency_s, link.beta_s_per_byte, link.gamma_s_per_byte
+    if link.segments:
+        return _plus_calls(_ceil_lg(p) * (2 * message_time_s(link, n) + n * g), p, call_s)
     return _plus_calls(_ceil_lg(p) * (2 * a + 2 * n * b + n * g), p, call_s)
 
 
@@ -243,7 +278,10 @@ def allreduce_hierarchical(
     il, _ = _software(intra_link if intra_link is not None else link)
     link, call_s = _software(link)
     levels = _ceil_lg(g)
-    intra = levels * (2 * il.latency_s + 2 * n * il.beta_s_per_byte + n * il.gamma_s_per_byte)
+    if il.segments:
+        intra = levels * (2 * message_time_s(il, n) + n * il.gamma_s_per_byte)
+    else:
+        intra = levels * (2 * il.latency_s + 2 * n * il.beta_s_per_byte + n * il.gamma_s_per_byte)
     return _plus_calls(intra + _ring_allreduce(n, nodes, link), p, call_s)
 
 
@@ -276,7 +314,7 @@ def allgatherv_ring(
     s = _sizes(sizes_bytes)
     p = s.shape[-1]
     link, call_s = _software(link)
-    t = (p - 1) * (link.latency_s + s.max(axis=-1) * link.beta_s_per_byte)
+    t = (p - 1) * _msg(link, s.max(axis=-1))
     return _plus_calls(t, p, call_s)
 
 
@@ -285,7 +323,7 @@ def _rd_power_of_two(c: np.ndarray, link: LinkSpec) -> np.ndarray:
     t = _zeros_like_steps(c)
     g = c
     while g.shape[-1] > 1:
-        t = t + link.latency_s + g.max(axis=-1) * link.beta_s_per_byte
+        t = t + _msg(link, g.max(axis=-1))
         g = g.reshape(*g.shape[:-1], g.shape[-1] // 2, 2).sum(axis=-1)
     return t
 
@@ -323,9 +361,8 @@ def allgatherv_recursive_doubling(
     merged = s[..., :pp].copy()
     merged[..., :r] += extra
     total = s.sum(axis=-1)
-    a, b = link.latency_s, link.beta_s_per_byte
-    fold = a + extra.max(axis=-1) * b
-    unfold = a + (total[..., None] - extra).max(axis=-1) * b
+    fold = _msg(link, extra.max(axis=-1))
+    unfold = _msg(link, (total[..., None] - extra).max(axis=-1))
     return _plus_calls(fold + _rd_power_of_two(merged, link) + unfold, p, call_s)
 
 
@@ -358,7 +395,7 @@ def allgatherv_bruck(
     while k < p:
         w = min(k, p - k)
         window = cs[..., w : w + p] - cs[..., :p]
-        t = t + link.latency_s + window.max(axis=-1) * link.beta_s_per_byte
+        t = t + _msg(link, window.max(axis=-1))
         k *= 2
     return _plus_calls(t, p, call_s)
 
@@ -385,8 +422,9 @@ def allgatherv_direct(
     p = s.shape[-1]
     if p == 1:
         return _zeros_like_steps(s)
-    total = s.sum(axis=-1, keepdims=True)
-    busiest = np.maximum((p - 1) * s, total - s).max(axis=-1)
+    w = wire_bytes(link, s)  # s itself without size segments
+    total = w.sum(axis=-1, keepdims=True)
+    busiest = np.maximum((p - 1) * w, total - w).max(axis=-1)
     link, call_s = _software(link)
     return _plus_calls(link.latency_s + busiest * link.beta_s_per_byte, p, call_s)
 
@@ -411,9 +449,7 @@ def size_exchange_time_s(world_size: int, link: LinkSpec) -> float:
     if p < 1:
         raise ConfigError(f"world size must be >= 1, got {world_size}")
     link, call_s = _software(link)
-    return _plus_calls(
-        (p - 1) * (link.latency_s + SIZE_HEADER_BYTES * link.beta_s_per_byte), p, call_s
-    )
+    return _plus_calls((p - 1) * _msg(link, SIZE_HEADER_BYTES), p, call_s)
 
 
 def allgatherv_host_time_s(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
@@ -454,7 +490,7 @@ def allgatherv_padded_data(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray
     s = _sizes(sizes_bytes)
     p = s.shape[-1]
     stepped, call_s = _software(link)
-    ring = (p - 1) * (stepped.latency_s + s.max(axis=-1) * stepped.beta_s_per_byte)
+    ring = (p - 1) * _msg(stepped, s.max(axis=-1))
     return _plus_calls(ring + allgatherv_host_time_s(s, link), p, call_s)
 
 

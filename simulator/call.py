@@ -12,6 +12,7 @@ the links that carried bytes. It is the simulated twin of
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from vgcsim.simulator.network import LinkMonitor
 from vgcsim.simulator.topology import build_topology
 
 from vgcsim.core.cluster import ClusterSpec, shared_cluster
+from vgcsim.core.collectives import wire_bytes
 from vgcsim.core.errors import ConfigError
 
 __all__ = ["LINK_COLUMNS", "CollectiveRun", "simulate_collective"]
@@ -82,6 +84,7 @@ def simulate_collective(
         gamma_s_per_byte=cluster.link.gamma_s_per_byte,
         monitor=monitor,
         call_overhead_s=cluster.link.call_overhead_s,
+        wire=functools.partial(wire_bytes, cluster.link) if cluster.link.segments else None,
     )[0]
     # the padded allgatherv's host copies after the transfers (0 unless the link has them)
     link = cluster.link

@@ -5,7 +5,10 @@ its unit sizes. A step runs a list of phases; a rank starts phase b at max(its r
 the end of its phase b−1), so phases queue on one communication stream per rank. Every path
 then charges the call's software cost, ``call_overhead_s`` × the calls its schedule's key
 makes (:func:`call_s`; a link's ``call_overhead_s``), before the phase's first round: once
-per call and rank, not per round, as the cost models do.
+per call and rank, not per round, as the cost models do. Where the link prices messages by
+size (its ``segments``), every path moves each flow's wire bytes
+(``vgcsim.core.collectives.wire_bytes``, a ``wire`` function of the payload bytes) at the
+route's rate, and reduces its payload bytes.
 
 * :func:`run_message` — one process per rank (a plain generator driven by the SimPy events of
   the flow network, :mod:`vgcsim.simulator.network`) walks the schedule's rounds, posting
@@ -35,7 +38,7 @@ from __future__ import annotations
 import gc
 import logging
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -397,6 +400,7 @@ def run_message(
     stats: dict[str, int] | None = None,
     cache: RunCache | None = None,
     call_overhead_s: float = 0.0,
+    wire: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray:
     """Simulate ``phases`` at message level; return each rank's finish time per phase [B, P].
 
@@ -442,6 +446,7 @@ def run_message(
             stats,
             cache,
             call_overhead_s,
+            wire,
         )
 
 
@@ -456,6 +461,7 @@ def _run_message(
     stats: dict[str, int] | None,
     cache: RunCache | None,
     call_overhead_s: float = 0.0,
+    wire: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray:
     p = topology.world_size
     cache = _cache_for(topology, cache)
@@ -470,6 +476,7 @@ def _run_message(
         rank_plans, routes = cache.tables(ph.schedule).message_plan
         fb = ph.schedule.round_bytes(ph.units)
         nbytes = np.concatenate(fb).tolist() if fb else []
+        wbytes = nbytes if wire is None or not fb else wire(np.concatenate(fb)).tolist()
         plans.append(
             (
                 b,
@@ -479,6 +486,7 @@ def _run_message(
                 nbytes,
                 ph.ready_s.tolist(),
                 call_s(ph.schedule, call_overhead_s),
+                wbytes,
             )
         )
     slots = [bytearray(len(plan[3])) for plan in plans]  # per flow: who posted (see below)
@@ -573,7 +581,7 @@ def _run_message(
         start_flow(i, d, nbytes, lambda: one_done(i), landed)
 
     def rank(i: int):
-        for b, ph, rank_plans, routes, nbytes, ready_s, entry_s in plans:
+        for b, ph, rank_plans, routes, nbytes, ready_s, entry_s, wbytes in plans:
             slot = slots[b]
             wait = ready_s[i] - env.now
             if wait > 0:
@@ -587,7 +595,7 @@ def _run_message(
                 if eager:
                     pending[i] = 1  # held while posting
                     for g, d in sends:
-                        eager_send(i, d, g, nbytes[g], slot)
+                        eager_send(i, d, g, wbytes[g], slot)
                     for g, _ in recvs:
                         if slot[g] != 2:  # not arrived yet: wait for it
                             slot[g] = 1
@@ -597,12 +605,12 @@ def _run_message(
                     pending[i] = n_ops + 1  # + 1 held while posting
                     for g, d in sends:
                         if slot[g]:
-                            start_message(routes[g], i, d, nbytes[g], arrived)
+                            start_message(routes[g], i, d, wbytes[g], arrived)
                         else:
                             slot[g] = 1
                     for g, s in recvs:
                         if slot[g]:
-                            start_message(routes[g], s, i, nbytes[g], arrived)
+                            start_message(routes[g], s, i, wbytes[g], arrived)
                         else:
                             slot[g] = 1
                 n = pending[i] - 1
@@ -666,14 +674,19 @@ def contention_free(
 
 
 def _run_stacked(
-    ph: Phase, tables: _Tables, t: np.ndarray, eager: bool, gamma_s_per_byte: float
+    ph: Phase,
+    tables: _Tables,
+    t: np.ndarray,
+    eager: bool,
+    gamma_s_per_byte: float,
+    wire: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray:
     """:func:`run_fast` for schedules whose every round is a permutation (ring, Bruck, ...):
     all byte counts and transfer times at once, then a few gathers per round."""
     lo, count, dst, inv, bw, lat, reduce = tables.stacked
     units = ph.units if ph.schedule.unit_order is None else ph.units[ph.schedule.unit_order]
     fb = span_bytes(*doubled_units(units), lo, count)
-    tx = fb / bw
+    tx = (fb if wire is None else wire(fb)) / bw
     gam = gamma_s_per_byte * np.take_along_axis(fb, inv, axis=1) if gamma_s_per_byte > 0 else None
     if eager:
         for k in range(len(tx)):
@@ -737,6 +750,7 @@ def run_fast_steps(
     gamma_s_per_byte: float = 0.0,
     cache: RunCache | None = None,
     call_overhead_s: float = 0.0,
+    wire: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray | None:
     """:func:`run_fast` without the overlap check for S steps at once; finish times [B, S, P].
 
@@ -775,7 +789,7 @@ def run_fast_steps(
         reduce = [r.reduce for r in tab.schedule.rounds]
         for (lo, hi, dst, inv, bw, lat), red in zip(tab.reduced(d), reduce, strict=True):
             fb = span_bytes(doubled, cs, lo, hi - lo)
-            tx = fb / bw
+            tx = (fb if wire is None else wire(fb)) / bw
             if eager:
                 done = t + tx
                 arrive = done + lat
@@ -798,6 +812,7 @@ def run_fast(
     check_overlap: bool = True,
     cache: RunCache | None = None,
     call_overhead_s: float = 0.0,
+    wire: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray | None:
     """Evaluate ``phases`` with the contention-free recurrence; finish times [B, P].
 
@@ -822,14 +837,14 @@ def run_fast(
         tables = cache.tables(ph.schedule)
         perms = tables.permutations
         if not check_overlap and ph.schedule.rounds and all(v is not None for v in perms):
-            t = _run_stacked(ph, tables, t, eager, gamma_s_per_byte)
+            t = _run_stacked(ph, tables, t, eager, gamma_s_per_byte, wire)
             finish[b] = t
             continue
         rounds = ph.schedule.rounds
         for rnd, fb, (bw, lat), inv in zip(
             rounds, ph.schedule.round_bytes(ph.units), tables.pair_tables, perms, strict=True
         ):
-            tx = fb / bw
+            tx = (fb if wire is None else wire(fb)) / bw
             if inv is not None:  # every rank sends once and receives once: gathers only
                 if eager:
                     done = t + tx

@@ -45,6 +45,7 @@ communication time not hidden behind computation.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -86,6 +87,7 @@ from vgcsim.core.collectives import (
     ALLGATHERV_ALGORITHMS,
     ALLREDUCE_ALGORITHMS,
     SIZE_HEADER_BYTES,
+    wire_bytes,
 )
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.core.results import RESULT_COLUMNS
@@ -217,6 +219,7 @@ class _Runner:
     gamma_s_per_byte: float
     cache: RunCache
     call_overhead_s: float = 0.0  # the link's per-call software cost (engine.call_s)
+    wire: Callable[[np.ndarray], np.ndarray] | None = None  # size segments' wire bytes
     memo: dict[Any, _Outcome] = field(default_factory=dict)
     verdicts: dict[tuple[str, ...], str | None] = field(default_factory=dict)
     counts: dict[str, int] = field(
@@ -261,6 +264,7 @@ class _Runner:
                 semantics=self.cfg.semantics,
                 gamma_s_per_byte=self.gamma_s_per_byte,
                 call_overhead_s=self.call_overhead_s,
+                wire=self.wire,
                 cache=self.cache,
             )
             if fin is not None:
@@ -319,6 +323,7 @@ class _Runner:
                     semantics=cfg.semantics,
                     gamma_s_per_byte=self.gamma_s_per_byte,
                     call_overhead_s=self.call_overhead_s,
+                    wire=self.wire,
                     check_overlap=cfg.semantics == "eager" and verdict == "dst",
                     cache=self.cache,
                 )
@@ -341,6 +346,7 @@ class _Runner:
             gamma_s_per_byte=self.gamma_s_per_byte,
             cache=self.cache,
             call_overhead_s=self.call_overhead_s,
+            wire=self.wire,
         )
         return _Outcome(fin, "message")
 
@@ -349,6 +355,13 @@ class _Runner:
         a channel an earlier round's flow still sends on (checked by :func:`run_rounds`);
         else None, counted as ``round_refused`` (an error when the path is forced)."""
         cfg = self.cfg
+        if self.wire is not None:  # the round level does not price size segments
+            if cfg.path == "round":
+                raise ConfigError(
+                    "the round-level path does not price the link's size segments; "
+                    "use path=auto or message"
+                )
+            return None
         if cfg.mode != "fair":
             if cfg.path == "round":
                 raise ConfigError(
@@ -690,7 +703,8 @@ def simulate_trace(
         gamma, call = link.gamma_s_per_byte, link.call_overhead_s
         host = (link.allgatherv_host_s_per_byte, link.allgatherv_host_s_per_byte_table)
         cache = RunCache(ws.topology)
-        runners = {lab: _Runner(ws.topology, cfg, gamma, cache, call) for lab in labels}
+        wire = functools.partial(wire_bytes, link) if link.segments else None
+        runners = {lab: _Runner(ws.topology, cfg, gamma, cache, call, wire) for lab in labels}
         per_step: dict[str, list[dict[str, Any]]] = {lab: [] for lab in labels}
         want_timeline = _timeline_steps(ws, timeline_steps)
         draw = timeline_max_ranks is None or ws.p <= timeline_max_ranks
@@ -724,6 +738,7 @@ def simulate_trace(
                                     cfg=cfg,
                                     gamma=gamma,
                                     call=call,
+                                    wire=wire,
                                     method=label,
                                     t=t,
                                     cache=cache,
@@ -827,6 +842,7 @@ def _timeline(
     cfg: SimulateConfig,
     gamma: float,
     call: float,
+    wire: Callable[[np.ndarray], np.ndarray] | None,
     method: str,
     t: int,
     cache: RunCache,
@@ -845,6 +861,7 @@ def _timeline(
         spans=spans,
         cache=cache,
         call_overhead_s=call,
+        wire=wire,
     )
     compute, fwd = ws.compute[t], ws.fwd[t]
     for r in range(ws.p):

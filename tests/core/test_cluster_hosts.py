@@ -51,3 +51,33 @@ def test_bad_values_are_one_line_and_exit_2(tmp_path, capsys, text):
     assert main(["clusters", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_size_segments_read_from_a_file(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[link]\npreset = "1GbE"\nsegments = [[0, 0.0, 1.25e9], [262144, -0.0019, 1.25e8]]\n'
+    )
+    link = load_cluster(path).link
+    assert link.segments == ((0.0, 0.0, 1.25e9), (262144.0, -0.0019, 1.25e8))
+    assert cluster_from_dict(cluster_to_dict(load_cluster(path))).link == link
+
+
+@pytest.mark.parametrize(
+    "segments",
+    [
+        '"fast"',
+        "[[0, 0.0]]",
+        "[[0, 0.0, 0]]",
+        "[[-1, 0.0, 1e9]]",
+        "[[10, 0.0, 1e9], [10, 0.0, 1e8]]",
+        "[[0, 5.0, 1e9]]",
+        "[[0, nan, 1e9]]",
+    ],
+)
+def test_bad_segments_are_one_line_and_exit_2(tmp_path, capsys, segments):
+    path = tmp_path / "bad.toml"
+    path.write_text(f'[link]\npreset = "1GbE"\nsegments = {segments}\n')
+    assert main(["clusters", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err

@@ -96,3 +96,42 @@ def test_four_ranks_on_two_cores_double_compute_and_cpu_terms_in_predict_and_sim
         n = float(trace.header["dense_bytes_per_step"])
         extra = CALL_S + 0.75 * n * 1e-9
         assert rb.comm_s - ra.comm_s == pytest.approx(extra, rel=1e-6)
+
+
+# ---------------------------------------------------------------- size segments (SMPI-style)
+
+#: A token bucket of 256 KiB on 1 Gbit/s: messages within it leave at 10 Gbit/s, larger ones
+#: pay the bucket back at the rate (extra latency −B·(β − β_fast)).
+BUCKET = 262144.0
+SEGMENTS = ((0.0, 0.0, 1.25e9), (BUCKET, -BUCKET * (1 / 1.25e8 - 1 / 1.25e9), 1.25e8))
+
+
+def test_a_message_is_priced_by_its_size_segment_by_hand():
+    from vgcsim.core.collectives import message_time_s, wire_bytes
+
+    link = dataclasses.replace(
+        get_cluster("1GbE").link, efficiency=1.0, bandwidth_Bps=1.25e8, segments=SEGMENTS
+    )
+    a = link.latency_s
+    assert message_time_s(link, 1000.0) == pytest.approx(a + 1000 / 1.25e9, rel=REL)
+    big = 1 << 20
+    assert message_time_s(link, big) == pytest.approx(
+        a + BUCKET / 1.25e9 + (big - BUCKET) / 1.25e8, rel=1e-12
+    )
+    # the simulator's wire bytes move in that time at the link's rate
+    assert wire_bytes(link, 1000.0) == pytest.approx(1000 * 1.25e8 / 1.25e9, rel=REL)
+
+
+@pytest.mark.parametrize("key", [k for k in COLLECTIVE_KEYS if k != "allreduce/hierarchical"])
+@pytest.mark.parametrize("p", [2, 3, 4, 8])
+@pytest.mark.parametrize("size", [4096.0, 1e5, 4e6])
+def test_model_and_simulator_price_size_segments_alike(key, p, size):
+    base = get_cluster("1GbE")
+    seg = _with(base, efficiency=1.0, bandwidth_Bps=1.25e8, segments=SEGMENTS)
+    sizes = np.full(p, size)
+    model = float(mc.collective_time_s(key, sizes[None, :], seg)[0])
+    sim = simulate_collective(key, sizes, seg).time_s
+    assert sim == pytest.approx(model, rel=1e-6)
+    if size <= BUCKET / p:  # every message within the bucket: faster than the plain link
+        plain = _with(base, efficiency=1.0, bandwidth_Bps=1.25e8)
+        assert model < float(mc.collective_time_s(key, sizes[None, :], plain)[0])

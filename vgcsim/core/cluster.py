@@ -235,6 +235,38 @@ def _host_table(owner: str, value: Any) -> tuple[tuple[float, float], ...]:
     return tuple(points)
 
 
+def _segments(owner: str, value: Any) -> tuple[tuple[float, float, float], ...]:
+    """``value`` as ``(from_bytes, extra_latency_s, bandwidth_Bps)`` points: ConfigError
+    unless each is three finite numbers, bytes >= 0 and strictly increasing, |extra latency|
+    <= 1 s, bandwidth within ``RANGES["bandwidth_Bps"]``."""
+    key = "segments"
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+        raise ConfigError(
+            f"{owner}: {key} must be a list of [from_bytes, extra_latency_s, bandwidth_Bps] "
+            f"triples, got {value!r:.80}"
+        )
+    points: list[tuple[float, float, float]] = []
+    for point in value:
+        if (
+            isinstance(point, (str, bytes, Mapping))
+            or not isinstance(point, (list, tuple))
+            or len(point) != 3
+            or not all(_finite(v) for v in point)
+        ):
+            raise ConfigError(
+                f"{owner}: {key}: each segment must be [from_bytes, extra_latency_s, "
+                f"bandwidth_Bps] (three finite numbers), got {point!r:.80}"
+            )
+        start, extra, bw = (float(v) for v in point)
+        if start < 0 or (points and start <= points[-1][0]):
+            raise ConfigError(f"{owner}: {key}: from_bytes must be >= 0 and increase")
+        if abs(extra) > 1.0:
+            raise ConfigError(f"{owner}: {key}: extra_latency_s must be within 1 s, got {extra!r}")
+        _check_range(f"{owner} {key}", "bandwidth_Bps", bw)
+        points.append((start, extra, bw))
+    return tuple(points)
+
+
 @dataclass(frozen=True)
 class LinkSpec:
     """A point-to-point link in the Hockney α-β(-γ) model.
@@ -265,6 +297,20 @@ class LinkSpec:
     sharing factor (:func:`host_share`), as γ and δ do. A point-to-point message does not pay
     it. Every collective formula adds ``c`` per call (``calls_per_collective``,
     ``vgcsim.models.collectives``); 0 for the presets.
+
+    ``segments``, where not empty, prices each message by its size, piecewise linear as
+    SimGrid's SMPI does (Degomme et al., "Simulating MPI applications: the SMPI approach",
+    IEEE TPDS 28(8), 2017: latency and bandwidth factors per message-size segment):
+    ``(from_bytes, extra_latency_s, bandwidth_Bps)`` points in increasing bytes; a message
+    of m bytes in the segment of the largest ``from_bytes`` ≤ m (the first one below it)
+    takes ``α + extra_latency_s + m / bandwidth_Bps`` instead of ``α + m·β``
+    (:func:`vgcsim.core.collectives.message_time_s`). A token-bucket shaper's burst
+    (messages within the bucket leave at the host's speed), TCP's window growth and eager /
+    rendezvous protocol switches are such steps; ``vgcsim calibrate`` fits them where one
+    line does not fit its point-to-point sizes. The last segment's bandwidth is the link's
+    ``bandwidth_Bps`` (×``efficiency``) by construction of the fit; extra latencies may be
+    negative (a burst shortens a large message by the bucket's bytes), but no message takes
+    less than α.
     """
 
     name: str
@@ -277,6 +323,7 @@ class LinkSpec:
     allgatherv_host_s_per_byte_table: tuple[tuple[float, float], ...] = ()
     allgatherv_host_padded_share: float = DEFAULT_HOST_PADDED_SHARE
     call_overhead_s: float = 0.0
+    segments: tuple[tuple[float, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         for key in (
@@ -293,6 +340,7 @@ class LinkSpec:
             "allgatherv_host_s_per_byte_table",
             _host_table(f"link {self.name!r}", self.allgatherv_host_s_per_byte_table),
         )
+        object.__setattr__(self, "segments", _segments(f"link {self.name!r}", self.segments))
         if not (_finite(self.efficiency) and 0 < self.efficiency <= 1):
             raise ConfigError(
                 f"link {self.name!r}: efficiency (payload bytes per wire byte) must be in "
@@ -944,6 +992,7 @@ _LINK_KEYS = (
     "allgatherv_host_padded_share",
     "call_overhead",
     "call_overhead_s",
+    "segments",
     "efficiency",
     "framing",
     "source",
@@ -1028,6 +1077,7 @@ def _link_from(where: str, value: Any) -> LinkSpec:
         or "allgatherv_host_s_per_byte_table" in value
         or "allgatherv_host_padded_share" in value
         or any(k in value for k in ("call_overhead", "call_overhead_s"))
+        or "segments" in value
         or "efficiency" in value
         or "framing" in value
     )
@@ -1044,6 +1094,7 @@ def _link_from(where: str, value: Any) -> LinkSpec:
             allgatherv_host_s_per_byte=host,
             allgatherv_host_s_per_byte_table=host_table,
             allgatherv_host_padded_share=share,
+            segments=value.get("segments", base.segments if base else ()),
             **overheads,
         )
     except ConfigError as exc:
