@@ -53,9 +53,11 @@ def per_op_errors(stdout: str) -> dict[str, float]:
     return out
 
 
-def run_setup(rate: str, burst: str, extra: list[str], timeout_s: float) -> dict:
+def run_setup(
+    rate: str, burst: str, extra: list[str], timeout_s: float, keep: Path | None = None
+) -> dict:
     with tempfile.TemporaryDirectory(prefix="vgcsim-cal-") as tmp:
-        out = Path(tmp) / "cal.toml"
+        out = (keep or Path(tmp)) / f"cal-{rate}-{burst}.toml"
         with shaped_hosts(4, rate, burst=tbf_bytes(burst), latency="400ms") as hosts:
             done = run_on_hosts(
                 hosts,
@@ -87,6 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", default=None, help="calibrate --budget (seconds per size)")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per setup")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="folder to keep each setup's cluster file and measurements in (refit them with "
+        "`vgcsim calibrate --from FILE`)",
+    )
     args = parser.parse_args(argv)
     reason = missing_prerequisite()
     if reason is not None:
@@ -101,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for setup in args.setups.split(","):
         rate, burst = setup.split(":")
-        row = run_setup(rate, burst, extra, args.timeout)
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+        row = run_setup(rate, burst, extra, args.timeout, args.keep)
         rows.append(row)
         if not args.json:
             errs = row.get("typical_error_per_op", {})

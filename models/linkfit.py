@@ -107,6 +107,131 @@ SHARE_OP = "allgatherv_skewed"
 CALL_OPS = ("allreduce", "allgather")
 
 
+#: A point-to-point fit is split into size segments only where one α-β line leaves a
+#: typical error above this (:func:`fit_segments`).
+SEGMENT_ERROR = 0.10
+#: Sizes per segment at least, and segments at most.
+SEGMENT_MIN_SIZES = 3
+SEGMENT_MAX = 4
+
+
+def step_messages(op: str, size_bytes: float, world: int) -> tuple[tuple[float, float], ...]:
+    """``(count, bytes)`` of the messages one rank sends, step after step, in one measurement
+    of ``op`` (the ring algorithms of :func:`cost_coefficients`): what size segments price
+    message by message. p2p: one of n; allreduce: 2(P−1) of n/P; allgather: P−1 of m;
+    vgcsim's allgatherv: P−1 of the 8-byte header, then P−1 of m (the largest block)."""
+    p, n = world, float(size_bytes)
+    if op in ("p2p", "p2p_intra"):
+        return ((1.0, n),)
+    if op == "allreduce":
+        return ((2.0 * (p - 1), n / p),)
+    if op == "allgather":
+        return ((float(p - 1), n),)
+    if op in ("allgatherv", "allgatherv_skewed"):
+        return ((float(p - 1), float(SIZE_HEADER_BYTES)), (float(p - 1), n))
+    raise ConfigError(f"unknown op {op!r}; valid: {', '.join(OPS)}")
+
+
+def segment_terms(rows: Sequence[dict], world: int, segments) -> np.ndarray:
+    """Per row, the seconds its messages take beyond α under size ``segments``
+    (``(from_bytes, extra_latency_s, bandwidth_Bps)``): Σ count·max(0, extra_k + m/bw_k)
+    over :func:`step_messages` (:func:`vgcsim.core.collectives.message_time_s` − α)."""
+    starts = np.array([s[0] for s in segments])
+    extra = np.array([s[1] for s in segments])
+    bw = np.array([s[2] for s in segments])
+    out = np.zeros(len(rows))
+    for i, r in enumerate(rows):
+        for count, m in step_messages(r["op"], r["size_bytes"], world):
+            k = int(np.clip(np.searchsorted(starts, m, side="right") - 1, 0, len(starts) - 1))
+            out[i] += count * max(0.0, extra[k] + m / bw[k])
+    return out
+
+
+def _line_rel(n: np.ndarray, t: np.ndarray, free_intercept: bool) -> tuple[np.ndarray, float]:
+    """``(α, β)`` of ``t ≈ α + n·β`` minimising Σ (fit/t − 1)², β ≥ 0 (α ≥ 0 unless
+    ``free_intercept``), and its Σ log² ratio (inf where a fitted time is not positive)."""
+    a = np.column_stack([np.ones_like(n), n]) / t[:, None]
+    x = _nnls_small(a, np.ones_like(t), free=(0,) if free_intercept else ())
+    fit = x[0] + n * x[1]
+    if np.any(fit <= 0):
+        return x, math.inf
+    return x, float(np.sum(np.log(fit / t) ** 2))
+
+
+def fit_segments(
+    sizes_bytes, seconds
+) -> tuple[float, tuple[tuple[float, float, float], ...]] | None:
+    """Point-to-point times as piecewise α-β lines by message size, as SMPI prices messages
+    (Degomme, Legrand, Markomanolis, Quinson, Stillwell, Suter, "Simulating MPI applications:
+    the SMPI approach", IEEE TPDS 28(8), 2017: piecewise-linear latency and bandwidth
+    factors per message-size segment, the breakpoints read off measurements).
+
+    The breakpoints are chosen by the data: over every split of the sorted sizes into 1 to
+    :data:`SEGMENT_MAX` runs of at least :data:`SEGMENT_MIN_SIZES` sizes (exact dynamic
+    programming), each run fitted by its own line (least squares on the relative error, β ≥
+    0; the first run's α ≥ 0, the later runs' intercepts of any sign: a token bucket's burst
+    makes a large message's line start below zero), the split with the least Bayesian
+    information criterion ``N·ln(SSE/N) + (3K − 1)·ln N`` (SSE: Σ log² of fitted over
+    measured, K runs: two parameters each and K − 1 breakpoints). Returns ``(α, segments)``
+    with α the first run's intercept and ``segments`` =
+    ``((from_bytes, α_k − α, 1/β_k), ...)``, ``from_bytes`` where run k's line crosses run
+    k − 1's when that lies between their measured sizes (a token bucket's two lines cross
+    at its burst size), else run k's smallest measured size (0 for the first); None with fewer than 2·:data:`SEGMENT_MIN_SIZES` sizes, or where one
+    line wins."""
+    n = np.asarray(sizes_bytes, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    order = np.argsort(n, kind="stable")
+    n, t = n[order], t[order]
+    total = len(n)
+    if total < 2 * SEGMENT_MIN_SIZES or np.unique(n).size != total:
+        return None
+    cost: dict[tuple[int, int], tuple[float, np.ndarray]] = {}
+    for i in range(total):
+        for j in range(i + SEGMENT_MIN_SIZES, total + 1):
+            x, sse = _line_rel(n[i:j], t[i:j], free_intercept=i > 0)
+            if x[1] <= 0:
+                sse = math.inf  # a segment needs a bandwidth
+            cost[(i, j)] = (sse, x)
+    # best[k][j]: least SSE of sizes [0, j) in k runs, and the split
+    best = [{0: (0.0, [])}]
+    for k in range(1, SEGMENT_MAX + 1):
+        row = {}
+        for j in range(k * SEGMENT_MIN_SIZES, total + 1):
+            options = [
+                (prev + cost[(i, j)][0], [*cuts, i])
+                for i, (prev, cuts) in best[k - 1].items()
+                if (i, j) in cost and prev < math.inf
+            ]
+            if options:
+                row[j] = min(options, key=lambda o: o[0])
+        best.append(row)
+
+    def bic(k: int) -> float:
+        sse = best[k].get(total, (math.inf, []))[0]
+        if not math.isfinite(sse):
+            return math.inf
+        return total * math.log(max(sse, 1e-300) / total) + (3 * k - 1) * math.log(total)
+
+    k_best = min(range(1, SEGMENT_MAX + 1), key=bic)
+    if k_best == 1 or not math.isfinite(bic(k_best)):
+        return None
+    starts = best[k_best][total][1]
+    ends = [*starts[1:], total]
+    lines = [cost[(i, j)][1] for i, j in zip(starts, ends, strict=True)]
+    alpha = float(lines[0][0])
+    segments = [(0.0, 0.0, 1.0 / float(lines[0][1]))]
+    for i, prev, x in zip(starts[1:], lines, lines[1:], strict=False):
+        # where the two lines cross, if between the last size of one run and the first of
+        # the next (a token bucket's lines cross at its burst); else the next run's first size
+        lo, hi = float(n[i - 1]), float(n[i])
+        slope = float(prev[1]) - float(x[1])
+        cross = (float(x[0]) - float(prev[0])) / slope if slope != 0 else hi
+        near = 1e-6 * hi  # the crossing of exact data lands on a measured size, give or take
+        start = min(max(cross, lo), hi) if lo - near <= cross <= hi + near else hi
+        segments.append((start, float(x[0]) - alpha, 1.0 / float(x[1])))
+    return alpha, tuple(segments)
+
+
 def call_coefficient(op: str, world: int) -> float:
     """Coefficient ``k_c`` of the per-call software cost c (``call_overhead_s``) in one
     measurement's cost: 0 for ``p2p`` (no collective call), 1 for ``allreduce`` and
@@ -233,6 +358,9 @@ class LinkFit:
     #: small messages gave it with α (empty: not fitted, c = 0).
     call_overhead_s: float = 0.0
     call_ops: tuple[str, ...] = ()
+    #: size segments ``(from_bytes, extra_latency_s, bandwidth_Bps)`` of the link where one
+    #: α-β line did not fit the point-to-point sizes (:func:`fit_segments`); empty otherwise.
+    segments: tuple[tuple[float, float, float], ...] = ()
 
     @property
     def typical_error(self) -> float:
@@ -399,6 +527,7 @@ def fit_link(
     latency_op: str | None = LATENCY_OP,
     share_op: str | None = SHARE_OP,
     call_ops: Sequence[str] | None = CALL_OPS,
+    segments: bool = True,
 ) -> tuple[LinkFit, list[dict]]:
     """Fit α, β, γ to a measurement file's rows; returns the fit and the per-size error table.
 
@@ -451,15 +580,46 @@ def fit_link(
     x, used_roles, method = _fit_regimes(a[used], t[used], used_ops)
     roles = np.array(["check"] * len(rows), dtype=object)
     roles[used] = used_roles
+    segs: tuple[tuple[float, float, float], ...] = ()
+    if segments and fit_ops == ("p2p",):
+        one = a[used] @ x
+        if (
+            one.min() > 0
+            and math.expm1(math.sqrt(float(np.mean(np.log(one / t[used]) ** 2)))) > SEGMENT_ERROR
+        ):
+            found = fit_segments(a[used, 1], t[used])
+            if found is not None:
+                x[0], segs = found
+                x[1] = 1.0 / segs[-1][2]
+                method = f"{len(segs)} size segments"
+                roles[used] = "segment"
+
+    def bw_terms() -> np.ndarray:
+        """Each row's seconds beyond α and γ's terms: β's, or its size segments'."""
+        if segs:
+            return segment_terms(rows, world, segs)
+        return a[:, 1] * x[1]
+
+    def linear(mask) -> np.ndarray:
+        """α, β (or segments) and γ's terms of the rows in ``mask``."""
+        if segs:
+            return a[mask, 0] * x[0] + bw_terms()[mask] + a[mask, 2] * x[2]
+        return a[mask] @ x
+
     g_op = ""
     if gamma_op and gamma_op in measured and gamma_op not in fit_ops and x[2] == 0:
         g = np.array([r["op"] == gamma_op for r in rows])
         g_t = t[g]
         # Its rows that the fitted link already calls bandwidth-bound (β's term alone is at
         # least half the measured time), where a per-byte excess can show.
-        g_band = a[g, 1] * x[1] >= 0.5 * g_t
-        if g_band.any():
+        g_band = bw_terms()[g] >= 0.5 * g_t
+        if g_band.any() and segs:
+            ag = a[g][g_band]
+            rest_g = g_t[g_band] - ag[:, 0] * x[0] - bw_terms()[g][g_band]
+            x[2] = _excess_slope(ag[:, 2], rest_g, g_t[g_band])
+        elif g_band.any():
             x[2] = _gamma_given(a[g][g_band], g_t[g_band], x[0], x[1])
+        if g_band.any():
             g_idx = np.flatnonzero(g)[g_band]
             roles[g_idx] = "gamma"
             g_op = gamma_op
@@ -468,7 +628,7 @@ def fit_link(
     fit_alpha, l_op = float(x[0]), ""
     if latency_op and latency_op in measured and latency_op not in fit_ops and x[1] > 0:
         c = np.array([r["op"] == latency_op for r in rows])
-        rest = t - a[:, 1] * x[1] - a[:, 2] * x[2]
+        rest = t - bw_terms() - a[:, 2] * x[2]
         # its latency regime: β and γ's terms at most LATENCY_SHARE of the measured time
         c_lat = c & (a[:, 0] > 0) & (t - rest <= LATENCY_SHARE * t)
         if c_lat.any():
@@ -480,7 +640,7 @@ def fit_link(
     measured_calls = [o for o in (call_ops or ()) if o in measured and o not in fit_ops]
     if l_op and len(measured_calls) >= 2:
         c = np.array([r["op"] in measured_calls for r in rows])
-        rest = t - a[:, 1] * x[1] - a[:, 2] * x[2]
+        rest = t - bw_terms() - a[:, 2] * x[2]
         c_lat = c & (a[:, 0] > 0) & (t - rest <= LATENCY_SHARE * t)
         both = fit_call_overhead(a[c_lat, 0], k_call[c_lat], rest[c_lat])
         if both is not None:
@@ -496,7 +656,7 @@ def fit_link(
         # α's terms at most HOST_LATENCY_SHARE of the time: the per-byte costs dominate.
         h_band = h & (a[:, 0] * x[0] <= HOST_LATENCY_SHARE * t) & (k_host > 0)
         if h_band.any():
-            rest = t[h_band] - a[h_band] @ x - calls[h_band]
+            rest = t[h_band] - linear(h_band) - calls[h_band]
             delta = _excess_slope(k_host[h_band], rest, t[h_band])
             h_table = host_points(k_host[h_band], rest)
             roles[h_band] = "host"
@@ -507,7 +667,7 @@ def fit_link(
         sk_band = sk & (a[:, 0] * x[0] <= HOST_LATENCY_SHARE * t)
         k_real = np.array([real_bytes(r["op"], r["size_bytes"], world) for r in rows])
         fitted_share = padded_share_given(
-            t[sk_band] - a[sk_band] @ x - calls[sk_band],
+            t[sk_band] - linear(sk_band) - calls[sk_band],
             host_s_per_byte_at(k_gathered[sk_band], delta, h_table),
             k_gathered[sk_band],
             k_real[sk_band],
@@ -518,7 +678,10 @@ def fit_link(
     k_host = np.array([host_coefficient(r["op"], r["size_bytes"], world, share) for r in rows])
     # the fit ops' rows with their own α, every other row with the link's
     alphas = np.where(used, fit_alpha, x[0])
-    fitted = a[:, 0] * alphas + a[:, 1:] @ x[1:] + calls
+    if segs:
+        fitted = a[:, 0] * alphas + bw_terms() + a[:, 2] * x[2] + calls
+    else:
+        fitted = a[:, 0] * alphas + a[:, 1:] @ x[1:] + calls
     fitted = fitted + k_host * host_s_per_byte_at(k_gathered, delta, h_table)
     rel = (fitted - t) / t
     with np.errstate(divide="ignore"):
@@ -544,6 +707,7 @@ def fit_link(
         share_op=s_op,
         call_overhead_s=float(call_s),
         call_ops=c_ops,
+        segments=segs,
     )
     return fit, _table(rows, t, fitted, rel, roles)
 

@@ -75,3 +75,46 @@ def test_bad_host_flags_exit_2(tmp_path, capsys, flag):
     assert main(["calibrate", "--from", str(meas), "-o", str(tmp_path / "c.toml"), *flag]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- size segments
+
+
+def bucket_seconds(n, alpha=60e-6, burst=262144, fast_Bps=1.25e9, rate_Bps=1.25e8):
+    """A ping-pong's half round trip behind a token bucket of ``burst`` bytes: the bucket
+    leaves at the host's speed, the rest at the shaped rate."""
+    return alpha + min(n, burst) / fast_Bps + max(0.0, n - burst) / rate_Bps
+
+
+def tbf_measurements(world=4, call_s=300e-6):
+    from vgcsim.traces.calibration import default_sizes_bytes
+
+    rows = []
+    for op in ("p2p", "allreduce", "allgather"):
+        for size in default_sizes_bytes():
+            if op == "p2p":
+                t = bucket_seconds(size)
+            elif op == "allreduce":
+                t = call_s + 2 * (world - 1) * bucket_seconds(size / world)
+            else:
+                t = call_s + (world - 1) * bucket_seconds(size)
+            rows.append({"op": op, "size_bytes": size, "seconds": [t]})
+    return {"world_size": world, "backend": "gloo", "rows": rows}
+
+
+def test_a_token_bucket_is_fitted_as_size_segments_with_the_data_s_breakpoint():
+    fit, table = fit_link(tbf_measurements())
+    assert len(fit.segments) >= 2
+    # a breakpoint at the bucket, where the two lines cross
+    assert any(s[0] == pytest.approx(262144, rel=1e-6) for s in fit.segments), fit.segments
+    assert fit.bandwidth_Bps == pytest.approx(1.25e8, rel=0.02)
+    errors = {}
+    for r in table:
+        errors.setdefault(r["op"], []).append(abs(r["rel_error"]))
+    # one line was ~60 % off on such a link; the segments price every op within 10 %
+    assert max(max(v) for v in errors.values()) < 0.10, errors
+
+
+def test_one_line_is_kept_where_it_fits():
+    fit, _ = fit_link(synthetic(0.0, 4))
+    assert fit.segments == ()

@@ -212,6 +212,13 @@ def _link_lines(table: str, name: str, fit, what: str) -> list[str]:
     if fit.call_ops:
         # the software cost of one collective call, fitted with alpha from small messages
         lines.append(f"call_overhead_s = {toml_value(float(fit.call_overhead_s))}")
+    if fit.segments:
+        # p2p priced by message size ([from_bytes, extra_latency_s, bandwidth_Bps])
+        points = ", ".join(
+            f"[{toml_value(float(b))}, {toml_value(float(e))}, {toml_value(float(w))}]"
+            for b, e, w in fit.segments
+        )
+        lines.append(f"segments = [{points}]")
     host_table = fit.allgatherv_host_s_per_byte_table
     if host_table:
         # δ size by size ([gathered bytes, s per byte]); it prices the host time where given.
@@ -491,6 +498,10 @@ def _print_fit(label: str, fit) -> None:
             gamma += f", {fit.allgatherv_host_padded_share:.2f} of it per padded byte"
     if fit.call_ops:
         gamma += f", {fit.call_overhead_s * 1e6:.1f} us per call ({'+'.join(fit.call_ops)})"
+    if fit.segments:
+        gamma += "; size segments from " + ", ".join(
+            f"{format_bytes(b)}: {e * 1e6:+.1f} us, {w / 1e6:.2f} MB/s" for b, e, w in fit.segments
+        )
     ops = "+".join(fit.fit_ops)
     source = _fit_source(fit)
     if fit.latency_op:
