@@ -247,12 +247,15 @@ def call_coefficient(op: str, world: int) -> float:
 def fit_call_overhead(
     k_alpha: np.ndarray, k_call: np.ndarray, rest: np.ndarray
 ) -> tuple[float, float] | None:
-    """``(α, c) ≥ 0`` minimising Σ ((k_α·α + k_c·c − rest) / rest)² over latency-regime rows
-    of collectives, ``rest`` being each row's measured time beyond its β and γ terms: the
-    relative error, so every size counts alike (exact non-negative least squares over the
-    active sets). None unless the rows hold two different ratios k_α / k_c (a per-step and a
-    per-call cost cannot be told apart otherwise): a ring allreduce pays 2(P−1) steps per
-    call, a ring allgather P−1, vgcsim's allgatherv 2(P−1) steps in two calls.
+    """``(α, c) ≥ 0`` from latency-regime rows of collectives, ``rest`` being each row's
+    measured time beyond its β and γ terms: rows of one ratio k_α / k_c (one op) give one
+    point, the median of their ``rest`` at the median of their k_α and k_c (robust, as α's
+    median of :func:`fit_link`: a small collective on a busy host scatters by 2x and more
+    from size to size); (α, c) minimise Σ ((k_α·α + k_c·c − rest) / rest)² over those
+    points (the relative error, exact non-negative least squares over the active sets; two
+    points: the exact solution where it is non-negative). None unless the rows hold two
+    different ratios (a per-step and a per-call cost cannot be told apart otherwise): a
+    ring allreduce pays 2(P−1) steps per call, a ring allgather P−1.
 
     Which structure the data choose (per step, per call, both) is this fit's answer: c = 0
     where the collectives' small-message times grow with their step counts alone, α = 0
@@ -260,11 +263,22 @@ def fit_call_overhead(
     ok = (k_call > 0) & (rest > 0)
     if not ok.any():
         return None
-    ratios = np.unique(np.round(k_alpha[ok] / k_call[ok], 12))
-    if ratios.size < 2:
+    ratio = np.round(k_alpha / np.where(k_call > 0, k_call, 1.0), 12)
+    groups = np.unique(ratio[ok])
+    if groups.size < 2:
         return None
-    a = np.column_stack([k_alpha[ok], k_call[ok]]) / rest[ok, None]
-    x = _nnls_small(a, np.ones(int(ok.sum())))
+    pts = np.array(
+        [
+            (
+                float(np.median(k_alpha[ok & (ratio == g)])),
+                float(np.median(k_call[ok & (ratio == g)])),
+                float(np.median(rest[ok & (ratio == g)])),
+            )
+            for g in groups
+        ]
+    )
+    a = pts[:, :2] / pts[:, 2:3]
+    x = _nnls_small(a, np.ones(len(pts)))
     return float(x[0]), float(x[1])
 
 
@@ -654,7 +668,7 @@ def fit_link(
     if host_op and host_op in measured and host_op not in fit_ops and x[1] > 0:
         h = np.array([r["op"] == host_op for r in rows])
         # α's terms at most HOST_LATENCY_SHARE of the time: the per-byte costs dominate.
-        h_band = h & (a[:, 0] * x[0] <= HOST_LATENCY_SHARE * t) & (k_host > 0)
+        h_band = h & (a[:, 0] * x[0] + calls <= HOST_LATENCY_SHARE * t) & (k_host > 0)
         if h_band.any():
             rest = t[h_band] - linear(h_band) - calls[h_band]
             delta = _excess_slope(k_host[h_band], rest, t[h_band])
@@ -664,7 +678,7 @@ def fit_link(
     share, s_op = DEFAULT_HOST_PADDED_SHARE, ""
     if share_op and share_op in measured and share_op not in fit_ops and h_op:
         sk = np.array([r["op"] == share_op for r in rows])
-        sk_band = sk & (a[:, 0] * x[0] <= HOST_LATENCY_SHARE * t)
+        sk_band = sk & (a[:, 0] * x[0] + calls <= HOST_LATENCY_SHARE * t)
         k_real = np.array([real_bytes(r["op"], r["size_bytes"], world) for r in rows])
         fitted_share = padded_share_given(
             t[sk_band] - linear(sk_band) - calls[sk_band],
