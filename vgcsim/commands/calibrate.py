@@ -428,7 +428,7 @@ def run(args: argparse.Namespace) -> int:
         "typical error per op (predicted from the fit where not fitted): "
         + ", ".join(f"{op} {e:.1%}" for op, e in errors.items())
     )
-    switch = protocol_switch(table)
+    switch = None if fit.segments else protocol_switch(table)  # segments price the steps
     if switch is not None:
         print(
             f"p2p steps between {switch['below_bytes']} and {switch['above_bytes']} B "
