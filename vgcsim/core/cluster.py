@@ -303,7 +303,7 @@ class LinkSpec:
     IEEE TPDS 28(8), 2017: latency and bandwidth factors per message-size segment):
     ``(from_bytes, extra_latency_s, bandwidth_Bps)`` points in increasing bytes; a message
     of m bytes in the segment of the largest ``from_bytes`` ≤ m (the first one below it)
-    takes ``α + extra_latency_s + m / bandwidth_Bps`` instead of ``α + m·β``
+    takes ``α + max(0, extra_latency_s + m / bandwidth_Bps)`` instead of ``α + m·β``
     (:func:`vgcsim.core.collectives.message_time_s`). A token-bucket shaper's burst
     (messages within the bucket leave at the host's speed), TCP's window growth and eager /
     rendezvous protocol switches are such steps; ``vgcsim calibrate`` fits them where one
