@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         if not args.json:
             errs = row.get("typical_error_per_op", {})
-            print(f"{rate} burst {burst}: " + ", ".join(f"{k} {v:.1%}" for k, v in errs.items()))
+            what = ", ".join(f"{k} {v:.1%}" for k, v in errs.items())
+            print(f"{rate} burst {burst}: {what or 'failed: ' + row.get('error', '')[-500:]}")
     if args.json:
         for r in rows:
             r.pop("stdout_tail", None)

@@ -83,7 +83,12 @@ import numpy as np
 from vgcsim.traces.calibration import OPS, measured_seconds, skewed_sizes
 
 from vgcsim.core.cluster import DEFAULT_HOST_PADDED_SHARE
-from vgcsim.core.collectives import SIZE_HEADER_BYTES, host_copied_bytes, host_s_per_byte_at
+from vgcsim.core.collectives import (
+    SIZE_HEADER_BYTES,
+    host_copied_bytes,
+    host_s_per_byte_at,
+    plain_allgather_host_time_s,
+)
 from vgcsim.core.errors import ConfigError, VgcsimError
 
 #: A row is in the bandwidth regime from this many times its op's fastest time.
@@ -697,6 +702,14 @@ def fit_link(
     else:
         fitted = a[:, 0] * alphas + a[:, 1:] @ x[1:] + calls
     fitted = fitted + k_host * host_s_per_byte_at(k_gathered, delta, h_table)
+    if h_op and str(measurements.get("backend", "gloo")) == "gloo":
+        # a plain all_gather on gloo copies its gathered buffer once: ½·δ(P·m)·P·m, as
+        # `vgcsim validate` prices it (vgcsim.core.collectives.plain_allgather_host_time_s)
+        for i, r in enumerate(rows):
+            if r["op"] == "allgather":
+                fitted[i] += float(
+                    plain_allgather_host_time_s(world, float(r["size_bytes"]), delta, h_table)
+                )
     rel = (fitted - t) / t
     with np.errstate(divide="ignore"):
         log_ratio = np.log(fitted / t)
