@@ -8,6 +8,7 @@ and the typical error per op that calibrate prints (exp of the rms log ratio of 
 measured time, minus one). Needs root; prints why and exits 0 where it cannot run.
 
     python benchmarks/calibrate_netns.py --json
+    python benchmarks/calibrate_netns.py --setups 1gbit:256kb --max-error 0.1   # exit 1 above
     python benchmarks/calibrate_netns.py --setups 1gbit:256kb --sizes 4,1KiB,64KiB,1MiB,8MiB
 
 Timing needs a quiet machine: the 4 ranks share its cores.
@@ -90,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per setup")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument(
+        "--max-error",
+        type=float,
+        default=None,
+        help="exit 1 when any op's typical error of any setup exceeds this (e.g. 0.1)",
+    )
+    parser.add_argument(
         "--keep",
         type=Path,
         default=None,
@@ -122,6 +129,11 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             r.pop("stdout_tail", None)
         print(json.dumps({"setups": rows}, indent=1))
+    if args.max_error is not None:
+        worst = [r.get("worst_typical_error") for r in rows]
+        if any(w is None or w > args.max_error for w in worst):
+            print(f"calibrate_netns: a setup failed or exceeded --max-error {args.max_error:g}")
+            return 1
     return 0
 
 
