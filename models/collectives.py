@@ -9,6 +9,24 @@ Notation: α = latency_s, β = 1/bandwidth_Bps, γ = gamma_s_per_byte of the lin
 i's payload; M = Σ m_i; m_max = max m_i; for allreduce n = m_max (allreduce needs equal
 sizes; a smaller rank is padded); lg = log2; p' = 2^⌊lg P⌋ (largest power of two ≤ P).
 
+Software cost (every formula below, P > 1): each collective call adds ``c`` =
+``call_overhead_s`` of the link once (every rank pays it, in parallel, so once to the
+time): ``calls·c``, ``calls`` = :func:`vgcsim.core.collectives.calls_per_collective` (2
+for ``allgatherv/padded``: the size exchange and the data are two calls). c enters neither
+the per-step start-up α (paid 2(P−1) times by a ring allreduce, P−1 times by a ring
+allgather) nor any per-byte term. Source of the structure: LogP's per-message overhead o,
+paid by the processor apart from the wire latency L (D. Culler et al., "LogP: towards a
+realistic model of parallel computation", PPoPP 1993), here per call; 0 by default, fitted
+by ``vgcsim calibrate`` (``vgcsim.models.linkfit``).
+
+Size segments: where the link has ``segments`` (SMPI-style piecewise pricing by message
+size, :class:`vgcsim.core.cluster.LinkSpec`), every step's ``α + β·m`` term below is
+priced as one message of its m bytes, ``msg(m)`` =
+:func:`vgcsim.core.collectives.message_time_s`: e.g. the ring allreduce is ``c + 2(P−1)·
+msg(n/P) + (P−1)/P·n·γ`` and Rabenseifner's halving and doubling ``2·Σ_k msg(n/2^k)``;
+``allgatherv/direct``, whose P−1 messages share a rank's link, moves each message's
+:func:`~vgcsim.core.collectives.wire_bytes`. Without segments the formulas are as written.
+
 Common assumptions: every rank has its own full-duplex link into a non-blocking fabric (a
 rank can send and receive at full rate at once; no contention between disjoint pairs);
 rounds are lock-step (a round ends when its slowest transfer ends); no overlap of
@@ -25,12 +43,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from vgcsim.core.bounded import BOUND_ALIGN, bounded_rounds
-from vgcsim.core.cluster import ClusterSpec, LinkSpec
+from vgcsim.core.cluster import ClusterSpec, LinkSpec, shared_cluster
 from vgcsim.core.collectives import (
     COLLECTIVE_KEYS,
     SIZE_HEADER_BYTES,
+    message_time_s,
     padded_host_time_s,
     plain_allgather_host_time_s,
+    wire_bytes,
 )
 from vgcsim.core.errors import ConfigError, unknown_name
 
@@ -73,12 +93,34 @@ def _zeros_like_steps(s: np.ndarray) -> np.ndarray:
     return np.zeros(s.shape[:-1], dtype=np.float64)
 
 
+def _software(link: LinkSpec) -> tuple[LinkSpec, float]:
+    """``(link, c)``: the link the formulas price steps with and its per-call cost."""
+    return link, link.call_overhead_s
+
+
+def _msg(link: LinkSpec, m):
+    """One step's ``α + β·m`` (the same float operations as written in the formulas), or
+    ``msg(m)`` of the link's size segments where it has them."""
+    if link.segments:
+        return message_time_s(link, m)
+    return link.latency_s + m * link.beta_s_per_byte
+
+
+def _plus_calls(t: np.ndarray, p: int, call_s: float, calls: int = 1):
+    """``t + calls·c`` for P > 1 (a collective of one rank is free, as in every formula)."""
+    if p <= 1 or call_s == 0.0:
+        return t
+    return t + calls * call_s
+
+
 def _fold_unfold_s(n: np.ndarray, p: int, link: LinkSpec) -> np.ndarray | float:
     """The fold and unfold of a recursive allreduce for P not a power of two:
     ``[P ≠ p']·(2α + 2n·β + n·γ)`` (the r = P − p' extra ranks send their vector to a partner,
     which reduces it, and receive the result at the end)."""
     if _pow2_floor(p) == p:
         return 0.0
+    if link.segments:
+        return 2 * message_time_s(link, n) + n * link.gamma_s_per_byte
     return 2 * link.latency_s + 2 * n * link.beta_s_per_byte + n * link.gamma_s_per_byte
 
 
@@ -92,6 +134,8 @@ def _ring_allreduce(n: np.ndarray, p: int, link: LinkSpec) -> np.ndarray:
         return np.zeros_like(n)
     a, b, g = link.latency_s, link.beta_s_per_byte, link.gamma_s_per_byte
     frac = (p - 1) / p
+    if link.segments:
+        return 2 * (p - 1) * message_time_s(link, n / p) + frac * n * g
     return 2 * (p - 1) * a + 2 * frac * n * b + frac * n * g
 
 
@@ -104,7 +148,7 @@ def allreduce_ring(
 ) -> np.ndarray:
     """Ring allreduce (reduce-scatter ring + allgather ring).
 
-    Formula: ``T = 2(P−1)·α + 2·(P−1)/P·n·β + (P−1)/P·n·γ``.
+    Formula: ``T = c + 2(P−1)·α + 2·(P−1)/P·n·β + (P−1)/P·n·γ``.
 
     Assumptions: n divisible into P equal chunks; each of the 2(P−1) lock-step rounds moves
     n/P bytes per rank to its ring neighbour; bandwidth-optimal (Patarasuk & Yuan 2009).
@@ -113,7 +157,8 @@ def allreduce_ring(
     of workstations", JPDC 69(2), 2009; Thakur, Rabenseifner & Gropp, IJHPCA 2005, §4.
     """
     s = _sizes(sizes_bytes)
-    return _ring_allreduce(s.max(axis=-1), s.shape[-1], link)
+    link, call_s = _software(link)
+    return _plus_calls(_ring_allreduce(s.max(axis=-1), s.shape[-1], link), s.shape[-1], call_s)
 
 
 def allreduce_recursive_doubling(
@@ -125,7 +170,7 @@ def allreduce_recursive_doubling(
 ) -> np.ndarray:
     """Recursive-doubling allreduce: lg P rounds of full-vector pairwise exchange + reduce.
 
-    Formula: ``T = lg p'·(α + n·β + n·γ) + [P ≠ p']·(2α + 2n·β + n·γ)``.
+    Formula: ``T = c + lg p'·(α + n·β + n·γ) + [P ≠ p']·(2α + 2n·β + n·γ)``.
 
     Assumptions: for P not a power of two, the r = P − p' extra ranks first send their vector
     to a partner (α + nβ, reduced: nγ) and receive the result at the end (α + nβ).
@@ -138,8 +183,13 @@ def allreduce_recursive_doubling(
     n = s.max(axis=-1)
     if p == 1:
         return np.zeros_like(n)
+    link, call_s = _software(link)
     a, b, g = link.latency_s, link.beta_s_per_byte, link.gamma_s_per_byte
-    return math.log2(_pow2_floor(p)) * (a + n * b + n * g) + _fold_unfold_s(n, p, link)
+    if link.segments:
+        t = math.log2(_pow2_floor(p)) * (message_time_s(link, n) + n * g)
+        return _plus_calls(t + _fold_unfold_s(n, p, link), p, call_s)
+    t = math.log2(_pow2_floor(p)) * (a + n * b + n * g) + _fold_unfold_s(n, p, link)
+    return _plus_calls(t, p, call_s)
 
 
 def allreduce_rabenseifner(
@@ -151,7 +201,8 @@ def allreduce_rabenseifner(
 ) -> np.ndarray:
     """Rabenseifner allreduce: recursive-halving reduce-scatter + recursive-doubling allgather.
 
-    Formula: ``T = 2·lg p'·α + 2·(p'−1)/p'·n·β + (p'−1)/p'·n·γ + [P ≠ p']·(2α + 2n·β + n·γ)``.
+    Formula: ``T = c + 2·lg p'·α + 2·(p'−1)/p'·n·β + (p'−1)/p'·n·γ
+    + [P ≠ p']·(2α + 2n·β + n·γ)``.
 
     Assumptions: as recursive doubling for the fold of non-power-of-two P; vector divisible
     into p' equal pieces.
@@ -164,11 +215,16 @@ def allreduce_rabenseifner(
     n = s.max(axis=-1)
     if p == 1:
         return np.zeros_like(n)
+    link, call_s = _software(link)
     a, b, g = link.latency_s, link.beta_s_per_byte, link.gamma_s_per_byte
     pp = _pow2_floor(p)
     frac = (pp - 1) / pp
-    t = 2 * math.log2(pp) * a + 2 * frac * n * b + frac * n * g
-    return t + _fold_unfold_s(n, p, link)
+    if link.segments:  # halving then doubling: messages of n/2, n/4, ..., n/p' each way
+        levels = int(math.log2(pp))
+        t = frac * n * g + 2 * sum(message_time_s(link, n / 2**k) for k in range(1, levels + 1))
+    else:
+        t = 2 * math.log2(pp) * a + 2 * frac * n * b + frac * n * g
+    return _plus_calls(t + _fold_unfold_s(n, p, link), p, call_s)
 
 
 def allreduce_binomial_tree(
@@ -180,7 +236,8 @@ def allreduce_binomial_tree(
 ) -> np.ndarray:
     """Binomial-tree reduce to rank 0 followed by binomial-tree broadcast.
 
-    Formula: ``T = ⌈lg P⌉·(α + n·β + n·γ) + ⌈lg P⌉·(α + n·β) = ⌈lg P⌉·(2α + 2n·β + n·γ)``.
+    Formula: ``T = c + ⌈lg P⌉·(α + n·β + n·γ) + ⌈lg P⌉·(α + n·β)
+    = c + ⌈lg P⌉·(2α + 2n·β + n·γ)``.
 
     Assumptions: whole vector sent at every tree level (no pipelining or segmentation).
 
@@ -189,8 +246,11 @@ def allreduce_binomial_tree(
     s = _sizes(sizes_bytes)
     p = s.shape[-1]
     n = s.max(axis=-1)
+    link, call_s = _software(link)
     a, b, g = link.latency_s, link.beta_s_per_byte, link.gamma_s_per_byte
-    return _ceil_lg(p) * (2 * a + 2 * n * b + n * g)
+    if link.segments:
+        return _plus_calls(_ceil_lg(p) * (2 * message_time_s(link, n) + n * g), p, call_s)
+    return _plus_calls(_ceil_lg(p) * (2 * a + 2 * n * b + n * g), p, call_s)
 
 
 def allreduce_hierarchical(
@@ -204,7 +264,8 @@ def allreduce_hierarchical(
 
     Formula, with g = min(gpus_per_node, P) ranks per node, N = ⌈P/g⌉ nodes and (α', β', γ')
     of the intra-node link (the inter-node link if none is given):
-    ``T = ⌈lg g⌉·(α' + nβ' + nγ') + T_ring(N, n; α, β, γ) + ⌈lg g⌉·(α' + nβ')``.
+    ``T = c + ⌈lg g⌉·(α' + nβ' + nγ') + T_ring(N, n; α, β, γ)
+    + ⌈lg g⌉·(α' + nβ')`` (c of the inter-node link; one call).
 
     Assumptions: ranks fill nodes in order; one leader per node takes part in the inter-node
     ring with the node's full vector; binomial trees inside a node. g = 1 gives the flat ring.
@@ -218,10 +279,14 @@ def allreduce_hierarchical(
     n = s.max(axis=-1)
     g = max(1, min(int(gpus_per_node), p))
     nodes = -(-p // g)
-    il = intra_link if intra_link is not None else link
+    il, _ = _software(intra_link if intra_link is not None else link)
+    link, call_s = _software(link)
     levels = _ceil_lg(g)
-    intra = levels * (2 * il.latency_s + 2 * n * il.beta_s_per_byte + n * il.gamma_s_per_byte)
-    return intra + _ring_allreduce(n, nodes, link)
+    if il.segments:
+        intra = levels * (2 * message_time_s(il, n) + n * il.gamma_s_per_byte)
+    else:
+        intra = levels * (2 * il.latency_s + 2 * n * il.beta_s_per_byte + n * il.gamma_s_per_byte)
+    return _plus_calls(intra + _ring_allreduce(n, nodes, link), p, call_s)
 
 
 # ------------------------------------------------------------------------------------------
@@ -238,7 +303,8 @@ def allgatherv_ring(
 ) -> np.ndarray:
     """Lock-step ring allgatherv: P−1 rounds, each rank forwards one block to its successor.
 
-    Formula: ``T = Σ_{r=1}^{P−1} (α + β·max_i m_{(i−r+1) mod P}) = (P−1)·(α + β·m_max)``.
+    Formula: ``T = c + Σ_{r=1}^{P−1} (α + β·max_i m_{(i−r+1) mod P})
+    = c + (P−1)·(α + β·m_max)``.
     In every round each of the P blocks is in flight on exactly one link, so the largest
     block sets every round.
 
@@ -251,7 +317,9 @@ def allgatherv_ring(
     """
     s = _sizes(sizes_bytes)
     p = s.shape[-1]
-    return (p - 1) * (link.latency_s + s.max(axis=-1) * link.beta_s_per_byte)
+    link, call_s = _software(link)
+    t = (p - 1) * _msg(link, s.max(axis=-1))
+    return _plus_calls(t, p, call_s)
 
 
 def _rd_power_of_two(c: np.ndarray, link: LinkSpec) -> np.ndarray:
@@ -259,7 +327,7 @@ def _rd_power_of_two(c: np.ndarray, link: LinkSpec) -> np.ndarray:
     t = _zeros_like_steps(c)
     g = c
     while g.shape[-1] > 1:
-        t = t + link.latency_s + g.max(axis=-1) * link.beta_s_per_byte
+        t = t + _msg(link, g.max(axis=-1))
         g = g.reshape(*g.shape[:-1], g.shape[-1] // 2, 2).sum(axis=-1)
     return t
 
@@ -273,8 +341,9 @@ def allgatherv_recursive_doubling(
 ) -> np.ndarray:
     """Recursive-doubling allgatherv: in round k rank i swaps everything it holds with i XOR 2^k.
 
-    Formula (P a power of two): ``T = Σ_{k=0}^{lg P−1} (α + β·max_G Σ_{i∈G} m_i)`` over the
-    aligned groups G of 2^k ranks (what a rank holds, and sends, in round k).
+    Formula (P a power of two): ``T = c + Σ_{k=0}^{lg P−1} (α + β·max_G Σ_{i∈G} m_i)``
+    over the aligned groups G of 2^k ranks (what a rank holds, and sends, in round k); the
+    fold and unfold below are steps too (α each).
     P not a power of two: the r = P − p' extra ranks p'+j first send their block to rank j
     (α + β·max_j m_{p'+j}), the p' ranks run the above on the merged blocks, then rank j
     sends rank p'+j everything it lacks (α + β·max_j (M − m_{p'+j})).
@@ -288,17 +357,17 @@ def allgatherv_recursive_doubling(
     s = _sizes(sizes_bytes)
     p = s.shape[-1]
     pp = _pow2_floor(p)
+    link, call_s = _software(link)
     if pp == p:
-        return _rd_power_of_two(s, link)
+        return _plus_calls(_rd_power_of_two(s, link), p, call_s)
     r = p - pp
     extra = s[..., pp:]
     merged = s[..., :pp].copy()
     merged[..., :r] += extra
     total = s.sum(axis=-1)
-    a, b = link.latency_s, link.beta_s_per_byte
-    fold = a + extra.max(axis=-1) * b
-    unfold = a + (total[..., None] - extra).max(axis=-1) * b
-    return fold + _rd_power_of_two(merged, link) + unfold
+    fold = _msg(link, extra.max(axis=-1))
+    unfold = _msg(link, (total[..., None] - extra).max(axis=-1))
+    return _plus_calls(fold + _rd_power_of_two(merged, link) + unfold, p, call_s)
 
 
 def allgatherv_bruck(
@@ -311,7 +380,7 @@ def allgatherv_bruck(
     """Bruck allgatherv: ⌈lg P⌉ rounds; in round k rank i sends rank i−2^k the s_k blocks
     i, i+1, …, i+s_k−1 (mod P) it holds, s_k = min(2^k, P − 2^k).
 
-    Formula: ``T = Σ_{k=0}^{⌈lg P⌉−1} (α + β·max_i Σ_{j=0}^{s_k−1} m_{(i+j) mod P})``.
+    Formula: ``T = c + Σ_{k=0}^{⌈lg P⌉−1} (α + β·max_i Σ_{j=0}^{s_k−1} m_{(i+j) mod P})``.
 
     Assumptions: lock-step rounds; the final local rotation is free; works for any P.
 
@@ -323,15 +392,16 @@ def allgatherv_bruck(
     t = _zeros_like_steps(s)
     if p == 1:
         return t
+    link, call_s = _software(link)
     doubled = np.concatenate([s, s], axis=-1)
     cs = np.concatenate([np.zeros((*s.shape[:-1], 1)), np.cumsum(doubled, axis=-1)], axis=-1)
     k = 1
     while k < p:
         w = min(k, p - k)
         window = cs[..., w : w + p] - cs[..., :p]
-        t = t + link.latency_s + window.max(axis=-1) * link.beta_s_per_byte
+        t = t + _msg(link, window.max(axis=-1))
         k *= 2
-    return t
+    return _plus_calls(t, p, call_s)
 
 
 def allgatherv_direct(
@@ -343,7 +413,7 @@ def allgatherv_direct(
 ) -> np.ndarray:
     """Direct allgatherv: every rank sends its block to all others at once.
 
-    Formula: ``T = α + β·max_i max((P−1)·m_i, M − m_i)`` — rank i's link must carry
+    Formula: ``T = c + α + β·max_i max((P−1)·m_i, M − m_i)`` (one step) — rank i's link must carry
     (P−1)·m_i out and M − m_i in; the busiest direction of the busiest rank sets the time.
 
     Assumptions: fair sharing of each rank's link among its concurrent flows, a non-blocking
@@ -356,16 +426,18 @@ def allgatherv_direct(
     p = s.shape[-1]
     if p == 1:
         return _zeros_like_steps(s)
-    total = s.sum(axis=-1, keepdims=True)
-    busiest = np.maximum((p - 1) * s, total - s).max(axis=-1)
-    return link.latency_s + busiest * link.beta_s_per_byte
+    w = wire_bytes(link, s)  # s itself without size segments
+    total = w.sum(axis=-1, keepdims=True)
+    busiest = np.maximum((p - 1) * w, total - w).max(axis=-1)
+    link, call_s = _software(link)
+    return _plus_calls(link.latency_s + busiest * link.beta_s_per_byte, p, call_s)
 
 
 def size_exchange_time_s(world_size: int, link: LinkSpec) -> float:
     """The allgatherv size exchange, priced as its own small collective: a ring allgather of one
     int64 (:data:`SIZE_HEADER_BYTES`) per rank, run before the data collective.
 
-    Formula: ``T = (P−1)·(α + 8β)`` (0 for P = 1).
+    Formula: ``T = c + (P−1)·(α + 8β)`` (0 for P = 1; one call of its own).
 
     Assumptions: one length per rank per call (an implementation sending one length per
     layer, as ``vgcsim.traces.training.distributed_allgatherv`` does, moves 8 B × layers instead);
@@ -380,7 +452,8 @@ def size_exchange_time_s(world_size: int, link: LinkSpec) -> float:
     p = int(world_size)
     if p < 1:
         raise ConfigError(f"world size must be >= 1, got {world_size}")
-    return (p - 1) * (link.latency_s + SIZE_HEADER_BYTES * link.beta_s_per_byte)
+    link, call_s = _software(link)
+    return _plus_calls((p - 1) * _msg(link, SIZE_HEADER_BYTES), p, call_s)
 
 
 def allgatherv_host_time_s(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
@@ -416,12 +489,13 @@ def allgatherv_host_time_s(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray
 def allgatherv_padded_data(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
     """The data phase of the padded allgatherv alone: a ring allgather of every block padded to
     the largest one and the implementation's host copies,
-    ``T = (P−1)·(α + β·m_max) + δ·(s·P·m_max + (1 − s)·Σ m)`` (sizes known in advance;
-    :func:`allgatherv_host_time_s`)."""
+    ``T = c + (P−1)·(α + β·m_max) + δ·(s·P·m_max + (1 − s)·Σ m)`` (sizes known in
+    advance; one call; :func:`allgatherv_host_time_s`)."""
     s = _sizes(sizes_bytes)
     p = s.shape[-1]
-    ring = (p - 1) * (link.latency_s + s.max(axis=-1) * link.beta_s_per_byte)
-    return ring + allgatherv_host_time_s(s, link)
+    stepped, call_s = _software(link)
+    ring = (p - 1) * _msg(stepped, s.max(axis=-1))
+    return _plus_calls(ring + allgatherv_host_time_s(s, link), p, call_s)
 
 
 def allgatherv_padded(
@@ -434,7 +508,8 @@ def allgatherv_padded(
     """Padded allgatherv: allgather the sizes, then a ring allgather of every block padded to
     the largest one (what gloo-backed ``torch.distributed`` and many frameworks do).
 
-    Formula: ``T = (P−1)·(α + 8β) + (P−1)·(α + β·m_max) + δ·(s·P·m_max + (1 − s)·Σ m)`` —
+    Formula: ``T = 2c + (P−1)·(α + 8β) + (P−1)·(α + β·m_max)
+    + δ·(s·P·m_max + (1 − s)·Σ m)`` (two calls) —
     :func:`size_exchange_time_s` (one int64 per rank by ring allgather) +
     :func:`allgatherv_padded_data` (the padded ring and the host copies, δ =
     ``link.allgatherv_host_s_per_byte``, s = ``link.allgatherv_host_padded_share``,
@@ -468,8 +543,9 @@ def allgatherv_bounded(
     max_r m_r > b, else 0. :func:`allgatherv_bounded_history` gives each of a bucket's
     successive exchanges the bound the hook computes from the ones before.
 
-    Formula: ``T = (P−1)·(α + β·b) + ½·δ·P·b + [e > 0]·((P−1)·(α + β·e) + ½·δ·P·e)`` — two
-    ring allgathers of equal blocks and their host copies
+    Formula: ``T = c + (P−1)·(α + β·b) + ½·δ·P·b + [e > 0]·(c + (P−1)·(α + β·e) + ½·δ·P·e)``
+    — two ring allgather calls of equal blocks (c the link's per-call cost; with size
+    segments each ``α + β·m`` is ``msg(m)``) and their host copies
     (:func:`vgcsim.core.collectives.plain_allgather_host_time_s`, δ =
     ``link.allgatherv_host_s_per_byte``); no size exchange (the lengths travel in the
     message's header). 0 for P = 1.
@@ -507,10 +583,10 @@ def allgatherv_bounded_history(
 
 
 def _plain_ring_s(p: int, block_bytes: np.ndarray, link: LinkSpec) -> np.ndarray:
-    """A plain ring all_gather of equal blocks and its host copies:
-    ``(P−1)·(α + β·b) + ½·δ(P·b)·P·b``."""
+    """A plain ring all_gather call of equal blocks and its host copies:
+    ``c + (P−1)·msg(b) + ½·δ(P·b)·P·b`` (``msg(b)`` = α + β·b without size segments)."""
     b = np.asarray(block_bytes, dtype=np.float64)
-    ring = (p - 1) * (link.latency_s + b * link.beta_s_per_byte)
+    ring = link.call_overhead_s + (p - 1) * message_time_s(link, b)
     return ring + plain_allgather_host_time_s(
         p, b, link.allgatherv_host_s_per_byte, link.allgatherv_host_s_per_byte_table
     )
@@ -571,8 +647,11 @@ def get_collective(key: str) -> CollectiveModel:
 
 
 def collective_time_s(key: str, sizes_bytes: ArrayLike, cluster: ClusterSpec) -> np.ndarray:
-    """Seconds of collective ``key`` on ``cluster`` for per-rank sizes ``[..., P]``."""
+    """Seconds of collective ``key`` on ``cluster`` for per-rank sizes ``[..., P]`` (its links'
+    CPU-time terms stretched by the hosts' processor sharing,
+    :func:`vgcsim.core.cluster.shared_cluster`)."""
     model = get_collective(key)
+    cluster = shared_cluster(cluster, np.shape(sizes_bytes)[-1])
     return model.time_s(
         sizes_bytes,
         cluster.link,

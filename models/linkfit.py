@@ -6,14 +6,17 @@ a time. Each op's cost is linear in α (per-message latency, s), β = 1/bandwidt
 "Optimization of Collective Communication Operations in MPICH" (IJHPCA 2005), on ``P`` ranks:
 
 * ``p2p`` / ``p2p_intra``, half a ping-pong round trip of ``n`` bytes: ``t = α + n·β``
-* ring allreduce of ``n`` bytes: ``t = 2(P−1)·α + 2(P−1)/P·n·β + (P−1)/P·n·γ``
-* ring allgather of ``m`` bytes per rank: ``t = (P−1)·α + (P−1)·m·β``
+* ring allreduce of ``n`` bytes: ``t = c + 2(P−1)·α + 2(P−1)/P·n·β + (P−1)/P·n·γ``
+* ring allgather of ``m`` bytes per rank: ``t = c + (P−1)·α + (P−1)·m·β``
 * vgcsim's allgatherv of ``m`` bytes per rank (an all_gather of one int64 length, then the
   payload all_gather; on gloo the ``allgatherv/padded`` model):
-  ``t = 2(P−1)·α + (P−1)·(m + h)·β + P·m·δ`` with ``h`` =
+  ``t = 2c + 2(P−1)·α + (P−1)·(m + h)·β + P·m·δ`` (two calls) with ``h`` =
   :data:`~vgcsim.core.collectives.SIZE_HEADER_BYTES` and δ the implementation's host time per
   gathered byte (``allgatherv_host_s_per_byte``: copying the P blocks in and out, which the
   ring's α-β terms do not price; :func:`host_coefficient`)
+
+c is the software cost of one collective call (``call_overhead_s``, 0 unless fitted; see
+step 4 below).
 
 The fit (:func:`fit_link`) takes latency from small messages and bandwidth from large ones,
 so that neither regime's many points can drag the other's parameter:
@@ -31,6 +34,13 @@ so that neither regime's many points can drag the other's parameter:
    α, β, γ ≥ 0 come from one fit minimising the squared log ratio Σ (log t̂ − log t)²
    (Levenberg–Marquardt on log-parameters, started from the exact non-negative
    relative-error least squares).
+
+4. *per call and per step*: where the latency regime holds collectives with different
+   ratios of steps to calls (allreduce: 2(P−1) steps in one call; allgather: P−1 in one;
+   :data:`CALL_OPS`), α (per step) and c (per call) ≥ 0 come together from those rows, least squares on the relative error (:func:`fit_call_overhead`). Across
+   four network namespaces of a 2-core host, a collective's small-message time per step was
+   5-14 times the ping-pong's latency and grew with P (issue 39): a cost that one α
+   charged 2(P−1) times per allreduce and P−1 times per allgather.
 
 By default β comes from ``p2p`` alone (the link, without a collective algorithm's
 behaviour), α from ``allreduce``'s small messages (:data:`LATENCY_OP`; ``p2p``'s own α
@@ -73,7 +83,12 @@ import numpy as np
 from vgcsim.traces.calibration import OPS, measured_seconds, skewed_sizes
 
 from vgcsim.core.cluster import DEFAULT_HOST_PADDED_SHARE
-from vgcsim.core.collectives import SIZE_HEADER_BYTES, host_copied_bytes, host_s_per_byte_at
+from vgcsim.core.collectives import (
+    SIZE_HEADER_BYTES,
+    host_copied_bytes,
+    host_s_per_byte_at,
+    plain_allgather_host_time_s,
+)
 from vgcsim.core.errors import ConfigError, VgcsimError
 
 #: A row is in the bandwidth regime from this many times its op's fastest time.
@@ -91,6 +106,185 @@ HOST_OP = "allgatherv"
 LATENCY_OP = "allreduce"
 #: The op whose rows give s (``allgatherv_host_padded_share``) by default.
 SHARE_OP = "allgatherv_skewed"
+#: The collectives whose small messages give α and the per-call cost c together by default:
+#: a ring allreduce (2(P−1) steps in one call) and a ring allgather (P−1 in one). Not the
+#: allgatherv, whose small rows carry its host copies (δ, fitted after α) as well.
+CALL_OPS = ("allreduce", "allgather")
+
+
+#: A point-to-point fit is split into size segments only where one α-β line leaves a
+#: typical error above this (:func:`fit_segments`).
+SEGMENT_ERROR = 0.10
+#: Sizes per segment at least, and segments at most.
+SEGMENT_MIN_SIZES = 3
+SEGMENT_MAX = 4
+
+
+def step_messages(op: str, size_bytes: float, world: int) -> tuple[tuple[float, float], ...]:
+    """``(count, bytes)`` of the messages one rank sends, step after step, in one measurement
+    of ``op`` (the ring algorithms of :func:`cost_coefficients`): what size segments price
+    message by message. p2p: one of n; allreduce: 2(P−1) of n/P; allgather: P−1 of m;
+    vgcsim's allgatherv: P−1 of the 8-byte header, then P−1 of m (the largest block)."""
+    p, n = world, float(size_bytes)
+    if op in ("p2p", "p2p_intra"):
+        return ((1.0, n),)
+    if op == "allreduce":
+        return ((2.0 * (p - 1), n / p),)
+    if op == "allgather":
+        return ((float(p - 1), n),)
+    if op in ("allgatherv", "allgatherv_skewed"):
+        return ((float(p - 1), float(SIZE_HEADER_BYTES)), (float(p - 1), n))
+    raise ConfigError(f"unknown op {op!r}; valid: {', '.join(OPS)}")
+
+
+def segment_terms(rows: Sequence[dict], world: int, segments) -> np.ndarray:
+    """Per row, the seconds its messages take beyond α under size ``segments``
+    (``(from_bytes, extra_latency_s, bandwidth_Bps)``): Σ count·max(0, extra_k + m/bw_k)
+    over :func:`step_messages` (:func:`vgcsim.core.collectives.message_time_s` − α)."""
+    starts = np.array([s[0] for s in segments])
+    extra = np.array([s[1] for s in segments])
+    bw = np.array([s[2] for s in segments])
+    out = np.zeros(len(rows))
+    for i, r in enumerate(rows):
+        for count, m in step_messages(r["op"], r["size_bytes"], world):
+            k = int(np.clip(np.searchsorted(starts, m, side="right") - 1, 0, len(starts) - 1))
+            out[i] += count * max(0.0, extra[k] + m / bw[k])
+    return out
+
+
+def _line_rel(n: np.ndarray, t: np.ndarray, free_intercept: bool) -> tuple[np.ndarray, float]:
+    """``(α, β)`` of ``t ≈ α + n·β`` minimising Σ (fit/t − 1)², β ≥ 0 (α ≥ 0 unless
+    ``free_intercept``), and its Σ log² ratio (inf where a fitted time is not positive)."""
+    a = np.column_stack([np.ones_like(n), n]) / t[:, None]
+    x = _nnls_small(a, np.ones_like(t), free=(0,) if free_intercept else ())
+    fit = x[0] + n * x[1]
+    if np.any(fit <= 0):
+        return x, math.inf
+    return x, float(np.sum(np.log(fit / t) ** 2))
+
+
+def fit_segments(
+    sizes_bytes, seconds
+) -> tuple[float, tuple[tuple[float, float, float], ...]] | None:
+    """Point-to-point times as piecewise α-β lines by message size, as SMPI prices messages
+    (Degomme, Legrand, Markomanolis, Quinson, Stillwell, Suter, "Simulating MPI applications:
+    the SMPI approach", IEEE TPDS 28(8), 2017: piecewise-linear latency and bandwidth
+    factors per message-size segment, the breakpoints read off measurements).
+
+    The breakpoints are chosen by the data: over every split of the sorted sizes into 1 to
+    :data:`SEGMENT_MAX` runs of at least :data:`SEGMENT_MIN_SIZES` sizes (exact dynamic
+    programming), each run fitted by its own line (least squares on the relative error, β ≥
+    0; the first run's α ≥ 0, the later runs' intercepts of any sign: a token bucket's burst
+    makes a large message's line start below zero), the split with the least Bayesian
+    information criterion ``N·ln(SSE/N) + (3K − 1)·ln N`` (SSE: Σ log² of fitted over
+    measured, K runs: two parameters each and K − 1 breakpoints). Returns ``(α, segments)``
+    with α the first run's intercept and ``segments`` =
+    ``((from_bytes, α_k − α, 1/β_k), ...)``, ``from_bytes`` where run k's line crosses run
+    k − 1's when that lies between their measured sizes (a token bucket's two lines cross
+    at its burst size), else run k's smallest measured size (0 for the first); None with fewer than 2·:data:`SEGMENT_MIN_SIZES` sizes, or where one
+    line wins."""
+    n = np.asarray(sizes_bytes, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    order = np.argsort(n, kind="stable")
+    n, t = n[order], t[order]
+    total = len(n)
+    if total < 2 * SEGMENT_MIN_SIZES or np.unique(n).size != total:
+        return None
+    cost: dict[tuple[int, int], tuple[float, np.ndarray]] = {}
+    for i in range(total):
+        for j in range(i + SEGMENT_MIN_SIZES, total + 1):
+            x, sse = _line_rel(n[i:j], t[i:j], free_intercept=i > 0)
+            if x[1] <= 0:
+                sse = math.inf  # a segment needs a bandwidth
+            cost[(i, j)] = (sse, x)
+    # best[k][j]: least SSE of sizes [0, j) in k runs, and the split
+    best = [{0: (0.0, [])}]
+    for k in range(1, SEGMENT_MAX + 1):
+        row = {}
+        for j in range(k * SEGMENT_MIN_SIZES, total + 1):
+            options = [
+                (prev + cost[(i, j)][0], [*cuts, i])
+                for i, (prev, cuts) in best[k - 1].items()
+                if (i, j) in cost and prev < math.inf
+            ]
+            if options:
+                row[j] = min(options, key=lambda o: o[0])
+        best.append(row)
+
+    def bic(k: int) -> float:
+        sse = best[k].get(total, (math.inf, []))[0]
+        if not math.isfinite(sse):
+            return math.inf
+        return total * math.log(max(sse, 1e-300) / total) + (3 * k - 1) * math.log(total)
+
+    k_best = min(range(1, SEGMENT_MAX + 1), key=bic)
+    if k_best == 1 or not math.isfinite(bic(k_best)):
+        return None
+    starts = best[k_best][total][1]
+    ends = [*starts[1:], total]
+    lines = [cost[(i, j)][1] for i, j in zip(starts, ends, strict=True)]
+    alpha = float(lines[0][0])
+    segments = [(0.0, 0.0, 1.0 / float(lines[0][1]))]
+    for i, prev, x in zip(starts[1:], lines, lines[1:], strict=False):
+        # where the two lines cross, if between the last size of one run and the first of
+        # the next (a token bucket's lines cross at its burst); else the next run's first size
+        lo, hi = float(n[i - 1]), float(n[i])
+        slope = float(prev[1]) - float(x[1])
+        cross = (float(x[0]) - float(prev[0])) / slope if slope != 0 else hi
+        near = 1e-6 * hi  # the crossing of exact data lands on a measured size, give or take
+        start = min(max(cross, lo), hi) if lo - near <= cross <= hi + near else hi
+        segments.append((start, float(x[0]) - alpha, 1.0 / float(x[1])))
+    return alpha, tuple(segments)
+
+
+def call_coefficient(op: str, world: int) -> float:
+    """Coefficient ``k_c`` of the per-call software cost c (``call_overhead_s``) in one
+    measurement's cost: 0 for ``p2p`` (no collective call), 1 for ``allreduce`` and
+    ``allgather``, 2 for vgcsim's allgatherv (an all_gather of the lengths, then one of the
+    data; :func:`vgcsim.core.collectives.calls_per_collective`); 0 for P = 1."""
+    if op not in OPS:
+        raise ConfigError(f"unknown op {op!r}; valid: {', '.join(OPS)}")
+    if world <= 1 or op.startswith("p2p"):
+        return 0.0
+    return 2.0 if op.startswith("allgatherv") else 1.0
+
+
+def fit_call_overhead(
+    k_alpha: np.ndarray, k_call: np.ndarray, rest: np.ndarray
+) -> tuple[float, float] | None:
+    """``(α, c) ≥ 0`` from latency-regime rows of collectives, ``rest`` being each row's
+    measured time beyond its β and γ terms: rows of one ratio k_α / k_c (one op) give one
+    point, the median of their ``rest`` at the median of their k_α and k_c (robust, as α's
+    median of :func:`fit_link`: a small collective on a busy host scatters by 2x and more
+    from size to size); (α, c) minimise Σ ((k_α·α + k_c·c − rest) / rest)² over those
+    points (the relative error, exact non-negative least squares over the active sets; two
+    points: the exact solution where it is non-negative). None unless the rows hold two
+    different ratios (a per-step and a per-call cost cannot be told apart otherwise): a
+    ring allreduce pays 2(P−1) steps per call, a ring allgather P−1.
+
+    Which structure the data choose (per step, per call, both) is this fit's answer: c = 0
+    where the collectives' small-message times grow with their step counts alone, α = 0
+    where they do not grow with them at all."""
+    ok = (k_call > 0) & (rest > 0)
+    if not ok.any():
+        return None
+    ratio = np.round(k_alpha / np.where(k_call > 0, k_call, 1.0), 12)
+    groups = np.unique(ratio[ok])
+    if groups.size < 2:
+        return None
+    pts = np.array(
+        [
+            (
+                float(np.median(k_alpha[ok & (ratio == g)])),
+                float(np.median(k_call[ok & (ratio == g)])),
+                float(np.median(rest[ok & (ratio == g)])),
+            )
+            for g in groups
+        ]
+    )
+    a = pts[:, :2] / pts[:, 2:3]
+    x = _nnls_small(a, np.ones(len(pts)))
+    return float(x[0]), float(x[1])
 
 
 def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, float, float]:
@@ -179,6 +373,13 @@ class LinkFit:
     #: ``fit_ops_latency_s`` is the fit ops' α either way (their rows are priced with it).
     latency_op: str = ""
     fit_ops_latency_s: float = 0.0
+    #: c, the software cost of one collective call (``call_overhead_s``), and the ops whose
+    #: small messages gave it with α (empty: not fitted, c = 0).
+    call_overhead_s: float = 0.0
+    call_ops: tuple[str, ...] = ()
+    #: size segments ``(from_bytes, extra_latency_s, bandwidth_Bps)`` of the link where one
+    #: α-β line did not fit the point-to-point sizes (:func:`fit_segments`); empty otherwise.
+    segments: tuple[tuple[float, float, float], ...] = ()
 
     @property
     def typical_error(self) -> float:
@@ -344,6 +545,8 @@ def fit_link(
     host_op: str | None = HOST_OP,
     latency_op: str | None = LATENCY_OP,
     share_op: str | None = SHARE_OP,
+    call_ops: Sequence[str] | None = CALL_OPS,
+    segments: bool = True,
 ) -> tuple[LinkFit, list[dict]]:
     """Fit α, β, γ to a measurement file's rows; returns the fit and the per-size error table.
 
@@ -360,7 +563,11 @@ def fit_link(
     of their time beyond β and γ's terms over α's coefficient, the latency of one step of a
     collective as the collectives pay it; the fit ops' rows keep their own α
     (``fit_ops_latency_s``) in the table and the typical error; δ's excess is taken over
-    the link's α. ``share_op`` (default ``allgatherv_skewed``), when measured, δ fitted and
+    the link's α. ``call_ops`` (default :data:`CALL_OPS`), when two or more of them were
+    measured (none among ``ops``) and ``latency_op`` gave α, give α and the per-call cost c
+    (``call_overhead_s``) together instead, from their rows in the latency regime
+    (:func:`fit_call_overhead`; every collective row is then priced with c × its calls,
+    :func:`call_coefficient`). ``share_op`` (default ``allgatherv_skewed``), when measured, δ fitted and
     not among ``ops``, gives s (``allgatherv_host_padded_share``) from its rows where α's
     terms explain at most :data:`HOST_LATENCY_SHARE` of the time, with α, β, γ and δ fixed
     (:func:`padded_share_given`); else s is the default
@@ -392,15 +599,46 @@ def fit_link(
     x, used_roles, method = _fit_regimes(a[used], t[used], used_ops)
     roles = np.array(["check"] * len(rows), dtype=object)
     roles[used] = used_roles
+    segs: tuple[tuple[float, float, float], ...] = ()
+    if segments and fit_ops == ("p2p",):
+        one = a[used] @ x
+        if (
+            one.min() > 0
+            and math.expm1(math.sqrt(float(np.mean(np.log(one / t[used]) ** 2)))) > SEGMENT_ERROR
+        ):
+            found = fit_segments(a[used, 1], t[used])
+            if found is not None:
+                x[0], segs = found
+                x[1] = 1.0 / segs[-1][2]
+                method = f"{len(segs)} size segments"
+                roles[used] = "segment"
+
+    def bw_terms() -> np.ndarray:
+        """Each row's seconds beyond α and γ's terms: β's, or its size segments'."""
+        if segs:
+            return segment_terms(rows, world, segs)
+        return a[:, 1] * x[1]
+
+    def linear(mask) -> np.ndarray:
+        """α, β (or segments) and γ's terms of the rows in ``mask``."""
+        if segs:
+            return a[mask, 0] * x[0] + bw_terms()[mask] + a[mask, 2] * x[2]
+        return a[mask] @ x
+
     g_op = ""
     if gamma_op and gamma_op in measured and gamma_op not in fit_ops and x[2] == 0:
         g = np.array([r["op"] == gamma_op for r in rows])
         g_t = t[g]
         # Its rows that the fitted link already calls bandwidth-bound (β's term alone is at
         # least half the measured time), where a per-byte excess can show.
-        g_band = a[g, 1] * x[1] >= 0.5 * g_t
-        if g_band.any():
+        g_band = bw_terms()[g] >= 0.5 * g_t
+        if g_band.any() and segs:
+            ag = a[g][g_band]
+            rest_g = g_t[g_band] - ag[:, 0] * x[0] - bw_terms()[g][g_band]
+            x[2] = _excess_slope(ag[:, 2], rest_g, g_t[g_band])
+        elif g_band.any():
             x[2] = _gamma_given(a[g][g_band], g_t[g_band], x[0], x[1])
+        if g_band.any():
             g_idx = np.flatnonzero(g)[g_band]
             roles[g_idx] = "gamma"
             g_op = gamma_op
@@ -409,22 +647,35 @@ def fit_link(
     fit_alpha, l_op = float(x[0]), ""
     if latency_op and latency_op in measured and latency_op not in fit_ops and x[1] > 0:
         c = np.array([r["op"] == latency_op for r in rows])
-        rest = t - a[:, 1] * x[1] - a[:, 2] * x[2]
+        rest = t - bw_terms() - a[:, 2] * x[2]
         # its latency regime: β and γ's terms at most LATENCY_SHARE of the measured time
         c_lat = c & (a[:, 0] > 0) & (t - rest <= LATENCY_SHARE * t)
         if c_lat.any():
             x[0] = max(0.0, float(np.median(rest[c_lat] / a[c_lat, 0])))
             roles[c_lat] = "latency"
             l_op = latency_op
+    k_call = np.array([call_coefficient(r["op"], world) for r in rows])
+    call_s, c_ops = 0.0, ()
+    measured_calls = [o for o in (call_ops or ()) if o in measured and o not in fit_ops]
+    if l_op and len(measured_calls) >= 2:
+        c = np.array([r["op"] in measured_calls for r in rows])
+        rest = t - bw_terms() - a[:, 2] * x[2]
+        c_lat = c & (a[:, 0] > 0) & (t - rest <= LATENCY_SHARE * t)
+        both = fit_call_overhead(a[c_lat, 0], k_call[c_lat], rest[c_lat])
+        if both is not None:
+            x[0], call_s = both
+            roles[c_lat] = "latency"
+            c_ops = tuple(o for o in measured_calls if (c_lat & c).any())
+    calls = k_call * call_s  # each row's per-call software seconds
     k_host = np.array([host_coefficient(r["op"], r["size_bytes"], world) for r in rows])
     k_gathered = np.array([gathered_bytes(r["op"], r["size_bytes"], world) for r in rows])
     delta, h_op, h_table = 0.0, "", ()
     if host_op and host_op in measured and host_op not in fit_ops and x[1] > 0:
         h = np.array([r["op"] == host_op for r in rows])
         # α's terms at most HOST_LATENCY_SHARE of the time: the per-byte costs dominate.
-        h_band = h & (a[:, 0] * x[0] <= HOST_LATENCY_SHARE * t) & (k_host > 0)
+        h_band = h & (a[:, 0] * x[0] + calls <= HOST_LATENCY_SHARE * t) & (k_host > 0)
         if h_band.any():
-            rest = t[h_band] - a[h_band] @ x
+            rest = t[h_band] - linear(h_band) - calls[h_band]
             delta = _excess_slope(k_host[h_band], rest, t[h_band])
             h_table = host_points(k_host[h_band], rest)
             roles[h_band] = "host"
@@ -432,10 +683,10 @@ def fit_link(
     share, s_op = DEFAULT_HOST_PADDED_SHARE, ""
     if share_op and share_op in measured and share_op not in fit_ops and h_op:
         sk = np.array([r["op"] == share_op for r in rows])
-        sk_band = sk & (a[:, 0] * x[0] <= HOST_LATENCY_SHARE * t)
+        sk_band = sk & (a[:, 0] * x[0] + calls <= HOST_LATENCY_SHARE * t)
         k_real = np.array([real_bytes(r["op"], r["size_bytes"], world) for r in rows])
         fitted_share = padded_share_given(
-            t[sk_band] - a[sk_band] @ x,
+            t[sk_band] - linear(sk_band) - calls[sk_band],
             host_s_per_byte_at(k_gathered[sk_band], delta, h_table),
             k_gathered[sk_band],
             k_real[sk_band],
@@ -446,8 +697,19 @@ def fit_link(
     k_host = np.array([host_coefficient(r["op"], r["size_bytes"], world, share) for r in rows])
     # the fit ops' rows with their own α, every other row with the link's
     alphas = np.where(used, fit_alpha, x[0])
-    fitted = a[:, 0] * alphas + a[:, 1:] @ x[1:]
+    if segs:
+        fitted = a[:, 0] * alphas + bw_terms() + a[:, 2] * x[2] + calls
+    else:
+        fitted = a[:, 0] * alphas + a[:, 1:] @ x[1:] + calls
     fitted = fitted + k_host * host_s_per_byte_at(k_gathered, delta, h_table)
+    if h_op and str(measurements.get("backend", "gloo")) == "gloo":
+        # a plain all_gather on gloo copies its gathered buffer once: ½·δ(P·m)·P·m, as
+        # `vgcsim validate` prices it (vgcsim.core.collectives.plain_allgather_host_time_s)
+        for i, r in enumerate(rows):
+            if r["op"] == "allgather":
+                fitted[i] += float(
+                    plain_allgather_host_time_s(world, float(r["size_bytes"]), delta, h_table)
+                )
     rel = (fitted - t) / t
     with np.errstate(divide="ignore"):
         log_ratio = np.log(fitted / t)
@@ -470,6 +732,9 @@ def fit_link(
         fit_ops_latency_s=fit_alpha,
         allgatherv_host_padded_share=float(share),
         share_op=s_op,
+        call_overhead_s=float(call_s),
+        call_ops=c_ops,
+        segments=segs,
     )
     return fit, _table(rows, t, fitted, rel, roles)
 

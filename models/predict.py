@@ -44,7 +44,7 @@ from vgcsim.traces.replay import (
 )
 
 from vgcsim.core.bounded import align_bytes, bounded_rounds
-from vgcsim.core.cluster import ClusterSpec
+from vgcsim.core.cluster import ClusterSpec, shared_cluster
 from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.core.results import RESULT_COLUMNS, finalize_results
@@ -336,11 +336,12 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
         si = step_inputs(
             trace, cluster, p, encoding=encoding, rule=opts.rule, seed=opts.seed, layers=layers
         )
+        cluster_p = shared_cluster(cluster, p)  # host processor sharing of CPU-time terms
         base["device"] = si.device
         for alg in opts.allreduce:
             key = collective_key("allreduce", alg)
             for enc in opts.dense_encodings:
-                bd = _dense_breakdown(si, key, cluster, opts, buckets, enc)
+                bd = _dense_breakdown(si, key, cluster_p, opts, buckets, enc)
                 const = {
                     **base,
                     "compressor": "dense",
@@ -357,7 +358,7 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
         pmean = si.rank_bytes.mean(axis=1)
         for alg in algorithms:
             key = collective_key("allgatherv", alg)
-            bd = _compressed_breakdown(si, key, cluster, opts, buckets, trace)
+            bd = _compressed_breakdown(si, key, cluster_p, opts, buckets, trace)
             const = {
                 **base,
                 "compressor": trace.compressor,

@@ -22,8 +22,9 @@ starts (:func:`vgcsim.core.memory.check_fits`).
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,7 +49,8 @@ from vgcsim.simulator.engine import (
 from vgcsim.simulator.network import MODES, SEMANTICS, LinkMonitor
 from vgcsim.simulator.topology import Topology, build_topology
 
-from vgcsim.core.cluster import ClusterSpec
+from vgcsim.core.cluster import ClusterSpec, shared_cluster
+from vgcsim.core.collectives import wire_bytes
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.core.memory import check_fits
 from vgcsim.core.worldsizes import MAX_WORLD_SIZE
@@ -136,12 +138,15 @@ def simulate_collective(
         raise unknown_name("message semantics", str(semantics), SEMANTICS)
     gpn = cluster.gpus_per_node
     _refuse_if_too_big(key, p, "collective", gpn)
+    cluster = shared_cluster(cluster, p)  # CPU-time terms under the hosts' sharing
     topo = build_topology(cluster, p)
     schedule = get_schedule(key, p, gpn)
     units = unit_sizes(schedule, sizes)
     gamma = cluster.link.gamma_s_per_byte
     cache = RunCache(topo)
-    finish, why = _collective_level(schedule, units, topo, semantics, gamma, cache)
+    call = cluster.link.call_overhead_s
+    wire = functools.partial(wire_bytes, cluster.link) if cluster.link.segments else None
+    finish, why = _collective_level(schedule, units, topo, semantics, gamma, cache, call, wire)
     if finish is not None:
         path = "collective"
         link_bytes, link_busy = _link_use(schedule, units, topo, cache)
@@ -164,6 +169,8 @@ def simulate_collective(
             gamma_s_per_byte=gamma,
             monitor=monitor,
             cache=cache,
+            call_overhead_s=call,
+            wire=wire,
         )[0]
         link_bytes, link_busy = monitor.bytes, monitor.busy_s
     # the padded allgatherv's host copies after the transfers (0 unless the link has them)
@@ -198,6 +205,8 @@ def _collective_level(
     semantics: str,
     gamma: float,
     cache: RunCache,
+    call_overhead_s: float = 0.0,
+    wire: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray | None, str]:
     """Each rank's finish time on the collective-level path where it is exact, else None
     and the reason.
@@ -220,6 +229,8 @@ def _collective_level(
             semantics=semantics,
             gamma_s_per_byte=gamma,
             cache=cache,
+            call_overhead_s=call_overhead_s,
+            wire=wire,
         )
         return fin[0, 0], ""  # not None: every round is a permutation
     fin = run_fast(
@@ -229,6 +240,8 @@ def _collective_level(
         gamma_s_per_byte=gamma,
         check_overlap=checked,
         cache=cache,
+        call_overhead_s=call_overhead_s,
+        wire=wire,
     )
     if fin is None:
         return None, "eager messages into one rank overlap"

@@ -2,7 +2,13 @@
 
 A *phase* is one collective call: each rank's ready time (absolute seconds), the schedule and
 its unit sizes. A step runs a list of phases; a rank starts phase b at max(its ready time,
-the end of its phase b−1), so phases queue on one communication stream per rank.
+the end of its phase b−1), so phases queue on one communication stream per rank. Every path
+then charges the call's software cost, ``call_overhead_s`` × the calls its schedule's key
+makes (:func:`call_s`; a link's ``call_overhead_s``), before the phase's first round: once
+per call and rank, not per round, as the cost models do. Where the link prices messages by
+size (its ``segments``), every path moves each flow's wire bytes
+(``vgcsim.core.collectives.wire_bytes``, a ``wire`` function of the payload bytes) at the
+route's rate, and reduces its payload bytes.
 
 * :func:`run_message` — one process per rank (a plain generator driven by the SimPy events of
   the flow network, :mod:`vgcsim.simulator.network`) walks the schedule's rounds, posting
@@ -32,7 +38,7 @@ from __future__ import annotations
 import gc
 import logging
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -43,12 +49,14 @@ from vgcsim.simulator.collectives import Schedule, doubled_units, span_bytes
 from vgcsim.simulator.network import SEMANTICS, LinkMonitor, make_network
 from vgcsim.simulator.topology import Route, Topology
 
+from vgcsim.core.collectives import calls_per_collective
 from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
     "Phase",
     "RankSpan",
     "RunCache",
+    "call_s",
     "contention_free",
     "run_fast",
     "run_fast_steps",
@@ -326,6 +334,19 @@ class RunCache:
         return hit
 
 
+def call_s(schedule: Schedule, call_overhead_s: float) -> float:
+    """The software seconds a rank spends entering one phase of ``schedule``:
+    ``call_overhead_s × calls_per_collective(key)`` where P > 1, else 0 (a collective of one
+    rank is free, as in the cost models). The data-only and size-exchange schedules of a
+    split padded allgatherv are one call each; ``allgatherv/bounded`` is one call, two where
+    its schedule has the fallback round."""
+    if schedule.world_size <= 1 or call_overhead_s == 0.0:
+        return 0.0
+    if schedule.bounded:  # the bound round, and a second all_gather where a fallback runs
+        return call_overhead_s * (1 + (len(schedule.rounds) > schedule.world_size - 1))
+    return call_overhead_s * calls_per_collective(schedule.key)
+
+
 def _is_eager(semantics: str) -> bool:
     """True for ``"eager"``, False for ``"rendezvous"``; any other name is refused
     (UnknownNameError listing :data:`~vgcsim.simulator.network.SEMANTICS`)."""
@@ -381,6 +402,8 @@ def run_message(
     spans: list[RankSpan] | None = None,
     stats: dict[str, int] | None = None,
     cache: RunCache | None = None,
+    call_overhead_s: float = 0.0,
+    wire: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray:
     """Simulate ``phases`` at message level; return each rank's finish time per phase [B, P].
 
@@ -411,11 +434,22 @@ def run_message(
     resumed once more where the process would have found that operation done, and the
     count exceeds the process run's by one per such resumption (by none where no two of a
     rank's operations complete at one instant, as in an uncontended ring with latency > 0).
-    ``cache``: see :class:`RunCache`.
+    ``cache``: see :class:`RunCache`. ``call_overhead_s``: each rank waits :func:`call_s`
+    of a phase's schedule (a timed wait) before its first round.
     """
     with _gc_paused():
         return _run_message(
-            phases, topology, mode, semantics, gamma_s_per_byte, monitor, spans, stats, cache
+            phases,
+            topology,
+            mode,
+            semantics,
+            gamma_s_per_byte,
+            monitor,
+            spans,
+            stats,
+            cache,
+            call_overhead_s,
+            wire,
         )
 
 
@@ -429,6 +463,8 @@ def _run_message(
     spans: list[RankSpan] | None,
     stats: dict[str, int] | None,
     cache: RunCache | None,
+    call_overhead_s: float = 0.0,
+    wire: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray:
     p = topology.world_size
     cache = _cache_for(topology, cache)
@@ -443,7 +479,19 @@ def _run_message(
         rank_plans, routes = cache.tables(ph.schedule).message_plan
         fb = ph.schedule.round_bytes(ph.units)
         nbytes = np.concatenate(fb).tolist() if fb else []
-        plans.append((b, ph, rank_plans, routes, nbytes, ph.ready_s.tolist()))
+        wbytes = nbytes if wire is None or not fb else wire(np.concatenate(fb)).tolist()
+        plans.append(
+            (
+                b,
+                ph,
+                rank_plans,
+                routes,
+                nbytes,
+                ph.ready_s.tolist(),
+                call_s(ph.schedule, call_overhead_s),
+                wbytes,
+            )
+        )
     slots = [bytearray(len(plan[3])) for plan in plans]  # per flow: who posted (see below)
     pending = [0] * p  # operations of each rank's current round not done yet (+1 while posting)
     runnable: deque[int] = deque()  # ranks to resume, in the order they became ready
@@ -536,19 +584,21 @@ def _run_message(
         start_flow(i, d, nbytes, lambda: one_done(i), landed)
 
     def rank(i: int):
-        for b, ph, rank_plans, routes, nbytes, ready_s in plans:
+        for b, ph, rank_plans, routes, nbytes, ready_s, entry_s, wbytes in plans:
             slot = slots[b]
             wait = ready_s[i] - env.now
             if wait > 0:
                 yield wait
             t0 = env.now
+            if entry_s > 0:  # the call's software cost, once per call (a timed wait)
+                yield entry_s
             for k, sends, recvs, n_ops, reduce in rank_plans[i]:
                 if spans is not None:
                     tk = env.now
                 if eager:
                     pending[i] = 1  # held while posting
                     for g, d in sends:
-                        eager_send(i, d, g, nbytes[g], slot)
+                        eager_send(i, d, g, wbytes[g], slot)
                     for g, _ in recvs:
                         if slot[g] != 2:  # not arrived yet: wait for it
                             slot[g] = 1
@@ -558,12 +608,12 @@ def _run_message(
                     pending[i] = n_ops + 1  # + 1 held while posting
                     for g, d in sends:
                         if slot[g]:
-                            start_message(routes[g], i, d, nbytes[g], arrived)
+                            start_message(routes[g], i, d, wbytes[g], arrived)
                         else:
                             slot[g] = 1
                     for g, s in recvs:
                         if slot[g]:
-                            start_message(routes[g], s, i, nbytes[g], arrived)
+                            start_message(routes[g], s, i, wbytes[g], arrived)
                         else:
                             slot[g] = 1
                 n = pending[i] - 1
@@ -627,14 +677,19 @@ def contention_free(
 
 
 def _run_stacked(
-    ph: Phase, tables: _Tables, t: np.ndarray, eager: bool, gamma_s_per_byte: float
+    ph: Phase,
+    tables: _Tables,
+    t: np.ndarray,
+    eager: bool,
+    gamma_s_per_byte: float,
+    wire: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray:
     """:func:`run_fast` for schedules whose every round is a permutation (ring, Bruck, ...):
     all byte counts and transfer times at once, then a few gathers per round."""
     lo, count, dst, inv, bw, lat, reduce = tables.stacked
     units = ph.units if ph.schedule.unit_order is None else ph.units[ph.schedule.unit_order]
     fb = span_bytes(*doubled_units(units), lo, count)
-    tx = fb / bw
+    tx = (fb if wire is None else wire(fb)) / bw
     gam = gamma_s_per_byte * np.take_along_axis(fb, inv, axis=1) if gamma_s_per_byte > 0 else None
     if eager:
         for k in range(len(tx)):
@@ -697,6 +752,8 @@ def run_fast_steps(
     semantics: str = "rendezvous",
     gamma_s_per_byte: float = 0.0,
     cache: RunCache | None = None,
+    call_overhead_s: float = 0.0,
+    wire: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray | None:
     """:func:`run_fast` without the overlap check for S steps at once; finish times [B, S, P].
 
@@ -728,11 +785,14 @@ def run_fast_steps(
     finish = np.empty((len(schedules), n_steps, p))
     for b, (tab, ready, v) in enumerate(zip(tables, ready_s, ordered, strict=True)):
         t = np.maximum(t, ready[:, :d])
+        entry = call_s(tab.schedule, call_overhead_s)
+        if entry > 0:
+            t = t + entry
         doubled, cs = doubled_units(v)
         reduce = [r.reduce for r in tab.schedule.rounds]
         for (lo, hi, dst, inv, bw, lat), red in zip(tab.reduced(d), reduce, strict=True):
             fb = span_bytes(doubled, cs, lo, hi - lo)
-            tx = fb / bw
+            tx = (fb if wire is None else wire(fb)) / bw
             if eager:
                 done = t + tx
                 arrive = done + lat
@@ -754,6 +814,8 @@ def run_fast(
     gamma_s_per_byte: float = 0.0,
     check_overlap: bool = True,
     cache: RunCache | None = None,
+    call_overhead_s: float = 0.0,
+    wire: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray | None:
     """Evaluate ``phases`` with the contention-free recurrence; finish times [B, P].
 
@@ -772,17 +834,20 @@ def run_fast(
     finish = np.zeros((len(phases), p))
     for b, ph in enumerate(phases):
         t = np.maximum(t, ph.ready_s)
+        entry = call_s(ph.schedule, call_overhead_s)
+        if entry > 0:  # the call's software cost before its first round (module docstring)
+            t = t + entry
         tables = cache.tables(ph.schedule)
         perms = tables.permutations
         if not check_overlap and ph.schedule.rounds and all(v is not None for v in perms):
-            t = _run_stacked(ph, tables, t, eager, gamma_s_per_byte)
+            t = _run_stacked(ph, tables, t, eager, gamma_s_per_byte, wire)
             finish[b] = t
             continue
         rounds = ph.schedule.rounds
         for rnd, fb, (bw, lat), inv in zip(
             rounds, ph.schedule.round_bytes(ph.units), tables.pair_tables, perms, strict=True
         ):
-            tx = fb / bw
+            tx = (fb if wire is None else wire(fb)) / bw
             if inv is not None:  # every rank sends once and receives once: gathers only
                 if eager:
                     done = t + tx

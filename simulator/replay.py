@@ -47,6 +47,7 @@ communication time not hidden behind computation.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -86,11 +87,12 @@ from vgcsim.traces.extrapolate import RULES
 from vgcsim.traces.replay import DENSE_ENCODINGS, StepInputs, bucket_messages, step_inputs
 
 from vgcsim.core.bounded import align_bytes, bounded_rounds
-from vgcsim.core.cluster import ClusterSpec
+from vgcsim.core.cluster import ClusterSpec, shared_cluster
 from vgcsim.core.collectives import (
     ALLGATHERV_ALGORITHMS,
     ALLREDUCE_ALGORITHMS,
     SIZE_HEADER_BYTES,
+    wire_bytes,
 )
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.core.results import RESULT_COLUMNS
@@ -244,6 +246,8 @@ class _Runner:
     label: str = ""
     notice: _Notice = field(default_factory=_Notice)
     progress: Callable[[int], None] | None = None
+    call_overhead_s: float = 0.0  # the link's per-call software cost (engine.call_s)
+    wire: Callable[[np.ndarray], np.ndarray] | None = None  # size segments' wire bytes
     memo: dict[Any, _Outcome] = field(default_factory=dict)
     verdicts: dict[tuple[str, ...], str | None] = field(default_factory=dict)
     counts: dict[str, int] = field(
@@ -287,6 +291,8 @@ class _Runner:
                 self.topology,
                 semantics=self.cfg.semantics,
                 gamma_s_per_byte=self.gamma_s_per_byte,
+                call_overhead_s=self.call_overhead_s,
+                wire=self.wire,
                 cache=self.cache,
             )
             if fin is not None:
@@ -348,6 +354,8 @@ class _Runner:
                     self.topology,
                     semantics=cfg.semantics,
                     gamma_s_per_byte=self.gamma_s_per_byte,
+                    call_overhead_s=self.call_overhead_s,
+                    wire=self.wire,
                     check_overlap=cfg.semantics == "eager" and verdict == "dst",
                     cache=self.cache,
                 )
@@ -381,6 +389,8 @@ class _Runner:
             semantics=cfg.semantics,
             gamma_s_per_byte=self.gamma_s_per_byte,
             cache=self.cache,
+            call_overhead_s=self.call_overhead_s,
+            wire=self.wire,
         )
         return _Outcome(fin, "message")
 
@@ -389,6 +399,13 @@ class _Runner:
         a channel an earlier round's flow still sends on (checked by :func:`run_rounds`);
         else None, counted as ``round_refused`` (an error when the path is forced)."""
         cfg = self.cfg
+        if self.wire is not None:  # the round level does not price size segments
+            if cfg.path == "round":
+                raise ConfigError(
+                    "the round-level path does not price the link's size segments; "
+                    "use path=auto or message"
+                )
+            return None
         if cfg.mode != "fair":
             if cfg.path == "round":
                 raise ConfigError(
@@ -404,6 +421,7 @@ class _Runner:
             semantics=cfg.semantics,
             gamma_s_per_byte=self.gamma_s_per_byte,
             cache=self.rounds,
+            call_overhead_s=self.call_overhead_s,
         )
         if fin is None:
             if cfg.path == "round":
@@ -806,14 +824,18 @@ def simulate_trace(
     encoding = cfg.encoding or trace.primary_encoding
     variants = [("dense", e) for e in cfg.dense_encodings] + [("compressed", encoding)]
     labels = [_label(m, e) for m, e in variants]
-    gamma = cluster.link.gamma_s_per_byte
-    host = (cluster.link.allgatherv_host_s_per_byte, cluster.link.allgatherv_host_s_per_byte_table)
     notice = _Notice()
     for p in world_sizes:
         ws = _world_size(trace, cluster, int(p), cfg, buckets)
+        # the link's CPU-time terms under the hosts' processor sharing at this P
+        link = shared_cluster(cluster, ws.p).link
+        gamma, call = link.gamma_s_per_byte, link.call_overhead_s
+        host = (link.allgatherv_host_s_per_byte, link.allgatherv_host_s_per_byte_table)
         cache = RunCache(ws.topology)
+        wire = functools.partial(wire_bytes, link) if link.segments else None
         runners = {
-            lab: _Runner(ws.topology, cfg, gamma, cache, lab, notice, progress) for lab in labels
+            lab: _Runner(ws.topology, cfg, gamma, cache, lab, notice, progress, call, wire)
+            for lab in labels
         }
         per_step: dict[str, list[dict[str, Any]]] = {lab: [] for lab in labels}
         want_timeline = _timeline_steps(ws, timeline_steps)
@@ -832,7 +854,7 @@ def simulate_trace(
                         block.units[b],
                         *host,
                         copied_bytes=copied,
-                        padded_share=cluster.link.allgatherv_host_padded_share,
+                        padded_share=link.allgatherv_host_padded_share,
                     )
                     at = block.data_index[-1] if block.schedules[b].bounded else b
                     finish[:, at] += extra[:, None]
@@ -844,7 +866,15 @@ def simulate_trace(
                             plan = _step_plan(ws, buckets, t, method, enc, label)
                             timelines.append(
                                 _timeline(
-                                    ws, plan, cfg=cfg, gamma=gamma, method=label, t=t, cache=cache
+                                    ws,
+                                    plan,
+                                    cfg=cfg,
+                                    gamma=gamma,
+                                    call=call,
+                                    wire=wire,
+                                    method=label,
+                                    t=t,
+                                    cache=cache,
                                 )
                             )
         info[str(ws.p)] = {lab: dict(runners[lab].counts) for lab in labels}
@@ -949,6 +979,8 @@ def _timeline(
     *,
     cfg: SimulateConfig,
     gamma: float,
+    call: float,
+    wire: Callable[[np.ndarray], np.ndarray] | None,
     method: str,
     t: int,
     cache: RunCache,
@@ -966,6 +998,8 @@ def _timeline(
         monitor=monitor,
         spans=spans,
         cache=cache,
+        call_overhead_s=call,
+        wire=wire,
     )
     compute, fwd = ws.compute[t], ws.fwd[t]
     for r in range(ws.p):

@@ -59,7 +59,7 @@ from functools import cached_property
 
 import numpy as np
 from vgcsim.simulator.collectives import Schedule, doubled_units, span_bytes
-from vgcsim.simulator.engine import Phase
+from vgcsim.simulator.engine import Phase, call_s
 from vgcsim.simulator.network import SEMANTICS
 from vgcsim.simulator.topology import Topology
 
@@ -450,6 +450,7 @@ def run_rounds(
     gamma_s_per_byte: float = 0.0,
     check: bool = True,
     cache: RoundCache | None = None,
+    call_overhead_s: float = 0.0,
 ) -> np.ndarray | None:
     """Evaluate ``phases`` round by round as fluid max-min problems; finish times [B, P].
 
@@ -486,7 +487,7 @@ def run_rounds(
     t = np.zeros(p)
     finish = np.zeros((len(phases), p))
     for b, ph in enumerate(phases):
-        t = np.maximum(t, ph.ready_s)
+        t = np.maximum(t, ph.ready_s) + call_s(ph.schedule, call_overhead_s)
         schedule = ph.schedule
         shapes = cache.shapes(schedule)
         fbs = cache.round_bytes(schedule, ph.units)

@@ -29,6 +29,12 @@ they see identical numbers. The rules (shared contract):
   decodes all W payloads and the column sums the ranks). Whatever the trace lacks (decode_s, optimizer_s, the casts) is modelled on
   ``cluster.device`` and named in ``time_sources``.
 
+Hosts with cores: where ``cluster.host_cores`` > 0, every local time above (compute,
+variance, codec, decode, optimizer, the dense casts) is multiplied by the processor-sharing
+factor f = ``vgcsim.core.cluster.host_share(cluster, P)`` = max(1, min(ranks_per_host, P) ×
+threads_per_rank / host_cores): the ranks of a host run their local work at once and share
+its cores (f = 1 by default, and the times are unchanged).
+
 Per-layer bytes (for bucketed overlap) are optional and may be grouped into buckets on the
 fly, because ``[steps, P, layers]`` for ResNet-50 at P = 1024 would not fit in memory.
 
@@ -50,7 +56,7 @@ from vgcsim.traces.buckets import DDP_BUCKET_BYTES
 from vgcsim.traces.extrapolate import rank_workers
 from vgcsim.traces.reading import Trace
 
-from vgcsim.core.cluster import ClusterSpec
+from vgcsim.core.cluster import ClusterSpec, host_share
 from vgcsim.core.errors import TraceError, unknown_name
 
 __all__ = [
@@ -391,6 +397,14 @@ def step_inputs(
     dense = trace.header.get("dense_bytes_per_step")
     if dense is None:
         dense = trace.dense_bits_per_worker() // 8
+    casts = _dense_casts(int(dense), cluster)
+    share = host_share(cluster, world_size)
+    if share != 1.0:  # processor sharing of the host's cores (module docstring)
+        compute, variance = compute * share, variance * share
+        codec, decode, optimizer = (np.asarray(x) * share for x in (codec, decode, optimizer))
+        casts = {k: (a * share, b * share) for k, (a, b) in casts.items()}
+        for key in ("compute_s", "variance_s", "codec_s", "decode_s", "optimizer_s"):
+            sources[key] += f"; x {share:.4g} (host processor sharing)"
     return StepInputs(
         steps=steps,
         rank_bytes=rank_bytes,
@@ -401,7 +415,7 @@ def step_inputs(
         layer_bytes=layer_bytes,
         decode_s=np.asarray(decode, dtype=np.float64),
         optimizer_s=np.asarray(optimizer, dtype=np.float64),
-        dense_cast_s=_dense_casts(int(dense), cluster),
+        dense_cast_s=casts,
         compute_mode=cluster.compute,
         device=dev_name,
         time_sources=sources,

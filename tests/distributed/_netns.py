@@ -95,13 +95,18 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
-def _tc(ns: str, dev: str, rate: str, burst: int) -> None:
+def _tc(ns: str, dev: str, rate: str, burst: int, latency: str | None = None) -> None:
     # limit: the bucket plus 10 ms of queue at the rate, so TCP sees some delay before it
-    # sees drops, without the seconds of queue that would inflate every round trip.
-    limit = burst + int(parse_rate_bps(rate) / 8 * 10e-3)
+    # sees drops, without the seconds of queue that would inflate every round trip; or
+    # tc's own ``latency`` (the longest a packet may wait) where given.
+    queue = (
+        ["latency", latency]
+        if latency
+        else ["limit", str(burst + int(parse_rate_bps(rate) / 8 * 10e-3))]
+    )
     subprocess.run(
         ["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate]
-        + ["burst", str(burst), "limit", str(limit)],
+        + ["burst", str(burst), *queue],
         check=True,
         capture_output=True,
         text=True,
@@ -109,13 +114,22 @@ def _tc(ns: str, dev: str, rate: str, burst: int) -> None:
 
 
 @contextlib.contextmanager
-def shaped_hosts(n: int, rate: str, *, tag: str | None = None) -> Iterator[Hosts]:
-    """Build ``n`` hosts on a bridge, every link shaped to ``rate``; delete them on exit."""
+def shaped_hosts(
+    n: int,
+    rate: str,
+    *,
+    tag: str | None = None,
+    burst: int | None = None,
+    latency: str | None = None,
+) -> Iterator[Hosts]:
+    """Build ``n`` hosts on a bridge, every link shaped to ``rate`` (tbf bucket ``burst``
+    bytes, default :func:`burst_bytes`; queue bounded by ``latency``, default 10 ms of
+    queue past the bucket); delete them on exit."""
     tag = tag or f"vgcsim{os.getpid()}"
     switch = f"{tag}-sw"
     names = tuple(f"{tag}-h{i}" for i in range(n))
     addrs = tuple(f"{SUBNET}.{i + 1}" for i in range(n))
-    burst = burst_bytes(rate)
+    burst = burst_bytes(rate) if burst is None else int(burst)
     made: list[str] = []
     try:
         for ns in (switch, *names):
@@ -144,8 +158,8 @@ def shaped_hosts(n: int, rate: str, *, tag: str | None = None) -> Iterator[Hosts
             _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
             _ip("-n", ns, "link", "set", "eth0", "up")
             _ip("-n", ns, "link", "set", "lo", "up")
-            _tc(ns, "eth0", rate, burst)
-            _tc(switch, port, rate, burst)
+            _tc(ns, "eth0", rate, burst, latency)
+            _tc(switch, port, rate, burst, latency)
         yield Hosts(names, addrs, switch, rate)
     finally:
         for ns in reversed(made):

@@ -140,6 +140,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_MAX_ERROR:g}, i.e. {DEFAULT_MAX_ERROR * 100:.0f}%%)",
     )
     parser.add_argument("--force", action="store_true", help="write the file whatever the error")
+    parser.add_argument(
+        "--host-cores",
+        type=int,
+        default=0,
+        help="cores of the host the measured ranks share (0, default: not shared); with "
+        "--ranks-per-host, the fitted CPU-time terms (per-call cost, gamma, allgatherv host "
+        "cost) are divided by the processor-sharing factor they were measured under and the "
+        "file says so (ranks_per_host, host_cores)",
+    )
+    parser.add_argument(
+        "--ranks-per-host",
+        type=int,
+        default=1,
+        help="measured ranks per host (default 1); ranks in network namespaces of one "
+        "machine share its cores",
+    )
     parser.add_argument("--name", default=None, help="cluster name (default calibrated-BACKEND-N)")
     parser.add_argument(
         "--device-preset",
@@ -182,6 +198,7 @@ def _link_lines(table: str, name: str, fit, what: str) -> list[str]:
         + (f", gamma from {fit.gamma_op}" if fit.gamma_op else "")
         + (f", allgatherv host cost from {fit.host_op}" if fit.host_op else "")
         + (f", its padded share from {fit.share_op}" if fit.share_op else "")
+        + (f", per-call cost from {'+'.join(fit.call_ops)}" if fit.call_ops else "")
         + f" ({fit.method} fit), typical error {fit.typical_error:.1%}"
     )
     lines = [
@@ -192,6 +209,16 @@ def _link_lines(table: str, name: str, fit, what: str) -> list[str]:
         f"gamma_s_per_byte = {toml_value(float(fit.gamma_s_per_byte))}",
         f"allgatherv_host_s_per_byte = {toml_value(float(fit.allgatherv_host_s_per_byte))}",
     ]
+    if fit.call_ops:
+        # the software cost of one collective call, fitted with alpha from small messages
+        lines.append(f"call_overhead_s = {toml_value(float(fit.call_overhead_s))}")
+    if fit.segments:
+        # p2p priced by message size ([from_bytes, extra_latency_s, bandwidth_Bps])
+        points = ", ".join(
+            f"[{toml_value(float(b))}, {toml_value(float(e))}, {toml_value(float(w))}]"
+            for b, e, w in fit.segments
+        )
+        lines.append(f"segments = [{points}]")
     host_table = fit.allgatherv_host_s_per_byte_table
     if host_table:
         # δ size by size ([gathered bytes, s per byte]); it prices the host time where given.
@@ -209,16 +236,25 @@ def _link_lines(table: str, name: str, fit, what: str) -> list[str]:
 
 
 def cluster_toml(
-    name: str, fit, device: str, note: str, intra=None, ranks_per_node: int = 1
+    name: str,
+    fit,
+    device: str,
+    note: str,
+    intra=None,
+    ranks_per_node: int = 1,
+    hosts: tuple[int, int] = (1, 0),
 ) -> str:
     """The cluster file text for a fitted link: a non-blocking star of identical NICs, or a
-    hierarchical cluster with ``ranks_per_node`` ranks per node on the fitted ``intra`` link."""
+    hierarchical cluster with ``ranks_per_node`` ranks per node on the fitted ``intra`` link;
+    ``hosts`` = (ranks_per_host, host_cores), written where host_cores > 0."""
     lines = [
         f"{WRITTEN_BY} {note}",
         f"name = {toml_value(name)}",
         f"device = {toml_value(device)}",
         'compute = "trace"',
     ]
+    if hosts[1] > 0:
+        lines += [f"ranks_per_host = {hosts[0]}", f"host_cores = {hosts[1]}"]
     if intra is not None:
         lines.append(f"gpus_per_node = {ranks_per_node}")
     lines += ["", "[topology]", f"kind = {toml_value('hierarchical' if intra else 'star')}", ""]
@@ -253,6 +289,10 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ConfigError(f"--max-error must be positive, got {args.max_error}")
     if not 0 < args.timeout < math.inf:
         raise ConfigError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if not 0 <= args.host_cores <= 2**20:
+        raise ConfigError(f"--host-cores must be an integer >= 0, got {args.host_cores}")
+    if not 1 <= args.ranks_per_host <= 2**20:
+        raise ConfigError(f"--ranks-per-host must be an integer >= 1, got {args.ranks_per_host}")
 
 
 def _measure(args: argparse.Namespace, meas_path: Path) -> bool:
@@ -388,7 +428,7 @@ def run(args: argparse.Namespace) -> int:
         "typical error per op (predicted from the fit where not fitted): "
         + ", ".join(f"{op} {e:.1%}" for op, e in errors.items())
     )
-    switch = protocol_switch(table)
+    switch = None if fit.segments else protocol_switch(table)  # segments price the steps
     if switch is not None:
         print(
             f"p2p steps between {switch['below_bytes']} and {switch['above_bytes']} B "
@@ -407,12 +447,39 @@ def run(args: argparse.Namespace) -> int:
     nodes = measurements.get("nodes") or [0] * int(measurements["world_size"])
     ranks_per_node = nodes.count(nodes[0])
     name = args.name or f"calibrated-{fit.backend}-{fit.world_size}"
+    hosts = (args.ranks_per_host, args.host_cores)
+    share = unshared(fit, hosts)
+    if share != 1.0:
+        print(
+            f"CPU-time terms divided by {share:.3g}, the processor sharing they were measured under"
+        )
+        fit = dataclasses.replace(
+            fit,
+            call_overhead_s=fit.call_overhead_s / share,
+            gamma_s_per_byte=fit.gamma_s_per_byte / share,
+            allgatherv_host_s_per_byte=fit.allgatherv_host_s_per_byte / share,
+            allgatherv_host_s_per_byte_table=tuple(
+                (b, v / share) for b, v in fit.allgatherv_host_s_per_byte_table
+            ),
+        )
     atomic_write_text(
-        out, cluster_toml(name, fit, args.device, note, intra[0] if intra else None, ranks_per_node)
+        out,
+        cluster_toml(
+            name, fit, args.device, note, intra[0] if intra else None, ranks_per_node, hosts
+        ),
     )
     load_cluster(str(out))  # what predict/simulate will do: fail here, not later
     print(f"wrote {out} and {out.stem}.fit.png")
     return 0
+
+
+def unshared(fit, hosts: tuple[int, int]) -> float:
+    """The processor-sharing factor the fit's ranks ran under (``vgcsim.core.cluster.host_share``
+    of a star with ``hosts`` = (ranks_per_host, host_cores) at the fit's world size)."""
+    from vgcsim.core.cluster import get_cluster, host_share
+
+    star = dataclasses.replace(get_cluster("1GbE"), ranks_per_host=hosts[0], host_cores=hosts[1])
+    return host_share(star, fit.world_size)
 
 
 def _print_fit(label: str, fit) -> None:
@@ -429,6 +496,12 @@ def _print_fit(label: str, fit) -> None:
             )
         if fit.share_op:
             gamma += f", {fit.allgatherv_host_padded_share:.2f} of it per padded byte"
+    if fit.call_ops:
+        gamma += f", {fit.call_overhead_s * 1e6:.1f} us per call ({'+'.join(fit.call_ops)})"
+    if fit.segments:
+        gamma += "; size segments from " + ", ".join(
+            f"{format_bytes(b)}: {e * 1e6:+.1f} us, {w / 1e6:.2f} MB/s" for b, e, w in fit.segments
+        )
     ops = "+".join(fit.fit_ops)
     source = _fit_source(fit)
     if fit.latency_op:

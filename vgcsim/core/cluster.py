@@ -28,6 +28,9 @@ A cluster file (TOML) looks like::
     compute = "model"            # "model" (default) or "trace"
     compute_scale = 1.0
     gpus_per_node = 4
+    ranks_per_host = 4           # ranks sharing one host's cores (default 1)
+    host_cores = 0               # cores per host; 0 (default): no processor sharing
+    threads_per_rank = 1         # busy threads per rank (default 1)
     device = "V100"              # preset name, or a [device] table
     [topology]
     kind = "hierarchical"
@@ -43,6 +46,7 @@ A cluster file (TOML) looks like::
     # optional, written by vgcsim calibrate: the share of that host time paid per padded
     # byte of an allgatherv of uneven blocks (the rest per real byte); default 0.5
     allgatherv_host_padded_share = 0.24
+    call_overhead = "300us"      # software cost per collective call and rank (or call_overhead_s)
     framing = "tcp-mtu9000"      # or efficiency = 0.99 (payload bytes per wire byte)
     [intra_link]
     preset = "NVLink2"
@@ -94,7 +98,10 @@ __all__ = [
     "cluster_to_dict",
     "get_device",
     "get_link",
+    "host_share",
     "load_cluster",
+    "shared_cluster",
+    "shared_link",
 ]
 
 COMPUTE_MODES = ("model", "trace")
@@ -119,12 +126,16 @@ RANGES: dict[str, tuple[float, float]] = {
     "gamma_s_per_byte": (0.0, 1.0),
     "allgatherv_host_s_per_byte": (0.0, 1.0),
     "allgatherv_host_padded_share": (0.0, 1.0),
+    "call_overhead_s": (0.0, 1.0),  # software cost of one collective call (per rank)
     "peak_flops": (1e6, 1e21),  # 1 MFLOP/s .. 1 ZFLOP/s
     "memory_bandwidth_Bps": (1.0, 1e15),
     "launch_overhead_s": (0.0, 1.0),
     "compute_scale": (1e-6, 1e6),
     "gpus_per_node": (1, 2**20),
     "oversubscription": (1e-6, 1e6),
+    "ranks_per_host": (1, 2**20),
+    "host_cores": (0, 2**20),  # 0: unlimited cores (no processor sharing)
+    "threads_per_rank": (1, 2**20),
 }
 
 
@@ -229,6 +240,38 @@ def _host_table(owner: str, value: Any) -> tuple[tuple[float, float], ...]:
     return tuple(points)
 
 
+def _segments(owner: str, value: Any) -> tuple[tuple[float, float, float], ...]:
+    """``value`` as ``(from_bytes, extra_latency_s, bandwidth_Bps)`` points: ConfigError
+    unless each is three finite numbers, bytes >= 0 and strictly increasing, |extra latency|
+    <= 1 s, bandwidth within ``RANGES["bandwidth_Bps"]``."""
+    key = "segments"
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+        raise ConfigError(
+            f"{owner}: {key} must be a list of [from_bytes, extra_latency_s, bandwidth_Bps] "
+            f"triples, got {value!r:.80}"
+        )
+    points: list[tuple[float, float, float]] = []
+    for point in value:
+        if (
+            isinstance(point, (str, bytes, Mapping))
+            or not isinstance(point, (list, tuple))
+            or len(point) != 3
+            or not all(_finite(v) for v in point)
+        ):
+            raise ConfigError(
+                f"{owner}: {key}: each segment must be [from_bytes, extra_latency_s, "
+                f"bandwidth_Bps] (three finite numbers), got {point!r:.80}"
+            )
+        start, extra, bw = (float(v) for v in point)
+        if start < 0 or (points and start <= points[-1][0]):
+            raise ConfigError(f"{owner}: {key}: from_bytes must be >= 0 and increase")
+        if abs(extra) > 1.0:
+            raise ConfigError(f"{owner}: {key}: extra_latency_s must be within 1 s, got {extra!r}")
+        _check_range(f"{owner} {key}", "bandwidth_Bps", bw)
+        points.append((start, extra, bw))
+    return tuple(points)
+
+
 @dataclass(frozen=True)
 class LinkSpec:
     """A point-to-point link in the Hockney α-β(-γ) model.
@@ -251,6 +294,28 @@ class LinkSpec:
     time paid per padded byte when the blocks are uneven (the rest is paid per real byte:
     ``δ·(s·P·m_max + (1 − s)·Σ m_r)``, :func:`vgcsim.core.collectives.padded_host_time_s`);
     ``vgcsim calibrate`` fits it where it timed ``allgatherv_skewed``.
+
+    ``call_overhead_s`` (c) is the fixed software time a rank spends in one collective call
+    (argument checks, buffer set-up, the backend's work queue and completion), paid once per
+    call and rank, not per algorithm step (α is the per-step start-up). It is CPU time: on a
+    host whose ranks share cores (:class:`ClusterSpec` ``host_cores``) it stretches by the
+    sharing factor (:func:`host_share`), as γ and δ do. A point-to-point message does not pay
+    it. Every collective formula adds ``c`` per call (``calls_per_collective``,
+    ``vgcsim.models.collectives``); 0 for the presets.
+
+    ``segments``, where not empty, prices each message by its size, piecewise linear as
+    SimGrid's SMPI does (Degomme et al., "Simulating MPI applications: the SMPI approach",
+    IEEE TPDS 28(8), 2017: latency and bandwidth factors per message-size segment):
+    ``(from_bytes, extra_latency_s, bandwidth_Bps)`` points in increasing bytes; a message
+    of m bytes in the segment of the largest ``from_bytes`` ≤ m (the first one below it)
+    takes ``α + max(0, extra_latency_s + m / bandwidth_Bps)`` instead of ``α + m·β``
+    (:func:`vgcsim.core.collectives.message_time_s`). A token-bucket shaper's burst
+    (messages within the bucket leave at the host's speed), TCP's window growth and eager /
+    rendezvous protocol switches are such steps; ``vgcsim calibrate`` fits them where one
+    line does not fit its point-to-point sizes. The last segment's bandwidth is the link's
+    ``bandwidth_Bps`` (×``efficiency``) by construction of the fit; extra latencies may be
+    negative (a burst shortens a large message by the bucket's bytes), but no message takes
+    less than α.
     """
 
     name: str
@@ -262,6 +327,8 @@ class LinkSpec:
     allgatherv_host_s_per_byte: float = 0.0
     allgatherv_host_s_per_byte_table: tuple[tuple[float, float], ...] = ()
     allgatherv_host_padded_share: float = DEFAULT_HOST_PADDED_SHARE
+    call_overhead_s: float = 0.0
+    segments: tuple[tuple[float, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         for key in (
@@ -270,6 +337,7 @@ class LinkSpec:
             "gamma_s_per_byte",
             "allgatherv_host_s_per_byte",
             "allgatherv_host_padded_share",
+            "call_overhead_s",
         ):
             _check_range(f"link {self.name!r}", key, getattr(self, key))
         object.__setattr__(
@@ -277,6 +345,7 @@ class LinkSpec:
             "allgatherv_host_s_per_byte_table",
             _host_table(f"link {self.name!r}", self.allgatherv_host_s_per_byte_table),
         )
+        object.__setattr__(self, "segments", _segments(f"link {self.name!r}", self.segments))
         if not (_finite(self.efficiency) and 0 < self.efficiency <= 1):
             raise ConfigError(
                 f"link {self.name!r}: efficiency (payload bytes per wire byte) must be in "
@@ -352,7 +421,16 @@ class DeviceSpec:
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """A cluster: topology, links, ranks per node, device and compute-time source."""
+    """A cluster: topology, links, ranks per node, device and compute-time source.
+
+    Hosts: ``ranks_per_host`` ranks (filled in rank order) run on one host of ``host_cores``
+    cores, each rank with ``threads_per_rank`` busy threads; ``host_cores = 0`` (the default)
+    gives every rank cores of its own. Where the ranks' threads outnumber the cores, the
+    host's CPU work (compute, codec, a collective's per-call software cost and
+    its per-byte host costs γ and δ) runs under processor sharing: see :func:`host_share`.
+    ``ranks_per_host`` is apart from ``gpus_per_node`` (which sets who shares an intra-node
+    link): ranks in network namespaces of one machine have a NIC each but share its cores.
+    """
 
     name: str
     topology: dict
@@ -363,8 +441,16 @@ class ClusterSpec:
     compute: str = "model"
     compute_scale: float = 1.0
     source: str = field(default="", compare=False)
+    ranks_per_host: int = 1
+    host_cores: int = 0
+    threads_per_rank: int = 1
 
     def __post_init__(self) -> None:
+        for key in ("ranks_per_host", "host_cores", "threads_per_rank"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"cluster {self.name!r}: {key} must be an integer, got {value!r}")
+            _check_range(f"cluster {self.name!r}", key, value)
         kind = self.topology.get("kind") if isinstance(self.topology, Mapping) else None
         if not isinstance(kind, str) or not kind:
             raise ConfigError(f"cluster {self.name!r}: topology needs a 'kind' string")
@@ -383,6 +469,50 @@ class ClusterSpec:
     def __hash__(self) -> int:
         # the topology dict is not hashable; hash the canonical JSON so specs can key caches
         return hash(json.dumps(cluster_to_dict(self), sort_keys=True, default=str))
+
+
+def host_share(cluster: ClusterSpec, world_size: int) -> float:
+    """Processor-sharing factor of a host's CPU work for a job of ``world_size`` ranks:
+    ``f = max(1, R·T / C)``, R = min(``ranks_per_host``, P) ranks on the fullest host (ranks
+    fill hosts in order), T = ``threads_per_rank``, C = ``host_cores``; 1 where C = 0.
+
+    Under egalitarian processor sharing, n equal jobs on C < n servers each progress at C/n
+    of a server, so CPU work that every rank of a host runs at once takes f times its
+    one-core time (L. Kleinrock, "Time-shared systems: a theoretical treatment", JACM 14(2),
+    1967; the symmetric load of a synchronous data-parallel step). P = 4 ranks on 2 cores:
+    f = 2, the compute time doubles. Assumption: the ranks' CPU phases coincide (lock-step
+    data parallelism); ranks that compute while others wait would share less."""
+    if cluster.host_cores == 0:
+        return 1.0
+    ranks = min(cluster.ranks_per_host, max(1, int(world_size)))
+    return max(1.0, ranks * cluster.threads_per_rank / cluster.host_cores)
+
+
+def shared_link(link: LinkSpec, share: float) -> LinkSpec:
+    """``link`` with its CPU-time parameters stretched by the processor-sharing factor
+    ``share`` (:func:`host_share`): ``c``, ``γ`` and ``δ`` (its table too) times
+    ``share``; α and β (the wire) unchanged. ``share = 1`` returns ``link`` itself."""
+    if share == 1.0:
+        return link
+    table = tuple((b, d * share) for b, d in link.allgatherv_host_s_per_byte_table)
+    return dataclasses.replace(
+        link,
+        gamma_s_per_byte=link.gamma_s_per_byte * share,
+        allgatherv_host_s_per_byte=link.allgatherv_host_s_per_byte * share,
+        allgatherv_host_s_per_byte_table=table,
+        call_overhead_s=link.call_overhead_s * share,
+    )
+
+
+def shared_cluster(cluster: ClusterSpec, world_size: int) -> ClusterSpec:
+    """``cluster`` with its links' CPU-time parameters stretched for a job of ``world_size``
+    ranks (:func:`shared_link` at :func:`host_share`); ``cluster`` itself where the factor is 1.
+    What the cost models and the simulator both price collectives with."""
+    share = host_share(cluster, world_size)
+    if share == 1.0:
+        return cluster
+    intra = None if cluster.intra_link is None else shared_link(cluster.intra_link, share)
+    return dataclasses.replace(cluster, link=shared_link(cluster.link, share), intra_link=intra)
 
 
 # --------------------------------------------------------------------------------------------
@@ -871,6 +1001,9 @@ _LINK_KEYS = (
     "allgatherv_host_s_per_byte",
     "allgatherv_host_s_per_byte_table",
     "allgatherv_host_padded_share",
+    "call_overhead",
+    "call_overhead_s",
+    "segments",
     "efficiency",
     "framing",
     "source",
@@ -968,6 +1101,12 @@ def _link_from(where: str, value: Any, inherited: LinkSpec | None = None) -> Lin
             base.allgatherv_host_padded_share if base else DEFAULT_HOST_PADDED_SHARE,
         ),
     )
+    overheads = {}
+    for key in ("call_overhead",):
+        given = _one_of(where, value, key, f"{key}_s")
+        overheads[f"{key}_s"] = (
+            parse_time_s(given) if given is not None else getattr(base, f"{key}_s", 0.0)
+        )
     framing = _one_of(where, value, "efficiency", "framing")
     if "framing" in value:
         if not isinstance(framing, str):
@@ -992,6 +1131,8 @@ def _link_from(where: str, value: Any, inherited: LinkSpec | None = None) -> Lin
         or "allgatherv_host_s_per_byte" in value
         or "allgatherv_host_s_per_byte_table" in value
         or "allgatherv_host_padded_share" in value
+        or any(k in value for k in ("call_overhead", "call_overhead_s"))
+        or "segments" in value
         or "efficiency" in value
         or "framing" in value
     )
@@ -1027,6 +1168,8 @@ def _link_from(where: str, value: Any, inherited: LinkSpec | None = None) -> Lin
             allgatherv_host_s_per_byte=host,
             allgatherv_host_s_per_byte_table=host_table,
             allgatherv_host_padded_share=share,
+            segments=value.get("segments", base.segments if base else ()),
+            **overheads,
         )
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
@@ -1129,6 +1272,9 @@ _CLUSTER_KEYS = (
     "compute",
     "compute_scale",
     "source",
+    "ranks_per_host",
+    "host_cores",
+    "threads_per_rank",
 )
 
 
@@ -1173,6 +1319,12 @@ def cluster_from_dict(d: Mapping[str, Any], *, default_name: str = "custom") -> 
     compute = d.get("compute", base.compute if base else "model")
     if not isinstance(compute, str):
         raise ConfigError(f"compute: expected 'model' or 'trace', got {compute!r}")
+    hosts = {}
+    for key, default in (("ranks_per_host", 1), ("host_cores", 0), ("threads_per_rank", 1)):
+        value = d.get(key, getattr(base, key) if base else default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r:.80}")
+        hosts[key] = value
     return ClusterSpec(
         name=str(d.get("name", base.name if base else default_name)),
         topology=dict(topology),
@@ -1183,6 +1335,7 @@ def cluster_from_dict(d: Mapping[str, Any], *, default_name: str = "custom") -> 
         compute=compute,
         compute_scale=float(scale),
         source=str(d.get("source", base.source if base else "user")),
+        **hosts,
     )
 
 

@@ -23,6 +23,44 @@ COLLECTIVE_KEYS = tuple(f"allreduce/{a}" for a in ALLREDUCE_ALGORITHMS) + tuple(
     f"allgatherv/{a}" for a in ALLGATHERV_ALGORITHMS
 )
 
+#: Collective calls a registry key makes (each pays a link's ``call_overhead_s`` once): the
+#: padded allgatherv is two calls, the size exchange and the data; every other key one.
+_CALLS = {"allgatherv/padded": 2}
+
+
+def calls_per_collective(key: str) -> int:
+    """How many collective calls ``key`` makes (2 for ``allgatherv/padded``, else 1): the
+    count of ``call_overhead_s`` the cost models and the simulator add, the one rule both
+    use."""
+    return _CALLS.get(key, 1)
+
+
+def message_time_s(link, size_bytes):
+    """Seconds of one uncontended message of ``size_bytes`` (a number or an array) on ``link``:
+    ``α + m·β`` without segments; with the link's ``segments`` (``(from_bytes,
+    extra_latency_s, bandwidth_Bps)``, SMPI-style piecewise pricing by message size, Degomme
+    et al., IEEE TPDS 2017), ``max(α, α + extra_k + m / bandwidth_k)`` with k the segment of
+    the largest ``from_bytes`` ≤ m (the first below it). The one rule the cost models use per
+    message and the simulator turns into wire bytes (:func:`wire_bytes`)."""
+    m = np.asarray(size_bytes, dtype=float)
+    if not link.segments:
+        return link.latency_s + m * link.beta_s_per_byte
+    starts = np.array([s[0] for s in link.segments])
+    extra = np.array([s[1] for s in link.segments])
+    bw = np.array([s[2] for s in link.segments])
+    k = np.clip(np.searchsorted(starts, m, side="right") - 1, 0, len(starts) - 1)
+    return link.latency_s + np.maximum(0.0, extra[k] + m / bw[k])
+
+
+def wire_bytes(link, size_bytes):
+    """The bytes a simulated flow moves at the link's payload rate so that an uncontended
+    message of ``size_bytes`` takes :func:`message_time_s`: ``(message_time_s − α) /
+    β``; ``size_bytes`` itself (the same array) without segments."""
+    if not link.segments:
+        return size_bytes
+    return (message_time_s(link, size_bytes) - link.latency_s) / link.beta_s_per_byte
+
+
 #: Bytes of the per-rank size announcement of an allgatherv (one int64 length per rank),
 #: exchanged before the data when the receivers do not know the block sizes in advance
 #: (MPI_Allgatherv's receive counts, torch.distributed's two-collective allgatherv). The one

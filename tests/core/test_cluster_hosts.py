@@ -1,0 +1,83 @@
+"""Cluster files: the per-call software cost and the host fields, read and refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from vgcsim.cli import main
+from vgcsim.core.cluster import cluster_from_dict, cluster_to_dict, load_cluster
+from vgcsim.core.errors import ConfigError
+
+
+def test_call_overhead_and_hosts_read_from_a_file(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text(
+        'base = "1GbE"\nranks_per_host = 4\nhost_cores = 2\nthreads_per_rank = 1\n'
+        '[link]\npreset = "1GbE"\ncall_overhead = "300us"\n'
+    )
+    c = load_cluster(path)
+    assert c.link.call_overhead_s == pytest.approx(300e-6, rel=1e-15)
+    assert (c.ranks_per_host, c.host_cores, c.threads_per_rank) == (4, 2, 1)
+    assert cluster_from_dict(cluster_to_dict(c)) == c
+    # the seconds form, and the base's value kept when the file does not give one
+    d = cluster_to_dict(c)
+    d["link"]["call_overhead_s"] = 1e-3
+    assert cluster_from_dict(d).link.call_overhead_s == 1e-3
+    assert load_cluster("1GbE").link.call_overhead_s == 0.0
+    assert load_cluster("1GbE").host_cores == 0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[link]\npreset = "1GbE"\ncall_overhead = "-1us"\n',
+        '[link]\npreset = "1GbE"\ncall_overhead = "2s"\n',
+        '[link]\npreset = "1GbE"\ncall_overhead = "soon"\n',
+        '[link]\npreset = "1GbE"\ncall_overhead_s = nan\n',
+        '[link]\npreset = "1GbE"\ncall_overhead = "1us"\ncall_overhead_s = 1e-6\n',
+        'link = "1GbE"\nranks_per_host = 0\n',
+        'link = "1GbE"\nranks_per_host = 1.5\n',
+        'link = "1GbE"\nhost_cores = -2\n',
+        'link = "1GbE"\nhost_cores = "two"\n',
+        'link = "1GbE"\nthreads_per_rank = 0\n',
+        'link = "1GbE"\nthreads_per_rank = true\n',
+    ],
+)
+def test_bad_values_are_one_line_and_exit_2(tmp_path, capsys, text):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError):
+        load_cluster(path)
+    assert main(["clusters", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_size_segments_read_from_a_file(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[link]\npreset = "1GbE"\nsegments = [[0, 0.0, 1.25e9], [262144, -0.0019, 1.25e8]]\n'
+    )
+    link = load_cluster(path).link
+    assert link.segments == ((0.0, 0.0, 1.25e9), (262144.0, -0.0019, 1.25e8))
+    assert cluster_from_dict(cluster_to_dict(load_cluster(path))).link == link
+
+
+@pytest.mark.parametrize(
+    "segments",
+    [
+        '"fast"',
+        "[[0, 0.0]]",
+        "[[0, 0.0, 0]]",
+        "[[-1, 0.0, 1e9]]",
+        "[[10, 0.0, 1e9], [10, 0.0, 1e8]]",
+        "[[0, 5.0, 1e9]]",
+        "[[0, nan, 1e9]]",
+    ],
+)
+def test_bad_segments_are_one_line_and_exit_2(tmp_path, capsys, segments):
+    path = tmp_path / "bad.toml"
+    path.write_text(f'[link]\npreset = "1GbE"\nsegments = {segments}\n')
+    assert main(["clusters", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err

@@ -1,0 +1,120 @@
+"""The per-call software cost c of a collective: recovered with α from the small messages of
+collectives that pay different numbers of steps per call, zero where the data hold none,
+written to the cluster file, and refused flags exit 2."""
+
+from __future__ import annotations
+
+import pytest
+from modelhelpers import exact_time_s
+from vgcsim.models.linkfit import call_coefficient, fit_link
+from vgcsim.traces.calibration import CalibrateConfig, write_measurements
+
+from vgcsim.cli import main
+from vgcsim.commands.calibrate import cluster_toml
+from vgcsim.core.cluster import load_cluster
+
+SIZES = (4, 64, 1024, 16384, 262144, 1 << 20, 4 << 20, 16 << 20)
+ALPHA, BETA, GAMMA = 60e-6, 1 / 25e6, 2e-9
+
+
+def synthetic(call_s, world, ops=("p2p", "allreduce", "allgather", "allgatherv")):
+    """Exact times on a link with α, β, γ and a per-call cost ``call_s`` (p2p pays none)."""
+    rows = []
+    for op in ops:
+        for size in SIZES:
+            t = exact_time_s(op, size, world, ALPHA, BETA, gamma=GAMMA)
+            t += call_coefficient(op, world) * call_s
+            rows.append({"op": op, "size_bytes": size, "seconds": [t]})
+    return {"world_size": world, "backend": "gloo", "rows": rows}
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("call_s", [0.0, 500e-6])
+def test_fit_recovers_the_per_call_cost_and_the_step_latency(world, call_s):
+    fit, table = fit_link(synthetic(call_s, world))
+    assert fit.call_ops == ("allreduce", "allgather")
+    assert fit.call_overhead_s == pytest.approx(call_s, rel=1e-6, abs=1e-12)
+    assert fit.latency_s == pytest.approx(ALPHA, rel=1e-6)
+    # every collective row then priced within the float error of exact data
+    worst = max(abs(r["rel_error"]) for r in table if r["op"] != "p2p")
+    assert worst < 1e-6
+
+
+def test_one_collective_cannot_tell_per_call_from_per_step():
+    fit, _ = fit_link(synthetic(500e-6, 4, ops=("p2p", "allreduce")))
+    assert fit.call_ops == () and fit.call_overhead_s == 0.0
+
+
+def _write(tmp_path, doc):
+    path = tmp_path / "m.json"
+    write_measurements(path, CalibrateConfig(), doc["world_size"], doc["rows"], [0] * 4)
+    return path
+
+
+def test_the_cluster_file_carries_the_per_call_cost(tmp_path):
+    fit, _ = fit_link(synthetic(500e-6, 4))
+    path = tmp_path / "c.toml"
+    path.write_text(cluster_toml("x", fit, "cpu", "synthetic"))
+    assert load_cluster(path).link.call_overhead_s == pytest.approx(500e-6, rel=1e-6)
+
+
+def test_calibrate_divides_cpu_terms_by_the_sharing_it_measured_under(tmp_path, capsys):
+    meas = _write(tmp_path, synthetic(500e-6, 4))
+    out = tmp_path / "c.toml"
+    args = ["calibrate", "--from", str(meas), "-o", str(out), "--force"]
+    assert main([*args, "--ranks-per-host", "4", "--host-cores", "2"]) == 0
+    c = load_cluster(out)
+    assert (c.ranks_per_host, c.host_cores) == (4, 2)
+    assert c.link.call_overhead_s == pytest.approx(250e-6, rel=1e-6)  # 4 ranks on 2 cores
+    assert c.link.gamma_s_per_byte == pytest.approx(GAMMA / 2, rel=1e-3)
+
+
+@pytest.mark.parametrize("flag", [["--host-cores", "-1"], ["--ranks-per-host", "0"]])
+def test_bad_host_flags_exit_2(tmp_path, capsys, flag):
+    meas = _write(tmp_path, synthetic(0.0, 2))
+    assert main(["calibrate", "--from", str(meas), "-o", str(tmp_path / "c.toml"), *flag]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- size segments
+
+
+def bucket_seconds(n, alpha=60e-6, burst=262144, fast_Bps=1.25e9, rate_Bps=1.25e8):
+    """A ping-pong's half round trip behind a token bucket of ``burst`` bytes: the bucket
+    leaves at the host's speed, the rest at the shaped rate."""
+    return alpha + min(n, burst) / fast_Bps + max(0.0, n - burst) / rate_Bps
+
+
+def tbf_measurements(world=4, call_s=300e-6):
+    from vgcsim.traces.calibration import default_sizes_bytes
+
+    rows = []
+    for op in ("p2p", "allreduce", "allgather"):
+        for size in default_sizes_bytes():
+            if op == "p2p":
+                t = bucket_seconds(size)
+            elif op == "allreduce":
+                t = call_s + 2 * (world - 1) * bucket_seconds(size / world)
+            else:
+                t = call_s + (world - 1) * bucket_seconds(size)
+            rows.append({"op": op, "size_bytes": size, "seconds": [t]})
+    return {"world_size": world, "backend": "gloo", "rows": rows}
+
+
+def test_a_token_bucket_is_fitted_as_size_segments_with_the_data_s_breakpoint():
+    fit, table = fit_link(tbf_measurements())
+    assert len(fit.segments) >= 2
+    # a breakpoint at the bucket, where the two lines cross
+    assert any(s[0] == pytest.approx(262144, rel=1e-6) for s in fit.segments), fit.segments
+    assert fit.bandwidth_Bps == pytest.approx(1.25e8, rel=0.02)
+    errors = {}
+    for r in table:
+        errors.setdefault(r["op"], []).append(abs(r["rel_error"]))
+    # one line was ~60 % off on such a link; the segments price every op within 10 %
+    assert max(max(v) for v in errors.values()) < 0.10, errors
+
+
+def test_one_line_is_kept_where_it_fits():
+    fit, _ = fit_link(synthetic(0.0, 4))
+    assert fit.segments == ()
