@@ -387,7 +387,7 @@ class ClusterSpec:
 
 # --------------------------------------------------------------------------------------------
 # Topologies: the kinds, their parameters and the checks every cluster passes (the simulator
-# builds their graphs, vgcsim.simulator.topology; the models read the kind)
+# builds their graphs; the models read the kind)
 # --------------------------------------------------------------------------------------------
 
 
