@@ -83,6 +83,8 @@ LOCAL_DASK_CONFIG = {
     # Each worker calls this module's dask_setup as it starts.
     "distributed.worker.preload": [__name__],
 }
+# The module of the jobs (SweepJob, run_job) that a worker unpickles.
+JOB_MODULE = SweepJob.__module__
 # The Dask setting (a list of run directories) of the traces a local worker reads as it starts.
 TRACES_SETTING = "vgcsim.sweep-traces"
 
@@ -274,9 +276,14 @@ def _dask_client(scheduler: str, n: int, connect_timeout_s: float, jobs: Sequenc
 
 def worker_version() -> str:
     """Run on each worker of a user's Dask cluster (``check_workers``): this package's
-    version there. A worker gets this function by importing this module, which imports the
-    replay, so a worker that cannot run a job fails here."""
+    version there. A worker gets this function by importing this module, and it imports the
+    module of the jobs it will unpickle (``JOB_MODULE``, which imports the replay) even where
+    this module was imported before, so a worker that cannot run a job fails here."""
+    import importlib
+
     from vgcsim.core.provenance import vgcsim_version
+
+    importlib.import_module(JOB_MODULE)
 
     return vgcsim_version()
 
@@ -296,7 +303,7 @@ def check_workers(client, scheduler: str) -> None:
         if isinstance(version, BaseException):  # Dask's Exception holds the error's repr
             raise ConfigError(
                 f"the Dask worker {worker} at {scheduler} cannot run sweep jobs: importing "
-                f"{__name__} there failed ({version}); install this vgcsim "
+                f"{__name__} or {JOB_MODULE} there failed ({version}); install this vgcsim "
                 f"({ours}) where the workers run"
             )
         if version != ours:
