@@ -83,7 +83,6 @@ from vgcsim.simulator.sweep import (  # noqa: E402
     SweepConfig,
     SweepFile,
     expand_factors,
-    local_cluster,
     run_job,
 )
 from vgcsim.simulator.topology import build_topology  # noqa: E402
@@ -91,6 +90,7 @@ from vgcsim.traces.io import read_trace  # noqa: E402
 from vgcsim.traces.synth import SynthConfig, synth_trace  # noqa: E402
 
 from vgcsim.core.cluster import load_cluster  # noqa: E402
+from vgcsim.sweep_runners import local_cluster  # noqa: E402
 
 
 def bare_simpy_rate(processes: int = 64, timeouts: int = 3000) -> float:

@@ -471,8 +471,8 @@ def flow_count(key: str, world_size: int, gpus_per_node: int = 1) -> int:
     r, log_q = p - q, q.bit_length() - 1
     if key in ("allgatherv/ring", "allgatherv/direct"):
         return p * (p - 1)
-    if key in ("allgatherv/padded", "allreduce/ring"):
-        return 2 * p * (p - 1)
+    if key in ("allgatherv/padded", "allgatherv/bounded", "allreduce/ring"):
+        return 2 * p * (p - 1)  # bounded: the bound round and the fallback round
     if key == "allgatherv/bruck":
         return p * (p - 1).bit_length()  # ⌈log2 P⌉ rounds of P flows
     if key in ("allgatherv/recursive_doubling", "allreduce/recursive_doubling"):

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,6 +99,45 @@ def test_every_layer_imports_only_layers_below_it():
         if bad:
             offenders[str(path.relative_to(ROOT))] = bad
     assert not offenders, f"imports against the layering: {offenders}"
+
+
+#: What core must not name (a stage's import name); a string in core that names one is an import
+#: done by someone else on core's behalf (a fork server's preload, a Dask preload, importlib).
+STAGE_NAMES = tuple(f"vgcsim.{stage}" for stage in STAGES if stage != "core")
+
+
+def _names_of_stages(path: Path) -> list[str]:
+    """The stages ``path`` names: imported (``from vgcsim import simulator`` too), or spelled
+    in any string or comment."""
+    text = path.read_text(encoding="utf-8")
+    imported = {f"vgcsim.{_layer_of_module(m)}" for m in _imports(path)}
+    return sorted(name for name in STAGE_NAMES if name in imported or name in text)
+
+
+def test_core_names_no_stage_not_even_in_a_string():
+    offenders = {}
+    for path in sorted((ROOT / "vgcsim" / "core").rglob("*.py")):
+        named = _names_of_stages(path)
+        if named:
+            offenders[str(path.relative_to(ROOT))] = named
+    assert not offenders, f"vgcsim/core names a stage: {offenders}"
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("from vgcsim import simulator\n", ["vgcsim.simulator"]),
+        ("def f():\n    import vgcsim.reports.render\n", ["vgcsim.reports"]),
+        ('PRELOAD = ["vgcsim.models.predict"]\n', ["vgcsim.models"]),
+        ("# written by vgcsim.traces.io\n", ["vgcsim.traces"]),
+        ("from vgcsim.core.units import parse_time_s\nimport vgcsim\n", []),
+    ],
+)
+def test_the_stage_name_check_sees_imports_strings_and_comments(tmp_path, code, expected):
+    """The check above on a module it must refuse, and on one it must pass."""
+    module = tmp_path / "module.py"
+    module.write_text(code, encoding="utf-8")
+    assert _names_of_stages(module) == expected
 
 
 def test_models_and_simulator_never_import_each_other():

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from vgcsim.commands import add_out_option, add_set_option, add_world_sizes_option
-from vgcsim.core.forkserver import POOL_PRELOAD, start_fork_server
+from vgcsim.forkserver import POOL_PRELOAD, start_fork_server
 
 HELP = (
     "run a sweep (bandwidth x latency x P x topology x trace) of simulated replays; one table out"
@@ -49,16 +49,17 @@ def run(args: argparse.Namespace) -> int:
         start_fork_server()
     elif args.scheduler == "processes" and args.processes != 1 and not args.dry_run:
         start_fork_server(POOL_PRELOAD)
-    from vgcsim.core.preload import paused_gc
+    from vgcsim.preload import paused_gc
 
-    with paused_gc():  # the simulator's imports, without collections (vgcsim.core.preload)
+    with paused_gc():  # the simulator's imports, without collections (vgcsim.preload)
         from tqdm import tqdm
 
         from vgcsim.commands import check_out, settings
         from vgcsim.core.cluster import cluster_to_dict, load_cluster
         from vgcsim.core.config import apply_overrides, to_dict
         from vgcsim.core.results import save_results
-        from vgcsim.simulator.sweep import expand_factors, load_sweep, run_sweep, sweep_summary
+        from vgcsim.simulator.sweep import expand_factors, load_sweep, sweep_summary
+        from vgcsim.sweep_runners import run_sweep
 
     overrides = settings(args.set, ("sweep.world_sizes",))
     if args.world_sizes is not None:

@@ -1,6 +1,6 @@
 """The bounded exchange of vgcsim's DDP hook: the rule that sizes each bucket's all_gather.
 
-The hook (``vgcsim.traces.training.distributed_hook``) sends every rank's message of a bucket
+The hook (the training stage's DDP communication hook) sends every rank's message of a bucket
 (``int32 [total bytes, bytes of each layer]`` then the layers' encoded buffers) in one plain
 ``all_gather`` of equal blocks of ``bound`` bytes: each message cut or zero-padded to the
 bound. When a rank's message was longer, every rank sees it in the gathered lengths and a
@@ -10,9 +10,9 @@ padded to ``align(largest message) − bound``. After each exchange the bucket's
 exchanges. The first exchange of a bucket has no history: its bound is the aligned header.
 
 This module holds the rule once, below the hook that runs it and the two stages that price
-it (``allgatherv/bounded`` in ``vgcsim.models.collectives`` and
-``vgcsim.simulator.collectives``), so that the bytes priced from a trace the hook wrote equal
-the bytes the hook counted (``StepCommStats.wire_bytes``) to the byte.
+it (``allgatherv/bounded`` in the cost models' collectives and in the simulator's), so that
+the bytes priced from a trace the hook wrote equal the bytes the hook counted
+(``StepCommStats.wire_bytes``) to the byte.
 """
 
 from __future__ import annotations

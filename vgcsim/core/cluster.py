@@ -300,8 +300,8 @@ class LinkSpec:
     call and rank, not per algorithm step (α is the per-step start-up). It is CPU time: on a
     host whose ranks share cores (:class:`ClusterSpec` ``host_cores``) it stretches by the
     sharing factor (:func:`host_share`), as γ and δ do. A point-to-point message does not pay
-    it. Every collective formula adds ``c`` per call (``calls_per_collective``,
-    ``vgcsim.models.collectives``); 0 for the presets.
+    it. Every collective formula adds ``c`` per call (``calls_per_collective``, the closed
+    forms in docs/models.md); 0 for the presets.
 
     ``segments``, where not empty, prices each message by its size, piecewise linear as
     SimGrid's SMPI does (Degomme et al., "Simulating MPI applications: the SMPI approach",
@@ -517,7 +517,7 @@ def shared_cluster(cluster: ClusterSpec, world_size: int) -> ClusterSpec:
 
 # --------------------------------------------------------------------------------------------
 # Topologies: the kinds, their parameters and the checks every cluster passes (the simulator
-# builds their graphs, vgcsim.simulator.topology; the models read the kind)
+# builds their graphs; the models read the kind)
 # --------------------------------------------------------------------------------------------
 
 

@@ -124,7 +124,7 @@ def padded_host_time_s(
     gathered buffer's size sets the cost per byte of both (whether it fits the CPU's caches).
     s, the first part's share, is fitted by ``vgcsim calibrate`` from allgathervs whose
     ranks send uneven blocks (``allgatherv_skewed``: blocks in the ratio 1:2:3:4 on four
-    ranks, 5/8 of the padded bytes; :func:`vgcsim.models.linkfit.fit_link`).
+    ranks, 5/8 of the padded bytes; the cost models' ``fit_link``).
 
     s is measured, not assumed: it depends on the host, and the bounds s = 0 (every copy at
     the real bytes) and s = 1 (every copy at the padded bytes) each misprice skewed

@@ -51,7 +51,7 @@ __all__ = [
 
 MARKER = ".vgcsim.json"
 MARKER_KIND = "vgcsim-output"
-#: The header file and kind that mark a trace folder (kept equal to vgcsim.traces.schema's).
+#: The header file and kind that mark a trace folder (kept equal to the trace schema's).
 TRACE_HEADER = "header.json"
 TRACE_KIND = "vgcsim-trace"
 

@@ -53,7 +53,7 @@ RESULTS_HEADER_KEYS = (
     "kind",  # "vgcsim-results"
     "source",  # "predicted" | "simulated"
     # [{"path", "name", "compressor", "synthetic", "schema_version", "caveats"}]; caveats:
-    # lines on a partial or diverged input trace (vgcsim.traces.health), absent before them
+    # lines on a partial or diverged input trace (the traces' health check), absent before them
     "traces",
     "cluster",  # the full cluster spec as a dict
     "extrapolation",  # {"rule": "modulo"|"resample", "seed": int|None}
@@ -69,7 +69,7 @@ RESULTS_HEADER_KEYS = (
 #:
 #: * ``"model"`` (the presets' default): every time is modelled on ``device`` — compute from
 #:   FLOPs, the optimizer step, compression, encoding, decoding and casts from bytes touched
-#:   over the device's memory bandwidth plus per-layer launch overhead (vgcsim.traces.devicecost); the
+#:   over the device's memory bandwidth plus per-layer launch overhead (the traces' device costs); the
 #:   squared-gradient estimator's extra backward work scales with the modelled compute by its
 #:   measured share. Only the payload bits (and the sent counts) come from the trace.
 #: * ``"trace"``: the seconds measured on the recording machine: ``compute_s`` = one worker's
@@ -204,7 +204,7 @@ def results_header(
 
 
 def trace_entry(trace: Any) -> dict[str, Any]:
-    """The result-header entry of one input trace (a :class:`vgcsim.traces.io.Trace`).
+    """The result-header entry of one input trace (a ``Trace`` as the trace reader returns it).
 
     ``path`` is absolute (a report run from another folder still finds the trace),
     ``path_given`` the path as it was typed.

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from vgcsim.core.forkserver import start_fork_server
+from vgcsim.forkserver import start_fork_server
 
 pytestmark = pytest.mark.skipif(
     "forkserver" not in multiprocessing.get_all_start_methods(), reason="no fork server here"

@@ -2,13 +2,12 @@
 
 Importing the simulator and Dask allocates some hundred thousand long-lived objects (modules,
 functions, classes), and each allocation burst can trigger a collection that walks every
-object tracked so far, none of which is garbage: importing the sweep module and Dask in a
-fresh interpreter took 0.807 s (fastest of twelve) and 0.691 s with collections off
-(docs/simulator.md, *Imports without the garbage collector*). :func:`paused_gc` switches
-collections off for such a block and back on after it.
+object tracked so far, none of which is garbage; docs/simulator.md (*Imports without the
+garbage collector*) gives the time this saves and the command that measures it.
+:func:`paused_gc` switches collections off for such a block and back on after it.
 
 The fork server's preload modules (``sweep_pool``, ``sweep_dask``; ``FORKSERVER_PRELOAD`` of
-vgcsim.core.forkserver) import the sweep module (and Dask) this way, then :func:`gc.freeze`
+vgcsim.forkserver) import the sweep's modules (and Dask) this way, then :func:`gc.freeze`
 what they loaded, as Python's documentation of ``gc.freeze`` advises for a process that
 forks without exec: the workers forked from the server never walk those objects in their
 own collections, and leave the pages that hold them shared."""

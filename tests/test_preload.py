@@ -1,5 +1,5 @@
 """Imports with the garbage collector paused, and the fork servers' preloads that use them
-(vgcsim.core.preload), in this process and in real workers forked from a server."""
+(vgcsim.preload), in this process and in real workers forked from a server."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from vgcsim.core.forkserver import FORKSERVER_PRELOAD, POOL_PRELOAD
-from vgcsim.core.preload import paused_gc
+from vgcsim.forkserver import FORKSERVER_PRELOAD, POOL_PRELOAD
+from vgcsim.preload import paused_gc
 
 
 def test_paused_gc_switches_collections_off_and_back_on():
@@ -46,7 +46,7 @@ def test_warm_imports_then_freezes_with_the_collector_back_on():
         """
         import gc, sys
         assert gc.get_freeze_count() == 0
-        from vgcsim.core.preload import warm
+        from vgcsim.preload import warm
         warm("json", "vgcsim.core.units")
         assert "vgcsim.core.units" in sys.modules and "json" in sys.modules
         assert gc.isenabled()
@@ -83,7 +83,7 @@ def test_pool_workers_start_with_the_preloaded_objects_frozen():
         import gc, sys
         sys.path.insert(0, sys.argv[1])
         from test_preload import _freeze_count
-        from vgcsim.simulator.sweep import process_pool
+        from vgcsim.sweep_runners import process_pool
         with process_pool(1) as pool:
             frozen = pool.submit(_freeze_count).result()
         print(frozen)

@@ -1,9 +1,9 @@
 """The fork server that local sweep workers (a process pool's, or a Dask LocalCluster's) are
-forked from, preloaded with the simulator's sweep module (and Dask, for a LocalCluster).
+forked from, preloaded with the sweep's modules (and Dask, for a LocalCluster).
 
-It lives here, below the simulator, so that ``vgcsim sweep`` can start it before it imports
-the simulator itself: the server's imports then overlap with the command's own, and each
-worker starts with them done (one import in the server instead of one per worker)."""
+This module imports nothing heavy, so that ``vgcsim sweep`` can start the server before it
+imports the simulator itself: the server's imports then overlap with the command's own, and
+each worker starts with them done (one import in the server instead of one per worker)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import sys
 import threading
 
 #: What the fork server imports before it forks the workers (``__main__``: the calling
-#: script, so that functions it defines can be sent to the workers; then the sweep module and
-#: Dask, without garbage collections and frozen after: vgcsim.core.preload).
-FORKSERVER_PRELOAD = ("__main__", "vgcsim.core.preload.sweep_dask")
+#: script, so that functions it defines can be sent to the workers; then the sweep runners and
+#: Dask, without garbage collections and frozen after: vgcsim.preload).
+FORKSERVER_PRELOAD = ("__main__", "vgcsim.preload.sweep_dask")
 #: The same for a process pool's workers, which do not use Dask.
-POOL_PRELOAD = ("__main__", "vgcsim.core.preload.sweep_pool")
+POOL_PRELOAD = ("__main__", "vgcsim.preload.sweep_pool")
 
 
 def start_fork_server(preload: tuple[str, ...] = FORKSERVER_PRELOAD) -> bool:
