@@ -238,7 +238,6 @@ class EmulatedWorkers:
             "decode_s": decode_s,
         }
 
-
     def _exchange_together(self, wg, params: list) -> dict[str, Any]:
         """All W workers' exchange in one call of the compressor (powersgd): every worker
         sends, per layer, the same fp32 elements (its share of the allreduced buffers)."""

@@ -218,7 +218,9 @@ class PowerSGDCompressor(Compressor):
         numels = [g.shape[1] for g in grads]
         if shared.iter < c.start_iter:
             shared.iter += 1
-            return ExchangeResult([g.mean(0) for g in grads], numels, [0] * len(grads), [0] * len(grads))
+            return ExchangeResult(
+                [g.mean(0) for g in grads], numels, [0] * len(grads), [0] * len(grads)
+            )
         plans = self.plans(shapes)
         # 1. M_w = g_w + e_w, and the copy the error is computed from.
         ms = []
@@ -269,7 +271,10 @@ class PowerSGDCompressor(Compressor):
         shared.iter += 1
         return ExchangeResult(
             [t for t in means if t is not None],
-            [pl.p_elements + pl.q_elements if pl.compressed else n for pl, n in zip(plans, numels, strict=True)],
+            [
+                pl.p_elements + pl.q_elements if pl.compressed else n
+                for pl, n in zip(plans, numels, strict=True)
+            ],
             [pl.p_elements for pl in plans],
             [pl.q_elements for pl in plans],
         )
