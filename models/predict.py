@@ -242,6 +242,53 @@ def _compressed_breakdown(
     )
 
 
+def lowrank_time_s(
+    key: str, allreduce_bytes: np.ndarray, world_size: int, cluster: ClusterSpec
+) -> np.ndarray:
+    """Seconds ``[T, K]`` of PowerSGD's exchange per step and group: the allreduces of the
+    tensors sent plain, of P and of Q (``allreduce_bytes`` ``[T, K, 3]``, equal on every
+    rank), one after the other as torch's ``powerSGD_hook`` chains them (it allreduces an
+    empty buffer too, so each costs at least its latency terms; a warm-up step, sent plain,
+    is priced the same way). Each is the allreduce model ``key`` at that size."""
+    model = get_collective(key)
+    b = np.asarray(allreduce_bytes, dtype=np.float64)
+    sizes = np.broadcast_to(b[..., None], (*b.shape, world_size))
+    t = model.time_s(
+        sizes, cluster.link, intra_link=cluster.intra_link, gpus_per_node=cluster.gpus_per_node
+    )
+    return t.sum(axis=-1)
+
+
+def _lowrank_breakdown(
+    si: StepInputs, key: str, cluster: ClusterSpec, opts: PredictOptions, buckets: Any
+) -> StepBreakdown:
+    """PowerSGD: local work (codec) then its three allreduces per bucket."""
+    assert si.allreduce_bytes is not None
+    per_group = lowrank_time_s(key, si.allreduce_bytes, si.world_size, cluster)  # [T, K]
+    if si.world_size == 1:
+        per_group = np.zeros_like(per_group)
+    if opts.overlap in _BUCKETED:
+        _, share, _ = buckets
+        return bucketed_step_time_s(
+            si.compute_s,
+            si.variance_s,
+            si.codec_s,
+            per_group,
+            share,
+            decode_s=si.decode(),
+            optimizer_s=si.optimizer(),
+        )
+    return iteration_time_s(
+        si.compute_s,
+        si.variance_s,
+        si.codec_s,
+        per_group.sum(axis=1),
+        decode_s=si.decode(),
+        optimizer_s=si.optimizer(),
+        overlap=opts.overlap,
+    )
+
+
 def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> pd.DataFrame:
     """Closed-form predictions for ``trace`` on ``cluster`` (a finalized result frame)."""
     encoding = opts.encoding or trace.primary_encoding
@@ -287,9 +334,15 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
                 )
         pmax = si.rank_bytes.max(axis=1)
         pmean = si.rank_bytes.mean(axis=1)
-        for alg in opts.allgatherv:
-            key = collective_key("allgatherv", alg)
-            bd = _compressed_breakdown(si, key, cluster, opts, buckets)
+        # PowerSGD's compressed exchange is allreduces; every other compressor's an allgatherv
+        lowrank = si.allreduce_bytes is not None
+        for alg in opts.allreduce if lowrank else opts.allgatherv:
+            if lowrank:
+                key = collective_key("allreduce", alg)
+                bd = _lowrank_breakdown(si, key, cluster, opts, buckets)
+            else:
+                key = collective_key("allgatherv", alg)
+                bd = _compressed_breakdown(si, key, cluster, opts, buckets)
             const = {
                 **base,
                 "compressor": trace.compressor,

@@ -79,7 +79,7 @@ from vgcsim.traces.buckets import (
     layer_groups,
 )
 from vgcsim.traces.extrapolate import RULES
-from vgcsim.traces.replay import DENSE_ENCODINGS, StepInputs, step_inputs
+from vgcsim.traces.replay import DENSE_ENCODINGS, StepInputs, is_lowrank, step_inputs
 
 from vgcsim.core.cluster import ClusterSpec
 from vgcsim.core.collectives import (
@@ -108,6 +108,8 @@ PATHS = ("auto", "message", "collective", "round")
 #: Largest straggler jitter (coefficient of variation of the compute factor): 10 is a spread
 #: of 1000 %, far beyond any measured straggler; larger values only overflow.
 MAX_JITTER = 10.0
+#: PowerSGD's allreduces per bucket, in the order torch's powerSGD_hook runs them
+LOWRANK_PARTS = ("plain", "P", "Q")
 METHODS = ("dense", "compressed")  # result `method` values (dense rows: one per encoding)
 _BLOCK_STEPS = 256  # most steps replayed at once
 _BLOCK_VALUES = 1 << 20  # most values (steps x ranks) of one array of a block
@@ -446,15 +448,20 @@ def _world_size(
     if cfg.max_steps:
         n_steps = min(n_steps, cfg.max_steps)
     compute = inputs.compute_s[:n_steps] * _jitter(cfg, p, (n_steps, p))
-    if inputs.layer_bytes is not None:
+    lowrank = inputs.allreduce_bytes is not None
+    if lowrank:  # PowerSGD: every rank allreduces the same buffers
+        per_group = inputs.allreduce_bytes[:n_steps].sum(axis=2)  # [T, K]
+        comp_bytes = np.broadcast_to(per_group[:, None, :], (n_steps, p, per_group.shape[1]))
+    elif inputs.layer_bytes is not None:
         comp_bytes = inputs.layer_bytes[:n_steps].astype(float)  # [T, P, K]
     else:
         comp_bytes = inputs.rank_bytes[:n_steps, :, None].astype(float)
     exchange = (
         get_schedule("allgatherv/ring", p)
-        if cfg.size_exchange and cfg.compressed_collective != "allgatherv/padded"
+        if cfg.size_exchange and cfg.compressed_collective != "allgatherv/padded" and not lowrank
         else None
     )
+    dense_schedule = get_schedule(cfg.dense_collective, p, cluster.gpus_per_node)
     return _WorldSize(
         p=p,
         topology=build_topology(cluster, p),
@@ -467,8 +474,8 @@ def _world_size(
         decode=inputs.decode()[:n_steps],
         optimizer=inputs.optimizer()[:n_steps],
         data_schedules={
-            "dense": get_schedule(cfg.dense_collective, p, cluster.gpus_per_node),
-            "compressed": _compressed_schedule(cfg, p),
+            "dense": dense_schedule,
+            "compressed": dense_schedule if lowrank else _compressed_schedule(cfg, p),
         },
         exchange=exchange,
     )
@@ -540,7 +547,20 @@ def _block(
     side = local[:, None, :] * buckets.frac[None, :, None]  # [S, K, P]
     ready = grad_ready + np.cumsum(side, axis=1)
     schedules, names, readies, all_units, data_index = [], [], [], [], []
+    parts = inputs.allreduce_bytes
     for k in range(k_groups):
+        if method == "compressed" and parts is not None:
+            # PowerSGD: the plain tensors', P's and Q's allreduces, in that order
+            for j, part in enumerate(LOWRANK_PARTS):
+                if j == len(LOWRANK_PARTS) - 1:
+                    data_index.append(len(schedules))
+                schedules.append(schedule)
+                names.append(f"b{k} {part}")
+                readies.append(ready[:, k])
+                all_units.append(
+                    np.stack([unit_sizes(schedule, parts[steps][i, k, j]) for i in range(n)])
+                )
+            continue
         if method == "compressed" and ws.exchange is not None:
             schedules.append(ws.exchange)
             names.append(f"b{k} sizes")
@@ -631,7 +651,15 @@ def _step_plan(
     schedule = ws.data_schedules[method]
     phases: list[Phase] = []
     data_index = []
+    parts = inputs.allreduce_bytes
     for k in range(k_groups):
+        if method == "compressed" and parts is not None:
+            for j, part in enumerate(LOWRANK_PARTS):
+                if j == len(LOWRANK_PARTS) - 1:
+                    data_index.append(len(phases))
+                units = unit_sizes(schedule, parts[t, k, j])
+                phases.append(Phase(ready[k], schedule, units, f"{label} b{k} {part}"))
+            continue
         if method == "compressed" and ws.exchange is not None:
             header = np.full(p, float(SIZE_HEADER_BYTES))
             phases.append(Phase(ready[k], ws.exchange, header, f"{label} b{k} sizes"))
@@ -774,7 +802,9 @@ def _rows(
             "device": device,
             "world_size": p,
             "method": method,
-            "collective": cfg.dense_collective if method == "dense" else cfg.compressed_collective,
+            "collective": cfg.dense_collective
+            if method == "dense" or is_lowrank(trace)
+            else cfg.compressed_collective,
             "speedup_vs_dense": math.nan,
             "scaling_efficiency": math.nan,
             "throughput_samples_per_s": math.nan,
