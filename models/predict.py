@@ -34,9 +34,14 @@ from vgcsim.models.iteration import (
 from vgcsim.traces.buckets import DDP_BUCKET_BYTES, bucket_backward_share, layer_groups
 from vgcsim.traces.extrapolate import RULES
 from vgcsim.traces.replay import DENSE_ENCODINGS, StepInputs, step_inputs
+from vgcsim.traces.sparseunion import has_unions, sparse_step_inputs
 
 from vgcsim.core.cluster import ClusterSpec
-from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
+from vgcsim.core.collectives import (
+    ALLGATHERV_ALGORITHMS,
+    ALLREDUCE_ALGORITHMS,
+    SPARSE_ALLREDUCE_ALGORITHMS,
+)
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.core.results import RESULT_COLUMNS, finalize_results
 
@@ -66,6 +71,9 @@ class PredictOptions:
     bucket_bytes: float = DDP_BUCKET_BYTES
     dense_encodings: tuple[str, ...] = DENSE_ENCODINGS
     size_exchange: bool = True
+    #: sparse allreduce algorithms priced for traces that record their index-set unions
+    #: (``()``: none); rows ``method = compressed``, ``collective = sparse_allreduce/<alg>``
+    sparse_allreduce: tuple[str, ...] = SPARSE_ALLREDUCE_ALGORITHMS
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -75,6 +83,8 @@ class PredictOptions:
             collective_key("allreduce", a)
         for a in self.allgatherv:
             collective_key("allgatherv", a)
+        for a in self.sparse_allreduce:
+            collective_key("sparse_allreduce", a)
         if self.rule not in RULES:
             raise unknown_name("extrapolation rule", self.rule, RULES)
         if self.overlap not in OVERLAP_MODES:
@@ -289,6 +299,25 @@ def _lowrank_breakdown(
     )
 
 
+#: the encoding a sparse allreduce's rows name: 32-bit index + fp32 value per pair
+SPARSE_ENCODING = "coo64"
+
+
+def sparse_allreduce_time_s(
+    key: str, stage: np.ndarray, dense: float, p: int, cluster: ClusterSpec
+) -> np.ndarray:
+    """Seconds ``[T]`` of the sparse allreduce ``key`` with per-stage messages ``stage``."""
+    model = get_collective(key)
+    return model.time_s(
+        np.zeros((stage.shape[0], p)),
+        cluster.link,
+        intra_link=cluster.intra_link,
+        gpus_per_node=cluster.gpus_per_node,
+        stage_bytes=stage,
+        dense_bytes=dense,
+    )
+
+
 def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> pd.DataFrame:
     """Closed-form predictions for ``trace`` on ``cluster`` (a finalized result frame)."""
     encoding = opts.encoding or trace.primary_encoding
@@ -311,6 +340,10 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
         "compute_mode": cluster.compute,
     }
     frames = []
+    # a sparse allreduce needs the recorded unions and one collective per step (no buckets)
+    sparse = has_unions(trace) and opts.overlap not in _BUCKETED
+    if has_unions(trace) and opts.overlap in _BUCKETED and opts.sparse_allreduce:
+        log.info("sparse allreduce rows are priced without overlap buckets only; skipped")
     for p in sorted({int(x) for x in opts.world_sizes}):
         si = step_inputs(
             trace, cluster, p, encoding=encoding, rule=opts.rule, seed=opts.seed, layers=layers
@@ -352,6 +385,32 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
                 "collective": key,
             }
             frames.append(rows_for(bd, si.steps, pmax, pmean, per_step=opts.per_step, const=const))
+        if sparse and opts.sparse_allreduce:
+            stage, dense, decode = sparse_step_inputs(trace, si.steps, p, cluster)
+            sent = stage.max(axis=1) if stage.shape[1] else np.zeros(len(si.steps))
+            for alg in opts.sparse_allreduce:
+                key = collective_key("sparse_allreduce", alg)
+                comm = sparse_allreduce_time_s(key, stage, dense, p, cluster)
+                bd = iteration_time_s(
+                    si.compute_s,
+                    si.variance_s,
+                    si.codec_s,
+                    comm,
+                    decode_s=decode if p > 1 else np.zeros_like(decode),
+                    optimizer_s=si.optimizer(),
+                    overlap=opts.overlap,
+                )
+                const = {
+                    **base,
+                    "compressor": trace.compressor,
+                    "encoding": SPARSE_ENCODING,
+                    "world_size": p,
+                    "method": "compressed",
+                    "collective": key,
+                }
+                frames.append(
+                    rows_for(bd, si.steps, sent, sent, per_step=opts.per_step, const=const)
+                )
         log.info("predicted P=%d (%d steps)", p, len(si.steps))
     df = frame_from_rows(frames)
     batch = trace.header.get("batch_size_per_worker")
@@ -370,6 +429,7 @@ def options_dict(opts: PredictOptions) -> dict[str, Any]:
         "bucket_bytes": opts.bucket_bytes,
         "dense_encodings": list(opts.dense_encodings),
         "size_exchange": opts.size_exchange,
+        "sparse_allreduce": list(opts.sparse_allreduce),
         **opts.extra,
     }
 
@@ -416,6 +476,31 @@ def summarize(df: pd.DataFrame, world_sizes: Sequence[int] | None = None) -> str
             f"{r.speedup_vs_dense:>8.3f}"
         )
     return "\n".join(lines)
+
+
+def sparse_crossover(df: pd.DataFrame) -> str | None:
+    """One line saying up to which P the sparse allreduce beats the fastest dense fp32
+    allreduce (mean rows of each trace and cluster), or None without sparse rows: the
+    largest P of the leading run where its step is shorter, and the first P where it is not."""
+    m = df[df["step"] == -1]
+    sp = m[m["collective"].str.startswith("sparse_allreduce/")]
+    if sp.empty:
+        return None
+    dense = m[(m["method"] == "dense") & (m["encoding"] == "fp32")]
+    best_dense = dense.groupby("world_size")["step_s"].min()
+    best_sparse = sp.groupby("world_size")["step_s"].min()
+    sizes = sorted(set(best_dense.index) & set(best_sparse.index) - {1})
+    wins = [p for p in sizes if best_sparse[p] < best_dense[p]]
+    loses = [p for p in sizes if best_sparse[p] >= best_dense[p]]
+    if not loses:
+        return f"sparse allreduce beats dense fp32 allreduce at every P given ({sizes[0]}..{sizes[-1]})"
+    if not wins or wins[0] > loses[0]:
+        return f"sparse allreduce does not beat dense fp32 allreduce (slower from P = {loses[0]})"
+    last = max(p for p in wins if p < loses[0])
+    return (
+        f"sparse allreduce beats dense fp32 allreduce up to P = {last}; "
+        f"from P = {loses[0]} it is slower"
+    )
 
 
 def time_sources(trace: Trace, cluster: ClusterSpec) -> dict[str, str]:

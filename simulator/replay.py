@@ -80,6 +80,7 @@ from vgcsim.traces.buckets import (
 )
 from vgcsim.traces.extrapolate import RULES
 from vgcsim.traces.replay import DENSE_ENCODINGS, StepInputs, is_lowrank, step_inputs
+from vgcsim.traces.sparseunion import has_unions, sparse_step_inputs
 
 from vgcsim.core.cluster import ClusterSpec
 from vgcsim.core.collectives import (
@@ -110,7 +111,10 @@ PATHS = ("auto", "message", "collective", "round")
 MAX_JITTER = 10.0
 #: PowerSGD's allreduces per bucket, in the order torch's powerSGD_hook runs them
 LOWRANK_PARTS = ("plain", "P", "Q")
-METHODS = ("dense", "compressed")  # result `method` values (dense rows: one per encoding)
+METHODS = ("dense", "compressed")
+SPARSE_COLLECTIVE = (
+    "sparse_allreduce/recursive_doubling"  # result `method` values (dense rows: one per encoding)
+)
 _BLOCK_STEPS = 256  # most steps replayed at once
 _BLOCK_VALUES = 1 << 20  # most values (steps x ranks) of one array of a block
 
@@ -135,6 +139,9 @@ class SimulateConfig:
     per_step: bool = False
     dense_encodings: tuple[str, ...] = ("fp32", "bf16", "fp16")
     size_exchange: bool = True
+    #: also replay SparCML's sparse allreduce (traces recording their index-set unions,
+    #: overlap "none"): rows method compressed, collective sparse_allreduce/recursive_doubling
+    sparse_allreduce: bool = True
 
     def __post_init__(self) -> None:
         dense_ok = tuple(f"allreduce/{a}" for a in ALLREDUCE_ALGORITHMS)
@@ -416,6 +423,8 @@ class _WorldSize:
     optimizer: np.ndarray  # [T]
     data_schedules: dict[str, Schedule]  # method -> its collective's schedule
     exchange: Schedule | None  # the size exchange before a compressed collective
+    #: (stage bytes [T, S], dense bytes, result scatter seconds [T, P]) of the sparse allreduce
+    sparse: tuple[np.ndarray, float, np.ndarray] | None = None
 
 
 @dataclass(frozen=True)
@@ -462,6 +471,10 @@ def _world_size(
         else None
     )
     dense_schedule = get_schedule(cfg.dense_collective, p, cluster.gpus_per_node)
+    sparse = None
+    if cfg.overlap == "none" and has_unions(trace):
+        stage, dense, decode = sparse_step_inputs(trace, inputs.steps, p, cluster)
+        sparse = (stage[:n_steps], dense, decode[:n_steps])
     return _WorldSize(
         p=p,
         topology=build_topology(cluster, p),
@@ -476,8 +489,10 @@ def _world_size(
         data_schedules={
             "dense": dense_schedule,
             "compressed": dense_schedule if lowrank else _compressed_schedule(cfg, p),
+            "sparse": get_schedule(SPARSE_COLLECTIVE, p),
         },
         exchange=exchange,
+        sparse=sparse,
     )
 
 
@@ -533,6 +548,23 @@ def _block(
             for k in range(k_groups)
         ]
         copied = [np.full(n, p * float(group_bytes[k])) for k in range(k_groups)]
+    elif method == "sparse":
+        assert ws.sparse is not None
+        stage = ws.sparse[0][steps]  # [S, stages]
+        variance = inputs.variance_s[steps]
+        local = variance + inputs.codec_s[steps]
+        dec = ws.sparse[2][steps]
+        final = stage.max(axis=1) if stage.shape[1] else np.zeros(n)
+        payload = np.broadcast_to(final[:, None], (n, p)).copy()
+        units = [
+            np.stack(
+                [
+                    unit_sizes(schedule, 0.0, stage_bytes=stage[i], dense_bytes=ws.sparse[1])
+                    for i in range(n)
+                ]
+            )
+        ]
+        copied = [np.zeros(n)]
     else:
         variance = inputs.variance_s[steps]
         local = variance + inputs.codec_s[steps]
@@ -637,6 +669,15 @@ def _step_plan(
         sizes = [group_bytes[k] for k in range(k_groups)]
         variance = np.zeros(p)
         payload = np.full(p, float(payload_bytes))
+    elif method == "sparse":
+        assert ws.sparse is not None
+        variance = inputs.variance_s[t]
+        local = variance + inputs.codec_s[t]
+        dec = ws.sparse[2][t]
+        stage = ws.sparse[0][t]
+        final = float(stage.max()) if stage.size else 0.0
+        payload = np.full(p, final)
+        sizes = [None]
     else:
         variance = inputs.variance_s[t]
         local = variance + inputs.codec_s[t]
@@ -664,7 +705,12 @@ def _step_plan(
             header = np.full(p, float(SIZE_HEADER_BYTES))
             phases.append(Phase(ready[k], ws.exchange, header, f"{label} b{k} sizes"))
         data_index.append(len(phases))
-        phases.append(Phase(ready[k], schedule, unit_sizes(schedule, sizes[k]), f"{label} b{k}"))
+        if method == "sparse":
+            assert ws.sparse is not None
+            units = unit_sizes(schedule, 0.0, stage_bytes=ws.sparse[0][t], dense_bytes=ws.sparse[1])
+        else:
+            units = unit_sizes(schedule, sizes[k])
+        phases.append(Phase(ready[k], schedule, units, f"{label} b{k}"))
     return _StepPlan(phases, data_index, local, dec, variance, payload, grad_ready, ready)
 
 
@@ -705,6 +751,8 @@ def simulate_trace(
     buckets = _Buckets.of(trace, cfg)
     encoding = cfg.encoding or trace.primary_encoding
     variants = [("dense", e) for e in cfg.dense_encodings] + [("compressed", encoding)]
+    if cfg.overlap == "none" and has_unions(trace) and cfg.sparse_allreduce:
+        variants.append(("sparse", "coo64"))
     labels = [_label(m, e) for m, e in variants]
     gamma = cluster.link.gamma_s_per_byte
     host = (cluster.link.allgatherv_host_s_per_byte, cluster.link.allgatherv_host_s_per_byte_table)
@@ -754,6 +802,8 @@ def simulate_trace(
 def _label(method: str, encoding: str) -> str:
     """The key of one replayed variant (in ``info`` and timelines): ``dense`` (fp32),
     ``dense/bf16``, ``dense/fp16``, ``compressed``."""
+    if method == "sparse":
+        return "sparse"
     if method != "dense":
         return "compressed"
     return "dense" if encoding == "fp32" else f"dense/{encoding}"
@@ -801,8 +851,10 @@ def _rows(
             "compute_mode": cluster.compute,
             "device": device,
             "world_size": p,
-            "method": method,
-            "collective": cfg.dense_collective
+            "method": "compressed" if method == "sparse" else method,
+            "collective": SPARSE_COLLECTIVE
+            if method == "sparse"
+            else cfg.dense_collective
             if method == "dense" or is_lowrank(trace)
             else cfg.compressed_collective,
             "speedup_vs_dense": math.nan,

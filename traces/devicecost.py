@@ -43,6 +43,7 @@ __all__ = [
     "decode_time_s",
     "optimizer_time_s",
     "powersgd_time_s",
+    "sparse_result_time_s",
     "stream_time_s",
 ]
 
@@ -366,3 +367,17 @@ def powersgd_time_s(
     return np.maximum(flops / device.effective_flops, moved / device.sustained_memory_Bps) + (
         launches * device.launch_s
     )
+
+
+def sparse_result_time_s(union_elements: ArrayLike, layers: int, device: DeviceSpec) -> np.ndarray:
+    """Seconds to apply a sparse allreduce's result: scatter its index-value pairs into the
+    dense fp32 gradient on ``device``.
+
+    Formula: ``T = 16·U / (B_mem·e_mem) + 2·L·t_launch`` with U the result's pairs (the union
+    of the P index sets): read index + value (8 B), read + write the gradient element (8 B);
+    2 kernels per layer (unpack, scatter), as the sparse decode of :data:`CODEC_PROFILES`.
+    The reductions inside the collective are its γ term, not counted here.
+
+    Source: memory-bound roofline, :func:`stream_time_s`.
+    """
+    return stream_time_s(16.0 * np.asarray(union_elements, dtype=np.float64), 2 * layers, device)

@@ -333,6 +333,18 @@ def _check_payloads(header: Mapping[str, Any], p: pd.DataFrame, step_ids: set[in
                 "payloads sent differs from lowrank_p_elements + lowrank_q_elements"
                 + _examples(p, off, ["step", "worker", "layer", "sent"])
             )
+    if "union_prefix" in p.columns:
+        union = p["union_prefix"].to_numpy()
+        off = (union > numel) | ((p["worker"].to_numpy() == 0) & (union != sent))
+        if off.any():
+            problems.append(
+                "payloads union_prefix exceeds numel or differs from worker 0's sent"
+                + _examples(p, off, ["step", "worker", "layer", "sent", "union_prefix"])
+            )
+        ordered = p.sort_values(["step", "layer", "worker"])
+        steps_back = ordered.groupby(["step", "layer"])["union_prefix"].diff() < 0
+        if steps_back.any():
+            problems.append("payloads union_prefix decreases from one worker to the next")
     for enc in encodings:
         col = schema.BITS_PREFIX + enc
         if col not in p.columns:

@@ -137,6 +137,10 @@ class EmulatedWorkers:
         self.shapes = [tuple(p.shape) for p in model.parameters()]
         if self.shared is None:
             self.primary = ENCODINGS[compressor.primary_encoding]
+        # sparse payloads: record the union of workers 0..w's index sets (sparse allreduce)
+        from vgcsim.traces.compression.compressors.sparse import SparseCompressor
+
+        self.unions = isinstance(compressor, SparseCompressor)
 
     def local_indices(self, indices: np.ndarray) -> np.ndarray:
         return indices
@@ -197,6 +201,7 @@ class EmulatedWorkers:
         bits: list[list[dict[str, int]]] = []
         compress_s = encode_s = decode_s = 0.0
         sq_grad_norm = 0.0
+        union_prefix: list[list[int]] = []
         for layer, p in enumerate(params):
             # Compression runs on the CPU, where the wire encoders are.
             g = wg.grads[layer].reshape(W, -1).cpu()
@@ -204,6 +209,8 @@ class EmulatedWorkers:
             sq_grad_norm += float(g.mean(0).double().square().sum())
             agg = torch.zeros(g.shape[1], dtype=torch.float32)
             layer_sent, layer_bits = [], []
+            seen = np.zeros(g.shape[1], dtype=bool) if self.unions else None
+            layer_union: list[int] = []
             for w in range(W):
                 t0 = time.perf_counter()
                 payload = self.compressor.compress(
@@ -226,12 +233,18 @@ class EmulatedWorkers:
                 decode_s += t3 - t2
                 layer_sent.append(payload.sent)
                 layer_bits.append(payload.bits)
+                if seen is not None:
+                    seen[payload.message.indices] = True
+                    layer_union.append(int(np.count_nonzero(seen)))
             p.grad = (agg / W).view_as(p).to(p.device)
             sent.append(layer_sent)
             bits.append(layer_bits)
+            union_prefix.append(layer_union)
+        extra = {"union_prefix": union_prefix} if self.unions else {}
         return {
             "sent": sent,
             "bits": bits,
+            "extra": extra,
             "grad_norm": math.sqrt(sq_grad_norm),
             "compress_s": compress_s,
             "encode_s": encode_s,

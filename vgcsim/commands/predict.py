@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
         PredictOptions,
         options_dict,
         predict_trace,
+        sparse_crossover,
         summarize,
     )
     from vgcsim.traces.io import read_trace
@@ -52,5 +53,8 @@ def run(args: argparse.Namespace) -> int:
     options = {**options_dict(opts), "encoding": opts.encoding or trace.primary_encoding}
     out = save_replay(args, df, trace, cluster, source="predicted", config=opts, options=options)
     print(summarize(df))
+    crossover = sparse_crossover(df)
+    if crossover:
+        print(crossover)
     print(f"wrote {len(df)} rows to {out}")
     return 0
