@@ -479,9 +479,9 @@ def summarize(df: pd.DataFrame, world_sizes: Sequence[int] | None = None) -> str
 
 
 def sparse_crossover(df: pd.DataFrame) -> str | None:
-    """One line saying up to which P the sparse allreduce beats the fastest dense fp32
-    allreduce (mean rows of each trace and cluster), or None without sparse rows: the
-    largest P of the leading run where its step is shorter, and the first P where it is not."""
+    """One line saying at which P the sparse allreduce beats the fastest dense fp32
+    allreduce (mean rows), and the P from which it stops beating it (the first P above the
+    largest winning one); None without sparse rows."""
     m = df[df["step"] == -1]
     sp = m[m["collective"].str.startswith("sparse_allreduce/")]
     if sp.empty:
@@ -490,17 +490,22 @@ def sparse_crossover(df: pd.DataFrame) -> str | None:
     best_dense = dense.groupby("world_size")["step_s"].min()
     best_sparse = sp.groupby("world_size")["step_s"].min()
     sizes = sorted(set(best_dense.index) & set(best_sparse.index) - {1})
+    if not sizes:
+        return None
     wins = [p for p in sizes if best_sparse[p] < best_dense[p]]
-    loses = [p for p in sizes if best_sparse[p] >= best_dense[p]]
-    if not loses:
-        return f"sparse allreduce beats dense fp32 allreduce at every P given ({sizes[0]}..{sizes[-1]})"
-    if not wins or wins[0] > loses[0]:
-        return f"sparse allreduce does not beat dense fp32 allreduce (slower from P = {loses[0]})"
-    last = max(p for p in wins if p < loses[0])
-    return (
-        f"sparse allreduce beats dense fp32 allreduce up to P = {last}; "
-        f"from P = {loses[0]} it is slower"
-    )
+    if not wins:
+        return f"sparse allreduce does not beat dense fp32 allreduce at any P given ({sizes[0]}..{sizes[-1]})"
+    lo, hi = wins[0], wins[-1]
+    losing = [p for p in sizes if p not in wins]
+    line = f"sparse allreduce beats dense fp32 allreduce at P = {', '.join(map(str, wins))}"
+    after = [p for p in losing if p > hi]
+    if after:
+        line += f"; it stops beating it from P = {after[0]}"
+    else:
+        line += f"; it still beats it at the largest P given ({sizes[-1]})"
+    if any(p < lo for p in losing):
+        line += f" (slower below P = {lo}: its local work outweighs the saving)"
+    return line
 
 
 def time_sources(trace: Trace, cluster: ClusterSpec) -> dict[str, str]:

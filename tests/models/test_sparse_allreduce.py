@@ -141,3 +141,35 @@ def test_predict_reports_sparse_rows_and_where_they_stop_paying():
     pay = rows.sort_values("world_size")["payload_bytes_max"].to_numpy()
     dense = 4.0 * sum(layer["numel"] for layer in trace.layers)
     assert np.all(np.diff(pay) >= 0) and pay.max() <= dense
+
+
+def test_crossover_line_names_where_sparse_stops_paying():
+    import pandas as pd
+
+    rows = []
+    for p, dense, sparse in ((2, 1.0, 1.5), (4, 1.0, 0.5), (8, 1.0, 0.9), (16, 1.0, 1.2)):
+        rows.append(
+            {
+                "step": -1,
+                "world_size": p,
+                "method": "dense",
+                "encoding": "fp32",
+                "collective": "allreduce/ring",
+                "step_s": dense,
+            }
+        )
+        rows.append(
+            {
+                "step": -1,
+                "world_size": p,
+                "method": "compressed",
+                "encoding": "coo64",
+                "collective": KEY,
+                "step_s": sparse,
+            }
+        )
+    line = predict.sparse_crossover(pd.DataFrame(rows))
+    assert line == (
+        "sparse allreduce beats dense fp32 allreduce at P = 4, 8; it stops beating it from "
+        "P = 16 (slower below P = 4: its local work outweighs the saving)"
+    )
