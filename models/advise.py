@@ -330,12 +330,14 @@ def advise(
     per-bucket mix of each compressed trace (see the module docstring)."""
     if not traces:
         raise ConfigError("advise needs at least one trace")
-    shapes = [[layer["shape"] for layer in t.layers] for t in traces]
+    shapes = [
+        ([layer["shape"] for layer in t.layers], (t.header.get("dataset") or {}).get("name"))
+        for t in traces
+    ]
     if any(s != shapes[0] for s in shapes[1:]):
         raise ConfigError(
-            "advise compares methods on one model: these traces' layer lists differ ("
-            + ", ".join(t.name for t in traces)
-            + ")"
+            "advise compares methods on one model and dataset: these traces' layers or datasets "
+            "differ (" + ", ".join(t.name for t in traces) + ")"
         )
     if target_accuracy is not None and not 0 < target_accuracy <= 1:
         raise ConfigError(f"target accuracy must be in (0, 1], got {target_accuracy}")
