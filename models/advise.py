@@ -287,7 +287,7 @@ def recommendation(ranked: pd.DataFrame, mixes: pd.DataFrame | None = None) -> l
             reason += f", {float(runner['step_s']) / step:.2f}x faster than {runner['method']}"
         if np.isfinite(best.get("time_to_target_s", math.nan)):
             reason = f"reaches the target first ({best['time_to_target_s']:.3g} s); " + reason
-        if best["method"] != "dense" and np.isfinite(best["final_test_acc"]):
+        if np.isfinite(best["final_test_acc"]):
             reason += f"; final test accuracy {best['final_test_acc']:.1%}"
         if mixes is not None and len(mixes):
             mm = mixes[(mixes["cluster"] == cl) & (mixes["world_size"] == p)]

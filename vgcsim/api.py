@@ -35,6 +35,7 @@ __all__ = [
     "save",
     "report",
     "collective",
+    "advise",
 ]
 
 
@@ -274,3 +275,33 @@ def collective(
 
     run = simulate_collective(key, sizes, spec, mode=mode, semantics=semantics)
     return run if detail else run.time_s
+
+
+def advise(
+    traces: Sequence[str | Path | Trace],
+    clusters: str | Path | ClusterSpec | Sequence[str | Path | ClusterSpec],
+    world_sizes: Sequence[int] | str | None = None,
+    *,
+    target_accuracy: float | None = None,
+    overlap: str = "bucketed",
+    bucket_bytes: float | None = None,
+) -> Any:
+    """What to run: the methods of ``traces`` (one model and dataset) ranked per cluster and
+    P by predicted step time (and time to ``target_accuracy`` where the traces have
+    evaluations), the best per-bucket mix of dense and compressed buckets of each compressed
+    trace, and one recommendation line per (cluster, P): a
+    :class:`vgcsim.models.advise.Advice` (``ranked``, ``mixes``, ``recommendations``)."""
+    from vgcsim.core.cluster import ClusterSpec
+    from vgcsim.models.advise import advise as run_advise
+    from vgcsim.traces.buckets import DDP_BUCKET_BYTES
+
+    if isinstance(clusters, (str, Path, ClusterSpec)):
+        clusters = [clusters]
+    return run_advise(
+        [load_trace(t) for t in traces],
+        [load_cluster(c) for c in clusters],
+        _world_sizes(world_sizes),
+        target_accuracy=target_accuracy,
+        overlap=overlap,
+        bucket_bytes=DDP_BUCKET_BYTES if bucket_bytes is None else bucket_bytes,
+    )
