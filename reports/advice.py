@@ -7,7 +7,6 @@ import math
 
 import pandas as pd
 from vgcsim.models.advise import rank_methods, recommendation
-from vgcsim.reports.render import to_markdown
 from vgcsim.reports.sections import SectionContext, SectionOutput, Table, section
 
 __all__ = ["advice_markdown", "ranking_display"]
@@ -64,6 +63,8 @@ def _mix_display(mixes: pd.DataFrame) -> pd.DataFrame:
 def advice_markdown(ranked: pd.DataFrame, mixes: pd.DataFrame, lines: list[str]) -> str:
     """The ranking (first methods per cluster and P), the per-bucket mixes and the
     recommendation lines, as Markdown text."""
+    from vgcsim.reports.render import to_markdown  # render imports the sections
+
     parts = ["## Recommendation", "", *(f"- {line}" for line in lines), ""]
     parts += [
         "## Ranking (predicted step time)",
@@ -89,8 +90,7 @@ def _advice(ctx: SectionContext) -> SectionOutput:
     if ranked.empty:
         return SectionOutput()
     lines = recommendation(ranked)
-    largest = ranked["world_size"].max()
-    out = SectionOutput(summary=[f"Advice: {line}" for line in lines if f"P={largest}:" in line])
+    out = SectionOutput()
     out.tables.append(
         Table(
             "advice",
