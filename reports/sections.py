@@ -684,6 +684,3 @@ def _trace_validation(ctx: SectionContext) -> SectionOutput:
         fig,
     )
     return SectionOutput(plots=[plot])
-
-# sections defined in modules of their own register on import
-from vgcsim.reports import advice as _advice  # noqa: E402, F401

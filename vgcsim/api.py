@@ -290,18 +290,23 @@ def advise(
     P by predicted step time (and time to ``target_accuracy`` where the traces have
     evaluations), the best per-bucket mix of dense and compressed buckets of each compressed
     trace, and one recommendation line per (cluster, P): a
-    :class:`vgcsim.models.advise.Advice` (``ranked``, ``mixes``, ``recommendations``)."""
+    :class:`vgcsim.reports.advice.Advice` (``ranked``, ``mixes``, ``recommendations``)."""
     from vgcsim.core.cluster import ClusterSpec
-    from vgcsim.models.advise import advise as run_advise
+    from vgcsim.core.errors import ConfigError
+    from vgcsim.models.advise import predict_methods
+    from vgcsim.reports.advice import Advice, rank_methods, recommendation
     from vgcsim.traces.buckets import DDP_BUCKET_BYTES
 
+    if target_accuracy is not None and not 0 < target_accuracy <= 1:
+        raise ConfigError(f"target accuracy must be in (0, 1], got {target_accuracy}")
     if isinstance(clusters, (str, Path, ClusterSpec)):
         clusters = [clusters]
-    return run_advise(
+    pm = predict_methods(
         [load_trace(t) for t in traces],
         [load_cluster(c) for c in clusters],
         _world_sizes(world_sizes),
-        target_accuracy=target_accuracy,
         overlap=overlap,
         bucket_bytes=DDP_BUCKET_BYTES if bucket_bytes is None else bucket_bytes,
     )
+    ranked = rank_methods(pm.results, pm.labels, pm.evals, pm.dense_trace, target_accuracy)
+    return Advice(ranked, pm.mixes, recommendation(ranked, pm.mixes))

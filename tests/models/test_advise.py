@@ -7,11 +7,12 @@ compressed) and equals brute force over every per-bucket mix (buckets ≤ 12).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from vgcsim.models.advise import (
     MixInputs,
-    advise,
     brute_force_mix,
     choose_mix,
     mix_inputs,
@@ -21,9 +22,12 @@ from vgcsim.models.iteration import bucketed_step_time_s
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.synth import SynthConfig, synth_trace
 
+from vgcsim import api
 from vgcsim.core.cluster import load_cluster
 from vgcsim.core.errors import ConfigError
 
+DATA = Path(__file__).resolve().parents[1] / "data"
+POWERSGD = DATA / "powersgd_trace"
 BUCKET_BYTES = {"resnet50": 10 * 2**20, "vgg_like": 2 * 2**20}
 
 
@@ -113,8 +117,8 @@ def test_a_hand_worked_mix_beats_both_single_methods():
 
 def test_advise_ranks_the_demo_traces_and_refuses_other_models():
     names = ("dense", "variance", "strom", "qsgd")
-    traces = [read_trace(f"tests/data/demo_traces/{n}") for n in names]
-    a = advise(traces, [load_cluster("1GbE")], [8, 64], target_accuracy=0.95)
+    traces = [read_trace(DATA / "demo_traces" / n) for n in names]
+    a = api.advise(traces, "1GbE", [8, 64], target_accuracy=0.95)
     assert set(a.ranked["world_size"]) == {8, 64}
     for _, g in a.ranked.groupby("world_size"):
         assert g["rank"].tolist() == list(range(1, len(g) + 1))
@@ -123,4 +127,4 @@ def test_advise_ranks_the_demo_traces_and_refuses_other_models():
     assert len(a.recommendations) == 2 and all("run " in line for line in a.recommendations)
     assert (a.mixes["step_s"] <= a.mixes["best_single_s"] * (1 + 1e-12)).all()
     with pytest.raises(ConfigError, match="one model"):
-        advise([traces[0], read_trace("tests/data/powersgd_trace")], [load_cluster("1GbE")], [8])
+        api.advise([traces[0], POWERSGD], "1GbE", [8])

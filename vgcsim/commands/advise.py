@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from vgcsim import api
     from vgcsim.commands import check_out, world_sizes
-    from vgcsim.reports.advice import advice_markdown
+    from vgcsim.reports.advice_text import advice_markdown
 
     if args.out is not None:
         check_out(args, "advise")
