@@ -4,7 +4,8 @@ per-bucket mix of dense and compressed buckets.
 **Methods** (ranked by :mod:`vgcsim.reports.advice`). Each trace is predicted (:func:`vgcsim.models.predict.predict_trace`, with the
 step's overlap, ``bucketed`` by default); its mean rows are the methods: dense fp32 / bf16 /
 fp16 allreduce, the trace's compressor over its collective (allgatherv; PowerSGD's
-allreduces; the sparse allreduce where the trace records unions). Per (cluster, P) they are
+allreduces; the sparse allreduce where the trace records unions, always without overlap
+buckets: one collective per step). Per (cluster, P) they are
 ranked by predicted step time and, where the traces have evaluations and a target accuracy
 is given, by time to that accuracy: (first evaluated step whose test accuracy reaches the
 target + 1) × step time (a method whose trace never reaches it: infinite). Dense rows take
@@ -35,7 +36,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -50,6 +51,7 @@ from vgcsim.models.predict import (
 from vgcsim.traces.buckets import DDP_BUCKET_BYTES, bucket_backward_share, layer_groups
 from vgcsim.traces.labels import method_label
 from vgcsim.traces.replay import step_inputs
+from vgcsim.traces.sparseunion import has_unions
 
 from vgcsim.core.cluster import ClusterSpec
 from vgcsim.core.errors import ConfigError
@@ -253,6 +255,10 @@ def predict_methods(
     for cluster in clusters:
         for trace in traces:
             frames.append(predict_trace(trace, cluster, opts))
+            if has_unions(trace) and overlap in ("bucketed", "per_layer"):
+                # the sparse allreduce is one collective per step: priced without buckets
+                flat = predict_trace(trace, cluster, replace(opts, overlap="none"))
+                frames.append(flat[flat["collective"].str.startswith("sparse_allreduce/")])
             if trace.compressor == "dense":
                 continue
             for p in opts.world_sizes:

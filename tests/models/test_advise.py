@@ -128,3 +128,11 @@ def test_advise_ranks_the_demo_traces_and_refuses_other_models():
     assert (a.mixes["step_s"] <= a.mixes["best_single_s"] * (1 + 1e-12)).all()
     with pytest.raises(ConfigError, match="one model"):
         api.advise([traces[0], POWERSGD], "1GbE", [8])
+
+
+def test_advise_ranks_the_sparse_allreduce_of_a_trace_with_unions():
+    a = api.advise([DATA / "topk_w8_trace"], "1GbE", [8, 64])
+    colls = set(a.ranked["collective"])
+    assert {"sparse_allreduce/recursive_doubling", "allgatherv/ring", "allreduce/ring"} <= colls
+    # the mix is over buckets of the allgatherv; the sparse rows stand beside it
+    assert set(a.mixes["world_size"]) == {8, 64}
