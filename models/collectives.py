@@ -50,6 +50,8 @@ from vgcsim.core.collectives import (
     message_time_s,
     padded_host_time_s,
     plain_allgather_host_time_s,
+    sparse_stage_bytes,
+    sparse_stages,
     wire_bytes,
 )
 from vgcsim.core.errors import ConfigError, unknown_name
@@ -593,6 +595,60 @@ def _plain_ring_s(p: int, block_bytes: np.ndarray, link: LinkSpec) -> np.ndarray
 
 
 # ------------------------------------------------------------------------------------------
+# sparse allreduce
+# ------------------------------------------------------------------------------------------
+
+
+def sparse_allreduce_recursive_doubling(
+    sizes_bytes: ArrayLike,
+    link: LinkSpec,
+    *,
+    intra_link: LinkSpec | None = None,
+    gpus_per_node: int = 1,
+    stage_bytes: ArrayLike | None = None,
+    dense_bytes: float = math.inf,
+) -> np.ndarray:
+    """SparCML's recursive-doubling sparse allreduce with its switch to dense.
+
+    Formula: ``T = c + Σ_s (α + b_s·β + [reduce_s]·b_s·γ)`` (c the link's per-call cost;
+    with size segments each ``α + b_s·β`` is ``msg(b_s)``) over the stages of
+    :func:`vgcsim.core.collectives.sparse_stages` (a fold for P ≠ p', lg p' pairwise
+    exchanges, an unfold without reduction), where b_s is the message of stage s: the union
+    of the index-value pairs its group holds, ``b_s = min(c·|∪_{i∈G_s} I_i|, dense_bytes)``
+    (c = 8 B per pair; a union whose pairs outgrow the dense vector is sent dense).
+    ``stage_bytes`` ``[..., S]`` gives the b_s (from a trace's recorded unions); without it
+    they are the disjoint-sets bound of ``sizes_bytes`` ``[..., P]``
+    (:func:`vgcsim.core.collectives.sparse_stage_bytes`). Bounds (SparCML §5.1): with k
+    nonzeros per rank, ``lg P·(α + ckβ)`` when every rank picks the same indices and
+    ``lg P·α + (P − 1)·ckβ`` when they are disjoint, below the dense switch.
+
+    Assumptions: as every model here (full duplex, no contention between pairs); the
+    largest group's message sets each stage (lock-step); after the switch a stage sends
+    the whole dense vector (the recursive-doubling form, not a bandwidth-optimal dense
+    allreduce).
+
+    Source: C. Renggli, S. Ashkboos, M. Aghagolzadeh, D. Alistarh, T. Hoefler, "SparCML:
+    High-Performance Sparse Communication for Machine Learning", SC'19, §5 (SSAR_Recursive_
+    double and the dynamic switch to the dense representation, DSAR).
+    """
+    s = _sizes(sizes_bytes)
+    p = s.shape[-1]
+    if p == 1:
+        return _zeros_like_steps(s)
+    _, reduce = sparse_stages(p)
+    if stage_bytes is None:
+        b = sparse_stage_bytes(s, dense_bytes)
+    else:
+        b = np.minimum(np.asarray(stage_bytes, dtype=np.float64), dense_bytes)
+        if b.shape[-1] != len(reduce):
+            raise ConfigError(
+                f"sparse allreduce on {p} ranks has {len(reduce)} stages; got {b.shape[-1]} sizes"
+            )
+    per_stage = message_time_s(link, b) + reduce * b * link.gamma_s_per_byte
+    return link.call_overhead_s + per_stage.sum(axis=-1)
+
+
+# ------------------------------------------------------------------------------------------
 # registry
 # ------------------------------------------------------------------------------------------
 
@@ -602,7 +658,7 @@ class CollectiveModel:
     """A registered closed-form collective model."""
 
     key: str  # "allreduce/ring", ...
-    op: str  # "allreduce" | "allgatherv"
+    op: str  # "allreduce" | "allgatherv" | "sparse_allreduce"
     algorithm: str
     time_s: CostFn
 
@@ -619,6 +675,7 @@ _FUNCTIONS: dict[str, CostFn] = {
     "allgatherv/direct": allgatherv_direct,
     "allgatherv/padded": allgatherv_padded,
     "allgatherv/bounded": allgatherv_bounded,
+    "sparse_allreduce/recursive_doubling": sparse_allreduce_recursive_doubling,
 }
 
 COLLECTIVES: dict[str, CollectiveModel] = {

@@ -42,10 +42,15 @@ from vgcsim.traces.replay import (
     default_allgatherv,
     step_inputs,
 )
+from vgcsim.traces.sparseunion import has_unions, sparse_step_inputs
 
 from vgcsim.core.bounded import align_bytes, bounded_rounds
 from vgcsim.core.cluster import ClusterSpec, shared_cluster
-from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
+from vgcsim.core.collectives import (
+    ALLGATHERV_ALGORITHMS,
+    ALLREDUCE_ALGORITHMS,
+    SPARSE_ALLREDUCE_ALGORITHMS,
+)
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.core.results import RESULT_COLUMNS, finalize_results
 
@@ -83,6 +88,9 @@ class PredictOptions:
     bucket_bytes: float = DDP_BUCKET_BYTES
     dense_encodings: tuple[str, ...] = DENSE_ENCODINGS
     size_exchange: bool = True
+    #: sparse allreduce algorithms priced for traces that record their index-set unions
+    #: (``()``: none); rows ``method = compressed``, ``collective = sparse_allreduce/<alg>``
+    sparse_allreduce: tuple[str, ...] = SPARSE_ALLREDUCE_ALGORITHMS
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -92,6 +100,8 @@ class PredictOptions:
             collective_key("allreduce", a)
         for a in self.allgatherv:
             collective_key("allgatherv", a)
+        for a in self.sparse_allreduce:
+            collective_key("sparse_allreduce", a)
         if self.rule not in RULES:
             raise unknown_name("extrapolation rule", self.rule, RULES)
         if self.overlap not in OVERLAP_MODES:
@@ -303,6 +313,72 @@ def _compressed_breakdown(
     )
 
 
+def lowrank_time_s(
+    key: str, allreduce_bytes: np.ndarray, world_size: int, cluster: ClusterSpec
+) -> np.ndarray:
+    """Seconds ``[T, K]`` of PowerSGD's exchange per step and group: the allreduces of the
+    tensors sent plain, of P and of Q (``allreduce_bytes`` ``[T, K, 3]``, equal on every
+    rank), one after the other as torch's ``powerSGD_hook`` chains them (it allreduces an
+    empty buffer too, so each costs at least its latency terms; a warm-up step, sent plain,
+    is priced the same way). Each is the allreduce model ``key`` at that size."""
+    model = get_collective(key)
+    b = np.asarray(allreduce_bytes, dtype=np.float64)
+    sizes = np.broadcast_to(b[..., None], (*b.shape, world_size))
+    t = model.time_s(
+        sizes, cluster.link, intra_link=cluster.intra_link, gpus_per_node=cluster.gpus_per_node
+    )
+    return t.sum(axis=-1)
+
+
+def _lowrank_breakdown(
+    si: StepInputs, key: str, cluster: ClusterSpec, opts: PredictOptions, buckets: Any
+) -> StepBreakdown:
+    """PowerSGD: local work (codec) then its three allreduces per bucket."""
+    assert si.allreduce_bytes is not None
+    per_group = lowrank_time_s(key, si.allreduce_bytes, si.world_size, cluster)  # [T, K]
+    if si.world_size == 1:
+        per_group = np.zeros_like(per_group)
+    if opts.overlap in _BUCKETED:
+        _, share, _ = buckets
+        return bucketed_step_time_s(
+            si.compute_s,
+            si.variance_s,
+            si.codec_s,
+            per_group,
+            share,
+            decode_s=si.decode(),
+            optimizer_s=si.optimizer(),
+        )
+    return iteration_time_s(
+        si.compute_s,
+        si.variance_s,
+        si.codec_s,
+        per_group.sum(axis=1),
+        decode_s=si.decode(),
+        optimizer_s=si.optimizer(),
+        overlap=opts.overlap,
+    )
+
+
+#: the encoding a sparse allreduce's rows name: 32-bit index + fp32 value per pair
+SPARSE_ENCODING = "coo64"
+
+
+def sparse_allreduce_time_s(
+    key: str, stage: np.ndarray, dense: float, p: int, cluster: ClusterSpec
+) -> np.ndarray:
+    """Seconds ``[T]`` of the sparse allreduce ``key`` with per-stage messages ``stage``."""
+    model = get_collective(key)
+    return model.time_s(
+        np.zeros((stage.shape[0], p)),
+        cluster.link,
+        intra_link=cluster.intra_link,
+        gpus_per_node=cluster.gpus_per_node,
+        stage_bytes=stage,
+        dense_bytes=dense,
+    )
+
+
 def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> pd.DataFrame:
     """Closed-form predictions for ``trace`` on ``cluster`` (a finalized result frame)."""
     encoding = opts.encoding or trace.primary_encoding
@@ -332,6 +408,10 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
         "compute_mode": cluster.compute,
     }
     frames = []
+    # a sparse allreduce needs the recorded unions and one collective per step (no buckets)
+    sparse = has_unions(trace) and opts.overlap not in _BUCKETED
+    if has_unions(trace) and opts.overlap in _BUCKETED and opts.sparse_allreduce:
+        log.info("sparse allreduce rows are priced without overlap buckets only; skipped")
     for p in sorted({int(x) for x in opts.world_sizes}):
         si = step_inputs(
             trace, cluster, p, encoding=encoding, rule=opts.rule, seed=opts.seed, layers=layers
@@ -356,9 +436,15 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
                 )
         pmax = si.rank_bytes.max(axis=1)
         pmean = si.rank_bytes.mean(axis=1)
-        for alg in algorithms:
-            key = collective_key("allgatherv", alg)
-            bd = _compressed_breakdown(si, key, cluster_p, opts, buckets, trace)
+        # PowerSGD's compressed exchange is allreduces; every other compressor's an allgatherv
+        lowrank = si.allreduce_bytes is not None
+        for alg in opts.allreduce if lowrank else algorithms:
+            if lowrank:
+                key = collective_key("allreduce", alg)
+                bd = _lowrank_breakdown(si, key, cluster_p, opts, buckets)
+            else:
+                key = collective_key("allgatherv", alg)
+                bd = _compressed_breakdown(si, key, cluster_p, opts, buckets, trace)
             const = {
                 **base,
                 "compressor": trace.compressor,
@@ -368,6 +454,32 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
                 "collective": key,
             }
             frames.append(rows_for(bd, si.steps, pmax, pmean, per_step=opts.per_step, const=const))
+        if sparse and opts.sparse_allreduce:
+            stage, dense, decode = sparse_step_inputs(trace, si.steps, p, cluster)
+            sent = stage.max(axis=1) if stage.shape[1] else np.zeros(len(si.steps))
+            for alg in opts.sparse_allreduce:
+                key = collective_key("sparse_allreduce", alg)
+                comm = sparse_allreduce_time_s(key, stage, dense, p, cluster_p)
+                bd = iteration_time_s(
+                    si.compute_s,
+                    si.variance_s,
+                    si.codec_s,
+                    comm,
+                    decode_s=decode if p > 1 else np.zeros_like(decode),
+                    optimizer_s=si.optimizer(),
+                    overlap=opts.overlap,
+                )
+                const = {
+                    **base,
+                    "compressor": trace.compressor,
+                    "encoding": SPARSE_ENCODING,
+                    "world_size": p,
+                    "method": "compressed",
+                    "collective": key,
+                }
+                frames.append(
+                    rows_for(bd, si.steps, sent, sent, per_step=opts.per_step, const=const)
+                )
         log.info("predicted P=%d (%d steps)", p, len(si.steps))
     df = frame_from_rows(frames)
     batch = trace.header.get("batch_size_per_worker")
@@ -386,6 +498,7 @@ def options_dict(opts: PredictOptions) -> dict[str, Any]:
         "bucket_bytes": opts.bucket_bytes,
         "dense_encodings": list(opts.dense_encodings),
         "size_exchange": opts.size_exchange,
+        "sparse_allreduce": list(opts.sparse_allreduce),
         **opts.extra,
     }
 
@@ -432,6 +545,36 @@ def summarize(df: pd.DataFrame, world_sizes: Sequence[int] | None = None) -> str
             f"{r.speedup_vs_dense:>8.3f}"
         )
     return "\n".join(lines)
+
+
+def sparse_crossover(df: pd.DataFrame) -> str | None:
+    """One line saying at which P the sparse allreduce beats the fastest dense fp32
+    allreduce (mean rows), and the P from which it stops beating it (the first P above the
+    largest winning one); None without sparse rows."""
+    m = df[df["step"] == -1]
+    sp = m[m["collective"].str.startswith("sparse_allreduce/")]
+    if sp.empty:
+        return None
+    dense = m[(m["method"] == "dense") & (m["encoding"] == "fp32")]
+    best_dense = dense.groupby("world_size")["step_s"].min()
+    best_sparse = sp.groupby("world_size")["step_s"].min()
+    sizes = sorted(set(best_dense.index) & set(best_sparse.index) - {1})
+    if not sizes:
+        return None
+    wins = [p for p in sizes if best_sparse[p] < best_dense[p]]
+    if not wins:
+        return f"sparse allreduce does not beat dense fp32 allreduce at any P given ({sizes[0]}..{sizes[-1]})"
+    lo, hi = wins[0], wins[-1]
+    losing = [p for p in sizes if p not in wins]
+    line = f"sparse allreduce beats dense fp32 allreduce at P = {', '.join(map(str, wins))}"
+    after = [p for p in losing if p > hi]
+    if after:
+        line += f"; it stops beating it from P = {after[0]}"
+    else:
+        line += f"; it still beats it at the largest P given ({sizes[-1]})"
+    if any(p < lo for p in losing):
+        line += f" (slower below P = {lo}: its local work outweighs the saving)"
+    return line
 
 
 def time_sources(trace: Trace, cluster: ClusterSpec) -> dict[str, str]:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from vgcsim.reports import advice as _advice  # noqa: F401  (registers the advice section)
 from vgcsim.reports import tables
 from vgcsim.reports.sections import (
     SECTIONS,

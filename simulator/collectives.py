@@ -39,6 +39,9 @@ rank i sends the result to rank p'+i):
   Units: P bound blocks then P fallback blocks. One call has no history (bound 0); a replay
   gives each step its bound from the steps before (:func:`bounded_units`) and drops the
   fallback rounds where no message exceeds the bound (:func:`bounded_schedule`).
+* ``sparse_allreduce/recursive_doubling`` — SparCML's sparse allreduce (Renggli et al.
+  SC'19): fold, lg p' pairwise exchanges of the union each rank holds, unfold; one unit per
+  stage (its message, the union's index-value pairs or the dense vector after the switch).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from vgcsim.core.collectives import (
     SIZE_HEADER_BYTES,
     padded_host_time_s,
     plain_allgather_host_time_s,
+    sparse_stage_bytes,
 )
 from vgcsim.core.errors import ConfigError, unknown_name
 
@@ -101,6 +105,9 @@ class Schedule:
     unit_order: np.ndarray | None = None
     pad: bool = False
     bounded: bool = False  # allgatherv/bounded: P bound blocks, then P fallback blocks
+    #: units are stages (the sparse allreduce): unit s is the message every flow of stage s
+    #: carries (sizes from ``vgcsim.core.collectives.sparse_stage_bytes``)
+    stages: bool = False
 
     def round_bytes(self, units: np.ndarray) -> list[np.ndarray]:
         """Bytes of every flow of every round for unit sizes ``units`` (see :func:`unit_sizes`)."""
@@ -139,13 +146,38 @@ def span_bytes(
     return out
 
 
-def unit_sizes(schedule: Schedule, sizes_bytes: np.ndarray | float) -> np.ndarray:
+def unit_sizes(
+    schedule: Schedule,
+    sizes_bytes: np.ndarray | float,
+    *,
+    stage_bytes: np.ndarray | None = None,
+    dense_bytes: float = float("inf"),
+) -> np.ndarray:
     """Unit sizes for a collective call.
 
     allreduce: ``sizes_bytes`` is the buffer size n (a scalar, or P equal values); units are
     n / n_units each. allgatherv: ``sizes_bytes`` are the P per-rank block sizes; padded
-    schedules use the largest for every block.
+    schedules use the largest for every block. sparse allreduce: the per-stage messages,
+    ``stage_bytes`` when given (a trace's unions), else the disjoint-sets bound of the P
+    per-rank sparse sizes, each capped at ``dense_bytes``
+    (``vgcsim.core.collectives.sparse_stage_bytes``).
     """
+    if schedule.stages:
+        if schedule.world_size == 1:
+            return np.zeros(schedule.n_units)
+        if stage_bytes is not None:
+            b = np.minimum(np.asarray(stage_bytes, dtype=float), dense_bytes)
+            if b.shape != (schedule.n_units,):
+                raise ConfigError(
+                    f"{schedule.key}: got {b.size} stage sizes for {schedule.n_units} stages"
+                )
+            return b
+        sizes = np.atleast_1d(np.asarray(sizes_bytes, dtype=float))
+        if sizes.size != schedule.world_size:
+            raise ConfigError(
+                f"{schedule.key}: got {sizes.size} sizes for {schedule.world_size} ranks"
+            )
+        return sparse_stage_bytes(sizes, dense_bytes)
     sizes = np.atleast_1d(np.asarray(sizes_bytes, dtype=float))
     if schedule.allreduce:
         if sizes.size > 1 and not np.all(sizes == sizes[0]):
@@ -444,6 +476,33 @@ def _ar_hierarchical(p: int, gpn: int) -> Schedule:
     )
 
 
+# ---------------------------------------------------------------------------- sparse allreduce
+
+
+def _sar_recursive_doubling(p: int, gpn: int) -> Schedule:
+    """SparCML's recursive-doubling sparse allreduce: one unit per stage
+    (``vgcsim.core.collectives.sparse_stages``), whose size is that stage's message: fold
+    (rank q + v → v), lg q exchanges v ↔ v XOR 2^s, unfold (v → q + v)."""
+    q = _pow2_below(p)
+    r = p - q
+    rounds = []
+    unit = 0
+    if r:
+        rounds.append(_round([(q + v, v, unit, 1) for v in range(r)], reduce=True))
+        unit += 1
+    k = 1
+    while k < q:
+        rounds.append(_round([(v, v ^ k, unit, 1) for v in range(q)], reduce=True))
+        unit += 1
+        k *= 2
+    if r:
+        rounds.append(_round([(v, q + v, unit, 1) for v in range(r)]))
+        unit += 1
+    return Schedule(
+        "sparse_allreduce/recursive_doubling", p, tuple(rounds), max(unit, 1), False, stages=True
+    )
+
+
 COLLECTIVES: dict[str, Callable[[int, int], Schedule]] = {
     "allreduce/ring": _ar_ring,
     "allreduce/recursive_doubling": _ar_recursive_doubling,
@@ -456,6 +515,7 @@ COLLECTIVES: dict[str, Callable[[int, int], Schedule]] = {
     "allgatherv/direct": _ag_direct,
     "allgatherv/padded": _ag_padded,
     "allgatherv/bounded": _ag_bounded,
+    "sparse_allreduce/recursive_doubling": _sar_recursive_doubling,
 }
 assert set(COLLECTIVES) == set(COLLECTIVE_KEYS)
 

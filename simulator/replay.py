@@ -84,7 +84,14 @@ from vgcsim.traces.buckets import (
     layer_groups,
 )
 from vgcsim.traces.extrapolate import RULES
-from vgcsim.traces.replay import DENSE_ENCODINGS, StepInputs, bucket_messages, step_inputs
+from vgcsim.traces.replay import (
+    DENSE_ENCODINGS,
+    StepInputs,
+    bucket_messages,
+    is_lowrank,
+    step_inputs,
+)
+from vgcsim.traces.sparseunion import has_unions, sparse_step_inputs
 
 from vgcsim.core.bounded import align_bytes, bounded_rounds
 from vgcsim.core.cluster import ClusterSpec, shared_cluster
@@ -116,7 +123,12 @@ PATHS = ("auto", "message", "collective", "round")
 #: Largest straggler jitter (coefficient of variation of the compute factor): 10 is a spread
 #: of 1000 %, far beyond any measured straggler; larger values only overflow.
 MAX_JITTER = 10.0
-METHODS = ("dense", "compressed")  # result `method` values (dense rows: one per encoding)
+#: PowerSGD's allreduces per bucket, in the order torch's powerSGD_hook runs them
+LOWRANK_PARTS = ("plain", "P", "Q")
+METHODS = ("dense", "compressed")
+SPARSE_COLLECTIVE = (
+    "sparse_allreduce/recursive_doubling"  # result `method` values (dense rows: one per encoding)
+)
 _BLOCK_STEPS = 256  # most steps replayed at once
 _BLOCK_VALUES = 1 << 20  # most values (steps x ranks) of one array of a block
 
@@ -141,6 +153,9 @@ class SimulateConfig:
     per_step: bool = False
     dense_encodings: tuple[str, ...] = ("fp32", "bf16", "fp16")
     size_exchange: bool = True
+    #: also replay SparCML's sparse allreduce (traces recording their index-set unions,
+    #: overlap "none"): rows method compressed, collective sparse_allreduce/recursive_doubling
+    sparse_allreduce: bool = True
 
     def __post_init__(self) -> None:
         dense_ok = tuple(f"allreduce/{a}" for a in ALLREDUCE_ALGORITHMS)
@@ -479,6 +494,8 @@ class _WorldSize:
     # allgatherv/bounded: per step and bucket of the hook, whether it ran, its bound and its
     # fallback bytes per rank ([T, K] each; vgcsim.core.bounded.bounded_rounds)
     bounded: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    #: (stage bytes [T, S], dense bytes, result scatter seconds [T, P]) of the sparse allreduce
+    sparse: tuple[np.ndarray, float, np.ndarray] | None = None
 
 
 @dataclass(frozen=True)
@@ -513,9 +530,13 @@ def _world_size(
         n_steps = min(n_steps, cfg.max_steps)
     compute = inputs.compute_s[:n_steps] * _jitter(cfg, p, (n_steps, p))
     bounded = None
+    lowrank = inputs.allreduce_bytes is not None
     if is_bounded:
         bounded = _bounded_rounds(trace, inputs.layer_bytes[:n_steps], cfg)
         comp_bytes = inputs.rank_bytes[:n_steps, :, None].astype(float)
+    elif lowrank:  # PowerSGD: every rank allreduces the same buffers
+        per_group = inputs.allreduce_bytes[:n_steps].sum(axis=2)  # [T, K]
+        comp_bytes = np.broadcast_to(per_group[:, None, :], (n_steps, p, per_group.shape[1]))
     elif inputs.layer_bytes is not None:
         comp_bytes = inputs.layer_bytes[:n_steps].astype(float)  # [T, P, K]
     else:
@@ -524,8 +545,14 @@ def _world_size(
         get_schedule("allgatherv/ring", p)
         if cfg.size_exchange
         and cfg.compressed_collective not in ("allgatherv/padded", "allgatherv/bounded")
+        and not lowrank
         else None
     )
+    dense_schedule = get_schedule(cfg.dense_collective, p, cluster.gpus_per_node)
+    sparse = None
+    if cfg.overlap == "none" and has_unions(trace):
+        stage, dense, decode = sparse_step_inputs(trace, inputs.steps, p, cluster)
+        sparse = (stage[:n_steps], dense, decode[:n_steps])
     return _WorldSize(
         p=p,
         topology=build_topology(cluster, p),
@@ -538,11 +565,13 @@ def _world_size(
         decode=inputs.decode()[:n_steps],
         optimizer=inputs.optimizer()[:n_steps],
         data_schedules={
-            "dense": get_schedule(cfg.dense_collective, p, cluster.gpus_per_node),
-            "compressed": _compressed_schedule(cfg, p),
+            "dense": dense_schedule,
+            "compressed": dense_schedule if lowrank else _compressed_schedule(cfg, p),
+            "sparse": get_schedule(SPARSE_COLLECTIVE, p),
         },
         exchange=exchange,
         bounded=bounded,
+        sparse=sparse,
     )
 
 
@@ -644,6 +673,23 @@ def _block(
             for k in range(k_groups)
         ]
         copied = [np.full(n, p * float(group_bytes[k])) for k in range(k_groups)]
+    elif method == "sparse":
+        assert ws.sparse is not None
+        stage = ws.sparse[0][steps]  # [S, stages]
+        variance = inputs.variance_s[steps]
+        local = variance + inputs.codec_s[steps]
+        dec = ws.sparse[2][steps]
+        final = stage.max(axis=1) if stage.shape[1] else np.zeros(n)
+        payload = np.broadcast_to(final[:, None], (n, p)).copy()
+        units = [
+            np.stack(
+                [
+                    unit_sizes(schedule, 0.0, stage_bytes=stage[i], dense_bytes=ws.sparse[1])
+                    for i in range(n)
+                ]
+            )
+        ]
+        copied = [np.zeros(n)]
     else:
         variance = inputs.variance_s[steps]
         local = variance + inputs.codec_s[steps]
@@ -670,7 +716,20 @@ def _block(
         data_index = [len(schedules) - 1]
         copied = [np.zeros(n) for _ in schedules]
         k_groups = 0
+    parts = inputs.allreduce_bytes
     for k in range(k_groups):
+        if method == "compressed" and parts is not None:
+            # PowerSGD: the plain tensors', P's and Q's allreduces, in that order
+            for j, part in enumerate(LOWRANK_PARTS):
+                if j == len(LOWRANK_PARTS) - 1:
+                    data_index.append(len(schedules))
+                schedules.append(schedule)
+                names.append(f"b{k} {part}")
+                readies.append(ready[:, k])
+                all_units.append(
+                    np.stack([unit_sizes(schedule, parts[steps][i, k, j]) for i in range(n)])
+                )
+            continue
         if method == "compressed" and ws.exchange is not None:
             schedules.append(ws.exchange)
             names.append(f"b{k} sizes")
@@ -753,6 +812,15 @@ def _step_plan(
         sizes = [group_bytes[k] for k in range(k_groups)]
         variance = np.zeros(p)
         payload = np.full(p, float(payload_bytes))
+    elif method == "sparse":
+        assert ws.sparse is not None
+        variance = inputs.variance_s[t]
+        local = variance + inputs.codec_s[t]
+        dec = ws.sparse[2][t]
+        stage = ws.sparse[0][t]
+        final = float(stage.max()) if stage.size else 0.0
+        payload = np.full(p, final)
+        sizes = [None]
     else:
         variance = inputs.variance_s[t]
         local = variance + inputs.codec_s[t]
@@ -772,12 +840,25 @@ def _step_plan(
             phases.append(Phase(ready[-1], sched, u[0], f"{label} {name}"))
         data_index = [len(phases) - 1]
         k_groups = 0
+    parts = inputs.allreduce_bytes
     for k in range(k_groups):
+        if method == "compressed" and parts is not None:
+            for j, part in enumerate(LOWRANK_PARTS):
+                if j == len(LOWRANK_PARTS) - 1:
+                    data_index.append(len(phases))
+                units = unit_sizes(schedule, parts[t, k, j])
+                phases.append(Phase(ready[k], schedule, units, f"{label} b{k} {part}"))
+            continue
         if method == "compressed" and ws.exchange is not None:
             header = np.full(p, float(SIZE_HEADER_BYTES))
             phases.append(Phase(ready[k], ws.exchange, header, f"{label} b{k} sizes"))
         data_index.append(len(phases))
-        phases.append(Phase(ready[k], schedule, unit_sizes(schedule, sizes[k]), f"{label} b{k}"))
+        if method == "sparse":
+            assert ws.sparse is not None
+            units = unit_sizes(schedule, 0.0, stage_bytes=ws.sparse[0][t], dense_bytes=ws.sparse[1])
+        else:
+            units = unit_sizes(schedule, sizes[k])
+        phases.append(Phase(ready[k], schedule, units, f"{label} b{k}"))
     return _StepPlan(phases, data_index, local, dec, variance, payload, grad_ready, ready)
 
 
@@ -823,6 +904,8 @@ def simulate_trace(
     buckets = _Buckets.of(trace, cfg)
     encoding = cfg.encoding or trace.primary_encoding
     variants = [("dense", e) for e in cfg.dense_encodings] + [("compressed", encoding)]
+    if cfg.overlap == "none" and has_unions(trace) and cfg.sparse_allreduce:
+        variants.append(("sparse", "coo64"))
     labels = [_label(m, e) for m, e in variants]
     notice = _Notice()
     for p in world_sizes:
@@ -893,6 +976,8 @@ def replay_units(cfg: SimulateConfig, world_sizes: Sequence[int], n_steps: int) 
 def _label(method: str, encoding: str) -> str:
     """The key of one replayed variant (in ``info`` and timelines): ``dense`` (fp32),
     ``dense/bf16``, ``dense/fp16``, ``compressed``."""
+    if method == "sparse":
+        return "sparse"
     if method != "dense":
         return "compressed"
     return "dense" if encoding == "fp32" else f"dense/{encoding}"
@@ -940,8 +1025,12 @@ def _rows(
             "compute_mode": cluster.compute,
             "device": device,
             "world_size": p,
-            "method": method,
-            "collective": cfg.dense_collective if method == "dense" else cfg.compressed_collective,
+            "method": "compressed" if method == "sparse" else method,
+            "collective": SPARSE_COLLECTIVE
+            if method == "sparse"
+            else cfg.dense_collective
+            if method == "dense" or is_lowrank(trace)
+            else cfg.compressed_collective,
             "speedup_vs_dense": math.nan,
             "scaling_efficiency": math.nan,
             "throughput_samples_per_s": math.nan,

@@ -26,6 +26,7 @@ WRITERS = {
     "trace info": ["trace", "info", "RUN"],
     "trace validate": ["trace", "validate", "RUN"],
     "collective": ["collective", "10GbE", "allreduce/ring", "--sizes-bytes", "4"],
+    "advise": ["advise", "RUN", "--cluster", "10GbE"],
 }
 
 #: Commands with a config: each takes --set KEY=VALUE (demo and trace synth too).

@@ -42,6 +42,8 @@ __all__ = [
     "compress_time_s",
     "decode_time_s",
     "optimizer_time_s",
+    "powersgd_time_s",
+    "sparse_result_time_s",
     "stream_time_s",
 ]
 
@@ -317,3 +319,65 @@ def optimizer_time_s(
     if not (params >= 0 and math.isfinite(params)):
         raise ConfigError("parameter count must be a finite number >= 0")
     return float(stream_time_s(OPTIMIZER_BYTES_PER_PARAM[key] * params, layers, device))
+
+
+#: PowerSGD's bytes per gradient element of a compressed tensor (fp32): error feedback
+#: M ← g + e (read g, e, write M: 12 B), the copy kept for the error (8 B), M read by M·Q and
+#: by Mᵀ·P (8 B), P·Qᵀ written (4 B), e ← copy − result (read 2, write 1: 12 B) = 44 B.
+POWERSGD_BYTES_PER_ELEMENT = 44.0
+#: ... of a tensor sent plain: error feedback (12 B), the copy (8 B), the allreduced buffer's
+#: division by W and copy back (8 B), the error (12 B) = 40 B.
+POWERSGD_PLAIN_BYTES_PER_ELEMENT = 40.0
+
+
+def powersgd_time_s(
+    numel: ArrayLike, p_elements: ArrayLike, q_elements: ArrayLike, device: DeviceSpec
+) -> np.ndarray:
+    """One rank's local PowerSGD work per step (matmuls, orthogonalization, error feedback)
+    on ``device``, from per-layer arrays ``[..., L]`` (``p_elements`` = n·r', ``q_elements``
+    = m·r', both 0 for a tensor sent plain).
+
+    Formula, per compressed tensor of N = n·m elements at rank r' = √(p·q / N):
+    FLOPs ``F = 3 · 2·N·r'`` (P = M Q, Q = Mᵀ P, M̂ = P Qᵀ) and bytes
+    ``B = 44·N + 4·(p + q)·(3 + 3·r')`` (the per-element passes of
+    :data:`POWERSGD_BYTES_PER_ELEMENT`, the products' reads and writes of P and Q, and
+    Gram-Schmidt over P and Q: per column a norm, a division and a projection of the later
+    columns); per plain tensor ``B = 40·N``. Launches: ``5 + 6·r'`` per compressed tensor
+    (error feedback, copy, three matmuls, 3 kernels per column of P and of Q), 2 per plain
+    tensor plus 3 for the plain buffer (concatenate, divide, copy back).
+    ``T = max(ΣF / (peak·efficiency), ΣB / (B_mem·e_mem)) + launches · t_launch``: the
+    roofline's larger bound (r' is small, so the passes, not the FLOPs, usually set it).
+
+    Source: the algorithm of T. Vogels, S. P. Karimireddy and M. Jaggi, "PowerSGD", NeurIPS
+    2019 (Algorithm 1), in the order torch's ``powerSGD_hook`` runs it; roofline of Williams,
+    Waterman & Patterson, CACM 2009.
+    """
+    n = np.asarray(numel, dtype=np.float64)
+    p = np.asarray(p_elements, dtype=np.float64)
+    q = np.asarray(q_elements, dtype=np.float64)
+    comp = (p > 0) & (q > 0)
+    r = np.where(comp, np.sqrt(np.where(comp, p * q, 0.0) / np.maximum(n, 1.0)), 0.0)
+    flops = (6.0 * n * r).sum(axis=-1)
+    moved = np.where(
+        comp,
+        POWERSGD_BYTES_PER_ELEMENT * n + 4.0 * (p + q) * (3.0 + 3.0 * r),
+        POWERSGD_PLAIN_BYTES_PER_ELEMENT * n,
+    ).sum(axis=-1)
+    launches = np.where(comp, 5.0 + 6.0 * r, 2.0).sum(axis=-1) + 3.0
+    return np.maximum(flops / device.effective_flops, moved / device.sustained_memory_Bps) + (
+        launches * device.launch_s
+    )
+
+
+def sparse_result_time_s(union_elements: ArrayLike, layers: int, device: DeviceSpec) -> np.ndarray:
+    """Seconds to apply a sparse allreduce's result: scatter its index-value pairs into the
+    dense fp32 gradient on ``device``.
+
+    Formula: ``T = 16·U / (B_mem·e_mem) + 2·L·t_launch`` with U the result's pairs (the union
+    of the P index sets): read index + value (8 B), read + write the gradient element (8 B);
+    2 kernels per layer (unpack, scatter), as the sparse decode of :data:`CODEC_PROFILES`.
+    The reductions inside the collective are its γ term, not counted here.
+
+    Source: memory-bound roofline, :func:`stream_time_s`.
+    """
+    return stream_time_s(16.0 * np.asarray(union_elements, dtype=np.float64), 2 * layers, device)

@@ -207,7 +207,7 @@ def _normalize(df: pd.DataFrame, int_cols: set[str]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-_PAYLOAD_INT = set(schema.PAYLOAD_COLUMNS)
+_PAYLOAD_INT = set(schema.PAYLOAD_COLUMNS) | set(schema.OPTIONAL_PAYLOAD_COLUMNS)
 _STEP_INT = {"step"}
 _EVAL_INT = {"step"}
 _RANK_INT = {"step", "rank", "wire_bytes", "fallback_rounds"}
@@ -407,7 +407,8 @@ class TraceWriter:
         missing = [c for c in self._payload_cols if c not in df.columns]
         if missing:
             raise ValueError(f"payload rows lack columns: {', '.join(missing)}")
-        self._payload_buf.append(df[self._payload_cols])
+        optional = [c for c in schema.OPTIONAL_PAYLOAD_COLUMNS if c in df.columns]
+        self._payload_buf.append(df[self._payload_cols + optional])
 
     def add_step(self, row: Mapping[str, Any]) -> None:
         """Buffer one step row (closes that step); writes a chunk when ``chunk_steps`` are buffered."""

@@ -47,6 +47,7 @@ LABEL_FORMATS: dict[str, Callable[[Mapping[str, Any]], str]] = {
         f"hybrid α={_num(p.get('alpha', '?'))}, τ={_num(p.get('tau', '?'))}{_reading(p)}"
     ),
     "qsgd": lambda p: f"QSGD {p.get('bits', '?')} bit, d={p.get('bucket_size', '?')}",
+    "powersgd": lambda p: f"PowerSGD r={p.get('rank', '?')}",
 }
 
 

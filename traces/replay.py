@@ -35,6 +35,12 @@ factor f = ``vgcsim.core.cluster.host_share(cluster, P)`` = max(1, min(ranks_per
 threads_per_rank / host_cores): the ranks of a host run their local work at once and share
 its cores (f = 1 by default, and the times are unchanged).
 
+PowerSGD traces (payload columns :data:`LOWRANK_COLUMNS`) exchange by three allreduces per
+bucket, in torch's order: the tensors sent plain, then P, then Q
+(:attr:`StepInputs.allreduce_bytes`; equal on every rank, so no extrapolation rule is
+needed); in model mode their local work is :func:`vgcsim.traces.devicecost.powersgd_time_s`
+and they decode nothing.
+
 Per-layer bytes (for bucketed overlap) are optional and may be grouped into buckets on the
 fly, because ``[steps, P, layers]`` for ResNet-50 at P = 1024 would not fit in memory.
 
@@ -62,8 +68,10 @@ from vgcsim.core.errors import TraceError, unknown_name
 __all__ = [
     "DDP_BUCKET_BYTES",
     "DENSE_ENCODINGS",
+    "LOWRANK_COLUMNS",
     "StepInputs",
     "compute_scale_factor",
+    "is_lowrank",
     "recording_device",
     "step_inputs",
 ]
@@ -89,6 +97,9 @@ class StepInputs:
     decode_s: np.ndarray | None = None  # [T, P] decode + accumulate of the P − 1 received
     optimizer_s: np.ndarray | None = None  # [T] one optimizer step
     dense_cast_s: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: [T, K, 3] PowerSGD traces only: per group (the whole model when ungrouped) the bytes
+    #: of the three allreduces every rank runs in order: plain tensors, P, Q
+    allreduce_bytes: np.ndarray | None = None
     compute_mode: str = "model"
     device: str = ""
     time_sources: dict[str, str] = field(default_factory=dict)
@@ -256,6 +267,51 @@ def _layer_group_bits(
     return out
 
 
+#: payload columns of a trace whose compressed exchange is allreduces of P and Q (powersgd)
+LOWRANK_COLUMNS = ("lowrank_p_elements", "lowrank_q_elements")
+
+
+def is_lowrank(trace: Trace) -> bool:
+    """Whether the trace's compressed exchange is PowerSGD's allreduces (its payloads carry
+    :data:`LOWRANK_COLUMNS`), not an allgatherv of per-worker payloads."""
+    return set(LOWRANK_COLUMNS) <= set(trace.payloads.columns)
+
+
+def _lowrank_layers(trace: Trace, step_index: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per (step, layer) ``[T, L]``: numel, P elements, Q elements and the allreduced bytes,
+    from worker 0's rows (every worker allreduces the same buffers)."""
+    p = trace.payloads
+    p = p[p["worker"] == 0]
+    pos = np.searchsorted(step_index, p["step"].to_numpy())
+    layer = p["layer"].to_numpy()
+    shape = (len(step_index), len(trace.layers))
+    out = []
+    for col in ("numel", *LOWRANK_COLUMNS, schema.BITS_PREFIX + trace.primary_encoding):
+        a = np.zeros(shape)
+        a[pos, layer] = p[col].to_numpy(dtype=np.float64)
+        out.append(a)
+    numel, pe, qe, bits = out
+    return numel, pe, qe, bits / 8
+
+
+def _lowrank_allreduces(
+    trace: Trace, groups: list[list[int]], step_index: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``([T, K, 3] bytes of the plain, P and Q allreduces per group, [T, L] per-layer
+    arrays for the device model)``."""
+    numel, pe, qe, total = _lowrank_layers(trace, step_index)
+    p_bytes, q_bytes = 4 * pe, 4 * qe
+    plain = total - p_bytes - q_bytes
+    parts = np.stack(
+        [
+            np.stack([a[:, g].sum(axis=1) for a in (plain, p_bytes, q_bytes)], axis=1)
+            for g in groups
+        ],
+        axis=1,
+    )
+    return parts, np.stack([numel, pe, qe])
+
+
 def _optimizer_spec(trace: Trace) -> tuple[str, float, str]:
     cfg = trace.header.get("config") or {}
     opt = cfg.get("optimizer") if isinstance(cfg, dict) else None
@@ -336,18 +392,35 @@ def step_inputs(
             received = received - per_payload
         return devicecost.decode_time_s(compressor, received, n_layers, device)
 
+    allreduce_bytes = None
+    lowrank = is_lowrank(trace)
+    if lowrank:
+        groups = [list(range(n_layers))] if layers is False else _layer_groups(trace, layers)
+        allreduce_bytes, per_layer = _lowrank_allreduces(trace, groups, steps)
+
     if cluster.compute == "model":
         sources["compute_s"] = f"modelled on {device.name}: flops_per_sample x B / effective FLOP/s"
         sources["variance_s"] = (
             f"modelled on {device.name}: modelled compute x measured variance_s / compute_s"
         )
-        codec = devicecost.compress_time_s(compressor, numel_r, sent_r, rb, n_layers, device)
-        sources["codec_s"] = f"modelled on {device.name}: vgcsim.traces.devicecost.compress_time_s"
-        decode = decode_model()
-        sources["decode_s"] = (
-            f"modelled on {device.name}: vgcsim.traces.devicecost.decode_time_s of the P - 1 "
-            "received payloads"
-        )
+        if not lowrank:
+            codec = devicecost.compress_time_s(compressor, numel_r, sent_r, rb, n_layers, device)
+            sources["codec_s"] = (
+                f"modelled on {device.name}: vgcsim.traces.devicecost.compress_time_s"
+            )
+            decode = decode_model()
+            sources["decode_s"] = (
+                f"modelled on {device.name}: vgcsim.traces.devicecost.decode_time_s of the "
+                "P - 1 received payloads"
+            )
+        else:
+            codec = np.broadcast_to(devicecost.powersgd_time_s(*per_layer, device)[:, None], shape)
+            sources["codec_s"] = (
+                f"modelled on {device.name}: vgcsim.traces.devicecost.powersgd_time_s "
+                "(matmuls, orthogonalization, error feedback)"
+            )
+            decode = np.zeros(shape)
+            sources["decode_s"] = "none: PowerSGD's decompression is part of codec_s"
         optimizer, sources["optimizer_s"] = _model_optimizer(trace, cluster, n_steps)
         dev_name = device.name
     else:
@@ -416,6 +489,7 @@ def step_inputs(
         decode_s=np.asarray(decode, dtype=np.float64),
         optimizer_s=np.asarray(optimizer, dtype=np.float64),
         dense_cast_s=casts,
+        allreduce_bytes=allreduce_bytes,
         compute_mode=cluster.compute,
         device=dev_name,
         time_sources=sources,

@@ -162,6 +162,18 @@ PAYLOAD_TABLE = (
     Column("sent", "int"),
 )
 PAYLOAD_COLUMNS = tuple(c.name for c in PAYLOAD_TABLE)
+#: payloads table, optional columns: a recorder writes them for the compressors that have
+#: them (the same value in every worker's row where they describe a collective).
+#: ``lowrank_p_elements`` / ``lowrank_q_elements``: fp32 elements of PowerSGD's P (n·r) and
+#: Q (m·r) for the layer (0 for a layer sent uncompressed); ``sent`` is their sum, or numel.
+#: ``union_prefix`` (sparse compressors): in worker w's row, |I_0 ∪ … ∪ I_w|, the number of
+#: distinct indices workers 0..w sent for the layer (what a sparse allreduce carries).
+OPTIONAL_PAYLOAD_TABLE = (
+    Column("lowrank_p_elements", "int", ge=0),
+    Column("lowrank_q_elements", "int", ge=0),
+    Column("union_prefix", "int", ge=0),
+)
+OPTIONAL_PAYLOAD_COLUMNS = tuple(c.name for c in OPTIONAL_PAYLOAD_TABLE)
 BITS_PREFIX = "bits_"
 #: the column type of every ``bits_<encoding>`` column (its range, >= 0 and within the
 #: encoding's size formula, is checked per encoding)

@@ -88,6 +88,11 @@ def _dense_bounds(
     return exact, exact
 
 
+def _lowrank_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # PowerSGD's allreduced buffers: exactly 32 bits per sent fp32 element, no header
+    return 32 * sent, 32 * sent
+
+
 def _qsgd_bounds(numel: np.ndarray, sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # header, then at least one bit per element or one norm per bucket; at most a norm
     # per element plus sign, level and gap codes (very loose: sizes depend on s and d)
@@ -106,6 +111,7 @@ ENCODING_BOUNDS: dict[str, Bounds] = {
     "bitmap": _bitmap_bounds,
     "gap_elias_gamma": functools.partial(_gap_bounds, sizes.elias_gamma_bits),
     "gap_elias_delta": functools.partial(_gap_bounds, sizes.elias_delta_bits_envelope),
+    "lowrank_fp32": _lowrank_bounds,
     "qsgd_fixed": _qsgd_bounds,
     "qsgd_elias": _qsgd_bounds,
 }
@@ -295,7 +301,9 @@ def table_problems(
 
 def _check_payloads(header: Mapping[str, Any], p: pd.DataFrame, step_ids: set[int]) -> list[str]:
     encodings = header["encodings"]
-    problems, types_ok = _column_problems(p, "payloads", schema.PAYLOAD_TABLE, schema.BITS_COLUMN)
+    problems, types_ok = _column_problems(
+        p, "payloads", schema.PAYLOAD_TABLE + schema.OPTIONAL_PAYLOAD_TABLE, schema.BITS_COLUMN
+    )
     if not types_ok:
         return problems
     workers = header["workers"]
@@ -335,6 +343,26 @@ def _check_payloads(header: Mapping[str, Any], p: pd.DataFrame, step_ids: set[in
             "payloads violate 0 <= sent <= numel"
             + _examples(p, bad, ["step", "worker", "layer", "numel", "sent"])
         )
+    if {"lowrank_p_elements", "lowrank_q_elements"} <= set(p.columns):
+        pq = p["lowrank_p_elements"].to_numpy() + p["lowrank_q_elements"].to_numpy()
+        off = (pq > 0) & (pq != sent)
+        if off.any():
+            problems.append(
+                "payloads sent differs from lowrank_p_elements + lowrank_q_elements"
+                + _examples(p, off, ["step", "worker", "layer", "sent"])
+            )
+    if "union_prefix" in p.columns:
+        union = p["union_prefix"].to_numpy()
+        off = (union > numel) | ((p["worker"].to_numpy() == 0) & (union != sent))
+        if off.any():
+            problems.append(
+                "payloads union_prefix exceeds numel or differs from worker 0's sent"
+                + _examples(p, off, ["step", "worker", "layer", "sent", "union_prefix"])
+            )
+        ordered = p.sort_values(["step", "layer", "worker"])
+        steps_back = ordered.groupby(["step", "layer"])["union_prefix"].diff() < 0
+        if steps_back.any():
+            problems.append("payloads union_prefix decreases from one worker to the next")
     for enc in encodings:
         col = schema.BITS_PREFIX + enc
         if col not in p.columns:

@@ -42,6 +42,7 @@ __all__ = [
     "save",
     "report",
     "collective",
+    "advise",
 ]
 
 
@@ -365,6 +366,41 @@ def collective(
 
     run = simulate_collective(key, sizes, spec, mode=mode, semantics=semantics)
     return run if detail else run.time_s
+
+
+def advise(
+    traces: Sequence[str | Path | Trace],
+    clusters: str | Path | ClusterSpec | Sequence[str | Path | ClusterSpec],
+    world_sizes: Sequence[int] | str | None = None,
+    *,
+    target_accuracy: float | None = None,
+    overlap: str = "bucketed",
+    bucket_bytes: float | None = None,
+) -> Any:
+    """What to run: the methods of ``traces`` (one model and dataset) ranked per cluster and
+    P by predicted step time (and time to ``target_accuracy`` where the traces have
+    evaluations), the best per-bucket mix of dense and compressed buckets of each compressed
+    trace, and one recommendation line per (cluster, P): a
+    :class:`vgcsim.reports.advice.Advice` (``ranked``, ``mixes``, ``recommendations``)."""
+    from vgcsim.core.cluster import ClusterSpec
+    from vgcsim.core.errors import ConfigError
+    from vgcsim.models.advise import predict_methods
+    from vgcsim.reports.advice import Advice, rank_methods, recommendation
+    from vgcsim.traces.buckets import DDP_BUCKET_BYTES
+
+    if target_accuracy is not None and not 0 < target_accuracy <= 1:
+        raise ConfigError(f"target accuracy must be in (0, 1], got {target_accuracy}")
+    if isinstance(clusters, (str, Path, ClusterSpec)):
+        clusters = [clusters]
+    pm = predict_methods(
+        [load_trace(t) for t in traces],
+        [load_cluster(c) for c in clusters],
+        _world_sizes(world_sizes),
+        overlap=overlap,
+        bucket_bytes=DDP_BUCKET_BYTES if bucket_bytes is None else bucket_bytes,
+    )
+    ranked = rank_methods(pm.results, pm.labels, pm.evals, pm.dense_trace, target_accuracy)
+    return Advice(ranked, pm.mixes, recommendation(ranked, pm.mixes))
 
 
 predict.__doc__ = (predict.__doc__ or "") + RESULT_FRAME_DOC

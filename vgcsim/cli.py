@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, str] = {
     "record": "record",
     "trace": "trace",
     "predict": "predict",
+    "advise": "advise",
     "scenario": "scenario",
     "clusters": "clusters",
     "simulate": "simulate",

@@ -248,9 +248,9 @@ def test_qsgd_bucket_with_a_norm_below_one_by_hand():
 
 def test_unknown_compressor_is_one_line_naming_the_valid_ones():
     with pytest.raises(UnknownNameError) as exc:
-        get_compressor("powersgd")
+        get_compressor("signsgd")
     assert str(exc.value) == (
-        "unknown compressor 'powersgd'; valid: dense, hybrid, qsgd, strom, topk, variance"
+        "unknown compressor 'signsgd'; valid: dense, hybrid, powersgd, qsgd, strom, topk, variance"
     )
 
 

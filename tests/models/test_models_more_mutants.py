@@ -75,10 +75,14 @@ def test_narrow_unsigned_sizes_are_byte_counts_not_wrapped_integers():
 def test_unknown_collective_operation_and_key_messages():
     with pytest.raises(UnknownNameError) as e:
         mc.collective_key("scatter", "ring")
-    assert _message(e) == "unknown collective operation 'scatter'; valid: allgatherv, allreduce"
+    assert (
+        _message(e)
+        == "unknown collective operation 'scatter'; valid: allgatherv, allreduce, sparse_allreduce"
+    )
     keys = sorted(
         [f"allreduce/{a}" for a in ALLREDUCE_ALGORITHMS]
         + [f"allgatherv/{a}" for a in ALLGATHERV_ALGORITHMS]
+        + ["sparse_allreduce/recursive_doubling"]
     )
     with pytest.raises(UnknownNameError) as e:
         mc.get_collective("allreduce/mesh")

@@ -78,9 +78,11 @@ def test_options_dict_is_what_the_result_header_records():
         bucket_bytes=1e6,
         dense_encodings=("fp32", "bf16"),
         size_exchange=False,
+        sparse_allreduce=(),
         extra={"note": "x"},
     )
     assert options_dict(opts) == {
+        "sparse_allreduce": [],
         "world_sizes": [2, 8],
         "allreduce": ["ring", "rabenseifner"],
         "allgatherv": ["bruck"],

@@ -29,6 +29,7 @@ def test_sections_in_page_order():
         "methods",
         "density",
         "trace_validation",
+        "advice",
     ]
 
 
@@ -43,6 +44,7 @@ def test_report_is_the_sections_that_apply():
         "breakdown",
         "crossover",
         "agreement",
+        "advice",
     ]
     assert only_results.notes and only_results.notes[0].startswith("Local times")
 
@@ -85,3 +87,13 @@ def test_display_applies_each_column_spec():
         "wins": ["yes", "no"],
         "double": [2, 4],
     }
+
+
+def test_advice_section_ranks_each_interconnect_and_p():
+    report = render.build_report(_inputs())
+    table = {t.name: t for t in report.tables}["advice"]
+    ranked = table.frame
+    for _, g in ranked.groupby(["cluster", "world_size"]):
+        assert g["rank"].tolist() == list(range(1, len(g) + 1))
+        assert g["step_s"].is_monotonic_increasing
+    assert "run " in table.caption

@@ -28,6 +28,7 @@ def test_schedule_is_a_spec_without_runtime_state():
         "allreduce",
         "unit_order",
         "pad",
+        "stages",
     }
     ph = _phase("allreduce/ring", 6)
     before = dict(vars(ph.schedule))

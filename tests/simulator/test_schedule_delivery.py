@@ -30,12 +30,15 @@ WORLD_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 16)
 # from the shared vocabulary, so that a key missing from the simulator's registry fails here
 ALLGATHERV = sorted(k for k in COLLECTIVE_KEYS if k.startswith("allgatherv/"))
 ALLREDUCE = sorted(k for k in COLLECTIVE_KEYS if k.startswith("allreduce/"))
+SPARSE = sorted(k for k in COLLECTIVE_KEYS if k.startswith("sparse_allreduce/"))
 RS_THEN_AG = ("allreduce/ring", "allreduce/rabenseifner")
 HIERARCHICAL_GPN = (1, 2, 3, 4, 8)
 
 
 def test_every_collective_key_is_covered():
-    assert set(ALLGATHERV) | set(ALLREDUCE) == set(COLLECTIVE_KEYS) == set(COLLECTIVES)
+    assert (
+        set(ALLGATHERV) | set(ALLREDUCE) | set(SPARSE) == set(COLLECTIVE_KEYS) == set(COLLECTIVES)
+    )
     assert len(ALLGATHERV) >= 5 and len(ALLREDUCE) >= 5
 
 

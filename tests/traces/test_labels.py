@@ -27,6 +27,7 @@ from vgcsim.traces.paper import PAPER_ROWS, PAPER_TABLE1
         ("qsgd", {"bits": 2, "bucket_size": 128, "levels": 0}, "QSGD 2 bit, d=128"),
         ("dense", {"precision": "fp32"}, "dense"),
         ("topk", {"k": 0.01, "x": [1]}, "topk k=0.01"),
+        ("powersgd", {"rank": 4, "start_iter": 2, "seed": 0}, "PowerSGD r=4"),
     ],
 )
 def test_method_label(name, params, label):

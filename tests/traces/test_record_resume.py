@@ -39,8 +39,10 @@ BASE = [
     "chunk_steps=3",
 ]
 #: the variance compressor (r and v per worker) under Adam + cosine; QSGD's stochastic
-#: rounding (the compression generator) under momentum SGD with a step schedule
+#: rounding (the compression generator) under momentum SGD with a step schedule; PowerSGD's
+#: state shared by the workers (warm-start Q, the generator of Q's seeds, the step count)
 SETUPS = {
+    "powersgd-adam": ["compressor.name=powersgd", "compressor.rank=2"],
     "variance-adam": ["compressor.name=variance", "compressor.alpha=1.5"],
     "qsgd-sgd-step": [
         "compressor.name=qsgd",

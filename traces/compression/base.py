@@ -105,6 +105,9 @@ class Compressor:
 
     name: ClassVar[str] = ""
     needs_sqsum: ClassVar[bool] = False
+    #: True when the workers' messages depend on each other (powersgd): the compressor then
+    #: exchanges all workers in one call instead of compressing each one's payload
+    collective: ClassVar[bool] = False
     Params: ClassVar[type] = object
 
     def __init__(self, **params: Any) -> None:

@@ -132,6 +132,14 @@ class RankWorkers:
         import torch
         from vgcsim.traces.training.distributed_hook import VGCState
 
+        from vgcsim.core.errors import ConfigError
+
+        if compressor.collective:
+            raise ConfigError(
+                f"compressor {compressor.name} records with emulated workers only "
+                "(drop --backend/--nprocs); on real ranks use torch's own DDP hook"
+            )
+
         self.cfg, self.model = cfg, model
         header["distributed"] = {
             "backend": self.backend,

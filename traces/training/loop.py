@@ -760,6 +760,12 @@ def payload_rows(
         rows[schema.BITS_PREFIX + e] = np.asarray(
             [b[e] for i in range(layers) for r in everyone for b in r["bits"][i]], dtype=np.int64
         )
+    # optional columns (schema.OPTIONAL_PAYLOAD_COLUMNS) a compressor reports, e.g. powersgd's
+    for name in everyone[0].get("extra", {}):
+        rows[name] = np.asarray(
+            [v for i in range(layers) for r in everyone for v in r["extra"][name][i]],
+            dtype=np.int64,
+        )
     return rows
 
 

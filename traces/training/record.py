@@ -130,8 +130,17 @@ class EmulatedWorkers:
             [compressor.init_state(p.numel()) for p in model.parameters()]
             for _ in range(self.world)
         ]
-        self.primary = ENCODINGS[compressor.primary_encoding]
         self.generator = torch.Generator().manual_seed(cfg.seed + 0x9E37)
+        # A compressor whose workers' messages depend on each other (powersgd) exchanges all
+        # W workers at once and keeps state they share.
+        self.shared = compressor.init_shared() if compressor.collective else None
+        self.shapes = [tuple(p.shape) for p in model.parameters()]
+        if self.shared is None:
+            self.primary = ENCODINGS[compressor.primary_encoding]
+        # sparse payloads: record the union of workers 0..w's index sets (sparse allreduce)
+        from vgcsim.traces.compression.compressors.sparse import SparseCompressor
+
+        self.unions = isinstance(compressor, SparseCompressor)
 
     def local_indices(self, indices: np.ndarray) -> np.ndarray:
         return indices
@@ -141,6 +150,9 @@ class EmulatedWorkers:
         compression generator, for :mod:`vgcsim.traces.training.checkpoint`."""
         tensors: dict[str, torch.Tensor] = {"generator": self.generator.get_state()}
         scalars: dict[str, Any] = {}
+        if self.shared is not None:
+            shared_t, scalars["compressor/shared"] = _shared_state(self.shared)
+            tensors.update({f"compressor/shared/{k}": v for k, v in shared_t.items()})
         for w, layers in enumerate(self.states):
             for layer, state in enumerate(layers):
                 for name, value in _state_fields(state).items():
@@ -156,6 +168,10 @@ class EmulatedWorkers:
     ) -> None:
         """Inverse of :meth:`checkpoint_state` (tensors copied into the live state in place)."""
         self.generator.set_state(tensors["generator"])
+        if self.shared is not None:
+            prefix = "compressor/shared/"
+            shared_t = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+            _load_shared_state(self.shared, shared_t, scalars["compressor/shared"])
         for w, layers in enumerate(self.states):
             for layer, state in enumerate(layers):
                 for name, value in _state_fields(state).items():
@@ -178,11 +194,14 @@ class EmulatedWorkers:
         return [mine]
 
     def exchange(self, step: int, wg, params: list) -> dict[str, Any]:
+        if self.shared is not None:
+            return self._exchange_together(wg, params)
         W, B = self.world, self.cfg.batch_size
         sent: list[list[int]] = []
         bits: list[list[dict[str, int]]] = []
         compress_s = encode_s = decode_s = 0.0
         sq_grad_norm = 0.0
+        union_prefix: list[list[int]] = []
         for layer, p in enumerate(params):
             # Compression runs on the CPU, where the wire encoders are.
             g = wg.grads[layer].reshape(W, -1).cpu()
@@ -190,6 +209,8 @@ class EmulatedWorkers:
             sq_grad_norm += float(g.mean(0).double().square().sum())
             agg = torch.zeros(g.shape[1], dtype=torch.float32)
             layer_sent, layer_bits = [], []
+            seen = np.zeros(g.shape[1], dtype=bool) if self.unions else None
+            layer_union: list[int] = []
             for w in range(W):
                 t0 = time.perf_counter()
                 payload = self.compressor.compress(
@@ -212,16 +233,49 @@ class EmulatedWorkers:
                 decode_s += t3 - t2
                 layer_sent.append(payload.sent)
                 layer_bits.append(payload.bits)
+                if seen is not None:
+                    seen[payload.message.indices] = True
+                    layer_union.append(int(np.count_nonzero(seen)))
             p.grad = (agg / W).view_as(p).to(p.device)
             sent.append(layer_sent)
             bits.append(layer_bits)
+            union_prefix.append(layer_union)
+        extra = {"union_prefix": union_prefix} if self.unions else {}
         return {
             "sent": sent,
             "bits": bits,
+            "extra": extra,
             "grad_norm": math.sqrt(sq_grad_norm),
             "compress_s": compress_s,
             "encode_s": encode_s,
             "decode_s": decode_s,
+        }
+
+    def _exchange_together(self, wg, params: list) -> dict[str, Any]:
+        """All W workers' exchange in one call of the compressor (powersgd): every worker
+        sends, per layer, the same fp32 elements (its share of the allreduced buffers)."""
+        W = self.world
+        grads = [wg.grads[layer].reshape(W, -1).cpu() for layer in range(len(params))]
+        sq_grad_norm = sum(float(g.mean(0).double().square().sum()) for g in grads)
+        t0 = time.perf_counter()
+        res = self.compressor.exchange(grads, self.shapes, self.states, self.shared)
+        compress_s = time.perf_counter() - t0
+        for p, mean in zip(params, res.means, strict=True):
+            p.grad = mean.view_as(p).to(p.device)
+        enc = self.compressor.primary_encoding
+        return {
+            "sent": [[n] * W for n in res.sent],
+            "bits": [[{enc: 32 * n}] * W for n in res.sent],
+            "extra": {
+                "lowrank_p_elements": [[n] * W for n in res.p_elements],
+                "lowrank_q_elements": [[n] * W for n in res.q_elements],
+            },
+            "grad_norm": math.sqrt(sq_grad_norm),
+            # the whole exchange's local work (matmuls, orthogonalization, error feedback)
+            # of all W workers: the codec of this compressor
+            "compress_s": compress_s,
+            "encode_s": 0.0,
+            "decode_s": 0.0,
         }
 
 
@@ -268,6 +322,30 @@ def resume(run_dir: str | Path, cfg: RecordConfig | None = None, *, progress: bo
     path = train(cfg, workers, point.run_dir, progress=progress, resume=point)
     assert path is not None
     return path
+
+
+def _shared_state(shared: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """A collective compressor's shared state: its Q memory (tensors), step count and the
+    numpy generator's state (JSON)."""
+    kind, keys, pos, has_gauss, cached = shared.rng.get_state()
+    tensors = {f"q/{layer}": q for layer, q in shared.q_memory.items()}
+    tensors["rng_keys"] = torch.from_numpy(np.asarray(keys, dtype=np.int64))
+    return tensors, {
+        "iter": shared.iter,
+        "rng": [kind, int(pos), int(has_gauss), float(cached)],
+    }
+
+
+def _load_shared_state(shared: Any, tensors: dict[str, torch.Tensor], scalars: dict) -> None:
+    """Inverse of :func:`_shared_state`."""
+    kind, pos, has_gauss, cached = scalars["rng"]
+    keys = tensors["rng_keys"].numpy().astype(np.uint32)
+    shared.rng.set_state((kind, keys, int(pos), int(has_gauss), float(cached)))
+    shared.iter = int(scalars["iter"])
+    shared.q_memory.clear()
+    for key, q in tensors.items():
+        if key.startswith("q/"):
+            shared.q_memory[int(key[2:])] = q.clone()
 
 
 def _state_fields(state: object) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from vgcsim.commands import add_set_option, add_world_sizes_option, settings
@@ -202,13 +203,16 @@ def verdict(df: Any, trace: Any) -> str:
     return "verdict: " + " ".join(lines)
 
 
-def print_replay(df: Any, trace: Any, out: Any) -> None:
+def print_replay(df: Any, trace: Any, out: Any, extra: Sequence[str] = ()) -> None:
     """What predict and simulate print, in one format: the mean rows (P, method, encoding,
-    collective, comm, decode, step, speedup over dense fp32), one verdict line, the folder."""
+    collective, comm, decode, step, speedup over dense fp32), one verdict line, the lines of
+    ``extra`` (predict: where the sparse allreduce stops paying), the folder."""
     from vgcsim.core.results import finalize_results
     from vgcsim.models.predict import summarize
 
     df = finalize_results(df)
     print(summarize(df))
     print(verdict(df, trace))
+    for line in extra:
+        print(line)
     print(f"wrote {len(df)} rows to {out}")

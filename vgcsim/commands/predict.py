@@ -36,7 +36,12 @@ def run(args: argparse.Namespace) -> int:
     from vgcsim.commands import check_out, world_sizes
     from vgcsim.core.cluster import load_cluster
     from vgcsim.core.config import apply_overrides
-    from vgcsim.models.predict import PredictOptions, options_dict, predict_trace
+    from vgcsim.models.predict import (
+        PredictOptions,
+        options_dict,
+        predict_trace,
+        sparse_crossover,
+    )
     from vgcsim.traces.io import read_trace
 
     cluster = with_compute(args, load_cluster(args.cluster))
@@ -53,5 +58,6 @@ def run(args: argparse.Namespace) -> int:
     df = predict_trace(trace, cluster, opts)
     options = {**options_dict(opts), "encoding": opts.encoding or trace.primary_encoding}
     out = save_replay(args, df, trace, cluster, source="predicted", config=opts, options=options)
-    print_replay(df, trace, out)
+    crossover = sparse_crossover(df)
+    print_replay(df, trace, out, extra=[crossover] if crossover else [])
     return 0

@@ -19,8 +19,12 @@ ALLREDUCE_ALGORITHMS = (
 ALLGATHERV_ALGORITHMS = ("ring", "recursive_doubling", "bruck", "direct", "padded")
 # the DDP hook's exchange: equal blocks of a bound from past messages + a fallback round
 ALLGATHERV_ALGORITHMS += ("bounded",)
-COLLECTIVE_KEYS = tuple(f"allreduce/{a}" for a in ALLREDUCE_ALGORITHMS) + tuple(
-    f"allgatherv/{a}" for a in ALLGATHERV_ALGORITHMS
+#: sparse allreduce of top-k-style payloads (SparCML, Renggli et al. SC'19; see sparse_stages)
+SPARSE_ALLREDUCE_ALGORITHMS = ("recursive_doubling",)
+COLLECTIVE_KEYS = (
+    tuple(f"allreduce/{a}" for a in ALLREDUCE_ALGORITHMS)
+    + tuple(f"allgatherv/{a}" for a in ALLGATHERV_ALGORITHMS)
+    + tuple(f"sparse_allreduce/{a}" for a in SPARSE_ALLREDUCE_ALGORITHMS)
 )
 
 #: Collective calls a registry key makes (each pays a link's ``call_overhead_s`` once): the
@@ -162,3 +166,65 @@ def plain_allgather_host_time_s(world_size: int, block_bytes, host_s_per_byte: f
     return PLAIN_ALLGATHER_HOST_SHARE * padded_host_time_s(
         world_size, block_bytes, host_s_per_byte, table
     )
+
+
+#: Bytes of one nonzero in a sparse allreduce's messages: a 32-bit index and an fp32 value
+#: (SparCML's index-value pairs, Renggli et al. SC'19, §4).
+SPARSE_ENTRY_BYTES = 8
+
+
+def sparse_stages(world_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The stages of SparCML's recursive-doubling sparse allreduce (SSAR_Recursive_double,
+    Renggli et al., "SparCML: High-Performance Sparse Communication for Machine Learning",
+    SC'19, §5.1) on P ranks, as ``(group_ranks, reduce)``: per stage, how many ranks' index
+    sets the largest message carries the union of, and whether the receiver reduces it.
+
+    With p' = 2^⌊lg P⌋ and r = P − p': for r > 0 a fold stage first (rank p' + i sends its
+    own set to rank i: 1 rank); then lg p' exchanges, stage s between partners v and v XOR 2^s,
+    each sending the union it holds: 2^s virtual ranks, of which min(2^s, r) carry a folded
+    rank, so 2^s + min(2^s, r) real ranks; for r > 0 an unfold stage last (rank i sends the
+    result, the union of all P, to rank p' + i; no reduction)."""
+    p = int(world_size)
+    if p <= 1:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    q = 1 << (p.bit_length() - 1)
+    r = p - q
+    groups = [2**s + min(2**s, r) for s in range(q.bit_length() - 1)]
+    reduce = [True] * len(groups)
+    if r:
+        groups = [1, *groups, p]
+        reduce = [True, *reduce, False]
+    return np.asarray(groups, dtype=np.int64), np.asarray(reduce, dtype=bool)
+
+
+def sparse_stage_bytes(sizes_bytes, dense_bytes: float = float("inf")) -> np.ndarray:
+    """Per-stage message bytes ``[..., S]`` of the sparse allreduce for per-rank sparse
+    payloads ``sizes_bytes`` ``[..., P]`` (m_i = SPARSE_ENTRY_BYTES × rank i's nonzeros) when
+    nothing is known of how the index sets overlap: the union of a group is bounded by the
+    sum of its members' (disjoint sets, SparCML's worst case), and a message of the largest
+    group at each stage (:func:`sparse_stages`; groups are aligned blocks of ranks in the
+    fold order) is ``min(Σ_{i∈G} m_i, dense_bytes)``: SparCML's switch to the dense
+    representation (DSAR) once the union's pairs outgrow the dense vector.
+    A trace with recorded unions replaces this bound (``vgcsim.traces.sparseunion``)."""
+    s = np.asarray(sizes_bytes, dtype=np.float64)
+    p = s.shape[-1]
+    groups, _ = sparse_stages(p)
+    if p <= 1:
+        return np.zeros((*s.shape[:-1], 0))
+    q = 1 << (p.bit_length() - 1)
+    r = p - q
+    # virtual rank v holds rank v and, for v < r, rank q + v (the fold)
+    virtual = s[..., :q].copy()
+    virtual[..., :r] += s[..., q:]
+    out = []
+    if r:
+        out.append(s[..., q:].max(axis=-1))
+    k = 1
+    while k < q:
+        out.append(virtual.reshape(*virtual.shape[:-1], q // k, k).sum(axis=-1).max(axis=-1))
+        k *= 2
+    if r:
+        out.append(s.sum(axis=-1))
+    stage = np.stack(out, axis=-1)
+    assert stage.shape[-1] == len(groups)
+    return np.minimum(stage, dense_bytes)

@@ -1,9 +1,10 @@
 """The compressor registry: each compressor by the name used in configs, CLI flags and trace
-headers. One module each: dense, variance, strom, hybrid, topk, qsgd (sparse holds what the
-sparse ones share).
+headers. One module each: dense, variance, strom, hybrid, topk, qsgd, powersgd (sparse holds
+what the sparse ones share).
 
 Sources: Tsuzuku, Imachi, Akiba 2018 (variance, hybrid, the 4-bit code); Strom 2015
-(strom); Alistarh et al. 2017 (qsgd); Aji & Heafield 2017 / Lin et al. 2018 (topk).
+(strom); Alistarh et al. 2017 (qsgd); Aji & Heafield 2017 / Lin et al. 2018 (topk); Vogels,
+Karimireddy & Jaggi 2019 and torch's ``powerSGD_hook`` (powersgd).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from vgcsim.traces.compression.base import Compressor
 from vgcsim.traces.compression.compressors.dense import DenseCompressor
 from vgcsim.traces.compression.compressors.hybrid import HybridCompressor
+from vgcsim.traces.compression.compressors.powersgd import PowerSGDCompressor
 from vgcsim.traces.compression.compressors.qsgd import QSGDCompressor
 from vgcsim.traces.compression.compressors.strom import StromCompressor
 from vgcsim.traces.compression.compressors.topk import TopKCompressor
@@ -30,6 +32,7 @@ COMPRESSORS: dict[str, type[Compressor]] = {
         QSGDCompressor,
         HybridCompressor,
         TopKCompressor,
+        PowerSGDCompressor,
     )
 }
 

@@ -1,0 +1,260 @@
+"""Real DDP jobs over shaped links against vgcsim's prediction: the fidelity benchmark.
+
+    python benchmarks/real_ddp.py --json            # needs root, ip and tc; else says why, exit 0
+    python benchmarks/real_ddp.py --rates 1gbit --world-sizes 2,4 --models mlp
+
+A user's own DDP script (``benchmarks/ddp_job.py``: an MLP whose step the exchange dominates
+on slow links and a CNN whose step is mostly compute, MNIST, SGD, batch 32 per rank) runs for
+real, one rank per network namespace (``tests/distributed/_netns.py``), every host's link
+shaped by ``tc tbf`` at each ``--rates`` value (``unshaped``: no shaper), at P = 2, 3, 4, with
+plain DDP, torch's fp16 hook and vgcsim's variance hook (α = 2).
+
+**The what-if is the test.** Each model is traced once, by vgcsim's hook
+(``register_vgc_hook(trace_dir=...)``), at one setup (``--trace-setup``, default unshaped,
+P = 2): the variance hook's own trace for the variance method, the hook with the ``dense``
+compressor for plain DDP and fp16. Every setup is then predicted from those traces and the
+setup's own cluster file, measured by ``vgcsim calibrate`` across the setup's namespaces
+(``--host-cores`` the machine's cores and ``--ranks-per-host`` P: every namespace shares this
+machine's cores), with ``vgcsim predict --compute trace``: plain DDP as the dense fp32
+allreduce row, fp16 as the dense fp16 row, the variance hook as the compressed row priced
+with the hook's own exchange (``allgatherv/bounded``). Measured and predicted step times are
+medians over the timed steps.
+
+JSON keys: ``setups`` (rate × P), ``winner_called`` (setups where the prediction names the
+faster of plain DDP and the variance hook; a tie — measured within 10 % — counts as called),
+``median_abs_step_error`` and ``worst_abs_step_error`` per method (|predicted/measured − 1|),
+``rows`` (one per setup, model and method: measured and predicted seconds, error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests" / "distributed"))
+
+from _netns import (  # noqa: E402
+    calibrate_argv,
+    missing_prerequisite,
+    run_on_hosts,
+    shaped_hosts,
+)
+
+METHODS = ("ddp", "fp16", "variance")
+#: Which predicted row prices each method: (method column, encoding column).
+PREDICTED_ROW = {
+    "ddp": ("dense", "fp32"),
+    "fp16": ("dense", "fp16"),
+    "variance": ("compressed", None),
+}
+TIE = 0.10
+
+
+def _job_argv(hosts, i: int, port: int, *args: str) -> list[str]:
+    env = [f"RANK={i}", f"WORLD_SIZE={len(hosts.names)}", f"MASTER_ADDR={hosts.addrs[0]}"]
+    env += [f"MASTER_PORT={port}", f"GLOO_SOCKET_IFNAME={hosts.iface}"]
+    return ["env", *env, sys.executable, str(HERE / "ddp_job.py"), *args]
+
+
+@contextlib.contextmanager
+def hosts_at(n: int, rate: str):
+    """``n`` namespaces; ``rate`` a tc rate, or ``unshaped`` (the shapers removed)."""
+    with shaped_hosts(n, "100gbit" if rate == "unshaped" else rate) as hosts:
+        if rate == "unshaped":
+            for i, ns in enumerate(hosts.names):
+                for where, dev in ((ns, "eth0"), (hosts.switch, f"p{i}")):
+                    subprocess.run(
+                        ["tc", "-n", where, "qdisc", "del", "dev", dev, "root"],
+                        check=True,
+                        capture_output=True,
+                    )
+        yield hosts
+
+
+def run_job(hosts, port: int, out: Path, *args: str, timeout_s: float = 900) -> dict:
+    cmds = [_job_argv(hosts, i, port, *args, "--out", str(out)) for i in range(len(hosts.names))]
+    done = run_on_hosts(hosts, cmds, timeout_s=timeout_s)
+    if any(d.returncode for d in done) or not out.exists():
+        tail = "\n".join(d.stdout[-1500:] for d in done)
+        raise RuntimeError(f"ddp_job {' '.join(args)} failed:\n{tail}")
+    return json.loads(out.read_text())
+
+
+def calibrate(hosts, port: int, out: Path, sizes: str, repeats: int) -> Path:
+    n = len(hosts.names)
+    extra = ["--sizes", sizes, "--repeats", str(repeats), "--force"]
+    extra += ["--host-cores", str(os.cpu_count()), "--ranks-per-host", str(n)]
+    cmds = [calibrate_argv(hosts, i, port, out, *extra) for i in range(n)]
+    done = run_on_hosts(hosts, cmds, timeout_s=1800)
+    if any(d.returncode for d in done) or not out.exists():
+        tail = "\n".join(d.stdout[-1500:] for d in done)
+        raise RuntimeError(f"calibrate failed:\n{tail}")
+    return out
+
+
+def predict_step_s(trace: Path, cluster: Path, world_size: int, method: str, tmp: Path) -> float:
+    """vgcsim predict's step time of ``method`` at ``world_size`` (median over steps)."""
+    import pandas as pd
+
+    out = tmp / f"p-{trace.name}-{cluster.stem}-{method}"
+    cmd = [sys.executable, "-m", "vgcsim", "predict", str(trace), "--cluster", str(cluster)]
+    cmd += ["--world-sizes", str(world_size), "--compute", "trace", "--per-step"]
+    cmd += ["--dense-encodings", "fp32,fp16", "-o", str(out), "--overwrite"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    df = pd.read_parquet(out / "results.parquet")
+    kind, encoding = PREDICTED_ROW[method]
+    rows = df[(df["method"] == kind) & (df["step"] >= 0)]
+    if encoding is not None:
+        rows = rows[rows["encoding"] == encoding]
+    return float(rows["step_s"].median())
+
+
+def summarize(rows: list[dict]) -> dict:
+    import numpy as np
+
+    out: dict = {"median_abs_step_error": {}, "worst_abs_step_error": {}}
+    for method in METHODS:
+        errs = [abs(r["error"]) for r in rows if r["method"] == method]
+        if errs:
+            out["median_abs_step_error"][method] = float(np.median(errs))
+            out["worst_abs_step_error"][method] = float(max(errs))
+    setups = sorted({(r["rate"], r["world_size"], r["model"]) for r in rows})
+    called = 0
+    for rate, p, model in setups:
+        by = {
+            r["method"]: r
+            for r in rows
+            if (r["rate"], r["world_size"], r["model"]) == (rate, p, model)
+        }
+        if "ddp" not in by or "variance" not in by:
+            continue
+        m_ddp, m_var = by["ddp"]["measured_s"], by["variance"]["measured_s"]
+        p_ddp, p_var = by["ddp"]["predicted_s"], by["variance"]["predicted_s"]
+        tie = abs(m_var / m_ddp - 1) <= TIE
+        called += int(tie or (m_var < m_ddp) == (p_var < p_ddp))
+    out["setups"] = len(setups)
+    out["winner_called"] = called
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rates", default="100mbit,1gbit,unshaped")
+    p.add_argument("--world-sizes", default="2,3,4")
+    p.add_argument("--models", default="mlp,cnn")
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--steps", type=int, default=60, help="timed steps per job")
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--trace-setup", default="unshaped:2", help="RATE:P where the traces are made")
+    p.add_argument("--cal-sizes", default="4,4KiB,64KiB,512KiB,4MiB")
+    p.add_argument("--cal-repeats", type=int, default=5)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-o", "--out", type=Path, help="keep traces, cluster files and rows here")
+    args = p.parse_args(argv)
+    reason = missing_prerequisite()
+    if reason:
+        print(json.dumps({"skipped": reason}) if args.json else f"skipped: {reason}")
+        return 0
+    rates = args.rates.split(",")
+    sizes = [int(x) for x in args.world_sizes.split(",")]
+    models, methods = args.models.split(","), args.methods.split(",")
+    trace_rate, trace_p = args.trace_setup.split(":")
+    common = ["--steps", str(args.steps), "--warmup", str(args.warmup)]
+    log = sys.stderr if args.json else sys.stdout
+    port = 29700
+    with tempfile.TemporaryDirectory(prefix="vgcsim-real-ddp-") as tmpdir:
+        work = (args.out or Path(tmpdir)).resolve()
+        work.mkdir(parents=True, exist_ok=True)
+        traces: dict[tuple[str, str], Path] = {}
+        with hosts_at(int(trace_p), trace_rate) as hosts:
+            for model in models:
+                for kind in ("ddp", "variance"):
+                    port += 1
+                    trace = work / f"trace-{model}-{kind}"
+                    run_job(
+                        hosts,
+                        port,
+                        work / f"trace-{model}-{kind}.json",
+                        "--model",
+                        model,
+                        "--method",
+                        kind,
+                        "--trace",
+                        str(trace),
+                        *common,
+                    )
+                    traces[(model, kind)] = trace
+                    print(f"traced {model} {kind} at {args.trace_setup}", file=log, flush=True)
+        rows = []
+        for rate in rates:
+            for n in sizes:
+                t0 = time.monotonic()
+                with hosts_at(n, rate) as hosts:
+                    port += 1
+                    cluster = calibrate(
+                        hosts,
+                        port,
+                        work / f"cal-{rate}-P{n}.toml",
+                        args.cal_sizes,
+                        args.cal_repeats,
+                    )
+                    measured = {}
+                    for model in models:
+                        for method in methods:
+                            port += 1
+                            res = run_job(
+                                hosts,
+                                port,
+                                work / f"run-{rate}-P{n}-{model}-{method}.json",
+                                "--model",
+                                model,
+                                "--method",
+                                method,
+                                *common,
+                            )
+                            measured[(model, method)] = res["median_step_s"]
+                for (model, method), m in measured.items():
+                    trace = traces[(model, "variance" if method == "variance" else "ddp")]
+                    pred = predict_step_s(trace, cluster, n, method, work)
+                    rows.append(
+                        {
+                            "rate": rate,
+                            "world_size": n,
+                            "model": model,
+                            "method": method,
+                            "measured_s": m,
+                            "predicted_s": pred,
+                            "error": pred / m - 1,
+                        }
+                    )
+                    print(
+                        f"{rate:>9} P={n} {model:>4} {method:>8}: measured {m * 1e3:8.2f} ms, "
+                        f"predicted {pred * 1e3:8.2f} ms ({pred / m - 1:+.0%})",
+                        file=log,
+                        flush=True,
+                    )
+                print(f"  ({time.monotonic() - t0:.0f} s)", file=log, flush=True)
+        result = {**summarize(rows), "rows": rows, "load_average": os.getloadavg()}
+        if args.out:
+            (work / "real_ddp.json").write_text(json.dumps(result, indent=1))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"winner called in {result['winner_called']} of {result['setups']} setups")
+        for method, err in result["median_abs_step_error"].items():
+            print(
+                f"{method}: median |step error| {err:.1%}, worst {result['worst_abs_step_error'][method]:.1%}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

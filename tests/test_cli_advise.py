@@ -1,0 +1,35 @@
+"""`vgcsim advise` from the command line: the table, the recommendation, its files, and one
+line with exit 2 for user mistakes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vgcsim.cli import main
+
+DEMO = Path(__file__).parent / "data" / "demo_traces"
+TRACES = [str(DEMO / n) for n in ("dense", "variance", "strom", "qsgd")]
+
+
+def test_advise_prints_the_recommendation_and_writes_its_files(tmp_path, capsys):
+    out = tmp_path / "advice"
+    code = main(
+        ["advise", *TRACES, "--cluster", "1GbE,IB-EDR", "--world-sizes", "8,64", "-o", str(out)]
+    )
+    text = capsys.readouterr().out
+    assert code == 0
+    assert text.count("1GbE, P=") == 2 and text.count("IB-EDR, P=") == 2
+    assert "## Ranking" in text and "## Per-bucket mixes" in text
+    assert {p.name for p in out.iterdir()} >= {"advice.csv", "mixes.csv", "advice.md"}
+
+
+def test_advise_user_mistakes_are_one_line_exit_2(capsys):
+    bad = [
+        [*TRACES, "--cluster", "10GbE", "--target-accuracy", "2"],
+        [TRACES[0], str(DEMO.parent / "powersgd_trace"), "--cluster", "10GbE"],
+        [*TRACES, "--cluster", "10Gbs"],
+    ]
+    for args in bad:
+        assert main(["advise", *args, "--world-sizes", "8"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "Traceback" not in err

@@ -1,0 +1,73 @@
+"""``vgcsim advise``: what to run on a cluster, from traces of one model (ranking, per-bucket
+mix, one recommendation line per cluster and P)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "rank dense, compressed and per-bucket mixed methods per cluster and P, and recommend one"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from vgcsim.commands import add_out_option, add_world_sizes_option
+
+    parser.add_argument(
+        "traces", metavar="RUN", nargs="+", help="trace run directories of one model and dataset"
+    )
+    parser.add_argument(
+        "--cluster",
+        required=True,
+        metavar="NAME|FILE[,...]",
+        help="cluster preset(s) or TOML file(s), comma-separated",
+    )
+    add_world_sizes_option(parser)
+    parser.add_argument(
+        "--target-accuracy",
+        type=float,
+        metavar="A",
+        help="rank by time to this test accuracy (a fraction) where the traces have evaluations",
+    )
+    parser.add_argument(
+        "--overlap",
+        default="bucketed",
+        help="overlap of the ranked step times (none, full, per_layer, bucketed; default bucketed)",
+    )
+    add_out_option(
+        parser,
+        "also write advice.csv (ranking), mixes.csv (per-bucket mixes) and advice.md",
+        required=False,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from vgcsim import api
+    from vgcsim.commands import check_out, world_sizes
+    from vgcsim.reports.advice_text import advice_markdown
+
+    if args.out is not None:
+        check_out(args, "advise")
+    clusters = [c.strip() for c in args.cluster.split(",") if c.strip()]
+    advice = api.advise(
+        args.traces,
+        clusters,
+        world_sizes(args.world_sizes),
+        target_accuracy=args.target_accuracy,
+        overlap=args.overlap,
+    )
+    text = advice_markdown(advice.ranked, advice.mixes, advice.recommendations)
+    print(text)
+    if args.out is not None:
+        from vgcsim.core.outdir import prepare_output
+
+        out = prepare_output(
+            args.out,
+            "vgcsim advise",
+            overwrite=args.overwrite,
+            files=("advice.csv", "mixes.csv", "advice.md"),
+        )
+        out.write("advice.csv", lambda tmp: advice.ranked.to_csv(tmp, index=False))
+        out.write("mixes.csv", lambda tmp: advice.mixes.to_csv(tmp, index=False))
+        out.write_text("advice.md", text + "\n")
+        out.commit()
+        print(f"wrote {out.file('advice.csv').parent}")
+    return 0
