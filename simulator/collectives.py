@@ -535,7 +535,11 @@ def flow_count(key: str, world_size: int, gpus_per_node: int = 1) -> int:
         return 2 * p * (p - 1)  # bounded: the bound round and the fallback round
     if key == "allgatherv/bruck":
         return p * (p - 1).bit_length()  # ⌈log2 P⌉ rounds of P flows
-    if key in ("allgatherv/recursive_doubling", "allreduce/recursive_doubling"):
+    if key in (
+        "allgatherv/recursive_doubling",
+        "allreduce/recursive_doubling",
+        "sparse_allreduce/recursive_doubling",
+    ):
         return q * log_q + 2 * r
     if key == "allreduce/rabenseifner":
         return 2 * q * log_q + 2 * r

@@ -3,11 +3,10 @@ line with exit 2 for user mistakes."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from vgcsim.cli import main
+from vgcsim.commands.demo import DEMO_TRACES
 
-DEMO = Path(__file__).parent / "data" / "demo_traces"
+DEMO = DEMO_TRACES
 TRACES = [str(DEMO / n) for n in ("dense", "variance", "strom", "qsgd")]
 
 

@@ -23,6 +23,7 @@ from vgcsim.traces.io import read_trace
 from vgcsim.traces.synth import SynthConfig, synth_trace
 
 from vgcsim import api
+from vgcsim.commands.demo import DEMO_TRACES
 from vgcsim.core.cluster import load_cluster
 from vgcsim.core.errors import ConfigError
 
@@ -117,7 +118,7 @@ def test_a_hand_worked_mix_beats_both_single_methods():
 
 def test_advise_ranks_the_demo_traces_and_refuses_other_models():
     names = ("dense", "variance", "strom", "qsgd")
-    traces = [read_trace(DATA / "demo_traces" / n) for n in names]
+    traces = [read_trace(DEMO_TRACES / n) for n in names]
     a = api.advise(traces, "1GbE", [8, 64], target_accuracy=0.95)
     assert set(a.ranked["world_size"]) == {8, 64}
     for _, g in a.ranked.groupby("world_size"):

@@ -205,7 +205,7 @@ def sparse_stage_bytes(sizes_bytes, dense_bytes: float = float("inf")) -> np.nda
     group at each stage (:func:`sparse_stages`; groups are aligned blocks of ranks in the
     fold order) is ``min(Σ_{i∈G} m_i, dense_bytes)``: SparCML's switch to the dense
     representation (DSAR) once the union's pairs outgrow the dense vector.
-    A trace with recorded unions replaces this bound (``vgcsim.traces.sparseunion``)."""
+    A trace with recorded unions replaces this bound (its recorded union sizes, docs/models.md)."""
     s = np.asarray(sizes_bytes, dtype=np.float64)
     p = s.shape[-1]
     groups, _ = sparse_stages(p)
