@@ -29,6 +29,7 @@ def test_schedule_is_a_spec_without_runtime_state():
         "unit_order",
         "pad",
         "stages",
+        "bounded",
     }
     ph = _phase("allreduce/ring", 6)
     before = dict(vars(ph.schedule))
