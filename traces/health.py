@@ -232,7 +232,12 @@ def run_divergence(run_dir: str | Path, header: dict[str, Any]) -> dict[str, Any
         files = chunk_files(Path(run_dir), name)
         if not files:
             return pd.DataFrame(columns=columns)
-        return pd.concat([pd.read_parquet(f, columns=columns) for f in files], ignore_index=True)
+        frames = []
+        for f in files:
+            # through a Python file object: pyarrow cannot open paths that are not UTF-8
+            with open(f, "rb") as fh:
+                frames.append(pd.read_parquet(fh, columns=columns))
+        return pd.concat(frames, ignore_index=True)
 
     return header_divergence(
         header,
