@@ -61,6 +61,24 @@ def test_cli_sweep_on_a_process_pool(traces, tmp_path):
     assert main(["sweep", str(cfg), "-o", str(out), "--scheduler", "yarn"]) == 2
 
 
+def test_cli_sweep_progress_lines_off_a_terminal_and_none_when_quiet(
+    traces, tmp_path, capfd, monkeypatch
+):
+    # stderr is not a terminal here: a line per finished job at VGCSIM_PROGRESS_S = 0, the
+    # last at 100 %; --quiet: none
+    monkeypatch.setenv("VGCSIM_PROGRESS_S", "0")
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text(
+        f'[sweep]\ntraces = ["{traces[0]}"]\nworld_sizes = [2, 3]\n\n[simulate]\nmax_steps = 1\n'
+    )
+    argv = ["sweep", str(cfg), "--processes", "1", "--scheduler", "processes"]
+    assert main([*argv, "-o", str(tmp_path / "a")]) == 0
+    lines = [x for x in capfd.readouterr().err.splitlines() if x.startswith("sweep:")]
+    assert lines and lines[-1].startswith("sweep: 2/2 jobs (100 %)")
+    assert main([*argv, "-q", "-o", str(tmp_path / "b")]) == 0
+    assert not [x for x in capfd.readouterr().err.splitlines() if x.startswith("sweep:")]
+
+
 def _two_factor_sweep(traces) -> SweepFile:
     return SweepFile(
         SweepConfig(

@@ -38,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="list the jobs the factors expand to and exit"
     )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress (default: a bar on a terminal, else a line every few seconds)",
+    )
     add_out_option(
         parser, "result table folder (pandas reads OUT/results.parquet; factors as columns)"
     )
@@ -52,9 +58,8 @@ def run(args: argparse.Namespace) -> int:
     from vgcsim.preload import paused_gc
 
     with paused_gc():  # the simulator's imports, without collections (vgcsim.preload)
-        from tqdm import tqdm
-
         from vgcsim.commands import check_out, settings
+        from vgcsim.commands.progress import Progress
         from vgcsim.core.cluster import cluster_to_dict, load_cluster
         from vgcsim.core.config import apply_overrides, to_dict
         from vgcsim.core.results import save_results
@@ -76,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(jobs)} jobs")
         return 0
     check_out(args, "sweep")
-    with tqdm(total=len(jobs), desc="sweep", unit="job", disable=not sys.stderr.isatty()) as bar:
+    with Progress(len(jobs), "sweep", "jobs", quiet=args.quiet) as bar:
         table, jobs = run_sweep(sweep, progress=bar.update)
     out = save_results(
         table,
