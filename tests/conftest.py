@@ -104,3 +104,14 @@ def pytest_sessionstart(session):
             for value in list(vars(module).values()):
                 if isinstance(value, functools._lru_cache_wrapper):
                     value.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def sweep_traces(tmp_path_factory) -> list[str]:
+    """Two small synthesized VGG-like traces (density 1 % and 10 %) for sweep tests."""
+    from vgcsim.traces.synth import SynthConfig, synth_trace
+
+    root = tmp_path_factory.mktemp("sweep")
+    a = synth_trace(SynthConfig(layers="vgg_like", workers=2, steps=3, density=0.01), root / "a")
+    b = synth_trace(SynthConfig(layers="vgg_like", workers=2, steps=3, density=0.1), root / "b")
+    return [str(a), str(b)]

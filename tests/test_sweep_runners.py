@@ -16,11 +16,8 @@ from vgcsim.sweep_runners import run_sweep
 
 
 @pytest.fixture(scope="module")
-def traces(tmp_path_factory):
-    root = tmp_path_factory.mktemp("sweep")
-    a = synth_trace(SynthConfig(layers="vgg_like", workers=2, steps=3, density=0.01), root / "a")
-    b = synth_trace(SynthConfig(layers="vgg_like", workers=2, steps=3, density=0.1), root / "b")
-    return [str(a), str(b)]
+def traces(sweep_traces):
+    return sweep_traces
 
 
 def test_run_sweep_returns_one_table(traces):

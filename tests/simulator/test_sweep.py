@@ -6,17 +6,13 @@ import pandas as pd
 import pytest
 from vgcsim.simulator.replay import SimulateConfig
 from vgcsim.simulator.sweep import SweepConfig, expand_factors, load_sweep
-from vgcsim.traces.synth import SynthConfig, synth_trace
 
 from vgcsim.core.errors import ConfigError, UnknownNameError
 
 
 @pytest.fixture(scope="module")
-def traces(tmp_path_factory):
-    root = tmp_path_factory.mktemp("sweep")
-    a = synth_trace(SynthConfig(layers="vgg_like", workers=2, steps=3, density=0.01), root / "a")
-    b = synth_trace(SynthConfig(layers="vgg_like", workers=2, steps=3, density=0.1), root / "b")
-    return [str(a), str(b)]
+def traces(sweep_traces):
+    return sweep_traces
 
 
 def test_expand_factors_is_the_cartesian_product(traces):
