@@ -65,6 +65,24 @@ def default_allgatherv(trace: Any) -> str:
     return "padded" if dist.get("padded_allgather", True) else "ring"
 
 
+def _predicted(trace: Any, cluster: Any, opts: ValidateOptions, allgatherv: str) -> Any:
+    """predict's per-step rows of ``trace`` at its own world size (dense fp32 beside the
+    compressed exchange), as both validations compare them."""
+    from vgcsim.models.predict import PredictOptions, predict_trace
+
+    return predict_trace(
+        trace,
+        cluster,
+        PredictOptions(
+            world_sizes=(int(trace.workers),),
+            allreduce=(opts.allreduce,),
+            allgatherv=(allgatherv,),
+            per_step=True,
+            dense_encodings=("fp32",),
+        ),
+    )
+
+
 def _measured_rows(frame: Any, method: str) -> Any:
     """Per-step rows of ``method`` indexed by step; for ``dense`` the fp32 rows (what the
     recorder all-reduces), not the 2-byte what-if encodings."""
@@ -83,7 +101,6 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
     import numpy as np
     import pandas as pd
 
-    from vgcsim.models.predict import PredictOptions, predict_trace
     from vgcsim.reports.validation import SOURCES
 
     if "comm_s" not in trace.steps.columns:
@@ -94,17 +111,7 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
     p = int(trace.workers)
     method = measured_method(trace)
     allgatherv = opts.allgatherv or default_allgatherv(trace)
-    pred = predict_trace(
-        trace,
-        cluster,
-        PredictOptions(
-            world_sizes=(p,),
-            allreduce=(opts.allreduce,),
-            allgatherv=(allgatherv,),
-            per_step=True,
-            dense_encodings=("fp32",),
-        ),
-    )
+    pred = _predicted(trace, cluster, opts, allgatherv)
     pred = _measured_rows(pred, method)
     out = pd.DataFrame({"step": trace.steps["step"].to_numpy(dtype=np.int64)})
     out["measured_s"] = trace.steps["comm_s"].to_numpy(dtype=float)
@@ -185,26 +192,13 @@ def term_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateOptions
     import numpy as np
     import pandas as pd
 
-    from vgcsim.models.predict import PredictOptions, predict_trace
     from vgcsim.reports.validation import SOURCES
 
     measured = measured_terms(trace)
     p = int(trace.workers)
     method = measured_method(trace)
     allgatherv = opts.allgatherv or default_allgatherv(trace)
-    frames = {
-        "predicted": predict_trace(
-            trace,
-            cluster,
-            PredictOptions(
-                world_sizes=(p,),
-                allreduce=(opts.allreduce,),
-                allgatherv=(allgatherv,),
-                per_step=True,
-                dense_encodings=("fp32",),
-            ),
-        )
-    }
+    frames = {"predicted": _predicted(trace, cluster, opts, allgatherv)}
     if opts.simulate:
         from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 
