@@ -154,11 +154,18 @@ def test_resume_twice_and_from_a_run_with_no_checkpoint(tmp_path, uninterrupted)
 def stopped_run(tmp_path_factory) -> Path:
     """A run stopped by SIGTERM in a child process (status stopped, a checkpoint kept)."""
     run = tmp_path_factory.mktemp("stopped") / "run"
-    overrides = BASE + SETUPS["variance-adam"]
+    _record_until_sigterm(run, BASE + SETUPS["variance-adam"], chunk=1)
+    assert read_trace(run).status == "stopped"
+    return run
+
+
+def _record_until_sigterm(run: Path, overrides: list[str], chunk: int) -> None:
+    """``vgcsim record`` in a child process, stopped by SIGTERM once its steps chunk number
+    ``chunk`` is on disk (the child exits 128 + SIGTERM)."""
     cmd = [sys.executable, "-m", "vgcsim", "record", "-q", "-o", str(run), *_cli_args(overrides)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        while not (run / "steps" / "part-000001.parquet").exists():
+        while not (run / "steps" / f"part-{chunk:06d}.parquet").exists():
             assert proc.poll() is None, proc.stderr.read().decode()
             time.sleep(0.005)
         proc.send_signal(signal.SIGTERM)
@@ -168,8 +175,6 @@ def stopped_run(tmp_path_factory) -> Path:
             proc.kill()
             proc.wait()
         proc.stderr.close()
-    assert read_trace(run).status == "stopped"
-    return run
 
 
 def _stopped_copy(stopped_run: Path, tmp_path: Path) -> Path:
@@ -250,22 +255,8 @@ def test_resume_between_two_reshuffles_equals_uninterrupted(tmp_path):
     which holds only if the sampler's and the compressor's generators were restored."""
     uninterrupted = record(apply_overrides(RecordConfig(), RESHUFFLING), tmp_path / "whole")
     run = tmp_path / "stopped"
-    cmd = [sys.executable, "-m", "vgcsim", "record", "-q", "-o", str(run)]
-    proc = subprocess.Popen(
-        [*cmd, *_cli_args(RESHUFFLING)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    try:
-        # chunk 3 holds steps 9-11: its checkpoint comes after the reshuffle at step 7
-        while not (run / "steps" / "part-000003.parquet").exists():
-            assert proc.poll() is None, proc.stderr.read().decode()
-            time.sleep(0.005)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
+    # chunk 3 holds steps 9-11: its checkpoint comes after the reshuffle at step 7
+    _record_until_sigterm(run, RESHUFFLING, chunk=3)
     assert main(["record", "--resume", str(run), "-q"]) == 0
     (entry,) = read_trace(run).header["resumes"]
     assert 12 <= entry["from_step"] <= 35, "stopped after the last reshuffle; retry"
