@@ -209,27 +209,39 @@ def get_framing(name: str) -> Framing:
         raise unknown_name("link framing", name, FRAMINGS) from None
 
 
+def _number_rows(
+    owner: str, key: str, value: Any, fields: str, n: int, what: tuple[str, str]
+) -> list[Any]:
+    """The items of ``value``: ConfigError unless it is a list whose every item is a list of
+    ``n`` finite numbers (``fields`` names them; ``what``: an item's name, and the list's,
+    e.g. ``("point", "pairs")``)."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+        raise ConfigError(
+            f"{owner}: {key} must be a list of [{fields}] {what[1]}, got {value!r:.80}"
+        )
+    rows = []
+    for point in value:
+        if (
+            isinstance(point, (str, bytes, Mapping))
+            or not isinstance(point, (list, tuple))
+            or len(point) != n
+            or not all(_finite(v) for v in point)
+        ):
+            raise ConfigError(
+                f"{owner}: {key}: each {what[0]} must be [{fields}] "
+                f"({'two' if n == 2 else 'three'} finite numbers), got {point!r:.80}"
+            )
+        rows.append(point)
+    return rows
+
+
 def _host_table(owner: str, value: Any) -> tuple[tuple[float, float], ...]:
     """``value`` as a tuple of ``(gathered bytes, s per byte)`` points, ConfigError unless each
     is a pair of finite numbers, bytes >= 1 and strictly increasing, s per byte within
     ``RANGES["allgatherv_host_s_per_byte"]``."""
     key = "allgatherv_host_s_per_byte_table"
-    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
-        raise ConfigError(
-            f"{owner}: {key} must be a list of [bytes, s_per_byte] pairs, got {value!r:.80}"
-        )
-    points = []
-    for point in value:
-        if (
-            isinstance(point, (str, bytes, Mapping))
-            or not isinstance(point, (list, tuple))
-            or len(point) != 2
-            or not all(_finite(v) for v in point)
-        ):
-            raise ConfigError(
-                f"{owner}: {key}: each point must be [bytes, s_per_byte] (two finite numbers), "
-                f"got {point!r:.80}"
-            )
+    points: list[tuple[float, float]] = []
+    for point in _number_rows(owner, key, value, "bytes, s_per_byte", 2, ("point", "pairs")):
         size, per_byte = float(point[0]), float(point[1])
         if size < 1:
             raise ConfigError(f"{owner}: {key}: gathered bytes must be >= 1, got {point[0]!r}")
@@ -245,23 +257,9 @@ def _segments(owner: str, value: Any) -> tuple[tuple[float, float, float], ...]:
     unless each is three finite numbers, bytes >= 0 and strictly increasing, |extra latency|
     <= 1 s, bandwidth within ``RANGES["bandwidth_Bps"]``."""
     key = "segments"
-    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
-        raise ConfigError(
-            f"{owner}: {key} must be a list of [from_bytes, extra_latency_s, bandwidth_Bps] "
-            f"triples, got {value!r:.80}"
-        )
+    fields = "from_bytes, extra_latency_s, bandwidth_Bps"
     points: list[tuple[float, float, float]] = []
-    for point in value:
-        if (
-            isinstance(point, (str, bytes, Mapping))
-            or not isinstance(point, (list, tuple))
-            or len(point) != 3
-            or not all(_finite(v) for v in point)
-        ):
-            raise ConfigError(
-                f"{owner}: {key}: each segment must be [from_bytes, extra_latency_s, "
-                f"bandwidth_Bps] (three finite numbers), got {point!r:.80}"
-            )
+    for point in _number_rows(owner, key, value, fields, 3, ("segment", "triples")):
         start, extra, bw = (float(v) for v in point)
         if start < 0 or (points and start <= points[-1][0]):
             raise ConfigError(f"{owner}: {key}: from_bytes must be >= 0 and increase")
