@@ -39,12 +39,14 @@ the rule the simulator uses too.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
 from vgcsim.traces.buckets import FORWARD_FRACTION
 
+from vgcsim.core.collectives import burst_credit_s
 from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "bucketed_step_time_s",
     "critical_path",
     "iteration_time_s",
+    "with_burst",
 ]
 
 OVERLAP_MODES = ("none", "full", "per_layer", "bucketed")
@@ -69,6 +72,20 @@ class StepBreakdown:
     step_s: np.ndarray
     decode_s: np.ndarray | None = None
     optimizer_s: np.ndarray | None = None
+
+
+def with_burst(bd: StepBreakdown, burst_bytes: float, bandwidth_Bps: float) -> StepBreakdown:
+    """``bd`` with a token bucket's credit taken off its exchange and its step.
+
+    Formula: ``comm' = comm − credit``, ``step' = step − credit`` with ``credit =
+    min(b / B, step − comm, comm)`` (:func:`vgcsim.core.collectives.burst_credit_s`: the
+    bucket refills while the link idles in the step's local phases). ``bd`` itself where
+    b = 0.
+    """
+    if burst_bytes <= 0:
+        return bd
+    credit = burst_credit_s(bd.comm_s, bd.step_s, burst_bytes, bandwidth_Bps)
+    return dataclasses.replace(bd, comm_s=bd.comm_s - credit, step_s=bd.step_s - credit)
 
 
 def _as_2d(x: ArrayLike, name: str) -> np.ndarray:

@@ -31,6 +31,7 @@ from vgcsim.models.iteration import (
     StepBreakdown,
     bucketed_step_time_s,
     iteration_time_s,
+    with_burst,
 )
 from vgcsim.traces.buckets import DDP_BUCKET_BYTES, bucket_backward_share, layer_groups
 from vgcsim.traces.extrapolate import RULES
@@ -379,6 +380,21 @@ def sparse_allreduce_time_s(
     )
 
 
+def _burst_rows(
+    bd: StepBreakdown,
+    si: StepInputs,
+    link: Any,
+    sent_max: Any,
+    sent_mean: Any,
+    opts: PredictOptions,
+    const: dict,
+) -> dict[str, np.ndarray]:
+    """Result rows of one breakdown, the host link's token-bucket credit taken off
+    (:func:`vgcsim.models.iteration.with_burst`)."""
+    bd = with_burst(bd, link.burst_bytes, link.bandwidth_Bps)
+    return rows_for(bd, si.steps, sent_max, sent_mean, per_step=opts.per_step, const=const)
+
+
 def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> pd.DataFrame:
     """Closed-form predictions for ``trace`` on ``cluster`` (a finalized result frame)."""
     encoding = opts.encoding or trace.primary_encoding
@@ -431,9 +447,7 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
                     "collective": key,
                 }
                 payload = si.dense_times(enc)[0]
-                frames.append(
-                    rows_for(bd, si.steps, payload, payload, per_step=opts.per_step, const=const)
-                )
+                frames.append(_burst_rows(bd, si, cluster.link, payload, payload, opts, const))
         pmax = si.rank_bytes.max(axis=1)
         pmean = si.rank_bytes.mean(axis=1)
         # PowerSGD's compressed exchange is allreduces; every other compressor's an allgatherv
@@ -453,7 +467,7 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
                 "method": "compressed",
                 "collective": key,
             }
-            frames.append(rows_for(bd, si.steps, pmax, pmean, per_step=opts.per_step, const=const))
+            frames.append(_burst_rows(bd, si, cluster.link, pmax, pmean, opts, const))
         if sparse and opts.sparse_allreduce:
             stage, dense, decode = sparse_step_inputs(trace, si.steps, p, cluster)
             sent = stage.max(axis=1) if stage.shape[1] else np.zeros(len(si.steps))
@@ -477,9 +491,7 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
                     "method": "compressed",
                     "collective": key,
                 }
-                frames.append(
-                    rows_for(bd, si.steps, sent, sent, per_step=opts.per_step, const=const)
-                )
+                frames.append(_burst_rows(bd, si, cluster.link, sent, sent, opts, const))
         log.info("predicted P=%d (%d steps)", p, len(si.steps))
     df = frame_from_rows(frames)
     batch = trace.header.get("batch_size_per_worker")

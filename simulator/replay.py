@@ -42,7 +42,10 @@ the first step that falls to the message level under ``path = "auto"`` logs one 
 Columns: ``compute_s``, ``variance_s``, ``codec_s`` are means over ranks, ``decode_s`` the
 slowest rank's; ``step_s`` is the last rank's finish time (after its optimizer step);
 ``comm_s = step_s − optimizer − max over ranks of (compute + variance + codec + decode)``, the
-communication time not hidden behind computation.
+communication time not hidden behind computation. A host link with a token bucket
+(``LinkSpec.burst_bytes``) then takes the bucket's credit off ``comm_s`` and ``step_s`` as the
+closed form does (:func:`vgcsim.core.collectives.burst_credit_s`, from the step's idle
+seconds): the flows themselves run at the links' rates, and step timelines show them so.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ from vgcsim.core.collectives import (
     ALLGATHERV_ALGORITHMS,
     ALLREDUCE_ALGORITHMS,
     SIZE_HEADER_BYTES,
+    burst_credit_s,
     wire_bytes,
 )
 from vgcsim.core.errors import ConfigError, unknown_name
@@ -496,6 +500,8 @@ class _WorldSize:
     bounded: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     #: (stage bytes [T, S], dense bytes, result scatter seconds [T, P]) of the sparse allreduce
     sparse: tuple[np.ndarray, float, np.ndarray] | None = None
+    #: the host link's token bucket: (burst_bytes, bandwidth_Bps); no credit where 0 bytes
+    burst: tuple[float, float] = (0.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -570,6 +576,7 @@ def _world_size(
             "sparse": get_schedule(SPARSE_COLLECTIVE, p),
         },
         exchange=exchange,
+        burst=(cluster.link.burst_bytes, cluster.link.bandwidth_Bps),
         bounded=bounded,
         sparse=sparse,
     )
@@ -779,6 +786,9 @@ def _block_records(
     step_s = done.max(axis=1) + optimizer
     exposed = step_s - (work + block.dec).max(axis=1) - optimizer
     comm = np.where(0.0 > exposed, 0.0, exposed)  # never below zero (float residue at P = 1)
+    if ws.burst[0] > 0:  # the host link's token bucket refilled in the local phases
+        credit = burst_credit_s(comm, step_s, *ws.burst)
+        comm, step_s = comm - credit, step_s - credit
     variance = block.variance.mean(axis=1)
     columns = {
         "step": ws.inputs.steps[steps].tolist(),

@@ -434,7 +434,7 @@ class TraceWriter:
         """Buffer rows of the optional ranks table (``schema.RANK_COLUMNS``, one per step and
         rank; written by the DDP hook)."""
         for row in rows:
-            missing = [c for c in schema.RANK_COLUMNS if c not in row]
+            missing = [c for c in schema.REQUIRED_RANK_COLUMNS if c not in row]
             if missing:
                 raise ValueError(f"rank row lacks columns: {', '.join(missing)}")
             self._rank_buf.append(dict(row))

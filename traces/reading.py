@@ -237,7 +237,7 @@ def read_trace_parts(path: str | Path) -> Trace:
     steps = _read_table(run_dir, schema.STEPS_TABLE, list(schema.STEP_COLUMNS))
     evals = _read_table(run_dir, schema.EVALS_TABLE, list(schema.EVAL_COLUMNS))
     ranks = (
-        _read_table(run_dir, schema.RANKS_TABLE, list(schema.RANK_COLUMNS))
+        _read_table(run_dir, schema.RANKS_TABLE, list(schema.REQUIRED_RANK_COLUMNS))
         if chunk_files(run_dir, schema.RANKS_TABLE)
         else None
     )

@@ -57,6 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 from vgcsim.traces import devicecost, schema
 from vgcsim.traces.buckets import DDP_BUCKET_BYTES
 from vgcsim.traces.extrapolate import rank_workers
@@ -71,6 +72,7 @@ __all__ = [
     "LOWRANK_COLUMNS",
     "StepInputs",
     "compute_scale_factor",
+    "hook_rank_times",
     "is_lowrank",
     "recording_device",
     "step_inputs",
@@ -183,6 +185,79 @@ def _rank_compute_trace(trace: Trace, cluster: ClusterSpec) -> tuple[np.ndarray,
         f"measured: rank_compute_s on {int(np.isfinite(rank).sum())} of {len(rank)} steps; "
         f"other steps compute_s / W x {ratio:.3g} (mean measured ratio)"
     )
+
+
+#: The ranks-table terms of :func:`hook_rank_times` (output key: ranks-table columns summed).
+_RANK_TERMS = {
+    "compute": ("compute_s",),
+    "variance": ("sqsum_s",),
+    "codec": ("compress_s", "encode_s"),
+    "decode": ("decode_s",),
+}
+
+
+def hook_rank_times(
+    trace: Trace, steps: np.ndarray, world_size: int, seed: int = 0
+) -> dict[str, np.ndarray] | None:
+    """Per-rank local seconds ``[T, P]`` of a hook-written trace, from its ranks table.
+
+    Rank r < W (the recorded world size) at step t takes recorded rank r's own row at step t;
+    a rank beyond the recording takes the row of a (step, rank) drawn uniformly from the whole
+    table by a generator seeded with ``(seed, P)``, a fresh draw per step and rank. So the
+    step's slowest rank — the one every rank waits for in synchronous SGD — is the recorded
+    slowest at P ≤ W and the maximum of P draws from the measured distribution beyond it (the
+    straggler effect grows with P as the expected maximum of P samples does).
+
+    Keys: ``compute`` (compute_s plus the step's host overhead where the trace has
+    ``step_wall_s`` and ``optimizer_s``: overhead = max(0, step_wall_s − forward_backward_s −
+    optimizer_s), the script's data loading, zero_grad and loop), ``variance`` (sqsum_s),
+    ``codec`` (compress_s + encode_s), ``decode`` (decode_s / W per payload: multiply by the
+    payloads decoded) and ``overhead`` (the overhead alone, for ``time_sources``). A missing
+    value takes its rank's median. None when the trace has no ranks table with a measured
+    compute_s.
+    """
+    ranks = trace.ranks
+    if ranks is None or not len(ranks) or "compute_s" not in ranks.columns:
+        return None
+    if not np.isfinite(ranks["compute_s"].to_numpy(dtype=np.float64)).any():
+        return None
+    workers = int(trace.workers)
+    frame = ranks.set_index(["step", "rank"]).sort_index()
+    full = pd.MultiIndex.from_product([steps, range(workers)], names=["step", "rank"])
+    frame = frame.reindex(full)
+    values: dict[str, np.ndarray] = {}
+    for key, cols in _RANK_TERMS.items():
+        present = [c for c in cols if c in frame.columns]
+        block = sum((frame[c].to_numpy(dtype=np.float64) for c in present), np.zeros(len(frame)))
+        values[key] = block.reshape(len(steps), workers)
+    overhead = np.zeros((len(steps), workers))
+    if {"step_wall_s", "forward_backward_s", "optimizer_s"} <= set(frame.columns):
+        wall, fb, opt = (
+            frame[c].to_numpy(dtype=np.float64).reshape(len(steps), workers)
+            for c in ("step_wall_s", "forward_backward_s", "optimizer_s")
+        )
+        overhead = np.maximum(0.0, wall - fb - opt)
+    values["overhead"] = overhead
+    for key, a in values.items():
+        finite = np.isfinite(a)
+        overall = float(np.median(a[finite])) if finite.any() else 0.0
+        per_rank = [
+            float(np.median(a[finite[:, w], w])) if finite[:, w].any() else overall
+            for w in range(workers)
+        ]
+        values[key] = np.where(finite, a, np.asarray(per_rank)[None, :])
+    values["compute"] = values["compute"] + values["overhead"]
+    values["decode"] = values["decode"] / workers
+    n = len(steps)
+    own = min(world_size, workers)
+    step_of = np.broadcast_to(np.arange(n)[:, None], (n, world_size)).copy()
+    rank_of = np.broadcast_to(np.arange(world_size)[None, :], (n, world_size)).copy()
+    if world_size > workers:
+        rng = np.random.default_rng([int(seed), int(world_size)])
+        extra = (n, world_size - own)
+        step_of[:, own:] = rng.integers(0, n, size=extra)
+        rank_of[:, own:] = rng.integers(0, workers, size=extra)
+    return {key: a[step_of, rank_of] for key, a in values.items()}
 
 
 def _model_compute(trace: Trace, cluster: ClusterSpec, n_steps: int) -> np.ndarray:
@@ -457,6 +532,22 @@ def step_inputs(
         else:
             optimizer, why = _model_optimizer(trace, cluster, n_steps)
             sources["optimizer_s"] = f"{why} (the trace has no optimizer_s)"
+        per_rank = hook_rank_times(trace, steps, world_size, seed) if not lowrank else None
+        if per_rank is not None:
+            # the hook's ranks table: each rank's own measured seconds (hook_rank_times)
+            compute = per_rank["compute"] * scale
+            variance = per_rank["variance"] * scale
+            codec = per_rank["codec"] * scale
+            decode = per_rank["decode"] * world_size * scale
+            overhead = float(np.median(per_rank["overhead"]))
+            sources["compute_s"] = (
+                "measured per rank (ranks table): compute_s + the step's host overhead "
+                f"(step_wall_s - forward_backward_s - optimizer_s, median {overhead:.3g} s); "
+                "ranks beyond the recorded W draw seeded (step, rank) rows"
+            )
+            sources["variance_s"] = "measured per rank (ranks table): sqsum_s"
+            sources["codec_s"] = "measured per rank (ranks table): compress_s + encode_s"
+            sources["decode_s"] = "measured per rank (ranks table): P x decode_s / W"
         dev_name = recording_device(trace)
     sources["dense_cast_s"] = f"modelled on {device.name}: vgcsim.traces.devicecost.cast_time_s"
 
@@ -482,8 +573,8 @@ def step_inputs(
         steps=steps,
         rank_bytes=rank_bytes,
         dense_bytes=int(dense),
-        compute_s=np.broadcast_to(compute[:, None], shape).copy(),
-        variance_s=np.broadcast_to(variance[:, None], shape).copy(),
+        compute_s=_per_rank(compute, shape),
+        variance_s=_per_rank(variance, shape),
         codec_s=np.asarray(codec, dtype=np.float64),
         layer_bytes=layer_bytes,
         decode_s=np.asarray(decode, dtype=np.float64),
@@ -494,6 +585,12 @@ def step_inputs(
         device=dev_name,
         time_sources=sources,
     )
+
+
+def _per_rank(a: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """``[T]`` (the same on every rank) or ``[T, P]`` → ``[T, P]``."""
+    a = np.asarray(a, dtype=np.float64)
+    return (a if a.ndim == 2 else np.broadcast_to(a[:, None], shape)).copy()
 
 
 # -- the DDP hook's bounded exchange -------------------------------------------------------------

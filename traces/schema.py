@@ -228,7 +228,10 @@ EVAL_TABLE = (
 #: report them; ``compute_s`` = forward_backward_s minus the hook's own seconds (sqsum,
 #: compress, encode, comm, decode), NaN with it; ``wire_bytes``: every byte the rank sent in
 #: the exchange, padding and fallback rounds included; ``fallback_rounds``: buckets whose
-#: message exceeded its bound.
+#: message exceeded its bound; ``step_wall_s`` (optional: traces written before it lack it):
+#: the rank's wall seconds of the whole step as the script runs it (from the end of one
+#: ``step_done`` to the start of the next; NaN on the first step), whose part outside
+#: forward+backward and the optimizer step is the step's host overhead.
 RANK_TABLE = (
     Column("step", "int", ge=0),
     Column("rank", "int", ge=0),
@@ -240,10 +243,15 @@ RANK_TABLE = (
     Column("comm_s", "float", ge=0),
     Column("decode_s", "float", ge=0),
     Column("optimizer_s", "float", ge=0, nan_ok=True),
+    Column("step_wall_s", "float", ge=0, nan_ok=True),
     Column("wire_bytes", "int", ge=0),
     Column("fallback_rounds", "int", ge=0),
 )
 RANK_COLUMNS = tuple(c.name for c in RANK_TABLE)
+#: ranks-table columns a trace may lack (added after the table: older traces are read as they are)
+OPTIONAL_RANK_COLUMNS = ("step_wall_s",)
+#: ranks-table columns every ranks table has
+REQUIRED_RANK_COLUMNS = tuple(c for c in RANK_COLUMNS if c not in OPTIONAL_RANK_COLUMNS)
 #: table folder -> its column descriptions
 TABLE_COLUMNS = {
     PAYLOADS_TABLE: PAYLOAD_TABLE,

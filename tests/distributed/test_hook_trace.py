@@ -66,6 +66,12 @@ def test_every_step_and_rank_is_in_the_tables(run):
     assert np.isfinite(ranks["forward_backward_s"]).all()
     assert (ranks["forward_backward_s"] >= ranks["compute_s"]).all()
     assert np.isfinite(t.steps["optimizer_s"]).all()
+    # the whole step's wall time from the second step on: it holds forward+backward and the
+    # optimizer step it encloses
+    later = ranks[ranks["step"] > 0]
+    assert ranks.loc[ranks["step"] == 0, "step_wall_s"].isna().all()
+    assert np.isfinite(later["step_wall_s"]).all()
+    assert (later["step_wall_s"] >= later["forward_backward_s"] + later["optimizer_s"]).all()
 
 
 def test_priced_wire_bytes_equal_the_hooks_own(run):

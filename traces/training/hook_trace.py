@@ -3,9 +3,11 @@ trace_dir=...)``).
 
 Every rank keeps, per step, what its exchange did (:class:`StepCommStats`: elements sent and
 bits per layer, wire bytes, fallback rounds, compress / exchange / decode seconds), the
-squared-sum seconds of the backward's hooks and the phases the script reports
-(:meth:`HookTracer.timed`: ``forward_backward``, ``optimizer``). :meth:`HookTracer.step_done`
-closes a step. Every ``gather_every`` steps (and at :meth:`HookTracer.close`) the ranks send
+squared-sum seconds of the backward's hooks, the phases the script reports
+(:meth:`HookTracer.timed`: ``forward_backward``, ``optimizer``) and the step's wall time
+between two :meth:`HookTracer.step_done` calls, which close the steps (``step_wall_s``: the
+script's whole step, its data loading and ``zero_grad`` included, the tracer's own gathers
+excluded). Every ``gather_every`` steps (and at :meth:`HookTracer.close`) the ranks send
 their rows to rank 0 in one ``gather_object`` on a gloo group of their own; rank 0 writes them
 as a standard trace (``vgcsim.traces.io.TraceWriter``): the payloads and steps tables every
 command reads, plus the ``ranks`` table (one row per step and rank, seconds and wire bytes
@@ -104,6 +106,9 @@ class HookTracer:
         self._phase_s: dict[str, float] = {}
         self._sqsum_mark = self._sqsum_seconds()
         self._step = 0
+        # the end of the previous step_done: a step's wall time runs from there to the start
+        # of the next step_done, so the tracer's own gathers and writes are not in it
+        self._wall_mark: float | None = None
         self._writer: TraceWriter | None = None
         self._closed = False
 
@@ -134,6 +139,8 @@ class HookTracer:
         Every ``gather_every`` steps this call is a collective of the ranks (the gather)."""
         if self._closed:
             raise ConfigError("the hook's trace is closed: step_done after close_trace")
+        now = time.perf_counter()
+        wall = now - self._wall_mark if self._wall_mark is not None else math.nan
         stats = self.state.stats
         primary = self.state.compressor.primary_encoding
         phases = dict(self._phase_s)
@@ -159,6 +166,7 @@ class HookTracer:
             "comm_s": stats.comm_s,
             "decode_s": stats.decode_s,
             "optimizer_s": phases.get("optimizer", math.nan),
+            "step_wall_s": wall,
             "wire_bytes": int(stats.wire_bytes),
             "fallback_rounds": int(stats.fallback_rounds),
             "sent": dict(stats.sent),
@@ -172,6 +180,7 @@ class HookTracer:
         self._step += 1
         if self._step % self.gather_every == 0:
             self._gather()
+        self._wall_mark = time.perf_counter()
 
     def close(self, status: str = "complete") -> Path | None:
         """Gather what is left and finish the trace (rank 0: returns its folder). A
@@ -258,6 +267,9 @@ class HookTracer:
                 "comm_s": "the slowest rank's exchange (gather start to gathered)",
                 "optimizer_s": "mean over ranks of the reported optimizer step",
                 "ranks": "one row per step and rank: every measured term and wire_bytes",
+                "step_wall_s": "a rank's wall seconds from the end of one step_done to the "
+                "start of the next (the whole step as the script runs it, data loading and "
+                "zero_grad included, the tracer's own work excluded; NaN on the first step)",
             },
         }
         return TraceWriter(

@@ -47,6 +47,7 @@ A cluster file (TOML) looks like::
     # byte of an allgatherv of uneven blocks (the rest per real byte); default 0.5
     allgatherv_host_padded_share = 0.24
     call_overhead = "300us"      # software cost per collective call and rank (or call_overhead_s)
+    burst = "256KiB"             # token-bucket depth of every host link (or burst_bytes)
     framing = "tcp-mtu9000"      # or efficiency = 0.99 (payload bytes per wire byte)
     [intra_link]
     preset = "NVLink2"
@@ -69,7 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from vgcsim.core.errors import ConfigError, TopologyError, unknown_name
-from vgcsim.core.units import parse_bandwidth_Bps, parse_flops, parse_time_s
+from vgcsim.core.units import parse_bandwidth_Bps, parse_flops, parse_size_bytes, parse_time_s
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -127,6 +128,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "allgatherv_host_s_per_byte": (0.0, 1.0),
     "allgatherv_host_padded_share": (0.0, 1.0),
     "call_overhead_s": (0.0, 1.0),  # software cost of one collective call (per rank)
+    "burst_bytes": (0.0, 1e15),  # token-bucket depth of a host link
     "peak_flops": (1e6, 1e21),  # 1 MFLOP/s .. 1 ZFLOP/s
     "memory_bandwidth_Bps": (1.0, 1e15),
     "launch_overhead_s": (0.0, 1.0),
@@ -314,6 +316,13 @@ class LinkSpec:
     ``bandwidth_Bps`` (×``efficiency``) by construction of the fit; extra latencies may be
     negative (a burst shortens a large message by the bucket's bytes), but no message takes
     less than α.
+
+    ``burst_bytes`` (b, default 0: no bucket) is the depth of a token bucket on every host
+    link (Linux ``tc tbf``'s ``burst``; a cloud instance's network burst credit): tokens
+    refill at the link's bandwidth while the host's link is idle and bytes covered by tokens
+    leave at once. A synchronous step leaves the link idle for its local phases, so the
+    exchange that follows starts with min(b, bandwidth × idle seconds) of tokens and is
+    shorter by up to that many bytes' time (:func:`vgcsim.core.collectives.burst_credit_s`).
     """
 
     name: str
@@ -327,6 +336,7 @@ class LinkSpec:
     allgatherv_host_padded_share: float = DEFAULT_HOST_PADDED_SHARE
     call_overhead_s: float = 0.0
     segments: tuple[tuple[float, float, float], ...] = ()
+    burst_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         for key in (
@@ -336,6 +346,7 @@ class LinkSpec:
             "allgatherv_host_s_per_byte",
             "allgatherv_host_padded_share",
             "call_overhead_s",
+            "burst_bytes",
         ):
             _check_range(f"link {self.name!r}", key, getattr(self, key))
         object.__setattr__(
@@ -1001,6 +1012,8 @@ _LINK_KEYS = (
     "allgatherv_host_padded_share",
     "call_overhead",
     "call_overhead_s",
+    "burst",
+    "burst_bytes",
     "segments",
     "efficiency",
     "framing",
@@ -1105,6 +1118,12 @@ def _link_from(where: str, value: Any, inherited: LinkSpec | None = None) -> Lin
         overheads[f"{key}_s"] = (
             parse_time_s(given) if given is not None else getattr(base, f"{key}_s", 0.0)
         )
+    given = _one_of(where, value, "burst", "burst_bytes")
+    burst = (
+        _quantity(where, _given(value, "burst", "burst_bytes"), parse_size_bytes, given)
+        if given is not None
+        else getattr(base, "burst_bytes", 0.0)
+    )
     framing = _one_of(where, value, "efficiency", "framing")
     if "framing" in value:
         if not isinstance(framing, str):
@@ -1130,6 +1149,7 @@ def _link_from(where: str, value: Any, inherited: LinkSpec | None = None) -> Lin
         or "allgatherv_host_s_per_byte_table" in value
         or "allgatherv_host_padded_share" in value
         or any(k in value for k in ("call_overhead", "call_overhead_s"))
+        or any(k in value for k in ("burst", "burst_bytes"))
         or "segments" in value
         or "efficiency" in value
         or "framing" in value
@@ -1153,6 +1173,7 @@ def _link_from(where: str, value: Any, inherited: LinkSpec | None = None) -> Lin
             ("gamma_s_per_byte",): gamma,
             ("allgatherv_host_s_per_byte",): host,
             ("allgatherv_host_padded_share",): share,
+            ("burst_bytes", "burst"): burst,
         },
     )
     try:
@@ -1167,6 +1188,7 @@ def _link_from(where: str, value: Any, inherited: LinkSpec | None = None) -> Lin
             allgatherv_host_s_per_byte_table=host_table,
             allgatherv_host_padded_share=share,
             segments=value.get("segments", base.segments if base else ()),
+            burst_bytes=burst,
             **overheads,
         )
     except ConfigError as exc:
