@@ -69,7 +69,21 @@ def test_calibrate_divides_cpu_terms_by_the_sharing_it_measured_under(tmp_path, 
     assert c.link.gamma_s_per_byte == pytest.approx(GAMMA / 2, rel=1e-3)
 
 
-@pytest.mark.parametrize("flag", [["--host-cores", "-1"], ["--ranks-per-host", "0"]])
+def test_calibrate_writes_the_given_token_bucket(tmp_path):
+    meas = _write(tmp_path, synthetic(500e-6, 4))
+    out = tmp_path / "c.toml"
+    args = ["calibrate", "--from", str(meas), "-o", str(out), "--force", "--burst", "256KiB"]
+    assert main(args) == 0
+    assert load_cluster(out).link.burst_bytes == 262144.0
+    plain = tmp_path / "plain.toml"
+    assert main(["calibrate", "--from", str(meas), "-o", str(plain), "--force"]) == 0
+    assert load_cluster(plain).link.burst_bytes == 0.0
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [["--host-cores", "-1"], ["--ranks-per-host", "0"], ["--burst", "lots"], ["--burst=-1kB"]],
+)
 def test_bad_host_flags_exit_2(tmp_path, capsys, flag):
     meas = _write(tmp_path, synthetic(0.0, 2))
     assert main(["calibrate", "--from", str(meas), "-o", str(tmp_path / "c.toml"), *flag]) == 2

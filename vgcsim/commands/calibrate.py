@@ -156,6 +156,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="measured ranks per host (default 1); ranks in network namespaces of one "
         "machine share its cores",
     )
+    parser.add_argument(
+        "--burst",
+        default=None,
+        metavar="SIZE",
+        help="token-bucket depth of every host link where a shaper or the provider sets one "
+        "(tc tbf's burst, an instance's burst allowance), e.g. 256KiB: written as the file's "
+        "[link] burst (not measured: the sweep's back-to-back messages drain the bucket)",
+    )
     parser.add_argument("--name", default=None, help="cluster name (default calibrated-BACKEND-N)")
     parser.add_argument(
         "--device-preset",
@@ -243,10 +251,12 @@ def cluster_toml(
     intra=None,
     ranks_per_node: int = 1,
     hosts: tuple[int, int] = (1, 0),
+    burst_bytes: float = 0.0,
 ) -> str:
     """The cluster file text for a fitted link: a non-blocking star of identical NICs, or a
     hierarchical cluster with ``ranks_per_node`` ranks per node on the fitted ``intra`` link;
-    ``hosts`` = (ranks_per_host, host_cores), written where host_cores > 0."""
+    ``hosts`` = (ranks_per_host, host_cores), written where host_cores > 0; ``burst_bytes``,
+    the host link's token bucket as given (``--burst``), written where > 0."""
     lines = [
         f"{WRITTEN_BY} {note}",
         f"name = {toml_value(name)}",
@@ -259,6 +269,8 @@ def cluster_toml(
         lines.append(f"gpus_per_node = {ranks_per_node}")
     lines += ["", "[topology]", f"kind = {toml_value('hierarchical' if intra else 'star')}", ""]
     lines += _link_lines("link", name, fit, "inter-node link" if intra else "link")
+    if burst_bytes > 0:
+        lines.append(f"burst_bytes = {toml_value(float(burst_bytes))}  # as given (--burst)")
     if intra is not None:
         lines += _link_lines("intra_link", f"{name}-intra", intra, "intra-node link")
     return "\n".join(lines)
@@ -293,6 +305,16 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ConfigError(f"--host-cores must be an integer >= 0, got {args.host_cores}")
     if not 1 <= args.ranks_per_host <= 2**20:
         raise ConfigError(f"--ranks-per-host must be an integer >= 1, got {args.ranks_per_host}")
+    args.burst_bytes = 0.0
+    if args.burst is not None:
+        from vgcsim.core.units import parse_size_bytes
+
+        try:
+            args.burst_bytes = parse_size_bytes(args.burst)
+        except ConfigError as exc:
+            raise ConfigError(f"--burst: {str(exc).split(': ', 1)[-1]}") from None
+        if args.burst_bytes > 1e15:
+            raise ConfigError(f"--burst must be at most 1e15 bytes, got {args.burst}")
 
 
 def _measure(args: argparse.Namespace, meas_path: Path) -> bool:
@@ -465,7 +487,14 @@ def run(args: argparse.Namespace) -> int:
     atomic_write_text(
         out,
         cluster_toml(
-            name, fit, args.device, note, intra[0] if intra else None, ranks_per_node, hosts
+            name,
+            fit,
+            args.device,
+            note,
+            intra[0] if intra else None,
+            ranks_per_node,
+            hosts,
+            getattr(args, "burst_bytes", 0.0),
         ),
     )
     load_cluster(str(out))  # what predict/simulate will do: fail here, not later
