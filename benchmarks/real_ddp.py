@@ -15,7 +15,8 @@ P = 2): the variance hook's own trace for the variance method, the hook with the
 compressor for plain DDP and fp16. Every setup is then predicted from those traces and the
 setup's own cluster file, measured by ``vgcsim calibrate`` across the setup's namespaces
 (``--host-cores`` the machine's cores and ``--ranks-per-host`` P: every namespace shares this
-machine's cores), with ``vgcsim predict --compute trace``: plain DDP as the dense fp32
+machine's cores; ``--burst`` the shaper's token bucket, which the sweep does not measure),
+with ``vgcsim predict --compute trace``: plain DDP as the dense fp32
 allreduce row, fp16 as the dense fp16 row, the variance hook as the compressed row priced
 with the hook's own exchange (``allgatherv/bounded``). Measured and predicted step times are
 medians over the timed steps.
@@ -42,6 +43,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "distributed"))
 
 from _netns import (  # noqa: E402
+    burst_bytes,
     calibrate_argv,
     missing_prerequisite,
     run_on_hosts,
@@ -88,10 +90,12 @@ def run_job(hosts, port: int, out: Path, *args: str, timeout_s: float = 900) -> 
     return json.loads(out.read_text())
 
 
-def calibrate(hosts, port: int, out: Path, sizes: str, repeats: int) -> Path:
+def calibrate(hosts, port: int, out: Path, sizes: str, repeats: int, rate: str) -> Path:
     n = len(hosts.names)
     extra = ["--sizes", sizes, "--repeats", str(repeats), "--force"]
     extra += ["--host-cores", str(os.cpu_count()), "--ranks-per-host", str(n)]
+    if rate != "unshaped":  # the shaper's token bucket, as the operator of the link knows it
+        extra += ["--burst", str(burst_bytes(rate))]
     cmds = [calibrate_argv(hosts, i, port, out, *extra) for i in range(n)]
     done = run_on_hosts(hosts, cmds, timeout_s=1800)
     if any(d.returncode for d in done) or not out.exists():
@@ -205,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                         work / f"cal-{rate}-P{n}.toml",
                         args.cal_sizes,
                         args.cal_repeats,
+                        rate,
                     )
                     measured = {}
                     for model in models:
