@@ -164,7 +164,9 @@ def test_contents_links_name_headings(doc):
 
 
 def test_long_docs_have_contents():
-    long = [d.name for d in DOCS if d.parent.name == "docs" and len(d.read_text().splitlines()) > 300]
+    long = [
+        d.name for d in DOCS if d.parent.name == "docs" and len(d.read_text().splitlines()) > 300
+    ]
     missing = [name for name in long if "](#" not in (ROOT / "docs" / name).read_text()]
     assert not missing, f"docs over 300 lines without a table of contents: {missing}"
 
