@@ -491,9 +491,8 @@ def _gamma_given(a: np.ndarray, t: np.ndarray, alpha: float, beta: float) -> flo
     On the seconds, the largest messages set the slope: a per-message overhead of the
     collective algorithm (several handshakes per step of gloo's ring, a token-bucket burst)
     shifts every row by about the same time and goes into ``c``, which is not used. Fitting
-    relative errors instead let the smallest bandwidth-bound rows, where such overheads are a
-    large share of the time, set γ: on a 200 Mbit/s link the old fit took γ = 8.8 ns/B from
-    them and over-predicted a 64 MiB allreduce by 9 %. With a single distinct size the
+    relative errors instead would let the smallest bandwidth-bound rows, where such overheads
+    are a large share of the time, set γ. With a single distinct size the
     intercept cannot be told from the slope and γ is that row's excess per byte."""
     return _excess_slope(a[:, 2], t - a[:, 0] * alpha - a[:, 1] * beta, t)
 
