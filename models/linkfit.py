@@ -37,10 +37,9 @@ so that neither regime's many points can drag the other's parameter:
 
 4. *per call and per step*: where the latency regime holds collectives with different
    ratios of steps to calls (allreduce: 2(P−1) steps in one call; allgather: P−1 in one;
-   :data:`CALL_OPS`), α (per step) and c (per call) ≥ 0 come together from those rows, least squares on the relative error (:func:`fit_call_overhead`). Across
-   four network namespaces of a 2-core host, a collective's small-message time per step was
-   5-14 times the ping-pong's latency and grew with P (issue 39): a cost that one α
-   charged 2(P−1) times per allreduce and P−1 times per allgather.
+   :data:`CALL_OPS`), α (per step) and c (per call) ≥ 0 come together from those rows, least squares on the relative error (:func:`fit_call_overhead`): a
+   per-call software cost that one α would charge 2(P−1) times per allreduce and P−1 times
+   per allgather.
 
 By default β comes from ``p2p`` alone (the link, without a collective algorithm's
 behaviour), α from ``allreduce``'s small messages (:data:`LATENCY_OP`; ``p2p``'s own α
@@ -59,12 +58,9 @@ and δ fixed: each such row's excess over its ring terms is ``δ·(s·P·m + (1 
 so ``excess − δ·Σ m_r = s·δ·(P·m − Σ m_r)``: each row gives one value of s, and s is their
 median (a robust estimate, as for α), kept within [0, 1] (:func:`padded_share_given`).
 α comes from the collective and not from p2p because a collective's step pays more than a
-ping-pong's one-way latency (gloo's ring synchronises neighbours at every step): on 4 ranks
-joined by 200 Mbit/s and 1 Gbit/s links in network namespaces, a small allreduce took
-6-7 ms for its 6 ring steps, about 1 ms a step, where half a p2p round trip took
-0.2-0.34 ms, and the larger allreduces paid those milliseconds too (the 8 MB one at
-1 Gbit/s came out 5.9 % below the measurement with p2p's α and 2.2 % below with the
-collective's, fitted on the same measurements).
+ping-pong's one-way latency (gloo's ring synchronises neighbours at every step), and the
+larger allreduces pay that latency too (docs/distributed.md, "The fit and what its error
+means").
 The other collectives are predicted, not fitted: their
 rows in the error table check the ring formulas on this link. ``p2p_intra`` is fitted the same
 way into the intra-node link. The fit's *typical error* is exp(rms log(t̂/t)) − 1 over the rows
@@ -97,8 +93,7 @@ BANDWIDTH_FACTOR = 4.0
 LATENCY_SHARE = 0.2
 #: allgatherv rows enter δ's fit while α's terms explain at most this share of the measured
 #: time. Not γ's rule (β's term at least half the time): the per-byte excess of an
-#: allgatherv can be several times its wire time (4-5x at 64 MiB on a shared 2-core host),
-#: and those rows are the ones that show it.
+#: allgatherv can be several times its wire time, and those rows are the ones that show it.
 HOST_LATENCY_SHARE = 0.1
 #: The op whose rows give δ (``allgatherv_host_s_per_byte``) by default.
 HOST_OP = "allgatherv"
@@ -496,9 +491,8 @@ def _gamma_given(a: np.ndarray, t: np.ndarray, alpha: float, beta: float) -> flo
     On the seconds, the largest messages set the slope: a per-message overhead of the
     collective algorithm (several handshakes per step of gloo's ring, a token-bucket burst)
     shifts every row by about the same time and goes into ``c``, which is not used. Fitting
-    relative errors instead let the smallest bandwidth-bound rows, where such overheads are a
-    large share of the time, set γ: on a 200 Mbit/s link the old fit took γ = 8.8 ns/B from
-    them and over-predicted a 64 MiB allreduce by 9 %. With a single distinct size the
+    relative errors instead would let the smallest bandwidth-bound rows, where such overheads
+    are a large share of the time, set γ. With a single distinct size the
     intercept cannot be told from the slope and γ is that row's excess per byte."""
     return _excess_slope(a[:, 2], t - a[:, 0] * alpha - a[:, 1] * beta, t)
 
@@ -523,8 +517,8 @@ def host_points(k: np.ndarray, rest: np.ndarray) -> tuple[tuple[float, float], .
 
     The per-byte host cost is not one number: copying a gathered buffer that fits the CPU's
     last-level cache costs less per byte than copying one that does not, so the excess of
-    vgcsim's allgatherv over its ring grows faster than its bytes across that size (on a
-    2-core host with a 32 MiB cache, 1.9 ns/B at 16 MiB gathered and 4.7 ns/B at 64 MiB).
+    vgcsim's allgatherv over its ring grows faster than its bytes across that size
+    (``vgcsim calibrate`` prints the points it fits).
     These points let the cost model price each size at the measured point at or below it
     (:func:`vgcsim.core.collectives.host_s_per_byte_at`) instead of pricing every size at
     one slope."""
@@ -749,10 +743,7 @@ def padded_share_given(excess_s, host_s_per_byte, padded_bytes, real_bytes) -> f
 
     The median, as for α (:func:`fit_link`), not a least-squares slope: each s_i is a small
     difference of two noisy excesses (the skewed row's and, through δ, the even row's at the
-    same size), and on the seconds the largest size alone would set the slope. On 4 namespace
-    hosts at 1 Gbit/s the 64 MiB rows gave 0.07-0.08 in two calibrations where the other sizes
-    gave 0.32-0.88, and the slope came out 0.12 in both; the medians (0.43, 0.45) lie
-    between the values the 8 and 40 MB checks' own fits gave (0.53, 0.31; docs/distributed.md).
+    same size), and on the seconds the largest size alone would set the slope.
     None where no row has padding to price, or no row at all."""
     excess = np.asarray(excess_s, dtype=float)
     delta = np.asarray(host_s_per_byte, dtype=float)

@@ -151,8 +151,8 @@ def entry() -> None:
     (multiprocessing's, Dask's, temporary files' and logging's among them) and stdout and
     stderr are flushed. What is skipped is the interpreter's final garbage collection and
     module teardown, which frees memory the operating system takes back anyway and, once
-    pandas, pyarrow and Dask are loaded, took 0.2-0.4 s of a command's wall time
-    (docs/simulator.md, *Exit without teardown*). Output files are closed before ``main``
+    pandas, pyarrow and Dask are loaded, costs a noticeable share of a short command's wall
+    time (docs/simulator.md, *Exit without teardown*, gives the figure and its command). Output files are closed before ``main``
     returns. ``main(argv)`` itself returns as before, for notebooks and tests.
     """
     code = main()

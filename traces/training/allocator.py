@@ -6,9 +6,9 @@ unmapped on free, and free memory at the top of the heap is trimmed back to the 
 training step allocates and frees the same multi-megabyte activations every step, so every
 step touches fresh pages and pays a page fault for each 4 KiB of them. Measured on the
 compression benchmark's CNN (``python benchmarks/compression.py --json --allocator default``
-against the default ``--allocator keep``): the plain forward+backward barely changes, while
-the variance step, which allocates more temporaries, spends about a fifth of its time in
-page faults.
+against the default ``--allocator keep``, docs/compression.md gives the figures): the
+plain forward+backward barely changes, while the variance step, which allocates more
+temporaries, spends a large share of its time in page faults.
 
 :func:`keep_freed_memory` sets two ``mallopt`` parameters for the rest of the process:
 ``M_MMAP_THRESHOLD`` = 32 MiB (blocks below it come from the heap, and stop being unmapped)

@@ -98,9 +98,8 @@ def _time_op(
 ) -> float:
     """One timed repetition on this rank: the mean of :func:`back_to_back` operations.
 
-    A barrier releases the ranks up to a scheduler tick apart; timed from there, one small
-    operation measured that skew (p2p at 4 B scattered between 0.25 and 2 ms across a
-    200 Mbit/s bridge). So the timed operations start after an untimed one-byte exchange:
+    A barrier releases the ranks up to a scheduler tick apart, and one small operation timed
+    from there measures that skew. So the timed operations start after an untimed one-byte exchange:
     for p2p a one-byte round trip (the peer is then waiting in its receive when the clock
     starts), for the collectives a one-element all_reduce.
     """

@@ -36,10 +36,10 @@ __all__ = [
 #: The next bound is the BOUND_QUANTILE quantile of the largest message (any rank, header
 #: included) of each of the last BOUND_HISTORY exchanges of the bucket, times BOUND_HEADROOM,
 #: rounded up to BOUND_ALIGN bytes. A message above the bound costs a second, smaller
-#: all_gather (the bytes past the bound); a bound above the message costs padding. Measured on
-#: the small CNN of benchmarks/ddp_hook.py, where a step's largest message often moves by a
-#: quarter from one step to the next, the largest of the last 8 (+10 %) padded a step to about
-#: twice its payload (32.0 KB sent for 15.3 KB of payload per step).
+#: all_gather (the bytes past the bound); a bound above the message costs padding. The bytes
+#: sent per step against the payload, and the fallback rounds per step, are printed by
+#: ``python benchmarks/ddp_hook.py --json`` (``bytes_per_step``, ``payload_bytes_per_step``,
+#: ``fallback_rounds_per_step``).
 BOUND_QUANTILE = 0.75
 BOUND_HEADROOM = 1.1
 BOUND_HISTORY = 16
