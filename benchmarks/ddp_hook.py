@@ -49,12 +49,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
+
+from _ranks import launch_ranks, run_main
 
 VARIANTS = (
     "plain",
@@ -262,8 +261,6 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.rank_main:
         return rank_main(args)
-    from vgcsim.traces.training.distributed_launch import launch_local
-
     from vgcsim.core.errors import ConfigError
 
     if args.ranks < 1 or args.rounds < 1 or args.chunk < 1 or args.batch < 1:
@@ -282,16 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"--backend nccl runs one rank per GPU: --ranks {args.ranks} but "
                 f"{torch.cuda.device_count()} GPU(s)"
             )
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "result.json"
-        rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--json"]
-        launch_local(
-            [os.path.abspath(__file__), *rest, "--rank-main", str(out)],
-            args.ranks,
-            timeout_s=1800,
-            threads_per_proc=1,
-        )
-        result = json.loads(out.read_text())
+    result = launch_ranks(__file__, argv, args.ranks)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -308,12 +296,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as exc:  # noqa: BLE001 - user mistakes: one line and exit 2
-        from vgcsim.core.errors import VgcsimError
-
-        if isinstance(exc, VgcsimError):
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(2)
-        raise
+    run_main(main)

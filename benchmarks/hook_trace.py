@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _ranks import launch_ranks, run_main
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -127,24 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.rank_main:
         return rank_main(args)
-    from vgcsim.traces.training.distributed_launch import launch_local
-
     from vgcsim.core.errors import ConfigError
 
     if min(args.ranks, args.rounds, args.chunk, args.batch, args.gather_every) < 1:
         raise ConfigError("--ranks, --rounds, --chunk, --batch and --gather-every must be positive")
     if args.warmup >= args.rounds * args.chunk:
         raise ConfigError("--warmup must be below --rounds × --chunk (no step left to time)")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "result.json"
-        rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--json"]
-        launch_local(
-            [os.path.abspath(__file__), *rest, "--rank-main", str(out)],
-            args.ranks,
-            timeout_s=1800,
-            threads_per_proc=1,
-        )
-        result = json.loads(out.read_text())
+    result = launch_ranks(__file__, argv, args.ranks)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -155,12 +144,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as exc:  # noqa: BLE001 - user mistakes: one line and exit 2
-        from vgcsim.core.errors import VgcsimError
-
-        if isinstance(exc, VgcsimError):
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(2)
-        raise
+    run_main(main)
