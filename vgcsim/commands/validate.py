@@ -148,23 +148,26 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
 #: The terms of a step that a trace the DDP hook wrote measures (ranks table), in step order:
 #: (term, ranks-table columns summed, reduction over ranks, result column of predict/simulate)
 STEP_TERMS = (
-    ("compute", ("compute_s",), "mean", "compute_s"),
+    ("compute", ("compute_s", "overhead_s"), "max", "compute_s"),
     ("sqsum", ("sqsum_s",), "mean", "variance_s"),
     ("compress", ("compress_s", "encode_s"), "mean", "codec_s"),
     ("exchange", ("comm_s",), "min", "comm_s"),
     ("decode", ("decode_s",), "mean", "decode_s"),
     ("optimizer", ("optimizer_s",), "mean", "optimizer_s"),
-    ("step", ("forward_backward_s", "optimizer_s"), "max", "step_s"),
+    ("step", ("whole_step_s",), "max", "step_s"),
 )
 
 
 def measured_terms(trace: Any):
     """Per step, the measured seconds of every term of :data:`STEP_TERMS` from the ranks
     table of a trace the DDP hook wrote: ``[steps, terms]`` (NaN where the script did not
-    report a phase). Reductions over ranks: the mean of the local terms; the exchange's
-    minimum (a rank's exchange runs from its own start to the gathered buffer, so every
-    rank but the last to arrive also waits for the others; the last one's is the collective
-    alone); the whole step's maximum (the slowest rank ends the step)."""
+    report a phase). Reductions over ranks: the compute's maximum (the rank every other one
+    waits for; its compute plus the step's host overhead, ``step_wall_s − forward_backward_s
+    − optimizer_s``, where the trace has ``step_wall_s``), the mean of the other local terms;
+    the exchange's minimum (a rank's exchange runs from its own start to the gathered
+    buffer, so every rank but the last to arrive also waits for the others; the last one's
+    is the collective alone); the whole step's maximum (the slowest rank ends the step: its
+    ``step_wall_s``, else its forward+backward + optimizer)."""
     import pandas as pd
 
     ranks = trace.ranks
@@ -173,6 +176,11 @@ def measured_terms(trace: Any):
             f"trace {trace.name} has no ranks table; per-term validation needs a trace the DDP "
             "hook wrote (register_vgc_hook(..., trace_dir=...))"
         )
+    ranks = ranks.copy()
+    inside = ranks["forward_backward_s"] + ranks["optimizer_s"]
+    wall = ranks["step_wall_s"] if "step_wall_s" in ranks.columns else inside * float("nan")
+    ranks["overhead_s"] = (wall - inside).clip(lower=0.0).fillna(0.0)
+    ranks["whole_step_s"] = wall.where(wall.notna(), inside)
     out = {}
     for term, cols, how, _ in STEP_TERMS:
         per_rank = ranks[list(cols)].sum(axis=1, min_count=len(cols))
