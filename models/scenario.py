@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from vgcsim.traces.io import Trace
 
 __all__ = [
-    "NETS",
+    "PAPER_NET_SPECS",
     "PAPER_METHODS",
     "SCENARIOS",
     "Method",
@@ -108,7 +108,7 @@ def _vgg_like() -> NetSpec:
 
 
 #: net name -> builder (builders import the layer lists lazily)
-NETS: dict[str, Callable[[], NetSpec]] = {"resnet50": _resnet50, "vgg_like": _vgg_like}
+PAPER_NET_SPECS: dict[str, Callable[[], NetSpec]] = {"resnet50": _resnet50, "vgg_like": _vgg_like}
 
 _PAPER = "Tsuzuku, Imachi & Akiba 2018, table of compression ratios"
 
@@ -153,8 +153,8 @@ class PaperScenarioConfig:
             if not getattr(self, key):
                 raise ConfigError(f"{key} must not be empty")
         for n in self.nets:
-            if n not in NETS:
-                raise unknown_name("net", n, NETS)
+            if n not in PAPER_NET_SPECS:
+                raise unknown_name("net", n, PAPER_NET_SPECS)
         for link in self.links:
             if link not in CLUSTER_PRESETS:
                 raise unknown_name("cluster preset", link, CLUSTER_PRESETS)
@@ -200,7 +200,7 @@ def paper_scenario(
     if not methods:
         raise ConfigError("no compression methods: enable paper_ratios or give traces")
     device = get_device(cfg.device)
-    nets = [NETS[n]() for n in cfg.nets]
+    nets = [PAPER_NET_SPECS[n]() for n in cfg.nets]
     parts = []
     for net in nets:
         compute = float(compute_time_s(net.flops_per_sample, cfg.batch_size_per_worker, device))

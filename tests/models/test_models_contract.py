@@ -12,7 +12,7 @@ import pytest
 from modelhelpers import star_cluster
 from vgcsim.models.crossover import crossover_density, crossover_payload_bytes
 from vgcsim.models.iteration import bucketed_step_time_s
-from vgcsim.models.scenario import NETS, method_from_trace
+from vgcsim.models.scenario import PAPER_NET_SPECS, method_from_trace
 
 from vgcsim.core.cluster import ClusterSpec, LinkSpec, get_device
 from vgcsim.core.errors import ConfigError
@@ -103,14 +103,14 @@ def test_crossover_density_passes_the_cost_options_on():
 
 
 def test_the_nets_name_their_title_flops_and_source():
-    res = NETS["resnet50"]()
+    res = PAPER_NET_SPECS["resnet50"]()
     assert (res.name, res.title) == ("resnet50", "ResNet-50 (ImageNet, 224×224)")
     assert res.flops_per_sample == 3 * 2 * 4.09e9
     assert res.source == (
         "layer list of vgcsim.traces.synth (torchvision layout); 4.09 GMAC forward "
         "(torchvision model card) × 2 × 3 for forward+backward"
     )
-    vgg = NETS["vgg_like"]()
+    vgg = PAPER_NET_SPECS["vgg_like"]()
     assert (vgg.name, vgg.title) == ("vgg_like", "VGG-like (CIFAR-10, 32×32)")
     assert vgg.source == (
         "layer list and FLOP count of vgcsim.traces.synth (the paper's VGG-like CIFAR-10 net)"
