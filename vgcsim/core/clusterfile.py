@@ -210,7 +210,7 @@ def read_table(
         if spelling.fraction and not (math.isfinite(value) and 0 < value <= 1):
             raise ConfigError(f"{shown}: {spelling.fraction}, must be in (0, 1], got {value!r}")
         if spelling.range is not None and value is not None:
-            check_range(where, name, value, shown=shown)
+            check_range(where, name, value, shown=shown, bounds=spelling.range)
     changed = any(
         k in table for k in _file_keys(spec_type) if k not in ("preset", "name", "source")
     )

@@ -90,10 +90,17 @@ def spellings(spec_type: type) -> list[tuple[str, Spelling]]:
     return [(f.name, f.metadata["file"]) for f in fields(spec_type) if "file" in f.metadata]
 
 
-def check_range(owner: str, key: str, value: Any, *, shown: str | None = None) -> None:
-    """ConfigError unless ``value`` is a finite number within ``RANGES[key]`` (the message
-    names the field as ``shown``, by default ``owner: key``)."""
-    lo, hi = RANGES[key]
+def check_range(
+    owner: str,
+    key: str,
+    value: Any,
+    *,
+    shown: str | None = None,
+    bounds: tuple[float, float] | None = None,
+) -> None:
+    """ConfigError unless ``value`` is a finite number within ``bounds`` (by default
+    ``RANGES[key]``); the message names the field as ``shown``, by default ``owner: key``."""
+    lo, hi = RANGES[key] if bounds is None else bounds
     if not (finite(value) and lo <= value <= hi):
         raise ConfigError(
             f"{shown or f'{owner}: {key}'} must be a finite number in [{lo:g}, {hi:g}], "
@@ -295,9 +302,9 @@ class LinkSpec:
     source: str = ""
 
     def __post_init__(self) -> None:
-        for key, spelling in spellings(LinkSpec):
+        for key, spelling in spellings(type(self)):
             if spelling.range is not None:
-                check_range(f"link {self.name!r}", key, getattr(self, key))
+                check_range(f"link {self.name!r}", key, getattr(self, key), bounds=spelling.range)
         object.__setattr__(
             self,
             "allgatherv_host_s_per_byte_table",
@@ -344,16 +351,13 @@ class DeviceSpec:
     )
 
     def __post_init__(self) -> None:
-        check_range(f"device {self.name!r}", "peak_flops", self.peak_flops)
-        for what, value in (
-            ("efficiency", self.efficiency),
-            ("memory_efficiency", self.memory_efficiency),
-        ):
-            if not (finite(value) and 0 < value <= 1):
-                raise ConfigError(f"device {self.name!r}: {what} must be in (0, 1], got {value!r}")
-        for key in ("memory_bandwidth_Bps", "launch_overhead_s"):
-            if getattr(self, key) is not None:
-                check_range(f"device {self.name!r}", key, getattr(self, key))
+        owner = f"device {self.name!r}"
+        for key, spelling in spellings(type(self)):
+            value = getattr(self, key)
+            if spelling.fraction and not (finite(value) and 0 < value <= 1):
+                raise ConfigError(f"{owner}: {key} must be in (0, 1], got {value!r}")
+            if spelling.range is not None and value is not None:
+                check_range(owner, key, value, bounds=spelling.range)
 
     @property
     def sustained_memory_Bps(self) -> float:
