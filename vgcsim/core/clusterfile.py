@@ -78,14 +78,25 @@ def _check_keys(where: str, d: Mapping[str, Any], valid: tuple[str, ...]) -> Non
 
 def _one_of(where: str, d: Mapping[str, Any], a: str, b: str) -> Any:
     if a in d and b in d:
-        raise ConfigError(f"{where}: give either {a!r} or {b!r}, not both")
+        raise ConfigError(f"{where + ': ' if where else ''}give either {a!r} or {b!r}, not both")
     return d.get(a, d.get(b))
+
+
+def _at(where: str, key: str) -> str:
+    """The field ``key`` of the table ``where`` as a message names it (``link.latency``)."""
+    return f"{where}.{key}" if where else key
 
 
 def _number_key(where: str, key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{where}.{key}: expected a number, got {value!r}")
+        raise ConfigError(f"{_at(where, key)}: expected a number, got {value!r}")
     return float(value)
+
+
+def _integer_key(where: str, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{_at(where, key)}: expected an integer, got {value!r:.80}")
+    return value
 
 
 def _given(d: Mapping[str, Any], *keys: str) -> str:
@@ -99,7 +110,7 @@ def _quantity(where: str, key: str, parse: Any, value: Any) -> float:
         return parse(value)
     except ConfigError as exc:
         rule = str(exc).split(": ", 1)[-1]
-        raise type(exc)(f"{where}.{key}: {rule}") from None
+        raise type(exc)(f"{_at(where, key)}: {rule}") from None
 
 
 def _preset_or_table(
@@ -132,7 +143,7 @@ def _named(where: str, key: str, lookup: Any, value: Any) -> float:
     try:
         return lookup(value)
     except ConfigError as exc:
-        raise type(exc)(f"{where}.{key}: {exc}") from None
+        raise type(exc)(f"{_at(where, key)}: {exc}") from None
 
 
 def _lacking(where: str, what: str, fields: list, given: Mapping[str, Any]) -> None:
@@ -152,29 +163,17 @@ def _file_keys(spec_type: type) -> tuple[str, ...]:
     return ("preset", "name", *keys, "source")
 
 
-def read_table(
+def _read_fields(
     where: str,
-    value: Any,
+    table: Mapping[str, Any],
     spec_type: type,
-    lookup: Any,
+    base: Any,
     what: str,
-    inherited: Any = None,
-    unnamed: str = "custom",
-) -> Any:
-    """The spec of a cluster file's ``[where]`` table: ``value`` is a preset name (looked up
-    with ``lookup``), a spec, or a table overriding the fields it gives of its ``preset``,
-    else of ``inherited`` (the cluster ``base``'s), else the fields' defaults.
-
-    Each field is read as its :class:`~vgcsim.core.specs.Spelling` says; a bad value is a
-    ConfigError naming the field as the table spelled it and the rule it breaks. A table that
-    changes any value gets ``source = "user"`` unless it gives one; ``name`` defaults to the
-    base's, else ``unnamed``.
-    """
-    spec, table, base = _preset_or_table(
-        where, value, spec_type, lookup, _file_keys(spec_type), what, inherited
-    )
-    if spec is not None:
-        return spec
+    *,
+    ranges: bool = True,
+) -> dict[str, Any]:
+    """The values of the spelled fields of ``spec_type`` that ``table`` gives (parsed to SI,
+    type-checked, and with ``ranges`` range-checked), else ``base``'s, else their defaults."""
     fields = spellings(spec_type)
     given: dict[str, Any] = {}
     # what a table must give is named before a conflict elsewhere in it
@@ -202,15 +201,44 @@ def read_table(
             kwargs[name] = _quantity(where, key, spelling.parse, raw)
         elif spelling.rows:
             kwargs[name] = raw
+        elif spelling.integer:
+            kwargs[name] = _integer_key(where, key, raw)
         else:
             kwargs[name] = _number_key(where, key, raw)
-    for name, spelling in fields:
-        shown = f"{where}.{_given(table, *spelling.keys(name))}"
+    for name, spelling in fields if ranges else ():
+        shown = _at(where, _given(table, *spelling.keys(name)))
         value = kwargs[name]
         if spelling.fraction and not (math.isfinite(value) and 0 < value <= 1):
             raise ConfigError(f"{shown}: {spelling.fraction}, must be in (0, 1], got {value!r}")
         if spelling.range is not None and value is not None:
             check_range(where, name, value, shown=shown, bounds=spelling.range)
+    return kwargs
+
+
+def read_table(
+    where: str,
+    value: Any,
+    spec_type: type,
+    lookup: Any,
+    what: str,
+    inherited: Any = None,
+    unnamed: str = "custom",
+) -> Any:
+    """The spec of a cluster file's ``[where]`` table: ``value`` is a preset name (looked up
+    with ``lookup``), a spec, or a table overriding the fields it gives of its ``preset``,
+    else of ``inherited`` (the cluster ``base``'s), else the fields' defaults.
+
+    Each field is read as its :class:`~vgcsim.core.specs.Spelling` says; a bad value is a
+    ConfigError naming the field as the table spelled it and the rule it breaks. A table that
+    changes any value gets ``source = "user"`` unless it gives one; ``name`` defaults to the
+    base's, else ``unnamed``.
+    """
+    spec, table, base = _preset_or_table(
+        where, value, spec_type, lookup, _file_keys(spec_type), what, inherited
+    )
+    if spec is not None:
+        return spec
+    kwargs = _read_fields(where, table, spec_type, base, what)
     changed = any(
         k in table for k in _file_keys(spec_type) if k not in ("preset", "name", "source")
     )
@@ -233,9 +261,7 @@ _CLUSTER_KEYS = (
     "compute",
     "compute_scale",
     "source",
-    "ranks_per_host",
-    "host_cores",
-    "threads_per_rank",
+    *(key for name, spelling in spellings(ClusterSpec) for key in spelling.keys(name)),
 )
 
 
@@ -285,12 +311,8 @@ def cluster_from_dict(d: Mapping[str, Any], *, default_name: str = "custom") -> 
     compute = d.get("compute", base.compute if base else "model")
     if not isinstance(compute, str):
         raise ConfigError(f"compute: expected 'model' or 'trace', got {compute!r}")
-    hosts = {}
-    for key, default in (("ranks_per_host", 1), ("host_cores", 0), ("threads_per_rank", 1)):
-        value = d.get(key, getattr(base, key) if base else default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key}: expected an integer, got {value!r:.80}")
-        hosts[key] = value
+    # the host fields (each as ClusterSpec declares it; ClusterSpec checks their ranges)
+    hosts = _read_fields("", d, ClusterSpec, base, "cluster", ranges=False)
     return ClusterSpec(
         name=str(d.get("name", base.name if base else default_name)),
         topology=topology if isinstance(topology, TopologySpec) else dict(topology),

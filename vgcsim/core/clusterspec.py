@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from vgcsim.core.errors import ConfigError, TopologyError, unknown_name
 from vgcsim.core.presets import DEFAULT_DEVICE, DEVICE_PRESETS, INTRA_NODE_LINKS, LINK_PRESETS
-from vgcsim.core.specs import DeviceSpec, LinkSpec, check_range
+from vgcsim.core.specs import RANGES, DeviceSpec, LinkSpec, check_range, spelled, spellings
 from vgcsim.core.topologies import HierarchicalSpec, StarSpec, TopologySpec, parse_topology
 
 __all__ = [
@@ -58,16 +58,17 @@ class ClusterSpec:
     compute: str = "model"
     compute_scale: float = 1.0
     source: str = field(default="", compare=False)
-    ranks_per_host: int = 1
-    host_cores: int = 0
-    threads_per_rank: int = 1
+    # the host fields: each is read from a cluster file by its declaration alone
+    ranks_per_host: int = spelled(1, integer=True, range=(1, 2**20))
+    host_cores: int = spelled(0, integer=True, range=(0, 2**20))  # 0: unlimited cores
+    threads_per_rank: int = spelled(1, integer=True, range=(1, 2**20))
 
     def __post_init__(self) -> None:
-        for key in ("ranks_per_host", "host_cores", "threads_per_rank"):
+        for key, spelling in spellings(type(self)):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"cluster {self.name!r}: {key} must be an integer, got {value!r}")
-            check_range(f"cluster {self.name!r}", key, value)
+            check_range(f"cluster {self.name!r}", key, value, bounds=spelling.range)
         if not isinstance(self.topology, TopologySpec):
             kind = self.topology.get("kind") if isinstance(self.topology, Mapping) else None
             if not isinstance(kind, str) or not kind:
@@ -85,6 +86,9 @@ class ClusterSpec:
             object.__setattr__(self, "topology", parse_topology(self.topology))
         if isinstance(self.topology, HierarchicalSpec) and self.intra_link is None:
             raise TopologyError(f"cluster {self.name!r}: hierarchical topology needs an intra_link")
+
+
+RANGES.update((key, s.range) for key, s in spellings(ClusterSpec) if s.range is not None)
 
 
 def host_share(cluster: ClusterSpec, world_size: int) -> float:

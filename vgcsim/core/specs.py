@@ -60,7 +60,8 @@ class Spelling:
     own SI spelling (``bandwidth_Bps``); ``parse`` None: a plain number. ``range``: the
     accepted SI range (:data:`RANGES`). ``fraction``: a share in (0, 1], what it is of (for the
     message). ``by_name``: another key naming the value, and its lookup (``framing``).
-    ``rows``: a list of numeric rows the spec checks itself. ``required``: a table without a
+    ``rows``: a list of numeric rows the spec checks itself. ``integer``: a whole number (a
+    cluster's host fields). ``required``: a table without a
     preset or base must give it. ``loaded``: the value a table without a preset or base gets
     where the field has no default of its own (None: the field's default).
     """
@@ -71,6 +72,7 @@ class Spelling:
     fraction: str = ""
     by_name: tuple[str, Callable[[Any], float]] | None = None
     rows: bool = False
+    integer: bool = False
     required: bool = False
     loaded: Any = None
 
@@ -395,11 +397,9 @@ RANGES: dict[str, tuple[float, float]] = {
         for key, spelling in spellings(spec_type)
         if spelling.range is not None
     },
-    # a cluster's own fields (checked by ClusterSpec) and a leaf-spine's oversubscription
+    # a cluster's own fields (checked by ClusterSpec; its host fields add their ranges where
+    # it is defined) and a leaf-spine's oversubscription
     "compute_scale": (1e-6, 1e6),
     "gpus_per_node": (1, 2**20),
     "oversubscription": (1e-6, 1e6),
-    "ranks_per_host": (1, 2**20),
-    "host_cores": (0, 2**20),  # 0: unlimited cores (no processor sharing)
-    "threads_per_rank": (1, 2**20),
 }

@@ -55,7 +55,7 @@ class TopologySpec(Mapping):
         return out
 
     def __getitem__(self, key: str) -> Any:
-        return self.table()[key]
+        return self.kind if key == "kind" else self.table()[key]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.table())
