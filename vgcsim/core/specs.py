@@ -298,6 +298,9 @@ class LinkSpec:
         0.0, unit="call_overhead", parse=parse_time_s, range=(0.0, 1.0)
     )
     segments: tuple[tuple[float, float, float], ...] = spelled((), rows=True)
+    # A new field is one line here, e.g. ``x_s: float = spelled(0.0, unit="x",
+    # parse=parse_time_s, range=(0.0, 1.0))``: the loader reads ``x``/``x_s`` from a [link]
+    # table (inherited from its preset or base), checks it, and lists its range in RANGES.
     efficiency: float = spelled(
         1.0, fraction="payload bytes per wire byte", by_name=("framing", _framing_efficiency)
     )
