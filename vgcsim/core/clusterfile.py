@@ -47,6 +47,7 @@ once, with :mod:`vgcsim.core.units`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import sys
 from collections.abc import Mapping
@@ -146,7 +147,7 @@ def _named(where: str, key: str, lookup: Any, value: Any) -> float:
         raise type(exc)(f"{_at(where, key)}: {exc}") from None
 
 
-def _lacking(where: str, what: str, fields: list, given: Mapping[str, Any]) -> None:
+def _lacking(where: str, what: str, fields: tuple, given: Mapping[str, Any]) -> None:
     """ConfigError naming the fields a table without a preset or base must give and does not."""
     lacking = [s.keys(n)[0] for n, s in fields if s.required and given.get(n) is None]
     if lacking:
@@ -156,6 +157,7 @@ def _lacking(where: str, what: str, fields: list, given: Mapping[str, Any]) -> N
         )
 
 
+@functools.cache
 def _file_keys(spec_type: type) -> tuple[str, ...]:
     """The keys a table of ``spec_type`` may hold: ``preset``, ``name``, each field's
     spellings in field order, ``source``."""

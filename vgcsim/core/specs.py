@@ -16,6 +16,7 @@ link field is one line in :class:`LinkSpec`.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
@@ -87,9 +88,10 @@ def spelled(default: Any = MISSING, **spelling: Any) -> Any:
     return field(default=default, metadata={"file": Spelling(**spelling)})
 
 
-def spellings(spec_type: type) -> list[tuple[str, Spelling]]:
+@functools.cache
+def spellings(spec_type: type) -> tuple[tuple[str, Spelling], ...]:
     """``(field name, spelling)`` of every field of ``spec_type`` a cluster file may give."""
-    return [(f.name, f.metadata["file"]) for f in fields(spec_type) if "file" in f.metadata]
+    return tuple((f.name, f.metadata["file"]) for f in fields(spec_type) if "file" in f.metadata)
 
 
 def check_range(
