@@ -66,9 +66,10 @@ class ClusterSpec:
     def __post_init__(self) -> None:
         for key, spelling in spellings(type(self)):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int):
+            if spelling.integer and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ConfigError(f"cluster {self.name!r}: {key} must be an integer, got {value!r}")
-            check_range(f"cluster {self.name!r}", key, value, bounds=spelling.range)
+            if spelling.range is not None:
+                check_range(f"cluster {self.name!r}", key, value, bounds=spelling.range)
         if not isinstance(self.topology, TopologySpec):
             kind = self.topology.get("kind") if isinstance(self.topology, Mapping) else None
             if not isinstance(kind, str) or not kind:
