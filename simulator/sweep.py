@@ -52,7 +52,7 @@ from typing import Any
 
 import pandas as pd
 from vgcsim.simulator.replay import SimulateConfig
-from vgcsim.simulator.topology import parse_topology
+from vgcsim.simulator.topology import GraphSpec, parse_topology
 
 from vgcsim.core.cluster import COMPUTE_MODES, ClusterSpec, load_cluster
 from vgcsim.core.config import config_from_dict, load_toml
@@ -146,22 +146,12 @@ def load_sweep(path: str | Path) -> SweepFile:
     return config_from_dict(SweepFile, data)
 
 
-def _scaled_graph(topology: Mapping[str, Any], bw_ratio: float, lat_ratio: float) -> dict:
-    """A graph topology with every link's payload bandwidth multiplied by ``bw_ratio`` and
-    its latency by ``lat_ratio`` (inline links, efficiency 1: the payload rate as given)."""
-    spec = parse_topology(topology)
-    links = [
-        {"a": a, "b": b, "bandwidth_Bps": bw * bw_ratio, "latency_s": lat * lat_ratio}
-        for a, b, bw, lat in spec.links
-    ]
-    return {"kind": "graph", "hosts": list(spec.hosts), "links": links}
-
-
 def _variant(
     base: ClusterSpec, bw: Any, lat: Any, topo: dict | None
 ) -> tuple[ClusterSpec, list, Mapping[str, Any] | None]:
     """The cluster of one factor combination, its factors, and the topology as given where
-    the cluster's differs from it (a graph whose links the factors scaled)."""
+    the sweep gives one or the cluster's differs from it (a graph whose links the factors
+    scaled)."""
     link = base.link
     factors: list[tuple[str, str]] = []
     if bw is not None:
@@ -171,13 +161,13 @@ def _variant(
         link = dataclasses.replace(link, latency_s=parse_time_s(lat), source="sweep")
         factors.append(("latency", format_time(link.latency_s)))
     topology = base.topology
+    given = None
     if topo is not None:
-        parse_topology(topo)  # fail before any job starts
-        topology = dict(topo)
+        topology = parse_topology(topo)  # read once (a graph's file too), before any job starts
+        given = topo
         params = ",".join(f"{k}={v}" for k, v in topo.items() if k != "kind")
         factors.append(("topology", f"{topo['kind']}({params})" if params else str(topo["kind"])))
-    given = None
-    if topology and topology.get("kind") == "graph" and (bw is not None or lat is not None):
+    if isinstance(topology, GraphSpec) and (bw is not None or lat is not None):
         # a graph's own links carry the traffic the simulator sees (predict prices
         # ``cluster.link``): they move with the factors, by the same ratio as the base link
         if lat is not None and base.link.latency_s == 0 and link.latency_s != 0:
@@ -186,8 +176,8 @@ def _variant(
                 f"and the base cluster {base.name!r} has latency 0; give the base link a latency"
             )
         lat_ratio = link.latency_s / base.link.latency_s if base.link.latency_s else 1.0
-        given = topology
-        topology = _scaled_graph(topology, link.bandwidth_Bps / base.link.bandwidth_Bps, lat_ratio)
+        given = given or topology
+        topology = topology.scaled(link.bandwidth_Bps / base.link.bandwidth_Bps, lat_ratio)
     name = base.name + ("[" + ";".join(f"{k}={v}" for k, v in factors) + "]" if factors else "")
     return dataclasses.replace(base, name=name, link=link, topology=topology), factors, given
 

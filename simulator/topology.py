@@ -1,15 +1,16 @@
 """Cluster topologies: frozen specs, their networkx graphs, and deterministic routing.
 
-A cluster's ``topology`` dict names a ``kind`` from :data:`TOPOLOGIES`; its other keys are
-that kind's parameters (validated where the cluster spec is built, in
-:mod:`vgcsim.core.cluster`, so that predict and simulate refuse the same topologies; unknown
-keys are a :class:`ConfigError` listing the valid ones). :func:`build_topology` turns a :class:`~vgcsim.core.cluster.ClusterSpec` and a world
-size ``P`` into a :class:`Topology`: an undirected networkx graph whose every edge is a
+A cluster's ``topology`` is the typed spec of its kind (:data:`TOPOLOGIES`, in
+:mod:`vgcsim.core.topologies`), read and checked once where the cluster spec is built, so that
+predict and simulate refuse the same topologies and a graph's file is read once.
+:func:`build_topology` turns a :class:`~vgcsim.core.cluster.ClusterSpec` and a world size
+``P`` into a :class:`Topology` with the builder registered for the spec's type
+(:data:`_BUILDERS`): an undirected networkx graph whose every edge is a
 **full-duplex** link (two independent *channels*, one per direction, each with the link's
 bandwidth and latency), the host node of each rank, and a route for every rank pair.
 
 Bandwidth: every channel carries payload at the link's ``payload_Bps`` = line rate ×
-transport ``efficiency`` (``vgcsim.core.cluster.FRAMINGS``), the same rate the closed-form models'
+transport ``efficiency`` (``vgcsim.core.presets.FRAMINGS``), the same rate the closed-form models'
 β uses; a ``graph`` link takes ``efficiency`` or ``framing`` (default: its preset's, else 1).
 
 Latency: a link spec's ``latency_s`` is the end-to-end start-up time α of a message between
@@ -56,9 +57,10 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from vgcsim.core.cluster import (
+from vgcsim.core.cluster import ClusterSpec
+from vgcsim.core.errors import ConfigError, TopologyError
+from vgcsim.core.topologies import (
     TOPOLOGIES,
-    ClusterSpec,
     GraphSpec,
     HierarchicalSpec,
     LeafSpineSpec,
@@ -67,7 +69,6 @@ from vgcsim.core.cluster import (
     Torus2dSpec,
     parse_topology,
 )
-from vgcsim.core.errors import ConfigError, TopologyError
 
 __all__ = [
     "TOPOLOGIES",
@@ -295,6 +296,8 @@ def _build_graph(spec: GraphSpec, cluster: ClusterSpec, p: int) -> tuple[nx.Grap
     return g, list(spec.hosts[:p])
 
 
+#: The graph builder of each topology spec type (a new kind: its spec in
+#: :mod:`vgcsim.core.topologies` and its builder here).
 _BUILDERS = {
     StarSpec: _build_star,
     LeafSpineSpec: _build_leaf_spine,
@@ -318,14 +321,14 @@ def build_topology(cluster: ClusterSpec, world_size: int) -> Topology:
     ):
         raise ConfigError(f"world size must be an integer >= 1, got {world_size!r}")
     p = int(world_size)
-    spec = parse_topology(cluster.topology)
+    spec = cluster.topology
     graph, hosts = _BUILDERS[type(spec)](spec, cluster, p)
     if p > 1:
         reach = nx.node_connected_component(graph, hosts[0]) if hosts[0] in graph else set()
         missing = [h for h in hosts if h not in reach]
         if missing:
             raise TopologyError(
-                f"topology {cluster.topology['kind']!r} is disconnected: ranks on "
+                f"topology {spec.kind!r} is disconnected: ranks on "
                 f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} cannot reach {hosts[0]}"
             )
     channel_ids: dict[tuple[str, str], int] = {}
@@ -339,7 +342,7 @@ def build_topology(cluster: ClusterSpec, world_size: int) -> Topology:
             caps.append(attrs["bandwidth_Bps"])
             lats.append(attrs["latency_s"])
     return Topology(
-        kind=str(cluster.topology["kind"]),
+        kind=spec.kind,
         world_size=p,
         graph=graph,
         hosts=hosts,

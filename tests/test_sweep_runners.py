@@ -493,9 +493,9 @@ def test_workers_that_cannot_run_jobs_are_refused_in_one_line_not_waited_for(tra
         sys.modules["vgcsim.simulator.sweep"] = None  # the next import raises ImportError
 
     def other_version():
-        import vgcsim
+        import vgcsim.core.version
 
-        vgcsim.__version__ = "0.0.1"
+        vgcsim.core.version.__version__ = "0.0.1"
 
     import vgcsim
 

@@ -8,4 +8,6 @@ traces/, models/, simulator/, reports/) over the shared bottom layer ``vgcsim.co
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from vgcsim.core.version import __version__
+
+__all__ = ["__version__"]

@@ -15,6 +15,7 @@ from vgcsim.core.cluster import (
     CLUSTER_PRESETS,
     DEVICE_PRESETS,
     LINK_PRESETS,
+    StarSpec,
     cluster_from_dict,
     cluster_to_dict,
     load_cluster,
@@ -52,7 +53,7 @@ def test_issue_presets_exist():
 
 def test_10gbe_preset_is_a_star_of_10gbit_nics():
     c = load_cluster("10GbE")
-    assert c.topology == {"kind": "star"}
+    assert c.topology == StarSpec() and c.topology["kind"] == "star"
     assert c.link.bandwidth_Bps == pytest.approx(1.25e9)
     assert c.gpus_per_node == 1 and c.intra_link is None
 
@@ -96,7 +97,7 @@ def test_base_preset_and_override(tmp_path):
     f = tmp_path / "c.toml"
     f.write_text('base = "1GbE"\ncompute_scale = 0.5\n[link]\npreset = "1GbE"\nlatency = "20us"\n')
     c = load_cluster(f)
-    assert c.topology == {"kind": "star"} and c.compute_scale == 0.5
+    assert c.topology == StarSpec() and c.compute_scale == 0.5
     assert c.link.bandwidth_Bps == pytest.approx(125e6) and c.link.latency_s == pytest.approx(2e-5)
 
 

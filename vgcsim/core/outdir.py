@@ -231,7 +231,7 @@ class OutputDir:
                 self.written.append(name)
         kept = [f for f in self.previous if (self.path / f).exists()]
         names = set(self.written) | set(self.planned) | set(kept)
-        from vgcsim import __version__
+        from vgcsim.core.version import __version__
 
         marker = {
             "kind": MARKER_KIND,

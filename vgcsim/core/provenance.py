@@ -35,7 +35,7 @@ def git_commit() -> str | None:
 
 def vgcsim_version() -> str:
     """This package's version (for the layers that may not import the package root)."""
-    from vgcsim import __version__
+    from vgcsim.core.version import __version__
 
     return __version__
 

@@ -1,0 +1,185 @@
+"""What a cluster is: a frozen :class:`ClusterSpec` of typed parts, and the cluster presets.
+
+A :class:`ClusterSpec` is a frozen description (no behaviour) shared by the closed-form
+models (``models``) and the discrete-event simulator (``simulator``): a typed topology spec
+(:mod:`vgcsim.core.topologies`), the inter-node :class:`~vgcsim.core.specs.LinkSpec` (one
+NIC per rank in a non-blocking fabric unless the topology says otherwise), an optional
+intra-node link with ``gpus_per_node`` ranks per node, a
+:class:`~vgcsim.core.specs.DeviceSpec`, and how compute time is obtained (``"model"``, the
+default: every local time modelled on the cluster's device — FLOPs ÷ device rate for forward
++ backward, bytes touched ÷ memory bandwidth + launch overhead for the optimizer,
+compression, decoding and casts; ``"trace"``: the seconds measured on the recording machine
+× ``compute_scale``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from vgcsim.core.errors import ConfigError, TopologyError, unknown_name
+from vgcsim.core.presets import DEFAULT_DEVICE, DEVICE_PRESETS, INTRA_NODE_LINKS, LINK_PRESETS
+from vgcsim.core.specs import RANGES, DeviceSpec, LinkSpec, check_range, spelled, spellings
+from vgcsim.core.topologies import HierarchicalSpec, StarSpec, TopologySpec, parse_topology
+
+__all__ = [
+    "CLUSTER_PRESETS",
+    "COMPUTE_MODES",
+    "ClusterSpec",
+    "get_cluster",
+    "host_share",
+    "shared_cluster",
+    "shared_link",
+]
+
+COMPUTE_MODES = ("model", "trace")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A cluster: topology, links, ranks per node, device and compute-time source.
+
+    Hosts: ``ranks_per_host`` ranks (filled in rank order) run on one host of ``host_cores``
+    cores, each rank with ``threads_per_rank`` busy threads; ``host_cores = 0`` (the default)
+    gives every rank cores of its own. Where the ranks' threads outnumber the cores, the
+    host's CPU work (compute, codec, a collective's per-call software cost and
+    its per-byte host costs γ and δ) runs under processor sharing: see :func:`host_share`.
+    ``ranks_per_host`` is apart from ``gpus_per_node`` (which sets who shares an intra-node
+    link): ranks in network namespaces of one machine have a NIC each but share its cores.
+    """
+
+    name: str
+    topology: TopologySpec
+    link: LinkSpec
+    intra_link: LinkSpec | None
+    gpus_per_node: int
+    device: DeviceSpec
+    compute: str = "model"
+    compute_scale: float = 1.0
+    source: str = field(default="", compare=False)
+    # the host fields: each is read from a cluster file by its declaration alone
+    ranks_per_host: int = spelled(1, integer=True, range=(1, 2**20))
+    host_cores: int = spelled(0, integer=True, range=(0, 2**20))  # 0: unlimited cores
+    threads_per_rank: int = spelled(1, integer=True, range=(1, 2**20))
+
+    def __post_init__(self) -> None:
+        for key, spelling in spellings(type(self)):
+            value = getattr(self, key)
+            if spelling.integer and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigError(f"cluster {self.name!r}: {key} must be an integer, got {value!r}")
+            if spelling.range is not None:
+                check_range(f"cluster {self.name!r}", key, value, bounds=spelling.range)
+        if not isinstance(self.topology, TopologySpec):
+            kind = self.topology.get("kind") if isinstance(self.topology, Mapping) else None
+            if not isinstance(kind, str) or not kind:
+                raise ConfigError(f"cluster {self.name!r}: topology needs a 'kind' string")
+        if self.compute not in COMPUTE_MODES:
+            raise unknown_name("compute mode", str(self.compute), COMPUTE_MODES)
+        if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int):
+            raise ConfigError(f"cluster {self.name!r}: gpus_per_node must be an integer >= 1")
+        check_range(f"cluster {self.name!r}", "gpus_per_node", self.gpus_per_node)
+        check_range(f"cluster {self.name!r}", "compute_scale", self.compute_scale)
+        # the topology is read here, once, where every cluster is built (a table becomes its
+        # typed spec), so that predict and simulate (and sweep) refuse the same topologies:
+        # kind, keys, values, connectivity
+        if not isinstance(self.topology, TopologySpec):
+            object.__setattr__(self, "topology", parse_topology(self.topology))
+        if isinstance(self.topology, HierarchicalSpec) and self.intra_link is None:
+            raise TopologyError(f"cluster {self.name!r}: hierarchical topology needs an intra_link")
+
+
+RANGES.update((key, s.range) for key, s in spellings(ClusterSpec) if s.range is not None)
+
+
+def host_share(cluster: ClusterSpec, world_size: int) -> float:
+    """Processor-sharing factor of a host's CPU work for a job of ``world_size`` ranks:
+    ``f = max(1, R·T / C)``, R = min(``ranks_per_host``, P) ranks on the fullest host (ranks
+    fill hosts in order), T = ``threads_per_rank``, C = ``host_cores``; 1 where C = 0.
+
+    Under egalitarian processor sharing, n equal jobs on C < n servers each progress at C/n
+    of a server, so CPU work that every rank of a host runs at once takes f times its
+    one-core time (L. Kleinrock, "Time-shared systems: a theoretical treatment", JACM 14(2),
+    1967; the symmetric load of a synchronous data-parallel step). P = 4 ranks on 2 cores:
+    f = 2, the compute time doubles. Assumption: the ranks' CPU phases coincide (lock-step
+    data parallelism); ranks that compute while others wait would share less."""
+    if cluster.host_cores == 0:
+        return 1.0
+    ranks = min(cluster.ranks_per_host, max(1, int(world_size)))
+    return max(1.0, ranks * cluster.threads_per_rank / cluster.host_cores)
+
+
+def shared_link(link: LinkSpec, share: float) -> LinkSpec:
+    """``link`` with its CPU-time parameters stretched by the processor-sharing factor
+    ``share`` (:func:`host_share`): ``c``, ``γ`` and ``δ`` (its table too) times
+    ``share``; α and β (the wire) unchanged. ``share = 1`` returns ``link`` itself."""
+    if share == 1.0:
+        return link
+    table = tuple((b, d * share) for b, d in link.allgatherv_host_s_per_byte_table)
+    return dataclasses.replace(
+        link,
+        gamma_s_per_byte=link.gamma_s_per_byte * share,
+        allgatherv_host_s_per_byte=link.allgatherv_host_s_per_byte * share,
+        allgatherv_host_s_per_byte_table=table,
+        call_overhead_s=link.call_overhead_s * share,
+    )
+
+
+def shared_cluster(cluster: ClusterSpec, world_size: int) -> ClusterSpec:
+    """``cluster`` with its links' CPU-time parameters stretched for a job of ``world_size``
+    ranks (:func:`shared_link` at :func:`host_share`); ``cluster`` itself where the factor is 1.
+    What the cost models and the simulator both price collectives with."""
+    share = host_share(cluster, world_size)
+    if share == 1.0:
+        return cluster
+    intra = None if cluster.intra_link is None else shared_link(cluster.intra_link, share)
+    return dataclasses.replace(cluster, link=shared_link(cluster.link, share), intra_link=intra)
+
+
+def _star(link_name: str) -> ClusterSpec:
+    link = LINK_PRESETS[link_name]
+    return ClusterSpec(
+        name=link_name,
+        topology=StarSpec(),
+        link=link,
+        intra_link=None,
+        gpus_per_node=1,
+        device=DEVICE_PRESETS[DEFAULT_DEVICE],
+        compute="model",
+        compute_scale=1.0,
+        source=f"non-blocking star: one {link_name} NIC per rank into one switch",
+    )
+
+
+def _hier(name: str, inter: str, intra: str, gpus: int, device: str) -> ClusterSpec:
+    return ClusterSpec(
+        name=name,
+        topology=HierarchicalSpec(),
+        link=LINK_PRESETS[inter],
+        intra_link=LINK_PRESETS[intra],
+        gpus_per_node=gpus,
+        device=DEVICE_PRESETS[device],
+        compute="model",
+        compute_scale=1.0,
+        source=f"{gpus} x {device} per node on {intra}, one {inter} NIC per node "
+        "(DGX-style node; assumption)",
+    )
+
+
+CLUSTER_PRESETS: dict[str, ClusterSpec] = {
+    name: _star(name) for name in LINK_PRESETS if name not in INTRA_NODE_LINKS
+}
+for _spec in (
+    _hier("dgx1-IB-EDR", "IB-EDR", "NVLink2", 8, "V100"),
+    _hier("dgxa100-IB-HDR", "IB-HDR", "NVLink3", 8, "A100"),
+    _hier("4xP100-IB-FDR56", "IB-FDR56", "PCIe3", 4, "P100"),
+):
+    CLUSTER_PRESETS[_spec.name] = _spec
+
+
+def get_cluster(name: str) -> ClusterSpec:
+    """Look up a cluster preset by name (UnknownNameError lists the valid names)."""
+    try:
+        return CLUSTER_PRESETS[name]
+    except KeyError:
+        raise unknown_name("cluster preset", name, CLUSTER_PRESETS) from None
