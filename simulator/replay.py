@@ -32,9 +32,10 @@ Each step runs on the message level, on the collective-level fast path
 channel), else the round-level path when it is exact (``fair`` sharing, and no channel ever
 carries flows of two rounds at once: checked while it runs), else the message level;
 ``"message"``/``"collective"``/``"round"`` force one (a forced path that is not exact is an
-error). Steps whose sizes and relative start times repeat reuse the earlier result. The
+error); ``"reference"`` runs every step on the reference engine
+(:mod:`vgcsim.simulator.reference`, the definition the other paths are tested against). Steps whose sizes and relative start times repeat reuse the earlier result. The
 ``path`` column says which ran (the slowest any part of that world size's step group needed:
-``"message"``, then ``"round"``, then ``"collective"``); ``info`` counts the steps of each
+``"reference"``, ``"message"``, then ``"round"``, then ``"collective"``); ``info`` counts the steps of each
 path and, as ``round_refused``, the steps the round-level path handed to the message level;
 the first step that falls to the message level under ``path = "auto"`` logs one warning per
 :func:`simulate_trace` call, saying where and why.
@@ -75,6 +76,7 @@ from vgcsim.simulator.engine import (
     run_message,
 )
 from vgcsim.simulator.network import MODES, SEMANTICS, LinkMonitor
+from vgcsim.simulator.reference import run_reference
 from vgcsim.simulator.rounds import RoundCache, run_rounds
 from vgcsim.simulator.topology import Topology, build_topology
 from vgcsim.traces.buckets import (
@@ -119,7 +121,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OVERLAPS = ("none", "per_layer", "bucketed")
-PATHS = ("auto", "message", "collective", "round")
+PATHS = ("auto", "message", "collective", "round", "reference")
 #: Largest straggler jitter (coefficient of variation of the compute factor): 10 is a spread
 #: of 1000 %, far beyond any measured straggler; larger values only overflow.
 MAX_JITTER = 10.0
@@ -331,7 +333,7 @@ class _Runner:
         for i, key in enumerate(keys):
             out = self.memo[key]
             if fresh.get(key) == i:
-                self.counts[out.path] += 1
+                self.counts[out.path] = self.counts.get(out.path, 0) + 1
             else:
                 self.counts["memo"] += 1
             finish[i] = out.finish + base[i]
@@ -340,7 +342,7 @@ class _Runner:
 
     def _batchable(self, schedules: Sequence[Schedule]) -> bool:
         """True when :meth:`_run` would take the fast path without its run-time overlap check."""
-        if self.cfg.path in ("message", "round"):
+        if self.cfg.path not in ("auto", "collective"):
             return False
         verdict = self.verdict(schedules)
         if verdict is None:
@@ -355,6 +357,17 @@ class _Runner:
 
     def _run(self, phases: list[Phase]) -> _Outcome:
         cfg = self.cfg
+        if cfg.path == "reference":
+            fin = run_reference(
+                phases,
+                self.topology,
+                mode=cfg.mode,
+                semantics=cfg.semantics,
+                gamma_s_per_byte=self.gamma_s_per_byte,
+                call_overhead_s=self.call_overhead_s,
+                wire=self.wire,
+            )
+            return _Outcome(fin, "reference")
         if cfg.path in ("auto", "collective"):
             verdict = self.verdict([ph.schedule for ph in phases])
             if verdict is None and cfg.path == "collective":
@@ -994,7 +1007,7 @@ def _compressed_schedule(cfg: SimulateConfig, p: int) -> Schedule:
 
 def _slowest_path(paths: Sequence[str]) -> str:
     """The path a group of steps reports: the slowest any of them ran on."""
-    for path in ("message", "round"):
+    for path in ("reference", "message", "round"):
         if path in paths:
             return path
     return "collective"

@@ -17,7 +17,10 @@ monitor must agree too.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
 import pytest
 from simhelpers import cluster, leaf_spine
 from vgcsim.simulator.collectives import Round, Schedule, get_schedule, unit_sizes
@@ -237,3 +240,40 @@ def test_phases_with_ready_times_call_cost_and_wire_bytes_finish_when_the_refere
     for name, off in (("wire", None), ("call_overhead_s", 0.0), ("gamma_s_per_byte", 0.0)):
         other = run_reference(phases, topology, **{**args, name: off})
         assert not np.array_equal(other, want), name
+
+
+@pytest.mark.parametrize(
+    "topology,semantics,overlap",
+    [
+        (None, "rendezvous", "none"),
+        (leaf_spine(2), "eager", "per_layer"),
+        (leaf_spine(2), "rendezvous", "bucketed"),
+    ],
+)
+def test_a_replay_on_the_reference_path_gives_the_message_levels_table(
+    topology, semantics, overlap
+):
+    """``simulate_trace`` of the committed sample trace with ``path = "reference"`` and with
+    ``path = "message"``, P = 3 and 5, with straggler jitter: every column of every row is
+    the same float; the ``path`` column and the path counts say which engine ran."""
+    from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+    from vgcsim.traces.io import read_trace
+
+    trace = read_trace(Path(__file__).resolve().parents[1] / "data" / "sample_trace")
+    spec = cluster(topology, gamma_s_per_byte=1e-10)
+    tables = {}
+    for path in ("reference", "message"):
+        cfg = SimulateConfig(
+            path=path,
+            semantics=semantics,
+            overlap=overlap,
+            bucket_bytes=2e5,
+            jitter=0.2,
+            per_step=True,
+            max_steps=3,
+        )
+        table, _, info = simulate_trace(trace, spec, (3, 5), cfg)
+        assert set(table["path"]) == {path}
+        assert all(n[path] > 0 for per in info.values() for n in per.values())
+        tables[path] = table.drop(columns="path")
+    pd.testing.assert_frame_equal(tables["reference"], tables["message"], check_exact=True)
