@@ -277,3 +277,77 @@ def test_a_replay_on_the_reference_path_gives_the_message_levels_table(
         assert all(n[path] > 0 for per in info.values() for n in per.values())
         tables[path] = table.drop(columns="path")
     pd.testing.assert_frame_equal(tables["reference"], tables["message"], check_exact=True)
+
+
+def _two_phases(first: str, second: str, p: int, rng, ready_spread_s: float) -> list[Phase]:
+    """Two phases back to back, seeded sizes and ready times spread over ``ready_spread_s``
+    (0: equal ready times, and equal sizes; else allgatherv blocks of uneven whole bytes)."""
+    phases = []
+    for b, key in enumerate((first, second)):
+        schedule = get_schedule(key, p)
+        if schedule.allreduce or ready_spread_s == 0:
+            sizes = np.full(p, float(rng.integers(1e5, 2e6)))
+        else:
+            sizes = rng.integers(1e4, 1e6, p).astype(float)
+        ready = b * 1e-3 + rng.uniform(0, ready_spread_s, p)
+        phases.append(Phase(ready, schedule, unit_sizes(schedule, sizes), key))
+    return phases
+
+
+#: Finish times of the optimized paths against the reference: the same model, other float
+#: operations (a vector max instead of a callback order, a fluid round's sums): a few
+#: ulps of a sum of about 2P terms.
+PATH_RTOL = 1e-12
+
+
+@pytest.mark.parametrize("semantics", ["rendezvous", "eager"])
+@pytest.mark.parametrize("key", COLLECTIVE_KEYS)
+def test_every_optimized_path_equals_the_reference_where_it_claims_to_be_exact(key, semantics):
+    """``path = "collective"`` (``run_fast``, with its run-time check where eager messages
+    into one rank could overlap, and ``run_fast_steps`` for several steps at once) on a star,
+    and ``path = "round"`` (``run_rounds``) on a spread 4:1 leaf-spine where flows share
+    uplinks: wherever a path returns a result (it returns None, or is not offered, where it
+    would not be exact), every rank's finish time per phase is the reference's to
+    ``PATH_RTOL``. Each phase pair runs with equal ready times and sizes (where the paths
+    must hold) and with seeded staggered ones and uneven blocks, with γ > 0 and a per-call software cost."""
+    from vgcsim.simulator.engine import contention_free, run_fast, run_fast_steps
+    from vgcsim.simulator.rounds import run_rounds
+
+    p, gamma, call = 8, 2e-10, 4e-5
+    rng = np.random.default_rng(7)
+    kw = dict(semantics=semantics, gamma_s_per_byte=gamma, call_overhead_s=call)
+    ran = {"collective": 0, "collective_steps": 0, "round": 0}
+    star = build_topology(cluster(gamma_s_per_byte=gamma), p)
+    spread = build_topology(cluster(leaf_spine(2)), p)
+    for spread_s in (0.0, 5e-4):
+        phases = _two_phases(key, "allgatherv/ring", p, rng, spread_s)
+        schedules = [ph.schedule for ph in phases]
+        want = run_reference(phases, star, **kw)
+        verdict = contention_free(schedules, star)
+        if verdict is not None:
+            checked = semantics == "eager" and verdict == "dst"
+            got = run_fast(phases, star, check_overlap=checked, **kw)
+            if got is not None:
+                ran["collective"] += 1
+                np.testing.assert_allclose(got, want, rtol=PATH_RTOL, atol=0)
+            if not checked:
+                steps = run_fast_steps(
+                    schedules,
+                    [ph.ready_s[None] for ph in phases],
+                    [ph.units[None] for ph in phases],
+                    star,
+                    **kw,
+                )
+                if steps is not None:
+                    ran["collective_steps"] += 1
+                    np.testing.assert_allclose(steps[:, 0], want, rtol=PATH_RTOL, atol=0)
+        got = run_rounds(phases, spread, **kw)
+        if got is not None:
+            ran["round"] += 1
+            want = run_reference(phases, spread, **kw)
+            np.testing.assert_allclose(got, want, rtol=PATH_RTOL, atol=0)
+    if key != "allgatherv/direct":  # the one schedule with concurrent flows per rank
+        assert ran["collective"] > 0, ran
+    if key.endswith("/ring"):
+        assert ran["collective_steps"] > 0, ran
+    assert ran["round"] > 0 or (key, semantics) == ("allreduce/binomial_tree", "eager"), ran
