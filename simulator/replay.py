@@ -33,12 +33,13 @@ channel), else the round-level path when it is exact (``fair`` sharing, and no c
 carries flows of two rounds at once: checked while it runs), else the message level;
 ``"message"``/``"collective"``/``"round"`` force one (a forced path that is not exact is an
 error); ``"reference"`` runs every step on the reference engine
-(:mod:`vgcsim.simulator.reference`, the definition the other paths are tested against). Steps whose sizes and relative start times repeat reuse the earlier result. The
-``path`` column says which ran (the slowest any part of that world size's step group needed:
-``"reference"``, ``"message"``, then ``"round"``, then ``"collective"``); ``info`` counts the steps of each
-path and, as ``round_refused``, the steps the round-level path handed to the message level;
-the first step that falls to the message level under ``path = "auto"`` logs one warning per
-:func:`simulate_trace` call, saying where and why.
+(:mod:`vgcsim.simulator.reference`, the definition the other paths are tested against).
+Steps whose sizes and relative start times repeat reuse the earlier result. The ``path``
+column says which ran (the slowest any part of that world size's step group needed:
+``"reference"``, ``"message"``, ``"round"``, then ``"collective"``); ``info`` counts the
+steps of each path and, as ``round_refused``, the steps the round-level path handed to the
+message level; the first step that falls to the message level under ``path = "auto"`` logs
+one warning per :func:`simulate_trace` call, saying where and why.
 
 Columns: ``compute_s``, ``variance_s``, ``codec_s`` are means over ranks, ``decode_s`` the
 slowest rank's; ``step_s`` is the last rank's finish time (after its optimizer step);
@@ -71,8 +72,8 @@ from vgcsim.simulator.engine import (
     RankSpan,
     RunCache,
     contention_free,
-    run_fast,
-    run_fast_steps,
+    run_collective,
+    run_collective_steps,
     run_message,
 )
 from vgcsim.simulator.network import MODES, SEMANTICS, LinkMonitor
@@ -282,9 +283,9 @@ class _Runner:
         """Every step of ``block``: finish times [S, B, P] and each step's path. A step is keyed
         by its schedules, units and ready times relative to its earliest ready time; a key met
         before (in this block or an earlier one) is a memo hit, its finish times shifted to the
-        step's start. Steps not in the memo go to the fast path together
-        (:func:`run_fast_steps`) where it is exact without a run-time check, else one by one
-        through :meth:`_run`, with the same bits either way."""
+        step's start. Steps not in the memo go to the collective-level path together
+        (:func:`run_collective_steps`) where it is exact without a run-time check, else one by
+        one through :meth:`_run`, with the same bits either way."""
         n = block.n_steps
         base = np.min([r.min(axis=1) for r in block.ready], axis=0)  # [S]
         rel = [r - base[:, None] for r in block.ready]
@@ -301,7 +302,7 @@ class _Runner:
                 fresh[key] = i
         todo = list(fresh.values())
         if todo and self._batchable(block.schedules):
-            fin = run_fast_steps(
+            fin = run_collective_steps(
                 block.schedules,
                 [r[todo] for r in rel],
                 [u[todo] for u in block.units],
@@ -377,7 +378,7 @@ class _Runner:
                     f"{self.topology.kind} topology (flows share links); use path=auto or message"
                 )
             if verdict is not None:
-                fin = run_fast(
+                fin = run_collective(
                     phases,
                     self.topology,
                     semantics=cfg.semantics,

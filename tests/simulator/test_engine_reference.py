@@ -303,14 +303,15 @@ PATH_RTOL = 1e-12
 @pytest.mark.parametrize("semantics", ["rendezvous", "eager"])
 @pytest.mark.parametrize("key", COLLECTIVE_KEYS)
 def test_every_optimized_path_equals_the_reference_where_it_claims_to_be_exact(key, semantics):
-    """``path = "collective"`` (``run_fast``, with its run-time check where eager messages
-    into one rank could overlap, and ``run_fast_steps`` for several steps at once) on a star,
+    """``path = "collective"`` (``run_collective``, with its run-time check where eager messages
+    into one rank could overlap, and ``run_collective_steps`` for several steps at once) on a star,
     and ``path = "round"`` (``run_rounds``) on a spread 4:1 leaf-spine where flows share
     uplinks: wherever a path returns a result (it returns None, or is not offered, where it
     would not be exact), every rank's finish time per phase is the reference's to
     ``PATH_RTOL``. Each phase pair runs with equal ready times and sizes (where the paths
-    must hold) and with seeded staggered ones and uneven blocks, with γ > 0 and a per-call software cost."""
-    from vgcsim.simulator.engine import contention_free, run_fast, run_fast_steps
+    must hold) and with seeded staggered ones and uneven blocks, with γ > 0 and a per-call
+    software cost."""
+    from vgcsim.simulator.engine import contention_free, run_collective, run_collective_steps
     from vgcsim.simulator.rounds import run_rounds
 
     p, gamma, call = 8, 2e-10, 4e-5
@@ -326,12 +327,12 @@ def test_every_optimized_path_equals_the_reference_where_it_claims_to_be_exact(k
         verdict = contention_free(schedules, star)
         if verdict is not None:
             checked = semantics == "eager" and verdict == "dst"
-            got = run_fast(phases, star, check_overlap=checked, **kw)
+            got = run_collective(phases, star, check_overlap=checked, **kw)
             if got is not None:
                 ran["collective"] += 1
                 np.testing.assert_allclose(got, want, rtol=PATH_RTOL, atol=0)
             if not checked:
-                steps = run_fast_steps(
+                steps = run_collective_steps(
                     schedules,
                     [ph.ready_s[None] for ph in phases],
                     [ph.units[None] for ph in phases],
