@@ -399,6 +399,7 @@ class FairNetwork(_NetworkBase):
         self._ids = 0
         self._n_shared = 0  # flows in the shared state
         self._timeout = env.timeout
+        self._on_lazy_end = self._lazy_cb  # bound once: one callback per lazy flow
         # where a released lazy flow goes: held by the monitor (one append) unless it
         # records intervals, which must come in the order flows end
         mon = self.monitor
@@ -462,7 +463,7 @@ class FairNetwork(_NetworkBase):
                 flow.t_end = now + tx
                 for c in chans:
                     lazy_on[c] = flow
-                self._timeout(tx + route.latency_s, flow).callbacks.append(self._lazy_cb)
+                self._timeout(tx + route.latency_s, flow).callbacks.append(self._on_lazy_end)
                 return
             self._share(flow, now, flow.nbytes)
             self._push(flow, now)
