@@ -457,7 +457,7 @@ class FairNetwork(_NetworkBase):
                 break
         else:
             rate = flow.rate = route.bandwidth_Bps
-            if flow.on_sent is None:
+            if type(flow) is _Msg or flow.on_sent is None:
                 flow.state = _LAZY
                 tx = flow.nbytes / rate
                 flow.t_end = now + tx
@@ -535,8 +535,9 @@ class FairNetwork(_NetworkBase):
             self._release(flow)
         elif state != _SOLO_DONE:
             return  # it met another flow: this timer is void, the shared model ends it
-        if flow.done is not None:
-            flow.done(flow)
+        done = flow.done
+        if done is not None:
+            done(flow)
         else:
             self._arrived(flow)
 
