@@ -18,8 +18,8 @@ schedule and its unit sizes). For each phase in turn, rank ``i``:
    (:func:`~vgcsim.simulator.network.make_network`: max-min fair or FIFO sharing,
    :data:`~vgcsim.simulator.network.MODES`), and waits on one event that fires when they are
    all done. A round whose operations are all done while the rank is still posting (a
-   message to itself, a receive whose eager data already arrived) does not wait: the rank
-   goes straight on. In a reducing round it then spends ``γ × the payload bytes it
+   message to itself, an empty message where the latency is 0, a receive whose eager data
+   already arrived) does not wait: the rank goes straight on. In a reducing round it then spends ``γ × the payload bytes it
    received`` (a timeout, where that product is > 0). A rank with nothing in a round goes
    straight on; the order between ranks comes only from the messages;
 4. records the phase's finish time, ``env.now``.
