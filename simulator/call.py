@@ -4,15 +4,18 @@
 (any topology, a ``graph`` included), the schedule of the collective (a key of
 ``vgcsim.core.collectives.COLLECTIVE_KEYS``), starts every rank at t = 0 and runs it on the
 fastest exact path: the collective-level recurrence
-(:func:`vgcsim.simulator.engine.run_fast_steps` / :func:`~vgcsim.simulator.engine.run_fast`)
-where no two flows ever share a channel (:func:`~vgcsim.simulator.engine.contention_free`),
-else the message-level engine (:func:`vgcsim.simulator.engine.run_message`) with a link
-monitor, after one warning saying why. The result is the time until the last rank has
-finished, each rank's finish time, the path and a table of the links that carried bytes
-(on the collective-level path a link's busy seconds are the sum of its flows' transfer
-times, its flows never overlapping). It is the simulated twin of
-:func:`vgcsim.models.collectives.collective_time_s`; ``vgcsim.api.collective`` and
-``vgcsim collective`` offer both.
+(:func:`vgcsim.simulator.engine.run_collective_steps` /
+:func:`~vgcsim.simulator.engine.run_collective`) where no two flows ever share a channel
+(:func:`~vgcsim.simulator.engine.contention_free`), else the message-level engine
+(:func:`vgcsim.simulator.engine.run_message`) with a link monitor, after one warning saying
+why. Both are optimizations of the reference engine (:mod:`vgcsim.simulator.reference`),
+held to it by ``tests/simulator/test_engine_reference.py``; the collective-level path's
+link table is held to the message level's monitor by ``tests/simulator/test_call_paths.py``.
+The result is the time until the last rank has finished, each rank's finish time, the path
+and a table of the links that carried bytes (on the collective-level path a link's busy
+seconds are the sum of its flows' transfer times, its flows never overlapping). It is the
+simulated twin of :func:`vgcsim.models.collectives.collective_time_s`;
+``vgcsim.api.collective`` and ``vgcsim collective`` offer both.
 
 Memory grows with the schedule's flows (:func:`~vgcsim.simulator.collectives.flow_count`):
 P(P − 1) for a ring, P·⌈log2 P⌉ for Bruck. :func:`memory_estimate_bytes` prices a run from
@@ -42,8 +45,8 @@ from vgcsim.simulator.engine import (
     Phase,
     RunCache,
     contention_free,
-    run_fast,
-    run_fast_steps,
+    run_collective,
+    run_collective_steps,
     run_message,
 )
 from vgcsim.simulator.network import MODES, SEMANTICS, LinkMonitor
@@ -212,8 +215,8 @@ def _collective_level(
     and the reason.
 
     Rounds that are all permutations (ring, Bruck, recursive doubling) go through
-    :func:`run_fast_steps`, which makes each round's tables on the fly (no [rounds, P]
-    matrices); others through :func:`run_fast`, with its overlap check where eager
+    :func:`run_collective_steps`, which makes each round's tables on the fly (no [rounds, P]
+    matrices); others through :func:`run_collective`, with its overlap check where eager
     messages into one rank could overlap."""
     verdict = contention_free([schedule], topo, cache=cache)
     if verdict is None:
@@ -221,7 +224,7 @@ def _collective_level(
     p = topo.world_size
     checked = semantics == "eager" and verdict == "dst"
     if not checked and cache.tables(schedule).all_permutations:
-        fin = run_fast_steps(
+        fin = run_collective_steps(
             [schedule],
             [np.zeros((1, p))],
             [units[None, :]],
@@ -233,7 +236,7 @@ def _collective_level(
             wire=wire,
         )
         return fin[0, 0], ""  # not None: every round is a permutation
-    fin = run_fast(
+    fin = run_collective(
         [Phase(np.zeros(p), schedule, units, schedule.key)],
         topo,
         semantics=semantics,

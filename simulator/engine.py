@@ -1,4 +1,21 @@
-"""Running collectives: the message level on SimPy and the collective-level fast path.
+"""The fast engines: the message level and the collective-level recurrence.
+
+What the simulator computes is defined by the reference engine,
+:mod:`vgcsim.simulator.reference` (``path = "reference"``: one SimPy process per rank). The
+functions here, and :func:`vgcsim.simulator.rounds.run_rounds`, are optimizations of it:
+each computes the reference's finish times, on the runs where it claims to be exact, and
+its docstring names the test that holds it to the reference. A user picks one with
+``vgcsim simulate --path`` (``--set path=...``; ``auto`` takes the fastest exact one):
+
+=============  ===================================  ==========================================
+``--path``     function                             held to the reference by
+=============  ===================================  ==========================================
+reference      ``reference.run_reference``          (the definition)
+message        :func:`run_message`                  ``tests/simulator/test_engine_reference.py``
+collective     :func:`run_collective`,              ``test_engine_reference.py::test_every_``
+               :func:`run_collective_steps`         ``optimized_path_equals_the_reference_...``
+round          ``rounds.run_rounds``                the same test
+=============  ===================================  ==========================================
 
 A *phase* is one collective call: each rank's ready time (absolute seconds), the schedule and
 its unit sizes. A step runs a list of phases; a rank starts phase b at max(its ready time,
@@ -10,27 +27,30 @@ size (its ``segments``), every path moves each flow's wire bytes
 (``vgcsim.core.collectives.wire_bytes``, a ``wire`` function of the payload bytes) at the
 route's rate, and reduces its payload bytes.
 
-* :func:`run_message` — one process per rank (a plain generator driven by the SimPy events of
-  the flow network, :mod:`vgcsim.simulator.network`) walks the schedule's rounds, posting
-  each send and receive, waiting for all of them, then reducing (``γ × received bytes``) in
-  a reducing round. Contention, stragglers and fair sharing all come out of the event
-  simulation.
-* :func:`run_fast` — the same rounds evaluated with numpy, one vector operation per round over
-  all ranks, using each route's uncontended time ``latency + bytes / bandwidth``. It is exact —
-  the same arithmetic as the message level — whenever no two flows are ever on one channel at
-  the same time. :func:`contention_free` decides that statically: every channel must carry
-  flows of one sender only (a rank sends one flow at a time), or, of one receiver only; in
-  the latter case under eager semantics :func:`run_fast` also checks at run time that
-  messages into a rank never overlap, and returns ``None`` if they do.
-* :func:`run_fast_steps` — the fast path for many steps at once, bit for bit ``run_fast`` per
-  step; where shifting every rank by ``d`` maps the steps and the schedule onto themselves it
-  computes ranks 0..d-1 only.
+* :func:`run_message` — the reference's program without a SimPy process per rank: each rank
+  is a plain generator that the flow network's completion callbacks resume directly (a
+  trampoline over ``next()``), at that simulated instant and without a SimPy event of its
+  own where the order of the instant's flow starts cannot matter, else through a zero-delay
+  SimPy timeout queued where the process's wake-up would be. Exact everywhere: the same
+  network, the same float operations.
+* :func:`run_collective` — the same rounds evaluated with numpy, one vector operation per
+  round over all ranks, using each route's uncontended time ``latency + bytes /
+  bandwidth``. Exact whenever no two flows are ever on one channel at the same time.
+  :func:`contention_free` decides that statically: every channel must carry flows of one
+  sender only (a rank sends one flow at a time), or, of one receiver only; in the latter
+  case under eager semantics :func:`run_collective` also checks at run time that messages
+  into a rank never overlap, and returns ``None`` if they do.
+* :func:`run_collective_steps` — the collective-level path for many steps at once, bit for
+  bit ``run_collective`` per step (``tests/simulator/test_fast_steps.py``); where shifting
+  every rank by ``d`` maps the steps and the schedule onto themselves it computes ranks
+  0..d-1 only.
 
 Derived tables of a schedule (who sends what in which round, route bandwidths and latencies
-on a topology, the stacked matrices of the fast path) are built on first use and kept in a
-:class:`RunCache` of one topology, which a caller that runs many steps keeps for the run
-(``vgcsim.simulator.replay`` does); the frozen :class:`~vgcsim.simulator.collectives.Schedule`
-itself is never written to. Without a cache each call builds what it needs.
+on a topology, the stacked matrices of the collective-level path) are built on first use
+and kept in a :class:`RunCache` of one topology, which a caller that runs many steps keeps
+for the run (``vgcsim.simulator.replay`` does); the frozen
+:class:`~vgcsim.simulator.collectives.Schedule` itself is never written to. Without a cache
+each call builds what it needs.
 """
 
 from __future__ import annotations
@@ -58,6 +78,8 @@ __all__ = [
     "RunCache",
     "call_s",
     "contention_free",
+    "run_collective",
+    "run_collective_steps",
     "run_fast",
     "run_fast_steps",
     "run_message",
@@ -319,7 +341,7 @@ class _Tables:
 class RunCache:
     """Derived tables of the schedules run on one topology, kept by the run that owns them.
 
-    Pass the same cache to every :func:`run_message`, :func:`run_fast` and
+    Pass the same cache to every :func:`run_message`, :func:`run_collective` and
     :func:`contention_free` call of a run on ``topology`` to build each table once.
     """
 
@@ -406,6 +428,12 @@ def run_message(
     wire: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray:
     """Simulate ``phases`` at message level; return each rank's finish time per phase [B, P].
+
+    An optimization of :func:`vgcsim.simulator.reference.run_reference`, exact everywhere:
+    ``tests/simulator/test_engine_reference.py`` holds every rank's finish time to the
+    reference's bit for bit (every collective, three topologies, both sharing models and
+    matchings, several phases with ready times, call cost and wire bytes) and, under FIFO
+    sharing, the event count too.
 
     Each rank is a plain generator walking its rounds: it posts the round's sends and
     receives, then yields ``None`` until they are all done, or a positive number of seconds
@@ -648,11 +676,11 @@ def _run_message(
 def contention_free(
     schedules: Sequence[Schedule], topology: Topology, *, cache: RunCache | None = None
 ) -> str | None:
-    """Whether the fast path is exact for these schedules on this topology.
+    """Whether the collective-level path is exact for these schedules on this topology.
 
     Returns ``None`` if not; ``"src"`` if every channel carries flows of a single sender;
     ``"dst"`` if some channel carries flows of several senders but all to one receiver (exact
-    under rendezvous; under eager it needs the run-time check of :func:`run_fast`).
+    under rendezvous; under eager it needs the run-time check of :func:`run_collective`).
     """
     cache = _cache_for(topology, cache)
     tables = [cache.tables(s) for s in schedules]
@@ -684,7 +712,7 @@ def _run_stacked(
     gamma_s_per_byte: float,
     wire: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray:
-    """:func:`run_fast` for schedules whose every round is a permutation (ring, Bruck, ...):
+    """:func:`run_collective` for schedules whose every round is a permutation (ring, Bruck, ...):
     all byte counts and transfer times at once, then a few gathers per round."""
     lo, count, dst, inv, bw, lat, reduce = tables.stacked
     units = ph.units if ph.schedule.unit_order is None else ph.units[ph.schedule.unit_order]
@@ -743,7 +771,7 @@ def _period(p: int, ready_s: Sequence[np.ndarray], units: Sequence[np.ndarray], 
     return p
 
 
-def run_fast_steps(
+def run_collective_steps(
     schedules: Sequence[Schedule],
     ready_s: Sequence[np.ndarray],
     units: Sequence[np.ndarray],
@@ -755,11 +783,14 @@ def run_fast_steps(
     call_overhead_s: float = 0.0,
     wire: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray | None:
-    """:func:`run_fast` without the overlap check for S steps at once; finish times [B, S, P].
+    """:func:`run_collective` without the overlap check for S steps at once; finish times
+    [B, S, P]. Held to :func:`run_collective` bit for bit by
+    ``tests/simulator/test_fast_steps.py``, and to the reference engine by
+    ``tests/simulator/test_engine_reference.py::test_every_optimized_path_equals_the_reference_where_it_claims_to_be_exact``.
 
     Step s runs phases b = 0..B-1 with ready times ``ready_s[b][s]`` [P] and unit sizes
     ``units[b][s]`` of ``schedules[b]``; every step gives bit for bit what
-    ``run_fast(..., check_overlap=False)`` gives for it alone (the same float operations on
+    ``run_collective(..., check_overlap=False)`` gives for it alone (the same float operations on
     each rank's value, in the same order). Returns ``None`` unless every round of every
     schedule is a permutation (ring, Bruck, recursive doubling, ...).
 
@@ -806,7 +837,7 @@ def run_fast_steps(
     return finish
 
 
-def run_fast(
+def run_collective(
     phases: Sequence[Phase],
     topology: Topology,
     *,
@@ -825,6 +856,12 @@ def run_fast(
     A rank's time becomes the max over its sends and receives, plus ``γ × received bytes`` in a
     reducing round. Returns ``None`` when ``check_overlap`` finds two messages into one rank
     overlapping in time (the message level must run instead). ``cache``: see :class:`RunCache`.
+
+    An optimization of :func:`vgcsim.simulator.reference.run_reference` where
+    :func:`contention_free` says so: held to it by
+    ``tests/simulator/test_engine_reference.py::test_every_optimized_path_equals_the_reference_where_it_claims_to_be_exact``
+    (every collective, both semantics, staggered ready times, γ and a call cost; to 1e-12:
+    the same terms, summed by vector operations rather than in callback order).
     """
     p = topology.world_size
     cache = _cache_for(topology, cache)
@@ -886,3 +923,8 @@ def run_fast(
             t = new
         finish[b] = t
     return finish
+
+
+# The names these had before the paths named them (still imported by other modules' tests).
+run_fast = run_collective
+run_fast_steps = run_collective_steps

@@ -29,6 +29,18 @@ Message semantics (``SEMANTICS``):
 
 Observability: a :class:`LinkMonitor` accumulates bytes and busy time (time with at least one
 flow) per channel, and optionally records every flow interval for a timeline.
+
+Entry points: :class:`Comm` (``post_send``/``post_recv`` into a :class:`Waiter` whose event
+fires when a rank's operations are done) is what the reference engine
+(:mod:`vgcsim.simulator.reference`) posts through; ``start`` (callbacks) and
+``start_message`` (one ``done(flow)``, no callback per flow to build) are what the message
+level (:func:`vgcsim.simulator.engine.run_message`) calls. Both reach the same flows. The
+fair network's lazy flows and batched reshares (:class:`FairNetwork`) are optimizations of
+progressive filling recomputed at every start and end:
+``tests/simulator/test_maxmin_reference.py`` holds every flow's end to a certified max-min
+reference, ``test_network_events.py`` its events to the hand-counted ones, and
+``test_simgrid_crosscheck.py`` every flow's end to SimGrid's exact solver where it is
+installed.
 """
 
 from __future__ import annotations
@@ -215,7 +227,19 @@ class _Msg:
     what that needs, written once. If another flow meets it, a :class:`_Flow` takes over
     (:meth:`FairNetwork._unlazy`) and this one's arrival timer is void."""
 
-    __slots__ = ("route", "channels", "start", "t_end", "nbytes", "src", "dst", "state", "done")
+    __slots__ = (
+        "route",
+        "channels",
+        "start",
+        "t_end",
+        "nbytes",
+        "src",
+        "dst",
+        "state",
+        "done",
+        "rate",
+    )
+    on_sent = None  # nobody waits for its last byte to leave
 
     def __init__(
         self,
@@ -225,17 +249,15 @@ class _Msg:
         src: int,
         dst: int,
         done: Callable[[_Flow | _Msg], None],
-        t_end: float,
     ):
         self.route = route
         self.channels = route.channels
         self.start = now
-        self.t_end = t_end  # its last byte leaves then
         self.nbytes = nbytes
         self.src = src
         self.dst = dst
-        self.state = _LAZY
         self.done = done
+        # state, rate and t_end (its last byte leaves then) are written when it goes lazy
 
 
 class _NetworkBase:
@@ -377,7 +399,7 @@ class FairNetwork(_NetworkBase):
         self._ids = 0
         self._n_shared = 0  # flows in the shared state
         self._timeout = env.timeout
-        self._on_message = self._message_cb  # bound once: one callback per message
+        self._on_lazy_end = self._lazy_cb  # bound once: one callback per lazy flow
         # where a released lazy flow goes: held by the monitor (one append) unless it
         # records intervals, which must come in the order flows end
         mon = self.monitor
@@ -413,32 +435,15 @@ class FairNetwork(_NetworkBase):
         if src == dst or nbytes <= 0:
             super().start_message(route, src, dst, nbytes, done)
             return
-        # The message level's common case inline (the event-rate benchmark's path): a flow
-        # alone on its channels becomes lazy at once (no on_sent to serve).
+        # The message level's common case (the event-rate benchmark's path): a flow alone on
+        # its channels stays the light _Msg; a _Flow takes over where it meets another.
         now = self.env.now
-        chans = route.channels
-        lazy_on = self._lazy_on
-        on = self._on
-        for c in chans:
-            g = lazy_on[c]
-            if g is not None:
-                if g.t_end > now:
-                    break
-                self._release(g)  # its last byte has left: the channel is free
-            elif on[c]:
-                break
-        else:
-            tx = nbytes / route.bandwidth_Bps
-            flow = _Msg(route, nbytes, now, src, dst, done, now + tx)
-            for c in chans:
-                lazy_on[c] = flow
-            self.monitor.flows += 1
-            self._timeout(tx + route.latency_s, flow).callbacks.append(self._on_message)
-            return
-        self._begin(_Flow(route, nbytes, now, src, dst, done=done), route, now)
+        self._begin(_Msg(route, nbytes, now, src, dst, done), route, now)
 
-    def _begin(self, flow: _Flow, route: Route, now: float) -> None:
-        """Put ``flow`` on its channels: lazy if it is alone there, else shared."""
+    def _begin(self, flow: _Flow | _Msg, route: Route, now: float) -> None:
+        """Put ``flow`` on its channels: lazy if it is alone there and nobody waits for its
+        last byte to leave (one timer at its arrival; until then it stays on its channels,
+        and a later flow finding it there after ``t_end`` releases it), else shared."""
         self.monitor.flows += 1
         lazy_on, on = self._lazy_on, self._on
         chans = flow.channels
@@ -452,20 +457,20 @@ class FairNetwork(_NetworkBase):
                 break
         else:
             rate = flow.rate = route.bandwidth_Bps
-            if flow.on_sent is None:
-                # One timer at arrival. Until then the flow stays on its channels; a later
-                # flow finding it there after t_end releases it.
+            if type(flow) is _Msg or flow.on_sent is None:
                 flow.state = _LAZY
                 tx = flow.nbytes / rate
                 flow.t_end = now + tx
                 for c in chans:
                     lazy_on[c] = flow
-                self._timeout(tx + flow.latency_s, flow).callbacks.append(self._lazy_cb)
+                self._timeout(tx + route.latency_s, flow).callbacks.append(self._on_lazy_end)
                 return
             self._share(flow, now, flow.nbytes)
             self._push(flow, now)
             self._arm()
             return
+        if type(flow) is _Msg:
+            flow = _Flow(route, flow.nbytes, now, flow.src, flow.dst, done=flow.done)
         # Contended: lazy neighbours become shared first (their channels were busy since
         # their own start), then this flow; one reshare at this instant sets every rate.
         for c in chans:
@@ -501,8 +506,9 @@ class FairNetwork(_NetworkBase):
         if type(flow) is _Msg:  # a full flow takes over; the message's timer becomes void
             msg = flow
             msg.state = _SHARED
-            bw = msg.route.bandwidth_Bps
-            flow = _Flow(msg.route, msg.nbytes, msg.start, msg.src, msg.dst, done=msg.done, rate=bw)
+            flow = _Flow(
+                msg.route, msg.nbytes, msg.start, msg.src, msg.dst, done=msg.done, rate=msg.rate
+            )
         remaining = flow.nbytes - flow.rate * (now - flow.start)
         flow.rate = 0.0  # forces a new finish time at the reshare; its arrival timer is void
         self._share(flow, now, remaining)
@@ -520,34 +526,18 @@ class FairNetwork(_NetworkBase):
                 flow.channels, flow.start, flow.t_end, flow.nbytes, flow.src, flow.dst
             )
 
-    def _message_cb(self, event: simpy.Event) -> None:
-        """:meth:`_lazy_cb` for a flow of :meth:`start_message`, its release inline."""
-        flow = event.value
-        state = flow.state
-        if state == _LAZY:
-            flow.state = _SOLO_DONE
-            lazy_on = self._lazy_on
-            for c in flow.channels:
-                lazy_on[c] = None
-            if self._hold is not None:
-                self._hold(flow)
-            else:
-                self.monitor.solo_flow(
-                    flow.channels, flow.start, flow.t_end, flow.nbytes, flow.src, flow.dst
-                )
-        elif state != _SOLO_DONE:
-            return  # it met another flow: this timer is void, the shared model ends it
-        flow.done(flow)
-
     def _lazy_cb(self, event: simpy.Event) -> None:
+        """A lazy flow's arrival timer: it releases the flow if no later flow has, and
+        delivers it; void if the flow met another one (the shared model ends it then)."""
         flow = event.value
         state = flow.state
         if state == _LAZY:
             self._release(flow)
         elif state != _SOLO_DONE:
             return  # it met another flow: this timer is void, the shared model ends it
-        if flow.done is not None:
-            flow.done(flow)
+        done = flow.done
+        if done is not None:
+            done(flow)
         else:
             self._arrived(flow)
 

@@ -32,12 +32,14 @@ Each step runs on the message level, on the collective-level fast path
 channel), else the round-level path when it is exact (``fair`` sharing, and no channel ever
 carries flows of two rounds at once: checked while it runs), else the message level;
 ``"message"``/``"collective"``/``"round"`` force one (a forced path that is not exact is an
-error). Steps whose sizes and relative start times repeat reuse the earlier result. The
-``path`` column says which ran (the slowest any part of that world size's step group needed:
-``"message"``, then ``"round"``, then ``"collective"``); ``info`` counts the steps of each
-path and, as ``round_refused``, the steps the round-level path handed to the message level;
-the first step that falls to the message level under ``path = "auto"`` logs one warning per
-:func:`simulate_trace` call, saying where and why.
+error); ``"reference"`` runs every step on the reference engine
+(:mod:`vgcsim.simulator.reference`, the definition the other paths are tested against).
+Steps whose sizes and relative start times repeat reuse the earlier result. The ``path``
+column says which ran (the slowest any part of that world size's step group needed:
+``"reference"``, ``"message"``, ``"round"``, then ``"collective"``); ``info`` counts the
+steps of each path and, as ``round_refused``, the steps the round-level path handed to the
+message level; the first step that falls to the message level under ``path = "auto"`` logs
+one warning per :func:`simulate_trace` call, saying where and why.
 
 Columns: ``compute_s``, ``variance_s``, ``codec_s`` are means over ranks, ``decode_s`` the
 slowest rank's; ``step_s`` is the last rank's finish time (after its optimizer step);
@@ -73,11 +75,12 @@ from vgcsim.simulator.engine import (
     RankSpan,
     RunCache,
     contention_free,
-    run_fast,
-    run_fast_steps,
+    run_collective,
+    run_collective_steps,
     run_message,
 )
 from vgcsim.simulator.network import MODES, SEMANTICS, LinkMonitor
+from vgcsim.simulator.reference import run_reference
 from vgcsim.simulator.rounds import RoundCache, run_rounds
 from vgcsim.simulator.topology import Topology, build_topology
 from vgcsim.traces.buckets import (
@@ -123,7 +126,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OVERLAPS = ("none", "per_layer", "bucketed")
-PATHS = ("auto", "message", "collective", "round")
+PATHS = ("auto", "message", "collective", "round", "reference")
 #: Largest straggler jitter (coefficient of variation of the compute factor): 10 is a spread
 #: of 1000 %, far beyond any measured straggler; larger values only overflow.
 MAX_JITTER = 10.0
@@ -284,9 +287,9 @@ class _Runner:
         """Every step of ``block``: finish times [S, B, P] and each step's path. A step is keyed
         by its schedules, units and ready times relative to its earliest ready time; a key met
         before (in this block or an earlier one) is a memo hit, its finish times shifted to the
-        step's start. Steps not in the memo go to the fast path together
-        (:func:`run_fast_steps`) where it is exact without a run-time check, else one by one
-        through :meth:`_run`, with the same bits either way."""
+        step's start. Steps not in the memo go to the collective-level path together
+        (:func:`run_collective_steps`) where it is exact without a run-time check, else one by
+        one through :meth:`_run`, with the same bits either way."""
         n = block.n_steps
         base = np.min([r.min(axis=1) for r in block.ready], axis=0)  # [S]
         rel = [r - base[:, None] for r in block.ready]
@@ -303,7 +306,7 @@ class _Runner:
                 fresh[key] = i
         todo = list(fresh.values())
         if todo and self._batchable(block.schedules):
-            fin = run_fast_steps(
+            fin = run_collective_steps(
                 block.schedules,
                 [r[todo] for r in rel],
                 [u[todo] for u in block.units],
@@ -335,7 +338,7 @@ class _Runner:
         for i, key in enumerate(keys):
             out = self.memo[key]
             if fresh.get(key) == i:
-                self.counts[out.path] += 1
+                self.counts[out.path] = self.counts.get(out.path, 0) + 1
             else:
                 self.counts["memo"] += 1
             finish[i] = out.finish + base[i]
@@ -344,7 +347,7 @@ class _Runner:
 
     def _batchable(self, schedules: Sequence[Schedule]) -> bool:
         """True when :meth:`_run` would take the fast path without its run-time overlap check."""
-        if self.cfg.path in ("message", "round"):
+        if self.cfg.path not in ("auto", "collective"):
             return False
         verdict = self.verdict(schedules)
         if verdict is None:
@@ -359,6 +362,17 @@ class _Runner:
 
     def _run(self, phases: list[Phase]) -> _Outcome:
         cfg = self.cfg
+        if cfg.path == "reference":
+            fin = run_reference(
+                phases,
+                self.topology,
+                mode=cfg.mode,
+                semantics=cfg.semantics,
+                gamma_s_per_byte=self.gamma_s_per_byte,
+                call_overhead_s=self.call_overhead_s,
+                wire=self.wire,
+            )
+            return _Outcome(fin, "reference")
         if cfg.path in ("auto", "collective"):
             verdict = self.verdict([ph.schedule for ph in phases])
             if verdict is None and cfg.path == "collective":
@@ -368,7 +382,7 @@ class _Runner:
                     f"{self.topology.kind} topology (flows share links); use path=auto or message"
                 )
             if verdict is not None:
-                fin = run_fast(
+                fin = run_collective(
                     phases,
                     self.topology,
                     semantics=cfg.semantics,
@@ -1004,7 +1018,7 @@ def _compressed_schedule(cfg: SimulateConfig, p: int) -> Schedule:
 
 def _slowest_path(paths: Sequence[str]) -> str:
     """The path a group of steps reports: the slowest any of them ran on."""
-    for path in ("message", "round"):
+    for path in ("reference", "message", "round"):
         if path in paths:
             return path
     return "collective"

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from simhelpers import BW, LAT, cluster, leaf_spine
 from vgcsim.simulator.collectives import COLLECTIVES, get_schedule, unit_sizes
-from vgcsim.simulator.engine import Phase, contention_free, run_fast, run_message
+from vgcsim.simulator.engine import Phase, contention_free, run_collective, run_message
 from vgcsim.simulator.topology import build_topology
 
 from vgcsim.core.cluster import LinkSpec
@@ -223,7 +223,7 @@ def test_fast_path_is_identical_where_contention_free(key, p, semantics):
     if verdict is None:
         assert key == "allgatherv/direct"
         return
-    fast = run_fast(
+    fast = run_collective(
         [ph],
         topo,
         semantics=semantics,

@@ -1,30 +1,32 @@
-"""The message level against a plain SimPy reference: one SimPy process per rank.
+"""The message level (``path = "message"``, ``engine.run_message``) against the reference
+engine (``path = "reference"``, ``vgcsim.simulator.reference.run_reference``: one SimPy
+process per rank, the definition of what the simulator computes).
 
-Each rank of the reference walks its schedule's rounds as the engine's documentation
-describes (``vgcsim.simulator.engine.run_message``): it posts the round's sends, then its
-receives, through :class:`~vgcsim.simulator.network.Comm`, and waits on one event that
-fires when they are all done (a SimPy process's wake-up: queued behind the events already
-due at that instant), then for γ × the bytes it received in a reducing round. The engine
-resumes ranks without SimPy events of their own where the order of an instant's flow starts
-cannot matter (fair sharing with lazy flows), and must otherwise process its events in the
-reference's order: under FIFO sharing a channel serves flows in the order they came, so a
-rank that went on before the others' wake-ups would take a channel out of turn. Every
-collective, on a star, a ring and a spread 4:1 leaf-spine (where flows share uplinks), P =
-3, 4, 5, both sharing models and both matchings, must give each rank the reference's
-finish time exactly (the same network objects, so the same float operations); under FIFO
-sharing, where the engine resumes every rank by an event as the reference does, the run's
-event count (``stats["events"]``) must also equal the reference's.
+The engine resumes ranks without SimPy events of their own where the order of an instant's
+flow starts cannot matter (fair sharing with lazy flows), and must otherwise process its
+events in the reference's order: under FIFO sharing a channel serves flows in the order
+they came, so a rank that went on before the others' wake-ups would take a channel out of
+turn. Every collective, on a star, a ring and a spread 4:1 leaf-spine (where flows share
+uplinks), P = 3, 4, 5, both sharing models and both matchings, must give each rank the
+reference's finish time exactly (the same network objects, so the same float operations);
+under FIFO sharing, where the engine resumes every rank by an event as the reference does,
+the run's event count (``stats["events"]``) must also equal the reference's. Several phases
+with staggered ready times, a per-call software cost, size-priced wire bytes and a link
+monitor must agree too.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
 import pytest
-import simpy
-from simhelpers import cluster, count_events, leaf_spine
+from simhelpers import cluster, leaf_spine
 from vgcsim.simulator.collectives import Round, Schedule, get_schedule, unit_sizes
 from vgcsim.simulator.engine import Phase, run_message
-from vgcsim.simulator.network import Comm, Waiter, make_network
+from vgcsim.simulator.network import LinkMonitor
+from vgcsim.simulator.reference import run_reference
 from vgcsim.simulator.topology import build_topology
 
 from vgcsim.core.collectives import COLLECTIVE_KEYS
@@ -39,46 +41,20 @@ TOPOLOGIES = {
 
 
 def reference_run(schedule, units, topology, mode, semantics, gamma_s_per_byte):
-    """Each rank's finish time, one SimPy process per rank (see the module docstring), and
-    the run's events as ``run_message``'s ``stats`` counts them: every SimPy event processed
-    (each process's start and end, each wake-up, each timeout and network event), less the
-    wake-up events of rounds done while their rank was still posting (the event fires, but
-    nobody waits for it: the engine's rank just goes on)."""
-    p = schedule.world_size
-    env = simpy.Environment()
-    comm = Comm(make_network(mode, env, topology), semantics)
-    round_bytes = schedule.round_bytes(units)
-    finish = np.zeros(p)
-    unwaited = 0
-
-    def rank(i):
-        nonlocal unwaited
-        first = 0  # flows are numbered over the whole schedule, round by round
-        for k, rnd in enumerate(schedule.rounds):
-            pairs = list(zip(rnd.src.tolist(), rnd.dst.tolist(), strict=True))
-            sends = [(j, d) for j, (s, d) in enumerate(pairs) if s == i]
-            recvs = [(j, s) for j, (s, d) in enumerate(pairs) if d == i]
-            if sends or recvs:
-                waiter = Waiter(env)
-                waiter.pending += 1  # held while posting
-                for j, d in sends:
-                    comm.post_send(i, d, float(round_bytes[k][j]), first + j, waiter)
-                for j, s in recvs:
-                    comm.post_recv(i, s, first + j, waiter)
-                waiter.done_one()
-                if not waiter.event.triggered:
-                    yield waiter.event
-                else:  # done while posting: it goes straight on
-                    unwaited += 1
-                got = sum(float(round_bytes[k][j]) for j, _ in recvs)
-                if rnd.reduce and gamma_s_per_byte > 0 and got > 0:
-                    yield env.timeout(gamma_s_per_byte * got)
-            first += len(pairs)
-        finish[i] = env.now
-
-    for i in range(p):
-        env.process(rank(i))
-    return finish, count_events(env) - unwaited
+    """Each rank's finish time on the reference engine, and the run's events as
+    ``run_message``'s ``stats`` counts them: every SimPy event the reference processed, less
+    the wake-up events of rounds done while their rank was still posting (the event fires,
+    but nobody waits for it: the engine's rank just goes on)."""
+    stats: dict[str, int] = {}
+    finish = run_reference(
+        [Phase(np.zeros(schedule.world_size), schedule, units, schedule.key)],
+        topology,
+        mode=mode,
+        semantics=semantics,
+        gamma_s_per_byte=gamma_s_per_byte,
+        stats=stats,
+    )[0]
+    return finish, stats["events"] - stats["unwaited"]
 
 
 @pytest.mark.parametrize("key", COLLECTIVE_KEYS)
@@ -213,3 +189,166 @@ def test_a_rank_ready_while_shared_flows_are_due_at_that_instant_waits_behind_th
     np.testing.assert_array_equal(got, want)
     assert got[3] == got[5] == 3 + A
     assert stats["events"] == events
+
+
+#: A token bucket of 256 KiB on the link (SMPI-style size segments): a message within it
+#: moves as if at 10× the link's rate, so its wire bytes are a tenth of its payload.
+_SEGMENTS = ((0.0, 0.0, 1.25e10), (262144.0, -262144.0 * (1 / 1.25e9 - 1 / 1.25e10), 1.25e9))
+
+
+@pytest.mark.parametrize("mode", ["fair", "fifo"])
+@pytest.mark.parametrize("semantics", ["rendezvous", "eager"])
+def test_phases_with_ready_times_call_cost_and_wire_bytes_finish_when_the_reference_says(
+    mode, semantics
+):
+    """Three phases (a ring allreduce, a size exchange, a Bruck allgatherv of uneven blocks)
+    on a spread 4:1 leaf-spine, P = 6, with seeded staggered ready times (a rank starts a
+    phase at max(its ready time, its previous phase's end)), a per-call software cost,
+    size-priced wire bytes and γ > 0: every rank's finish time per phase, every link's bytes
+    and busy seconds are the reference's, exactly."""
+    import dataclasses
+
+    from vgcsim.core.collectives import wire_bytes
+
+    p = 6
+    spec = cluster(leaf_spine(2), bandwidth_Bps=1.25e9, latency_s=3e-6)
+    link = dataclasses.replace(spec.link, segments=_SEGMENTS)
+    topology = build_topology(spec, p)
+    rng = np.random.default_rng(41)
+    keys = ("allreduce/ring", "allgatherv/ring", "allgatherv/bruck")
+    sizes = (np.full(p, 3e6 + 1), np.full(p, 8.0), rng.integers(1, 4e5, p).astype(float))
+    phases = []
+    for b, (key, size) in enumerate(zip(keys, sizes, strict=True)):
+        schedule = get_schedule(key, p)
+        ready = b * 1e-3 + rng.uniform(0, 2e-3, p)
+        phases.append(Phase(ready, schedule, unit_sizes(schedule, size), key))
+
+    def wire(payload):
+        return wire_bytes(link, payload)
+
+    args = dict(
+        mode=mode, semantics=semantics, gamma_s_per_byte=3e-10, call_overhead_s=7e-5, wire=wire
+    )
+    ref_links = LinkMonitor(topology.n_channels)
+    want = run_reference(phases, topology, monitor=ref_links, **args)
+    links = LinkMonitor(topology.n_channels)
+    got = run_message(phases, topology, monitor=links, **args)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(links.bytes, ref_links.bytes)
+    np.testing.assert_array_equal(links.busy_s, ref_links.busy_s)
+    # the wire bytes, the call cost and γ each reach the run: without one, other times
+    for name, off in (("wire", None), ("call_overhead_s", 0.0), ("gamma_s_per_byte", 0.0)):
+        other = run_reference(phases, topology, **{**args, name: off})
+        assert not np.array_equal(other, want), name
+
+
+@pytest.mark.parametrize(
+    "topology,semantics,overlap",
+    [
+        (None, "rendezvous", "none"),
+        (leaf_spine(2), "eager", "per_layer"),
+        (leaf_spine(2), "rendezvous", "bucketed"),
+    ],
+)
+def test_a_replay_on_the_reference_path_gives_the_message_levels_table(
+    topology, semantics, overlap
+):
+    """``simulate_trace`` of the committed sample trace with ``path = "reference"`` and with
+    ``path = "message"``, P = 3 and 5, with straggler jitter: every column of every row is
+    the same float; the ``path`` column and the path counts say which engine ran."""
+    from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+    from vgcsim.traces.io import read_trace
+
+    trace = read_trace(Path(__file__).resolve().parents[1] / "data" / "sample_trace")
+    spec = cluster(topology, gamma_s_per_byte=1e-10)
+    tables = {}
+    for path in ("reference", "message"):
+        cfg = SimulateConfig(
+            path=path,
+            semantics=semantics,
+            overlap=overlap,
+            bucket_bytes=2e5,
+            jitter=0.2,
+            per_step=True,
+            max_steps=3,
+        )
+        table, _, info = simulate_trace(trace, spec, (3, 5), cfg)
+        assert set(table["path"]) == {path}
+        assert all(n[path] > 0 for per in info.values() for n in per.values())
+        tables[path] = table.drop(columns="path")
+    pd.testing.assert_frame_equal(tables["reference"], tables["message"], check_exact=True)
+
+
+def _two_phases(first: str, second: str, p: int, rng, ready_spread_s: float) -> list[Phase]:
+    """Two phases back to back, seeded sizes and ready times spread over ``ready_spread_s``
+    (0: equal ready times, and equal sizes; else allgatherv blocks of uneven whole bytes)."""
+    phases = []
+    for b, key in enumerate((first, second)):
+        schedule = get_schedule(key, p)
+        if schedule.allreduce or ready_spread_s == 0:
+            sizes = np.full(p, float(rng.integers(1e5, 2e6)))
+        else:
+            sizes = rng.integers(1e4, 1e6, p).astype(float)
+        ready = b * 1e-3 + rng.uniform(0, ready_spread_s, p)
+        phases.append(Phase(ready, schedule, unit_sizes(schedule, sizes), key))
+    return phases
+
+
+#: Finish times of the optimized paths against the reference: the same model, other float
+#: operations (a vector max instead of a callback order, a fluid round's sums): a few
+#: ulps of a sum of about 2P terms.
+PATH_RTOL = 1e-12
+
+
+@pytest.mark.parametrize("semantics", ["rendezvous", "eager"])
+@pytest.mark.parametrize("key", COLLECTIVE_KEYS)
+def test_every_optimized_path_equals_the_reference_where_it_claims_to_be_exact(key, semantics):
+    """``path = "collective"`` (``run_collective``, with its run-time check where eager messages
+    into one rank could overlap, and ``run_collective_steps`` for several steps at once) on a star,
+    and ``path = "round"`` (``run_rounds``) on a spread 4:1 leaf-spine where flows share
+    uplinks: wherever a path returns a result (it returns None, or is not offered, where it
+    would not be exact), every rank's finish time per phase is the reference's to
+    ``PATH_RTOL``. Each phase pair runs with equal ready times and sizes (where the paths
+    must hold) and with seeded staggered ones and uneven blocks, with γ > 0 and a per-call
+    software cost."""
+    from vgcsim.simulator.engine import contention_free, run_collective, run_collective_steps
+    from vgcsim.simulator.rounds import run_rounds
+
+    p, gamma, call = 8, 2e-10, 4e-5
+    rng = np.random.default_rng(7)
+    kw = dict(semantics=semantics, gamma_s_per_byte=gamma, call_overhead_s=call)
+    ran = {"collective": 0, "collective_steps": 0, "round": 0}
+    star = build_topology(cluster(gamma_s_per_byte=gamma), p)
+    spread = build_topology(cluster(leaf_spine(2)), p)
+    for spread_s in (0.0, 5e-4):
+        phases = _two_phases(key, "allgatherv/ring", p, rng, spread_s)
+        schedules = [ph.schedule for ph in phases]
+        want = run_reference(phases, star, **kw)
+        verdict = contention_free(schedules, star)
+        if verdict is not None:
+            checked = semantics == "eager" and verdict == "dst"
+            got = run_collective(phases, star, check_overlap=checked, **kw)
+            if got is not None:
+                ran["collective"] += 1
+                np.testing.assert_allclose(got, want, rtol=PATH_RTOL, atol=0)
+            if not checked:
+                steps = run_collective_steps(
+                    schedules,
+                    [ph.ready_s[None] for ph in phases],
+                    [ph.units[None] for ph in phases],
+                    star,
+                    **kw,
+                )
+                if steps is not None:
+                    ran["collective_steps"] += 1
+                    np.testing.assert_allclose(steps[:, 0], want, rtol=PATH_RTOL, atol=0)
+        got = run_rounds(phases, spread, **kw)
+        if got is not None:
+            ran["round"] += 1
+            want = run_reference(phases, spread, **kw)
+            np.testing.assert_allclose(got, want, rtol=PATH_RTOL, atol=0)
+    if key != "allgatherv/direct":  # the one schedule with concurrent flows per rank
+        assert ran["collective"] > 0, ran
+    if key.endswith("/ring"):
+        assert ran["collective_steps"] > 0, ran
+    assert ran["round"] > 0 or (key, semantics) == ("allreduce/binomial_tree", "eager"), ran

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from simhelpers import BW, cluster
 from vgcsim.simulator.collectives import COLLECTIVES, get_schedule, unit_sizes
-from vgcsim.simulator.engine import Phase, contention_free, run_fast, run_message
+from vgcsim.simulator.engine import Phase, contention_free, run_collective, run_message
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 from vgcsim.simulator.topology import build_topology
 from vgcsim.traces.io import read_trace
@@ -58,7 +58,7 @@ def test_message_level_pays_the_shared_uplink_and_the_uncontended_form_does_not(
     msg = run_message([ph], topo, semantics="rendezvous").max()
     assert msg == pytest.approx(shared, rel=1e-9)
     # forcing the fast path here gives the uncontended figure: the reason it must not be taken
-    fast = run_fast([ph], topo, semantics="rendezvous", gamma_s_per_byte=0.0).max()
+    fast = run_collective([ph], topo, semantics="rendezvous", gamma_s_per_byte=0.0).max()
     assert fast == pytest.approx(uncontended, rel=1e-9)
 
 
@@ -75,7 +75,7 @@ def test_fast_path_is_only_claimed_where_it_equals_the_message_level(key, placem
     verdict = contention_free([s], topo)
     if verdict is None:
         return
-    fast = run_fast([ph], topo, semantics="rendezvous", gamma_s_per_byte=0.0)
+    fast = run_collective([ph], topo, semantics="rendezvous", gamma_s_per_byte=0.0)
     msg = run_message([ph], topo, semantics="rendezvous")
     np.testing.assert_allclose(fast, msg, rtol=1e-12)
 

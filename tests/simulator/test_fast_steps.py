@@ -1,4 +1,4 @@
-"""Many steps at once on the fast path: bit for bit what run_fast gives for each step alone,
+"""Many steps at once on the fast path: bit for bit what run_collective gives for each step alone,
 with the rank-shift symmetry used only where it holds."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from simhelpers import cluster
 from vgcsim.simulator.collectives import get_schedule, unit_sizes
-from vgcsim.simulator.engine import Phase, RunCache, _period, run_fast, run_fast_steps
+from vgcsim.simulator.engine import Phase, RunCache, _period, run_collective, run_collective_steps
 from vgcsim.simulator.topology import build_topology
 
 GAMMA = 1e-11
@@ -45,7 +45,7 @@ def test_every_step_equals_run_fast_alone(key, semantics, periodic):
     ready, sizes = _steps(rng, p, periodic)
     units = np.stack([unit_sizes(data, 4e6 if data.allreduce else s) for s in sizes])
     heads = np.full((len(ready), p), 8.0)
-    got = run_fast_steps(
+    got = run_collective_steps(
         [header, data],
         [ready, ready + 1e-4],
         [heads, units],
@@ -56,7 +56,7 @@ def test_every_step_equals_run_fast_alone(key, semantics, periodic):
     )
     assert got.shape == (2, len(ready), p)
     for i in range(len(ready)):
-        alone = run_fast(
+        alone = run_collective(
             [Phase(ready[i], header, heads[i]), Phase(ready[i] + 1e-4, data, units[i])],
             topo,
             semantics=semantics,
@@ -108,4 +108,4 @@ def test_schedules_with_a_round_that_is_not_a_permutation_are_refused():
     direct = get_schedule("allgatherv/direct", p)
     ready = np.zeros((2, p))
     units = np.ones((2, p))
-    assert run_fast_steps([direct], [ready], [units], topo) is None
+    assert run_collective_steps([direct], [ready], [units], topo) is None

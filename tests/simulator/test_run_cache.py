@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from simhelpers import cluster
 from vgcsim.simulator.collectives import Schedule, get_schedule, unit_sizes
-from vgcsim.simulator.engine import Phase, RunCache, contention_free, run_fast, run_message
+from vgcsim.simulator.engine import Phase, RunCache, contention_free, run_collective, run_message
 from vgcsim.simulator.topology import build_topology
 
 from vgcsim.core.errors import ConfigError
@@ -35,7 +35,7 @@ def test_schedule_is_a_spec_without_runtime_state():
     before = dict(vars(ph.schedule))
     topo = build_topology(cluster(), 6)
     run_message([ph], topo)
-    run_fast([ph], topo, check_overlap=False)
+    run_collective([ph], topo, check_overlap=False)
     contention_free([ph.schedule], topo)
     assert vars(ph.schedule).keys() == before.keys()
     assert all(vars(ph.schedule)[k] is v for k, v in before.items())
@@ -49,8 +49,8 @@ def test_one_cache_serves_a_run_and_gives_the_same_times_as_none():
     cached = [run_message([ph], topo, cache=cache) for _ in range(2)]
     assert all(np.array_equal(fresh, c) for c in cached)
     assert cache.tables(ph.schedule) is cache.tables(ph.schedule)
-    fast = run_fast([ph], topo, check_overlap=False, cache=cache)
-    assert np.array_equal(fast, run_fast([ph], topo, check_overlap=False))
+    fast = run_collective([ph], topo, check_overlap=False, cache=cache)
+    assert np.array_equal(fast, run_collective([ph], topo, check_overlap=False))
     # Bruck sends to i - 2^k: a switch port into a rank carries several senders, one receiver
     assert contention_free([ph.schedule], topo, cache=cache) == "dst"
 

@@ -39,10 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_replay_options(parser, "SimulateConfig")
     parser.add_argument(
         "--path",
-        choices=("auto", "message", "collective", "round"),
+        choices=("auto", "message", "collective", "round", "reference"),
         default=None,
         help="message-level simulation, collective-level fast path, round-level path "
-        "(contended fabrics), or auto (default; --set path=...)",
+        "(contended fabrics), the reference engine (one SimPy process per rank: the "
+        "definition the others are tested against; slowest), or auto (default; --set path=...)",
     )
     parser.add_argument(
         "--timeline",

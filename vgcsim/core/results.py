@@ -80,7 +80,7 @@ RESULTS_HEADER_KEYS = (
 #:   every time column.
 RESULT_COLUMNS = (
     "source",  # "predicted" | "simulated"
-    "path",  # "closed_form" | "message" | "collective" | "round" (which model produced the row)
+    "path",  # "closed_form" | "message" | "collective" | "round" | "reference" (which model made it)
     "trace",  # trace name
     "compressor",  # compressor name of the trace ("dense" for the baseline rows)
     "encoding",  # encoding whose bits were used; dense rows: "fp32" | "bf16" | "fp16"
