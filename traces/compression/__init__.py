@@ -4,7 +4,7 @@ Modules::
 
     vgcsim.traces.compression.compressors: COMPRESSORS, get_compressor(name, **params)
     vgcsim.traces.compression.base: Compressor, Payload, make_payload
-    vgcsim.traces.compression.variance: ESTIMATORS, worker_gradients(...) -> WorkerGrads
+    vgcsim.traces.compression.sqsum_estimators: ESTIMATORS, worker_gradients(...) -> WorkerGrads
     vgcsim.traces.wire (torch-free): messages, encoders (ENCODINGS), sizes, bitstream
 
 A "layer" is one trainable parameter tensor, in ``model.named_parameters()`` order.

@@ -4,7 +4,7 @@ The DDP communication hook runs once per bucket inside the backward pass; a roun
 through NumPy (and the bit counts of every alternative encoding that
 :meth:`vgcsim.traces.compression.base.Compressor.compress` also computes) costs more than
 the work itself on small layers and does not run on a GPU. This module is the same rule as
-:class:`vgcsim.traces.compression.compressors.variance.VarianceCompressor` written with torch
+:class:`vgcsim.traces.compression.compressors.variance_based.VarianceCompressor` written with torch
 ops, producing the same bytes:
 
 * the state update r += g, v += S/|B|² (or the ``centered``/``per_sample`` readings), the
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from vgcsim.traces.compression.compressors.variance import VarianceCompressor, VarianceState
+from vgcsim.traces.compression.compressors.variance_based import VarianceCompressor, VarianceState
 from vgcsim.traces.wire.quantize import _ROUND_UP_ADD
 from vgcsim.traces.wire.sizes import PACKED32_INDEX_BITS
 
