@@ -22,10 +22,10 @@ when the allgatherv returns), so decode launches do not grow with P, its bytes d
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
+from vgcsim.traces.compression.base import CodecProfile
 
 from vgcsim.core.cluster import DeviceSpec
 from vgcsim.core.errors import ConfigError, unknown_name
@@ -83,22 +83,6 @@ def stream_time_s(bytes_touched: ArrayLike, launches: ArrayLike, device: DeviceS
     b = np.asarray(bytes_touched, dtype=np.float64)
     n = np.asarray(launches, dtype=np.float64)
     return b / device.sustained_memory_Bps + n * device.launch_s
-
-
-@dataclass(frozen=True)
-class CodecProfile:
-    """Bytes and launches of one compressor's stages, per layer of n elements of which k are
-    sent (each compressor module holds its own with the derivation, ``Compressor.codec_profile``)."""
-
-    compress_per_element: float  # bytes per gradient element (dense passes)
-    compress_per_sent: float  # bytes per sent element (gather, quantize, reset)
-    compress_launches: int  # kernels per layer
-    encode_per_sent: float  # bytes read per sent element; the payload bytes are written too
-    encode_launches: int
-    decode_per_element: float  # bytes per element of a received layer (dense decoders)
-    decode_per_sent: float  # bytes per sent element of a received layer (scatter-add)
-    decode_launches: int  # kernels per layer for all received payloads together
-    derivation: str
 
 
 def codec_profiles() -> dict[str, CodecProfile]:

@@ -6,12 +6,24 @@ says how its label reads (``Compressor.label``); reports, the cost-model scenari
 reference table and the paper-grid script all take their labels from :func:`method_label`,
 so one configuration has one name everywhere. The registry is imported when a label is
 asked for (it needs no torch), not when this module is.
+
+``READING_DEFAULTS``, ``READING_KEYS``, ``reading_suffix`` and ``label_number`` are defined
+by the compressor modules (:mod:`~vgcsim.traces.compression.compressors.variance_based`,
+:mod:`~vgcsim.traces.compression.base`) and named here for the callers that import them
+from this module.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from vgcsim.traces.compression.base import label_number
+from vgcsim.traces.compression.compressors.variance_based import (
+    READING_DEFAULTS,
+    READING_KEYS,
+    reading_suffix,
+)
 
 __all__ = [
     "READING_DEFAULTS",
@@ -22,29 +34,6 @@ __all__ = [
     "reading_suffix",
     "slug",
 ]
-
-
-def label_number(value: Any) -> Any:
-    """A hyperparameter as a label shows it: a whole float without its ".0" (2.0 -> 2)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-#: Readings of the variance/hybrid post-send rule and their defaults: a trace recorded under
-#: another reading names it in its label, so two traces differing only in reading stay apart.
-READING_DEFAULTS = {
-    "after_send": "reset",
-    "below_floor": "keep",
-    "variance_scale": "batch_mean",
-    "variance": "sqsum",
-}
-
-
-def reading_suffix(p: Mapping[str, Any]) -> str:
-    """`` (error_feedback, floor)`` for the non-default readings present in ``p``, else ``""``."""
-    other = [str(p[k]) for k, d in READING_DEFAULTS.items() if k in p and p[k] != d]
-    return f" ({', '.join(other)})" if other else ""
 
 
 def method_label(name: str, params: Mapping[str, Any] | None) -> str:
@@ -62,10 +51,6 @@ def method_label(name: str, params: Mapping[str, Any] | None) -> str:
         if isinstance(v, (int, float, str))
     ][:2]
     return f"{name} {', '.join(shown)}" if shown else name
-
-
-#: the parameters that choose a variance-test compressor's reading of the paper's rules
-READING_KEYS = ("after_send", "below_floor", "variance_scale")
 
 
 def compressor_reading(name: str, params: Mapping[str, Any] | None) -> str | None:

@@ -9,13 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from vgcsim.traces.compression.base import LayerStep, Payload
+from vgcsim.traces.compression.base import CodecProfile, LayerStep, Payload
 from vgcsim.traces.compression.compressors.sparse import (
     SparseCompressor,
     sparse_payload,
     state_input,
 )
-from vgcsim.traces.devicecost import CodecProfile
 
 from vgcsim.core.errors import ConfigError
 

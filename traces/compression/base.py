@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from vgcsim.traces.devicecost import CodecProfile
-from vgcsim.traces.labels import label_number
 from vgcsim.traces.wire.encoders import ENCODINGS
 from vgcsim.traces.wire.messages import DenseMessage, QSGDMessage, SparseMessage
 
@@ -34,6 +32,30 @@ if TYPE_CHECKING:
     import torch
 
 Message = SparseMessage | DenseMessage | QSGDMessage
+
+
+@dataclass(frozen=True)
+class CodecProfile:
+    """Bytes and launches of one compressor's stages, per layer of n elements of which k are
+    sent: what its module declares (``Compressor.codec_profile``, with the derivation of the
+    counts) and :mod:`vgcsim.traces.devicecost` prices on a device."""
+
+    compress_per_element: float  # bytes per gradient element (dense passes)
+    compress_per_sent: float  # bytes per sent element (gather, quantize, reset)
+    compress_launches: int  # kernels per layer
+    encode_per_sent: float  # bytes read per sent element; the payload bytes are written too
+    encode_launches: int
+    decode_per_element: float  # bytes per element of a received layer (dense decoders)
+    decode_per_sent: float  # bytes per sent element of a received layer (scatter-add)
+    decode_launches: int  # kernels per layer for all received payloads together
+    derivation: str
+
+
+def label_number(value: Any) -> Any:
+    """A hyperparameter as a label shows it: a whole float without its ".0" (2.0 -> 2)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 @dataclass(frozen=True, eq=False)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vgcsim.traces.compression.base import (
+    CodecProfile,
     Compressor,
     LayerStep,
     Payload,
@@ -14,7 +15,6 @@ from vgcsim.traces.compression.base import (
     check_grad,
     make_payload,
 )
-from vgcsim.traces.devicecost import CodecProfile
 from vgcsim.traces.wire.encoders import DENSE_ENCODINGS
 from vgcsim.traces.wire.messages import DenseMessage
 

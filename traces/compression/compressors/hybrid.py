@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from vgcsim.traces.compression.base import Payload
+from vgcsim.traces.compression.base import CodecProfile, Payload, label_number
 from vgcsim.traces.compression.compressors.sparse import (
     SPARSE_DECODE_DERIVATION,
     SPARSE_ENCODE_DERIVATION,
@@ -22,9 +22,8 @@ from vgcsim.traces.compression.compressors.variance_based import (
     VarianceCompressor,
     check_variance_test,
     passes_test,
+    reading_suffix,
 )
-from vgcsim.traces.devicecost import CodecProfile
-from vgcsim.traces.labels import label_number, reading_suffix
 
 
 @dataclass(frozen=True)

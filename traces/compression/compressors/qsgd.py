@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vgcsim.traces.compression.base import (
+    CodecProfile,
     Compressor,
     LayerStep,
     Payload,
@@ -17,7 +18,6 @@ from vgcsim.traces.compression.base import (
     check_grad,
     make_payload,
 )
-from vgcsim.traces.devicecost import CodecProfile
 from vgcsim.traces.wire.encoders import QSGD_ENCODINGS
 from vgcsim.traces.wire.messages import QSGDMessage
 

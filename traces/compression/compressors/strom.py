@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from vgcsim.traces.compression.base import LayerStep, Payload
+from vgcsim.traces.compression.base import CodecProfile, LayerStep, Payload, label_number
 from vgcsim.traces.compression.compressors.sparse import (
     SPARSE_DECODE_DERIVATION,
     SPARSE_ENCODE_DERIVATION,
@@ -21,8 +21,6 @@ from vgcsim.traces.compression.compressors.sparse import (
     sparse_payload,
     state_input,
 )
-from vgcsim.traces.devicecost import CodecProfile
-from vgcsim.traces.labels import label_number
 
 from vgcsim.core.errors import ConfigError
 

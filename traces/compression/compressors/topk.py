@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from vgcsim.traces.compression.base import LayerStep, Payload, check_choice
+from vgcsim.traces.compression.base import CodecProfile, LayerStep, Payload, check_choice
 from vgcsim.traces.compression.compressors.sparse import (
     SPARSE_DECODE_DERIVATION,
     SPARSE_ENCODE_DERIVATION,
@@ -21,7 +21,6 @@ from vgcsim.traces.compression.compressors.sparse import (
     sparse_payload,
     state_input,
 )
-from vgcsim.traces.devicecost import CodecProfile
 from vgcsim.traces.wire.quantize import ROUNDINGS, SCALES
 
 from vgcsim.core.errors import ConfigError

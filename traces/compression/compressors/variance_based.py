@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from vgcsim.traces.compression.base import LayerStep, Payload, check_choice
+from vgcsim.traces.compression.base import (
+    CodecProfile,
+    LayerStep,
+    Payload,
+    check_choice,
+    label_number,
+)
 from vgcsim.traces.compression.compressors.sparse import (
     SPARSE_DECODE_DERIVATION,
     SPARSE_ENCODE_DERIVATION,
@@ -28,8 +34,6 @@ from vgcsim.traces.compression.compressors.sparse import (
     sparse_payload,
     state_input,
 )
-from vgcsim.traces.devicecost import CodecProfile
-from vgcsim.traces.labels import READING_KEYS, label_number, reading_suffix
 from vgcsim.traces.wire.quantize import ROUNDINGS, SCALES
 
 from vgcsim.core.errors import ConfigError
@@ -44,6 +48,24 @@ AFTER_SEND_RULES = ("reset", "error_feedback")
 BELOW_FLOOR_RULES = ("keep", "floor")
 #: Divisor of the per-step variance term: |B|² (variance of the minibatch mean) or |B|.
 VARIANCE_SCALES = ("batch_mean", "per_sample")
+#: Readings of the variance/hybrid post-send rule and their defaults: a trace recorded under
+#: another reading names it in its label, so two traces differing only in reading stay apart.
+READING_DEFAULTS = {
+    "after_send": "reset",
+    "below_floor": "keep",
+    "variance_scale": "batch_mean",
+    "variance": "sqsum",
+}
+#: the parameters that choose a variance-test compressor's reading of the paper's rules
+READING_KEYS = ("after_send", "below_floor", "variance_scale")
+
+
+def reading_suffix(p: Mapping[str, Any]) -> str:
+    """`` (error_feedback, floor)`` for the non-default readings present in ``p``, else ``""``."""
+    other = [str(p[k]) for k, d in READING_DEFAULTS.items() if k in p and p[k] != d]
+    return f" ({', '.join(other)})" if other else ""
+
+
 #: The smallest magnitude of the 4-bit code relative to its scale M: M·2^-7.
 FLOOR = np.float32(2.0**-7)
 
