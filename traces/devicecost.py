@@ -10,8 +10,9 @@ the memory-bound half of the roofline (S. Williams, A. Waterman and D. Patterson
 CACM 52(4), 2009): the codec's kernels do a handful of operations per element, far below
 any GPU's FLOP/byte ridge point, so memory traffic, not arithmetic, sets their time. The
 bytes each stage touches are counted per element from what the stage must read and write
-(fp32 = 4 bytes; counts in each compressor's ``codec_profile``, see :func:`codec_profiles`). Shared by the closed-form models and the
-simulator (both build their inputs with :func:`vgcsim.traces.replay.step_inputs`).
+(fp32 = 4 bytes; each compressor module declares its counts, ``Compressor.codec_profile``,
+listed by :func:`codec_profiles`). Shared by the closed-form models and the simulator (both
+build their inputs with :func:`vgcsim.traces.replay.step_inputs`).
 
 Assumptions: every pass streams from device memory (no cache reuse between kernels, no kernel
 fusion beyond what the profile lists); launches do not overlap each other's work; a decode

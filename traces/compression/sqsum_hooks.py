@@ -12,8 +12,8 @@ and one backward per step, and :class:`SqsumHooks` gathers the same sums from th
   their bucket to the communication hook), and adds the layer's squared sums into
   :attr:`SqsumHooks.sums`.
 
-The per-layer arithmetic is the recorder's, imported from :mod:`vgcsim.traces.compression.sqsum_estimators`
-(``module_grads`` for the ``"fast"`` estimator and for biases and norm parameters). The
+The per-layer arithmetic is the recorder's, imported from
+:mod:`vgcsim.traces.compression.sqsum_estimators` (``module_grads`` for the ``"fast"`` estimator and for biases and norm parameters). The
 ``"exact"`` estimator replaces the two approximated cases of ``"fast"`` by per-sample weight
 gradients from the same ``a`` and ``δ`` (Conv2d through ``unfold``; Linear with extra
 sequence dimensions through a batched product), which equals the recorder's ``torch.func``
@@ -106,8 +106,8 @@ class SqsumHooks:
     """Module hooks that sum Σ_z (∇f_z)² per trainable parameter during backward passes.
 
     ``estimator`` is ``"fast"`` or ``"exact"`` (module docstring); ``sq_dtype`` the fast
-    Conv2d precision (:func:`vgcsim.traces.compression.sqsum_estimators.resolve_sq_dtype`). Layer ``i`` is
-    the i-th trainable parameter in ``named_parameters()`` order, as everywhere in vgcsim.
+    Conv2d precision (:func:`vgcsim.traces.compression.sqsum_estimators.resolve_sq_dtype`).
+    Layer ``i`` is the i-th trainable parameter in ``named_parameters()`` order, as everywhere in vgcsim.
     """
 
     def __init__(self, model: nn.Module, estimator: str = "fast", sq_dtype: str = "auto"):
