@@ -10,8 +10,9 @@ the memory-bound half of the roofline (S. Williams, A. Waterman and D. Patterson
 CACM 52(4), 2009): the codec's kernels do a handful of operations per element, far below
 any GPU's FLOP/byte ridge point, so memory traffic, not arithmetic, sets their time. The
 bytes each stage touches are counted per element from what the stage must read and write
-(fp32 = 4 bytes; counts in :data:`CODEC_PROFILES`). Shared by the closed-form models and the
-simulator (both build their inputs with :func:`vgcsim.traces.replay.step_inputs`).
+(fp32 = 4 bytes; each compressor module declares its counts, ``Compressor.codec_profile``,
+listed by :func:`codec_profiles`). Shared by the closed-form models and the simulator (both
+build their inputs with :func:`vgcsim.traces.replay.step_inputs`).
 
 Assumptions: every pass streams from device memory (no cache reuse between kernels, no kernel
 fusion beyond what the profile lists); launches do not overlap each other's work; a decode
@@ -22,10 +23,10 @@ when the allgatherv returns), so decode launches do not grow with P, its bytes d
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
+from vgcsim.traces.compression.base import CodecProfile
 
 from vgcsim.core.cluster import DeviceSpec
 from vgcsim.core.errors import ConfigError, unknown_name
@@ -33,7 +34,7 @@ from vgcsim.core.errors import ConfigError, unknown_name
 __all__ = [
     "CAST_BYTES_PER_ELEMENT",
     "compute_time_s",
-    "CODEC_PROFILES",
+    "codec_profiles",
     "DENSE_ENCODING_BYTES",
     "OPTIMIZER_BYTES_PER_PARAM",
     "CodecProfile",
@@ -85,126 +86,30 @@ def stream_time_s(bytes_touched: ArrayLike, launches: ArrayLike, device: DeviceS
     return b / device.sustained_memory_Bps + n * device.launch_s
 
 
-@dataclass(frozen=True)
-class CodecProfile:
-    """Bytes and launches of one compressor's stages, per layer of n elements of which k are
-    sent (see :data:`CODEC_PROFILES` for each compressor's derivation)."""
+def codec_profiles() -> dict[str, CodecProfile]:
+    """Every registered compressor's :class:`CodecProfile` by name (each compressor module
+    carries its own, ``Compressor.codec_profile``, with the derivation of its counts);
+    compressors priced otherwise (powersgd: :func:`powersgd_time_s`) have none."""
+    from vgcsim.traces.compression.compressors import COMPRESSORS
 
-    compress_per_element: float  # bytes per gradient element (dense passes)
-    compress_per_sent: float  # bytes per sent element (gather, quantize, reset)
-    compress_launches: int  # kernels per layer
-    encode_per_sent: float  # bytes read per sent element; the payload bytes are written too
-    encode_launches: int
-    decode_per_element: float  # bytes per element of a received layer (dense decoders)
-    decode_per_sent: float  # bytes per sent element of a received layer (scatter-add)
-    decode_launches: int  # kernels per layer for all received payloads together
-    derivation: str
+    return {name: cls.codec_profile for name, cls in COMPRESSORS.items() if cls.codec_profile}
 
 
-_SPARSE_DECODE = (
-    "decode: read the payload bytes, unpack each sent element to (index, value) and "
-    "scatter-add it into the fp32 accumulator: read index + value 8 B, read + write the "
-    "accumulator 8 B = 16 B per sent element; 2 kernels per layer (unpack, scatter-add)"
-)
-_ENCODE = (
-    "encode: read each sent element's index and code (8 B) and write the payload bytes; "
-    "2 kernels per layer (bit-length prefix sum, write)"
-)
-
-#: Per-compressor byte counts (fp32 = 4 B; masks 1 B).
-CODEC_PROFILES: dict[str, CodecProfile] = {
-    "variance": CodecProfile(
-        34.0,
-        20.0,
-        6,
-        8.0,
-        2,
-        0.0,
-        16.0,
-        2,
-        "compress (Tsuzuku et al. 2018, Alg. 1): r ← r + g (read r, g, write r: 12 B), "
-        "v ← v + σ² from the squared sums (read v, sq, write v: 12 B), test |r| > α√v (read r, "
-        "v: 8 B, write a 1 B mask), compact the mask (1 B) = 34 B per element; per sent "
-        "element read r (4 B), write index + code (8 B), reset r and v (8 B) = 20 B; 6 kernels. "
-        f"{_ENCODE}. {_SPARSE_DECODE}",
-    ),
-    "hybrid": CodecProfile(
-        34.0,
-        20.0,
-        7,
-        8.0,
-        2,
-        0.0,
-        16.0,
-        2,
-        "as variance (the same residual, variance and test passes) plus the Strom threshold "
-        f"folded into the test kernel's compare; 7 kernels. {_ENCODE}. {_SPARSE_DECODE}",
-    ),
-    "strom": CodecProfile(
-        18.0,
-        20.0,
-        5,
-        8.0,
-        2,
-        0.0,
-        16.0,
-        2,
-        "compress (N. Strom, Interspeech 2015): r ← r + g (12 B), test |r| ≥ τ (read r 4 B, "
-        "write a 1 B mask), compact the mask (1 B) = 18 B per element; per sent element read r, "
-        "write index + code, subtract ±τ from r (read + write) = 20 B; 5 kernels. "
-        f"{_ENCODE}. {_SPARSE_DECODE}",
-    ),
-    "topk": CodecProfile(
-        20.0,
-        16.0,
-        6,
-        8.0,
-        2,
-        0.0,
-        16.0,
-        2,
-        "compress: r ← r + g (12 B), radix top-k selection over |r| in two passes (8 B) = 20 B "
-        "per element; per sent element gather r (4 B), write index + value (8 B), zero r (4 B) "
-        f"= 16 B; 6 kernels. {_ENCODE}. {_SPARSE_DECODE}",
-    ),
-    "qsgd": CodecProfile(
-        9.0,
-        0.0,
-        3,
-        0.0,
-        2,
-        9.0,
-        0.0,
-        2,
-        "compress (D. Alistarh et al., QSGD, NeurIPS 2017): the norm (read g, 4 B), stochastic "
-        "rounding with an in-register counter-based generator (read g 4 B, write a 1 B level) "
-        "= 9 B per element; 3 kernels. encode: pack the levels (the 1 B levels are read by the "
-        "compress count; the payload bytes are written), 2 kernels. decode: read a 1 B level and "
-        "read + write the fp32 accumulator = 9 B per element of every received layer; 2 "
-        "kernels per layer",
-    ),
-    "dense": CodecProfile(
-        0.0,
-        0.0,
-        0,
-        0.0,
-        0,
-        8.0,
-        0.0,
-        1,
-        "no compression: nothing to compress or encode (the payload is the fp32 gradient); "
-        "decode: read the received fp32 payload and read + write the accumulator (8 B per "
-        "element besides the payload bytes), 1 kernel per layer",
-    ),
-}
+def __getattr__(name: str) -> object:
+    # CODEC_PROFILES: the registry's profiles, read when asked for (the registry is
+    # imported on first use, not with this module)
+    if name == "CODEC_PROFILES":
+        return codec_profiles()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def codec_profile(compressor: str) -> CodecProfile:
     """The byte/launch profile of ``compressor`` (UnknownNameError lists the known ones)."""
+    profiles = codec_profiles()
     try:
-        return CODEC_PROFILES[compressor]
+        return profiles[compressor]
     except KeyError:
-        raise unknown_name("compressor (device codec model)", compressor, CODEC_PROFILES) from None
+        raise unknown_name("compressor (device codec model)", compressor, profiles) from None
 
 
 def compress_time_s(

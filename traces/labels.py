@@ -1,81 +1,68 @@
 """Method labels: the one name of a compressor configuration that every stage shows.
 
 A label names a compressor and the hyperparameters a reader compares by ("variance α=2",
-"Strom τ=0.01", "hybrid α=2, τ=0.1", "QSGD 2 bit, d=128", "dense"). Reports, the cost-model
-scenario, the paper's reference table and the paper-grid script all take their labels from
-:func:`method_label`, so one configuration has one name everywhere.
+"Strom τ=0.01", "hybrid α=2, τ=0.1", "QSGD 2 bit, d=128", "dense"). Each compressor module
+says how its label reads (``Compressor.label``); reports, the cost-model scenario, the paper's
+reference table and the paper-grid script all take their labels from :func:`method_label`,
+so one configuration has one name everywhere. The registry is imported when a label is
+asked for (it needs no torch), not when this module is.
+
+``READING_DEFAULTS``, ``READING_KEYS``, ``reading_suffix`` and ``label_number`` are defined
+by the compressor modules (:mod:`~vgcsim.traces.compression.compressors.variance_based`,
+:mod:`~vgcsim.traces.compression.base`) and named here for the callers that import them
+from this module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["LABEL_FORMATS", "READING_DEFAULTS", "method_label", "slug"]
+from vgcsim.traces.compression.base import label_number
+from vgcsim.traces.compression.compressors.variance_based import (
+    READING_DEFAULTS,
+    READING_KEYS,
+    reading_suffix,
+)
 
-
-def _num(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-#: Readings of the variance/hybrid post-send rule and their defaults: a trace recorded under
-#: another reading names it in its label, so two traces differing only in reading stay apart.
-READING_DEFAULTS = {
-    "after_send": "reset",
-    "below_floor": "keep",
-    "variance_scale": "batch_mean",
-    "variance": "sqsum",
-}
-
-
-def _reading(p: Mapping[str, Any]) -> str:
-    """`` (error_feedback, floor)`` for the non-default readings present in ``p``, else ``""``."""
-    other = [str(p[k]) for k, d in READING_DEFAULTS.items() if k in p and p[k] != d]
-    return f" ({', '.join(other)})" if other else ""
-
-
-#: compressor name -> label of its parameters (the hyperparameters a reader compares by)
-LABEL_FORMATS: dict[str, Callable[[Mapping[str, Any]], str]] = {
-    "dense": lambda p: (
-        "dense" if p.get("precision", "fp32") == "fp32" else f"dense {p['precision']}"
-    ),
-    "variance": lambda p: f"variance α={_num(p.get('alpha', '?'))}{_reading(p)}",
-    "strom": lambda p: f"Strom τ={_num(p.get('tau', '?'))}",
-    "hybrid": lambda p: (
-        f"hybrid α={_num(p.get('alpha', '?'))}, τ={_num(p.get('tau', '?'))}{_reading(p)}"
-    ),
-    "qsgd": lambda p: f"QSGD {p.get('bits', '?')} bit, d={p.get('bucket_size', '?')}",
-    "powersgd": lambda p: f"PowerSGD r={p.get('rank', '?')}",
-}
+__all__ = [
+    "READING_DEFAULTS",
+    "READING_KEYS",
+    "compressor_reading",
+    "label_number",
+    "method_label",
+    "reading_suffix",
+    "slug",
+]
 
 
 def method_label(name: str, params: Mapping[str, Any] | None) -> str:
-    """Human label of a compressor and its key hyperparameters, e.g. "variance α=2".
+    """Human label of a compressor and its key hyperparameters, e.g. "variance α=2": the
+    registered compressor's ``label``; a name the registry does not know (a trace of another
+    version) shows up to two scalar hyperparameters."""
+    from vgcsim.traces.compression.compressors import COMPRESSORS
 
-    Compressors without an entry in :data:`LABEL_FORMATS` show up to two scalar
-    hyperparameters.
-    """
     params = dict(params or {})
-    if name in LABEL_FORMATS:
-        return LABEL_FORMATS[name](params)
+    if name in COMPRESSORS:
+        return COMPRESSORS[name].label(params)
     shown = [
-        f"{k}={_num(v)}" for k, v in sorted(params.items()) if isinstance(v, (int, float, str))
+        f"{k}={label_number(v)}"
+        for k, v in sorted(params.items())
+        if isinstance(v, (int, float, str))
     ][:2]
     return f"{name} {', '.join(shown)}" if shown else name
-
-
-#: the parameters that choose a variance-test compressor's reading of the paper's rules
-READING_KEYS = ("after_send", "below_floor", "variance_scale")
 
 
 def compressor_reading(name: str, params: Mapping[str, Any] | None) -> str | None:
     """Which reading of the paper a variance-test compressor ran, e.g. "after_send=reset,
     below_floor=keep, variance_scale=batch_mean"; "reading not recorded" for one whose header
-    predates these parameters; None for a compressor without readings."""
+    predates these parameters; None for a compressor without readings (``readings`` of its
+    class empty and none of the keys in ``params``)."""
+    from vgcsim.traces.compression.compressors import COMPRESSORS
+
     params = dict(params or {})
-    if name not in ("variance", "hybrid") and not any(k in params for k in READING_KEYS):
+    has_readings = name in COMPRESSORS and bool(COMPRESSORS[name].readings)
+    if not has_readings and not any(k in params for k in READING_KEYS):
         return None
     shown = [f"{k}={params[k]}" for k in READING_KEYS if k in params]
     return ", ".join(shown) if shown else "reading not recorded"

@@ -19,7 +19,7 @@ import torch
 from torchhelpers import default_dtype
 from vgcsim.traces.compression import torch_codec
 from vgcsim.traces.compression.compressors import get_compressor
-from vgcsim.traces.compression.compressors.variance import VarianceState
+from vgcsim.traces.compression.compressors.variance_based import VarianceState
 
 CPU = torch.device("cpu")
 META = torch.device("meta")

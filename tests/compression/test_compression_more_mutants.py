@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 from torchhelpers import default_dtype
-from vgcsim.traces.compression import variance as variance_mod
+from vgcsim.traces.compression import sqsum_estimators as variance_mod
 from vgcsim.traces.compression.base import Compressor, make_payload
 from vgcsim.traces.compression.compressors import get_compressor
 from vgcsim.traces.compression.sqsum_hooks import SqsumHooks

@@ -341,7 +341,7 @@ class _ThresholdOnSqsum:
 
 
 def test_decision_counts_against_the_two_estimators_squared_sums():
-    from vgcsim.traces.compression.variance import worker_gradients
+    from vgcsim.traces.compression.sqsum_estimators import worker_gradients
 
     torch.manual_seed(7)
     model = nn.Sequential(
@@ -475,7 +475,7 @@ def test_model_follows_the_exact_copy_where_the_two_copies_send_differently():
     estimator's worker gradients and sums, the compressor on per-worker states, SGD on the
     mean of the decoded payloads."""
     from vgcsim.traces.compression.compressors import get_compressor
-    from vgcsim.traces.compression.variance import worker_gradients
+    from vgcsim.traces.compression.sqsum_estimators import worker_gradients
 
     workers, b, lr = 2, 4, 0.5
     loss = nn.CrossEntropyLoss(reduction="none")

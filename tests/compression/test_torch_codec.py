@@ -510,7 +510,7 @@ def test_state_to_moves_both_accumulators_and_leaves_a_state_in_place_alone():
     """state_to: a state on another device gets its residual and variance moved there (the
     `meta` device, which holds no data, stands in for a GPU); a state already on the device
     keeps its very tensors (no copy)."""
-    from vgcsim.traces.compression.compressors.variance import VarianceState
+    from vgcsim.traces.compression.compressors.variance_based import VarianceState
 
     r, v = torch.tensor([1.0, -2.0]), torch.tensor([0.5, 0.25])
     state = VarianceState(residual=r, variance=v)

@@ -4,7 +4,7 @@ A 1×1 convolution without bias on 1×1×2 inputs, weight 1, loss = sum of the t
 the output gradient δ is 1 at both positions, so sample z = (a1, a2) has loss a1 + a2 and
 weight gradient ∇f_z = a1 + a2. The exact squared sum of a worker is Σ_z (a1 + a2)²; the
 fast estimator sums squares over positions within a sample, Σ_z (a1² + a2²)
-(``vgcsim.traces.compression.variance`` module docstring).
+(``vgcsim.traces.compression.sqsum_estimators`` module docstring).
 
 Worker 0 holds (1, 2) and (0, 1), worker 1 holds (3, −1) and (2, 2) (B = 2):
 
@@ -22,7 +22,7 @@ import pytest
 import torch
 from torch import nn
 from torchhelpers import default_dtype
-from vgcsim.traces.compression.variance import estimator_gap, worker_gradients
+from vgcsim.traces.compression.sqsum_estimators import estimator_gap, worker_gradients
 
 X = torch.tensor([[1.0, 2.0], [0.0, 1.0], [3.0, -1.0], [2.0, 2.0]]).reshape(4, 1, 1, 2)
 Y = torch.zeros(4, dtype=torch.int64)
@@ -344,7 +344,7 @@ def test_exact_estimator_holds_at_most_its_memory_budget_of_per_sample_gradients
     in chunks of as many samples as ``EXACT_CHUNK_BYTES`` holds, at least one: a spy on
     torch.func.vmap sees the chunk sizes; the results equal the one-pass results."""
     import torch.func
-    import vgcsim.traces.compression.variance as variance
+    import vgcsim.traces.compression.sqsum_estimators as variance
     from torch import nn
 
     torch.manual_seed(41)
@@ -507,9 +507,9 @@ def test_a_parameter_without_gradient_is_logged_at_debug_level(caplog):
     torch.manual_seed(65)
     g = torch.Generator().manual_seed(66)
     x, y = torch.randn(4, 4, generator=g), torch.randint(0, 3, (4,), generator=g)
-    with caplog.at_level(logging.DEBUG, logger="vgcsim.traces.compression.variance"):
+    with caplog.at_level(logging.DEBUG, logger="vgcsim.traces.compression.sqsum_estimators"):
         worker_gradients(_Branchy(), nn.CrossEntropyLoss(reduction="none"), x, y, 2, None)
-    lines = [r.getMessage() for r in caplog.records if r.name.endswith("variance")]
+    lines = [r.getMessage() for r in caplog.records if r.name.endswith("sqsum_estimators")]
     assert "parameter unused.weight received no gradient" in lines
     assert "parameter unused.bias received no gradient" in lines
 
@@ -566,7 +566,7 @@ def test_worker_gradients_refusals_are_their_whole_messages():
 
 def test_fast_estimator_and_precision_refusals_are_their_whole_messages():
     from torch import nn
-    from vgcsim.traces.compression.variance import resolve_sq_dtype
+    from vgcsim.traces.compression.sqsum_estimators import resolve_sq_dtype
 
     from vgcsim.core.errors import ConfigError
 

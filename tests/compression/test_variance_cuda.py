@@ -7,8 +7,8 @@ import torch
 
 # The CPU test module's models and batches (pytest puts this folder on sys.path).
 from test_variance_estimators import LOSS, W, _Residual, batch, cnn
-from vgcsim.traces.compression import variance
-from vgcsim.traces.compression.variance import worker_gradients
+from vgcsim.traces.compression import sqsum_estimators as variance
+from vgcsim.traces.compression.sqsum_estimators import worker_gradients
 
 pytestmark = [
     pytest.mark.gpu,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from vgcsim.traces.compression import variance
-from vgcsim.traces.compression.variance import (
+from vgcsim.traces.compression import sqsum_estimators as variance
+from vgcsim.traces.compression.sqsum_estimators import (
     ESTIMATORS,
     estimator_gap,
     resolve_sq_dtype,
@@ -209,7 +209,7 @@ def test_unsupported_module_fast_errors_and_none_falls_back():
 
 
 def test_in_place_use_of_a_tapped_output_is_detected_and_copied():
-    from vgcsim.traces.compression.variance import _COPY_TAPS
+    from vgcsim.traces.compression.sqsum_estimators import _COPY_TAPS
 
     torch.manual_seed(6)
     model = nn.Sequential(nn.Linear(9, 8), nn.ReLU(inplace=True), nn.Linear(8, 4))
@@ -224,7 +224,7 @@ def test_in_place_use_of_a_tapped_output_is_detected_and_copied():
 
 
 def test_exact_in_sample_chunks_matches_one_pass(monkeypatch):
-    import vgcsim.traces.compression.variance as variance
+    import vgcsim.traces.compression.sqsum_estimators as variance
 
     model = cnn()
     x, y = batch((2, 8, 8), seed=7)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from vgcsim.traces.compression.variance import estimator_gap, worker_gradients
+from vgcsim.traces.compression.sqsum_estimators import estimator_gap, worker_gradients
 
 
 class _Scale(nn.Module):

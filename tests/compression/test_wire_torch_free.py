@@ -42,11 +42,26 @@ def test_wire_formats_synth_and_validate_import_and_encode_without_torch():
     assert loaded == "['torch']"  # only the blocking entry itself
 
 
-def test_compressors_are_what_needs_torch():
-    """The blocking works: the lazy compressor names do import torch (and fail here)."""
-    out = _run("from vgcsim.traces.compression import get_compressor\n")
-    assert out.returncode != 0
-    assert "torch" in out.stderr
+def test_the_registry_lists_labels_and_prices_compressors_without_torch():
+    """Listing the registry, a label and a codec profile import no torch; making a tensor
+    (a compressor's state) is what needs it, and fails here, so the blocking works."""
+    code = (
+        "from vgcsim.traces.compression.compressors import COMPRESSORS, get_compressor\n"
+        "from vgcsim.traces.devicecost import codec_profile\n"
+        "from vgcsim.traces.labels import method_label\n"
+        "print(','.join(COMPRESSORS))\n"
+        "print(method_label('variance', {'alpha': 2.0}))\n"
+        "print(codec_profile('strom').compress_launches)\n"
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
+        "get_compressor('variance', alpha=2.0).init_state(4)\n"
+    )
+    out = _run(code)
+    names, label, launches, loaded = out.stdout.split("\n")[:4]
+    assert set(names.split(",")) >= {"dense", "variance", "strom", "hybrid", "qsgd", "topk"}
+    assert label == "variance α=2"
+    assert int(launches) == 5
+    assert loaded == "['torch']"  # only the blocking entry itself
+    assert out.returncode != 0 and "torch" in out.stderr
 
 
 def _sparse(rng, numel, k, coded):

@@ -1,10 +1,12 @@
-"""Compressors (torch): variance, strom, qsgd, hybrid, topk, dense, one module each.
+"""Compressors: dense, variance, strom, hybrid, topk, qsgd, powersgd, one module each (torch
+is imported where a tensor is made, so listing them needs none).
 
 Modules::
 
-    vgcsim.traces.compression.compressors: COMPRESSORS, get_compressor(name, **params)
+    vgcsim.traces.compression.compressors: COMPRESSORS, get_compressor(name, **params),
+        register_compressor(cls)
     vgcsim.traces.compression.base: Compressor, Payload, make_payload
-    vgcsim.traces.compression.variance: ESTIMATORS, worker_gradients(...) -> WorkerGrads
+    vgcsim.traces.compression.sqsum_estimators: ESTIMATORS, worker_gradients(...) -> WorkerGrads
     vgcsim.traces.wire (torch-free): messages, encoders (ENCODINGS), sizes, bitstream
 
 A "layer" is one trainable parameter tensor, in ``model.named_parameters()`` order.

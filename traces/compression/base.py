@@ -7,6 +7,10 @@ real bytes of the primary encoding, the exact bit length of the buffer under eve
 encoding the compressor reports, the number of elements sent, and a decode back to the
 dense tensor the receiver adds up. The communicator (emulated sum, allgatherv) is
 elsewhere.
+
+A compressor module is importable without torch (torch is imported where a tensor is made),
+so the registry, the labels and the device cost model can list compressors, show their
+labels and price their codecs on an install without torch.
 """
 
 from __future__ import annotations
@@ -14,17 +18,44 @@ from __future__ import annotations
 import dataclasses
 import time
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 from vgcsim.traces.wire.encoders import ENCODINGS
 from vgcsim.traces.wire.messages import DenseMessage, QSGDMessage, SparseMessage
 
 from vgcsim.core.errors import ConfigError, unknown_name
 
+if TYPE_CHECKING:
+    import torch
+
 Message = SparseMessage | DenseMessage | QSGDMessage
+
+
+@dataclass(frozen=True)
+class CodecProfile:
+    """Bytes and launches of one compressor's stages, per layer of n elements of which k are
+    sent: what its module declares (``Compressor.codec_profile``, with the derivation of the
+    counts) and :mod:`vgcsim.traces.devicecost` prices on a device."""
+
+    compress_per_element: float  # bytes per gradient element (dense passes)
+    compress_per_sent: float  # bytes per sent element (gather, quantize, reset)
+    compress_launches: int  # kernels per layer
+    encode_per_sent: float  # bytes read per sent element; the payload bytes are written too
+    encode_launches: int
+    decode_per_element: float  # bytes per element of a received layer (dense decoders)
+    decode_per_sent: float  # bytes per sent element of a received layer (scatter-add)
+    decode_launches: int  # kernels per layer for all received payloads together
+    derivation: str
+
+
+def label_number(value: Any) -> Any:
+    """A hyperparameter as a label shows it: a whole float without its ".0" (2.0 -> 2)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,6 +80,8 @@ class Payload:
 
     def decode(self) -> torch.Tensor:
         """Decode :attr:`data` (the real buffer) into the dense fp32 tensor of ``numel``."""
+        import torch
+
         msg = ENCODINGS[self.encoding].decode(self.data, numel=self.numel, **self.decode_context)
         return torch.from_numpy(np.ascontiguousarray(msg.dense(), dtype=np.float32))
 
@@ -100,11 +133,19 @@ class Compressor:
 
     Attributes: ``name``; ``needs_sqsum`` (True when :meth:`compress` needs the per-element
     Σ_z (∇f_z)²); ``params`` (JSON-able dict, written to trace headers); ``encodings`` (every
-    encoding whose exact bits a payload reports); ``primary_encoding`` (what crosses the wire).
+    encoding whose exact bits a payload reports); ``primary_encoding`` (what crosses the wire);
+    ``codec_profile`` (the bytes and launches its stages touch on a device, read by
+    :mod:`vgcsim.traces.devicecost`); :meth:`label` (its name in reports and tables).
     """
 
     name: ClassVar[str] = ""
     needs_sqsum: ClassVar[bool] = False
+    #: bytes and launches per layer of compress, encode and decode, which the default compute
+    #: mode prices on the target device; None: priced otherwise (powersgd) or not at all
+    codec_profile: ClassVar[CodecProfile | None] = None
+    #: parameters that choose a reading of the paper's rules, shown by
+    #: :func:`vgcsim.traces.labels.compressor_reading` (the variance-test compressors)
+    readings: ClassVar[tuple[str, ...]] = ()
     #: True when the workers' messages depend on each other (powersgd): the compressor then
     #: exchanges all workers in one call instead of compressing each one's payload
     collective: ClassVar[bool] = False
@@ -151,6 +192,19 @@ class Compressor:
     def _validate(self) -> None:
         """Raise ConfigError for out-of-range hyperparameters."""
 
+    @classmethod
+    def label(cls, params: Mapping[str, Any]) -> str:
+        """The one name of this configuration in every stage (reports, tables, the paper
+        grid), from the ``params`` of a trace header (keys may be missing: old headers).
+        This default shows up to two scalar hyperparameters; compressors override it with the
+        ones a reader compares by."""
+        shown = [
+            f"{k}={label_number(v)}"
+            for k, v in sorted(params.items())
+            if isinstance(v, (int, float, str))
+        ][:2]
+        return f"{cls.name} {', '.join(shown)}" if shown else cls.name
+
     @property
     def params(self) -> dict[str, Any]:
         return dataclasses.asdict(self.config)
@@ -194,6 +248,8 @@ class Compressor:
 
 def check_grad(grad: torch.Tensor) -> torch.Tensor:
     """Flatten ``grad`` to a contiguous 1-D float32 tensor (the compressor input contract)."""
+    import torch
+
     if grad.dtype == torch.float32 and grad.is_contiguous():
         return grad.detach().view(-1)
     return grad.detach().reshape(-1).to(torch.float32).contiguous()

@@ -1,7 +1,7 @@
 """How much the fast squared-gradient estimator changes what the variance compressor sends.
 
-The fast estimator (``vgcsim.traces.compression.variance``) is exact for Linear layers, biases and
-norm layers, and approximates Conv2d weights by summing squares over spatial positions
+The fast estimator (``vgcsim.traces.compression.sqsum_estimators``) is exact for Linear
+layers, biases and norm layers, and approximates Conv2d weights by summing squares over spatial positions
 within a sample. This module measures the effect of that approximation on the send
 decisions, not only on the squared sums:
 
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 from vgcsim.traces.compression.base import Compressor
-from vgcsim.traces.compression.variance import LossFn, worker_gradients
+from vgcsim.traces.compression.sqsum_estimators import LossFn, worker_gradients
 
 
 def send_decision_gap(

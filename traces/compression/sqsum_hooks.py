@@ -1,7 +1,7 @@
 """Per-sample squared-gradient sums gathered by module hooks during the ordinary backward.
 
 The variance criterion needs, per element, Σ_z (∇f_z)² over this rank's samples z. The
-recorder computes them in its own batched pass (:func:`vgcsim.traces.compression.variance.
+recorder computes them in its own batched pass (:func:`vgcsim.traces.compression.sqsum_estimators.
 worker_gradients`); a training job with a DDP communication hook already runs one forward
 and one backward per step, and :class:`SqsumHooks` gathers the same sums from that pass:
 
@@ -12,8 +12,8 @@ and one backward per step, and :class:`SqsumHooks` gathers the same sums from th
   their bucket to the communication hook), and adds the layer's squared sums into
   :attr:`SqsumHooks.sums`.
 
-The per-layer arithmetic is the recorder's, imported from :mod:`vgcsim.traces.compression.variance`
-(``_module_grads`` for the ``"fast"`` estimator and for biases and norm parameters). The
+The per-layer arithmetic is the recorder's, imported from
+:mod:`vgcsim.traces.compression.sqsum_estimators` (``module_grads`` for the ``"fast"`` estimator and for biases and norm parameters). The
 ``"exact"`` estimator replaces the two approximated cases of ``"fast"`` by per-sample weight
 gradients from the same ``a`` and ``δ`` (Conv2d through ``unfold``; Linear with extra
 sequence dimensions through a batched product), which equals the recorder's ``torch.func``
@@ -38,15 +38,15 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from vgcsim.traces.compression.variance import (
-    _HOOKED,
-    _TORCH_DTYPES,
+from vgcsim.traces.compression.sqsum_estimators import (
     ESTIMATORS,
-    _conv_padding,
-    _module_grads,
-    _trainable,
-    _unsupported_modules,
+    HOOKED_MODULES,
+    TORCH_DTYPES,
+    conv_padding,
+    module_grads,
     resolve_sq_dtype,
+    trainable_parameters,
+    unsupported_modules,
 )
 
 from vgcsim.core.errors import ConfigError, unknown_name
@@ -65,16 +65,16 @@ def check_hookable(model: nn.Module, estimator: str) -> None:
         raise unknown_name("variance estimator", estimator, ESTIMATORS)
     if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         raise ConfigError("per-sample gradients are ill-defined with BatchNorm; use GroupNorm")
-    unsupported = _unsupported_modules(model)
+    unsupported = unsupported_modules(model)
     if unsupported:
         raise ConfigError(
             "squared-gradient sums from the backward support parameters of "
-            f"{', '.join(t.__name__ for t in _HOOKED)} only; found "
+            f"{', '.join(t.__name__ for t in HOOKED_MODULES)} only; found "
             f"{', '.join(sorted(unsupported))}"
         )
     for m in model.modules():
         if isinstance(m, nn.Conv2d):
-            _conv_padding(m)  # raises ConfigError for unsupported paddings
+            conv_padding(m)  # raises ConfigError for unsupported paddings
             if estimator == "exact" and m.groups != 1:
                 raise ConfigError(
                     "exact squared-gradient sums from the backward need Conv2d groups=1 "
@@ -90,7 +90,7 @@ def _exact_weight_sqsum(module: nn.Module, a: torch.Tensor, delta: torch.Tensor)
             a,
             module.kernel_size,
             dilation=module.dilation,
-            padding=_conv_padding(module),
+            padding=conv_padding(module),
             stride=module.stride,
         )  # [N, C·kh·kw, L]
         d = delta.reshape(n, delta.shape[1], -1)  # [N, O, L]
@@ -106,15 +106,15 @@ class SqsumHooks:
     """Module hooks that sum Σ_z (∇f_z)² per trainable parameter during backward passes.
 
     ``estimator`` is ``"fast"`` or ``"exact"`` (module docstring); ``sq_dtype`` the fast
-    Conv2d precision (:func:`vgcsim.traces.compression.variance.resolve_sq_dtype`). Layer ``i`` is
-    the i-th trainable parameter in ``named_parameters()`` order, as everywhere in vgcsim.
+    Conv2d precision (:func:`vgcsim.traces.compression.sqsum_estimators.resolve_sq_dtype`).
+    Layer ``i`` is the i-th trainable parameter in ``named_parameters()`` order, as everywhere in vgcsim.
     """
 
     def __init__(self, model: nn.Module, estimator: str = "fast", sq_dtype: str = "auto"):
         check_hookable(model, estimator)
         self.estimator = estimator
-        self.sq_dtype = _TORCH_DTYPES[resolve_sq_dtype(sq_dtype)]
-        self.index = {id(p): i for i, (_, p) in enumerate(_trainable(model))}
+        self.sq_dtype = TORCH_DTYPES[resolve_sq_dtype(sq_dtype)]
+        self.index = {id(p): i for i, (_, p) in enumerate(trainable_parameters(model))}
         self.sums: dict[int, torch.Tensor] = {}
         self.backward_calls = 0  # layer backward hooks run (for tests and diagnostics)
         self.seconds = 0.0  # wall-clock seconds spent in the backward hooks (diagnostics)
@@ -122,7 +122,7 @@ class SqsumHooks:
         self._handles = [
             m.register_forward_hook(self._forward)
             for m in model.modules()
-            if isinstance(m, _HOOKED)
+            if isinstance(m, HOOKED_MODULES)
             and any(id(p) in self.index for p in m.parameters(recurse=False))
         ]
 
@@ -158,7 +158,7 @@ class SqsumHooks:
         exact_weight = self.estimator == "exact" and (
             isinstance(module, nn.Conv2d) or (isinstance(module, nn.Linear) and a.dim() > 2)
         )
-        grads = _module_grads(module, a, delta, 1, n, True, self.sq_dtype, with_grad=False)
+        grads = module_grads(module, a, delta, 1, n, True, self.sq_dtype, with_grad=False)
         for param, _, sq in grads:
             i = self.index.get(id(param))
             if i is None:

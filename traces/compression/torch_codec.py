@@ -4,7 +4,7 @@ The DDP communication hook runs once per bucket inside the backward pass; a roun
 through NumPy (and the bit counts of every alternative encoding that
 :meth:`vgcsim.traces.compression.base.Compressor.compress` also computes) costs more than
 the work itself on small layers and does not run on a GPU. This module is the same rule as
-:class:`vgcsim.traces.compression.compressors.variance.VarianceCompressor` written with torch
+:class:`vgcsim.traces.compression.compressors.variance_based.VarianceCompressor` written with torch
 ops, producing the same bytes:
 
 * the state update r += g, v += S/|B|² (or the ``centered``/``per_sample`` readings), the
@@ -21,6 +21,14 @@ ops, producing the same bytes:
 
 The one step that leaves the device is ``scale="mean"``: M is the float64 mean of the sent
 magnitudes, and NumPy's pairwise summation is used for it so M keeps its last bit.
+
+Each rule is written once per side: the device (torch) forms are :func:`accumulate_and_select`
+(the state update and the test), :func:`log4_codes` (the quantizer's integer step) and
+:func:`packed32_words` (the element word); the CPU passes call the NumPy reference, which
+the recorder's compressors run (:func:`~vgcsim.traces.compression.compressors.variance_based.
+add_to_state`, :func:`~vgcsim.traces.compression.compressors.variance_based.passes_test`,
+:func:`vgcsim.traces.wire.quantize.log4_codes`, :func:`vgcsim.traces.wire.encoders.
+packed32_words`).
 """
 
 from __future__ import annotations
@@ -32,19 +40,26 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from vgcsim.traces.compression.compressors.variance import VarianceCompressor, VarianceState
-from vgcsim.traces.wire.quantize import _ROUND_UP_ADD
+from vgcsim.traces.compression.compressors.variance_based import (
+    FLOOR,
+    VarianceCompressor,
+    VarianceState,
+    add_to_state,
+    passes_test,
+)
+from vgcsim.traces.wire import quantize
+from vgcsim.traces.wire.encoders import packed32_words as packed32_words_np
 from vgcsim.traces.wire.sizes import PACKED32_INDEX_BITS
 
 #: Header words of a coded sparse message (layer, count, scale) and of an uncoded one.
 CODED_HEADER_WORDS = 3
 UNCODED_HEADER_WORDS = 2
-_FLOOR = float(np.float32(2.0**-7))
-_EXPONENT_BIAS = 127
-_MAX_E = 7
+_FLOOR = float(FLOOR)
+_EXPONENT_BIAS = int(quantize.EXPONENT_BIAS)
+_MAX_E = int(quantize.MAX_E)
 CHUNK = 1 << PACKED32_INDEX_BITS
 
-#: Whether CPU tensors take the NumPy shortcuts of :func:`_accumulate_and_select` and
+#: Whether CPU tensors take the NumPy shortcuts of :func:`accumulate_and_select` and
 #: :func:`_nonzero` (``True``, the default: NumPy is faster there on the CPU). ``False`` sends
 #: them through the torch ops a GPU runs, so that tests compare those ops with the NumPy path
 #: on a machine without a GPU; both give the same indices. Read at each call.
@@ -75,7 +90,7 @@ def chunks(numel: int) -> int:
     return max(1, -(-numel // CHUNK))
 
 
-def _accumulate_and_select(
+def accumulate_and_select(
     c,
     r: torch.Tensor,
     v: torch.Tensor,
@@ -85,9 +100,12 @@ def _accumulate_and_select(
     holder: str,
     note: str,
 ) -> torch.Tensor:
-    """The variance rule's first half, shared by :func:`compress` and the bucket pass:
-    add ``grad`` to the residual ``r`` and the variance estimate from ``sqsum`` to ``v`` (in
-    place), then return the indices with r² > α·v (every nonzero r when α = 0)."""
+    """The variance rule's first half on the device, shared by :func:`compress` and the torch
+    bucket pass: add ``grad`` to the residual ``r`` and the variance estimate from ``sqsum``
+    to ``v`` (in place), then return the indices with r² > α·v (every nonzero r when α = 0).
+    The same fp32 operations in the same order as the NumPy reference
+    (:func:`~vgcsim.traces.compression.compressors.variance_based.add_to_state`,
+    :func:`~vgcsim.traces.compression.compressors.variance_based.passes_test`)."""
     g = grad.detach().reshape(-1).to(torch.float32)
     sq = sqsum.detach().reshape(-1).to(torch.float32)
     if g.numel() != r.numel() or sq.numel() != r.numel():
@@ -106,10 +124,8 @@ def _accumulate_and_select(
     if NUMPY_ON_CPU and r.device.type == "cpu":
         # On the CPU torch's float-to-bool comparison and nonzero kernels cost several times
         # NumPy's at these sizes (the largest part of a small model's compression); the
-        # arrays are views of the same memory and the test is the NumPy path's own line.
-        rn = r.numpy()
-        hit = rn != 0 if c.alpha == 0 else np.square(rn) > np.float32(c.alpha) * v.numpy()
-        return torch.from_numpy(np.flatnonzero(hit))
+        # arrays are views of the same memory and the test is the NumPy reference's.
+        return torch.from_numpy(np.flatnonzero(passes_test(r.numpy(), v.numpy(), c.alpha)))
     if c.alpha == 0:
         return r.nonzero().view(-1)
     return (r.square() > _f32(c.alpha) * v).nonzero().view(-1)
@@ -139,7 +155,7 @@ def compress(
     """
     c = compressor.config
     r, v = state.residual, state.variance
-    idx = _accumulate_and_select(
+    idx = accumulate_and_select(
         c,
         r,
         v,
@@ -184,6 +200,28 @@ def _above_floor(r: torch.Tensor, idx: torch.Tensor, scale: str) -> torch.Tensor
     return idx
 
 
+def log4_codes(
+    magnitude: torch.Tensor, m: torch.Tensor, values: torch.Tensor, rounding: str, *, clip_top: bool
+) -> torch.Tensor:
+    """:func:`vgcsim.traces.wire.quantize.log4_codes` in torch: the 4-bit codes (int32: e in
+    bits 0–2, the fp32 sign bit of ``values`` in bit 3) of ``magnitude = |values|`` against
+    the scale ``m`` (one, or one per element), by the same integer add and shift on the
+    ratio's fp32 bit pattern."""
+    e = (magnitude / m).view(torch.int32).add_(int(quantize.ROUND_UP_ADD[rounding]))
+    e = e.bitwise_right_shift_(23).neg_().add_(_EXPONENT_BIAS).clamp_(max=_MAX_E)
+    if clip_top:
+        e.clamp_(min=0)
+    # the sign bit moved to bit 3 (an arithmetic shift; & 8 keeps it)
+    return e.bitwise_or_(values.view(torch.int32).bitwise_right_shift(28).bitwise_and_(8))
+
+
+def packed32_words(index: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    """:func:`vgcsim.traces.wire.encoders.packed32_words` in torch: ``index << 4 | code`` as
+    int32 words (indices within their 2^28 chunk; the u32 word's bit pattern is kept, as
+    int32 arithmetic wraps)."""
+    return (index.to(torch.int32) << 4).bitwise_or_(codes.to(torch.int32))
+
+
 def _quantize(values: torch.Tensor, scale: str, rounding: str):
     """:func:`vgcsim.traces.wire.quantize.quantize_log4` in torch: (codes, M, quantized)."""
     if values.numel() == 0:
@@ -197,13 +235,7 @@ def _quantize(values: torch.Tensor, scale: str, rounding: str):
             m,
             torch.zeros_like(values),
         )
-    # The quantizer's trick: adding 2^23 − threshold to the ratio's bit pattern carries into
-    # the exponent field exactly when the mantissa says round up.
-    t = (magnitude / m).view(torch.int32) + int(_ROUND_UP_ADD[rounding])
-    t = (_EXPONENT_BIAS - (t >> 23)).clamp_(max=_MAX_E)
-    if scale != "max":
-        t.clamp_(min=0)
-    codes = t.to(torch.uint8) | (torch.signbit(values).to(torch.uint8) << 3)
+    codes = log4_codes(magnitude, m, values, rounding, clip_top=scale != "max").to(torch.uint8)
     return codes, m, _signed_powers(m)[codes.long()]
 
 
@@ -229,8 +261,7 @@ def _pack(
     if n_chunks > 1:
         parts.append(torch.bincount(idx >> PACKED32_INDEX_BITS, minlength=n_chunks).to(torch.int32))
         idx = idx & (CHUNK - 1)
-    # index << 4 | code fits 32 bits unsigned; the int64 → int32 cast keeps the bit pattern.
-    parts.append(((idx << 4) | codes.long()).to(torch.int32))
+    parts.append(packed32_words(idx, codes))
     return torch.cat(parts)
 
 
@@ -375,7 +406,7 @@ def compress_bucket(
         return _compress_bucket_numpy(compressor, grad, sqsum, bucket, batch_size=batch_size)
     c = compressor.config
     r, v = bucket.residual, bucket.variance
-    idx = _accumulate_and_select(c, r, v, grad, sqsum, batch_size, "bucket state", "")
+    idx = accumulate_and_select(c, r, v, grad, sqsum, batch_size, "bucket state", "")
     n_layers = len(bucket.layers)
     lid = bucket.layer_ids.index_select(0, idx)
     # index_select / index_fill_ / index_copy_: on CPU several times faster than r[idx].
@@ -394,11 +425,7 @@ def compress_bucket(
                 idx, lid, picked, magnitude, m_e = (
                     t.index_select(0, kept) for t in (idx, lid, picked, magnitude, m_e)
                 )
-        e = (magnitude / m_e).view(torch.int32).add_(int(_ROUND_UP_ADD[c.rounding]))
-        e = e.bitwise_right_shift_(23).neg_().add_(_EXPONENT_BIAS).clamp_(max=_MAX_E)
-        # A sent element is never ±0 (it passed r² > α·v ≥ 0, or r ≠ 0 at α = 0), so its
-        # sign is the fp32 sign bit, moved to bit 3 (an arithmetic shift; & 8 keeps it).
-        codes = e.bitwise_or_(picked.view(torch.int32).bitwise_right_shift(28).bitwise_and_(8))
+        codes = log4_codes(magnitude, m_e, picked, c.rounding, clip_top=False)
         # ±M·2^(−e) from the signed table, as the quantizer does: M·(−p) = −(M·p) exactly.
         q = m_e * _signed_pow2(r.device).index_select(0, codes)
         m_list = m.tolist()
@@ -441,8 +468,7 @@ def compress_bucket(
     pos = torch.arange(head_words, head_words + per * k, per, device=r.device)
     pos += lid * head_words
     if coded:
-        # index << 4 | code fits 32 bits unsigned; int32 arithmetic keeps the bit pattern.
-        words.index_copy_(0, pos, local.bitwise_left_shift_(4).bitwise_or_(codes))
+        words.index_copy_(0, pos, packed32_words(local, codes))
     else:
         words.index_copy_(0, pos, local)
         words.index_copy_(0, pos + 1, picked.view(torch.int32))
@@ -504,9 +530,7 @@ def decode_bucket_message(
 # operations in the same order as the torch pass above (and as the recorder's NumPy
 # compressor), a fraction of a microsecond per call instead of several.
 
-_SIGNED_POW2_NP = np.concatenate(
-    [np.ldexp(np.float32(1), -np.arange(8)), -np.ldexp(np.float32(1), -np.arange(8))]
-).astype(np.float32)
+_SIGNED_POW2_NP = quantize.SIGNED_POWERS
 
 
 def _flat_f32(t: torch.Tensor) -> np.ndarray:
@@ -560,24 +584,10 @@ def _compress_bucket_numpy(
         raise ValueError(
             f"grad/sqsum have {g.size}/{sq.size} elements but the bucket state holds {r.size}"
         )
-    r += g
-    b = np.float32(batch_size)
-    per_sample = c.variance_scale == "per_sample"
-    if c.variance == "sqsum":
-        if per_sample:
-            np.divide(sq, b, out=a)
-        else:
-            np.multiply(sq, np.float32(1.0 / float(batch_size) ** 2), out=a)
-        v += a
-    else:
-        centered = np.maximum(sq / b - g * g, np.float32(0))
-        v += centered if per_sample else centered / b
-    if c.alpha == 0:
-        idx = r.nonzero()[0]
-    else:
-        mask = s["mask"]
-        np.greater(np.square(r, out=a), np.multiply(v, np.float32(c.alpha), out=b_), out=mask)
-        idx = mask.nonzero()[0]
+    add_to_state(
+        r, v, g, sq, batch_size, variance=c.variance, variance_scale=c.variance_scale, work=a
+    )
+    idx = passes_test(r, v, c.alpha, work=(a, b_), out=s["mask"]).nonzero()[0]
     n_layers = len(bucket.layers)
     # idx is ascending and the layers are contiguous: layer l's elements are the segment
     # ends[l]:ends[l + 1] of idx, so per-layer values spread over the elements by repeat.
@@ -603,14 +613,7 @@ def _compress_bucket_numpy(
         # The code of every selected element (element-wise, so computing it before the
         # floor test drops the same elements' codes as computing it after).
         with np.errstate(divide="ignore", invalid="ignore"):  # M = 0 layers: masked below
-            e = np.divide(magnitude, m_e, out=magnitude).view(np.int32)
-        e += _ROUND_UP_ADD[c.rounding]
-        e >>= 23
-        np.subtract(np.int32(_EXPONENT_BIAS), e, out=e)
-        np.minimum(e, np.int32(_MAX_E), out=e)
-        sign = picked.view(np.int32) >> 28
-        sign &= 8
-        codes = np.bitwise_or(e, sign, out=e)
+            codes = quantize.log4_codes(magnitude, m_e, picked, c.rounding, clip_top=False)
         if keep is not None and not keep.all():
             kept = keep.nonzero()[0]
             idx, lid, codes = idx[kept], lid[kept], codes[kept]
@@ -645,9 +648,7 @@ def _compress_bucket_numpy(
     pos += np.arange(head_words, head_words + per * k, per)
     local = s["local_index"][idx]
     if coded:
-        local <<= 4
-        local |= codes
-        words[pos] = local
+        words[pos] = packed32_words_np(local, codes).view(np.int32)
     else:
         words[pos] = local
         words[pos + 1] = picked.view(np.int32)

@@ -106,6 +106,15 @@ _GAMMA_BITS = sizes.elias_gamma_bits(_N)
 _DELTA_BITS = sizes.elias_delta_bits(_N)
 
 
+def packed32_words(index: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """The ``packed32`` element words ``index << 4 | code`` (uint32) of indices within their
+    2^28 chunk and 4-bit codes (any integer dtype): the one writer of the word, for the
+    encoder below and the hook codec's CPU bucket pass."""
+    words = np.asarray(index).astype(_LE_U32)
+    words <<= 4
+    return np.bitwise_or(words, codes, out=words, casting="unsafe")
+
+
 def _gaps(indices: np.ndarray) -> np.ndarray:
     return np.diff(np.asarray(indices, dtype=np.int64), prepend=-1)
 
@@ -164,11 +173,7 @@ class Packed32(Encoding):
             counts = np.bincount(idx >> self.index_bits, minlength=chunks)
             parts.append(counts.astype(_LE_U32).tobytes())
         mask = (1 << self.index_bits) - 1
-        words = (idx & mask) if chunks > 1 else idx
-        words = words.astype(_LE_U32)
-        words <<= 4
-        words |= msg.codes
-        parts.append(words.tobytes())
+        parts.append(packed32_words((idx & mask) if chunks > 1 else idx, msg.codes).tobytes())
         return b"".join(parts)
 
     def bit_length(self, msg: SparseMessage) -> int:

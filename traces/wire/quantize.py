@@ -15,6 +15,10 @@ rule open; both are parameters here:
 This quantizer codes every element it is given: one below ``M·2^(−7)`` becomes
 ``M·2^(−7)`` (code e = 7). Whether such an element is sent at all is the compressor's
 choice (``below_floor`` of the variance compressor: by default it is held back).
+
+:func:`log4_codes` is the quantizer's integer step, shared by :func:`quantize_log4` (one
+message) and the hook codec's CPU bucket pass (a scale per element); the device (torch) form
+is :func:`vgcsim.traces.compression.torch_codec.log4_codes`.
 """
 
 from __future__ import annotations
@@ -41,12 +45,45 @@ _ROUND_UP_AT = {
     "log": _mantissa_bits(float(np.float32(_INV_SQRT2)) * 2.0),
     "down": _MANTISSA_ONE,
 }
-_ROUND_UP_ADD = {k: np.int32(_MANTISSA_ONE - v) for k, v in _ROUND_UP_AT.items()}
-_EXPONENT_BIAS = np.int32(127)
-_MAX_E = np.int32(7)
-_SIGN_SHIFT = np.uint8(3)
+#: what is added to the ratio's fp32 bit pattern (see :func:`log4_codes`), per rounding rule
+ROUND_UP_ADD = {k: np.int32(_MANTISSA_ONE - v) for k, v in _ROUND_UP_AT.items()}
+#: the fp32 exponent bias and the largest code exponent e (the level M·2^-7)
+EXPONENT_BIAS = np.int32(127)
+MAX_E = np.int32(7)
 _POWERS = np.ldexp(np.float32(1), -np.arange(8)).astype(np.float32)
-_SIGNED_POWERS = np.concatenate([_POWERS, -_POWERS])
+#: ±2^(−e) for the 16 codes (sign in bit 3): code → value is M times this table, exactly
+SIGNED_POWERS = np.concatenate([_POWERS, -_POWERS])
+
+
+def log4_codes(
+    magnitude: np.ndarray,
+    m: np.ndarray | np.float32,
+    values: np.ndarray,
+    rounding: str,
+    *,
+    clip_top: bool,
+) -> np.ndarray:
+    """The 4-bit codes (int32: e in bits 0–2, the sign of ``values`` in bit 3) of fp32
+    ``values`` with ``magnitude = |values|`` against the scale ``m`` (one, or one per
+    element; finite and nonzero). ``magnitude`` is overwritten (it holds the result).
+
+    ``|r|/M = 1.f·2^x`` (x <= 0): the two neighbouring levels are M·2^x (e = −x) and
+    M·2^(x+1) (e = −x − 1); which one is decided by the mantissa bits f alone. Adding
+    2^23 − threshold to the fp32 bit pattern carries into the exponent field exactly when
+    f >= threshold, so one integer add and shift give x (+1 when rounding up). Zero and
+    subnormal ratios have exponent field 0 and land on e = 7. ``clip_top``: ratios above 1
+    (a mean scale) would give e < 0 and are clipped to the top level.
+    """
+    t = np.divide(magnitude, m, out=magnitude).view(np.int32)
+    t += ROUND_UP_ADD[rounding]
+    t >>= 23
+    np.subtract(EXPONENT_BIAS, t, out=t)
+    np.minimum(t, MAX_E, out=t)
+    if clip_top:
+        np.maximum(t, 0, out=t)
+    sign = values.view(np.int32) >> 28
+    sign &= 8
+    return np.bitwise_or(t, sign, out=t)
 
 
 def quantize_log4(
@@ -71,19 +108,6 @@ def quantize_log4(
         raise ValueError(f"unknown rounding rule {rounding!r}")
     if m == 0 or not np.isfinite(m):
         return np.zeros(values.size, dtype=np.uint8), float(m), np.zeros_like(values)
-    # |r|/M = 1.f·2^x (x <= 0): the two neighbouring levels are M·2^x (e = −x) and
-    # M·2^(x+1) (e = −x − 1); which one is decided by the mantissa bits f alone. Adding
-    # 2^23 − threshold to the fp32 bit pattern carries into the exponent field exactly when
-    # f >= threshold, so one integer add and shift give x (+1 when rounding up).
-    # Zero and subnormal ratios have exponent field 0 and land on e = 7.
-    t = np.divide(magnitude, m, out=magnitude).view(np.int32)
-    t += _ROUND_UP_ADD[rounding]
-    t >>= 23
-    np.subtract(_EXPONENT_BIAS, t, out=t)
-    np.minimum(t, _MAX_E, out=t)
-    if scale != "max":  # ratios above 1 (mean scale) would give e < 0: clip to the top level
-        np.maximum(t, 0, out=t)
-    codes = t.astype(np.uint8)
-    codes |= np.signbit(values).view(np.uint8) << _SIGN_SHIFT
+    codes = log4_codes(magnitude, m, values, rounding, clip_top=scale != "max").astype(np.uint8)
     # Code → value table ±M·2^(−e), sign in bit 3: exact, a power-of-two scaling.
-    return codes, float(m), (m * _SIGNED_POWERS)[codes]
+    return codes, float(m), (m * SIGNED_POWERS)[codes]

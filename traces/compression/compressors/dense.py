@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import torch
 from vgcsim.traces.compression.base import (
+    CodecProfile,
     Compressor,
     LayerStep,
     Payload,
@@ -15,6 +17,9 @@ from vgcsim.traces.compression.base import (
 )
 from vgcsim.traces.wire.encoders import DENSE_ENCODINGS
 from vgcsim.traces.wire.messages import DenseMessage
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,24 @@ class DenseCompressor(Compressor):
 
     name = "dense"
     Params = DenseParams
+    codec_profile = CodecProfile(
+        0.0,
+        0.0,
+        0,
+        0.0,
+        0,
+        8.0,
+        0.0,
+        1,
+        "no compression: nothing to compress or encode (the payload is the fp32 gradient); "
+        "decode: read the received fp32 payload and read + write the accumulator (8 B per "
+        "element besides the payload bytes), 1 kernel per layer",
+    )
+
+    @classmethod
+    def label(cls, params: Mapping[str, Any]) -> str:
+        precision = params.get("precision", "fp32")
+        return "dense" if precision == "fp32" else f"dense {precision}"
 
     def _validate(self) -> None:
         check_choice("precision", self.config.precision, DENSE_ENCODINGS)
@@ -42,6 +65,8 @@ class DenseCompressor(Compressor):
         return self.config.precision
 
     def _compress(self, grad: torch.Tensor, state: object, step: LayerStep) -> Payload:
+        import torch
+
         g = check_grad(grad)
         if self.config.precision == "fp16":
             g = g.to(torch.float16).to(torch.float32)

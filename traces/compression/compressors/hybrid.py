@@ -6,13 +6,24 @@ variance test r² > α·v and Strom's |r| ≥ τ.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from vgcsim.traces.compression.base import Payload
-from vgcsim.traces.compression.compressors.sparse import sparse_payload
+from vgcsim.traces.compression.base import CodecProfile, Payload, label_number
+from vgcsim.traces.compression.compressors.sparse import (
+    SPARSE_DECODE_DERIVATION,
+    SPARSE_ENCODE_DERIVATION,
+    sparse_payload,
+)
 from vgcsim.traces.compression.compressors.strom import check_tau
-from vgcsim.traces.compression.compressors.variance import VarianceCompressor, check_variance_test
+from vgcsim.traces.compression.compressors.variance_based import (
+    VarianceCompressor,
+    check_variance_test,
+    passes_test,
+    reading_suffix,
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,24 @@ class HybridCompressor(VarianceCompressor):
     name = "hybrid"
     needs_sqsum = True
     Params = HybridParams
+    codec_profile = CodecProfile(
+        34.0,
+        20.0,
+        7,
+        8.0,
+        2,
+        0.0,
+        16.0,
+        2,
+        "as variance (the same residual, variance and test passes) plus the Strom threshold "
+        f"folded into the test kernel's compare; 7 kernels. {SPARSE_ENCODE_DERIVATION}. "
+        f"{SPARSE_DECODE_DERIVATION}",
+    )
+
+    @classmethod
+    def label(cls, params: Mapping[str, Any]) -> str:
+        alpha, tau = label_number(params.get("alpha", "?")), label_number(params.get("tau", "?"))
+        return f"hybrid α={alpha}, τ={tau}{reading_suffix(params)}"
 
     def _values_format(self) -> str:
         return "code4"
@@ -52,7 +81,7 @@ class HybridCompressor(VarianceCompressor):
         return indices
 
     def _select(self, r: np.ndarray, v: np.ndarray) -> np.ndarray:
-        passes = (np.abs(r) >= np.float32(self.config.tau)) & (np.square(r) > self.config.alpha * v)
+        passes = (np.abs(r) >= np.float32(self.config.tau)) & passes_test(r, v, self.config.alpha)
         return np.flatnonzero(passes)
 
     def _send(self, r: np.ndarray, indices: np.ndarray, layer: int) -> Payload:

@@ -35,14 +35,17 @@ workers at once (:meth:`PowerSGDCompressor.exchange`); :meth:`compress` is refus
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 from vgcsim.traces.compression.base import Compressor, LayerStep, Payload
 
 from vgcsim.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 #: the one encoding of PowerSGD payloads: fp32 elements of the allreduced buffers
 LOWRANK_ENCODING = "lowrank_fp32"
@@ -130,6 +133,8 @@ def orthogonalize(matrix: torch.Tensor, epsilon: float = 0.0) -> None:
     """Orthonormalize the columns of ``matrix`` ([n, r]) in place, as torch's hook does:
     Gram-Schmidt for r <= 2 (each column divided by its norm + ``epsilon``, then projected
     out of the later ones), the Q factor of ``torch.linalg.qr`` above."""
+    import torch
+
     rank = matrix.shape[1]
     if rank <= 2:
         for i in range(rank):
@@ -154,12 +159,17 @@ class ExchangeResult:
 
 
 class PowerSGDCompressor(Compressor):
-    """PowerSGD (see the module docstring)."""
+    """PowerSGD (see the module docstring). No ``codec_profile``: its local work is priced by
+    :func:`vgcsim.traces.devicecost.powersgd_time_s` from the trace's P and Q sizes."""
 
     name = "powersgd"
     Params = PowerSGDParams
     #: exchanges all workers together (:meth:`exchange`), not one payload per worker
     collective: ClassVar[bool] = True
+
+    @classmethod
+    def label(cls, params: Mapping[str, Any]) -> str:
+        return f"PowerSGD r={params.get('rank', '?')}"
 
     def _validate(self) -> None:
         c = self.config
@@ -188,6 +198,8 @@ class PowerSGDCompressor(Compressor):
         return LOWRANK_ENCODING
 
     def init_state(self, numel: int) -> PowerSGDLayerState:
+        import torch
+
         return PowerSGDLayerState(torch.zeros(numel, dtype=torch.float32))
 
     def init_shared(self) -> PowerSGDShared:
@@ -213,6 +225,8 @@ class PowerSGDCompressor(Compressor):
     ) -> ExchangeResult:
         """One step of W workers. ``grads[l]``: ``[W, numel_l]`` float32 gradients of layer l;
         ``states[w][l]``: worker w's error memory (updated); ``shared``: updated."""
+        import torch
+
         c = self.config
         world = grads[0].shape[0]
         numels = [g.shape[1] for g in grads]

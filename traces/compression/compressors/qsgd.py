@@ -5,10 +5,12 @@ No residual: every element is sent as a signed level of its bucket's norm.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import torch
 from vgcsim.traces.compression.base import (
+    CodecProfile,
     Compressor,
     LayerStep,
     Payload,
@@ -20,6 +22,9 @@ from vgcsim.traces.wire.encoders import QSGD_ENCODINGS
 from vgcsim.traces.wire.messages import QSGDMessage
 
 from vgcsim.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,26 @@ class QSGDCompressor(Compressor):
 
     name = "qsgd"
     Params = QSGDParams
+    codec_profile = CodecProfile(
+        9.0,
+        0.0,
+        3,
+        0.0,
+        2,
+        9.0,
+        0.0,
+        2,
+        "compress (D. Alistarh et al., QSGD, NeurIPS 2017): the norm (read g, 4 B), stochastic "
+        "rounding with an in-register counter-based generator (read g 4 B, write a 1 B level) "
+        "= 9 B per element; 3 kernels. encode: pack the levels (the 1 B levels are read by the "
+        "compress count; the payload bytes are written), 2 kernels. decode: read a 1 B level and "
+        "read + write the fp32 accumulator = 9 B per element of every received layer; 2 "
+        "kernels per layer",
+    )
+
+    @classmethod
+    def label(cls, params: Mapping[str, Any]) -> str:
+        return f"QSGD {params.get('bits', '?')} bit, d={params.get('bucket_size', '?')}"
 
     def _validate(self) -> None:
         c = self.config
@@ -75,6 +100,8 @@ class QSGDCompressor(Compressor):
         self, g: torch.Tensor, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-bucket fp32 norms and signed integer levels of a 1-D fp32 tensor."""
+        import torch
+
         n, d, s = g.numel(), self.config.bucket_size, self.s
         buckets = -(-n // d)
         padded = torch.zeros(buckets * d, dtype=torch.float32)

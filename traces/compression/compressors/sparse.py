@@ -9,15 +9,30 @@ what was not sent and the quantization error of what was in the residual ``r``, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from vgcsim.traces.compression.base import Compressor, Payload, check_grad, make_payload
 from vgcsim.traces.wire.encoders import SPARSE_ENCODINGS
 from vgcsim.traces.wire.messages import CODE_SIGN_BIT, SparseMessage
 from vgcsim.traces.wire.quantize import quantize_log4
 
+if TYPE_CHECKING:
+    import torch
+
 VALUE_FORMATS = ("code4", "fp32")
+
+#: How the sparse compressors' codec profiles count decode and encode (their
+#: ``codec_profile`` derivations end with these).
+SPARSE_DECODE_DERIVATION = (
+    "decode: read the payload bytes, unpack each sent element to (index, value) and "
+    "scatter-add it into the fp32 accumulator: read index + value 8 B, read + write the "
+    "accumulator 8 B = 16 B per sent element; 2 kernels per layer (unpack, scatter-add)"
+)
+SPARSE_ENCODE_DERIVATION = (
+    "encode: read each sent element's index and code (8 B) and write the payload bytes; "
+    "2 kernels per layer (bit-length prefix sum, write)"
+)
 
 
 @dataclass
@@ -105,4 +120,6 @@ class SparseCompressor(Compressor):
         return "packed32" if self._values_format() == "code4" else "coo64"
 
     def init_state(self, numel: int) -> ResidualState:
+        import torch
+
         return ResidualState(torch.zeros(numel, dtype=torch.float32))

@@ -7,12 +7,15 @@ Interspeech 2015. r += g; elements with |r_i| ≥ τ are sent as ±τ and r_i �
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from vgcsim.traces.compression.base import LayerStep, Payload
+from vgcsim.traces.compression.base import CodecProfile, LayerStep, Payload, label_number
 from vgcsim.traces.compression.compressors.sparse import (
+    SPARSE_DECODE_DERIVATION,
+    SPARSE_ENCODE_DERIVATION,
     ResidualState,
     SparseCompressor,
     sparse_payload,
@@ -20,6 +23,9 @@ from vgcsim.traces.compression.compressors.sparse import (
 )
 
 from vgcsim.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,24 @@ class StromCompressor(SparseCompressor):
 
     name = "strom"
     Params = StromParams
+    codec_profile = CodecProfile(
+        18.0,
+        20.0,
+        5,
+        8.0,
+        2,
+        0.0,
+        16.0,
+        2,
+        "compress (N. Strom, Interspeech 2015): r ← r + g (12 B), test |r| ≥ τ (read r 4 B, "
+        "write a 1 B mask), compact the mask (1 B) = 18 B per element; per sent element read r, "
+        "write index + code, subtract ±τ from r (read + write) = 20 B; 5 kernels. "
+        f"{SPARSE_ENCODE_DERIVATION}. {SPARSE_DECODE_DERIVATION}",
+    )
+
+    @classmethod
+    def label(cls, params: Mapping[str, Any]) -> str:
+        return f"Strom τ={label_number(params.get('tau', '?'))}"
 
     def _validate(self) -> None:
         check_tau(self.name, self.config.tau)

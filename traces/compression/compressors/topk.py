@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from vgcsim.traces.compression.base import LayerStep, Payload, check_choice
+from vgcsim.traces.compression.base import CodecProfile, LayerStep, Payload, check_choice
 from vgcsim.traces.compression.compressors.sparse import (
+    SPARSE_DECODE_DERIVATION,
+    SPARSE_ENCODE_DERIVATION,
     VALUE_FORMATS,
     ResidualState,
     SparseCompressor,
@@ -22,6 +24,9 @@ from vgcsim.traces.compression.compressors.sparse import (
 from vgcsim.traces.wire.quantize import ROUNDINGS, SCALES
 
 from vgcsim.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -40,10 +45,24 @@ class TopKParams:
 
 
 class TopKCompressor(SparseCompressor):
-    """Top-k magnitude selection with error feedback."""
+    """Top-k magnitude selection with error feedback. Its label is the default one (up to
+    two scalar hyperparameters)."""
 
     name = "topk"
     Params = TopKParams
+    codec_profile = CodecProfile(
+        20.0,
+        16.0,
+        6,
+        8.0,
+        2,
+        0.0,
+        16.0,
+        2,
+        "compress: r ← r + g (12 B), radix top-k selection over |r| in two passes (8 B) = 20 B "
+        "per element; per sent element gather r (4 B), write index + value (8 B), zero r (4 B) "
+        f"= 16 B; 6 kernels. {SPARSE_ENCODE_DERIVATION}. {SPARSE_DECODE_DERIVATION}",
+    )
 
     def _validate(self) -> None:
         c = self.config

@@ -4,18 +4,31 @@ Tsuzuku, Imachi, Akiba, *Variance-based Gradient Compression for Efficient Distr
 Learning*, ICLR workshop 2018, Algorithm 1, and the readings of its ambiguous steps
 (``docs/compression.md``). The paper's own rule (``after_send="reset"``, the default) keeps
 what was not sent but clears ``r`` of a sent element, dropping its quantization error.
+
+The rule's element-wise steps are written once here in NumPy, :func:`add_to_state` and
+:func:`passes_test` (the reference: the recorder's compressors and the hook codec's CPU pass
+call them), and once in torch for the device
+(:func:`vgcsim.traces.compression.torch_codec.accumulate_and_select`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from vgcsim.traces.compression.base import LayerStep, Payload, check_choice
+from vgcsim.traces.compression.base import (
+    CodecProfile,
+    LayerStep,
+    Payload,
+    check_choice,
+    label_number,
+)
 from vgcsim.traces.compression.compressors.sparse import (
+    SPARSE_DECODE_DERIVATION,
+    SPARSE_ENCODE_DERIVATION,
     VALUE_FORMATS,
     SparseCompressor,
     sparse_payload,
@@ -25,6 +38,9 @@ from vgcsim.traces.wire.quantize import ROUNDINGS, SCALES
 
 from vgcsim.core.errors import ConfigError
 
+if TYPE_CHECKING:
+    import torch
+
 VARIANCE_READINGS = ("sqsum", "centered")
 #: What happens to a sent element's state: the paper's r ← 0, v ← 0, or r −= q, v ← 0.
 AFTER_SEND_RULES = ("reset", "error_feedback")
@@ -32,8 +48,71 @@ AFTER_SEND_RULES = ("reset", "error_feedback")
 BELOW_FLOOR_RULES = ("keep", "floor")
 #: Divisor of the per-step variance term: |B|² (variance of the minibatch mean) or |B|.
 VARIANCE_SCALES = ("batch_mean", "per_sample")
+#: Readings of the variance/hybrid post-send rule and their defaults: a trace recorded under
+#: another reading names it in its label, so two traces differing only in reading stay apart.
+READING_DEFAULTS = {
+    "after_send": "reset",
+    "below_floor": "keep",
+    "variance_scale": "batch_mean",
+    "variance": "sqsum",
+}
+#: the parameters that choose a variance-test compressor's reading of the paper's rules
+READING_KEYS = ("after_send", "below_floor", "variance_scale")
+
+
+def reading_suffix(p: Mapping[str, Any]) -> str:
+    """`` (error_feedback, floor)`` for the non-default readings present in ``p``, else ``""``."""
+    other = [str(p[k]) for k, d in READING_DEFAULTS.items() if k in p and p[k] != d]
+    return f" ({', '.join(other)})" if other else ""
+
+
 #: The smallest magnitude of the 4-bit code relative to its scale M: M·2^-7.
-_FLOOR = np.float32(2.0**-7)
+FLOOR = np.float32(2.0**-7)
+
+
+def add_to_state(
+    r: np.ndarray,
+    v: np.ndarray,
+    g: np.ndarray,
+    sq: np.ndarray,
+    batch_size: int,
+    *,
+    variance: str,
+    variance_scale: str,
+    work: np.ndarray | None = None,
+) -> None:
+    """The rule's accumulation, in place on fp32 arrays: ``r += g`` and ``v +=`` the step's
+    variance term from the squared sums ``sq`` over ``batch_size`` samples: S/|B|² ("sqsum",
+    "batch_mean"), S/|B| ("per_sample"), or the centered (S/|B| − g²)⁺ over |B| or 1
+    ("centered"). ``work``: an fp32 array of r's size for the term (no allocation)."""
+    r += g
+    b = np.float32(batch_size)
+    per_sample = variance_scale == "per_sample"
+    if variance == "sqsum":
+        if per_sample:
+            term = np.divide(sq, b, out=work)
+        else:
+            term = np.multiply(sq, np.float32(1.0 / float(batch_size) ** 2), out=work)
+        v += term
+    else:
+        centered = np.maximum(sq / b - g * g, np.float32(0))
+        v += centered if per_sample else centered / b
+
+
+def passes_test(
+    r: np.ndarray,
+    v: np.ndarray,
+    alpha: float,
+    *,
+    work: tuple[np.ndarray, np.ndarray] | None = None,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """The variance test as a bool mask: r_i² > α·v_i in fp32 (α = 0: every nonzero r_i).
+    ``work``: two fp32 arrays of r's size for r² and α·v; ``out``: the bool mask's array."""
+    if alpha == 0:
+        return np.not_equal(r, 0, out=out)
+    a, b = work if work is not None else (None, None)
+    return np.greater(np.square(r, out=a), np.multiply(v, np.float32(alpha), out=b), out=out)
 
 
 @dataclass
@@ -108,6 +187,26 @@ class VarianceCompressor(SparseCompressor):
     name = "variance"
     needs_sqsum = True
     Params = VarianceParams
+    readings = READING_KEYS
+    codec_profile = CodecProfile(
+        34.0,
+        20.0,
+        6,
+        8.0,
+        2,
+        0.0,
+        16.0,
+        2,
+        "compress (Tsuzuku et al. 2018, Alg. 1): r ← r + g (read r, g, write r: 12 B), "
+        "v ← v + σ² from the squared sums (read v, sq, write v: 12 B), test |r| > α√v (read r, "
+        "v: 8 B, write a 1 B mask), compact the mask (1 B) = 34 B per element; per sent "
+        "element read r (4 B), write index + code (8 B), reset r and v (8 B) = 20 B; 6 kernels. "
+        f"{SPARSE_ENCODE_DERIVATION}. {SPARSE_DECODE_DERIVATION}",
+    )
+
+    @classmethod
+    def label(cls, params: Mapping[str, Any]) -> str:
+        return f"variance α={label_number(params.get('alpha', '?'))}{reading_suffix(params)}"
 
     def _validate(self) -> None:
         c = self.config
@@ -118,28 +217,24 @@ class VarianceCompressor(SparseCompressor):
         check_choice("value format", c.values, VALUE_FORMATS)
 
     def init_state(self, numel: int) -> VarianceState:
+        import torch
+
         zeros = torch.zeros(numel, dtype=torch.float32)
         return VarianceState(zeros, zeros.clone())
 
     def _select(self, r: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Indices i that pass the test r_i² > alpha·v_i (alpha = 0: every nonzero r_i)."""
-        if self.config.alpha == 0:
-            return np.flatnonzero(r)
-        return np.flatnonzero(np.square(r) > self.config.alpha * v)
+        return np.flatnonzero(passes_test(r, v, self.config.alpha))
 
     def _compress(self, grad: torch.Tensor, state: VarianceState, step: LayerStep) -> Payload:
         if step.sqsum is None:
             raise ValueError(f"{self.name} needs sqsum (per-element Σ_z (∇f_z)²)")
         r, v = state.residual.numpy(), state.variance.numpy()
         g, sq = state_input(grad, r.size, "grad"), state_input(step.sqsum, r.size, "sqsum")
-        r += g
-        b = np.float32(step.batch_size)
-        per_sample = self.config.variance_scale == "per_sample"
-        if self.config.variance == "sqsum":
-            v += sq / b if per_sample else sq * np.float32(1.0 / float(step.batch_size) ** 2)
-        else:
-            centered = np.maximum(sq / b - g * g, 0)
-            v += centered if per_sample else centered / b
+        c = self.config
+        add_to_state(
+            r, v, g, sq, step.batch_size, variance=c.variance, variance_scale=c.variance_scale
+        )
         indices = self._select(r, v)
         indices = self._above_floor(r, indices)
         payload = self._send(r, indices, step.layer)
@@ -163,7 +258,7 @@ class VarianceCompressor(SparseCompressor):
                 m = magnitude.max()
             else:
                 m = np.float32(magnitude.mean(dtype=np.float64))
-            keep = magnitude >= m * _FLOOR
+            keep = magnitude >= m * FLOOR
             if keep.all():
                 break
             indices = indices[keep]
