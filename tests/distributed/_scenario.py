@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from vgcsim.traces.compression.compressors import get_compressor
-from vgcsim.traces.compression.variance import worker_gradients
+from vgcsim.traces.compression.sqsum_estimators import worker_gradients
 
 IN, HIDDEN, CLASSES = 12, 16, 3
 BATCH_PER_WORKER = 8

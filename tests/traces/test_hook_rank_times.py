@@ -108,7 +108,9 @@ def test_the_step_waits_for_the_slowest_rank(tmp_path):
 def test_predict_and_simulate_see_the_same_per_rank_times(tmp_path, p):
     run = _hook_trace(tmp_path)
     cluster = tmp_path / "c.toml"
-    cluster.write_text('name = "c"\ncompute = "trace"\n[topology]\nkind = "star"\n[link]\npreset = "10GbE"\n')
+    cluster.write_text(
+        'name = "c"\ncompute = "trace"\n[topology]\nkind = "star"\n[link]\npreset = "10GbE"\n'
+    )
     frames = {}
     for cmd in ("predict", "simulate"):
         argv = [cmd, str(run), "--cluster", str(cluster), "--world-sizes", str(p)]

@@ -163,7 +163,7 @@ class RankWorkers:
         return indices[self.rank * b : (self.rank + 1) * b]
 
     def gradients(self, model, x, y, estimator):
-        from vgcsim.traces.compression.variance import worker_gradients
+        from vgcsim.traces.compression.sqsum_estimators import worker_gradients
         from vgcsim.traces.training.loop import per_sample_loss
 
         return worker_gradients(

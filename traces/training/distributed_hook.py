@@ -37,8 +37,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from vgcsim.traces.compression import torch_codec
+from vgcsim.traces.compression.sqsum_estimators import conv_padding
 from vgcsim.traces.compression.sqsum_hooks import SqsumHooks
-from vgcsim.traces.compression.variance import _conv_padding
 from vgcsim.traces.training.distributed_allgatherv import start_allgatherv_segments
 from vgcsim.traces.wire.encoders import ENCODINGS
 
@@ -310,7 +310,7 @@ class DirectSqsumHooks(SqsumHooks):
             plan = None
             if self.estimator == "fast" and self.sq_dtype == torch.float32:
                 if conv:
-                    args = (module.stride, _conv_padding(module), module.dilation, module.groups)
+                    args = (module.stride, conv_padding(module), module.dilation, module.groups)
                     plan = (True, args)
                 elif isinstance(module, nn.Linear):
                     plan = (False, None)

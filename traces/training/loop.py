@@ -94,7 +94,7 @@ SLOWEST_SECONDS = ("rank_compute_s", "optimizer_s", "comm_s")
 def check_config(cfg: RecordConfig) -> None:
     """Refuse unknown names and bad hyperparameters before any work starts."""
     from vgcsim.traces.compression.compressors import get_compressor
-    from vgcsim.traces.compression.variance import ESTIMATORS, SQ_DTYPES
+    from vgcsim.traces.compression.sqsum_estimators import ESTIMATORS, SQ_DTYPES
     from vgcsim.traces.training.optim import OPTIMIZERS, SCHEDULES
 
     checks = (
@@ -136,7 +136,7 @@ def resolve_config(cfg: RecordConfig) -> RecordConfig:
     """``cfg`` with its machine-dependent settings made explicit, as the trace header records
     them: ``sq_dtype="auto"`` → the precision this machine runs, ``device="auto"`` → cpu or
     cuda."""
-    from vgcsim.traces.compression.variance import resolve_sq_dtype
+    from vgcsim.traces.compression.sqsum_estimators import resolve_sq_dtype
 
     return dataclasses.replace(
         cfg, sq_dtype=resolve_sq_dtype(cfg.sq_dtype), device=resolve_device(cfg.device)

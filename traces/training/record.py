@@ -4,7 +4,7 @@ One process emulates W workers inside the shared loop (:func:`vgcsim.traces.trai
 What :class:`EmulatedWorkers` does per step:
 
 1. every worker's B samples go through one batched pass
-   (``vgcsim.traces.compression.variance.worker_gradients``), yielding every worker's mean-loss
+   (``vgcsim.traces.compression.sqsum_estimators.worker_gradients``), yielding every worker's mean-loss
    gradient and, when the compressor needs it, Σ_z (∇f_z)² over its samples
    (``gradient_pass = "separate"`` runs W passes of B samples instead, for comparison);
    on ``device = "cuda"`` this pass runs on the GPU;
@@ -70,7 +70,7 @@ _per_sample_loss = per_sample_loss
 
 
 def _gradients(model, x, y, cfg: RecordConfig, estimator: str | None):
-    from vgcsim.traces.compression.variance import WorkerGrads, worker_gradients
+    from vgcsim.traces.compression.sqsum_estimators import WorkerGrads, worker_gradients
 
     if cfg.gradient_pass == "batched":
         return worker_gradients(

@@ -110,7 +110,7 @@ class RecordConfig:
 
     workers: W emulated workers; batch_size: samples per worker per step; estimator: the
     squared-gradient estimator when the compressor needs one ("exact" or "fast", see
-    ``vgcsim.traces.compression.variance``); sq_dtype: precision of the fast estimator's Conv2d
+    ``vgcsim.traces.compression.sqsum_estimators``); sq_dtype: precision of the fast estimator's Conv2d
     squared-sum convolution ("auto": bfloat16 on CPUs with native bf16 dot products, else
     float32; "float32"; "bfloat16"), resolved before recording so the header names what
     ran; gradient_pass: "batched" (one pass for all workers,
