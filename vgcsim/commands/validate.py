@@ -121,8 +121,8 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
         from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 
         sim_cfg = SimulateConfig(
-            dense_collective=f"allreduce/{opts.allreduce}",
-            compressed_collective=f"allgatherv/{allgatherv}",
+            allreduce=(opts.allreduce,),
+            allgatherv=(allgatherv,),
             per_step=True,
             dense_encodings=("fp32",),
         )
@@ -203,8 +203,8 @@ def term_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateOptions
         from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 
         sim_cfg = SimulateConfig(
-            dense_collective=f"allreduce/{opts.allreduce}",
-            compressed_collective=f"allgatherv/{allgatherv}",
+            allreduce=(opts.allreduce,),
+            allgatherv=(allgatherv,),
             per_step=True,
             dense_encodings=("fp32",),
         )
