@@ -77,7 +77,7 @@ def test_predict_and_simulate_agree_step_by_step_on_a_star(trace, p):
         cluster,
         [p],
         SimulateConfig(
-            compressed_collective="allgatherv/bounded", per_step=True, bucket_bytes=BUCKET
+            allgatherv=("bounded",), per_step=True, bucket_bytes=BUCKET
         ),
     )
     rows = {
@@ -100,4 +100,4 @@ def test_bucketed_overlap_is_refused_with_the_bounded_exchange(trace):
             PredictOptions(world_sizes=(2,), allgatherv=("bounded",), overlap="bucketed"),
         )
     with pytest.raises(ConfigError, match="overlap none"):
-        SimulateConfig(compressed_collective="allgatherv/bounded", overlap="bucketed")
+        SimulateConfig(allgatherv=("bounded",), overlap="bucketed")

@@ -137,7 +137,7 @@ def test_replay_and_predict_of_a_trace_price_the_host_cost_alike(size_exchange):
     frames = {}
     for name, cluster in (("host", cl), ("none", base)):
         cfg = SimulateConfig(
-            compressed_collective="allgatherv/padded", per_step=True, size_exchange=size_exchange
+            allgatherv=("padded",), per_step=True, size_exchange=size_exchange
         )
         sim, _, _ = simulate_trace(trace, cluster, sizes, cfg)
         opts = PredictOptions(

@@ -83,7 +83,7 @@ PLAN_CASES = [
     (4, {"overlap": "none"}),
     (1, {"overlap": "bucketed", "bucket_bytes": 4e6}),
     (4, {"overlap": "bucketed", "bucket_bytes": 4e6, "size_exchange": False}),
-    (4, {"overlap": "per_layer", "compressed_collective": "allgatherv/padded"}),
+    (4, {"overlap": "per_layer", "allgatherv": ("padded",)}),
     (2, {"overlap": "bucketed", "bucket_bytes": 3e7}),  # two groups, two ranks
 ]
 
@@ -280,7 +280,7 @@ def test_forced_collective_path_on_shared_links_names_every_collective(trace):
     """A leaf-spine with two hosts per leaf and spread placement makes ring flows share the
     uplinks, so the collective-level path is not exact; forcing it is refused with a message
     that lists the step's collectives in sorted order, comma-separated."""
-    cfg, cl, buckets, ws = _setup(trace, 4, compressed_collective="allgatherv/bruck")
+    cfg, cl, buckets, ws = _setup(trace, 4, allgatherv=("bruck",))
     cl = dataclasses.replace(_cluster(LEAF_SPINE), compute="trace")
     ws = _world_size(trace, cl, 4, cfg, buckets)
     plan = _step_plan(ws, buckets, 0, "compressed", trace.primary_encoding, "compressed")
