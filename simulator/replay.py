@@ -798,7 +798,7 @@ def simulate_trace(
     trace: Trace,
     cluster: ClusterSpec,
     world_sizes: Sequence[int] | None = None,
-    cfg: SimulateConfig = SimulateConfig(),
+    cfg: SimulateConfig | None = None,
     *,
     timeline_steps: Sequence[int] = (),
     timeline_max_ranks: int | None = None,
@@ -823,7 +823,7 @@ def simulate_trace(
     rows: list[dict[str, Any]] = []
     timelines: list[StepTimeline] = []
     info: dict[str, Any] = {}
-    cfg = resolve_collectives(cfg, trace)
+    cfg = resolve_collectives(cfg or SimulateConfig(), trace)
     if world_sizes is None:
         world_sizes = cfg.world_sizes
     buckets = _Buckets.of(trace, cfg)

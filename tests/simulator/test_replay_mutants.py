@@ -42,6 +42,7 @@ from vgcsim.simulator.replay import (  # noqa: E402
     simulate_trace,
 )
 from vgcsim.traces.io import read_trace  # noqa: E402
+from vgcsim.traces.replay import resolve_collectives  # noqa: E402
 from vgcsim.traces.synth import SynthConfig, synth_trace  # noqa: E402
 
 from vgcsim.core.errors import ConfigError  # noqa: E402
@@ -71,7 +72,7 @@ def trace(tmp_path_factory):
 
 
 def _setup(trace, p, **fields):
-    cfg = SimulateConfig(**fields)
+    cfg = resolve_collectives(SimulateConfig(**fields), trace)
     cl = dataclasses.replace(_cluster(gamma_s_per_byte=1e-11), compute="trace")
     buckets = _Buckets.of(trace, cfg)
     return cfg, cl, buckets, _world_size(trace, cl, p, cfg, buckets)
@@ -142,7 +143,7 @@ TL_FIELDS = {
 @pytest.fixture(scope="module")
 def timelined(trace):
     cl = dataclasses.replace(_cluster(LEAF_SPINE, gamma_s_per_byte=2**-30), compute="trace")
-    cfg = SimulateConfig(**TL_FIELDS)
+    cfg = resolve_collectives(SimulateConfig(**TL_FIELDS), trace)
     _, _, _, ws = _setup(trace, 4, **TL_FIELDS)
     df, tls, _ = simulate_trace(trace, cl, [4], cfg, timeline_steps=[int(ws.inputs.steps[1])])
     return df, tls

@@ -9,6 +9,7 @@ from vgcsim.commands import add_out_option
 
 HELP = "write plots, what-if tables and a self-contained HTML report from result tables"
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "results",

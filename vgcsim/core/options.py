@@ -2,8 +2,8 @@
 
 :class:`ReplayOptions` holds every knob the closed-form models and the simulator share, under
 one name each: the world sizes, the dense baselines' allreduce algorithms (``allreduce``) and
-the compressed exchange's allgatherv algorithms (``allgatherv``; empty: the trace's own, see
-``vgcsim.traces.replay.resolve_collectives``), the bits column (``encoding``), the
+the compressed exchange's allgatherv algorithms (``allgatherv``; empty: the trace's own,
+filled in by the one resolver of the trace layer, ``resolve_collectives``), the bits column (``encoding``), the
 extrapolation ``rule`` and its ``seed``, ``per_step`` rows, the ``overlap`` mode and its
 ``bucket_bytes``, the dense baselines' encodings, the allgatherv size exchange and the sparse
 allreduce algorithms. Each field is a ``--set`` key of both commands and a keyword of
@@ -53,7 +53,7 @@ __all__ = [
 #: exchange), ``full`` (the optimistic closed-form bound: backward hides the exchange;
 #: predict only), ``per_layer`` (one collective per layer), ``bucketed`` (DDP-style buckets).
 OVERLAPS = ("none", "full", "per_layer", "bucketed")
-#: Rules mapping P ranks to the recorded workers (vgcsim.traces.extrapolate).
+#: Rules mapping P ranks to the recorded workers (the trace layer's extrapolation).
 RULES = ("modulo", "resample")
 #: Dense baselines: fp32 allreduce, and the 2-byte casts of PyTorch's bf16/fp16 compress hooks.
 DENSE_ENCODINGS = ("fp32", "bf16", "fp16")
@@ -61,7 +61,7 @@ DENSE_ENCODINGS = ("fp32", "bf16", "fp16")
 MODES = ("fair", "fifo")
 #: When a simulated message may start: at once (eager) or when its receiver posts (rendezvous).
 SEMANTICS = ("eager", "rendezvous")
-#: Which simulator path runs a step (vgcsim.simulator.replay).
+#: Which simulator path runs a step: chosen per step, or one forced.
 PATHS = ("auto", "message", "collective", "round")
 #: Largest straggler jitter (coefficient of variation of the compute factor): 10 is a spread
 #: of 1000 %, far beyond any measured straggler; larger values only overflow.
@@ -156,7 +156,10 @@ class SimulateConfig(ReplayOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for op, names, most in (("allreduce", self.allreduce, 1), ("allgatherv", self.allgatherv, 1)):
+        for op, names, most in (
+            ("allreduce", self.allreduce, 1),
+            ("allgatherv", self.allgatherv, 1),
+        ):
             if len(names) > most or (op == "allreduce" and not names):
                 raise ConfigError(
                     f"{op} {','.join(names)!r}: simulate replays one algorithm at a time"
