@@ -123,11 +123,19 @@ def load_trace(trace: str | Path | Trace) -> Trace:
     return trace if isinstance(trace, Trace) else read_trace(trace)
 
 
-def load_cluster(cluster: str | Path | ClusterSpec) -> ClusterSpec:
-    """A cluster preset name (``vgcsim clusters`` lists them) or a cluster TOML file."""
-    from vgcsim.core.cluster import ClusterSpec, load_cluster
+def load_cluster(cluster: str | Path | ClusterSpec, *, compute: str | None = None) -> ClusterSpec:
+    """A cluster preset name (``vgcsim clusters`` lists them) or a cluster TOML file (a
+    :class:`vgcsim.core.cluster.ClusterSpec` passes through); ``compute`` overrides its
+    compute mode (``"model"`` or ``"trace"``), as ``--compute`` does."""
+    import dataclasses
 
-    return cluster if isinstance(cluster, ClusterSpec) else load_cluster(str(cluster))
+    from vgcsim.core.cluster import ClusterSpec
+    from vgcsim.core.cluster import load_cluster as _load
+
+    spec = cluster if isinstance(cluster, ClusterSpec) else _load(str(cluster))
+    if compute is not None and compute != spec.compute:
+        spec = dataclasses.replace(spec, compute=compute)
+    return spec
 
 
 def record(
@@ -173,15 +181,6 @@ def _world_sizes(world_sizes: Sequence[int] | str | None) -> tuple[int, ...]:
     if not isinstance(world_sizes, str):
         world_sizes = ",".join(str(int(p)) for p in world_sizes)
     return parse_world_sizes(world_sizes)
-
-
-def _with_compute(cluster: str | Path | ClusterSpec, compute: str | None) -> ClusterSpec:
-    import dataclasses
-
-    spec = load_cluster(cluster)
-    if compute is not None and compute != spec.compute:
-        spec = dataclasses.replace(spec, compute=compute)
-    return spec
 
 
 def _config(
@@ -256,7 +255,7 @@ def predict(
 
     t = load_trace(trace)
     opts = _config("predict", PredictOptions, config, world_sizes, options)
-    spec = _with_compute(cluster, compute)
+    spec = load_cluster(cluster, compute=compute)
     opts = resolve_collectives(opts, t)
     return _attrs(predict_trace(t, spec, opts), "predicted", spec, _header_options(opts, t))
 
@@ -295,7 +294,7 @@ def simulate_run(
 
     t = load_trace(trace)
     cfg = _config("simulate", SimulateConfig, config, world_sizes, options)
-    spec = _with_compute(cluster, compute)
+    spec = load_cluster(cluster, compute=compute)
     cfg = resolve_collectives(cfg, t)
     df, timelines, info = simulate_trace(
         t,
@@ -378,7 +377,7 @@ def save(
     if len(sources) != 1:
         raise ResultsError(f"save one source per result table, got {sources}")
     t = load_trace(trace)
-    spec = _with_compute(cluster, (df.attrs.get("cluster") or {}).get("compute"))
+    spec = load_cluster(cluster, compute=(df.attrs.get("cluster") or {}).get("compute"))
     opts = {**(df.attrs.get("options") or {}), **options}
     rule = opts.get("rule", "modulo")
     return save_results(

@@ -467,7 +467,7 @@ def _run_measurements(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vgcsim.core.cluster import load_cluster
+    from vgcsim import api
     from vgcsim.reports.validation import plot_validation, steps_text, validation_summary
     from vgcsim.traces.io import read_trace
 
@@ -486,9 +486,7 @@ def run(args: argparse.Namespace) -> int:
             "comparing two runs needs two traces written by the DDP hook "
             "(register_vgc_hook(..., trace_dir=...))"
         )
-    from vgcsim.commands.cost_options import with_compute
-
-    cluster = with_compute(args, load_cluster(args.cluster))
+    cluster = api.load_cluster(args.cluster, compute=args.compute)
     opts = ValidateOptions(
         allreduce=args.allreduce, allgatherv=args.allgatherv, simulate=not args.no_simulate
     )
