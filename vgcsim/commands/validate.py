@@ -68,12 +68,13 @@ def default_allgatherv(trace: Any) -> str:
 def _predicted(trace: Any, cluster: Any, opts: ValidateOptions, allgatherv: str) -> Any:
     """predict's per-step rows of ``trace`` at its own world size (dense fp32 beside the
     compressed exchange), as both validations compare them."""
-    from vgcsim.models.predict import PredictOptions, predict_trace
+    from vgcsim import api
+    from vgcsim.core.options import PredictOptions
 
-    return predict_trace(
+    return api.predict(
         trace,
         cluster,
-        PredictOptions(
+        config=PredictOptions(
             world_sizes=(int(trace.workers),),
             allreduce=(opts.allreduce,),
             allgatherv=(allgatherv,),
@@ -118,15 +119,17 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
     out["predicted_s"] = pred["comm_s"].reindex(out["step"]).to_numpy(dtype=float)
     out["simulated_s"] = np.nan
     if opts.simulate:
-        from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+        from vgcsim import api
+        from vgcsim.core.options import SimulateConfig
 
         sim_cfg = SimulateConfig(
+            world_sizes=(p,),
             allreduce=(opts.allreduce,),
             allgatherv=(allgatherv,),
             per_step=True,
             dense_encodings=("fp32",),
         )
-        sim, _, _ = simulate_trace(trace, cluster, [p], sim_cfg)
+        sim = api.simulate(trace, cluster, config=sim_cfg)
         sim = _measured_rows(sim, method)
         out["simulated_s"] = sim["comm_s"].reindex(out["step"]).to_numpy(dtype=float)
     for src in SOURCES:
@@ -200,15 +203,17 @@ def term_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateOptions
     allgatherv = opts.allgatherv or default_allgatherv(trace)
     frames = {"predicted": _predicted(trace, cluster, opts, allgatherv)}
     if opts.simulate:
-        from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+        from vgcsim import api
+        from vgcsim.core.options import SimulateConfig
 
         sim_cfg = SimulateConfig(
+            world_sizes=(p,),
             allreduce=(opts.allreduce,),
             allgatherv=(allgatherv,),
             per_step=True,
             dense_encodings=("fp32",),
         )
-        frames["simulated"] = simulate_trace(trace, cluster, [p], sim_cfg)[0]
+        frames["simulated"] = api.simulate(trace, cluster, config=sim_cfg)
     rows = []
     for term, _, _, column in STEP_TERMS:
         part = pd.DataFrame({"step": measured.index.to_numpy(dtype=np.int64), "term": term})
