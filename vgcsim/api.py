@@ -380,8 +380,10 @@ def save(
     spec = load_cluster(cluster, compute=(df.attrs.get("cluster") or {}).get("compute"))
     opts = {**(df.attrs.get("options") or {}), **options}
     rule = opts.get("rule", "modulo")
+    table = df.copy(deep=False)
+    table.attrs = {}  # what made the frame goes into the header, not the table's metadata
     return save_results(
-        df,
+        table,
         out_dir,
         source=sources[0],
         traces=[{**trace_entry(t), "caveats": trace_caveats(t)}],
