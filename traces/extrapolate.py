@@ -25,7 +25,6 @@ from vgcsim.core.options import RULES
 __all__ = ["RULES", "rank_bits", "rank_workers"]
 
 
-
 def rank_workers(
     n_steps: int, workers: int, world_size: int, rule: str, seed: int = 0
 ) -> np.ndarray:

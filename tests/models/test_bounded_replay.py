@@ -76,9 +76,7 @@ def test_predict_and_simulate_agree_step_by_step_on_a_star(trace, p):
         trace,
         cluster,
         [p],
-        SimulateConfig(
-            allgatherv=("bounded",), per_step=True, bucket_bytes=BUCKET
-        ),
+        SimulateConfig(allgatherv=("bounded",), per_step=True, bucket_bytes=BUCKET),
     )
     rows = {
         name: df[(df["method"] == "compressed") & (df["step"] >= 0)].set_index("step")

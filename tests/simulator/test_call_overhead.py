@@ -152,9 +152,7 @@ def test_a_replay_prices_segments_and_call_overhead_as_predict_does(path):
     plain = _with(get_cluster("1GbE"), efficiency=1.0, bandwidth_Bps=1.25e8)
     seg = _with(plain, segments=SEGMENTS, call_overhead_s=CALL_S)
     opts = PredictOptions(world_sizes=(3, 4), allreduce=("ring",), allgatherv=("ring",))
-    cfg = SimulateConfig(
-        allreduce=("ring",), allgatherv=("ring",), path=path
-    )
+    cfg = SimulateConfig(allreduce=("ring",), allgatherv=("ring",), path=path)
     keep = ["world_size", "method", "encoding"]
 
     def gap(cluster):

@@ -144,9 +144,7 @@ def test_synthetic_resnet50_star_simulate_equals_predict(
 
     cl = dataclasses.replace(get_cluster("10GbE"), compute=mode)
     sizes = (2, 16, 128)
-    cfg = SimulateConfig(
-        allgatherv=(allgatherv,), size_exchange=size_exchange
-    )
+    cfg = SimulateConfig(allgatherv=(allgatherv,), size_exchange=size_exchange)
     sim, _, _ = simulate_trace(r50_trace, cl, sizes, cfg)
     opts = PredictOptions(world_sizes=sizes, allgatherv=(allgatherv,), size_exchange=size_exchange)
     pred = predict_trace(r50_trace, cl, opts)
