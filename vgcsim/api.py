@@ -94,19 +94,6 @@ class MissingExtraError(VgcsimError, ImportError):
     """A function needs the training extra (torch, scikit-learn, mlxtend), not installed."""
 
 
-def _options(kind: str, cls: type, options: Mapping[str, Any]) -> Any:
-    """``cls(**options)``, refusing a misspelt option with the list of valid ones."""
-    import dataclasses
-
-    from vgcsim.core.errors import unknown_name
-
-    valid = [f.name for f in dataclasses.fields(cls) if f.init]
-    for name in options:
-        if name not in valid:
-            raise unknown_name(f"{kind} option", name, valid)
-    return cls(**options)
-
-
 def _attrs(
     df: pd.DataFrame, source: str, cluster: ClusterSpec, options: dict[str, Any]
 ) -> pd.DataFrame:
@@ -190,26 +177,22 @@ def _config(
     world_sizes: Sequence[int] | str | None,
     options: Mapping[str, Any],
 ) -> Any:
-    """``config`` (default ``cls()``) with ``world_sizes`` and ``options`` applied, refusing a
-    misspelt option with the list of valid ones."""
+    """``config`` (default ``cls()``) with ``world_sizes`` (when given, or without
+    ``config``) and ``options`` applied, refusing a misspelt option with the valid ones."""
     import dataclasses
 
-    if config is None:
-        return _options(kind, cls, {**options, "world_sizes": _world_sizes(world_sizes)})
-    if not isinstance(config, cls):
-        from vgcsim.core.errors import ConfigError
+    from vgcsim.core.errors import ConfigError, unknown_name
 
+    if config is not None and not isinstance(config, cls):
         raise ConfigError(f"{kind} config must be a {cls.__name__}, got {type(config).__name__}")
-    changes = dict(options)
-    if world_sizes is not None:
-        changes["world_sizes"] = _world_sizes(world_sizes)
     valid = [f.name for f in dataclasses.fields(cls) if f.init]
-    from vgcsim.core.errors import unknown_name
-
-    for name in changes:
+    for name in options:
         if name not in valid:
             raise unknown_name(f"{kind} option", name, valid)
-    return dataclasses.replace(config, **changes) if changes else config
+    changes = dict(options)
+    if world_sizes is not None or config is None:
+        changes["world_sizes"] = _world_sizes(world_sizes)
+    return cls(**changes) if config is None else dataclasses.replace(config, **changes)
 
 
 def _header_options(opts: Any, trace: Trace) -> dict[str, Any]:
