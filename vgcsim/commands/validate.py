@@ -56,11 +56,14 @@ def measured_method(trace: Any) -> str:
     return "dense" if trace.compressor == "dense" else "compressed"
 
 
-def default_allgatherv(trace: Any) -> str:
-    """The algorithm the recorder's allgatherv is: padded on gloo, uneven (ring) on NCCL;
-    the hook's bounded exchange for traces the DDP hook wrote."""
-    if trace.header.get("source") == "ddp_hook":
-        return "bounded"
+def measured_allgatherv(trace: Any) -> str:
+    """The algorithm the measured allgatherv is: the trace's own exchange for traces the DDP
+    hook wrote (:func:`vgcsim.traces.replay.default_allgatherv`, bounded); else what the
+    recorder ran, padded on gloo and uneven (ring) on NCCL."""
+    from vgcsim.traces.replay import default_allgatherv, is_hook_trace
+
+    if is_hook_trace(trace):
+        return default_allgatherv(trace)
     dist = trace.header.get("distributed") or {}
     return "padded" if dist.get("padded_allgather", True) else "ring"
 
@@ -111,7 +114,7 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
         )
     p = int(trace.workers)
     method = measured_method(trace)
-    allgatherv = opts.allgatherv or default_allgatherv(trace)
+    allgatherv = opts.allgatherv or measured_allgatherv(trace)
     pred = _predicted(trace, cluster, opts, allgatherv)
     pred = _measured_rows(pred, method)
     out = pd.DataFrame({"step": trace.steps["step"].to_numpy(dtype=np.int64)})
@@ -200,7 +203,7 @@ def term_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateOptions
     measured = measured_terms(trace)
     p = int(trace.workers)
     method = measured_method(trace)
-    allgatherv = opts.allgatherv or default_allgatherv(trace)
+    allgatherv = opts.allgatherv or measured_allgatherv(trace)
     frames = {"predicted": _predicted(trace, cluster, opts, allgatherv)}
     if opts.simulate:
         from vgcsim import api
