@@ -14,7 +14,7 @@ received blocks only when the whole collective has ended. A per-block pipelined 
 hide all but the last block's decode; that bound is not modelled. Decode runs on the same
 device as the backward pass, so it starts no earlier than the rank's local work ends.
 
-Overlap modes (:data:`OVERLAP_MODES`), with L = compute + variance + codec of the critical
+Overlap modes (:data:`vgcsim.core.options.OVERLAPS`), with L = compute + variance + codec of the critical
 rank, d the largest rank's decode and o the optimizer step:
 
 ``none``
@@ -48,17 +48,15 @@ from vgcsim.traces.buckets import FORWARD_FRACTION
 
 from vgcsim.core.collectives import burst_credit_s
 from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.options import OVERLAPS
 
 __all__ = [
-    "OVERLAP_MODES",
     "StepBreakdown",
     "bucketed_step_time_s",
     "critical_path",
     "iteration_time_s",
     "with_burst",
 ]
-
-OVERLAP_MODES = ("none", "full", "per_layer", "bucketed")
 
 
 @dataclass(frozen=True)
@@ -162,7 +160,7 @@ def iteration_time_s(
     elif overlap in ("per_layer", "bucketed"):
         raise ConfigError(f"overlap {overlap!r} needs per-bucket times: use bucketed_step_time_s")
     else:
-        raise unknown_name("overlap mode", overlap, OVERLAP_MODES)
+        raise unknown_name("overlap mode", overlap, OVERLAPS)
     return StepBreakdown(c, v, k, comm.copy(), step + d + o, d, o)
 
 

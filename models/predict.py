@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,32 +26,27 @@ from vgcsim.models.collectives import (
     size_exchange_time_s,
 )
 from vgcsim.models.iteration import (
-    OVERLAP_MODES,
     StepBreakdown,
     bucketed_step_time_s,
     iteration_time_s,
     with_burst,
 )
-from vgcsim.traces.buckets import DDP_BUCKET_BYTES, bucket_backward_share, layer_groups
-from vgcsim.traces.extrapolate import RULES
+from vgcsim.traces.buckets import bucket_backward_share, layer_groups
 from vgcsim.traces.replay import (
-    DENSE_ENCODINGS,
     BucketMessages,
     StepInputs,
     bucket_messages,
-    default_allgatherv,
+    resolve_collectives,
     step_inputs,
 )
 from vgcsim.traces.sparseunion import has_unions, sparse_step_inputs
 
 from vgcsim.core.bounded import align_bytes, bounded_rounds
 from vgcsim.core.cluster import ClusterSpec, shared_cluster
-from vgcsim.core.collectives import (
-    ALLGATHERV_ALGORITHMS,
-    ALLREDUCE_ALGORITHMS,
-    SPARSE_ALLREDUCE_ALGORITHMS,
-)
+from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
+from vgcsim.core.config import to_dict
 from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.options import PredictOptions
 from vgcsim.core.results import RESULT_COLUMNS, finalize_results
 
 if TYPE_CHECKING:
@@ -71,53 +65,6 @@ log = logging.getLogger(__name__)
 
 DENSE_ENCODING = "fp32"
 _BUCKETED = ("per_layer", "bucketed")
-
-
-@dataclass(frozen=True)
-class PredictOptions:
-    """What to predict: world sizes, algorithms, encoding, extrapolation and overlap."""
-
-    world_sizes: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-    allreduce: tuple[str, ...] = ("ring",)
-    #: empty: the trace's default (``bounded`` for traces the DDP hook wrote, else ``ring``)
-    allgatherv: tuple[str, ...] = ()
-    encoding: str | None = None
-    rule: str = "modulo"
-    seed: int = 0
-    per_step: bool = False
-    overlap: str = "none"
-    bucket_bytes: float = DDP_BUCKET_BYTES
-    dense_encodings: tuple[str, ...] = DENSE_ENCODINGS
-    size_exchange: bool = True
-    #: sparse allreduce algorithms priced for traces that record their index-set unions
-    #: (``()``: none); rows ``method = compressed``, ``collective = sparse_allreduce/<alg>``
-    sparse_allreduce: tuple[str, ...] = SPARSE_ALLREDUCE_ALGORITHMS
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    def __post_init__(self) -> None:
-        if not self.world_sizes or any(int(p) < 1 for p in self.world_sizes):
-            raise ConfigError("world sizes must be integers >= 1")
-        for a in self.allreduce:
-            collective_key("allreduce", a)
-        for a in self.allgatherv:
-            collective_key("allgatherv", a)
-        for a in self.sparse_allreduce:
-            collective_key("sparse_allreduce", a)
-        if self.rule not in RULES:
-            raise unknown_name("extrapolation rule", self.rule, RULES)
-        if self.overlap not in OVERLAP_MODES:
-            raise unknown_name("overlap mode", self.overlap, OVERLAP_MODES)
-        if not self.bucket_bytes > 0:
-            raise ConfigError("bucket size must be positive")
-        if self.seed < 0:
-            raise ConfigError(f"seed must be >= 0, got {self.seed}")
-        if "fp32" not in self.dense_encodings:
-            raise ConfigError("dense encodings must include fp32 (the speedup baseline)")
-        for e in self.dense_encodings:
-            if e not in DENSE_ENCODINGS:
-                raise unknown_name("dense encoding", e, DENSE_ENCODINGS)
-        if not isinstance(self.size_exchange, bool):
-            raise ConfigError(f"size_exchange must be true or false, got {self.size_exchange!r}")
 
 
 def rows_for(
@@ -403,7 +350,8 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
     topology = str(cluster.topology.get("kind"))
     buckets = None
     layers: Any = False
-    algorithms = opts.allgatherv or (default_allgatherv(trace),)
+    opts = resolve_collectives(opts, trace)  # empty allgatherv: the trace's own
+    algorithms = opts.allgatherv
     if "bounded" in algorithms:
         if opts.overlap in _BUCKETED:
             raise ConfigError(
@@ -499,20 +447,11 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
 
 
 def options_dict(opts: PredictOptions) -> dict[str, Any]:
-    """The options as written into the result header."""
-    return {
-        "world_sizes": [int(p) for p in opts.world_sizes],
-        "allreduce": list(opts.allreduce),
-        "allgatherv": list(opts.allgatherv),
-        "encoding": opts.encoding,
-        "per_step": opts.per_step,
-        "overlap": opts.overlap,
-        "bucket_bytes": opts.bucket_bytes,
-        "dense_encodings": list(opts.dense_encodings),
-        "size_exchange": opts.size_exchange,
-        "sparse_allreduce": list(opts.sparse_allreduce),
-        **opts.extra,
-    }
+    """The options as written into the result header: every field (lists for tuples), the
+    ``extra`` entries merged in."""
+    out = to_dict(opts)
+    out["world_sizes"] = [int(p) for p in opts.world_sizes]
+    return {**{k: v for k, v in out.items() if k != "extra"}, **opts.extra}
 
 
 def parse_world_sizes(text: str) -> tuple[int, ...]:

@@ -57,6 +57,7 @@ from vgcsim.simulator.topology import Route, Topology
 from vgcsim.simulator.waterfill import maxmin_rates
 
 from vgcsim.core.errors import unknown_name
+from vgcsim.core.options import MODES, SEMANTICS
 
 __all__ = [
     "MODES",
@@ -68,8 +69,7 @@ __all__ = [
     "make_network",
 ]
 
-MODES = ("fair", "fifo")
-SEMANTICS = ("eager", "rendezvous")
+# MODES and SEMANTICS: the replay vocabulary of vgcsim.core.options
 
 # A flow's state in the fair network.
 # alone on its channels / released after its last byte left alone / rate shared / ended shared

@@ -20,7 +20,7 @@ allgatherv. Buckets:
   size reaches ``bucket_bytes`` (PyTorch DDP's default is 25 MiB).
 
 Backward is the last ``backward_fraction`` of the compute time (default: all but
-``vgcsim.traces.buckets.FORWARD_FRACTION``) and is split among layers in proportion to their
+``vgcsim.core.options.FORWARD_FRACTION``) and is split among layers in proportion to their
 element count; variance and codec time are split the same way. Buckets and their backward
 shares come from :mod:`vgcsim.traces.buckets`, the rule the closed-form models use too.
 Optional seeded straggler jitter multiplies each (step, rank) compute time by a mean-one
@@ -79,40 +79,28 @@ from vgcsim.simulator.engine import (
     run_collective_steps,
     run_message,
 )
-from vgcsim.simulator.network import MODES, SEMANTICS, LinkMonitor
+from vgcsim.simulator.network import LinkMonitor
 from vgcsim.simulator.reference import run_reference
 from vgcsim.simulator.rounds import RoundCache, run_rounds
 from vgcsim.simulator.topology import Topology, build_topology
-from vgcsim.traces.buckets import (
-    DDP_BUCKET_BYTES,
-    FORWARD_FRACTION,
-    bucket_backward_share,
-    layer_groups,
-)
-from vgcsim.traces.extrapolate import RULES
+from vgcsim.traces.buckets import bucket_backward_share, layer_groups
 from vgcsim.traces.replay import (
-    DENSE_ENCODINGS,
     StepInputs,
     bucket_messages,
     is_lowrank,
+    resolve_collectives,
     step_inputs,
 )
 from vgcsim.traces.sparseunion import has_unions, sparse_step_inputs
 
 from vgcsim.core.bounded import align_bytes, bounded_rounds
 from vgcsim.core.cluster import ClusterSpec, shared_cluster
-from vgcsim.core.collectives import (
-    ALLGATHERV_ALGORITHMS,
-    ALLREDUCE_ALGORITHMS,
-    SIZE_HEADER_BYTES,
-    burst_credit_s,
-    wire_bytes,
-)
-from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.collectives import SIZE_HEADER_BYTES, burst_credit_s, wire_bytes
+from vgcsim.core.errors import ConfigError
+from vgcsim.core.options import PATHS, SimulateConfig
 from vgcsim.core.results import RESULT_COLUMNS
 
 __all__ = [
-    "OVERLAPS",
     "PATHS",
     "SimulateConfig",
     "StepTimeline",
@@ -125,11 +113,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OVERLAPS = ("none", "per_layer", "bucketed")
-PATHS = ("auto", "message", "collective", "round", "reference")
-#: Largest straggler jitter (coefficient of variation of the compute factor): 10 is a spread
-#: of 1000 %, far beyond any measured straggler; larger values only overflow.
-MAX_JITTER = 10.0
 #: PowerSGD's allreduces per bucket, in the order torch's powerSGD_hook runs them
 LOWRANK_PARTS = ("plain", "P", "Q")
 METHODS = ("dense", "compressed")
@@ -138,70 +121,6 @@ SPARSE_COLLECTIVE = (
 )
 _BLOCK_STEPS = 256  # most steps replayed at once
 _BLOCK_VALUES = 1 << 20  # most values (steps x ranks) of one array of a block
-
-
-@dataclass(frozen=True)
-class SimulateConfig:
-    """Options of a simulated replay (every field settable with ``--set key=value``)."""
-
-    dense_collective: str = "allreduce/ring"
-    compressed_collective: str = "allgatherv/ring"
-    overlap: str = "none"
-    bucket_bytes: float = DDP_BUCKET_BYTES
-    backward_fraction: float = 1.0 - FORWARD_FRACTION
-    mode: str = "fair"
-    semantics: str = "rendezvous"
-    path: str = "auto"
-    jitter: float = 0.0
-    seed: int = 0
-    rule: str = "modulo"
-    encoding: str | None = None
-    max_steps: int = 0
-    per_step: bool = False
-    dense_encodings: tuple[str, ...] = ("fp32", "bf16", "fp16")
-    size_exchange: bool = True
-    #: also replay SparCML's sparse allreduce (traces recording their index-set unions,
-    #: overlap "none"): rows method compressed, collective sparse_allreduce/recursive_doubling
-    sparse_allreduce: bool = True
-
-    def __post_init__(self) -> None:
-        dense_ok = tuple(f"allreduce/{a}" for a in ALLREDUCE_ALGORITHMS)
-        comp_ok = tuple(f"allgatherv/{a}" for a in ALLGATHERV_ALGORITHMS)
-        if self.dense_collective not in dense_ok:
-            raise unknown_name("dense collective", self.dense_collective, dense_ok)
-        if self.compressed_collective not in comp_ok:
-            raise unknown_name("compressed collective", self.compressed_collective, comp_ok)
-        for name, value, valid in (
-            ("overlap", self.overlap, OVERLAPS),
-            ("network mode", self.mode, MODES),
-            ("message semantics", self.semantics, SEMANTICS),
-            ("path", self.path, PATHS),
-            ("extrapolation rule", self.rule, RULES),
-        ):
-            if value not in valid:
-                raise unknown_name(name, str(value), valid)
-        if not (0 < self.bucket_bytes < math.inf):
-            raise ConfigError(f"bucket_bytes must be a finite number > 0, got {self.bucket_bytes}")
-        if not (0.0 <= self.backward_fraction <= 1.0):
-            raise ConfigError("backward_fraction must be in [0, 1]")
-        if not (0 <= self.jitter <= MAX_JITTER):  # also refuses NaN; jitter**2 must not overflow
-            raise ConfigError(f"jitter must be a number in [0, {MAX_JITTER:g}], got {self.jitter}")
-        if self.max_steps < 0:
-            raise ConfigError("max_steps must be >= 0 (0 = all steps)")
-        if self.seed < 0:
-            raise ConfigError(f"seed must be >= 0, got {self.seed}")
-        encs = tuple(self.dense_encodings)
-        if "fp32" not in encs:
-            raise ConfigError("dense_encodings must include fp32 (the speedup baseline)")
-        for e in encs:
-            if e not in DENSE_ENCODINGS:
-                raise unknown_name("dense encoding", str(e), DENSE_ENCODINGS)
-        if len(set(encs)) != len(encs):
-            raise ConfigError(f"dense_encodings lists an encoding twice: {list(encs)}")
-        if not isinstance(self.size_exchange, bool):
-            raise ConfigError(f"size_exchange must be true or false, got {self.size_exchange!r}")
-        if self.compressed_collective == "allgatherv/bounded" and self.overlap != "none":
-            raise ConfigError("allgatherv/bounded replays the hook's own buckets; use overlap none")
 
 
 @dataclass
@@ -535,7 +454,7 @@ class _StepPlan:
 def _world_size(
     trace: Trace, cluster: ClusterSpec, p: int, cfg: SimulateConfig, buckets: _Buckets
 ) -> _WorldSize:
-    is_bounded = cfg.compressed_collective == "allgatherv/bounded"
+    is_bounded = _compressed_key(cfg) == "allgatherv/bounded"
     inputs = step_inputs(
         trace,
         cluster,
@@ -564,11 +483,11 @@ def _world_size(
     exchange = (
         get_schedule("allgatherv/ring", p)
         if cfg.size_exchange
-        and cfg.compressed_collective not in ("allgatherv/padded", "allgatherv/bounded")
+        and _compressed_key(cfg) not in ("allgatherv/padded", "allgatherv/bounded")
         and not lowrank
         else None
     )
-    dense_schedule = get_schedule(cfg.dense_collective, p, cluster.gpus_per_node)
+    dense_schedule = get_schedule(_dense_key(cfg), p, cluster.gpus_per_node)
     sparse = None
     if cfg.overlap == "none" and has_unions(trace):
         stage, dense, decode = sparse_step_inputs(trace, inputs.steps, p, cluster)
@@ -901,14 +820,16 @@ def _timeline_steps(ws: _WorldSize, timeline_steps: Sequence[int]) -> set[int]:
 def simulate_trace(
     trace: Trace,
     cluster: ClusterSpec,
-    world_sizes: Sequence[int],
-    cfg: SimulateConfig = SimulateConfig(),
+    world_sizes: Sequence[int] | None = None,
+    cfg: SimulateConfig | None = None,
     *,
     timeline_steps: Sequence[int] = (),
     timeline_max_ranks: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[pd.DataFrame, list[StepTimeline], dict[str, Any]]:
-    """Replay ``trace`` on ``cluster`` for each world size.
+    """Replay ``trace`` on ``cluster`` for each world size (None: ``cfg.world_sizes``), with
+    the trace's own compressed exchange unless ``cfg`` names one
+    (:func:`vgcsim.traces.replay.resolve_collectives`).
 
     Returns ``(rows, timelines, info)``: result rows with ``RESULT_COLUMNS`` (not yet
     finalized: relative columns are NaN), a :class:`StepTimeline` per method for each trace
@@ -925,6 +846,9 @@ def simulate_trace(
     rows: list[dict[str, Any]] = []
     timelines: list[StepTimeline] = []
     info: dict[str, Any] = {}
+    cfg = resolve_collectives(cfg or SimulateConfig(), trace)
+    if world_sizes is None:
+        world_sizes = cfg.world_sizes
     buckets = _Buckets.of(trace, cfg)
     encoding = cfg.encoding or trace.primary_encoding
     variants = [("dense", e) for e in cfg.dense_encodings] + [("compressed", encoding)]
@@ -1007,11 +931,22 @@ def _label(method: str, encoding: str) -> str:
     return "dense" if encoding == "fp32" else f"dense/{encoding}"
 
 
+def _dense_key(cfg: SimulateConfig) -> str:
+    """The dense baselines' allreduce, as a registry key."""
+    return f"allreduce/{cfg.allreduce[0]}"
+
+
+def _compressed_key(cfg: SimulateConfig) -> str:
+    """The compressed exchange's allgatherv, as a registry key (``cfg`` resolved by
+    :func:`vgcsim.traces.replay.resolve_collectives`)."""
+    return f"allgatherv/{cfg.allgatherv[0]}"
+
+
 def _compressed_schedule(cfg: SimulateConfig, p: int) -> Schedule:
     """The compressed collective's schedule; the padded allgatherv without its size rounds
     when ``size_exchange`` is off (sizes known in advance)."""
-    sched = get_schedule(cfg.compressed_collective, p)
-    if cfg.compressed_collective == "allgatherv/padded" and not cfg.size_exchange:
+    sched = get_schedule(_compressed_key(cfg), p)
+    if _compressed_key(cfg) == "allgatherv/padded" and not cfg.size_exchange:
         return padded_data_schedule(p)
     return sched
 
@@ -1052,9 +987,9 @@ def _rows(
             "method": "compressed" if method == "sparse" else method,
             "collective": SPARSE_COLLECTIVE
             if method == "sparse"
-            else cfg.dense_collective
+            else _dense_key(cfg)
             if method == "dense" or is_lowrank(trace)
-            else cfg.compressed_collective,
+            else _compressed_key(cfg),
             "speedup_vs_dense": math.nan,
             "scaling_efficiency": math.nan,
             "throughput_samples_per_s": math.nan,

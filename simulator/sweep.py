@@ -14,7 +14,7 @@ A sweep file (TOML) names the factors and the replay options::
     processes = 0                              # worker processes; 0 = one per CPU
     scheduler = "local"                        # "local" | "processes" | "tcp://HOST:PORT"
 
-    [simulate]                                 # any SimulateConfig key
+    [simulate]                                 # any SimulateConfig key but world_sizes
     max_steps = 50
 
 :func:`expand_factors` is the one place factors become jobs (trace × bandwidth × latency ×
@@ -140,6 +140,11 @@ def load_sweep(path: str | Path) -> SweepFile:
     data = load_toml(path)
     if not isinstance(data.get("sweep"), dict):
         raise ConfigError(f"sweep file {path} needs a [sweep] table")
+    if isinstance(data.get("simulate"), dict) and "world_sizes" in data["simulate"]:
+        raise ConfigError(
+            f"sweep file {path}: world sizes are a factor; set sweep.world_sizes, not "
+            "simulate.world_sizes"
+        )
     sizes = data["sweep"].get("world_sizes")
     if isinstance(sizes, str):
         data["sweep"]["world_sizes"] = list(parse_world_sizes(sizes))

@@ -140,6 +140,23 @@ def test_the_stage_name_check_sees_imports_strings_and_comments(tmp_path, code, 
     assert _names_of_stages(module) == expected
 
 
+def test_the_api_is_the_one_front_door_that_commands_call():
+    """``vgcsim/api.py`` imports no command (commands import the API, never the other way),
+    and the replay commands reach the stages' run and save functions only through it."""
+    api = _imports(ROOT / "vgcsim" / "api.py")
+    assert not sorted(m for m in api if m.startswith(("vgcsim.commands", "vgcsim.cli")))
+    orchestration = {"predict_trace", "simulate_trace", "save_results"}
+    for name in ("predict", "simulate", "demo"):
+        tree = ast.parse((ROOT / "vgcsim" / "commands" / f"{name}.py").read_text("utf-8"))
+        imported = {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+        }
+        assert not imported & orchestration, (name, sorted(imported & orchestration))
+
+
 def test_models_and_simulator_never_import_each_other():
     assert "simulator" not in ALLOWED["models"] and "models" not in ALLOWED["simulator"]
 

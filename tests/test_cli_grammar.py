@@ -109,18 +109,18 @@ def test_flags_and_set_keys_agree(command, flag, value, setting, extra, tmp_path
     assert head_flag != head_plain or not by_flag.equals(plain)
 
 
-def test_collective_flags_map_to_each_configs_keys(tmp_path, capsys):
+def test_collective_flags_set_the_same_key_in_both_commands(tmp_path, capsys):
     base = ["--cluster", "10GbE", "--world-sizes", "4", "--allreduce", "recursive_doubling"]
     _, pred = _run(["predict", SAMPLE, *base], tmp_path / "p")
     _, sim = _run(["simulate", SAMPLE, *base, "--set", "max_steps=2"], tmp_path / "s")
     assert pred["options"]["allreduce"] == ["recursive_doubling"]
-    assert sim["options"]["dense_collective"] == "allreduce/recursive_doubling"
+    assert sim["options"]["allreduce"] == ["recursive_doubling"]
     _, sim2 = _run(
         ["simulate", SAMPLE, "--cluster", "10GbE", "--world-sizes", "4", "--set", "max_steps=2"]
-        + ["--set", "dense_collective=allreduce/recursive_doubling"],
+        + ["--set", "allreduce=recursive_doubling"],
         tmp_path / "s2",
     )
-    assert sim2["options"]["dense_collective"] == sim["options"]["dense_collective"]
+    assert sim2["options"]["allreduce"] == sim["options"]["allreduce"]
     argv = ["simulate", SAMPLE, *base[:-1], "ring,recursive_doubling", "-o", str(tmp_path / "x")]
     assert main(argv) == 2
     assert "one algorithm at a time" in capsys.readouterr().err

@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.options import DDP_BUCKET_BYTES, FORWARD_FRACTION
 
 __all__ = [
     "BUCKET_OVERLAPS",
@@ -30,14 +31,8 @@ __all__ = [
     "layer_groups",
 ]
 
-#: Share of forward+backward time spent in the forward pass. The backward pass costs about
-#: twice the forward pass (gradients w.r.t. activations and w.r.t. weights), hence 1/3.
-#: Source: the 2N forward / 4N backward FLOP count per parameter of J. Kaplan et al.,
-#: "Scaling Laws for Neural Language Models", 2020, §2.1. Assumption for other layer types.
-FORWARD_FRACTION = 1.0 / 3.0
-
-#: PyTorch DistributedDataParallel's default ``bucket_cap_mb`` (25 MiB).
-DDP_BUCKET_BYTES = 25 * 2**20
+# FORWARD_FRACTION (forward share of compute) and DDP_BUCKET_BYTES (DDP's default
+# bucket_cap_mb) are the replay options' defaults, defined in vgcsim.core.options.
 
 #: How gradients are grouped into collectives (see :func:`layer_groups`).
 BUCKET_OVERLAPS = ("none", "per_layer", "bucketed")

@@ -20,10 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.options import RULES
 
 __all__ = ["RULES", "rank_bits", "rank_workers"]
-
-RULES = ("modulo", "resample")
 
 
 def rank_workers(

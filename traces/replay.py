@@ -52,9 +52,11 @@ simulate use when none is asked for.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -65,6 +67,7 @@ from vgcsim.traces.reading import Trace
 
 from vgcsim.core.cluster import ClusterSpec, host_share
 from vgcsim.core.errors import TraceError, unknown_name
+from vgcsim.core.options import DENSE_ENCODINGS, ReplayOptions
 
 __all__ = [
     "DDP_BUCKET_BYTES",
@@ -75,11 +78,14 @@ __all__ = [
     "hook_rank_times",
     "is_lowrank",
     "recording_device",
+    "resolve_collectives",
     "step_inputs",
 ]
 
-#: Dense baselines: fp32 allreduce, and the 2-byte casts of PyTorch's bf16/fp16 compress hooks.
-DENSE_ENCODINGS = ("fp32", "bf16", "fp16")
+# DENSE_ENCODINGS (fp32 and the 2-byte casts of PyTorch's bf16/fp16 compress hooks):
+# vgcsim.core.options, the replay vocabulary.
+
+_Options = TypeVar("_Options", bound=ReplayOptions)
 
 # DDP_BUCKET_BYTES (PyTorch DDP's default bucket_cap_mb, vgcsim.traces.buckets): one cast
 # kernel per bucket for the 2-byte dense baselines.
@@ -608,6 +614,16 @@ def default_allgatherv(trace: Trace) -> str:
     """The allgatherv algorithm predict and simulate price when none is asked for: the hook's
     own ``bounded`` exchange for traces it wrote, ``ring`` otherwise."""
     return "bounded" if is_hook_trace(trace) else "ring"
+
+
+def resolve_collectives(options: _Options, trace: Trace) -> _Options:
+    """``options`` with the trace's own exchange filled in: an empty ``allgatherv`` (the
+    default) becomes :func:`default_allgatherv` of ``trace``; asked-for algorithms stay. The
+    one place the default is resolved: predict, simulate, the commands, the API and sweeps
+    all pass through it."""
+    if options.allgatherv:
+        return options
+    return dataclasses.replace(options, allgatherv=(default_allgatherv(trace),))
 
 
 @dataclass(frozen=True)

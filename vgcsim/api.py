@@ -19,7 +19,8 @@ the list of valid ones; :func:`record` without the training extra names it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from vgcsim.core.cluster import ClusterSpec
+    from vgcsim.core.options import PredictOptions, SimulateConfig
     from vgcsim.simulator.call import CollectiveRun
     from vgcsim.traces.io import Trace
 
@@ -39,6 +41,9 @@ __all__ = [
     "record",
     "predict",
     "simulate",
+    "simulate_run",
+    "SimulateRun",
+    "trace_caveats",
     "save",
     "report",
     "collective",
@@ -80,28 +85,21 @@ RESULT_FRAME_DOC = """
 """
 
 
+#: The top-level modules of the training extra, and how to install it.
+TRAIN_MODULES = frozenset({"torch", "sklearn", "mlxtend"})
+TRAIN_EXTRA_HINT = "pip install 'vgcsim[train]'"
+
+
 class MissingExtraError(VgcsimError, ImportError):
     """A function needs the training extra (torch, scikit-learn, mlxtend), not installed."""
 
 
-def _options(kind: str, cls: type, options: Mapping[str, Any]) -> Any:
-    """``cls(**options)``, refusing a misspelt option with the list of valid ones."""
-    import dataclasses
-
-    from vgcsim.core.errors import unknown_name
-
-    valid = [f.name for f in dataclasses.fields(cls) if f.init]
-    for name in options:
-        if name not in valid:
-            raise unknown_name(f"{kind} option", name, valid)
-    return cls(**options)
-
-
-def _attrs(df: pd.DataFrame, source: str, cluster: ClusterSpec, options: Any) -> pd.DataFrame:
+def _attrs(
+    df: pd.DataFrame, source: str, cluster: ClusterSpec, options: dict[str, Any]
+) -> pd.DataFrame:
     from vgcsim.core.cluster import cluster_to_dict
-    from vgcsim.core.config import to_dict
 
-    df.attrs.update(source=source, cluster=cluster_to_dict(cluster), options=to_dict(options))
+    df.attrs.update(source=source, cluster=cluster_to_dict(cluster), options=options)
     return df
 
 
@@ -112,11 +110,19 @@ def load_trace(trace: str | Path | Trace) -> Trace:
     return trace if isinstance(trace, Trace) else read_trace(trace)
 
 
-def load_cluster(cluster: str | Path | ClusterSpec) -> ClusterSpec:
-    """A cluster preset name (``vgcsim clusters`` lists them) or a cluster TOML file."""
-    from vgcsim.core.cluster import ClusterSpec, load_cluster
+def load_cluster(cluster: str | Path | ClusterSpec, *, compute: str | None = None) -> ClusterSpec:
+    """A cluster preset name (``vgcsim clusters`` lists them) or a cluster TOML file (a
+    :class:`vgcsim.core.cluster.ClusterSpec` passes through); ``compute`` overrides its
+    compute mode (``"model"`` or ``"trace"``), as ``--compute`` does."""
+    import dataclasses
 
-    return cluster if isinstance(cluster, ClusterSpec) else load_cluster(str(cluster))
+    from vgcsim.core.cluster import ClusterSpec
+    from vgcsim.core.cluster import load_cluster as _load
+
+    spec = cluster if isinstance(cluster, ClusterSpec) else _load(str(cluster))
+    if compute is not None and compute != spec.compute:
+        spec = dataclasses.replace(spec, compute=compute)
+    return spec
 
 
 def record(
@@ -133,7 +139,6 @@ def record(
     default workload); ``overrides`` are ``key=value`` strings as on the command line.
     Without the training extra: :class:`MissingExtraError`, naming ``vgcsim[train]``.
     """
-    from vgcsim.cli import TRAIN_EXTRA_HINT, TRAIN_MODULES
     from vgcsim.core.config import apply_overrides
 
     try:
@@ -165,13 +170,41 @@ def _world_sizes(world_sizes: Sequence[int] | str | None) -> tuple[int, ...]:
     return parse_world_sizes(world_sizes)
 
 
-def _with_compute(cluster: str | Path | ClusterSpec, compute: str | None) -> ClusterSpec:
+def _config(
+    kind: str,
+    cls: type,
+    config: Any,
+    world_sizes: Sequence[int] | str | None,
+    options: Mapping[str, Any],
+) -> Any:
+    """``config`` (default ``cls()``) with ``world_sizes`` (when given, or without
+    ``config``) and ``options`` applied, refusing a misspelt option with the valid ones."""
     import dataclasses
 
-    spec = load_cluster(cluster)
-    if compute is not None and compute != spec.compute:
-        spec = dataclasses.replace(spec, compute=compute)
-    return spec
+    from vgcsim.core.errors import ConfigError, unknown_name
+
+    if config is not None and not isinstance(config, cls):
+        raise ConfigError(f"{kind} config must be a {cls.__name__}, got {type(config).__name__}")
+    valid = [f.name for f in dataclasses.fields(cls) if f.init]
+    for name in options:
+        if name not in valid:
+            raise unknown_name(f"{kind} option", name, valid)
+    changes = dict(options)
+    if world_sizes is not None or config is None:
+        changes["world_sizes"] = _world_sizes(world_sizes)
+    return cls(**changes) if config is None else dataclasses.replace(config, **changes)
+
+
+def _header_options(opts: Any, trace: Trace) -> dict[str, Any]:
+    """What a result header's ``options`` holds for a replay: every option used (the
+    compressed exchange and the encoding resolved for ``trace``; predict's ``extra`` merged)."""
+    from vgcsim.core.config import to_dict
+
+    out = to_dict(opts)
+    extra = out.pop("extra", None) or {}
+    out["world_sizes"] = [int(p) for p in opts.world_sizes]
+    out["encoding"] = opts.encoding or trace.primary_encoding
+    return {**out, **extra}
 
 
 def predict(
@@ -180,6 +213,7 @@ def predict(
     world_sizes: Sequence[int] | str | None = None,
     *,
     compute: str | None = None,
+    config: PredictOptions | None = None,
     **options: Any,
 ) -> pd.DataFrame:
     """Closed-form step times of dense allreduce (fp32, bf16, fp16) vs compressed allgatherv
@@ -190,17 +224,74 @@ def predict(
 
     ``compute`` overrides the cluster's compute mode (``"model"``: every local time on the
     cluster's device, the presets' default; ``"trace"``: the recorded seconds), as
-    ``--compute`` does. ``options`` are the fields of :class:`vgcsim.models.predict.PredictOptions`
-    (``allreduce``, ``allgatherv``, ``encoding``, ``rule``, ``seed``, ``per_step``,
-    ``overlap``, ``dense_encodings``, ``size_exchange``, ...).
+    ``--compute`` does. ``options`` are the fields of :class:`vgcsim.core.options.PredictOptions`
+    (the shared :class:`vgcsim.core.options.ReplayOptions`: ``allreduce``, ``allgatherv``,
+    ``encoding``, ``rule``, ``seed``, ``per_step``, ``overlap``, ``bucket_bytes``,
+    ``dense_encodings``, ``size_exchange``, ``sparse_allreduce``; and ``extra``), applied on
+    top of ``config`` (a whole ``PredictOptions``) when one is given. An empty ``allgatherv``
+    (the default) prices the trace's own exchange
+    (:func:`vgcsim.traces.replay.resolve_collectives`).
     """
-    from vgcsim.models.predict import PredictOptions, predict_trace
+    from vgcsim.core.options import PredictOptions
+    from vgcsim.models.predict import predict_trace
+    from vgcsim.traces.replay import resolve_collectives
 
-    opts = _options(
-        "predict", PredictOptions, {**options, "world_sizes": _world_sizes(world_sizes)}
+    t = load_trace(trace)
+    opts = _config("predict", PredictOptions, config, world_sizes, options)
+    spec = load_cluster(cluster, compute=compute)
+    opts = resolve_collectives(opts, t)
+    return _attrs(predict_trace(t, spec, opts), "predicted", spec, _header_options(opts, t))
+
+
+@dataclass(frozen=True)
+class SimulateRun:
+    """What :func:`simulate_run` returns: the result ``frame`` (as :func:`simulate`), the
+    :class:`vgcsim.simulator.replay.StepTimeline` of each step asked for, and how many
+    steps ran on each simulator path per world size (``paths_run``, also in
+    ``frame.attrs["options"]``)."""
+
+    frame: pd.DataFrame
+    timelines: list[Any]
+    paths_run: dict[str, Any]
+
+
+def simulate_run(
+    trace: str | Path | Trace,
+    cluster: str | Path | ClusterSpec,
+    world_sizes: Sequence[int] | str | None = None,
+    *,
+    compute: str | None = None,
+    config: SimulateConfig | None = None,
+    timeline_steps: Sequence[int] = (),
+    timeline_max_ranks: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    **options: Any,
+) -> SimulateRun:
+    """:func:`simulate` with its timelines (``timeline_steps``: trace steps simulated again
+    with link recording, at world sizes up to ``timeline_max_ranks``) and a ``progress``
+    callback (steps done; :func:`vgcsim.simulator.replay.replay_units` in all)."""
+    from vgcsim.core.options import SimulateConfig
+    from vgcsim.core.results import finalize_results
+    from vgcsim.simulator.replay import simulate_trace
+    from vgcsim.traces.replay import resolve_collectives
+
+    t = load_trace(trace)
+    cfg = _config("simulate", SimulateConfig, config, world_sizes, options)
+    spec = load_cluster(cluster, compute=compute)
+    cfg = resolve_collectives(cfg, t)
+    df, timelines, info = simulate_trace(
+        t,
+        spec,
+        cfg.world_sizes,
+        cfg,
+        timeline_steps=timeline_steps,
+        timeline_max_ranks=timeline_max_ranks,
+        progress=progress,
     )
-    spec = _with_compute(cluster, compute)
-    return _attrs(predict_trace(load_trace(trace), spec, opts), "predicted", spec, opts)
+    batch = t.header.get("batch_size_per_worker")
+    df = finalize_results(df, batch_size_per_worker=int(batch) if batch else None)
+    df = _attrs(df, "simulated", spec, {**_header_options(cfg, t), "paths_run": info})
+    return SimulateRun(df, timelines, info)
 
 
 def simulate(
@@ -209,6 +300,7 @@ def simulate(
     world_sizes: Sequence[int] | str | None = None,
     *,
     compute: str | None = None,
+    config: SimulateConfig | None = None,
     **options: Any,
 ) -> pd.DataFrame:
     """Discrete-event replay of the trace on the cluster (source="simulated").
@@ -216,25 +308,23 @@ def simulate(
     ``world_sizes`` as for :func:`predict` (default ``"2:1024:x2"``).
 
     ``compute`` as for :func:`predict`. ``options`` are the fields of
-    :class:`vgcsim.simulator.replay.SimulateConfig` (collectives, ``overlap``, ``mode``,
-    ``semantics``, ``path``, ``jitter``, ``seed``, ``dense_encodings``, ``size_exchange``, ...).
+    :class:`vgcsim.core.options.SimulateConfig`: the shared
+    :class:`vgcsim.core.options.ReplayOptions` (one ``allreduce`` and at most one
+    ``allgatherv`` algorithm; empty: the trace's own exchange) and the simulator's own
+    (``mode``, ``semantics``, ``path``, ``jitter``, ``backward_fraction``, ``max_steps``),
+    applied on top of ``config`` when one is given.
     """
-    from vgcsim.core.results import finalize_results
-    from vgcsim.simulator.replay import SimulateConfig, simulate_trace
-    from vgcsim.traces.replay import default_allgatherv
+    return simulate_run(
+        trace, cluster, world_sizes, compute=compute, config=config, **options
+    ).frame
 
-    t = load_trace(trace)
-    # the trace's own exchange unless asked otherwise (bounded for the DDP hook's traces)
-    options = {"compressed_collective": f"allgatherv/{default_allgatherv(t)}", **options}
-    cfg = _options("simulate", SimulateConfig, options)
-    spec = _with_compute(cluster, compute)
-    sizes = list(_world_sizes(world_sizes))
-    df, _, _ = simulate_trace(t, spec, sizes, cfg)
-    batch = t.header.get("batch_size_per_worker")
-    df = finalize_results(df, batch_size_per_worker=int(batch) if batch else None)
-    df = _attrs(df, "simulated", spec, cfg)
-    df.attrs["options"]["world_sizes"] = sizes
-    return df
+
+def trace_caveats(trace: str | Path | Trace) -> list[str]:
+    """Lines saying why a trace's numbers need care (a partial or diverged run; empty when
+    none): what :func:`save` writes into the header and ``vgcsim report`` repeats."""
+    from vgcsim.traces.health import caveats
+
+    return list(caveats(load_trace(trace)))
 
 
 def save(
@@ -244,34 +334,86 @@ def save(
     cluster: str | Path | ClusterSpec,
     *,
     overwrite: bool = False,
+    files: Mapping[str, Callable[[Path], Any]] | None = None,
+    command: Sequence[str] | None = None,
+    writer: str | None = None,
     **options: Any,
 ) -> Path:
-    """Write a result frame as a versioned result table (what ``vgcsim report`` reads).
+    """Write a result frame of :func:`predict` or :func:`simulate` as a versioned result
+    table (what ``vgcsim report`` reads): the one header writer of every replay command.
 
-    The same path as the commands' (:func:`vgcsim.core.results.save_results`): relative
-    columns finished, header, atomic files and the folder marker; an earlier vgcsim output in
-    ``out_dir`` is replaced only with ``overwrite``, a folder vgcsim did not write never.
+    The header holds the trace (with its caveats, :func:`trace_caveats`), the cluster (with
+    the frame's compute mode), the extrapolation rule (and its seed under ``resample``), the
+    options of ``df.attrs`` updated by ``options``, their ``time_sources`` (where each local
+    time column comes from on that cluster) and ``command`` (default ``vgcsim.api.save``).
+    Written by :func:`vgcsim.core.results.save_results`: relative columns finished, atomic
+    files (``files``: extra name → writer) and the folder marker (``writer``); an earlier
+    vgcsim output in ``out_dir`` is replaced only with ``overwrite``, a folder vgcsim did
+    not write never.
     """
     from vgcsim.core.cluster import cluster_to_dict
     from vgcsim.core.errors import ResultsError
     from vgcsim.core.results import save_results, trace_entry
+    from vgcsim.models.predict import time_sources
 
     sources = sorted(set(df["source"]))
     if len(sources) != 1:
         raise ResultsError(f"save one source per result table, got {sources}")
     t = load_trace(trace)
+    spec = load_cluster(cluster, compute=(df.attrs.get("cluster") or {}).get("compute"))
+    opts = {**(df.attrs.get("options") or {}), **options}
+    rule = opts.get("rule", "modulo")
+    table = df.copy(deep=False)
+    table.attrs = {}  # what made the frame goes into the header, not the table's metadata
     return save_results(
-        df,
+        table,
         out_dir,
         source=sources[0],
-        traces=[trace_entry(t)],
-        cluster=cluster_to_dict(load_cluster(cluster)),
-        extrapolation={"rule": options.get("rule", "modulo"), "seed": options.get("seed")},
-        options=dict(options),
-        command=["vgcsim.api.save"],
+        traces=[{**trace_entry(t), "caveats": trace_caveats(t)}],
+        cluster=cluster_to_dict(spec),
+        extrapolation={"rule": rule, "seed": opts.get("seed") if rule == "resample" else None},
+        options={**opts, "time_sources": time_sources(t, spec)},
+        command=list(command) if command is not None else ["vgcsim.api.save"],
         batch_size_per_worker=t.header.get("batch_size_per_worker"),
         overwrite=overwrite,
+        files=files,
+        writer=writer,
     )
+
+
+#: The report's files at the top of its folder (plots/ and tables/ hold the rest).
+REPORT_FILES = ("index.html", "summary.md", "report.json")
+
+
+def legacy_report(out: Path) -> list[str] | None:
+    """A report folder written before folder markers existed: its top files and those in
+    plots/ and tables/ (what the report writes there)."""
+    if not ((out / "report.json").is_file() and (out / "index.html").is_file()):
+        return None
+    names = [name for name in REPORT_FILES if (out / name).exists()]
+    for sub in ("plots", "tables"):
+        names += [f"{sub}/{p.name}" for p in sorted((out / sub).glob("*")) if p.is_file()]
+    return names
+
+
+def report_folder(
+    out_dir: str | Path, write: Callable[[Path], Path], overwrite: bool, command: str = "report"
+) -> Path:
+    """Run ``write(folder)`` (a report writer returning its HTML path) into ``out_dir``, checked
+    and marked as every vgcsim output folder is (vgcsim.core.outdir); return the HTML path."""
+    from vgcsim.core.outdir import prepare_output
+
+    out = prepare_output(
+        out_dir,
+        f"vgcsim {command}",
+        overwrite=overwrite,
+        files=REPORT_FILES,
+        legacy=legacy_report,
+    )
+    before = out.snapshot()
+    path = write(out.path)
+    out.commit_changed(before)
+    return path
 
 
 def report(
@@ -285,7 +427,6 @@ def report(
     """Plots, tables and the self-contained HTML page; returns the HTML path.
 
     ``out_dir`` is checked and marked as the command's (``overwrite`` as for :func:`save`)."""
-    from vgcsim.commands.report import report_folder
     from vgcsim.reports.render import render_report
 
     return report_folder(

@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from vgcsim.api import TRAIN_EXTRA_HINT, TRAIN_MODULES
 from vgcsim.core.errors import VgcsimError
 
 # name -> module under vgcsim.commands. Order is the order shown in --help.
@@ -35,11 +36,6 @@ SUBCOMMANDS: dict[str, str] = {
     "calibrate": "calibrate",
     "validate": "validate",
 }
-
-
-#: Modules only the training extra installs (record, calibrate, the DDP hook need them).
-TRAIN_MODULES = frozenset({"torch", "sklearn", "mlxtend"})
-TRAIN_EXTRA_HINT = "pip install 'vgcsim[train]'"
 
 
 #: errno values of a full disk or an exhausted quota: one line and exit 2, never a traceback.

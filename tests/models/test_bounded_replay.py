@@ -76,9 +76,7 @@ def test_predict_and_simulate_agree_step_by_step_on_a_star(trace, p):
         trace,
         cluster,
         [p],
-        SimulateConfig(
-            compressed_collective="allgatherv/bounded", per_step=True, bucket_bytes=BUCKET
-        ),
+        SimulateConfig(allgatherv=("bounded",), per_step=True, bucket_bytes=BUCKET),
     )
     rows = {
         name: df[(df["method"] == "compressed") & (df["step"] >= 0)].set_index("step")
@@ -100,4 +98,4 @@ def test_bucketed_overlap_is_refused_with_the_bounded_exchange(trace):
             PredictOptions(world_sizes=(2,), allgatherv=("bounded",), overlap="bucketed"),
         )
     with pytest.raises(ConfigError, match="overlap none"):
-        SimulateConfig(compressed_collective="allgatherv/bounded", overlap="bucketed")
+        SimulateConfig(allgatherv=("bounded",), overlap="bucketed")

@@ -136,9 +136,7 @@ def test_replay_and_predict_of_a_trace_price_the_host_cost_alike(size_exchange):
     sizes = (4, 6)
     frames = {}
     for name, cluster in (("host", cl), ("none", base)):
-        cfg = SimulateConfig(
-            compressed_collective="allgatherv/padded", per_step=True, size_exchange=size_exchange
-        )
+        cfg = SimulateConfig(allgatherv=("padded",), per_step=True, size_exchange=size_exchange)
         sim, _, _ = simulate_trace(trace, cluster, sizes, cfg)
         opts = PredictOptions(
             world_sizes=sizes, allgatherv=("padded",), per_step=True, size_exchange=size_exchange

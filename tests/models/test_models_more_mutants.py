@@ -195,10 +195,10 @@ def test_decode_times_given_as_decimal_text_are_compared_as_numbers():
     ("over", "message"),
     [
         ({"world_sizes": ()}, "world sizes must be integers >= 1"),
-        ({"bucket_bytes": 0}, "bucket size must be positive"),
+        ({"bucket_bytes": 0}, "bucket_bytes must be a finite number > 0, got 0"),
         (
             {"dense_encodings": ("bf16",)},
-            "dense encodings must include fp32 (the speedup baseline)",
+            "dense_encodings must include fp32 (the speedup baseline)",
         ),
     ],
 )

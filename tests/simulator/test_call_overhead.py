@@ -88,7 +88,7 @@ def test_four_ranks_on_two_cores_double_compute_and_cpu_terms_in_predict_and_sim
     base = _with(get_cluster("1GbE"), gamma_s_per_byte=1e-9, call_overhead_s=CALL_S)
     shared = dataclasses.replace(base, ranks_per_host=4, host_cores=2)
     opts = PredictOptions(world_sizes=(4,), allreduce=("ring",), allgatherv=("ring",))
-    cfg = SimulateConfig(dense_collective="allreduce/ring", compressed_collective="allgatherv/ring")
+    cfg = SimulateConfig(allreduce=("ring",), allgatherv=("ring",))
     for frame in (
         lambda c: predict_trace(trace, c, opts),
         lambda c: simulate_trace(trace, c, (4,), cfg)[0],
@@ -152,9 +152,7 @@ def test_a_replay_prices_segments_and_call_overhead_as_predict_does(path):
     plain = _with(get_cluster("1GbE"), efficiency=1.0, bandwidth_Bps=1.25e8)
     seg = _with(plain, segments=SEGMENTS, call_overhead_s=CALL_S)
     opts = PredictOptions(world_sizes=(3, 4), allreduce=("ring",), allgatherv=("ring",))
-    cfg = SimulateConfig(
-        dense_collective="allreduce/ring", compressed_collective="allgatherv/ring", path=path
-    )
+    cfg = SimulateConfig(allreduce=("ring",), allgatherv=("ring",), path=path)
     keep = ["world_size", "method", "encoding"]
 
     def gap(cluster):

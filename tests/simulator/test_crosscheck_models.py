@@ -104,8 +104,8 @@ def test_replay_of_the_sample_trace_matches_predict(allreduce, allgatherv):
     cl = load_cluster("10GbE")
     sizes = (4, 6, 16)
     cfg = SimulateConfig(
-        dense_collective=f"allreduce/{allreduce}",
-        compressed_collective=f"allgatherv/{allgatherv}",
+        allreduce=(allreduce,),
+        allgatherv=(allgatherv,),
         per_step=True,
     )
     sim, _, _ = simulate_trace(trace, cl, sizes, cfg)
@@ -144,9 +144,7 @@ def test_synthetic_resnet50_star_simulate_equals_predict(
 
     cl = dataclasses.replace(get_cluster("10GbE"), compute=mode)
     sizes = (2, 16, 128)
-    cfg = SimulateConfig(
-        compressed_collective=f"allgatherv/{allgatherv}", size_exchange=size_exchange
-    )
+    cfg = SimulateConfig(allgatherv=(allgatherv,), size_exchange=size_exchange)
     sim, _, _ = simulate_trace(r50_trace, cl, sizes, cfg)
     opts = PredictOptions(world_sizes=sizes, allgatherv=(allgatherv,), size_exchange=size_exchange)
     pred = predict_trace(r50_trace, cl, opts)

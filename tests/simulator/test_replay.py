@@ -96,7 +96,7 @@ def test_auto_path_leaves_the_fast_path_under_contention(trace):
     # a direct allgatherv shares every host link, so the collective-level path is not exact;
     # its single round is always isolated, so auto runs it at round level (exact), not at
     # message level (the fall-back to the message level: test_fast_path_contention.py)
-    cfg = SimulateConfig(compressed_collective="allgatherv/direct")
+    cfg = SimulateConfig(allgatherv=("direct",))
     df, _, info = simulate_trace(trace, cluster(), [4], cfg)
     assert set(df["path"]) == {"round"}
     assert info["4"]["compressed"]["round"] >= 1 and info["4"]["compressed"]["message"] == 0
@@ -107,7 +107,7 @@ def test_auto_path_leaves_the_fast_path_under_contention(trace):
             trace,
             cluster(),
             [4],
-            SimulateConfig(compressed_collective="allgatherv/direct", path="collective"),
+            SimulateConfig(allgatherv=("direct",), path="collective"),
         )
 
 
@@ -149,7 +149,7 @@ def test_compute_model_mode_uses_the_device(trace):
 
 
 def test_hierarchical_preset_runs(trace):
-    cfg = SimulateConfig(dense_collective="allreduce/hierarchical", max_steps=2)
+    cfg = SimulateConfig(allreduce=("hierarchical",), max_steps=2)
     df, _, _ = simulate_trace(trace, load_cluster("dgx1-IB-EDR"), [16], cfg)
     assert (df["step_s"] > 0).all()
 
@@ -178,8 +178,8 @@ def test_timeline_only_up_to_max_ranks(trace):
     ("label", "link", "options"),
     [
         ("dense", {"gamma_s_per_byte": 1e-9}, {}),  # γ adds to every reducing round
-        ("compressed", {}, {"mode": "fifo", "compressed_collective": "allgatherv/direct"}),
-        ("compressed", {}, {"semantics": "eager", "compressed_collective": "allgatherv/ring"}),
+        ("compressed", {}, {"mode": "fifo", "allgatherv": ("direct",)}),
+        ("compressed", {}, {"semantics": "eager", "allgatherv": ("ring",)}),
     ],
     ids=["gamma", "fifo", "eager"],
 )
@@ -200,7 +200,7 @@ def test_a_timeline_is_the_step_its_row_prices(trace, label, link, options):
         return tl, row
 
     tl, row = run(link, options)
-    default, _ = run({}, {k: v for k, v in options.items() if k == "compressed_collective"})
+    default, _ = run({}, {k: v for k, v in options.items() if k == "allgatherv"})
     assert tl.step_s != pytest.approx(default.step_s, rel=1e-3)
     end = row.step_s - row.optimizer_s
     assert end - row.decode_s - 1e-12 * end <= tl.step_s <= end * (1 + 1e-12)
@@ -212,10 +212,14 @@ def test_timeline_of_a_missing_step_is_an_error(trace):
 
 
 def test_bad_options_are_clear_errors():
-    with pytest.raises(UnknownNameError, match="allgatherv/bruck"):
-        SimulateConfig(compressed_collective="allgatherv/nope")
-    with pytest.raises(UnknownNameError, match="bucketed, none, per_layer"):
+    with pytest.raises(UnknownNameError, match="'nope'; valid: bounded, bruck"):
+        SimulateConfig(allgatherv=("nope",))
+    with pytest.raises(UnknownNameError, match="bucketed, full, none, per_layer"):
         SimulateConfig(overlap="sometimes")
+    with pytest.raises(ConfigError, match="simulate replays none, per_layer or bucketed"):
+        SimulateConfig(overlap="full")
+    with pytest.raises(ConfigError, match="one algorithm at a time"):
+        SimulateConfig(allgatherv=("ring", "bruck"))
     with pytest.raises(ConfigError, match="jitter"):
         SimulateConfig(jitter=-1.0)
 
@@ -262,7 +266,7 @@ def test_cli_simulate_user_errors_exit_2(trace_dir, tmp_path, capsys):
                 "--cluster",
                 "10GbE",
                 "--set",
-                "compressed_collective=allgatherv/direct",
+                "allgatherv=direct",
                 "--path",
                 "collective",
             ]
@@ -307,7 +311,7 @@ def test_dense_hierarchical_allreduce_is_priced_with_the_clusters_gpus_per_node(
         {"kind": "hierarchical"}, intra=LinkSpec("nvlink", bw_i, lat_i), gpus_per_node=g
     )
     spec = dataclasses.replace(spec, compute="trace")
-    cfg = SimulateConfig(dense_collective="allreduce/hierarchical", overlap="none", max_steps=2)
+    cfg = SimulateConfig(allreduce=("hierarchical",), overlap="none", max_steps=2)
     df, _, _ = simulate_trace(trace, spec, [g * nodes], cfg)
     row = df[(df["method"] == "dense") & (df["encoding"] == "fp32") & (df["step"] == -1)]
     assert row["collective"].tolist() == ["allreduce/hierarchical"]

@@ -42,6 +42,7 @@ from vgcsim.simulator.replay import (  # noqa: E402
     simulate_trace,
 )
 from vgcsim.traces.io import read_trace  # noqa: E402
+from vgcsim.traces.replay import resolve_collectives  # noqa: E402
 from vgcsim.traces.synth import SynthConfig, synth_trace  # noqa: E402
 
 from vgcsim.core.errors import ConfigError  # noqa: E402
@@ -71,7 +72,7 @@ def trace(tmp_path_factory):
 
 
 def _setup(trace, p, **fields):
-    cfg = SimulateConfig(**fields)
+    cfg = resolve_collectives(SimulateConfig(**fields), trace)
     cl = dataclasses.replace(_cluster(gamma_s_per_byte=1e-11), compute="trace")
     buckets = _Buckets.of(trace, cfg)
     return cfg, cl, buckets, _world_size(trace, cl, p, cfg, buckets)
@@ -83,7 +84,7 @@ PLAN_CASES = [
     (4, {"overlap": "none"}),
     (1, {"overlap": "bucketed", "bucket_bytes": 4e6}),
     (4, {"overlap": "bucketed", "bucket_bytes": 4e6, "size_exchange": False}),
-    (4, {"overlap": "per_layer", "compressed_collective": "allgatherv/padded"}),
+    (4, {"overlap": "per_layer", "allgatherv": ("padded",)}),
     (2, {"overlap": "bucketed", "bucket_bytes": 3e7}),  # two groups, two ranks
 ]
 
@@ -142,7 +143,7 @@ TL_FIELDS = {
 @pytest.fixture(scope="module")
 def timelined(trace):
     cl = dataclasses.replace(_cluster(LEAF_SPINE, gamma_s_per_byte=2**-30), compute="trace")
-    cfg = SimulateConfig(**TL_FIELDS)
+    cfg = resolve_collectives(SimulateConfig(**TL_FIELDS), trace)
     _, _, _, ws = _setup(trace, 4, **TL_FIELDS)
     df, tls, _ = simulate_trace(trace, cl, [4], cfg, timeline_steps=[int(ws.inputs.steps[1])])
     return df, tls
@@ -280,7 +281,7 @@ def test_forced_collective_path_on_shared_links_names_every_collective(trace):
     """A leaf-spine with two hosts per leaf and spread placement makes ring flows share the
     uplinks, so the collective-level path is not exact; forcing it is refused with a message
     that lists the step's collectives in sorted order, comma-separated."""
-    cfg, cl, buckets, ws = _setup(trace, 4, compressed_collective="allgatherv/bruck")
+    cfg, cl, buckets, ws = _setup(trace, 4, allgatherv=("bruck",))
     cl = dataclasses.replace(_cluster(LEAF_SPINE), compute="trace")
     ws = _world_size(trace, cl, 4, cfg, buckets)
     plan = _step_plan(ws, buckets, 0, "compressed", trace.primary_encoding, "compressed")

@@ -58,15 +58,15 @@ CASES: dict[str, tuple[dict | None, str, list[int], dict]] = {
         None,
         "trace",
         [8, 32],
-        {"compressed_collective": "allgatherv/padded", "size_exchange": False},
+        {"allgatherv": ("padded",), "size_exchange": False},
     ),
     "star_bruck_rabenseifner": (
         None,
         "model",
         [8, 16],
         {
-            "compressed_collective": "allgatherv/bruck",
-            "dense_collective": "allreduce/recursive_doubling",
+            "allgatherv": ("bruck",),
+            "allreduce": ("recursive_doubling",),
         },
     ),
     "leaf_spine_packed_auto": (

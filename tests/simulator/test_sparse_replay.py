@@ -37,6 +37,6 @@ def test_no_sparse_rows_for_a_trace_without_unions_or_when_switched_off():
     assert KEY not in set(sim["collective"])
     trace = read_trace(TRACE)
     sim, _, _ = simulate_trace(
-        trace, load_cluster("10GbE"), (4,), SimulateConfig(sparse_allreduce=False)
+        trace, load_cluster("10GbE"), (4,), SimulateConfig(sparse_allreduce=())
     )
     assert KEY not in set(sim["collective"])

@@ -1,24 +1,13 @@
-"""The options ``vgcsim predict`` and ``vgcsim simulate`` share, declared and parsed once.
+"""The flags ``vgcsim predict`` and ``vgcsim simulate`` share, declared and parsed once, and
+what both print.
 
-Both commands take the same flags for the same settings; each flag is a shortcut for a
-``--set`` key of the command's config (``PredictOptions`` for predict, ``SimulateConfig`` for
-simulate), applied after the ``--set`` items. The keys agree but for the collectives, which
-predict takes as algorithm lists and simulate as one collective key:
-
-===================== =================================== =====================================
-flag                  predict ``--set`` key               simulate ``--set`` key
-===================== =================================== =====================================
---allreduce ALG       allreduce=ALG[,ALG...] (or all)     dense_collective=allreduce/ALG
---allgatherv ALG      allgatherv=ALG[,ALG...] (or all)    compressed_collective=allgatherv/ALG
---encoding NAME       encoding=NAME                       encoding=NAME
---extrapolation RULE  rule=RULE                           rule=RULE
---seed N              seed=N                              seed=N
---overlap MODE        overlap=MODE                        overlap=MODE
---bucket-size SIZE    bucket_bytes=BYTES                  bucket_bytes=BYTES
---per-step            per_step=true                       per_step=true
---dense-encodings L   dense_encodings=L                   dense_encodings=L
---no-size-exchange    size_exchange=false                 size_exchange=false
-===================== =================================== =====================================
+Each flag is a shortcut for the ``--set`` key of the same name of the one replay vocabulary,
+:class:`vgcsim.core.options.ReplayOptions` (``PredictOptions`` and ``SimulateConfig`` both
+hold it), applied after the ``--set`` items: ``--allreduce``, ``--allgatherv`` (algorithm
+names; predict takes a comma list or ``all``, simulate one), ``--encoding``, ``--seed``,
+``--overlap``, ``--dense-encodings``, ``--per-step``; ``--extrapolation RULE`` sets ``rule``,
+``--bucket-size SIZE`` sets ``bucket_bytes`` (read with its unit) and ``--no-size-exchange``
+sets ``size_exchange=false``.
 
 ``--compute`` overrides the cluster's compute mode; ``--world-sizes`` is the one syntax of
 :mod:`vgcsim.core.worldsizes` (``--set world_sizes=...`` reads the same syntax).
@@ -27,7 +16,6 @@ flag                  predict ``--set`` key               simulate ``--set`` key
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,7 +29,8 @@ _VALUE_FLAGS: dict[str, tuple[str, str]] = {
     ),
     "allgatherv": (
         "ALG",
-        "compressed allgatherv algorithm (predict: a comma list or 'all'; default: ring)",
+        "compressed allgatherv algorithm (predict: a comma list or 'all'; default: the "
+        "trace's own, bounded for traces the DDP hook wrote, else ring)",
     ),
     "encoding": ("NAME", "bits column to use (default: the trace's primary encoding)"),
     "extrapolation": ("RULE", "rule mapping P ranks to recorded workers: modulo | resample"),
@@ -91,40 +80,24 @@ def add_replay_options(parser: argparse.ArgumentParser, config: str) -> None:
     )
 
 
-def _one(value: str, flag: str) -> str:
-    from vgcsim.core.errors import ConfigError
-
-    if "," in value or value.strip() == "all":
-        raise ConfigError(f"{flag} {value!r}: simulate replays one algorithm at a time")
-    return value.strip()
+#: flag dest -> the ReplayOptions field it sets, where the two names differ
+_FIELD = {"extrapolation": "rule"}
 
 
-def replay_overrides(args: argparse.Namespace, target: str) -> list[str]:
-    """The ``--set`` items, then the flags given, as ``key=value`` for ``target``'s config
-    (``"predict"``: PredictOptions, ``"simulate"``: SimulateConfig)."""
+def replay_overrides(args: argparse.Namespace) -> list[str]:
+    """The ``--set`` items, then the flags given, as ``key=value`` items of the replay
+    options (:class:`vgcsim.core.options.ReplayOptions`, the same keys for both commands)."""
     from vgcsim.core.units import parse_size_bytes
+    from vgcsim.models.predict import parse_algorithms
 
     out = settings(args.set)
     for op in ("allreduce", "allgatherv"):
         value = getattr(args, op)
-        if value is None:
-            continue
-        if target == "predict":
-            from vgcsim.models.predict import parse_algorithms
-
+        if value is not None:
             out.append(f"{op}={','.join(parse_algorithms(value, op))}")
-        else:
-            key = "dense_collective" if op == "allreduce" else "compressed_collective"
-            out.append(f"{key}={op}/{_one(value, '--' + op)}")
-    for dest, key in (
-        ("encoding", "encoding"),
-        ("extrapolation", "rule"),
-        ("seed", "seed"),
-        ("overlap", "overlap"),
-        ("dense_encodings", "dense_encodings"),
-    ):
+    for dest in ("encoding", "extrapolation", "seed", "overlap", "dense_encodings"):
         if getattr(args, dest) is not None:
-            out.append(f"{key}={getattr(args, dest)}")
+            out.append(f"{_FIELD.get(dest, dest)}={getattr(args, dest)}")
     if args.bucket_size is not None:
         out.append(f"bucket_bytes={parse_size_bytes(args.bucket_size)!r}")
     if args.per_step:
@@ -134,54 +107,11 @@ def replay_overrides(args: argparse.Namespace, target: str) -> list[str]:
     return out
 
 
-def with_compute(args: argparse.Namespace, cluster: Any) -> Any:
-    """``cluster`` with ``--compute`` applied."""
-    if args.compute is not None and args.compute != cluster.compute:
-        cluster = dataclasses.replace(cluster, compute=args.compute)
-    return cluster
-
-
-def save_replay(
-    args: argparse.Namespace,
-    df: Any,
-    trace: Any,
-    cluster: Any,
-    *,
-    source: str,
-    config: Any,
-    options: dict[str, Any],
-    files: dict[str, Any] | None = None,
-) -> Any:
-    """predict's and simulate's result table: :func:`vgcsim.core.results.save_results` with the
-    trace, the cluster, the extrapolation rule of ``config`` and the time sources."""
+def command_line() -> list[str]:
+    """The command as typed, for the result header."""
     import sys
 
-    from vgcsim.commands import warn
-    from vgcsim.core.cluster import cluster_to_dict
-    from vgcsim.core.results import save_results, trace_entry
-    from vgcsim.models.predict import time_sources
-    from vgcsim.traces.health import caveats
-
-    # a partial or diverged trace: say so now, and in the header for `vgcsim report`
-    lines = caveats(trace)
-    warn(args.command, lines)
-    return save_results(
-        df,
-        args.out,
-        source=source,
-        traces=[{**trace_entry(trace), "caveats": lines}],
-        cluster=cluster_to_dict(cluster),
-        extrapolation={
-            "rule": config.rule,
-            "seed": config.seed if config.rule == "resample" else None,
-        },
-        options={**options, "time_sources": time_sources(trace, cluster)},
-        command=["vgcsim", *sys.argv[1:]],
-        batch_size_per_worker=trace.header.get("batch_size_per_worker"),
-        overwrite=args.overwrite,
-        files=files,
-        writer=f"vgcsim {args.command}",
-    )
+    return ["vgcsim", *sys.argv[1:]]
 
 
 def verdict(df: Any, trace: Any) -> str:

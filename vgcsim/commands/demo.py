@@ -228,7 +228,7 @@ def _cluster(name: str, compute: str):
 
 def run(args: argparse.Namespace) -> int:
     from vgcsim.commands import settings
-    from vgcsim.core.config import apply_overrides, to_dict
+    from vgcsim.core.config import apply_overrides
 
     overrides = settings(args.overrides)
     if args.world_sizes is not None:
@@ -236,13 +236,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = apply_overrides(DemoConfig(), overrides)
     _check(cfg)
 
-    from vgcsim.commands.report import report_folder
-    from vgcsim.core.cluster import cluster_to_dict
+    from vgcsim import api
+    from vgcsim.core.options import PredictOptions, SimulateConfig
     from vgcsim.core.outdir import prepare_output
-    from vgcsim.core.results import save_results, trace_entry
-    from vgcsim.models.predict import PredictOptions, options_dict, predict_trace
     from vgcsim.reports.render import render_report
-    from vgcsim.simulator.replay import SimulateConfig, simulate_trace
     from vgcsim.traces.io import read_trace
 
     if cfg.traces == "record":
@@ -286,32 +283,22 @@ def run(args: argparse.Namespace) -> int:
 
     # 2. predict and simulate every compressed trace on every cluster, through files
     result_dirs: list[Path] = []
-    sim_cfg = SimulateConfig(max_steps=cfg.sim_steps)
+    sim_cfg = SimulateConfig(world_sizes=sizes, max_steps=cfg.sim_steps)
     for method in compressed:
         trace = read_trace(trace_dirs[method])
-        batch = trace.header.get("batch_size_per_worker")
         for cluster in clusters:
             tag = f"{method}-{cluster.name}"
-            opts = PredictOptions(world_sizes=sizes)
-            predicted = predict_trace(trace, cluster, opts)
-            simulated, _, info = simulate_trace(trace, cluster, sizes, sim_cfg)
-            sim_options = {**to_dict(sim_cfg), "world_sizes": list(sizes), "paths_run": info}
-            for source, df, options, rule in (
-                ("predicted", predicted, options_dict(opts), opts.rule),
-                ("simulated", simulated, sim_options, sim_cfg.rule),
-            ):
+            predicted = api.predict(trace, cluster, config=PredictOptions(world_sizes=sizes))
+            simulated = api.simulate(trace, cluster, config=sim_cfg)
+            for source, df in (("predicted", predicted), ("simulated", simulated)):
                 result_dirs.append(
-                    save_results(
+                    api.save(
                         df,
                         out / "results" / source / tag,
-                        source=source,
-                        traces=[trace_entry(trace)],
-                        cluster=cluster_to_dict(cluster),
-                        extrapolation={"rule": rule, "seed": None},
-                        options=options,
-                        command=command,
-                        batch_size_per_worker=batch,
+                        trace,
+                        cluster,
                         overwrite=args.overwrite,
+                        command=command,
                         writer="vgcsim demo",
                     )
                 )
@@ -325,19 +312,14 @@ def run(args: argparse.Namespace) -> int:
         trace = read_trace(run_dir)
         for cluster in clusters:
             model_cluster = replace(cluster, compute="model")
-            opts = PredictOptions(world_sizes=sizes)
             result_dirs.append(
-                save_results(
-                    predict_trace(trace, model_cluster, opts),
+                api.save(
+                    api.predict(trace, model_cluster, config=PredictOptions(world_sizes=sizes)),
                     out / "results" / "predicted" / f"{net}-{cluster.name}",
-                    source="predicted",
-                    traces=[trace_entry(trace)],
-                    cluster=cluster_to_dict(model_cluster),
-                    extrapolation={"rule": opts.rule, "seed": None},
-                    options=options_dict(opts),
-                    command=command,
-                    batch_size_per_worker=trace.header.get("batch_size_per_worker"),
+                    trace,
+                    model_cluster,
                     overwrite=args.overwrite,
+                    command=command,
                     writer="vgcsim demo",
                 )
             )
@@ -364,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
     ]
     if synthesized:
         notes.insert(1, paper_note(synthesized, traces["variance"]))
-    html = report_folder(
+    html = api.report_folder(
         out / "report",
         lambda where: render_report(
             result_dirs,

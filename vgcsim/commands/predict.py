@@ -7,10 +7,9 @@ import argparse
 from vgcsim.commands import add_out_option
 from vgcsim.commands.cost_options import (
     add_replay_options,
+    command_line,
     print_replay,
     replay_overrides,
-    save_replay,
-    with_compute,
 )
 
 HELP = "predict step times of dense allreduce vs compressed allgatherv from a trace (closed-form models)"
@@ -33,31 +32,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vgcsim.commands import check_out, world_sizes
-    from vgcsim.core.cluster import load_cluster
+    from vgcsim import api
+    from vgcsim.commands import check_out, warn, world_sizes
     from vgcsim.core.config import apply_overrides
-    from vgcsim.models.predict import (
-        PredictOptions,
-        options_dict,
-        predict_trace,
-        sparse_crossover,
-    )
-    from vgcsim.traces.io import read_trace
+    from vgcsim.core.options import PredictOptions
+    from vgcsim.models.predict import sparse_crossover
 
-    cluster = with_compute(args, load_cluster(args.cluster))
+    cluster = api.load_cluster(args.cluster)
     opts = PredictOptions(world_sizes=world_sizes(args.world_sizes))
-    opts = apply_overrides(opts, replay_overrides(args, "predict"))
+    opts = apply_overrides(opts, replay_overrides(args))
     check_out(args, "predict")
-    trace = read_trace(args.trace)
-    if not opts.allgatherv:  # the trace's own exchange (bounded for the DDP hook's traces)
-        import dataclasses
-
-        from vgcsim.traces.replay import default_allgatherv
-
-        opts = dataclasses.replace(opts, allgatherv=(default_allgatherv(trace),))
-    df = predict_trace(trace, cluster, opts)
-    options = {**options_dict(opts), "encoding": opts.encoding or trace.primary_encoding}
-    out = save_replay(args, df, trace, cluster, source="predicted", config=opts, options=options)
+    trace = api.load_trace(args.trace)
+    df = api.predict(trace, cluster, compute=args.compute, config=opts)
+    warn(args.command, api.trace_caveats(trace))  # also in the header, for `vgcsim report`
+    out = api.save(
+        df,
+        args.out,
+        trace,
+        cluster,
+        overwrite=args.overwrite,
+        command=command_line(),
+        writer=f"vgcsim {args.command}",
+    )
     crossover = sparse_crossover(df)
     print_replay(df, trace, out, extra=[crossover] if crossover else [])
     return 0

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from pathlib import Path
 
 from vgcsim.commands import add_out_option
 
 HELP = "write plots, what-if tables and a self-contained HTML report from result tables"
-
-#: The report's files at the top of its folder (plots/ and tables/ hold the rest).
-REPORT_FILES = ("index.html", "summary.md", "report.json")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,37 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_out_option(parser, "output folder", default="out/report")
 
 
-def _legacy_report(out: Path) -> list[str] | None:
-    """A report folder written before folder markers existed: its top files and those in
-    plots/ and tables/ (what the report writes there)."""
-    if not ((out / "report.json").is_file() and (out / "index.html").is_file()):
-        return None
-    names = [name for name in REPORT_FILES if (out / name).exists()]
-    for sub in ("plots", "tables"):
-        names += [f"{sub}/{p.name}" for p in sorted((out / sub).glob("*")) if p.is_file()]
-    return names
-
-
-def report_folder(
-    out_dir: str | Path, write: Callable[[Path], Path], overwrite: bool, command: str = "report"
-) -> Path:
-    """Run ``write(folder)`` (a report writer returning its HTML path) into ``out_dir``, checked
-    and marked as every vgcsim output folder is (vgcsim.core.outdir); return the HTML path."""
-    from vgcsim.core.outdir import prepare_output
-
-    out = prepare_output(
-        out_dir,
-        f"vgcsim {command}",
-        overwrite=overwrite,
-        files=REPORT_FILES,
-        legacy=_legacy_report,
-    )
-    before = out.snapshot()
-    path = write(out.path)
-    out.commit_changed(before)
-    return path
-
-
 def target_fraction(percent: float | None) -> float | None:
     """A target test accuracy given in percent as a fraction; ConfigError when out of range.
 
@@ -95,6 +59,7 @@ def target_fraction(percent: float | None) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vgcsim.api import legacy_report, report_folder
     from vgcsim.commands import check_out, warn
     from vgcsim.core.errors import ResultsError
     from vgcsim.reports.render import build_report, load_inputs, write_report
@@ -107,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             "--target-accuracy needs --trace RUN folders: the steps to a target come from "
             "the traces' evaluation curves"
         )
-    check_out(args, "report", legacy=_legacy_report)
+    check_out(args, "report", legacy=legacy_report)
     inputs = load_inputs(args.results, args.trace, target_accuracy=target)
     warn("report", inputs.caveats)  # also a note on the page
     report = build_report(inputs)

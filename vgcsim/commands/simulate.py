@@ -7,10 +7,9 @@ import argparse
 from vgcsim.commands import add_out_option
 from vgcsim.commands.cost_options import (
     add_replay_options,
+    command_line,
     print_replay,
     replay_overrides,
-    save_replay,
-    with_compute,
 )
 
 HELP = "replay a trace on a discrete-event cluster model; write the result table (source=simulated)"
@@ -71,40 +70,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vgcsim.commands import check_out, world_sizes
+    from vgcsim import api
+    from vgcsim.commands import check_out, warn, world_sizes
     from vgcsim.commands.progress import Progress
-    from vgcsim.core.cluster import load_cluster
-    from vgcsim.core.config import apply_overrides, to_dict
-    from vgcsim.simulator.replay import SimulateConfig, replay_units, simulate_trace
+    from vgcsim.core.config import apply_overrides
+    from vgcsim.core.options import SimulateConfig
+    from vgcsim.simulator.replay import replay_units
     from vgcsim.simulator.timeline import write_chrome_trace
-    from vgcsim.traces.io import read_trace
 
-    sizes = list(world_sizes(args.world_sizes))
-    overrides = replay_overrides(args, "simulate")
+    overrides = replay_overrides(args)
     if args.path:
         overrides.append(f"path={args.path}")
-    cfg = apply_overrides(SimulateConfig(), overrides)
-    cluster = with_compute(args, load_cluster(args.cluster))
+    cfg = apply_overrides(SimulateConfig(world_sizes=world_sizes(args.world_sizes)), overrides)
+    cluster = api.load_cluster(args.cluster)
     check_out(args, "simulate")
-    trace = read_trace(args.run)
-    if not any(o.startswith("compressed_collective=") for o in overrides):
-        # the trace's own exchange: bounded for the DDP hook's traces
-        from vgcsim.traces.replay import default_allgatherv
-
-        if default_allgatherv(trace) != "ring":
-            overrides.append(f"compressed_collective=allgatherv/{default_allgatherv(trace)}")
-            cfg = apply_overrides(SimulateConfig(), overrides)
-    total = replay_units(cfg, sizes, trace.steps_count)
+    trace = api.load_trace(args.run)
+    total = replay_units(cfg, cfg.world_sizes, trace.steps_count)
     with Progress(total, "simulate", "steps", quiet=args.quiet) as bar:
-        df, timelines, info = simulate_trace(
+        run = api.simulate_run(
             trace,
             cluster,
-            sizes,
-            cfg,
+            compute=args.compute,
+            config=cfg,
             timeline_steps=args.timeline or (),
             timeline_max_ranks=args.timeline_max_ranks,
             progress=bar.update,
         )
+    timelines = run.timelines
     files = {}
     if timelines:
         import pandas as pd
@@ -112,9 +104,16 @@ def run(args: argparse.Namespace) -> int:
         links = pd.concat([t.link_table() for t in timelines], ignore_index=True)
         files["timeline.json"] = lambda p: write_chrome_trace(timelines, p)
         files["links.csv"] = lambda p: links.to_csv(p, index=False)
-    options = {**to_dict(cfg), "world_sizes": sizes, "paths_run": info}
-    out = save_replay(
-        args, df, trace, cluster, source="simulated", config=cfg, options=options, files=files
+    warn(args.command, api.trace_caveats(trace))  # also in the header, for `vgcsim report`
+    out = api.save(
+        run.frame,
+        args.out,
+        trace,
+        cluster,
+        overwrite=args.overwrite,
+        files=files,
+        command=command_line(),
+        writer=f"vgcsim {args.command}",
     )
     if args.timeline and not timelines:
         print(
@@ -126,5 +125,5 @@ def run(args: argparse.Namespace) -> int:
             f"timeline: {out / 'timeline.json'} (open in https://ui.perfetto.dev); "
             "per-link bytes: links.csv"
         )
-    print_replay(df, trace, out)
+    print_replay(run.frame, trace, out)
     return 0

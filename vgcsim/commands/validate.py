@@ -56,11 +56,14 @@ def measured_method(trace: Any) -> str:
     return "dense" if trace.compressor == "dense" else "compressed"
 
 
-def default_allgatherv(trace: Any) -> str:
-    """The algorithm the recorder's allgatherv is: padded on gloo, uneven (ring) on NCCL;
-    the hook's bounded exchange for traces the DDP hook wrote."""
-    if trace.header.get("source") == "ddp_hook":
-        return "bounded"
+def measured_allgatherv(trace: Any) -> str:
+    """The algorithm the measured allgatherv is: the trace's own exchange for traces the DDP
+    hook wrote (:func:`vgcsim.traces.replay.default_allgatherv`, bounded); else what the
+    recorder ran, padded on gloo and uneven (ring) on NCCL."""
+    from vgcsim.traces.replay import default_allgatherv, is_hook_trace
+
+    if is_hook_trace(trace):
+        return default_allgatherv(trace)
     dist = trace.header.get("distributed") or {}
     return "padded" if dist.get("padded_allgather", True) else "ring"
 
@@ -68,12 +71,13 @@ def default_allgatherv(trace: Any) -> str:
 def _predicted(trace: Any, cluster: Any, opts: ValidateOptions, allgatherv: str) -> Any:
     """predict's per-step rows of ``trace`` at its own world size (dense fp32 beside the
     compressed exchange), as both validations compare them."""
-    from vgcsim.models.predict import PredictOptions, predict_trace
+    from vgcsim import api
+    from vgcsim.core.options import PredictOptions
 
-    return predict_trace(
+    return api.predict(
         trace,
         cluster,
-        PredictOptions(
+        config=PredictOptions(
             world_sizes=(int(trace.workers),),
             allreduce=(opts.allreduce,),
             allgatherv=(allgatherv,),
@@ -110,7 +114,7 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
         )
     p = int(trace.workers)
     method = measured_method(trace)
-    allgatherv = opts.allgatherv or default_allgatherv(trace)
+    allgatherv = opts.allgatherv or measured_allgatherv(trace)
     pred = _predicted(trace, cluster, opts, allgatherv)
     pred = _measured_rows(pred, method)
     out = pd.DataFrame({"step": trace.steps["step"].to_numpy(dtype=np.int64)})
@@ -118,15 +122,17 @@ def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateO
     out["predicted_s"] = pred["comm_s"].reindex(out["step"]).to_numpy(dtype=float)
     out["simulated_s"] = np.nan
     if opts.simulate:
-        from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+        from vgcsim import api
+        from vgcsim.core.options import SimulateConfig
 
         sim_cfg = SimulateConfig(
-            dense_collective=f"allreduce/{opts.allreduce}",
-            compressed_collective=f"allgatherv/{allgatherv}",
+            world_sizes=(p,),
+            allreduce=(opts.allreduce,),
+            allgatherv=(allgatherv,),
             per_step=True,
             dense_encodings=("fp32",),
         )
-        sim, _, _ = simulate_trace(trace, cluster, [p], sim_cfg)
+        sim = api.simulate(trace, cluster, config=sim_cfg)
         sim = _measured_rows(sim, method)
         out["simulated_s"] = sim["comm_s"].reindex(out["step"]).to_numpy(dtype=float)
     for src in SOURCES:
@@ -205,18 +211,20 @@ def term_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateOptions
     measured = measured_terms(trace)
     p = int(trace.workers)
     method = measured_method(trace)
-    allgatherv = opts.allgatherv or default_allgatherv(trace)
+    allgatherv = opts.allgatherv or measured_allgatherv(trace)
     frames = {"predicted": _predicted(trace, cluster, opts, allgatherv)}
     if opts.simulate:
-        from vgcsim.simulator.replay import SimulateConfig, simulate_trace
+        from vgcsim import api
+        from vgcsim.core.options import SimulateConfig
 
         sim_cfg = SimulateConfig(
-            dense_collective=f"allreduce/{opts.allreduce}",
-            compressed_collective=f"allgatherv/{allgatherv}",
+            world_sizes=(p,),
+            allreduce=(opts.allreduce,),
+            allgatherv=(allgatherv,),
             per_step=True,
             dense_encodings=("fp32",),
         )
-        frames["simulated"] = simulate_trace(trace, cluster, [p], sim_cfg)[0]
+        frames["simulated"] = api.simulate(trace, cluster, config=sim_cfg)
     rows = []
     for term, _, _, column in STEP_TERMS:
         part = pd.DataFrame({"step": measured.index.to_numpy(dtype=np.int64), "term": term})
@@ -475,7 +483,7 @@ def _run_measurements(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vgcsim.core.cluster import load_cluster
+    from vgcsim import api
     from vgcsim.reports.validation import plot_validation, steps_text, validation_summary
     from vgcsim.traces.io import read_trace
 
@@ -494,9 +502,7 @@ def run(args: argparse.Namespace) -> int:
             "comparing two runs needs two traces written by the DDP hook "
             "(register_vgc_hook(..., trace_dir=...))"
         )
-    from vgcsim.commands.cost_options import with_compute
-
-    cluster = with_compute(args, load_cluster(args.cluster))
+    cluster = api.load_cluster(args.cluster, compute=args.compute)
     opts = ValidateOptions(
         allreduce=args.allreduce, allgatherv=args.allgatherv, simulate=not args.no_simulate
     )
