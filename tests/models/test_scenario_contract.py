@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from vgcsim.models.scenario import (
-    NETS,
+    PAPER_NET_SPECS,
     Method,
     NetSpec,
     PaperScenarioConfig,
@@ -69,9 +69,9 @@ def test_config_accepts_the_edges():
 def test_net_dense_bytes_are_four_bytes_per_parameter():
     net = NetSpec("n", "N", 1000, 1.0, "src")
     assert net.dense_bytes == 4000
-    vgg = NETS["vgg_like"]()
+    vgg = PAPER_NET_SPECS["vgg_like"]()
     assert vgg.name == "vgg_like" and vgg.dense_bytes == 4 * vgg.params
-    res = NETS["resnet50"]()
+    res = PAPER_NET_SPECS["resnet50"]()
     assert res.flops_per_sample == pytest.approx(3 * 2 * 4.09e9)
 
 
@@ -93,7 +93,7 @@ def one_method():
 
 def test_compressed_rows_by_hand(one_method):
     cfg, df, info = one_method
-    net = NETS["vgg_like"]()
+    net = PAPER_NET_SPECS["vgg_like"]()
     link = get_cluster("1GbE").link
     dev = get_device("P100")
     compute = net.flops_per_sample * 32 / (dev.peak_flops * dev.efficiency)
@@ -135,7 +135,7 @@ def test_compressed_rows_by_hand(one_method):
 
 def test_info_describes_nets_methods_device_and_links(one_method):
     cfg, _, info = one_method
-    net = NETS["vgg_like"]()
+    net = PAPER_NET_SPECS["vgg_like"]()
     dev = get_device("P100")
     (n,) = info["nets"]
     assert n["name"] == "vgg_like" and n["params"] == net.params
@@ -170,7 +170,7 @@ def test_crossover_table_skips_one_rank_and_takes_the_cheapest_allgatherv(one_me
     )
     # tie: 3(α + m*β) + codec = 6α + 1.5nβ  ⇒  m* = (3α + 1.5nβ − codec) / (3β); ratio n / m*
     link = get_cluster("1GbE").link
-    n = 4.0 * NETS["vgg_like"]().params
+    n = 4.0 * PAPER_NET_SPECS["vgg_like"]().params
     a, b = link.latency_s, link.beta_s_per_byte
     m_star = (3 * a + 1.5 * n * b - 2e-3) / (3 * b)
     assert r.crossover_ratio == pytest.approx(n / m_star, rel=1e-9)
@@ -190,7 +190,7 @@ def test_crossover_table_picks_the_allgatherv_with_the_smallest_ratio():
     # balanced sizes, P = 8: ring 7α + 7mβ; bruck 3α + 7mβ; direct α + 7mβ. The least
     # latency needs the smallest ratio: direct.
     link = get_cluster("10GbE").link
-    n = 4.0 * NETS["vgg_like"]().params
+    n = 4.0 * PAPER_NET_SPECS["vgg_like"]().params
     a, b = link.latency_s, link.beta_s_per_byte
     dense = 14 * a + 2 * 7 / 8 * n * b
     assert r.allgatherv == "allgatherv/direct"
@@ -257,7 +257,7 @@ def test_two_ranks_have_a_crossover():
     (r,) = crossover_table(cfg, df).itertuples()
     # P = 2: α + m*·β = 2α + n·β  ⇒  m* = n + α/β; ratio n / m*
     link = get_cluster("1GbE").link
-    n = 4.0 * NETS["vgg_like"]().params
+    n = 4.0 * PAPER_NET_SPECS["vgg_like"]().params
     assert r.world_size == 2
     assert r.crossover_ratio == pytest.approx(
         n / (n + link.latency_s / link.beta_s_per_byte), rel=1e-9
@@ -277,7 +277,7 @@ def test_hierarchical_allreduce_uses_the_intra_node_link_of_the_cluster():
     )
     df, _ = paper_scenario(cfg, [ONE])
     c = get_cluster("4xP100-IB-FDR56")
-    n = 4.0 * NETS["vgg_like"]().params
+    n = 4.0 * PAPER_NET_SPECS["vgg_like"]().params
     il, ol = c.intra_link, c.link
     expected = 2 * (2 * il.latency_s + 2 * n * il.beta_s_per_byte) + (
         2 * ol.latency_s + n * ol.beta_s_per_byte

@@ -62,7 +62,7 @@ MODES = ("fair", "fifo")
 #: When a simulated message may start: at once (eager) or when its receiver posts (rendezvous).
 SEMANTICS = ("eager", "rendezvous")
 #: Which simulator path runs a step: chosen per step, or one forced (`reference`: the plain
-#: SimPy engine that defines the semantics, `vgcsim.simulator.reference`).
+#: SimPy engine that defines the semantics, docs/simulator.md).
 PATHS = ("auto", "message", "collective", "round", "reference")
 #: Largest straggler jitter (coefficient of variation of the compute factor): 10 is a spread
 #: of 1000 %, far beyond any measured straggler; larger values only overflow.
