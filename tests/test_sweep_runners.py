@@ -120,7 +120,9 @@ def test_cli_scheduler_local_writes_the_process_pools_rows(traces, tmp_path, cap
     run = ["sweep", str(cfg), "--processes", "2"]
     assert main([*run, "-o", str(tmp_path / "pool"), "--scheduler", "processes"]) == 0
     capfd.readouterr()
-    assert main([*run, "-o", str(tmp_path / "dask"), "--scheduler", "local"]) == 0
+    # -q: no progress lines (a slow machine prints one every few seconds), so that what
+    # stderr holds is only what must not be there
+    assert main([*run, "-o", str(tmp_path / "dask"), "--scheduler", "local", "-q"]) == 0
     # Nothing of the cluster's start or teardown (warnings, tracebacks) on the user's stderr,
     # worker processes included (capfd reads the file descriptor they inherit).
     assert capfd.readouterr().err == ""
