@@ -355,3 +355,20 @@ def test_the_rules_of_the_toml_are_well_formed():
             assert all(fn.startswith("vgcsim.") for fn in rule["functions"])
     names = [fn for r in rules if r["kind"] == "function" for fn in r["functions"]]
     assert len(names) == len(set(names))  # one number per function
+
+
+def test_an_area_may_run_its_slow_tests_with_its_own_pytest_options(tmp_path):
+    """The resume area's tests record in child processes and are marked slow: its own
+    pytest options keep them in its mutant sessions; the other areas leave slow tests out."""
+    cfg = tool.load_config()
+    settings = cfg["settings"]
+    assert "not slow" in " ".join(tool.pytest_args(cfg["areas"]["models"], settings))
+    resume = tool.pytest_args(cfg["areas"]["resume"], settings)
+    assert "slow" not in " ".join(resume)
+    text = tool._setup_cfg(cfg["areas"]["resume"], settings, tool.package_dirs(), ["tests"])
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "setup.cfg").write_text(text)
+    assert tool.selection_changed(cfg["areas"]["resume"], settings, copy) == []
+    without = {k: v for k, v in cfg["areas"]["resume"].items() if k != "pytest_args"}
+    assert tool.selection_changed(without, settings, copy) == ["pytest options"]

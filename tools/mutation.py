@@ -153,6 +153,12 @@ def _copy_tree(dest: Path, dirs: dict[str, str]) -> None:
         shutil.copy2(ROOT / rel, target)
 
 
+def pytest_args(area: dict, settings: dict) -> list[str]:
+    """The pytest options of an area's mutant sessions: its own ``pytest_args`` where it has
+    them (an area whose tests are all marked slow runs them), else the settings' ones."""
+    return list(area.get("pytest_args", settings.get("pytest_args", [])))
+
+
 def _setup_cfg(area: dict, settings: dict, dirs: dict[str, str], top: list[str]) -> str:
     """The ``[mutmut]`` section: the area's paths as they lie in the copy, and every other
     top-level entry of the copy (the whole ``vgcsim`` package, tests, data, benchmarks) copied
@@ -164,7 +170,7 @@ def _setup_cfg(area: dict, settings: dict, dirs: dict[str, str], top: list[str])
     text = "[mutmut]\n"
     text += block("source_paths", [copy_path(p, dirs) for p in area["paths"]])
     text += block("also_copy", [p for p in top if p not in NOT_COPIED])
-    text += block("pytest_add_cli_args", settings.get("pytest_args", []))
+    text += block("pytest_add_cli_args", pytest_args(area, settings))
     text += block("pytest_add_cli_args_test_selection", area["tests"])
     if "process_isolation" in area:
         text += f"process_isolation = {area['process_isolation']}\n"
@@ -548,7 +554,7 @@ def selection_changed(area: dict, settings: dict, copy: Path) -> list[str]:
     changed = []
     if section.get("pytest_add_cli_args_test_selection", []) != list(area["tests"]):
         changed.append("tests")
-    if section.get("pytest_add_cli_args", []) != list(settings.get("pytest_args", [])):
+    if section.get("pytest_add_cli_args", []) != pytest_args(area, settings):
         changed.append("pytest options")
     isolation = area.get("process_isolation")
     if section.get("process_isolation") != (None if isolation is None else [str(isolation)]):

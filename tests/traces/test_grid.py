@@ -37,6 +37,7 @@ def test_grid_covers_the_papers_table():
     assert cfg.optimizer.name == "momentum_sgd"
 
 
+@pytest.mark.slow
 def test_grid_runs_resumes_and_writes_table(tmp_path, monkeypatch):
     methods = (paper_grid.METHODS[0], paper_grid.METHODS[3])
     monkeypatch.setattr(paper_grid, "METHODS", methods)
