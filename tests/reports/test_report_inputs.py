@@ -53,6 +53,7 @@ def test_every_input_appears_labelled_predicted_or_simulated(mixed, tmp_path, ca
     assert "1GbE (predicted)" in legend and "10GbE (simulated)" in legend
 
 
+@pytest.mark.slow
 def test_dense_2_byte_rows_are_baselines_and_panels_share_one_scale(mixed):
     results = [mixed["s-var-10g"], mixed["s-qsgd-10g"]]
     report = render.build_report(render.load_inputs(results))

@@ -74,6 +74,7 @@ def test_settling_compares_the_two_halves_of_the_last_fifth():
     assert s["drift_last20"] == pytest.approx(0.5) and not s["settled"]
 
 
+@pytest.mark.slow
 def test_speed_reports_both_passes(capsys):
     cfg = apply_overrides(RecordConfig(), TINY)
     passes = speed.time_passes(cfg, repeats=1)
