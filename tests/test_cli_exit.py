@@ -107,6 +107,7 @@ def test_the_finalizer_of_the_program_runs_without_entry(tmp_path):
     assert (tmp_path / "teardown").read_text() == "ran"
 
 
+@pytest.mark.slow
 def test_stdout_is_complete_through_a_pipe(tmp_path):
     """All of an output larger than a pipe's buffer reaches the reader, its last line too
     (what is left in stdout's buffer is flushed before the process ends)."""

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "tests" / "data" / "sample_trace"
 
@@ -31,6 +33,7 @@ def _sweep(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_dask_scheduler_chatter_stays_hidden_without_verbose(tmp_path):
     quiet = _sweep(tmp_path)
     assert quiet.returncode == 0, quiet.stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import threading
 import time
 
@@ -168,11 +169,14 @@ def test_saved_results_keep_exit_codes_and_hashes_only_and_seed_a_new_copy(tmp_p
 
 def test_the_saved_results_stay_out_of_the_copies():
     """A copy of the tree never holds tools/mutation-results: mutmut would read those .meta
-    files in the copy's mutants/ folder as results of its own run."""
+    files in the copy's mutants/ folder as results of its own run. git ignores the folder
+    (run output), and the copy's file list leaves it out even where a checkout tracks it."""
+    meta = "tools/mutation-results/simulator/vgcsim/simulator/rounds.py.meta"
+    ignored = subprocess.run(["git", "check-ignore", "-q", meta], cwd=ROOT, check=False)
+    assert ignored.returncode == 0
     files = tool._tree_files()
     assert "tools/mutation.py" in files
     assert not any(f.startswith("tools/mutation-results/") for f in files)
-    assert any((ROOT / "tools" / "mutation-results").rglob("*.meta"))  # there is something to skip
 
 
 def test_resume_is_refused_when_the_areas_tests_changed(tmp_path, monkeypatch):
@@ -254,3 +258,117 @@ def test_tests_added_to_the_area_keep_the_kills_and_run_the_rest_again(tmp_path)
     assert seeded["hash_by_function_name"] == {"x_f": "h"}
     (copy / "setup.cfg").write_text(other)
     assert tool.seed_results("tables", copy, results) == 0
+
+
+# -- equivalent mutants: rules by kind of change and by function ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("minus", "plus", "kind", "argument", "call"),
+    [
+        (
+            "for a, b in zip(x, y, strict=True):",
+            "for a, b in zip(x, y, strict=None):",
+            "argument",
+            "strict",
+            "zip",
+        ),
+        (
+            "for a, b in zip(x, y, strict=True):",
+            "for a, b in zip(x, y, ):",
+            "argument",
+            "strict",
+            "zip",
+        ),
+        (
+            "for a, b in zip(x, y, strict=True):",
+            "for a, b in zip(x, y, strict=False):",
+            "argument",
+            "strict",
+            "zip",
+        ),
+        (
+            'with np.errstate(divide="ignore"):',
+            "with np.errstate(divide=None):",
+            "argument",
+            "divide",
+            "errstate",
+        ),
+        ("y = x.astype(np.float64)", "y = x.astype(None)", "argument", "astype()", "astype"),
+        ('v = float("inf")', 'v = float("INF")', "string-case", "", "float"),
+        ('v = f("inf")', 'v = f("XXinfXX")', "string", "", "f"),
+        ("if a > b:", "if a >= b:", "operator", "", ""),
+        ("n = 1", "n = 2", "number", "", ""),
+        ("if a > b:", "if a > b + 1:", "other", "", ""),
+    ],
+)
+def test_a_mutants_change_is_classified_by_its_tokens(minus, plus, kind, argument, call):
+    assert tool.change_of(minus, plus) == tool.Change(kind, argument, call)
+
+
+def test_mutmut_names_give_the_function_or_method():
+    assert tool.function_of("vgcsim.simulator.rounds.x_run_rounds__mutmut_3") == (
+        "vgcsim.simulator.rounds.run_rounds"
+    )
+    assert tool.function_of("vgcsim.simulator.network.x\u01c1_Flow\u01c1__init____mutmut_12") == (
+        "vgcsim.simulator.network._Flow.__init__"
+    )
+
+
+RULES = [
+    {"kind": "argument", "arguments": ["strict"], "calls": ["zip"], "reason": "r"},
+    {"kind": "logging", "lines_starting": ["log.debug("], "reason": "r"},
+    {"kind": "function", "functions": {"m.f": 2}, "reason": "r"},
+]
+
+
+def test_a_category_rule_argues_its_change_anywhere_and_nothing_else():
+    survivors = {
+        "m.x_g__mutmut_1": ("zip(a, b, strict=True)", "zip(a, b, strict=None)"),
+        "m.x_g__mutmut_2": ('log.debug("n=%d", n)', 'log.debug("XXn=%dXX", n)'),
+        "m.x_g__mutmut_3": ("if a > b:", "if a >= b:"),
+        "m.x_g__mutmut_4": ("sorted(a, key=k)", "sorted(a, )"),  # an argument, not of zip
+    }
+    equivalent, why = tool.classify_survivors(survivors, RULES)
+    assert equivalent == ["m.x_g__mutmut_1", "m.x_g__mutmut_2"]
+    assert set(why) == {"m.x_g__mutmut_3", "m.x_g__mutmut_4"}
+    assert why["m.x_g__mutmut_3"] == "no rule argues survivors of m.g"
+
+
+def test_a_function_rule_argues_up_to_its_number_and_none_beyond():
+    two = {f"m.x_f__mutmut_{i}": ("if a > b:", "if a >= b:") for i in (1, 2)}
+    assert tool.classify_survivors(two, RULES) == (sorted(two), {})
+    three = {**two, "m.x_f__mutmut_3": ("n = 1", "n = 2")}
+    equivalent, why = tool.classify_survivors(three, RULES)
+    assert equivalent == []
+    assert set(why) == set(three)
+    assert why["m.x_f__mutmut_3"] == "3 survivors in m.f, 2 argued in tools/mutation.toml"
+
+
+def test_the_rules_of_the_toml_are_well_formed():
+    rules = tool.load_config()["rule"]
+    kinds = {"argument", "string-case", "logging", "function"}
+    for rule in rules:
+        assert rule["kind"] in kinds and rule["reason"].strip() and rule["name"], rule
+        if rule["kind"] == "function":
+            assert all(n > 0 for n in rule["functions"].values())
+            assert all(fn.startswith("vgcsim.") for fn in rule["functions"])
+    names = [fn for r in rules if r["kind"] == "function" for fn in r["functions"]]
+    assert len(names) == len(set(names))  # one number per function
+
+
+def test_an_area_may_run_its_slow_tests_with_its_own_pytest_options(tmp_path):
+    """The resume area's tests record in child processes and are marked slow: its own
+    pytest options keep them in its mutant sessions; the other areas leave slow tests out."""
+    cfg = tool.load_config()
+    settings = cfg["settings"]
+    assert "not slow" in " ".join(tool.pytest_args(cfg["areas"]["models"], settings))
+    resume = tool.pytest_args(cfg["areas"]["resume"], settings)
+    assert "slow" not in " ".join(resume)
+    text = tool._setup_cfg(cfg["areas"]["resume"], settings, tool.package_dirs(), ["tests"])
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "setup.cfg").write_text(text)
+    assert tool.selection_changed(cfg["areas"]["resume"], settings, copy) == []
+    without = {k: v for k, v in cfg["areas"]["resume"].items() if k != "pytest_args"}
+    assert tool.selection_changed(without, settings, copy) == ["pytest options"]

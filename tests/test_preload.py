@@ -72,6 +72,7 @@ def _freeze_count() -> int:
     return gc.get_freeze_count()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     "forkserver" not in multiprocessing.get_all_start_methods(), reason="no fork server here"
 )

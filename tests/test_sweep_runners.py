@@ -88,6 +88,7 @@ def _two_factor_sweep(traces) -> SweepFile:
     )
 
 
+@pytest.mark.slow
 def test_dask_local_cluster_rows_equal_the_process_pool(traces):
     """A real LocalCluster of two single-threaded worker processes gives the pool's rows."""
     from distributed import LocalCluster
@@ -131,6 +132,7 @@ def test_cli_scheduler_local_writes_the_process_pools_rows(traces, tmp_path, cap
     assert header["options"]["sweep"]["scheduler"] == "local"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)  # Dask's own connect timeout, set to 10 min below, must not apply
 def test_unreachable_scheduler_is_one_line_and_exit_2(traces, tmp_path, capsys):
     import socket
@@ -479,6 +481,7 @@ def test_dask_task_returns_a_users_error_and_raises_a_bug(traces, tmp_path, monk
         sw._dask_task(jobs, sim)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)  # the failure this guards against is a sweep that never ends
 def test_workers_that_cannot_run_jobs_are_refused_in_one_line_not_waited_for(traces):
     """Dask does not fail a task its worker cannot unpickle (the sweep would wait forever):
@@ -563,6 +566,7 @@ def test_a_local_cluster_whose_workers_cannot_import_the_sweep_is_refused(
     assert clusters[0].status.name == "closed"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_process_forked_after_a_local_dask_sweep_runs_one_too(traces):
     """A child forked after a sweep on a LocalCluster (real processes, a fresh interpreter)

@@ -16,8 +16,9 @@ Usage (from the repository root)::
                                              # the same after the mutated code changed:
                                              # only the changed functions run again
     python tools/mutation.py compression --save
-                                             # keep the copy's results in the repository
-                                             # (tools/mutation-results/), also mid-run
+                                             # keep the copy's results beside the tree
+                                             # (tools/mutation-results/, ignored by git),
+                                             # also mid-run
 
 ``make mutation`` and ``make mutation AREA=models`` call this. Each area runs in its own copy
 of the working tree (tracked and untracked, not ignored, files) under ``out/mutation/AREA/``
@@ -33,14 +34,16 @@ gives mutants of module ``vgcsim.traces.replay``, the name the tests import; and
 subpackage to the mutated copy before the editable install's finder (appended to
 ``sys.meta_path``) could map them to the working tree. ``PYTHONPATH`` names the same folder so
 that test subprocesses (``python -m vgcsim ...``) import the mutated copy too. Before mutmut
-starts, a child interpreter checks that every ``vgcsim`` subpackage imports from the copy. The score counts killed and timed-out mutants over all mutants less the argued
-equivalents listed in the same file; surviving mutants that are not listed are printed with
-their diff, and the exit status is 1 when an area scores below the target.
+starts, a child interpreter checks that every ``vgcsim`` subpackage imports from the copy. The
+score counts killed and timed-out mutants over all mutants less the argued equivalents (the
+``[[rule]]``s of the same file, by kind of change and by function: :func:`classify_survivors`);
+surviving mutants that no rule argues are printed with their diff, and the exit status is 1
+when an area scores below the target.
 
-An area takes hours on 2 cores, longer than a working session, and ``out/`` is not kept:
+An area takes hours on 2 cores, longer than a working session, and ``out/`` is rebuilt:
 ``--save`` writes each mutant's result and each mutated function's source hash (mutmut's
-``.meta`` files, less their timings) to ``tools/mutation-results/AREA/``, where they are
-committed. A run that starts a new copy seeds it with them: mutmut keeps the result of every
+``.meta`` files, less their timings) to ``tools/mutation-results/AREA/`` (ignored by git: run
+output, not source). A run that starts a new copy seeds it with them: mutmut keeps the result of every
 mutant whose function's source hash is unchanged and runs the others, so a run stopped in one
 session goes on in the next (``--fresh`` ignores them and runs every mutant again).
 """
@@ -66,7 +69,8 @@ except ModuleNotFoundError:  # Python 3.10
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "tools" / "mutation.toml"
 OUT = ROOT / "out" / "mutation"
-#: results kept in the repository, one folder per area (``--save``; a new copy is seeded from it)
+#: results kept between runs, one folder per area (``--save``; a new copy is seeded from it;
+#: ignored by git)
 RESULTS = ROOT / "tools" / "mutation-results"
 #: the keys of a mutmut ``.meta`` file that are kept: results and function source hashes
 KEPT_META_KEYS = ("exit_code_by_key", "hash_by_function_name")
@@ -133,8 +137,9 @@ def _tree_files() -> list[str]:
         check=True,
         capture_output=True,
     ).stdout.decode()
-    # the saved results stay out of the copies: mutmut would find their .meta files in the
-    # copy's mutants/ folder and report mutants of other versions of the code
+    # the saved results stay out of the copies (git ignores them; this also holds where a
+    # checkout tracks them): mutmut would find their .meta files in the copy's mutants/
+    # folder and report mutants of other versions of the code
     kept = RESULTS.relative_to(ROOT).as_posix() + "/"
     return [p for p in out.split("\0") if p and (ROOT / p).is_file() and not p.startswith(kept)]
 
@@ -148,6 +153,12 @@ def _copy_tree(dest: Path, dirs: dict[str, str]) -> None:
         shutil.copy2(ROOT / rel, target)
 
 
+def pytest_args(area: dict, settings: dict) -> list[str]:
+    """The pytest options of an area's mutant sessions: its own ``pytest_args`` where it has
+    them (an area whose tests are all marked slow runs them), else the settings' ones."""
+    return list(area.get("pytest_args", settings.get("pytest_args", [])))
+
+
 def _setup_cfg(area: dict, settings: dict, dirs: dict[str, str], top: list[str]) -> str:
     """The ``[mutmut]`` section: the area's paths as they lie in the copy, and every other
     top-level entry of the copy (the whole ``vgcsim`` package, tests, data, benchmarks) copied
@@ -159,7 +170,7 @@ def _setup_cfg(area: dict, settings: dict, dirs: dict[str, str], top: list[str])
     text = "[mutmut]\n"
     text += block("source_paths", [copy_path(p, dirs) for p in area["paths"]])
     text += block("also_copy", [p for p in top if p not in NOT_COPIED])
-    text += block("pytest_add_cli_args", settings.get("pytest_args", []))
+    text += block("pytest_add_cli_args", pytest_args(area, settings))
     text += block("pytest_add_cli_args_test_selection", area["tests"])
     if "process_isolation" in area:
         text += f"process_isolation = {area['process_isolation']}\n"
@@ -219,7 +230,7 @@ def run_area(
     name: str,
     area: dict,
     settings: dict,
-    equivalents: list[dict],
+    rules: list[dict],
     nice: int,
     jobs: int,
     rerun: bool = True,
@@ -244,7 +255,7 @@ def run_area(
     if save:
         kept = save_results(name, copy)
         print(f"[{name}] saved {kept} results to {_shown(RESULTS / name)}")
-    return _classify(name, copy, equivalents, only)
+    return _classify(name, copy, rules, only)
 
 
 def _slim_meta(data: dict) -> dict:
@@ -543,7 +554,7 @@ def selection_changed(area: dict, settings: dict, copy: Path) -> list[str]:
     changed = []
     if section.get("pytest_add_cli_args_test_selection", []) != list(area["tests"]):
         changed.append("tests")
-    if section.get("pytest_add_cli_args", []) != list(settings.get("pytest_args", [])):
+    if section.get("pytest_add_cli_args", []) != pytest_args(area, settings):
         changed.append("pytest options")
     isolation = area.get("process_isolation")
     if section.get("process_isolation") != (None if isolation is None else [str(isolation)]):
@@ -624,25 +635,177 @@ def _diffs(copy: Path, mutants: list[str], env: dict[str, str]) -> dict[str, str
     return json.loads(out.stdout)
 
 
+#: the kinds of change :func:`change_of` names
+CHANGE_KINDS = ("argument", "string-case", "string", "operator", "number", "other")
+
+_OPERATORS = {
+    "<", ">", "<=", ">=", "==", "!=", "+", "-", "*", "/", "//", "%", "**", "<<", ">>",
+    "&", "|", "^", "~", "and", "or", "not", "in", "is",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a mutant changes on its line(s): ``kind`` (one of :data:`CHANGE_KINDS`), and for
+    an argument dropped or set to None/False its keyword (``strict``) or, for a positional
+    argument, its call (``astype()``); for a string its call (``float``)."""
+
+    kind: str
+    argument: str = ""
+    call: str = ""
+
+
+def _tokens(text: str) -> list[str]:
+    import io
+    import tokenize
+
+    skip = (tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+    skip += (tokenize.COMMENT,)
+    try:
+        return [
+            t.string
+            for t in tokenize.generate_tokens(io.StringIO(text + "\n").readline)
+            if t.type not in skip
+        ]
+    except (tokenize.TokenError, SyntaxError, IndentationError):  # a line cut mid-call
+        return text.split()
+
+
+def _call_before(tokens: list[str], i: int) -> str:
+    """The name of the call whose parentheses hold position ``i`` (``""`` if none)."""
+    depth = 0
+    for k in range(i - 1, -1, -1):
+        if tokens[k] in ")]}":
+            depth += 1
+        elif tokens[k] in "([{":
+            if depth == 0:
+                return tokens[k - 1] if tokens[k] == "(" and k > 0 else ""
+            depth -= 1
+    return ""
+
+
+def change_of(minus: str, plus: str) -> Change:
+    """Classify the change from the removed source ``minus`` to the added ``plus`` (a
+    mutant's diff, :func:`_diff_lines`) by its tokens: one argument dropped or its value set
+    to ``None``/``False`` (``argument``), one string literal changed only in letter case
+    (``string-case``) or otherwise (``string``), one operator or number swapped, or other."""
+    import difflib
+
+    a, b = _tokens(minus), _tokens(plus)
+    ops = [op for op in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()]
+    diff = [(i1, i2, j1, j2) for tag, i1, i2, j1, j2 in ops if tag != "equal"]
+    if len(diff) != 1:
+        return Change("other")
+    i1, i2, j1, j2 = diff[0]
+    old, new = a[i1:i2], b[j1:j2]
+    if len(old) == 1 and len(new) == 1 and old[0][:1] in "\"'" and new[0][:1] in "\"'":
+        kind = "string-case" if old[0].lower() == new[0].lower() else "string"
+        return Change(kind, call=_call_before(a, i1))
+    if len(old) == 1 and len(new) == 1 and old[0] in _OPERATORS and new[0] in _OPERATORS:
+        return Change("operator")
+    if len(old) == 1 and len(new) == 1 and old[0][:1].isdigit() and new[0][:1].isdigit():
+        return Change("number")
+    call = _call_before(a, i1)
+    if call and new in ([], ["None"], ["False"]) and old:
+        if "=" in old:  # a keyword argument dropped: [","] name "=" value [","]
+            return Change("argument", argument=old[old.index("=") - 1], call=call)
+        if i1 >= 2 and a[i1 - 1] == "=":  # a keyword argument's value replaced
+            return Change("argument", argument=a[i1 - 2], call=call)
+        if new and i1 >= 1 and a[i1 - 1] in "(,":  # a positional argument replaced
+            return Change("argument", argument=f"{call}()", call=call)
+    return Change("other")
+
+
+def function_of(mutant: str) -> str:
+    """``vgcsim.simulator.rounds.x_run_rounds__mutmut_3`` -> ``vgcsim.simulator.rounds.run_rounds``
+    and, for a method, ``...network.xǁFairNetworkǁ_reshare__mutmut_1`` ->
+    ``...network.FairNetwork._reshare`` (mutmut's mangled names)."""
+    head = mutant.split("__mutmut_")[0]
+    module, _, mangled = head.rpartition(".")
+    if mangled.startswith("x\u01c1"):
+        name = ".".join(p for p in mangled[2:].split("\u01c1") if p)
+    else:
+        name = mangled[2:] if mangled.startswith("x_") else mangled
+    return f"{module}.{name}"
+
+
+def rule_matches(rule: dict, change: Change, minus: str) -> bool:
+    """Whether a ``[[rule]]`` of ``tools/mutation.toml`` argues a survivor with this change
+    equivalent (``function`` rules are counted apart: :func:`classify_survivors`)."""
+    kind = rule["kind"]
+    if kind == "argument":
+        return (
+            change.kind == "argument"
+            and change.argument in rule["arguments"]
+            and (not rule.get("calls") or change.call in rule["calls"])
+        )
+    if kind == "string-case":
+        return change.kind == "string-case" and change.call in rule["calls"]
+    if kind == "logging":
+        first = minus.strip().splitlines()[0] if minus.strip() else ""
+        return any(first.startswith(prefix) for prefix in rule["lines_starting"])
+    return False
+
+
+def classify_survivors(
+    survivors: dict[str, tuple[str, str]], rules: list[dict]
+) -> tuple[list[str], dict[str, str]]:
+    """Split surviving mutants (name -> (removed, added) source) into argued equivalents and
+    the rest (name -> why it is not argued, for the report).
+
+    A category rule (``argument``, ``string-case``, ``logging``) argues every survivor whose
+    change it describes, anywhere. A ``function`` rule argues, per function it lists, up to
+    the number of survivors its reason covers: when a function has more survivors than
+    that, none of them is argued (a new one hides among them: read them all, then raise the
+    number or add the test)."""
+    equivalent: list[str] = []
+    left: dict[str, list[str]] = {}
+    for name, (minus, plus) in sorted(survivors.items()):
+        change = change_of(minus, plus)
+        if any(rule_matches(r, change, minus) for r in rules if r["kind"] != "function"):
+            equivalent.append(name)
+        else:
+            left.setdefault(function_of(name), []).append(name)
+    budget: dict[str, int] = {}
+    for r in rules:
+        if r["kind"] == "function":
+            for fn, n in r["functions"].items():
+                budget[fn] = budget.get(fn, 0) + int(n)
+    why: dict[str, str] = {}
+    for fn, names in left.items():
+        argued = budget.get(fn, 0)
+        if names and len(names) <= argued:
+            equivalent.extend(names)
+            continue
+        note = (
+            f"{len(names)} survivors in {fn}, {argued} argued in tools/mutation.toml"
+            if argued
+            else f"no rule argues survivors of {fn}"
+        )
+        why.update({n: note for n in names})
+    return sorted(equivalent), why
+
+
 def _classify(
-    name: str, copy: Path, equivalents: list[dict], only: list[str] | None = None
+    name: str, copy: Path, rules: list[dict], only: list[str] | None = None
 ) -> AreaResult:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     statuses = _statuses(copy, only)
     result = AreaResult(name)
     for status in statuses.values():
         result.counts[status] = result.counts.get(status, 0) + 1
-    eq_keys = {(e["module"], e["original"].strip(), e["mutant"].strip()) for e in equivalents}
     undetected = sorted(m for m, status in statuses.items() if status not in DETECTED)
     # a mutant not run yet has no diff worth reading (and thousands cost minutes)
     diffs = _diffs(copy, [m for m in undetected if statuses[m] != "not checked"], env)
+    survived = {m: _diff_lines(diffs.get(m, "")) for m in undetected if statuses[m] == "survived"}
+    result.equivalent, why = classify_survivors(survived, rules)
+    argued = set(result.equivalent)
     for mutant in undetected:
+        if mutant in argued:
+            continue
         status, diff = statuses[mutant], diffs.get(mutant, "")
-        minus, plus = _diff_lines(diff)
-        if status == "survived" and (_module_of(mutant), minus, plus) in eq_keys:
-            result.equivalent.append(mutant)
-        else:
-            result.survivors.append((f"{mutant} ({status})", diff))
+        note = f"; {why[mutant]}" if mutant in why else ""
+        result.survivors.append((f"{mutant} ({status}{note})", diff))
     report = {
         "area": name,
         "counts": result.counts,
@@ -746,7 +909,7 @@ def main(argv: list[str] | None = None) -> int:
             n,
             areas[n],
             settings,
-            cfg.get("equivalent", []),
+            cfg.get("rule", []),
             args.nice,
             args.jobs,
             rerun=not args.report,

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "compression.py"
 
 
@@ -39,6 +41,7 @@ def test_overhead_figures_small():
     }
 
 
+@pytest.mark.slow
 def test_gap_small():
     d = _run(
         "--gap", "--train-steps", "2", "--workers", "2", "--batch", "4", "--sq-dtype", "float32"

@@ -15,6 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "ddp_hook.py"
 pytestmark = pytest.mark.distributed
 
 
+@pytest.mark.slow
 def test_benchmark_prints_every_variant_and_the_ratio():
     out = subprocess.run(
         [sys.executable, str(SCRIPT), "--json", "--rounds", "1", "--chunk", "3", "--warmup", "1"],

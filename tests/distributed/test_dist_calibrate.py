@@ -22,6 +22,7 @@ def test_bad_options_exit_2_before_starting_processes(tmp_path, capsys):
     assert not (tmp_path / "c.toml").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_calibrate_on_loopback_writes_a_cluster_predict_accepts(tmp_path, capsys):
     from vgcsim.core.cluster import load_cluster

@@ -46,6 +46,7 @@ def deterministic(df: pd.DataFrame) -> pd.DataFrame:
     return df[keep].reset_index(drop=True)
 
 
+@pytest.mark.slow
 def test_gloo_record_matches_the_emulated_recorder(tmp_path, capsys):
     out = tmp_path / "gloo"
     args = ["record", "--backend", "gloo", "--nprocs", "4", "-q", "-o", str(out)]

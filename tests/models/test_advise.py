@@ -116,6 +116,7 @@ def test_a_hand_worked_mix_beats_both_single_methods():
     assert mask == (False, True) and t == pytest.approx(1.35)
 
 
+@pytest.mark.slow
 def test_advise_ranks_the_demo_traces_and_refuses_other_models():
     names = ("dense", "variance", "strom", "qsgd")
     traces = [read_trace(DEMO_TRACES / n) for n in names]

@@ -8,7 +8,7 @@ import pytest
 from modelhelpers import star_cluster
 from vgcsim.models.collectives import COLLECTIVES
 from vgcsim.models.crossover import crossover_density, crossover_payload_bytes, crossover_ratio
-from vgcsim.models.iteration import bucketed_step_time_s, iteration_time_s
+from vgcsim.models.iteration import bucketed_step_time_s, critical_path, iteration_time_s
 from vgcsim.traces.buckets import bucket_backward_share, bucket_layers, layer_groups
 from vgcsim.traces.devicecost import compute_time_s
 
@@ -112,3 +112,84 @@ def test_crossover_ratio_grows_with_p_on_ring():
     c = get_cluster("10GbE")
     ratios = [crossover_ratio(1e8, p, c) for p in (2, 8, 64, 512)]
     assert all(b > a for a, b in zip(ratios, ratios[1:], strict=False))
+
+
+# Hand-worked checks of the iteration model: expected numbers from the formulas in its docstrings
+# on small, exact inputs, documented contracts and one-line error messages.
+
+
+def _message(exc_info) -> str:
+    return str(exc_info.value)
+
+
+@pytest.mark.parametrize("mode", ["per_layer", "bucketed"])
+def test_bucketed_modes_are_sent_to_bucketed_step_time_s(mode):
+    with pytest.raises(ConfigError) as e:
+        iteration_time_s([[1.0]], [[0.0]], [[0.0]], [1.0], overlap=mode)
+    assert type(e.value) is ConfigError
+    assert _message(e) == f"overlap '{mode}' needs per-bucket times: use bucketed_step_time_s"
+
+
+def test_unknown_overlap_mode_message_lists_the_modes():
+    with pytest.raises(UnknownNameError) as e:
+        iteration_time_s([[1.0]], [[0.0]], [[0.0]], [1.0], overlap="some")
+    assert _message(e) == "unknown overlap mode 'some'; valid: bucketed, full, none, per_layer"
+
+
+def test_negative_optimizer_time_is_refused_by_name():
+    with pytest.raises(ConfigError) as e:
+        iteration_time_s([[1.0]], [[0.0]], [[0.0]], [1.0], optimizer_s=-1.0)
+    assert _message(e) == "optimizer_s must be finite and >= 0"
+
+
+@pytest.mark.parametrize("bad", ["compute_s", "variance_s", "codec_s"])
+def test_critical_path_names_the_input_of_the_wrong_shape(bad):
+    args = {"compute_s": [[1.0]], "variance_s": [[0.0]], "codec_s": [[0.0]]}
+    args[bad] = np.zeros((1, 1, 1))
+    with pytest.raises(ConfigError) as e:
+        critical_path(**args)
+    assert _message(e) == f"{bad} must be [steps, ranks], got shape (1, 1, 1)"
+
+
+def test_one_dimensional_local_times_are_one_rank_per_step():
+    """``[T]`` inputs are one rank: the critical rank is that rank at every step."""
+    c, v, k = critical_path([1.0, 2.0], [3.0, 4.0], [5.0, 6.0])
+    assert c.tolist() == [1.0, 2.0] and v.tolist() == [3.0, 4.0] and k.tolist() == [5.0, 6.0]
+
+
+def test_critical_rank_is_chosen_by_the_true_sum_of_narrow_integer_times():
+    """Rank 0: 200 + 100 = 300, rank 1: 100 + 100 = 200; rank 0 is critical (300 wraps to 44 in
+    8 bits, which would pick rank 1)."""
+    c, v, k = critical_path(
+        np.array([[200, 100]], dtype=np.uint8),
+        np.array([[100, 100]], dtype=np.uint8),
+        np.zeros((1, 2), dtype=np.uint8),
+    )
+    assert (float(c[0]), float(v[0]), float(k[0])) == (200.0, 100.0, 0.0)
+
+
+def test_decode_is_the_largest_rank_of_each_step_not_of_the_run():
+    """none: T = c + v + k + comm + d, d = max over ranks per step: steps' decodes [1, 2] and
+    [3, 4] give d = 2 then 4."""
+    bd = iteration_time_s(
+        [[1.0], [1.0]],
+        [[0.0], [0.0]],
+        [[0.0], [0.0]],
+        [1.0, 1.0],
+        decode_s=[[1.0, 2.0], [3.0, 4.0]],
+    )
+    assert bd.decode_s.tolist() == [2.0, 4.0]
+    assert bd.step_s.tolist() == [4.0, 6.0]
+
+
+def test_decode_times_given_as_decimal_text_are_compared_as_numbers():
+    """A decode table read as text ("10", "9") is taken as 10 s and 9 s: the largest is 10 (as
+    text, "9" > "10")."""
+    bd = iteration_time_s(
+        [[1.0, 1.0]], [[0.0, 0.0]], [[0.0, 0.0]], [0.0], decode_s=np.array([["10", "9"]])
+    )
+    assert bd.decode_s.tolist() == [10.0]
+    assert bd.step_s.tolist() == [11.0]
+
+
+# ------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from vgcsim.models import collectives as mc
 from vgcsim.models.collectives import (
     COLLECTIVES,
     collective_key,
@@ -16,8 +17,13 @@ from vgcsim.models.collectives import (
 )
 
 from vgcsim.core.cluster import LinkSpec, get_cluster
-from vgcsim.core.collectives import COLLECTIVE_KEYS, SIZE_HEADER_BYTES
-from vgcsim.core.errors import UnknownNameError
+from vgcsim.core.collectives import (
+    ALLGATHERV_ALGORITHMS,
+    ALLREDUCE_ALGORITHMS,
+    COLLECTIVE_KEYS,
+    SIZE_HEADER_BYTES,
+)
+from vgcsim.core.errors import ConfigError, UnknownNameError
 
 # α = 1 s, β = 1 s/B, γ = 0.5 s/B: hand arithmetic stays exact.
 UNIT = LinkSpec("unit", bandwidth_Bps=1.0, latency_s=1.0, gamma_s_per_byte=0.5)
@@ -195,3 +201,78 @@ def test_cluster_convenience_uses_the_cluster_links():
     assert collective_time_s("allreduce/hierarchical", sizes, c) == pytest.approx(direct)
     # NVLink inside nodes beats a flat ring over IB at 8 ranks per node
     assert direct[0] < collective_time_s("allreduce/ring", sizes, c)[0] * 2
+
+
+# Hand-worked checks of the collectives model: expected numbers from the formulas in its docstrings
+# on small, exact inputs, documented contracts and one-line error messages.
+
+UNIT_AB = LinkSpec("unit", bandwidth_Bps=1.0, latency_s=1.0)  # α = 1 s, β = 1 s/B
+
+
+def _message(exc_info) -> str:
+    return str(exc_info.value)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "message"),
+    [
+        (5.0, "collective sizes must have a rank axis (last axis = P ranks)"),
+        (np.zeros((2, 0)), "collective needs at least one rank"),
+        ([3.0, -1.0], "payload sizes must be non-negative"),
+    ],
+)
+def test_collective_sizes_are_refused_with_their_exact_message(sizes, message):
+    """Every collective checks its sizes: a scalar (no rank axis), no rank, a negative size."""
+    with pytest.raises(ConfigError) as e:
+        mc.allgatherv_ring(sizes, UNIT_AB)
+    assert _message(e) == message
+
+
+def test_narrow_unsigned_sizes_are_byte_counts_not_wrapped_integers():
+    """Direct allgatherv, T = α + β·max_i max((P−1)·m_i, M − m_i): sizes [100, 0, 0, 0] as uint8
+    give (P−1)·m_0 = 300 B (which would wrap to 44 in 8 bits), so T = 1 + 300 s on the unit
+    link."""
+    sizes = np.array([100, 0, 0, 0], dtype=np.uint8)
+    assert float(mc.allgatherv_direct(sizes, UNIT_AB)) == 301.0
+
+
+def test_unknown_collective_operation_and_key_messages():
+    with pytest.raises(UnknownNameError) as e:
+        mc.collective_key("scatter", "ring")
+    assert (
+        _message(e)
+        == "unknown collective operation 'scatter'; valid: allgatherv, allreduce, sparse_allreduce"
+    )
+    keys = sorted(
+        [f"allreduce/{a}" for a in ALLREDUCE_ALGORITHMS]
+        + [f"allgatherv/{a}" for a in ALLGATHERV_ALGORITHMS]
+        + ["sparse_allreduce/recursive_doubling"]
+    )
+    with pytest.raises(UnknownNameError) as e:
+        mc.get_collective("allreduce/mesh")
+    assert _message(e) == f"unknown collective 'allreduce/mesh'; valid: {', '.join(keys)}"
+
+
+def test_size_exchange_refuses_zero_ranks_with_its_message():
+    with pytest.raises(ConfigError) as e:
+        mc.size_exchange_time_s(0, UNIT_AB)
+    assert _message(e) == "world size must be >= 1, got 0"
+
+
+def test_padded_host_time_looks_delta_up_step_by_step():
+    """T_host = δ(P·m_max)·Σ m per step, δ from the table: step 0 gathers 2·1 = 2 B (below the
+    first point: its value, 1/4 s/B) and copies 2 B → 0.5 s; step 1 gathers 2·10 = 20 B
+    (≥ 16: 1/2 s/B) and copies 20 B → 10 s. Each step's own m_max, not the largest over all
+    steps."""
+    link = LinkSpec(
+        "t",
+        bandwidth_Bps=1.0,
+        latency_s=1.0,
+        allgatherv_host_s_per_byte=0.125,
+        allgatherv_host_s_per_byte_table=((4.0, 0.25), (16.0, 0.5)),
+    )
+    got = mc.allgatherv_host_time_s(np.array([[1.0, 1.0], [10.0, 10.0]]), link)
+    assert got.tolist() == [0.5, 10.0]
+
+
+# ------------------------------------------------------------------------------------------

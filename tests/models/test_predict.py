@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
-from vgcsim.models.predict import PredictOptions, parse_algorithms, parse_world_sizes, predict_trace
+from modelhelpers import star_cluster
+from vgcsim.models.predict import (
+    PredictOptions,
+    _dense_breakdown,
+    parse_algorithms,
+    parse_world_sizes,
+    predict_trace,
+    rows_for,
+)
 from vgcsim.traces.io import read_trace
+from vgcsim.traces.replay import StepInputs, step_inputs
 
 from vgcsim.cli import main
 from vgcsim.core.cluster import get_cluster
@@ -213,3 +224,124 @@ def test_committed_sample_trace_with_modelled_compute(tmp_path):
     comp = df[df.method == "compressed"]
     assert (comp.payload_bytes_max >= comp.payload_bytes_mean).all()
     assert (comp.payload_bytes_mean < trace.header["dense_bytes_per_step"]).all()
+
+
+# Hand-worked checks of the predict model: expected numbers from the formulas in its docstrings
+# on small, exact inputs, documented contracts and one-line error messages.
+
+
+def _message(exc_info) -> str:
+    return str(exc_info.value)
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"world_sizes": ()}, "world sizes must be integers >= 1"),
+        ({"bucket_bytes": 0}, "bucket_bytes must be a finite number > 0, got 0"),
+        (
+            {"dense_encodings": ("bf16",)},
+            "dense_encodings must include fp32 (the speedup baseline)",
+        ),
+    ],
+)
+def test_predict_options_messages_are_exact(over, message):
+    with pytest.raises(ConfigError) as e:
+        PredictOptions(**over)
+    assert _message(e) == message
+
+
+def _trace_cluster():
+    return dataclasses.replace(star_cluster(latency_s=1e-3), compute="trace")
+
+
+def test_predicted_rows_name_the_topology_and_the_closed_form_path(tiny_trace):
+    """Rows carry ``path="closed_form"`` and the cluster's topology kind (a star here)."""
+    df = predict_trace(tiny_trace, _trace_cluster(), PredictOptions(world_sizes=(2,)))
+    assert set(df["path"]) == {"closed_form"}
+    assert set(df["topology"]) == {"star"}
+
+
+def test_predict_prices_the_encoding_asked_for(tiny_trace):
+    """The tiny trace's second encoding, ``hand2x``, has twice the bits of its primary one: at
+    step 0 the workers send 960 and 1920 bits, 240 and 480 bytes in hand2x."""
+    opts = PredictOptions(world_sizes=(2,), encoding="hand2x", per_step=True)
+    df = predict_trace(tiny_trace, _trace_cluster(), opts)
+    row = df[(df.method == "compressed") & (df.step == 0)].iloc[0]
+    assert row.encoding == "hand2x"
+    assert row.payload_bytes_max == 480 and row.payload_bytes_mean == 360
+
+
+@pytest.mark.parametrize(("rule", "seed"), [("resample", 3), ("resample", 11)])
+def test_predict_extrapolates_with_the_rule_and_seed_asked_for(tiny_trace, rule, seed):
+    """Per-step payload columns are those of the extrapolation (``step_inputs``) with the
+    options' rule and seed, not the default modulo rule or seed 0."""
+    cluster = _trace_cluster()
+    p = 8
+    ref = step_inputs(tiny_trace, cluster, p, rule=rule, seed=seed).rank_bytes
+    default = step_inputs(tiny_trace, cluster, p).rank_bytes
+    seed0 = step_inputs(tiny_trace, cluster, p, rule=rule, seed=0).rank_bytes
+    # the check can only fail a wrong rule or seed if the extrapolations differ
+    assert not np.array_equal(ref.mean(axis=1), default.mean(axis=1))
+    assert not np.array_equal(ref.mean(axis=1), seed0.mean(axis=1))
+    opts = PredictOptions(world_sizes=(p,), rule=rule, seed=seed, per_step=True)
+    df = predict_trace(tiny_trace, cluster, opts)
+    comp = df[(df.method == "compressed") & (df.step >= 0)].sort_values("step")
+    assert comp.payload_bytes_mean.tolist() == pytest.approx(ref.mean(axis=1).tolist())
+    assert comp.payload_bytes_max.tolist() == pytest.approx(ref.max(axis=1).tolist())
+
+
+def test_predict_without_a_batch_size_leaves_throughput_empty(tiny_trace):
+    """No ``batch_size_per_worker`` in the header: predictions still come, throughput is NaN."""
+    tiny_trace.header.pop("batch_size_per_worker")
+    df = predict_trace(tiny_trace, _trace_cluster(), PredictOptions(world_sizes=(2,)))
+    assert len(df) > 0 and df["throughput_samples_per_s"].isna().all()
+
+
+def _bd(values):
+    a = np.asarray(values)
+    return (a, a, a, a, a)
+
+
+def test_rows_for_columns_are_float_and_text_stays_object():
+    """Numeric columns come out float64 whatever the input's type (exact Fractions here: the
+    mean of 1/2 and 1 is 3/4); text constants are object arrays (any length fits) and numeric
+    constants stay numeric."""
+    from vgcsim.models.iteration import StepBreakdown
+
+    vals = np.array([Fraction(1, 2), Fraction(1)], dtype=object)
+    bd = StepBreakdown(*_bd(vals))
+    out = rows_for(
+        bd, np.array([0, 1]), vals, vals, per_step=False, const={"method": "dense", "world_size": 4}
+    )
+    for k in ("compute_s", "step_s", "payload_bytes_max", "payload_bytes_mean"):
+        assert out[k].dtype == np.float64 and out[k].tolist() == [0.75]
+    assert out["method"].dtype == object
+    out["method"][0] = "compressed"
+    assert out["method"][0] == "compressed"
+    assert np.issubdtype(out["world_size"].dtype, np.integer)
+    assert pd.api.types.is_integer_dtype(
+        pd.Series(np.concatenate([out["world_size"], out["world_size"]]))
+    )
+
+
+def test_zero_byte_dense_gradient_buckets_carry_no_bytes():
+    """A model of 0 dense bytes: each bucket's ring allreduce moves nothing and costs its
+    latency alone, 2(P−1)·α = 2 ms at P = 2 and α = 1 ms; two buckets report Σ t_k = 4 ms."""
+    cluster = star_cluster(latency_s=1e-3, bandwidth_Bps=1e3)
+    si = StepInputs(
+        steps=np.array([0]),
+        rank_bytes=np.zeros((1, 2)),
+        dense_bytes=0,
+        compute_s=np.full((1, 2), 0.5),
+        variance_s=np.zeros((1, 2)),
+        codec_s=np.zeros((1, 2)),
+    )
+    numel = np.array([1000.0, 250.0])
+    buckets = ([[1], [0]], np.array([0.2, 1.0]), numel)
+    opts = PredictOptions(world_sizes=(2,), overlap="bucketed")
+    bd = _dense_breakdown(si, "allreduce/ring", cluster, opts, buckets)
+    assert float(bd.comm_s[0]) == pytest.approx(4e-3, rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from vgcsim.models.collectives import COLLECTIVES
 from vgcsim.models.scenario import (
@@ -156,3 +157,30 @@ def test_empty_lists_and_nan_codec_are_config_errors(override, tmp_path, capsys)
     assert main(["scenario", "paper", "--set", override, "-o", str(tmp_path / "s")]) == 2
     assert "Traceback" not in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
+
+
+# Hand-worked checks of the scenario model: expected numbers from the formulas in its docstrings
+# on small, exact inputs, documented contracts and one-line error messages.
+
+
+def test_best_rows_keeps_the_first_listed_of_tied_algorithms():
+    """17 mean rows: every third (trace "a") at 0.5 s, the others (trace "b") tied at 1 s; the
+    best row of "b" is the first one listed (row 1), as a stable sort keeps ties in order."""
+    n = 17
+    df = pd.DataFrame(
+        {
+            "trace": ["a" if i % 3 == 0 else "b" for i in range(n)],
+            "cluster": "c",
+            "world_size": 4,
+            "method": "compressed",
+            "compressor": "x",
+            "step": -1,
+            "step_s": [0.5 if i % 3 == 0 else 1.0 for i in range(n)],
+            "collective": [f"alg{i}" for i in range(n)],
+        }
+    )
+    best = best_rows(df)
+    assert best.set_index("trace")["collective"].to_dict() == {"a": "alg0", "b": "alg1"}
+
+
+# ------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from reports_golden import RESULTS, ROOT, TRACE
 from vgcsim.cli import main
 
 
+@pytest.mark.slow
 def test_report_cli_writes_html(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     out = tmp_path / "rep"
@@ -33,6 +34,7 @@ def test_report_cli_writes_html(tmp_path, capsys, monkeypatch):
     }
 
 
+@pytest.mark.slow
 def test_report_cli_target_accuracy(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     out = tmp_path / "rep"

@@ -78,6 +78,7 @@ def test_to_markdown_escapes_pipes():
     assert md.splitlines()[2] == "| x\\|y | 1.5 |"
 
 
+@pytest.mark.slow
 def test_trace_only_report(tmp_path):
     inputs = render.ReportInputs(
         results=pd.DataFrame(columns=list(render.tables.RESULT_COLUMNS)),
@@ -104,6 +105,7 @@ def test_summary_gives_accuracy_and_time_to_accuracy(written):
     assert "never (87.0 % after 8 steps)" in html_path.read_text()
 
 
+@pytest.mark.slow
 def test_time_to_accuracy_needs_a_target_without_dense_trace():
     inputs = render.ReportInputs(
         results=build_results(),

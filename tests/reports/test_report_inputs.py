@@ -34,6 +34,7 @@ def mixed(tmp_path_factory) -> dict[str, Path]:
     return {name: where / name for name in out}
 
 
+@pytest.mark.slow
 def test_every_input_appears_labelled_predicted_or_simulated(mixed, tmp_path, capsys):
     results = [mixed["p-var-1g"], mixed["s-var-10g"]]
     assert main(["report", *map(str, results), "-o", str(tmp_path / "r")]) == 0
@@ -52,6 +53,7 @@ def test_every_input_appears_labelled_predicted_or_simulated(mixed, tmp_path, ca
     assert "1GbE (predicted)" in legend and "10GbE (simulated)" in legend
 
 
+@pytest.mark.slow
 def test_dense_2_byte_rows_are_baselines_and_panels_share_one_scale(mixed):
     results = [mixed["s-var-10g"], mixed["s-qsgd-10g"]]
     report = render.build_report(render.load_inputs(results))
@@ -77,6 +79,7 @@ def test_dense_2_byte_rows_are_baselines_and_panels_share_one_scale(mixed):
     )
 
 
+@pytest.mark.slow
 def test_report_from_another_folder_finds_the_trace_or_says_it_is_gone(
     tmp_path, monkeypatch, capsys
 ):

@@ -33,6 +33,7 @@ def test_sections_in_page_order():
     ]
 
 
+@pytest.mark.slow
 def test_report_is_the_sections_that_apply():
     only_traces = render.build_report(_inputs(results=False))
     assert [t.name for t in only_traces.tables] == ["methods"]
@@ -49,6 +50,7 @@ def test_report_is_the_sections_that_apply():
     assert only_results.notes and only_results.notes[0].startswith("Local times")
 
 
+@pytest.mark.slow
 def test_a_new_section_is_one_registration(monkeypatch):
     monkeypatch.setattr(sections, "SECTIONS", dict(SECTIONS))
     monkeypatch.setattr(render, "SECTIONS", sections.SECTIONS)
@@ -89,6 +91,7 @@ def test_display_applies_each_column_spec():
     }
 
 
+@pytest.mark.slow
 def test_advice_section_ranks_each_interconnect_and_p():
     report = render.build_report(_inputs())
     table = {t.name: t for t in report.tables}["advice"]

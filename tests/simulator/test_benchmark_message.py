@@ -45,6 +45,7 @@ def test_the_ring_profile_names_the_workload_and_its_rates(bench, capsys):
     assert "function calls" in out
 
 
+@pytest.mark.slow
 def test_only_message_prints_the_event_rate_and_the_message_replay():
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--only", "message", "--json", "--quick", "--steps", "2"]

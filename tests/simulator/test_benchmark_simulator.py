@@ -64,6 +64,7 @@ def test_simgrid_agrees_on_the_direct_case_when_installed(bench):
         assert sg["finish_s"] == pytest.approx(bench.direct_agv_ours(p), rel=1e-9)
 
 
+@pytest.mark.slow
 def test_json_report_has_every_key_and_a_reason_for_each_null():
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--json", "--quick", "--steps", "3", "--limit-s", "4"],

@@ -12,6 +12,7 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "simulator.py"
 
 
+@pytest.mark.slow
 def test_only_solver_reports_the_solver_keys_and_no_replay():
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--only", "solver", "--json", "--quick"],
@@ -37,6 +38,7 @@ def test_only_solver_reports_the_solver_keys_and_no_replay():
             )
 
 
+@pytest.mark.slow
 def test_an_unknown_only_value_is_refused():
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--only", "everything"], capture_output=True, text=True

@@ -52,6 +52,7 @@ def test_device_entry_replaces_only_the_device(tmp_path, cal):
     assert load_cluster(fresh).link.name == "10GbE"
 
 
+@pytest.mark.slow
 def test_cli_codec_on_cpu_and_errors(tmp_path, capsys):
     out = tmp_path / "dev.toml"
     rc = main(["calibrate", "--codec", "--codec-device", "cpu", "--repeats", "2", "-o", str(out)])

@@ -37,6 +37,7 @@ def test_grid_covers_the_papers_table():
     assert cfg.optimizer.name == "momentum_sgd"
 
 
+@pytest.mark.slow
 def test_grid_runs_resumes_and_writes_table(tmp_path, monkeypatch):
     methods = (paper_grid.METHODS[0], paper_grid.METHODS[3])
     monkeypatch.setattr(paper_grid, "METHODS", methods)
@@ -73,6 +74,7 @@ def test_settling_compares_the_two_halves_of_the_last_fifth():
     assert s["drift_last20"] == pytest.approx(0.5) and not s["settled"]
 
 
+@pytest.mark.slow
 def test_speed_reports_both_passes(capsys):
     cfg = apply_overrides(RecordConfig(), TINY)
     passes = speed.time_passes(cfg, repeats=1)

@@ -142,6 +142,7 @@ def live_writer(tmp_path):
         proc.stdout.close()
 
 
+@pytest.mark.slow
 def test_a_killed_writer_leaves_an_interrupted_trace_that_every_stage_names(
     live_writer, tmp_path, capsys
 ):

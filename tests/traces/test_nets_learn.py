@@ -79,6 +79,7 @@ def test_dense_vgg_like_leaves_chance_on_mnist(tmp_path):
     assert t.steps["loss"].iloc[-10:].mean() < 0.6 * t.steps["loss"].iloc[:5].mean()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("model", "width", "steps"), [("vgg_like", 0.125, 100), ("resnet20", 0.25, 60)]
 )

@@ -181,6 +181,7 @@ def test_check_config_rejects_shard_smaller_than_batch(tmp_path):
         record(tiny(workers=200, batch_size=64), tmp_path / "r")
 
 
+@pytest.mark.slow
 def test_sigkill_leaves_valid_prefix(tmp_path):
     run = tmp_path / "killed"
     cmd = [

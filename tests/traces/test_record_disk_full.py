@@ -51,6 +51,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+@pytest.mark.slow
 def test_full_disk_stops_with_a_valid_prefix_then_resumes(tmp_path, small_disk, capsys):
     run = small_disk / "run"
     args = [a for s in SETTINGS for a in ("--set", s)]

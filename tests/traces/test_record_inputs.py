@@ -88,6 +88,7 @@ def test_net_too_large_for_memory_is_refused_with_the_estimate(tmp_path, capsys)
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_non_utf8_output_folder_records(tmp_path):
     """Reproduction 13: such a name as -o gave UnicodeEncodeError and a header-only folder."""
     out = os.path.join(os.fsencode(tmp_path), b"run\xff")

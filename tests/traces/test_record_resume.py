@@ -116,6 +116,7 @@ def _kill_at_random_chunk(run: Path, overrides: list[str], rng: np.random.Genera
     return chunk
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setup", sorted(SETUPS))
 def test_sigkill_then_resume_equals_uninterrupted(tmp_path, uninterrupted, setup, capsys):
     overrides = BASE + SETUPS[setup]
@@ -134,6 +135,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path, uninterrupted, setup
     assert not (run / CHECKPOINT_DIR).exists() and not (run / RESERVE_FILE).exists()
 
 
+@pytest.mark.slow
 def test_resume_twice_and_from_a_run_with_no_checkpoint(tmp_path, uninterrupted):
     """Resuming a resumed run works; a run that never closed a chunk starts over."""
     first = apply_overrides(RecordConfig(), BASE + SETUPS["variance-adam"])
@@ -198,12 +200,16 @@ def test_resume_refuses_another_config(tmp_path, stopped_run, capsys, extra, mes
     assert (run / "header.json").read_bytes() == before
 
 
-def test_resume_refuses_complete_runs_and_non_traces(tmp_path, uninterrupted, capsys):
+@pytest.mark.slow
+def test_resume_refuses_complete_runs(uninterrupted, capsys):
     complete = uninterrupted["variance-adam"]
     before = (complete / "header.json").read_bytes()
     assert main(["record", "--resume", str(complete), "-q"]) == 2
     assert "nothing to resume" in capsys.readouterr().err
     assert (complete / "header.json").read_bytes() == before
+
+
+def test_resume_refuses_non_traces(tmp_path, capsys):
     plain = tmp_path / "plain"
     plain.mkdir()
     (plain / "notes.txt").write_text("mine")
@@ -249,6 +255,7 @@ RESHUFFLING = [
 ]
 
 
+@pytest.mark.slow
 def test_resume_between_two_reshuffles_equals_uninterrupted(tmp_path):
     """A run stopped after the sampler's first reshuffle and resumed before its next: the
     resumed run draws the next order and the rounding noise as the uninterrupted run did,

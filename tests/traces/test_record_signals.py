@@ -22,6 +22,7 @@ ARGS = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_signal_stops_cleanly_and_keeps_the_open_chunk(tmp_path, signum):
     run = tmp_path / "run"

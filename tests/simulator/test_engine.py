@@ -1,7 +1,4 @@
-"""Fast-path engine numbers worked by hand on tiny schedules (1 B/s links, zero latency, whole
-bytes, so every time is an exact small float): eager overlap detection at its boundary, the
-γ term of reducing rounds on both fast paths, unit order on the stacked path, the defaults,
-the contention verdicts and the rank-shift period of the many-steps path."""
+"""The simulator's engine: the fast paths' checks, the run cache and the contention classes."""
 
 from __future__ import annotations
 
@@ -21,6 +18,11 @@ from vgcsim.simulator.engine import (
 from vgcsim.simulator.topology import build_topology
 
 from vgcsim.core.errors import ConfigError
+
+# Fast-path engine numbers worked by hand on tiny schedules (1 B/s links, zero latency, whole
+# bytes, so every time is an exact small float): eager overlap detection at its boundary, the
+# γ term of reducing rounds on both fast paths, unit order on the stacked path, the defaults,
+# the contention verdicts and the rank-shift period of the many-steps path.
 
 
 def _topo(p: int, topology: dict | None = None):
