@@ -42,6 +42,7 @@ import time
 
 import torch
 from torch import nn
+
 from vgcsim.traces.compression.base import make_payload
 from vgcsim.traces.compression.compressors import get_compressor
 from vgcsim.traces.compression.sqsum_estimators import SQ_DTYPES, resolve_sq_dtype, worker_gradients
@@ -119,6 +120,7 @@ class DigitsCNN(nn.Module):
 def gap(workers: int, batch: int, steps: int, seed: int, sq_dtype: str = "auto") -> dict:
     """Per-layer fast-vs-exact gap of Σ_z (∇f_z)² on DigitsCNN, before and after training."""
     from sklearn.datasets import load_digits
+
     from vgcsim.traces.compression.sqsum_estimators import estimator_gap
 
     torch.manual_seed(seed)

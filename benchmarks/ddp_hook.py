@@ -91,9 +91,9 @@ class Variant:
         import torch.nn.functional as F
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
         from torch.nn.parallel import DistributedDataParallel as DDP
-        from vgcsim.traces.training.nets import build_net
 
         from vgcsim.ddp import get_compressor, register_vgc_hook
+        from vgcsim.traces.training.nets import build_net
 
         torch.manual_seed(args.seed)
         self.name, self.data, self.args, self.F = name, data, args, F
@@ -199,6 +199,7 @@ class Variant:
 
 def rank_main(args: argparse.Namespace) -> int:
     import torch
+
     from vgcsim.traces.training.datasets import load_dataset
     from vgcsim.traces.training.distributed_launch import (
         exit_rank,

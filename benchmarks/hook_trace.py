@@ -48,9 +48,9 @@ def rank_main(args: argparse.Namespace) -> int:
     import torch.nn.functional as F
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from vgcsim.traces.training.distributed_launch import init_process_group, leave_process_group
 
     from vgcsim.ddp import get_compressor, register_vgc_hook
+    from vgcsim.traces.training.distributed_launch import init_process_group, leave_process_group
 
     env = init_process_group("gloo", timeout_s=600)
 

@@ -21,9 +21,9 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
     sys.path.pop(0)
 
 import numpy as np  # noqa: E402
-from vgcsim.models.collectives import COLLECTIVES  # noqa: E402
 
 from vgcsim.core.cluster import get_cluster  # noqa: E402
+from vgcsim.models.collectives import COLLECTIVES  # noqa: E402
 
 BUDGET_S = 2.0
 

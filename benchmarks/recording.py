@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+
+from vgcsim.core.config import apply_overrides
 from vgcsim.traces.training.allocator import keep_freed_memory
 from vgcsim.traces.training.datasets import load_dataset
 from vgcsim.traces.training.nets import build_net
@@ -32,8 +34,6 @@ from vgcsim.traces.training.record import (
     record,
     resolve_config,
 )
-
-from vgcsim.core.config import apply_overrides
 
 ESTIMATOR_CHOICES = ("none", "fast", "exact")
 

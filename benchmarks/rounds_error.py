@@ -30,6 +30,8 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
     sys.path.pop(0)
 
 import numpy as np  # noqa: E402
+
+from vgcsim.core.cluster import load_cluster  # noqa: E402
 from vgcsim.simulator.collectives import get_schedule, unit_sizes  # noqa: E402
 from vgcsim.simulator.engine import Phase, RunCache, run_message  # noqa: E402
 from vgcsim.simulator.rounds import RoundCache, run_rounds  # noqa: E402
@@ -37,8 +39,6 @@ from vgcsim.simulator.topology import build_topology  # noqa: E402
 from vgcsim.traces.io import read_trace  # noqa: E402
 from vgcsim.traces.replay import step_inputs  # noqa: E402
 from vgcsim.traces.synth import SynthConfig, synth_trace  # noqa: E402
-
-from vgcsim.core.cluster import load_cluster  # noqa: E402
 
 KEYS = ("allgatherv/ring", "allgatherv/bruck", "allgatherv/recursive_doubling", "allreduce/ring")
 

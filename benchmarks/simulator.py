@@ -76,6 +76,8 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
 
 import numpy as np  # noqa: E402
 import simpy  # noqa: E402
+
+from vgcsim.core.cluster import load_cluster  # noqa: E402
 from vgcsim.simulator.collectives import get_schedule, unit_sizes  # noqa: E402
 from vgcsim.simulator.engine import Phase, RunCache, run_message  # noqa: E402
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace  # noqa: E402
@@ -86,11 +88,9 @@ from vgcsim.simulator.sweep import (  # noqa: E402
     run_job,
 )
 from vgcsim.simulator.topology import build_topology  # noqa: E402
+from vgcsim.sweep_runners import local_cluster  # noqa: E402
 from vgcsim.traces.io import read_trace  # noqa: E402
 from vgcsim.traces.synth import SynthConfig, synth_trace  # noqa: E402
-
-from vgcsim.core.cluster import load_cluster  # noqa: E402
-from vgcsim.sweep_runners import local_cluster  # noqa: E402
 
 
 def bare_simpy_rate(processes: int = 64, timeouts: int = 3000) -> float:

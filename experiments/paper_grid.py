@@ -31,15 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+
+from vgcsim.core.config import apply_overrides
+from vgcsim.core.errors import TraceError, TrainingDivergedError, VgcsimError, unknown_name
 from vgcsim.traces import schema
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.labels import method_label, slug
 from vgcsim.traces.paper import PAPER_TABLE1
 from vgcsim.traces.training.record import RecordConfig, record
 from vgcsim.traces.validate import compression_ratios
-
-from vgcsim.core.config import apply_overrides
-from vgcsim.core.errors import TraceError, TrainingDivergedError, VgcsimError, unknown_name
 
 log = logging.getLogger(__name__)
 

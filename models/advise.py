@@ -40,6 +40,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
+
+from vgcsim.core.cluster import ClusterSpec
+from vgcsim.core.errors import ConfigError
 from vgcsim.models.collectives import collective_key, get_collective
 from vgcsim.models.iteration import FORWARD_FRACTION
 from vgcsim.models.predict import (
@@ -52,9 +55,6 @@ from vgcsim.traces.buckets import DDP_BUCKET_BYTES, bucket_backward_share, layer
 from vgcsim.traces.labels import method_label
 from vgcsim.traces.replay import step_inputs
 from vgcsim.traces.sparseunion import has_unions
-
-from vgcsim.core.cluster import ClusterSpec
-from vgcsim.core.errors import ConfigError
 
 __all__ = [
     "MethodPredictions",

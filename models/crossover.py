@@ -15,10 +15,10 @@ density* = m*·8/(64·n/4) = 1/P.
 from __future__ import annotations
 
 import numpy as np
-from vgcsim.models.collectives import get_collective, size_exchange_time_s
 
 from vgcsim.core.cluster import ClusterSpec
 from vgcsim.core.errors import ConfigError
+from vgcsim.models.collectives import get_collective, size_exchange_time_s
 
 __all__ = ["crossover_density", "crossover_payload_bytes", "crossover_ratio"]
 

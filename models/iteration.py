@@ -44,11 +44,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-from vgcsim.traces.buckets import FORWARD_FRACTION
 
 from vgcsim.core.collectives import burst_credit_s
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.core.options import OVERLAPS
+from vgcsim.traces.buckets import FORWARD_FRACTION
 
 __all__ = [
     "StepBreakdown",

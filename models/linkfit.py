@@ -76,7 +76,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from vgcsim.traces.calibration import OPS, measured_seconds, skewed_sizes
 
 from vgcsim.core.cluster import DEFAULT_HOST_PADDED_SHARE
 from vgcsim.core.collectives import (
@@ -86,6 +85,7 @@ from vgcsim.core.collectives import (
     plain_allgather_host_time_s,
 )
 from vgcsim.core.errors import ConfigError, VgcsimError
+from vgcsim.traces.calibration import OPS, measured_seconds, skewed_sizes
 
 #: A row is in the bandwidth regime from this many times its op's fastest time.
 BANDWIDTH_FACTOR = 4.0

@@ -18,6 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+from vgcsim.core.bounded import align_bytes, bounded_rounds
+from vgcsim.core.cluster import ClusterSpec, shared_cluster
+from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
+from vgcsim.core.config import to_dict
+from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.options import PredictOptions
+from vgcsim.core.results import RESULT_COLUMNS, finalize_results
 from vgcsim.models.collectives import (
     allgatherv_bounded_history,
     allgatherv_padded_data,
@@ -40,14 +48,6 @@ from vgcsim.traces.replay import (
     step_inputs,
 )
 from vgcsim.traces.sparseunion import has_unions, sparse_step_inputs
-
-from vgcsim.core.bounded import align_bytes, bounded_rounds
-from vgcsim.core.cluster import ClusterSpec, shared_cluster
-from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
-from vgcsim.core.config import to_dict
-from vgcsim.core.errors import ConfigError, unknown_name
-from vgcsim.core.options import PredictOptions
-from vgcsim.core.results import RESULT_COLUMNS, finalize_results
 
 if TYPE_CHECKING:
     from vgcsim.traces.io import Trace

@@ -23,6 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+from vgcsim.core.cluster import CLUSTER_PRESETS, get_cluster, get_device
+from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
+from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.results import finalize_results
 from vgcsim.models.collectives import collective_key, get_collective
 from vgcsim.models.crossover import crossover_ratio
 from vgcsim.models.iteration import StepBreakdown
@@ -30,11 +35,6 @@ from vgcsim.models.predict import frame_from_rows, rows_for
 from vgcsim.traces.devicecost import compute_time_s
 from vgcsim.traces.labels import method_label
 from vgcsim.traces.paper import paper_ratio
-
-from vgcsim.core.cluster import CLUSTER_PRESETS, get_cluster, get_device
-from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
-from vgcsim.core.errors import ConfigError, unknown_name
-from vgcsim.core.results import finalize_results
 
 if TYPE_CHECKING:
     from vgcsim.traces.io import Trace

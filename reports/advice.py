@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
 from vgcsim.reports.sections import SectionContext, SectionOutput, Table, section
 
 __all__ = ["Advice", "mix_display", "rank_methods", "ranking_display", "recommendation"]

@@ -4,6 +4,7 @@ Markdown."""
 from __future__ import annotations
 
 import pandas as pd
+
 from vgcsim.reports.advice import mix_display, ranking_display
 from vgcsim.reports.render import to_markdown
 

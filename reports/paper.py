@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
+
 from vgcsim.traces.labels import method_label
 from vgcsim.traces.paper import PAPER_SOURCE, PAPER_TABLE1
 

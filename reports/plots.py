@@ -18,6 +18,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
 from matplotlib.transforms import offset_copy
+
 from vgcsim.reports.tables import is_baseline, prefer_simulated
 
 #: Stacking order and colours of the step-time parts.

@@ -30,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from vgcsim.core.errors import ResultsError, TraceError
+from vgcsim.core.outdir import atomic_write, atomic_write_text
 from vgcsim.reports import advice as _advice  # noqa: F401  (registers the advice section)
 from vgcsim.reports import tables
 from vgcsim.reports.sections import (
@@ -41,9 +44,6 @@ from vgcsim.reports.sections import (
 )
 from vgcsim.traces.labels import method_label
 from vgcsim.traces.schema import HEADER_FILE
-
-from vgcsim.core.errors import ResultsError, TraceError
-from vgcsim.core.outdir import atomic_write, atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +93,9 @@ def load_inputs(
     report goes on without it and says so in its notes).
     ``target_accuracy`` (a fraction in (0, 1]) sets the time-to-accuracy target.
     """
+    from vgcsim.core.results import read_results
     from vgcsim.traces import health
     from vgcsim.traces.io import read_header, read_trace
-
-    from vgcsim.core.results import read_results
 
     if not result_paths and not trace_paths:
         raise ResultsError("nothing to report: give at least one result table or trace")

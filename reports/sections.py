@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from vgcsim.reports import plots, tables
 from vgcsim.reports.paper import PAPER_SOURCE, paper_frame
 

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from vgcsim.traces.schema import BITS_PREFIX
 
 from vgcsim.core.errors import ResultsError
 from vgcsim.core.results import RESULT_COLUMNS, RESULT_CONFIG_COLUMNS
+from vgcsim.traces.schema import BITS_PREFIX
 
 #: Columns identifying one configuration in a result table (everything but the step and
 #: the measured quantities).

@@ -32,6 +32,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from vgcsim.core.cluster import ClusterSpec, shared_cluster
+from vgcsim.core.collectives import wire_bytes
+from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.memory import check_fits
+from vgcsim.core.worldsizes import MAX_WORLD_SIZE
 from vgcsim.simulator.collectives import (
     Schedule,
     doubled_units,
@@ -51,12 +57,6 @@ from vgcsim.simulator.engine import (
 )
 from vgcsim.simulator.network import MODES, SEMANTICS, LinkMonitor
 from vgcsim.simulator.topology import Topology, build_topology
-
-from vgcsim.core.cluster import ClusterSpec, shared_cluster
-from vgcsim.core.collectives import wire_bytes
-from vgcsim.core.errors import ConfigError, unknown_name
-from vgcsim.core.memory import check_fits
-from vgcsim.core.worldsizes import MAX_WORLD_SIZE
 
 __all__ = ["LINK_COLUMNS", "CollectiveRun", "memory_estimate_bytes", "simulate_collective"]
 

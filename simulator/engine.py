@@ -65,12 +65,12 @@ from functools import cached_property
 
 import numpy as np
 import simpy
-from vgcsim.simulator.collectives import Schedule, doubled_units, span_bytes
-from vgcsim.simulator.network import SEMANTICS, LinkMonitor, make_network
-from vgcsim.simulator.topology import Route, Topology
 
 from vgcsim.core.collectives import calls_per_collective
 from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.simulator.collectives import Schedule, doubled_units, span_bytes
+from vgcsim.simulator.network import SEMANTICS, LinkMonitor, make_network
+from vgcsim.simulator.topology import Route, Topology
 
 __all__ = [
     "Phase",

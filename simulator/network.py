@@ -53,11 +53,11 @@ from itertools import chain, compress
 
 import numpy as np
 import simpy
-from vgcsim.simulator.topology import Route, Topology
-from vgcsim.simulator.waterfill import maxmin_rates
 
 from vgcsim.core.errors import unknown_name
 from vgcsim.core.options import MODES, SEMANTICS
+from vgcsim.simulator.topology import Route, Topology
+from vgcsim.simulator.waterfill import maxmin_rates
 
 __all__ = [
     "MODES",

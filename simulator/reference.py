@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import simpy
+
 from vgcsim.simulator.engine import Phase, call_s
 from vgcsim.simulator.network import Comm, LinkMonitor, Waiter, make_network
 from vgcsim.simulator.topology import Topology

@@ -61,6 +61,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+from vgcsim.core.bounded import align_bytes, bounded_rounds
+from vgcsim.core.cluster import ClusterSpec, shared_cluster
+from vgcsim.core.collectives import SIZE_HEADER_BYTES, burst_credit_s, wire_bytes
+from vgcsim.core.errors import ConfigError
+from vgcsim.core.options import PATHS, SimulateConfig
+from vgcsim.core.results import RESULT_COLUMNS
 from vgcsim.simulator.collectives import (
     Schedule,
     bounded_schedule,
@@ -92,13 +99,6 @@ from vgcsim.traces.replay import (
     step_inputs,
 )
 from vgcsim.traces.sparseunion import has_unions, sparse_step_inputs
-
-from vgcsim.core.bounded import align_bytes, bounded_rounds
-from vgcsim.core.cluster import ClusterSpec, shared_cluster
-from vgcsim.core.collectives import SIZE_HEADER_BYTES, burst_credit_s, wire_bytes
-from vgcsim.core.errors import ConfigError
-from vgcsim.core.options import PATHS, SimulateConfig
-from vgcsim.core.results import RESULT_COLUMNS
 
 __all__ = [
     "PATHS",

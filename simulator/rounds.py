@@ -59,12 +59,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
+
+from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.simulator.collectives import Schedule, doubled_units, span_bytes
 from vgcsim.simulator.engine import Phase, call_s
 from vgcsim.simulator.network import SEMANTICS
 from vgcsim.simulator.topology import Topology
-
-from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = ["RoundCache", "RoundShape", "run_rounds"]
 

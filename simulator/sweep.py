@@ -51,14 +51,14 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from vgcsim.simulator.replay import SimulateConfig
-from vgcsim.simulator.topology import GraphSpec, parse_topology
 
 from vgcsim.core.cluster import COMPUTE_MODES, ClusterSpec, load_cluster
 from vgcsim.core.config import config_from_dict, load_toml
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.core.units import format_bandwidth, format_time, parse_bandwidth_Bps, parse_time_s
 from vgcsim.core.worldsizes import DEFAULT_WORLD_SIZES, parse_world_sizes
+from vgcsim.simulator.replay import SimulateConfig
+from vgcsim.simulator.topology import GraphSpec, parse_topology
 
 __all__ = [
     "SCHEDULERS",
@@ -237,9 +237,8 @@ def run_job(job: SweepJob, sim: SimulateConfig) -> pd.DataFrame:
     """One job's rows (what every scheduler runs): the replay's table with the job's factors."""
     import json
 
-    from vgcsim.simulator.replay import simulate_trace
-
     from vgcsim.core.results import finalize_results
+    from vgcsim.simulator.replay import simulate_trace
 
     trace = cached_trace(job.trace)
     df, _, _ = simulate_trace(trace, job.cluster, [job.world_size], sim)

@@ -201,11 +201,10 @@ def test_one_default_world_sizes(tmp_path, capsys):
     """predict, simulate (flag default), scenario, sweep and the API share 2:1024:x2."""
     import inspect
 
+    from vgcsim import api
     from vgcsim.models.predict import PredictOptions
     from vgcsim.models.scenario import SCENARIOS
     from vgcsim.simulator.sweep import SweepConfig
-
-    from vgcsim import api
 
     default = parse_world_sizes(DEFAULT_WORLD_SIZES)
     assert default == tuple(2**k for k in range(1, 11))

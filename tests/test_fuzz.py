@@ -23,9 +23,9 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from vgcsim.traces.synth import SynthConfig, synth_trace
 
 from vgcsim.cli import main
+from vgcsim.traces.synth import SynthConfig, synth_trace
 
 pytestmark = pytest.mark.slow
 

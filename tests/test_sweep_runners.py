@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from vgcsim.simulator.replay import SimulateConfig
-from vgcsim.simulator.sweep import SweepConfig, SweepFile, expand_factors, load_sweep
-from vgcsim.traces.synth import SynthConfig, synth_trace
 
 from vgcsim.cli import main
 from vgcsim.core.errors import ConfigError
 from vgcsim.core.results import read_results
+from vgcsim.simulator.replay import SimulateConfig
+from vgcsim.simulator.sweep import SweepConfig, SweepFile, expand_factors, load_sweep
 from vgcsim.sweep_runners import run_sweep
+from vgcsim.traces.synth import SynthConfig, synth_trace
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +233,6 @@ def test_task_chunks_cover_the_order_once_largest_first_and_end_in_single_jobs()
 
 def test_run_jobs_gives_each_jobs_run_job_rows_in_order(traces):
     from vgcsim.simulator.sweep import run_job
-
     from vgcsim.sweep_runners import run_jobs
 
     sim = SimulateConfig(max_steps=2)
@@ -327,9 +326,9 @@ def test_dask_setup_installs_the_filter_and_reads_the_named_traces(traces, tmp_p
     import logging
 
     import dask
-    from vgcsim.simulator import sweep as sw
 
     from vgcsim import sweep_runners as runners
+    from vgcsim.simulator import sweep as sw
 
     logger = logging.getLogger("distributed.worker")
     machine = logging.getLogger("distributed.worker.state_machine")

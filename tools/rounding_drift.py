@@ -17,12 +17,11 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
+from vgcsim.commands.demo import DEMO_TRACES
+from vgcsim.core.config import apply_overrides, config_from_dict
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.training.record import record
 from vgcsim.traces.training.record_config import RecordConfig
-
-from vgcsim.commands.demo import DEMO_TRACES
-from vgcsim.core.config import apply_overrides, config_from_dict
 
 
 def main() -> None:

@@ -26,10 +26,10 @@ import math
 
 import numpy as np
 from numpy.typing import ArrayLike
-from vgcsim.traces.compression.base import CodecProfile
 
 from vgcsim.core.cluster import DeviceSpec
 from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.traces.compression.base import CodecProfile
 
 __all__ = [
     "CAST_BYTES_PER_ELEMENT",

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
 from vgcsim.traces.lock import being_written
 from vgcsim.traces.reading import Trace, printable
 

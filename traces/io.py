@@ -37,6 +37,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from vgcsim.core.errors import TraceError
+from vgcsim.core.outdir import fsync_dir as _fsync_dir
+from vgcsim.core.outdir import is_trace_dir
 from vgcsim.traces import schema
 from vgcsim.traces.lock import being_written
 from vgcsim.traces.lock import lock_folder as _lock_folder
@@ -49,10 +53,6 @@ from vgcsim.traces.reading import (
     run_dir_of,
 )
 from vgcsim.traces.validate import check_trace
-
-from vgcsim.core.errors import TraceError
-from vgcsim.core.outdir import fsync_dir as _fsync_dir
-from vgcsim.core.outdir import is_trace_dir
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from vgcsim.traces import schema
 
 from vgcsim.core.errors import SchemaVersionError, TraceError, unknown_name
+from vgcsim.traces import schema
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,10 @@ they see identical numbers. The rules (shared contract):
   decodes all W payloads and the column sums the ranks). Whatever the trace lacks (decode_s, optimizer_s, the casts) is modelled on
   ``cluster.device`` and named in ``time_sources``.
 
+  Traces the DDP hook wrote (a ranks table) give every rank its own measured compute
+  (plus the step's host overhead), variance, codec and decode instead
+  (:func:`hook_rank_times`): the step then waits for its slowest rank.
+
 Hosts with cores: where ``cluster.host_cores`` > 0, every local time above (compute,
 variance, codec, decode, optimizer, the dense casts) is multiplied by the processor-sharing
 factor f = ``vgcsim.core.cluster.host_share(cluster, P)`` = max(1, min(ranks_per_host, P) ×
@@ -60,14 +64,14 @@ from typing import TypeVar
 
 import numpy as np
 import pandas as pd
-from vgcsim.traces import devicecost, schema
-from vgcsim.traces.buckets import DDP_BUCKET_BYTES
-from vgcsim.traces.extrapolate import rank_workers
-from vgcsim.traces.reading import Trace
 
 from vgcsim.core.cluster import ClusterSpec, host_share
 from vgcsim.core.errors import TraceError, unknown_name
 from vgcsim.core.options import DENSE_ENCODINGS, ReplayOptions
+from vgcsim.traces import devicecost, schema
+from vgcsim.traces.buckets import DDP_BUCKET_BYTES
+from vgcsim.traces.extrapolate import rank_workers
+from vgcsim.traces.reading import Trace
 
 __all__ = [
     "DDP_BUCKET_BYTES",

@@ -26,12 +26,12 @@ U(4) and U(8).
 from __future__ import annotations
 
 import numpy as np
-from vgcsim.traces.devicecost import sparse_result_time_s
-from vgcsim.traces.reading import Trace
 
 from vgcsim.core.cluster import ClusterSpec
 from vgcsim.core.collectives import SPARSE_ENTRY_BYTES, sparse_stages
 from vgcsim.core.errors import TraceError
+from vgcsim.traces.devicecost import sparse_result_time_s
+from vgcsim.traces.reading import Trace
 
 __all__ = [
     "UNION_COLUMN",

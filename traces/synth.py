@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from vgcsim.traces import schema
-from vgcsim.traces.io import TraceWriter
-from vgcsim.traces.wire import bitstream, sizes
 
 from vgcsim.core.config import to_dict
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.core.memory import check_fits
 from vgcsim.core.provenance import git_commit, machine_info, package_versions
+from vgcsim.traces import schema
+from vgcsim.traces.io import TraceWriter
+from vgcsim.traces.wire import bitstream, sizes
 
 log = logging.getLogger(__name__)
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from vgcsim.core.errors import TraceError
 from vgcsim.traces import schema
 from vgcsim.traces.reading import Trace, printable, read_trace_parts
 from vgcsim.traces.wire import sizes
-
-from vgcsim.core.errors import TraceError
 
 #: Sparse formats: header of u32 layer, u32 count and (for 4-bit coded values) f32 scale.
 SPARSE_HEADER_BITS = (sizes.SPARSE_HEADER_BITS_UNCODED, sizes.SPARSE_HEADER_BITS_CODED)

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from vgcsim.core.errors import ConfigError
 from vgcsim.traces.compression.base import CodecProfile, LayerStep, Payload
 from vgcsim.traces.compression.compressors.sparse import (
     SparseCompressor,
     sparse_payload,
     state_input,
 )
-
-from vgcsim.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

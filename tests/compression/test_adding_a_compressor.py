@@ -8,17 +8,17 @@ import math
 import numpy as np
 import pytest
 from _toy_compressor import EveryNthCompressor
+
+from vgcsim import api
+from vgcsim.core.cluster import get_cluster
+from vgcsim.core.config import apply_overrides
+from vgcsim.core.errors import ConfigError, UnknownNameError
 from vgcsim.traces import devicecost
 from vgcsim.traces.compression.compressors import COMPRESSORS, register_compressor
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.labels import compressor_reading, method_label
 from vgcsim.traces.training.record import RecordConfig, record
 from vgcsim.traces.validate import validate_trace
-
-from vgcsim import api
-from vgcsim.core.cluster import get_cluster
-from vgcsim.core.config import apply_overrides
-from vgcsim.core.errors import ConfigError, UnknownNameError
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from vgcsim.traces.compression.base import LayerStep, check_grad, make_payload
 from vgcsim.traces.wire.encoders import ENCODINGS, SPARSE_ENCODINGS
 from vgcsim.traces.wire.messages import QSGDMessage, SparseMessage

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from vgcsim.traces.wire import bitstream
 
 # Elias (1975): gamma(1)=1, gamma(2)=010, gamma(5)=00101, gamma(9)=0001001;

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from vgcsim.traces.compression.compressors import get_compressor
 from vgcsim.traces.wire.encoders import ENCODINGS, SPARSE_ENCODINGS, Packed32
 from vgcsim.traces.wire.messages import SparseMessage

@@ -11,6 +11,8 @@ import pytest
 import torch
 from torch import nn
 from torchhelpers import default_dtype
+
+from vgcsim.core.errors import ConfigError, UnknownNameError
 from vgcsim.traces.compression import sqsum_estimators as variance_mod
 from vgcsim.traces.compression.base import Compressor, make_payload
 from vgcsim.traces.compression.compressors import COMPRESSORS, get_compressor
@@ -18,8 +20,6 @@ from vgcsim.traces.compression.sqsum_hooks import SqsumHooks
 from vgcsim.traces.wire.bitstream import decode_fields_sequence
 from vgcsim.traces.wire.encoders import DENSE_ENCODINGS, ENCODINGS, QSGD_ENCODINGS, SPARSE_ENCODINGS
 from vgcsim.traces.wire.messages import SparseMessage
-
-from vgcsim.core.errors import ConfigError, UnknownNameError
 
 W, N = 4, 3000
 

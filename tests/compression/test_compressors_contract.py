@@ -9,9 +9,9 @@ import math
 
 import numpy as np
 import pytest
-from vgcsim.traces.compression.compressors import get_compressor
 
 from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.traces.compression.compressors import get_compressor
 
 INF, NAN = math.inf, math.nan
 

@@ -6,6 +6,7 @@ import struct
 
 import numpy as np
 import pytest
+
 from vgcsim.traces.wire import bitstream
 from vgcsim.traces.wire.encoders import (
     DENSE_ENCODINGS,

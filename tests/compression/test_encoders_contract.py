@@ -7,6 +7,7 @@ import struct
 
 import numpy as np
 import pytest
+
 from vgcsim.traces.wire import bitstream
 from vgcsim.traces.wire.encoders import ENCODINGS, Encoding, GapElias, Packed32
 from vgcsim.traces.wire.messages import DenseMessage, QSGDMessage, SparseMessage

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+
 from vgcsim.traces.compression.compressors import get_compressor
 from vgcsim.traces.compression.estimator_effect import send_decision_gap, to_markdown, totals
 

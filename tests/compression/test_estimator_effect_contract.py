@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 from torchhelpers import default_dtype
+
 from vgcsim.traces.compression import estimator_effect
 from vgcsim.traces.compression.estimator_effect import main, to_markdown, totals
 

@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+from vgcsim.core.config import apply_overrides
+from vgcsim.core.errors import ConfigError
 from vgcsim.traces.compression.compressors import get_compressor
 from vgcsim.traces.compression.compressors.powersgd import layer_plan, orthogonalize
 from vgcsim.traces.training.distributed_launch import launch_local
 from vgcsim.traces.training.record import RecordConfig, record
 from vgcsim.traces.validate import validate_trace
-
-from vgcsim.core.config import apply_overrides
-from vgcsim.core.errors import ConfigError
 
 HERE = Path(__file__).parent
 STEPS, SEED, WORLD = 6, 5, 2

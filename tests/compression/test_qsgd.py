@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from torchhelpers import default_dtype
+
 from vgcsim.traces.compression.compressors import get_compressor
 from vgcsim.traces.wire.messages import qsgd_values
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from vgcsim.traces.wire.messages import code_values
 from vgcsim.traces.wire.quantize import quantize_log4
 

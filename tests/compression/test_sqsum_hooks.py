@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from vgcsim.traces.compression.sqsum_estimators import worker_gradients
-from vgcsim.traces.compression.sqsum_hooks import SqsumHooks
 
 from vgcsim.core.errors import ConfigError
+from vgcsim.traces.compression.sqsum_estimators import worker_gradients
+from vgcsim.traces.compression.sqsum_hooks import SqsumHooks
 
 B = 6
 

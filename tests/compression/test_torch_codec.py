@@ -16,6 +16,7 @@ import pytest
 import torch
 from pairwise import joined, pairwise
 from torchhelpers import default_dtype
+
 from vgcsim.traces.compression import torch_codec
 from vgcsim.traces.compression.compressors import get_compressor
 from vgcsim.traces.compression.compressors.variance_based import VarianceState

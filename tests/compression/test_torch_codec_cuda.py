@@ -15,6 +15,7 @@ import torch
 
 # The CPU test module's inputs and comparisons (pytest puts this folder on sys.path).
 from test_torch_codec import CONFIGS, SIZES, B, bits, gradients, run_bucket, same_state
+
 from vgcsim.traces.compression import torch_codec
 from vgcsim.traces.compression.compressors import get_compressor
 

@@ -22,6 +22,7 @@ import pytest
 import torch
 from torch import nn
 from torchhelpers import default_dtype
+
 from vgcsim.traces.compression.sqsum_estimators import estimator_gap, worker_gradients
 
 X = torch.tensor([[1.0, 2.0], [0.0, 1.0], [3.0, -1.0], [2.0, 2.0]]).reshape(4, 1, 1, 2)
@@ -344,8 +345,9 @@ def test_exact_estimator_holds_at_most_its_memory_budget_of_per_sample_gradients
     in chunks of as many samples as ``EXACT_CHUNK_BYTES`` holds, at least one: a spy on
     torch.func.vmap sees the chunk sizes; the results equal the one-pass results."""
     import torch.func
-    import vgcsim.traces.compression.sqsum_estimators as variance
     from torch import nn
+
+    import vgcsim.traces.compression.sqsum_estimators as variance
 
     torch.manual_seed(41)
     model = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.Flatten(), nn.Linear(32, 3))
@@ -566,9 +568,9 @@ def test_worker_gradients_refusals_are_their_whole_messages():
 
 def test_fast_estimator_and_precision_refusals_are_their_whole_messages():
     from torch import nn
-    from vgcsim.traces.compression.sqsum_estimators import resolve_sq_dtype
 
     from vgcsim.core.errors import ConfigError
+    from vgcsim.traces.compression.sqsum_estimators import resolve_sq_dtype
 
     model = nn.Sequential(nn.Conv1d(1, 2, 3), nn.Flatten(), nn.Linear(4, 2), nn.Embedding(3, 2))
     x, y = torch.randn(4, 1, 4), torch.zeros(4, dtype=torch.int64)

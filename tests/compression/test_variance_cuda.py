@@ -7,6 +7,7 @@ import torch
 
 # The CPU test module's models and batches (pytest puts this folder on sys.path).
 from test_variance_estimators import LOSS, W, _Residual, batch, cnn
+
 from vgcsim.traces.compression import sqsum_estimators as variance
 from vgcsim.traces.compression.sqsum_estimators import worker_gradients
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+
+from vgcsim.core.errors import ConfigError, UnknownNameError
 from vgcsim.traces.compression import sqsum_estimators as variance
 from vgcsim.traces.compression.sqsum_estimators import (
     ESTIMATORS,
@@ -12,8 +14,6 @@ from vgcsim.traces.compression.sqsum_estimators import (
     resolve_sq_dtype,
     worker_gradients,
 )
-
-from vgcsim.core.errors import ConfigError, UnknownNameError
 
 W, B = 3, 5
 LOSS = nn.CrossEntropyLoss(reduction="none")

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from vgcsim.traces.synth import SYNTH_ENCODINGS
 from vgcsim.traces.validate import ENCODING_BOUNDS
 from vgcsim.traces.wire import sizes

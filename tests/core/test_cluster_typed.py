@@ -8,7 +8,6 @@ import dataclasses
 import re
 
 import pytest
-from vgcsim.simulator.topology import build_topology
 
 from vgcsim.core import cluster as cluster_mod
 from vgcsim.core.cluster import (
@@ -29,6 +28,7 @@ from vgcsim.core.cluster import (
 )
 from vgcsim.core.errors import ConfigError, UnitError
 from vgcsim.core.units import parse_time_s
+from vgcsim.simulator.topology import build_topology
 
 
 def test_a_topology_table_becomes_its_kinds_frozen_spec_and_reads_as_its_table(tmp_path):

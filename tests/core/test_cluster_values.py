@@ -4,11 +4,11 @@ predict and simulate refuse the same files with the same one line (issue reprodu
 from __future__ import annotations
 
 import pytest
-from vgcsim.simulator.topology import build_topology
 
 from vgcsim.cli import main
 from vgcsim.core.cluster import RANGES, LinkSpec, cluster_from_dict, load_cluster
 from vgcsim.core.errors import ConfigError, TopologyError, UnknownNameError
+from vgcsim.simulator.topology import build_topology
 
 SAMPLE = "tests/data/sample_trace"
 

@@ -18,13 +18,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from vgcsim.ddp import get_compressor, register_vgc_hook
 from vgcsim.traces.training.distributed_launch import (
     exit_rank,
     init_process_group,
     leave_process_group,
 )
-
-from vgcsim.ddp import get_compressor, register_vgc_hook
 
 MICRO_BATCH, MICRO_STEPS, LR = 8, 2, 0.05
 RUNS = {

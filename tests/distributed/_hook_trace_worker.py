@@ -18,13 +18,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from vgcsim.ddp import get_compressor, register_vgc_hook
 from vgcsim.traces.training.distributed_launch import (
     exit_rank,
     init_process_group,
     leave_process_group,
 )
-
-from vgcsim.ddp import get_compressor, register_vgc_hook
 
 BATCH, LR, GATHER_EVERY = 16, 0.05, 3
 PARAMS = {"variance": {"alpha": 2.0}}

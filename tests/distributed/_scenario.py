@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
 from vgcsim.traces.compression.compressors import get_compressor
 from vgcsim.traces.compression.sqsum_estimators import worker_gradients
 

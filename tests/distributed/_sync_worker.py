@@ -21,6 +21,7 @@ from _scenario import (
     make_compressor,
     segments_of,
 )
+
 from vgcsim.traces.compression.sqsum_estimators import worker_gradients
 from vgcsim.traces.training.distributed_allgatherv import allgatherv_segments, wire_bytes
 from vgcsim.traces.training.distributed_hook import VGCState, sync_gradients, vgc_hook

@@ -18,10 +18,10 @@ import subprocess
 
 import pytest
 from _netns import calibrate_argv, missing_prerequisite, run_on_hosts, shaped_hosts
-from vgcsim.models.linkfit import fit_link
-from vgcsim.traces.calibration import read_measurements
 
 from vgcsim.core.cluster import load_cluster
+from vgcsim.models.linkfit import fit_link
+from vgcsim.traces.calibration import read_measurements
 
 pytestmark = [pytest.mark.netns, pytest.mark.distributed, pytest.mark.slow]
 

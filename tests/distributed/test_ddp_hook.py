@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from _ddp_hook_worker import MICRO_STEPS, build_model
+
 from vgcsim.traces.training.distributed_launch import launch_local
 
 HERE = Path(__file__).parent

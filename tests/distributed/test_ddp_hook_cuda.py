@@ -20,10 +20,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from vgcsim.traces.compression import torch_codec
-from vgcsim.traces.training.distributed_launch import free_port
 
 from vgcsim.ddp import get_compressor, register_vgc_hook
+from vgcsim.traces.compression import torch_codec
+from vgcsim.traces.training.distributed_launch import free_port
 
 pytestmark = [
     pytest.mark.distributed,

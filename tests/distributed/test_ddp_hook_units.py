@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
-from vgcsim.traces.training.distributed_launch import free_port
 
 from vgcsim.core.errors import ConfigError
 from vgcsim.ddp import VGCState, get_compressor, register_vgc_hook, sync_gradients
+from vgcsim.traces.training.distributed_launch import free_port
 
 
 def small_model() -> nn.Module:

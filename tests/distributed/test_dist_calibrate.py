@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from vgcsim.traces.calibration import read_measurements
 
 from tests.models.test_linkfit import bucket_link_measurements
 from vgcsim.cli import main
+from vgcsim.traces.calibration import read_measurements
 
 
 def test_bad_options_exit_2_before_starting_processes(tmp_path, capsys):
@@ -64,9 +64,8 @@ def test_the_sweep_entry_runs_under_torchrun(tmp_path):
     import subprocess
     import sys
 
-    from vgcsim.traces.training.distributed_launch import free_port
-
     from vgcsim.core.cluster import load_cluster
+    from vgcsim.traces.training.distributed_launch import free_port
 
     def torchrun(*argv: str) -> subprocess.CompletedProcess:
         cmd = [
@@ -153,13 +152,12 @@ def test_p2p_pairs_cross_nodes_and_pair_inside_one():
 
 def test_intra_and_inter_node_links_are_fitted_apart(tmp_path):
     """Two ranks on each of two nodes: the cluster file gets both links, hierarchical."""
+    from vgcsim.core.cluster import load_cluster
     from vgcsim.traces.calibration import (
         MEASUREMENTS_KIND,
         MEASUREMENTS_VERSION,
         default_sizes_bytes,
     )
-
-    from vgcsim.core.cluster import load_cluster
 
     links = {"p2p": (50e-6, 1e8), "p2p_intra": (5e-6, 5e9)}
     rows = [

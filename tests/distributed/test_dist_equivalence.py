@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from _scenario import emulate, segments_of
+
 from vgcsim.traces.training.distributed_launch import launch_local
 
 HERE = Path(__file__).parent

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from vgcsim.traces.training.distributed_launch import DistributedRunError, launch_local
 
 

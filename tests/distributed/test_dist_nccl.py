@@ -13,12 +13,12 @@ import torch
 
 # The gloo test's tiny MLP recording (pytest puts this folder on sys.path).
 from test_dist_record import SETTINGS as MLP
-from vgcsim.traces.io import read_trace
-from vgcsim.traces.training.record import RecordConfig, record
-from vgcsim.traces.validate import validate_trace
 
 from vgcsim.cli import main
 from vgcsim.core.config import apply_overrides
+from vgcsim.traces.io import read_trace
+from vgcsim.traces.training.record import RecordConfig, record
+from vgcsim.traces.validate import validate_trace
 
 pytestmark = [
     pytest.mark.distributed,

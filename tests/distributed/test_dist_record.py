@@ -13,13 +13,13 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+
+from vgcsim.cli import main
+from vgcsim.core.config import apply_overrides
 from vgcsim.traces import schema
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.training.record import RecordConfig, record
 from vgcsim.traces.validate import validate_trace
-
-from vgcsim.cli import main
-from vgcsim.core.config import apply_overrides
 
 pytestmark = pytest.mark.distributed
 

@@ -8,6 +8,8 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from vgcsim.core.errors import ConfigError
 from vgcsim.traces.compression.compressors import get_compressor
 from vgcsim.traces.training.distributed_hook import (
     VGCState,
@@ -17,8 +19,6 @@ from vgcsim.traces.training.distributed_hook import (
     trainable_parameters,
 )
 from vgcsim.traces.training.distributed_launch import check_backend, free_port, rank_env
-
-from vgcsim.core.errors import ConfigError
 
 
 def small_model() -> nn.Module:

@@ -8,8 +8,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from vgcsim.reports.validation import validation_summary
-from vgcsim.traces.io import read_trace
 
 from vgcsim.cli import main
 from vgcsim.commands.validate import (
@@ -19,6 +17,8 @@ from vgcsim.commands.validate import (
     verdict,
 )
 from vgcsim.core.cluster import load_cluster
+from vgcsim.reports.validation import validation_summary
+from vgcsim.traces.io import read_trace
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
 

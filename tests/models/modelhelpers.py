@@ -3,9 +3,8 @@ times of the link fit's cost model."""
 
 from __future__ import annotations
 
-from vgcsim.models.linkfit import cost_coefficients, host_coefficient
-
 from vgcsim.core.cluster import DEFAULT_HOST_PADDED_SHARE, ClusterSpec, LinkSpec, get_device
+from vgcsim.models.linkfit import cost_coefficients, host_coefficient
 
 
 def star_cluster(latency_s=0.0, bandwidth_Bps=1e9) -> ClusterSpec:

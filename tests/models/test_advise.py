@@ -11,6 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from vgcsim import api
+from vgcsim.commands.demo import DEMO_TRACES
+from vgcsim.core.cluster import load_cluster
+from vgcsim.core.errors import ConfigError
 from vgcsim.models.advise import (
     MixInputs,
     brute_force_mix,
@@ -21,11 +26,6 @@ from vgcsim.models.advise import (
 from vgcsim.models.iteration import bucketed_step_time_s
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.synth import SynthConfig, synth_trace
-
-from vgcsim import api
-from vgcsim.commands.demo import DEMO_TRACES
-from vgcsim.core.cluster import load_cluster
-from vgcsim.core.errors import ConfigError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 POWERSGD = DATA / "powersgd_trace"

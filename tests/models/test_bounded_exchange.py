@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from vgcsim.core.bounded import bounded_rounds
+from vgcsim.core.cluster import ClusterSpec, LinkSpec, get_cluster
 from vgcsim.models.collectives import allgatherv_bounded, allgatherv_bounded_history
 from vgcsim.simulator.collectives import bounded_schedule, bounded_units, host_time_s
 from vgcsim.simulator.engine import Phase, run_message
 from vgcsim.simulator.topology import build_topology
-
-from vgcsim.core.bounded import bounded_rounds
-from vgcsim.core.cluster import ClusterSpec, LinkSpec, get_cluster
 
 # α = 1 s, β = 1 s/B: hand arithmetic stays exact
 UNIT = LinkSpec("unit", bandwidth_Bps=1.0, latency_s=1.0)

@@ -9,6 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from vgcsim.core.bounded import align_bytes, bounded_rounds
+from vgcsim.core.cluster import get_cluster
+from vgcsim.core.errors import ConfigError
 from vgcsim.models.predict import (
     PredictOptions,
     bounded_comm_s,
@@ -19,10 +23,6 @@ from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 from vgcsim.traces.buckets import bucket_layers
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.replay import bucket_messages, default_allgatherv, step_inputs
-
-from vgcsim.core.bounded import align_bytes, bounded_rounds
-from vgcsim.core.cluster import get_cluster
-from vgcsim.core.errors import ConfigError
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
 BUCKET = 64 * 1024.0  # several buckets of the sample trace's layers

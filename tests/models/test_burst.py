@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from vgcsim.models.iteration import StepBreakdown, with_burst
 
 from vgcsim.cli import main
 from vgcsim.core.cluster import load_cluster
 from vgcsim.core.collectives import burst_credit_s
+from vgcsim.models.iteration import StepBreakdown, with_burst
 
 DEMO = "vgcsim/data/demo_traces/dense"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from vgcsim.models.linkfit import _excess_slope
 
 

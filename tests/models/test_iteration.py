@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from modelhelpers import star_cluster
+
+from vgcsim.core.cluster import get_cluster, get_device
+from vgcsim.core.errors import ConfigError, UnknownNameError
 from vgcsim.models.collectives import COLLECTIVES
 from vgcsim.models.crossover import crossover_density, crossover_payload_bytes, crossover_ratio
 from vgcsim.models.iteration import bucketed_step_time_s, critical_path, iteration_time_s
 from vgcsim.traces.buckets import bucket_backward_share, bucket_layers, layer_groups
 from vgcsim.traces.devicecost import compute_time_s
-
-from vgcsim.core.cluster import get_cluster, get_device
-from vgcsim.core.errors import ConfigError, UnknownNameError
 
 
 def test_compute_model_by_hand():

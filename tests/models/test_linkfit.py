@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from vgcsim.core.collectives import SIZE_HEADER_BYTES
+from vgcsim.core.errors import ConfigError, UnknownNameError
 from vgcsim.models.linkfit import (
     cost_coefficients,
     fit_link,
@@ -21,9 +24,6 @@ from vgcsim.traces.calibration import (
     OPS,
     default_sizes_bytes,
 )
-
-from vgcsim.core.collectives import SIZE_HEADER_BYTES
-from vgcsim.core.errors import ConfigError, UnknownNameError
 
 
 def synthetic_measurements(alpha, beta, gamma, world, noise=0.0, seed=0):

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 from modelhelpers import exact_time_s
-from vgcsim.models.linkfit import call_coefficient, fit_link
-from vgcsim.traces.calibration import CalibrateConfig, write_measurements
 
 from vgcsim.cli import main
 from vgcsim.commands.calibrate import cluster_toml
 from vgcsim.core.cluster import load_cluster
+from vgcsim.models.linkfit import call_coefficient, fit_link
+from vgcsim.traces.calibration import CalibrateConfig, write_measurements
 
 SIZES = (4, 64, 1024, 16384, 262144, 1 << 20, 4 << 20, 16 << 20)
 ALPHA, BETA, GAMMA = 60e-6, 1 / 25e6, 2e-9

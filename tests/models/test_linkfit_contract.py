@@ -13,11 +13,11 @@ import warnings
 
 import numpy as np
 import pytest
-from vgcsim.models.linkfit import LinkFit, fit_intra_link, fit_link, protocol_switch
-from vgcsim.models.pointtopoint import p2p_time_s
 
 from vgcsim.core.cluster import LinkSpec
 from vgcsim.core.errors import ConfigError, VgcsimError
+from vgcsim.models.linkfit import LinkFit, fit_intra_link, fit_link, protocol_switch
+from vgcsim.models.pointtopoint import p2p_time_s
 
 # α = 100 µs, β = 1e-8 s/B (100 MB/s). Fastest time ≈ 100 µs, so the bandwidth regime starts
 # at 4 × 100 µs: β·n ≥ 300 µs ⇔ n ≥ 30 000 B; the latency regime holds while
@@ -378,6 +378,7 @@ def test_an_intra_node_time_of_zero_is_refused_with_its_message():
 def test_small_nnls_is_the_constrained_least_squares_optimum(seed, free):
     # reference: scipy's bounded least squares (free columns unbounded, the others >= 0)
     from scipy.optimize import lsq_linear
+
     from vgcsim.models.linkfit import _nnls_small
 
     rng = np.random.default_rng(seed)

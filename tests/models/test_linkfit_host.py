@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from modelhelpers import exact_time_s
-from vgcsim.models.collectives import allgatherv_host_time_s, collective_time_s
-from vgcsim.models.linkfit import cost_coefficients, fit_link, host_coefficient
-from vgcsim.simulator.call import simulate_collective
 
 from vgcsim.commands.calibrate import cluster_toml
 from vgcsim.core.cluster import LinkSpec, load_cluster
 from vgcsim.core.errors import ConfigError
+from vgcsim.models.collectives import allgatherv_host_time_s, collective_time_s
+from vgcsim.models.linkfit import cost_coefficients, fit_link, host_coefficient
+from vgcsim.simulator.call import simulate_collective
 
 SIZES = (4, 64, 1024, 16384, 262144, 1 << 20, 4 << 20, 16 << 20)
 
@@ -158,9 +158,8 @@ def test_replay_and_predict_of_a_trace_price_the_host_cost_alike(size_exchange):
 
 
 def test_skewed_allgatherv_rows_are_checked_with_their_blocks_and_the_host_cost(tmp_path):
-    from vgcsim.traces.calibration import skewed_sizes
-
     from vgcsim.commands.validate import collective_frame
+    from vgcsim.traces.calibration import skewed_sizes
 
     assert skewed_sizes(1000, 4) == [250, 500, 750, 1000]
     assert skewed_sizes(10, 4) == [3, 5, 8, 10]  # rounded up: every rank sends something
@@ -273,9 +272,8 @@ def test_calibrate_writes_the_points_and_validate_prices_with_them(tmp_path, cap
     then predicts an allgatherv between two points at the lower point's δ (hand-computed)."""
     import json
 
-    from vgcsim.traces.calibration import MEASUREMENTS_KIND, MEASUREMENTS_VERSION
-
     from vgcsim.cli import main
+    from vgcsim.traces.calibration import MEASUREMENTS_KIND, MEASUREMENTS_VERSION
 
     doc = {"kind": MEASUREMENTS_KIND, "version": MEASUREMENTS_VERSION, "nodes": [0, 1, 2, 3]}
     doc.update(stepped())

@@ -10,15 +10,15 @@ import json
 import numpy as np
 import pytest
 from modelhelpers import exact_rows
-from vgcsim.models.collectives import collective_time_s
-from vgcsim.models.linkfit import fit_link, padded_share_given, real_bytes
-from vgcsim.simulator.call import simulate_collective
-from vgcsim.traces.calibration import MEASUREMENTS_KIND, MEASUREMENTS_VERSION, skewed_sizes
 
 from vgcsim.commands.calibrate import cluster_toml
 from vgcsim.core.cluster import DEFAULT_HOST_PADDED_SHARE, LinkSpec, load_cluster
 from vgcsim.core.collectives import padded_host_time_s
 from vgcsim.core.errors import ConfigError
+from vgcsim.models.collectives import collective_time_s
+from vgcsim.models.linkfit import fit_link, padded_share_given, real_bytes
+from vgcsim.simulator.call import simulate_collective
+from vgcsim.traces.calibration import MEASUREMENTS_KIND, MEASUREMENTS_VERSION, skewed_sizes
 
 SIZES = (4, 64, 1024, 16384, 262144, 1 << 20, 4 << 20, 16 << 20)
 ALPHA, BETA, DELTA = 300e-6, 1 / 25e6, 3e-9

@@ -8,13 +8,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from vgcsim.models import collectives as mc
-from vgcsim.models.collectives import (
-    COLLECTIVES,
-    collective_key,
-    collective_time_s,
-    get_collective,
-)
 
 from vgcsim.core.cluster import LinkSpec, get_cluster
 from vgcsim.core.collectives import (
@@ -24,6 +17,13 @@ from vgcsim.core.collectives import (
     SIZE_HEADER_BYTES,
 )
 from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.models import collectives as mc
+from vgcsim.models.collectives import (
+    COLLECTIVES,
+    collective_key,
+    collective_time_s,
+    get_collective,
+)
 
 # α = 1 s, β = 1 s/B, γ = 0.5 s/B: hand arithmetic stays exact.
 UNIT = LinkSpec("unit", bandwidth_Bps=1.0, latency_s=1.0, gamma_s_per_byte=0.5)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from modelhelpers import star_cluster
-from vgcsim.models.crossover import crossover_density, crossover_payload_bytes
-from vgcsim.models.iteration import bucketed_step_time_s
-from vgcsim.models.scenario import PAPER_NET_SPECS, method_from_trace
 
 from vgcsim.core.cluster import ClusterSpec, LinkSpec, get_device
 from vgcsim.core.errors import ConfigError
+from vgcsim.models.crossover import crossover_density, crossover_payload_bytes
+from vgcsim.models.iteration import bucketed_step_time_s
+from vgcsim.models.scenario import PAPER_NET_SPECS, method_from_trace
 
 # -- bucketed overlap ----------------------------------------------------------------------
 
@@ -134,9 +134,8 @@ def test_a_recorded_trace_is_named_without_synthetic_in_its_source():
 def test_a_trace_sending_under_one_bit_per_step_still_has_a_ratio(tmp_path):
     # 2 steps × 2 workers × 1 layer of 1000 elements; one payload of 2 bits, the rest 0:
     # mean bits per worker per step = 2/4 = 0.5; dense = 32·1000 bits; ratio 64 000
-    from vgcsim.traces.io import read_trace
-
     from tests.conftest import write_tiny_trace
+    from vgcsim.traces.io import read_trace
 
     bits = np.zeros((2, 2, 1), dtype=np.int64)
     bits[0, 0, 0] = 2

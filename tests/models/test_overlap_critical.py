@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from vgcsim.models.iteration import bucketed_step_time_s, critical_path, iteration_time_s
 
 F = 0.25  # forward fraction

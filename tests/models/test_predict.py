@@ -11,6 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from modelhelpers import star_cluster
+
+from vgcsim.cli import main
+from vgcsim.core.cluster import get_cluster
+from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
+from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.core.results import RESULT_COLUMNS, read_results
 from vgcsim.models.predict import (
     PredictOptions,
     _dense_breakdown,
@@ -21,12 +27,6 @@ from vgcsim.models.predict import (
 )
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.replay import StepInputs, step_inputs
-
-from vgcsim.cli import main
-from vgcsim.core.cluster import get_cluster
-from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
-from vgcsim.core.errors import ConfigError, UnknownNameError
-from vgcsim.core.results import RESULT_COLUMNS, read_results
 
 ALPHA = 10e-6  # 10GbE preset latency
 BETA = 1 / (1.25e9 * 1448 / 1538)  # 10 Gb/s line rate x TCP/MTU-1500 efficiency

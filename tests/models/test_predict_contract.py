@@ -12,6 +12,11 @@ import logging
 import numpy as np
 import pandas as pd
 import pytest
+
+from vgcsim.core.cluster import ClusterSpec, LinkSpec, get_cluster
+from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS
+from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.core.results import RESULT_COLUMNS
 from vgcsim.models.iteration import StepBreakdown
 from vgcsim.models.predict import (
     PredictOptions,
@@ -23,11 +28,6 @@ from vgcsim.models.predict import (
     rows_for,
     summarize,
 )
-
-from vgcsim.core.cluster import ClusterSpec, LinkSpec, get_cluster
-from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS
-from vgcsim.core.errors import ConfigError, UnknownNameError
-from vgcsim.core.results import RESULT_COLUMNS
 
 UNIT = LinkSpec("unit", bandwidth_Bps=1.0, latency_s=1.0)
 

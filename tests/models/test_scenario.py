@@ -5,6 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
+from vgcsim.cli import main
+from vgcsim.core.cluster import get_cluster
+from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.core.results import read_results
 from vgcsim.models.collectives import COLLECTIVES
 from vgcsim.models.scenario import (
     PAPER_METHODS,
@@ -15,11 +20,6 @@ from vgcsim.models.scenario import (
     paper_methods,
     paper_scenario,
 )
-
-from vgcsim.cli import main
-from vgcsim.core.cluster import get_cluster
-from vgcsim.core.errors import ConfigError, UnknownNameError
-from vgcsim.core.results import read_results
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from vgcsim.core.cluster import get_cluster, get_device
+from vgcsim.core.errors import ConfigError, UnknownNameError
 from vgcsim.models.scenario import (
     PAPER_NET_SPECS,
     Method,
@@ -19,9 +22,6 @@ from vgcsim.models.scenario import (
     method_from_trace,
     paper_scenario,
 )
-
-from vgcsim.core.cluster import get_cluster, get_device
-from vgcsim.core.errors import ConfigError, UnknownNameError
 
 ONE = Method("one", "x", 100.0, "paper-ratio", "by hand")
 
@@ -222,9 +222,8 @@ def test_method_from_trace_names_its_label_source_and_refuses_silence(tiny_trace
     assert (m.compressor, m.encoding) == ("variance", "hand")
     assert m.source == "measured from trace tiny (hand, 3 steps, 2 workers, synthetic)"
     assert method_from_trace(tiny_trace, "hand2x").encoding == "hand2x"
-    from vgcsim.traces.io import read_trace
-
     from tests.conftest import write_tiny_trace
+    from vgcsim.traces.io import read_trace
 
     silent = read_trace(
         write_tiny_trace(tmp_path / "silent", bits=np.zeros((2, 2, 2), dtype=np.int64))

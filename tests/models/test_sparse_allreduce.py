@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from vgcsim.core.cluster import LinkSpec, load_cluster
+from vgcsim.core.collectives import sparse_stage_bytes, sparse_stages
 from vgcsim.models import predict
 from vgcsim.models.collectives import collective_time_s
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.sparseunion import fit_hot_cold, hot_cold_union, union_curve, unions_at
-
-from vgcsim.core.cluster import LinkSpec, load_cluster
-from vgcsim.core.collectives import sparse_stage_bytes, sparse_stages
 
 KEY = "sparse_allreduce/recursive_doubling"
 TRACE = Path(__file__).resolve().parents[1] / "data" / "topk_w8_trace"

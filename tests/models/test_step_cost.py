@@ -9,6 +9,12 @@ import math
 
 import numpy as np
 import pytest
+
+from tests.conftest import write_tiny_trace
+from vgcsim.cli import main
+from vgcsim.core.cluster import FRAMINGS, ClusterSpec, LinkSpec, get_cluster, get_device
+from vgcsim.core.collectives import SIZE_HEADER_BYTES
+from vgcsim.core.errors import ConfigError
 from vgcsim.models.collectives import (
     allgatherv_padded_data,
     collective_time_s,
@@ -18,12 +24,6 @@ from vgcsim.models.iteration import bucketed_step_time_s, iteration_time_s
 from vgcsim.models.predict import PredictOptions, predict_trace
 from vgcsim.traces import devicecost
 from vgcsim.traces.io import read_trace
-
-from tests.conftest import write_tiny_trace
-from vgcsim.cli import main
-from vgcsim.core.cluster import FRAMINGS, ClusterSpec, LinkSpec, get_cluster, get_device
-from vgcsim.core.collectives import SIZE_HEADER_BYTES
-from vgcsim.core.errors import ConfigError
 
 V100 = get_device("V100")
 MEM = 900e9 * 0.83

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from chromium_cdp import Browser, find_chromium
 from reports_golden import RESULTS, ROOT, TRACE
+
 from vgcsim.reports import render
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"

@@ -4,6 +4,7 @@ and the aligned text table ``vgcsim calibrate`` prints."""
 from __future__ import annotations
 
 from matplotlib.figure import Figure
+
 from vgcsim.reports.calibration import fit_table_text, plot_fit
 
 TABLE = [

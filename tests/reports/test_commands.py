@@ -117,9 +117,8 @@ def test_demo_reuses_only_complete_traces_with_same_config(tmp_path):
     run.mkdir()
     assert not _reusable(run, rcfg)  # no header
     header = json.loads((TRACE / "header.json").read_text())
-    from vgcsim.traces.training.record import resolve_config
-
     from vgcsim.core.config import to_dict
+    from vgcsim.traces.training.record import resolve_config
 
     # A header stores the resolved config (sq_dtype "auto" -> this machine's precision).
     header["config"] = to_dict(rcfg)

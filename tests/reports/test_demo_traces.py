@@ -13,12 +13,12 @@ import dataclasses
 
 import pandas as pd
 import pytest
-from vgcsim.traces.io import read_header, read_trace
-from vgcsim.traces.training.record import record, resolve_config
-from vgcsim.traces.training.record_config import RecordConfig
 
 from vgcsim.commands.demo import DEMO_TRACES, DemoConfig, _record_config, demo_headline
 from vgcsim.core.config import config_from_dict, to_dict
+from vgcsim.traces.io import read_header, read_trace
+from vgcsim.traces.training.record import record, resolve_config
+from vgcsim.traces.training.record_config import RecordConfig
 
 METHODS = DemoConfig().methods
 #: Fields the recording machine resolves (not settings of the demo).

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from reports_golden import GOLDEN, RESULTS, ROOT, TRACE, compute
+
 from vgcsim.reports import tables
 from vgcsim.traces.io import read_trace
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from repo_scripts import load_script
+
 from vgcsim.reports import tables
 from vgcsim.reports.paper import PAPER_TABLE1, paper_frame, paper_key
 

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 from report_data import build_payloads
+
 from vgcsim.reports import plots, tables
 
 LABELS = {"var2": "variance α=2", "strom": "strom τ=0.01", "qsgd": "qsgd s=4"}

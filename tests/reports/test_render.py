@@ -7,6 +7,7 @@ import re
 import pandas as pd
 import pytest
 from report_data import LABELS, FakeTrace, build_results
+
 from vgcsim.reports import render
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from vgcsim.reports import render
 
 from vgcsim.cli import main
 from vgcsim.commands.demo import DEMO_TRACES
+from vgcsim.reports import render
 
 SIZES = "2,4,8"
 

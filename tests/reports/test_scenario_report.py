@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from vgcsim.models.scenario import (
     PaperScenarioConfig,
     best_rows,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from report_data import LABELS, FakeTrace, build_results
+
 from vgcsim.reports import render, sections
 from vgcsim.reports.sections import SECTIONS, Plot, SectionOutput, Table, display
 

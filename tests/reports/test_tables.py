@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from report_data import DENSE_BYTES, LINKS, build_payloads, build_results
-from vgcsim.reports import tables
 
 from vgcsim.core.errors import ResultsError
+from vgcsim.reports import tables
 
 LABELS = {"var2": "variance α=2", "strom": "strom τ=0.01", "qsgd": "qsgd s=4"}
 

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
+
 from vgcsim.reports.validation import (
     collective_text,
     plot_validation,

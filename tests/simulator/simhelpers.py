@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import simpy
-from vgcsim.simulator.replay import _Block, _Outcome
 
 from vgcsim.core.cluster import DEVICE_PRESETS, ClusterSpec, LinkSpec
+from vgcsim.simulator.replay import _Block, _Outcome
 
 BW = 1.25e9  # 10 Gb/s in bytes/s
 LAT = 5e-6

@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+
 from vgcsim.simulator.topology import build_topology
 from vgcsim.traces.io import read_trace
 

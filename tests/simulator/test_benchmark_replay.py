@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+
 from vgcsim.simulator.sweep import expand_factors
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "simulator.py"

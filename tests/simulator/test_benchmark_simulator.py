@@ -42,9 +42,8 @@ def test_capped_stops_a_slow_case_and_says_why(bench):
 
 def test_direct_allgatherv_case_equals_the_fair_share_bound(bench):
     """alpha + max_i max((P-1) m_i, M - m_i) / beta on a non-blocking star (rendezvous, t = 0)."""
-    from vgcsim.simulator.topology import build_topology
-
     from vgcsim.core.cluster import load_cluster
+    from vgcsim.simulator.topology import build_topology
 
     p = 6
     sizes = bench.direct_agv_sizes(p)

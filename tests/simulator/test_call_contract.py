@@ -14,10 +14,10 @@ import dataclasses
 import numpy as np
 import pytest
 from simhelpers import cluster
-from vgcsim.simulator.call import LINK_COLUMNS, CollectiveRun, simulate_collective
 
 from vgcsim.core.cluster import LinkSpec
 from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.simulator.call import LINK_COLUMNS, CollectiveRun, simulate_collective
 
 B = 2.0**20  # bytes/s
 A = 2.0**-10  # s, host -> switch -> host

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from vgcsim.core.cluster import get_cluster, host_share
+from vgcsim.core.collectives import COLLECTIVE_KEYS, calls_per_collective
 from vgcsim.models import collectives as mc
 from vgcsim.models.predict import PredictOptions, predict_trace
 from vgcsim.simulator.call import simulate_collective
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 from vgcsim.traces.io import read_trace
-
-from vgcsim.core.cluster import get_cluster, host_share
-from vgcsim.core.collectives import COLLECTIVE_KEYS, calls_per_collective
 
 SAMPLE_TRACE = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
 CALL_S = 300e-6

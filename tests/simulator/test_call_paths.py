@@ -14,15 +14,15 @@ import sys
 import numpy as np
 import pytest
 from simhelpers import cluster, leaf_spine
+
+from vgcsim import api
+from vgcsim.cli import main
+from vgcsim.core.errors import ConfigError
 from vgcsim.simulator.call import simulate_collective
 from vgcsim.simulator.collectives import get_schedule, unit_sizes
 from vgcsim.simulator.engine import Phase, run_message
 from vgcsim.simulator.network import LinkMonitor
 from vgcsim.simulator.topology import build_topology
-
-from vgcsim import api
-from vgcsim.cli import main
-from vgcsim.core.errors import ConfigError
 
 
 def _message_level(key, sizes, cl, semantics):

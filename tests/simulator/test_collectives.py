@@ -22,13 +22,13 @@ import math
 import numpy as np
 import pytest
 from simhelpers import BW, LAT, cluster, leaf_spine
-from vgcsim.simulator.collectives import COLLECTIVES, get_schedule, unit_sizes
-from vgcsim.simulator.engine import Phase, contention_free, run_collective, run_message
-from vgcsim.simulator.topology import build_topology
 
 from vgcsim.core.cluster import LinkSpec
 from vgcsim.core.collectives import COLLECTIVE_KEYS
 from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.simulator.collectives import COLLECTIVES, get_schedule, unit_sizes
+from vgcsim.simulator.engine import Phase, contention_free, run_collective, run_message
+from vgcsim.simulator.topology import build_topology
 
 ALPHA = LAT  # host -> switch -> host: α end to end
 BETA = 1.0 / BW

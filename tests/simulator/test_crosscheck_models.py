@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from simhelpers import cluster
+
+from vgcsim.core.cluster import load_cluster
 from vgcsim.models import collectives as models_collectives
 from vgcsim.models import predict
 from vgcsim.simulator.collectives import COLLECTIVES, get_schedule, unit_sizes
@@ -20,8 +22,6 @@ from vgcsim.simulator.engine import Phase, run_message
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 from vgcsim.simulator.topology import build_topology
 from vgcsim.traces.io import read_trace
-
-from vgcsim.core.cluster import load_cluster
 
 SAMPLE_TRACE = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
 
@@ -137,10 +137,9 @@ def test_synthetic_resnet50_star_simulate_equals_predict(
     size exchange, dense fp32/bf16/fp16 and compressed rows alike."""
     import dataclasses
 
+    from vgcsim.core.cluster import get_cluster
     from vgcsim.models.predict import PredictOptions, predict_trace
     from vgcsim.simulator.replay import SimulateConfig, simulate_trace
-
-    from vgcsim.core.cluster import get_cluster
 
     cl = dataclasses.replace(get_cluster("10GbE"), compute=mode)
     sizes = (2, 16, 128)

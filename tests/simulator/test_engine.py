@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from simhelpers import cluster
+
+from vgcsim.core.errors import ConfigError
 from vgcsim.simulator.collectives import Round, Schedule, get_schedule
 from vgcsim.simulator.engine import (
     Phase,
@@ -16,8 +18,6 @@ from vgcsim.simulator.engine import (
     run_fast_steps,
 )
 from vgcsim.simulator.topology import build_topology
-
-from vgcsim.core.errors import ConfigError
 
 # Fast-path engine numbers worked by hand on tiny schedules (1 B/s links, zero latency, whole
 # bytes, so every time is an exact small float): eager overlap detection at its boundary, the

@@ -23,13 +23,13 @@ import numpy as np
 import pandas as pd
 import pytest
 from simhelpers import cluster, leaf_spine
+
+from vgcsim.core.collectives import COLLECTIVE_KEYS
 from vgcsim.simulator.collectives import Round, Schedule, get_schedule, unit_sizes
 from vgcsim.simulator.engine import Phase, run_message
 from vgcsim.simulator.network import LinkMonitor
 from vgcsim.simulator.reference import run_reference
 from vgcsim.simulator.topology import build_topology
-
-from vgcsim.core.collectives import COLLECTIVE_KEYS
 
 B = 2.0**20  # bytes/s
 A = 2.0**-10  # s

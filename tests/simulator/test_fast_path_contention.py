@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from simhelpers import BW, cluster
+
 from vgcsim.simulator.collectives import COLLECTIVES, get_schedule, unit_sizes
 from vgcsim.simulator.engine import Phase, contention_free, run_collective, run_message
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace

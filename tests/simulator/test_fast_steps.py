@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from simhelpers import cluster
+
 from vgcsim.simulator.collectives import get_schedule, unit_sizes
 from vgcsim.simulator.engine import Phase, RunCache, _period, run_collective, run_collective_steps
 from vgcsim.simulator.topology import build_topology

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import simpy
 from simhelpers import BW, cluster
+
 from vgcsim.simulator.network import make_network
 from vgcsim.simulator.topology import build_topology
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import simpy
 from simhelpers import BW, LAT, cluster
+
 from vgcsim.simulator.collectives import get_schedule, unit_sizes
 from vgcsim.simulator.engine import Phase, run_message
 from vgcsim.simulator.network import LinkMonitor, make_network

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import simpy
 from simhelpers import BW, LAT, cluster, send_recv_times
+
+from vgcsim.core.errors import UnknownNameError
 from vgcsim.simulator.network import Comm, LinkMonitor, make_network
 from vgcsim.simulator.topology import build_topology
 from vgcsim.simulator.waterfill import maxmin_rates
-
-from vgcsim.core.errors import UnknownNameError
 
 N = 1e6  # bytes
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import simpy
 from simhelpers import cluster, send_recv_times
-from vgcsim.simulator.network import Comm, LinkMonitor, Waiter, make_network
-from vgcsim.simulator.topology import build_topology
 
 from vgcsim.core.errors import UnknownNameError
+from vgcsim.simulator.network import Comm, LinkMonitor, Waiter, make_network
+from vgcsim.simulator.topology import build_topology
 
 B = 2.0**20
 A = 2.0**-10

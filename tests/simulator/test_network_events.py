@@ -22,10 +22,10 @@ from __future__ import annotations
 import pytest
 import simpy
 from simhelpers import cluster, count_events
-from vgcsim.simulator.network import FairNetwork, make_network
-from vgcsim.simulator.topology import build_topology
 
 from vgcsim.core.errors import UnknownNameError
+from vgcsim.simulator.network import FairNetwork, make_network
+from vgcsim.simulator.topology import build_topology
 
 B = 2.0**20  # bytes/s: one n-byte flow alone takes 1 s
 A = 2.0**-10  # s

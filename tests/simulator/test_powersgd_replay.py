@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from vgcsim import api
+from vgcsim.core.cluster import DeviceSpec, load_cluster
 from vgcsim.models import predict
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 from vgcsim.traces import devicecost
 from vgcsim.traces.io import read_trace
-
-from vgcsim import api
-from vgcsim.core.cluster import DeviceSpec, load_cluster
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "powersgd_trace"
 RANK, START = 2, 2

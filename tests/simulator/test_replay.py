@@ -9,12 +9,17 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-import vgcsim.simulator.replay as replay_module  # noqa: E402
 from simhelpers import cluster as _cluster
 from simhelpers import (
     leaf_spine,
     run_phases,  # noqa: E402
 )
+
+import vgcsim.simulator.replay as replay_module  # noqa: E402
+from vgcsim.cli import main
+from vgcsim.core.cluster import load_cluster
+from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.core.results import RESULT_COLUMNS, read_results
 from vgcsim.simulator.collectives import (
     get_schedule,  # noqa: E402
     unit_sizes,  # noqa: E402
@@ -42,11 +47,6 @@ from vgcsim.simulator.topology import build_topology  # noqa: E402
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.replay import resolve_collectives
 from vgcsim.traces.synth import SynthConfig, synth_trace
-
-from vgcsim.cli import main
-from vgcsim.core.cluster import load_cluster
-from vgcsim.core.errors import ConfigError, UnknownNameError
-from vgcsim.core.results import RESULT_COLUMNS, read_results
 
 LABELS = {"dense", "dense/bf16", "dense/fp16", "compressed"}
 

@@ -8,10 +8,10 @@ import logging
 
 import pytest
 from simhelpers import cluster, leaf_spine
-from vgcsim.simulator.replay import SimulateConfig, replay_units, simulate_trace
-from vgcsim.traces.io import read_trace
 
 from vgcsim.cli import main
+from vgcsim.simulator.replay import SimulateConfig, replay_units, simulate_trace
+from vgcsim.traces.io import read_trace
 
 TRACE = "tests/data/sample_trace"
 

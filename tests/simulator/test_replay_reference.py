@@ -24,6 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from simhelpers import cluster as _cluster  # noqa: E402
+
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace  # noqa: E402
 from vgcsim.traces.io import read_trace  # noqa: E402
 from vgcsim.traces.synth import SynthConfig, synth_trace  # noqa: E402

@@ -16,6 +16,8 @@ import warnings
 import numpy as np
 import pytest
 from simhelpers import BW, cluster, leaf_spine
+
+from vgcsim.core.errors import ConfigError
 from vgcsim.simulator.collectives import (
     COLLECTIVES,
     Round,
@@ -30,8 +32,6 @@ from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 from vgcsim.simulator.rounds import RoundCache, run_rounds
 from vgcsim.simulator.topology import build_topology
 from vgcsim.traces.io import read_trace
-
-from vgcsim.core.errors import ConfigError
 
 LINK_LAT = 2.5e-6
 

@@ -7,11 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 from simhelpers import cluster
+
+from vgcsim.core.errors import ConfigError
 from vgcsim.simulator.collectives import Schedule, get_schedule, unit_sizes
 from vgcsim.simulator.engine import Phase, RunCache, contention_free, run_collective, run_message
 from vgcsim.simulator.topology import build_topology
-
-from vgcsim.core.errors import ConfigError
 
 
 def _phase(key: str, p: int, nbytes: float = 1e6) -> Phase:
@@ -86,6 +86,7 @@ def test_shift_invariance_by_hand():
       rank 4 → 5 does not, so a shift by 1 or 2 moves a crossing hop onto a local one);
     * the direct allgatherv (not a permutation) and the padded one (P + 1 units): never."""
     from simhelpers import cluster, leaf_spine
+
     from vgcsim.simulator.collectives import get_schedule
     from vgcsim.simulator.engine import RunCache
     from vgcsim.simulator.topology import build_topology

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from vgcsim.simulator.collectives import COLLECTIVES, get_schedule
 
 from vgcsim.core.collectives import COLLECTIVE_KEYS
+from vgcsim.simulator.collectives import COLLECTIVES, get_schedule
 
 WORLD_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 16)
 # from the shared vocabulary, so that a key missing from the simulator's registry fails here

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
+from vgcsim.core.cluster import load_cluster
 from vgcsim.models import predict
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 from vgcsim.traces.io import read_trace
-
-from vgcsim.core.cluster import load_cluster
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "topk_w8_trace"
 KEY = "sparse_allreduce/recursive_doubling"

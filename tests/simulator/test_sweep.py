@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from vgcsim.simulator.replay import SimulateConfig
-from vgcsim.simulator.sweep import SweepConfig, expand_factors, load_sweep
 
 from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.simulator.replay import SimulateConfig
+from vgcsim.simulator.sweep import SweepConfig, expand_factors, load_sweep
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +95,8 @@ def test_run_job_rows_are_vgcsim_simulates_rows_with_the_jobs_factors(traces):
     the factor columns hold the job's own values, the topology as JSON with sorted keys."""
     import json
 
-    from vgcsim.simulator.sweep import run_job
-
     from vgcsim import api
+    from vgcsim.simulator.sweep import run_job
 
     topo = {"kind": "leaf_spine", "hosts_per_leaf": 2, "oversubscription": 2}  # keys unsorted
     cfg = SweepConfig(
@@ -161,10 +160,9 @@ def test_a_bandwidth_or_latency_factor_moves_a_graphs_links_as_predict_moves(tra
     ``topology_spec`` column keeps the graph as given."""
     import json
 
-    from vgcsim.simulator.sweep import run_job
-
     from vgcsim import api
     from vgcsim.core.cluster import load_cluster
+    from vgcsim.simulator.sweep import run_job
 
     alpha = load_cluster("10GbE").link.latency_s
     graph = _graph_star(4, f"{alpha / 2}s")

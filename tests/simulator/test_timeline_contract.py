@@ -14,6 +14,7 @@ import json
 
 import numpy as np
 import pandas as pd
+
 from vgcsim.simulator.engine import RankSpan
 from vgcsim.simulator.replay import StepTimeline
 from vgcsim.simulator.timeline import chrome_trace, write_chrome_trace

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from simhelpers import BW, LAT, cluster
-from vgcsim.simulator.topology import TOPOLOGIES, build_topology, parse_topology
 
 from vgcsim.core.cluster import LinkSpec
 from vgcsim.core.errors import ConfigError, TopologyError, UnknownNameError
+from vgcsim.simulator.topology import TOPOLOGIES, build_topology, parse_topology
 
 
 def test_star_routes_cross_two_channels_full_duplex():

@@ -11,10 +11,10 @@ import zlib
 import networkx as nx
 import pytest
 from simhelpers import BW, LAT, cluster
-from vgcsim.simulator import topology as topo_mod
-from vgcsim.simulator.topology import StarSpec, _edge, build_topology
 
 from vgcsim.core.errors import ConfigError, TopologyError
+from vgcsim.simulator import topology as topo_mod
+from vgcsim.simulator.topology import StarSpec, _edge, build_topology
 
 
 @pytest.mark.parametrize("bandwidth", [0.0, -1.0, math.inf, math.nan])

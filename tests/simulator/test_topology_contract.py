@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 from simhelpers import cluster
-from vgcsim.simulator.topology import build_topology
 
 from vgcsim.core.cluster import LinkSpec
 from vgcsim.core.errors import TopologyError
+from vgcsim.simulator.topology import build_topology
 
 
 def _edges(topo) -> set[frozenset[str]]:

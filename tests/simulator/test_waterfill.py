@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 from test_maxmin_reference import _assert_max_min_fair, _water_level_rates
+
 from vgcsim.simulator.waterfill import maxmin_rates
 
 B = 1.25e9

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+
 from vgcsim.traces.training import allocator
 
 

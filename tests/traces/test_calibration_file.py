@@ -7,6 +7,9 @@ import os
 import platform
 
 import pytest
+
+from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.core.provenance import cpu_model, machine_info
 from vgcsim.traces.calibration import (
     CalibrateConfig,
     default_sizes_bytes,
@@ -16,9 +19,6 @@ from vgcsim.traces.calibration import (
     split_repeats,
     write_measurements,
 )
-
-from vgcsim.core.errors import ConfigError, UnknownNameError
-from vgcsim.core.provenance import cpu_model, machine_info
 
 
 def test_reading_a_foreign_file_is_a_clear_error(tmp_path):

@@ -7,16 +7,15 @@ import pytest
 
 pytest.importorskip("torch")
 
+from vgcsim.cli import main  # noqa: E402
+from vgcsim.core.cluster import load_cluster  # noqa: E402
+from vgcsim.core.errors import ConfigError  # noqa: E402
 from vgcsim.traces.devicecost import stream_time_s  # noqa: E402
 from vgcsim.traces.training.codec_calibrate import (  # noqa: E402
     measure_device,
     resolve_device,
     write_device_entry,
 )
-
-from vgcsim.cli import main  # noqa: E402
-from vgcsim.core.cluster import load_cluster  # noqa: E402
-from vgcsim.core.errors import ConfigError  # noqa: E402
 
 
 @pytest.fixture(scope="module")

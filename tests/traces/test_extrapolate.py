@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from vgcsim.traces.extrapolate import RULES, rank_bits, rank_workers
 
 from vgcsim.core.errors import UnknownNameError
+from vgcsim.traces.extrapolate import RULES, rank_bits, rank_workers
 
 
 def test_modulo_maps_rank_j_to_worker_j_mod_w():

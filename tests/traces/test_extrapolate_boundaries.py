@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from vgcsim.traces.extrapolate import rank_bits, rank_workers
 
 from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.traces.extrapolate import rank_bits, rank_workers
 
 
 @pytest.mark.parametrize("rule", ("modulo", "resample"))

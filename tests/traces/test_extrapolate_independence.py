@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy.stats import chi2
+
+from vgcsim.core.cluster import get_cluster
 from vgcsim.traces.extrapolate import rank_bits, rank_workers
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.replay import step_inputs
-
-from vgcsim.core.cluster import get_cluster
 
 W = 4
 T = 4000

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.synth import SYNTH_ENCODINGS
 from vgcsim.traces.validate import ENCODING_BOUNDS, check_trace

@@ -6,9 +6,9 @@ import json
 
 import pytest
 from repo_scripts import load_script
-from vgcsim.traces.training.record_config import RecordConfig
 
 from vgcsim.core.config import apply_overrides
+from vgcsim.traces.training.record_config import RecordConfig
 
 paper_grid = load_script("experiments/paper_grid.py")
 speed = load_script("benchmarks/recording.py")

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from vgcsim.traces import schema
-from vgcsim.traces.io import read_trace
-from vgcsim.traces.validate import check_trace
 
 from vgcsim.cli import main
 from vgcsim.core.errors import TraceError
+from vgcsim.traces import schema
+from vgcsim.traces.io import read_trace
+from vgcsim.traces.validate import check_trace
 
 SAMPLE = Path("tests/data/sample_trace")
 

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from vgcsim.cli import main
+from vgcsim.commands.demo import DEMO_TRACES
 from vgcsim.traces.health import (
     CHANCE_SIGMAS,
     EXPLODE_FACTOR,
@@ -23,9 +26,6 @@ from vgcsim.traces.health import (
     trace_state,
 )
 from vgcsim.traces.io import read_header, read_trace
-
-from vgcsim.cli import main
-from vgcsim.commands.demo import DEMO_TRACES
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "tests" / "data" / "sample_trace"

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from vgcsim.models.predict import PredictOptions, predict_trace
-from vgcsim.traces.io import read_trace
-from vgcsim.traces.replay import hook_rank_times, step_inputs
 
 from vgcsim.cli import main
 from vgcsim.core.cluster import get_cluster
+from vgcsim.models.predict import PredictOptions, predict_trace
+from vgcsim.traces.io import read_trace
+from vgcsim.traces.replay import hook_rank_times, step_inputs
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
 

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from vgcsim.traces import schema
-from vgcsim.traces.io import TraceWriter, chunk_files, read_trace
 
 from vgcsim.core.errors import SchemaVersionError, TraceError, UnknownNameError
+from vgcsim.traces import schema
+from vgcsim.traces.io import TraceWriter, chunk_files, read_trace
 
 LAYERS = [
     {"index": 0, "name": "w", "shape": [4, 3], "numel": 12},

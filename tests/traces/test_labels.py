@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from vgcsim.traces.labels import method_label, slug
 from vgcsim.traces.paper import PAPER_ROWS, PAPER_TABLE1
 

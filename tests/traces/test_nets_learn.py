@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+from vgcsim.core.config import apply_overrides
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.training.nets import MIN_GROUP_ELEMENTS, build_net, norm_groups
 from vgcsim.traces.training.record import RecordConfig, record
 from vgcsim.traces.validate import validate_trace
-
-from vgcsim.core.config import apply_overrides
 
 
 def _group_sizes(net: torch.nn.Module, shape: tuple[int, ...]) -> list[int]:

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from vgcsim.traces.io import read_trace
-from vgcsim.traces.validate import check_trace
 
 from vgcsim.cli import main
+from vgcsim.traces.io import read_trace
+from vgcsim.traces.validate import check_trace
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
 

@@ -12,16 +12,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+
+from vgcsim.cli import main
+from vgcsim.core.config import apply_overrides
+from vgcsim.core.errors import ConfigError, TrainingDivergedError, UnknownNameError
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.synth import vgg_like_layers
 from vgcsim.traces.training.datasets import load_dataset
 from vgcsim.traces.training.nets import build_net
 from vgcsim.traces.training.record import RecordConfig, check_config, record
 from vgcsim.traces.validate import validate_trace
-
-from vgcsim.cli import main
-from vgcsim.core.config import apply_overrides
-from vgcsim.core.errors import ConfigError, TrainingDivergedError, UnknownNameError
 
 REPO = Path(__file__).resolve().parents[2]
 

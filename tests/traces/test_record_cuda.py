@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
+from vgcsim.core.config import apply_overrides
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.training.record import RecordConfig, record
 from vgcsim.traces.validate import validate_trace
-
-from vgcsim.core.config import apply_overrides
 
 pytestmark = [
     pytest.mark.gpu,

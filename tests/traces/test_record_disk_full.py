@@ -14,12 +14,12 @@ import subprocess
 
 import pandas as pd
 import pytest
-from vgcsim.traces.io import RESERVE_FILE, read_header
-from vgcsim.traces.training.record import RecordConfig, record
-from vgcsim.traces.validate import validate_trace
 
 from vgcsim.cli import main
 from vgcsim.core.config import apply_overrides
+from vgcsim.traces.io import RESERVE_FILE, read_header
+from vgcsim.traces.training.record import RecordConfig, record
+from vgcsim.traces.validate import validate_trace
 
 SETTINGS = [
     "data.name=synthetic",

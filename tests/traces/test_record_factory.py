@@ -9,12 +9,12 @@ import uuid
 
 import numpy as np
 import pytest
-from vgcsim.traces.io import read_trace
-from vgcsim.traces.training.datasets import load_dataset
 
 from vgcsim import api
 from vgcsim.cli import main
 from vgcsim.core.errors import ConfigError
+from vgcsim.traces.io import read_trace
+from vgcsim.traces.training.datasets import load_dataset
 
 FACTORY = """
 import torch

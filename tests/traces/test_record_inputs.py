@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from vgcsim.traces.validate import validate_trace
 
 from vgcsim.cli import main
+from vgcsim.traces.validate import validate_trace
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = [

@@ -17,12 +17,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from vgcsim.traces.io import CHECKPOINT_DIR, RESERVE_FILE, read_trace
-from vgcsim.traces.training.record import RecordConfig, record
-from vgcsim.traces.validate import validate_trace
 
 from vgcsim.cli import main
 from vgcsim.core.config import apply_overrides
+from vgcsim.traces.io import CHECKPOINT_DIR, RESERVE_FILE, read_trace
+from vgcsim.traces.training.record import RecordConfig, record
+from vgcsim.traces.validate import validate_trace
 
 REPO = Path(__file__).resolve().parents[2]
 

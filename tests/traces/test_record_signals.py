@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from vgcsim.traces.io import RESERVE_FILE, read_header
 from vgcsim.traces.validate import validate_trace
 

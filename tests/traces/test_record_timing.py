@@ -8,15 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+
+from vgcsim.cli import main
+from vgcsim.core.config import apply_overrides
+from vgcsim.core.errors import TraceError
 from vgcsim.traces import schema
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.training import loop
 from vgcsim.traces.training.record import RecordConfig, record
 from vgcsim.traces.validate import validate_trace
-
-from vgcsim.cli import main
-from vgcsim.core.config import apply_overrides
-from vgcsim.core.errors import TraceError
 
 SETTINGS = [
     "data.name=synthetic",

@@ -8,6 +8,8 @@ import errno
 import json
 
 import pytest
+
+from vgcsim.core.errors import TraceError
 from vgcsim.traces import schema
 from vgcsim.traces.io import (
     CHECKPOINT_DIR,
@@ -19,8 +21,6 @@ from vgcsim.traces.io import (
     read_header,
     read_trace,
 )
-
-from vgcsim.core.errors import TraceError
 
 HEADER = {
     "synthetic": False,

@@ -16,15 +16,15 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+
+from tests.conftest import TINY_BITS, write_tiny_trace
+from vgcsim.core.cluster import get_cluster
+from vgcsim.core.errors import TraceError, UnknownNameError
 from vgcsim.traces import devicecost
 from vgcsim.traces.extrapolate import rank_workers
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.reading import Trace
 from vgcsim.traces.replay import StepInputs, compute_scale_factor, recording_device, step_inputs
-
-from tests.conftest import TINY_BITS, write_tiny_trace
-from vgcsim.core.cluster import get_cluster
-from vgcsim.core.errors import TraceError, UnknownNameError
 
 CLUSTER = get_cluster("10GbE")
 TRACE_MODE = dataclasses.replace(CLUSTER, compute="trace")

@@ -6,13 +6,13 @@ import dataclasses
 
 import numpy as np
 import pytest
-from vgcsim.traces import devicecost
-from vgcsim.traces.io import read_trace
-from vgcsim.traces.replay import step_inputs
 
 from tests.conftest import write_tiny_trace
 from vgcsim.core.cluster import get_cluster
 from vgcsim.core.errors import TraceError
+from vgcsim.traces import devicecost
+from vgcsim.traces.io import read_trace
+from vgcsim.traces.replay import step_inputs
 
 V100 = get_cluster("10GbE").device
 MEM = 900e9 * 0.83  # V100 datasheet bandwidth x sustained fraction

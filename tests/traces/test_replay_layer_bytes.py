@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from vgcsim.traces.io import read_trace
-from vgcsim.traces.replay import step_inputs
 
 from vgcsim.core.cluster import get_cluster
 from vgcsim.core.errors import TraceError
+from vgcsim.traces.io import read_trace
+from vgcsim.traces.replay import step_inputs
 
 P = 6
 

@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+
+from vgcsim.core.errors import ConfigError, UnknownNameError
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.synth import (
     SynthConfig,
@@ -15,8 +17,6 @@ from vgcsim.traces.synth import (
     vgg_like_layers,
 )
 from vgcsim.traces.validate import compression_ratios, validate_trace
-
-from vgcsim.core.errors import ConfigError, UnknownNameError
 
 
 def test_resnet50_layer_list_matches_torchvision_counts():

@@ -5,10 +5,10 @@ allocation that cannot fit."""
 from __future__ import annotations
 
 import pytest
-from vgcsim.traces.synth import SynthConfig, estimate_bytes, load_layers
 
 from vgcsim.cli import main
 from vgcsim.core import memory
+from vgcsim.traces.synth import SynthConfig, estimate_bytes, load_layers
 
 
 @pytest.mark.parametrize(

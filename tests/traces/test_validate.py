@@ -7,12 +7,12 @@ import shutil
 
 import pandas as pd
 import pytest
-from vgcsim.traces.io import read_trace
-from vgcsim.traces.synth import SynthConfig, synth_trace
-from vgcsim.traces.validate import check_trace, trace_info, validate_trace
 
 from vgcsim.cli import main
 from vgcsim.core.errors import TraceError
+from vgcsim.traces.io import read_trace
+from vgcsim.traces.synth import SynthConfig, synth_trace
+from vgcsim.traces.validate import check_trace, trace_info, validate_trace
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from trace_parts import SAMPLE, trace_parts, trace_problems
+
 from vgcsim.traces.io import Trace, read_trace
 from vgcsim.traces.validate import _expected_eval_steps
 

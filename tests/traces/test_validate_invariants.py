@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from trace_parts import SAMPLE, trace_parts, trace_problems
-from vgcsim.traces.io import Trace, read_trace
-from vgcsim.traces.validate import check_trace
 
 from vgcsim.cli import main
+from vgcsim.traces.io import Trace, read_trace
+from vgcsim.traces.validate import check_trace
 
 ENCODINGS = ("packed32", "coo64", "gap_elias_gamma", "gap_elias_delta", "bitmap")
 

@@ -23,6 +23,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+
+from vgcsim.core.errors import TraceError
 from vgcsim.traces.io import Trace, read_trace
 from vgcsim.traces.validate import (
     ENCODING_BOUNDS,
@@ -33,8 +35,6 @@ from vgcsim.traces.validate import (
     trace_info,
     validate_trace,
 )
-
-from vgcsim.core.errors import TraceError
 
 SAMPLE = "tests/data/sample_trace"
 

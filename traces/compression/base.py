@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from vgcsim.traces.wire.encoders import ENCODINGS
-from vgcsim.traces.wire.messages import DenseMessage, QSGDMessage, SparseMessage
 
 from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.traces.wire.encoders import ENCODINGS
+from vgcsim.traces.wire.messages import DenseMessage, QSGDMessage, SparseMessage
 
 if TYPE_CHECKING:
     import torch

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 import torch
 from torch import nn
+
 from vgcsim.traces.compression.base import Compressor
 from vgcsim.traces.compression.sqsum_estimators import LossFn, worker_gradients
 

@@ -38,6 +38,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.traces.compression.sqsum_estimators import (
     ESTIMATORS,
     HOOKED_MODULES,
@@ -48,8 +50,6 @@ from vgcsim.traces.compression.sqsum_estimators import (
     trainable_parameters,
     unsupported_modules,
 )
-
-from vgcsim.core.errors import ConfigError, unknown_name
 
 log = logging.getLogger(__name__)
 

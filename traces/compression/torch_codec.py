@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
 from vgcsim.traces.compression.compressors.variance_based import (
     FLOOR,
     VarianceCompressor,

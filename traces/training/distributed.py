@@ -63,10 +63,9 @@ def run_distributed_record(
     any process starts, and :class:`~vgcsim.traces.training.distributed_launch.DistributedRunError`
     when a rank fails (its message carries that rank's last output lines).
     """
+    from vgcsim.core.config import to_dict
     from vgcsim.traces.training.distributed_launch import check_backend, launch_local
     from vgcsim.traces.training.record import check_config
-
-    from vgcsim.core.config import to_dict
 
     if nprocs < 1:
         raise ConfigError(f"--nprocs must be >= 1, got {nprocs}")
@@ -102,6 +101,7 @@ class RankWorkers:
     def __init__(self, backend: str) -> None:
         import torch
         import torch.distributed as dist
+
         from vgcsim.traces.training.distributed_launch import device_for
 
         self.backend = backend
@@ -112,6 +112,7 @@ class RankWorkers:
 
     def load_data(self, cfg):
         import torch.distributed as dist
+
         from vgcsim.traces.training.datasets import load_dataset
 
         # Rank 0 loads first (and downloads, where a dataset may); the others then read it.
@@ -130,9 +131,9 @@ class RankWorkers:
 
     def start(self, cfg, model, compressor, header: dict) -> None:
         import torch
-        from vgcsim.traces.training.distributed_hook import VGCState
 
         from vgcsim.core.errors import ConfigError
+        from vgcsim.traces.training.distributed_hook import VGCState
 
         if compressor.collective:
             raise ConfigError(
@@ -181,6 +182,7 @@ class RankWorkers:
     def exchange(self, step: int, wg, params: list) -> dict:
         import torch
         import torch.distributed as dist
+
         from vgcsim.traces.training.distributed_hook import sync_gradients
 
         for p, g in zip(params, wg.grads, strict=True):
@@ -242,9 +244,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _load_config(path: Path | None, overrides: list[str]):
-    from vgcsim.traces.training.record_config import RecordConfig
-
     from vgcsim.core.config import apply_overrides, config_from_dict, load_toml
+    from vgcsim.traces.training.record_config import RecordConfig
 
     if path is None:
         cfg = RecordConfig()

@@ -41,6 +41,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
+from vgcsim.core.config import config_from_dict
+from vgcsim.core.errors import ConfigError, VgcsimError
 from vgcsim.traces.calibration import (
     MIN_REPEATS,
     CalibrateConfig,
@@ -48,9 +51,6 @@ from vgcsim.traces.calibration import (
     split_repeats,
     write_measurements,
 )
-
-from vgcsim.core.config import config_from_dict
-from vgcsim.core.errors import ConfigError, VgcsimError
 
 log = logging.getLogger(__name__)
 

@@ -36,11 +36,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from vgcsim.traces.compression import torch_codec
-from vgcsim.traces.compression.sqsum_estimators import conv_padding
-from vgcsim.traces.compression.sqsum_hooks import SqsumHooks
-from vgcsim.traces.training.distributed_allgatherv import start_allgatherv_segments
-from vgcsim.traces.wire.encoders import ENCODINGS
 
 from vgcsim.core.bounded import (
     BOUND_HISTORY,
@@ -49,6 +44,11 @@ from vgcsim.core.bounded import (
     message_header_bytes,
 )
 from vgcsim.core.errors import ConfigError
+from vgcsim.traces.compression import torch_codec
+from vgcsim.traces.compression.sqsum_estimators import conv_padding
+from vgcsim.traces.compression.sqsum_hooks import SqsumHooks
+from vgcsim.traces.training.distributed_allgatherv import start_allgatherv_segments
+from vgcsim.traces.wire.encoders import ENCODINGS
 
 log = logging.getLogger(__name__)
 

@@ -37,12 +37,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from vgcsim.traces import schema
-from vgcsim.traces.io import TraceWriter, write_header
 
 from vgcsim.core.bounded import message_header_bytes
 from vgcsim.core.errors import ConfigError
 from vgcsim.core.provenance import git_commit, machine_info, package_versions
+from vgcsim.traces import schema
+from vgcsim.traces.io import TraceWriter, write_header
 
 log = logging.getLogger(__name__)
 

@@ -59,15 +59,6 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 from torch.nn import functional as F
-from vgcsim.traces import schema
-from vgcsim.traces.health import NON_FINITE_REASON, run_divergence
-from vgcsim.traces.io import STOP_SIGNALS, ResumePoint, TraceWriter
-from vgcsim.traces.training import checkpoint as ckpt
-from vgcsim.traces.training.allocator import keep_freed_memory
-from vgcsim.traces.training.datasets import DATASETS, Dataset
-from vgcsim.traces.training.nets import NETS, build_net, flops_per_sample
-from vgcsim.traces.training.optim import build_optimizer
-from vgcsim.traces.training.record_config import DEVICES, GRADIENT_PASSES, RecordConfig
 
 from vgcsim.core.config import to_dict
 from vgcsim.core.errors import (
@@ -79,6 +70,15 @@ from vgcsim.core.errors import (
 )
 from vgcsim.core.memory import available_memory_bytes
 from vgcsim.core.provenance import git_commit, machine_info, package_versions
+from vgcsim.traces import schema
+from vgcsim.traces.health import NON_FINITE_REASON, run_divergence
+from vgcsim.traces.io import STOP_SIGNALS, ResumePoint, TraceWriter
+from vgcsim.traces.training import checkpoint as ckpt
+from vgcsim.traces.training.allocator import keep_freed_memory
+from vgcsim.traces.training.datasets import DATASETS, Dataset
+from vgcsim.traces.training.nets import NETS, build_net, flops_per_sample
+from vgcsim.traces.training.optim import build_optimizer
+from vgcsim.traces.training.record_config import DEVICES, GRADIENT_PASSES, RecordConfig
 
 log = logging.getLogger(__name__)
 

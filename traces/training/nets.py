@@ -35,9 +35,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from torch.nn import functional as F
-from vgcsim.traces.synth import VGG_LIKE_BLOCKS
 
 from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.traces.synth import VGG_LIKE_BLOCKS
 
 
 def _ch(c: int, width: float) -> int:

@@ -13,9 +13,9 @@ import math
 from collections.abc import Callable, Iterable
 
 import torch
-from vgcsim.traces.training.record_config import OptimConfig
 
 from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.traces.training.record_config import OptimConfig
 
 
 def _adam(params: Iterable[torch.nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimizer:

@@ -34,6 +34,9 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from vgcsim.core.config import config_from_dict
+from vgcsim.core.errors import ConfigError, TraceError
 from vgcsim.traces.io import find_resume_point
 from vgcsim.traces.training.datasets import Dataset, load_dataset
 from vgcsim.traces.training.loop import (
@@ -47,9 +50,6 @@ from vgcsim.traces.training.loop import (
     train,
 )
 from vgcsim.traces.training.record_config import GRADIENT_PASSES, RecordConfig
-
-from vgcsim.core.config import config_from_dict
-from vgcsim.core.errors import ConfigError, TraceError
 
 __all__ = [
     "GRADIENT_PASSES",

@@ -43,6 +43,7 @@ import struct
 from typing import Any
 
 import numpy as np
+
 from vgcsim.traces.wire import bitstream, sizes
 from vgcsim.traces.wire.messages import (
     DenseMessage,

@@ -13,6 +13,7 @@ Karimireddy & Jaggi 2019 and torch's ``powerSGD_hook`` (powersgd).
 
 from __future__ import annotations
 
+from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.traces.compression.base import Compressor
 from vgcsim.traces.compression.compressors.dense import DenseCompressor
 from vgcsim.traces.compression.compressors.hybrid import HybridCompressor
@@ -21,8 +22,6 @@ from vgcsim.traces.compression.compressors.qsgd import QSGDCompressor
 from vgcsim.traces.compression.compressors.strom import StromCompressor
 from vgcsim.traces.compression.compressors.topk import TopKCompressor
 from vgcsim.traces.compression.compressors.variance_based import VarianceCompressor
-
-from vgcsim.core.errors import ConfigError, unknown_name
 
 __all__ = ["COMPRESSORS", "get_compressor", "register_compressor"]
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from vgcsim.traces.compression.base import CodecProfile, Payload, label_number
 from vgcsim.traces.compression.compressors.sparse import (
     SPARSE_DECODE_DERIVATION,

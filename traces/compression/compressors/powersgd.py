@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from vgcsim.traces.compression.base import Compressor, LayerStep, Payload
 
 from vgcsim.core.errors import ConfigError
+from vgcsim.traces.compression.base import Compressor, LayerStep, Payload
 
 if TYPE_CHECKING:
     import torch

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from vgcsim.core.errors import ConfigError
 from vgcsim.traces.compression.base import (
     CodecProfile,
     Compressor,
@@ -20,8 +21,6 @@ from vgcsim.traces.compression.base import (
 )
 from vgcsim.traces.wire.encoders import QSGD_ENCODINGS
 from vgcsim.traces.wire.messages import QSGDMessage
-
-from vgcsim.core.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from vgcsim.traces.compression.base import Compressor, Payload, check_grad, make_payload
 from vgcsim.traces.wire.encoders import SPARSE_ENCODINGS
 from vgcsim.traces.wire.messages import CODE_SIGN_BIT, SparseMessage

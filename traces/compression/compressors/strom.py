@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from vgcsim.core.errors import ConfigError
 from vgcsim.traces.compression.base import CodecProfile, LayerStep, Payload, label_number
 from vgcsim.traces.compression.compressors.sparse import (
     SPARSE_DECODE_DERIVATION,
@@ -21,8 +23,6 @@ from vgcsim.traces.compression.compressors.sparse import (
     sparse_payload,
     state_input,
 )
-
-from vgcsim.core.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from vgcsim.core.errors import ConfigError
 from vgcsim.traces.compression.base import CodecProfile, LayerStep, Payload, check_choice
 from vgcsim.traces.compression.compressors.sparse import (
     SPARSE_DECODE_DERIVATION,
@@ -22,8 +24,6 @@ from vgcsim.traces.compression.compressors.sparse import (
     state_input,
 )
 from vgcsim.traces.wire.quantize import ROUNDINGS, SCALES
-
-from vgcsim.core.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from vgcsim.core.errors import ConfigError
 from vgcsim.traces.compression.base import (
     CodecProfile,
     LayerStep,
@@ -35,8 +37,6 @@ from vgcsim.traces.compression.compressors.sparse import (
     state_input,
 )
 from vgcsim.traces.wire.quantize import ROUNDINGS, SCALES
-
-from vgcsim.core.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
