@@ -120,12 +120,23 @@ def resolves(dotted: str) -> bool:
     return False
 
 
+#: Folders git ignores (run output such as tools/mutation-results/): named, never shipped.
+IGNORED = tuple(
+    line.strip().strip("/") + "/"
+    for line in (ROOT / ".gitignore").read_text().splitlines()
+    if line.strip() and not line.startswith("#") and "*" not in line
+)
+
+
 def repo_path(span: str) -> Path | None:
     """The repository path a span names, or None when it names none (a command, an output
-    file of an example such as ``runs/x/results.csv``, a module name)."""
+    file of an example such as ``runs/x/results.csv``, a module name, run output that git
+    ignores)."""
     if "/" not in span or not PATH.match(span) or "*" in span:
         return None
     path = span.split("::")[0].rstrip("/")
+    if (path + "/").startswith(IGNORED):
+        return None
     if placeholder(path.split("/"), r"[A-Z]+"):
         return None
     head, _, tail = path.partition("/")

@@ -30,6 +30,7 @@ def chromium() -> str:
 
 
 @pytest.mark.browser
+@pytest.mark.slow  # a headless browser renders the whole page (about 9 s)
 def test_report_page_loads_without_errors(chromium, tmp_path, monkeypatch):
     # the real thing: committed predict/simulate results of the sample trace, and the trace
     monkeypatch.chdir(ROOT)
