@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -31,6 +31,9 @@ import pandas as pd
 from vgcsim.core.errors import ResultsError
 from vgcsim.core.results import RESULT_COLUMNS, RESULT_CONFIG_COLUMNS
 from vgcsim.traces.schema import BITS_PREFIX
+
+if TYPE_CHECKING:  # annotations only
+    from vgcsim.traces.reading import Trace
 
 #: Columns identifying one configuration in a result table (everything but the step and
 #: the measured quantities).
@@ -136,7 +139,7 @@ def prefer_simulated(t: pd.DataFrame, keys: Iterable[str] = ("cluster", "trace")
     return t[(t["source"] == "simulated") | ~has_sim.astype(bool)]
 
 
-def is_baseline(trace: Any) -> bool:
+def is_baseline(trace: Trace) -> bool:
     """True for the what-if rows of a 2-byte dense allreduce (trace ``dense-<encoding>``):
     a baseline beside the compression methods, not one of them."""
     return str(trace).startswith("dense-")
@@ -671,7 +674,7 @@ def method_table(overview: pd.DataFrame, paper: pd.DataFrame | None = None) -> p
     return t[cols].sort_values(["optimizer", "compression_ratio", "trace"]).reset_index(drop=True)
 
 
-def trace_overview(trace: Any, label: str | None = None) -> dict[str, Any]:
+def trace_overview(trace: Trace, label: str | None = None) -> dict[str, Any]:
     """One row of :func:`method_table` input from a loaded ``vgcsim.traces.io.Trace``."""
     from vgcsim.reports.paper import paper_key
 

@@ -18,7 +18,12 @@ from vgcsim.traces.compression.base import Compressor, make_payload
 from vgcsim.traces.compression.compressors import COMPRESSORS, get_compressor
 from vgcsim.traces.compression.sqsum_hooks import SqsumHooks
 from vgcsim.traces.wire.bitstream import decode_fields_sequence
-from vgcsim.traces.wire.encoders import DENSE_ENCODINGS, ENCODINGS, QSGD_ENCODINGS, SPARSE_ENCODINGS
+from vgcsim.traces.wire.encoders import (
+    DENSE_WIRE_ENCODINGS,
+    ENCODINGS,
+    QSGD_ENCODINGS,
+    SPARSE_ENCODINGS,
+)
 from vgcsim.traces.wire.messages import SparseMessage
 
 W, N = 4, 3000
@@ -80,7 +85,7 @@ def test_contract_attributes():
         assert c.needs_sqsum == (name in ("variance", "hybrid"))
         assert cls is type(c)
     assert get_compressor("variance").encodings == SPARSE_ENCODINGS
-    assert get_compressor("dense").encodings == DENSE_ENCODINGS
+    assert get_compressor("dense").encodings == DENSE_WIRE_ENCODINGS
     assert get_compressor("qsgd").encodings == QSGD_ENCODINGS
     assert get_compressor("qsgd").primary_encoding == "qsgd_elias"
     assert get_compressor("topk", values="fp32").primary_encoding == "coo64"

@@ -9,7 +9,7 @@ import pytest
 
 from vgcsim.traces.wire import bitstream
 from vgcsim.traces.wire.encoders import (
-    DENSE_ENCODINGS,
+    DENSE_WIRE_ENCODINGS,
     ENCODINGS,
     QSGD_ENCODINGS,
     SPARSE_ENCODINGS,
@@ -35,7 +35,7 @@ def sparse(n: int, k: int, seed: int = 0, coded: bool = True, layer: int = 7) ->
 
 
 def test_registry_and_groups():
-    assert set(SPARSE_ENCODINGS + DENSE_ENCODINGS + QSGD_ENCODINGS) == set(ENCODINGS)
+    assert set(SPARSE_ENCODINGS + DENSE_WIRE_ENCODINGS + QSGD_ENCODINGS) == set(ENCODINGS)
 
 
 def test_4bit_code_values():
@@ -144,7 +144,7 @@ def test_bitmap_vs_coo64_break_even():
     assert size("coo64", 101) > size("bitmap", 101)
 
 
-@pytest.mark.parametrize("name", DENSE_ENCODINGS)
+@pytest.mark.parametrize("name", DENSE_WIRE_ENCODINGS)
 def test_dense_round_trip(name):
     rng = np.random.default_rng(1)
     values = rng.standard_normal(333).astype(np.float32)

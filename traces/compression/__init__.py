@@ -28,7 +28,7 @@ _LAZY = {
     "Payload": "vgcsim.traces.compression.base",
     "ENCODINGS": "vgcsim.traces.wire.encoders",
     "SPARSE_ENCODINGS": "vgcsim.traces.wire.encoders",
-    "DENSE_ENCODINGS": "vgcsim.traces.wire.encoders",
+    "DENSE_WIRE_ENCODINGS": "vgcsim.traces.wire.encoders",
     "QSGD_ENCODINGS": "vgcsim.traces.wire.encoders",
 }
 

@@ -3,7 +3,7 @@
 Modules::
 
     messages: SparseMessage, DenseMessage, QSGDMessage (what a compressor decided to send)
-    encoders: ENCODINGS, SPARSE_ENCODINGS, DENSE_ENCODINGS, QSGD_ENCODINGS (real bytes)
+    encoders: ENCODINGS, SPARSE_ENCODINGS, DENSE_WIRE_ENCODINGS, QSGD_ENCODINGS (real bytes)
     sizes:    closed-form bits of every format from element counts (synth, validate, encoders)
     bitstream, quantize: MSB-first bit packing, Elias codes, the 4-bit log code
 

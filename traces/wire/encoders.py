@@ -411,11 +411,13 @@ ENCODINGS: dict[str, Encoding] = {
 }
 
 SPARSE_ENCODINGS = ("packed32", "coo64", "gap_elias_gamma", "gap_elias_delta", "bitmap")
-DENSE_ENCODINGS = ("fp32", "fp16")
+#: the dense wire formats the `dense` compressor writes (the replay's dense baselines are
+#: `vgcsim.core.options.DENSE_ENCODINGS`)
+DENSE_WIRE_ENCODINGS = ("fp32", "fp16")
 QSGD_ENCODINGS = ("qsgd_fixed", "qsgd_elias")
 
 __all__ = [
-    "DENSE_ENCODINGS",
+    "DENSE_WIRE_ENCODINGS",
     "ENCODINGS",
     "QSGD_ENCODINGS",
     "SPARSE_ENCODINGS",

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vgcsim.commands import add_set_option, add_world_sizes_option, settings
+
+if TYPE_CHECKING:  # annotations only: the commands import the stages when they run
+    from vgcsim.traces.reading import Trace
 
 #: flag dest -> (metavar, help). Every flag defaults to None: not given, the config decides.
 _VALUE_FLAGS: dict[str, tuple[str, str]] = {
@@ -114,7 +117,7 @@ def command_line() -> list[str]:
     return ["vgcsim", *sys.argv[1:]]
 
 
-def verdict(df: Any, trace: Any) -> str:
+def verdict(df: Any, trace: Trace) -> str:
     """One line: where the trace's compressed allgatherv beats dense fp32 allreduce, in the
     report's words (:func:`vgcsim.reports.tables.headline`, naming what decides it)."""
     from vgcsim.reports import tables
@@ -133,7 +136,7 @@ def verdict(df: Any, trace: Any) -> str:
     return "verdict: " + " ".join(lines)
 
 
-def print_replay(df: Any, trace: Any, out: Any, extra: Sequence[str] = ()) -> None:
+def print_replay(df: Any, trace: Trace, out: Any, extra: Sequence[str] = ()) -> None:
     """What predict and simulate print, in one format: the mean rows (P, method, encoding,
     collective, comm, decode, step, speedup over dense fp32), one verdict line, the lines of
     ``extra`` (predict: where the sparse allreduce stops paying), the folder."""

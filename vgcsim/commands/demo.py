@@ -24,9 +24,12 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vgcsim.commands import add_out_option, add_set_option, add_world_sizes_option
+
+if TYPE_CHECKING:  # annotations only
+    from vgcsim.traces.reading import Trace
 
 HELP = (
     "predict and simulate real traces (dense, variance α=2, Strom, QSGD; committed, or "
@@ -372,7 +375,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _settled_density(trace: Any) -> float:
+def _settled_density(trace: Trace) -> float:
     """A trace's mean density over its last 20 % of steps (where the variance compressor's
     density has settled)."""
     steps = trace.steps.sort_values("step")

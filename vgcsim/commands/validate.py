@@ -30,11 +30,15 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vgcsim.commands import add_out_option
 from vgcsim.core.errors import ConfigError, TraceError
 from vgcsim.core.outdir import check_output, prepare_output
+
+if TYPE_CHECKING:  # annotations only: the command imports the stages when it runs
+    from vgcsim.core.cluster import ClusterSpec
+    from vgcsim.traces.reading import Trace
 
 HELP = "compare measured communication of a distributed run with the models and the simulator"
 
@@ -51,12 +55,12 @@ class ValidateOptions:
     simulate: bool = True
 
 
-def measured_method(trace: Any) -> str:
+def measured_method(trace: Trace) -> str:
     """``"dense"`` (all_reduce was measured) or ``"compressed"`` (allgatherv was measured)."""
     return "dense" if trace.compressor == "dense" else "compressed"
 
 
-def measured_allgatherv(trace: Any) -> str:
+def measured_allgatherv(trace: Trace) -> str:
     """The algorithm the measured allgatherv is: the trace's own exchange for traces the DDP
     hook wrote (:func:`vgcsim.traces.replay.default_allgatherv`, bounded); else what the
     recorder ran, padded on gloo and uneven (ring) on NCCL."""
@@ -68,7 +72,7 @@ def measured_allgatherv(trace: Any) -> str:
     return "padded" if dist.get("padded_allgather", True) else "ring"
 
 
-def _predicted(trace: Any, cluster: Any, opts: ValidateOptions, allgatherv: str) -> Any:
+def _predicted(trace: Trace, cluster: ClusterSpec, opts: ValidateOptions, allgatherv: str) -> Any:
     """predict's per-step rows of ``trace`` at its own world size (dense fp32 beside the
     compressed exchange), as both validations compare them."""
     from vgcsim import api
@@ -96,7 +100,7 @@ def _measured_rows(frame: Any, method: str) -> Any:
     return rows.set_index("step")
 
 
-def validation_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateOptions()):
+def validation_frame(trace: Trace, cluster: ClusterSpec, opts: ValidateOptions = ValidateOptions()):
     """Per-step measured, predicted and simulated communication seconds of ``trace``.
 
     Columns: step, measured_s, predicted_s, simulated_s (NaN when not simulated),
@@ -164,7 +168,7 @@ STEP_TERMS = (
 )
 
 
-def measured_terms(trace: Any):
+def measured_terms(trace: Trace):
     """Per step, the measured seconds of every term of :data:`STEP_TERMS` from the ranks
     table of a trace the DDP hook wrote: ``[steps, terms]`` (NaN where the script did not
     report a phase). Reductions over ranks: the compute's maximum (the rank every other one
@@ -194,7 +198,7 @@ def measured_terms(trace: Any):
     return pd.DataFrame(out).rename_axis("step")
 
 
-def term_frame(trace: Any, cluster: Any, opts: ValidateOptions = ValidateOptions()):
+def term_frame(trace: Trace, cluster: ClusterSpec, opts: ValidateOptions = ValidateOptions()):
     """Per step and term: measured (:func:`measured_terms`), predicted and simulated seconds
     of the method the trace ran (``dense``: allreduce; else the compressed exchange) on
     ``cluster`` at the trace's world size, and their relative errors.

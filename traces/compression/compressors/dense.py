@@ -15,7 +15,7 @@ from vgcsim.traces.compression.base import (
     check_grad,
     make_payload,
 )
-from vgcsim.traces.wire.encoders import DENSE_ENCODINGS
+from vgcsim.traces.wire.encoders import DENSE_WIRE_ENCODINGS
 from vgcsim.traces.wire.messages import DenseMessage
 
 if TYPE_CHECKING:
@@ -54,11 +54,11 @@ class DenseCompressor(Compressor):
         return "dense" if precision == "fp32" else f"dense {precision}"
 
     def _validate(self) -> None:
-        check_choice("precision", self.config.precision, DENSE_ENCODINGS)
+        check_choice("precision", self.config.precision, DENSE_WIRE_ENCODINGS)
 
     @property
     def encodings(self) -> tuple[str, ...]:
-        return DENSE_ENCODINGS
+        return DENSE_WIRE_ENCODINGS
 
     @property
     def primary_encoding(self) -> str:
