@@ -80,6 +80,7 @@ __all__ = [
     "StepInputs",
     "compute_scale_factor",
     "hook_rank_times",
+    "host_overhead_s",
     "is_lowrank",
     "recording_device",
     "resolve_collectives",
@@ -206,6 +207,17 @@ _RANK_TERMS = {
 }
 
 
+def host_overhead_s(ranks: pd.DataFrame) -> pd.Series:
+    """Each ranks-table row's host overhead: the part of the script's whole step outside
+    forward+backward and the optimizer, ``max(0, step_wall_s − forward_backward_s −
+    optimizer_s)``; NaN where a term is missing (every row of a trace without
+    ``step_wall_s``)."""
+    if "step_wall_s" not in ranks.columns:
+        return pd.Series(np.nan, index=ranks.index)
+    inside = ranks["forward_backward_s"] + ranks["optimizer_s"]
+    return (ranks["step_wall_s"] - inside).clip(lower=0.0)
+
+
 def hook_rank_times(
     trace: Trace, steps: np.ndarray, world_size: int, seed: int = 0
 ) -> dict[str, np.ndarray] | None:
@@ -240,14 +252,9 @@ def hook_rank_times(
         present = [c for c in cols if c in frame.columns]
         block = sum((frame[c].to_numpy(dtype=np.float64) for c in present), np.zeros(len(frame)))
         values[key] = block.reshape(len(steps), workers)
-    overhead = np.zeros((len(steps), workers))
-    if {"step_wall_s", "forward_backward_s", "optimizer_s"} <= set(frame.columns):
-        wall, fb, opt = (
-            frame[c].to_numpy(dtype=np.float64).reshape(len(steps), workers)
-            for c in ("step_wall_s", "forward_backward_s", "optimizer_s")
-        )
-        overhead = np.maximum(0.0, wall - fb - opt)
-    values["overhead"] = overhead
+    values["overhead"] = (
+        host_overhead_s(frame).to_numpy(dtype=np.float64).reshape(len(steps), workers)
+    )
     for key, a in values.items():
         finite = np.isfinite(a)
         overall = float(np.median(a[finite])) if finite.any() else 0.0

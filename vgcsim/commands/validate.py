@@ -186,11 +186,13 @@ def measured_terms(trace: Trace):
             f"trace {trace.name} has no ranks table; per-term validation needs a trace the DDP "
             "hook wrote (register_vgc_hook(..., trace_dir=...))"
         )
+    from vgcsim.traces.replay import host_overhead_s
+
     ranks = ranks.copy()
     inside = ranks["forward_backward_s"] + ranks["optimizer_s"]
-    wall = ranks["step_wall_s"] if "step_wall_s" in ranks.columns else inside * float("nan")
-    ranks["overhead_s"] = (wall - inside).clip(lower=0.0).fillna(0.0)
-    ranks["whole_step_s"] = wall.where(wall.notna(), inside)
+    ranks["overhead_s"] = host_overhead_s(ranks).fillna(0.0)
+    wall = ranks.get("step_wall_s")
+    ranks["whole_step_s"] = inside if wall is None else wall.where(wall.notna(), inside)
     out = {}
     for term, cols, how, _ in STEP_TERMS:
         per_rank = ranks[list(cols)].sum(axis=1, min_count=len(cols))
