@@ -5,7 +5,9 @@ the last segment's and the collectives pay a per-call cost.
 One alpha-beta line missed such a link by 59 % typical error on p2p (a token bucket sends its
 burst at the host's speed), and calibrate refused its own fit. Needs root (CI runs as root);
 skips with the reason elsewhere, fails under ``CI=true``. Timing on a shared runner scatters
-(small messages by 2x and more), so this test compares the fits on the same measurements;
+(small messages by 2x and more: one slow median at 4 bytes once outweighed the bucket's two
+lines), so this test fits the best case over repetitions (``--statistic min``: the link's
+shape without the runner's contention) and compares the fits on the same measurements;
 the absolute typical error per op (target 10 %) is what ``benchmarks/calibrate_netns.py
 --max-error 0.1`` checks on a quiet machine (docs/distributed.md).
 """
@@ -45,7 +47,7 @@ def test_calibrate_fits_a_token_bucket_link_with_size_segments(hosts, tmp_path):
     cal = tmp_path / "cal.toml"
     sweep = ["--ops", "p2p,allreduce,allgather"]
     sweep += ["--sizes", "4,1KiB,16KiB,64KiB,128KiB,256KiB,512KiB,1MiB,2MiB,4MiB,8MiB,16MiB"]
-    sweep += ["--repeats", "10", "--warmup", "1", "--budget", "3", "--force"]
+    sweep += ["--repeats", "10", "--warmup", "1", "--budget", "3", "--statistic", "min", "--force"]
     done = run_on_hosts(
         hosts,
         [calibrate_argv(hosts, i, 29541, cal, *sweep) for i in range(HOSTS)],
@@ -63,6 +65,6 @@ def test_calibrate_fits_a_token_bucket_link_with_size_segments(hosts, tmp_path):
     # the segments describe p2p better than one line on the same measurements (the absolute
     # figure, 10 % on a quiet machine, is the benchmark's: timing on a shared runner scatters)
     meas = read_measurements(cal.with_name("cal.measurements.json"))
-    segmented, _ = fit_link(meas)
-    one_line, _ = fit_link(meas, segments=False)
+    segmented, _ = fit_link(meas, "min")
+    one_line, _ = fit_link(meas, "min", segments=False)
     assert segmented.typical_error < one_line.typical_error, out[-3000:]
