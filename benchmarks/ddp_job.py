@@ -13,8 +13,8 @@
 - ``--method ddp``: DDP's own allreduce; ``fp16``: torch's ``fp16_compress_hook``;
   ``variance``: ``vgcsim.ddp.register_vgc_hook`` with the variance compressor at ``--alpha``
   (``--trace DIR`` makes vgcsim's hook write a trace of the run there; a traced ``ddp`` or
-  ``fp16`` job runs the hook with the ``dense`` compressor, the same allreduce of every
-  gradient, so that the hook can write it).
+  ``fp16`` job runs the hook with the ``dense`` compressor, which reduces DDP's fp32 bucket in
+  place as DDP does, so that the hook can write the plain job's trace).
 
 Every rank times each step (zero_grad, forward, backward with the exchange, optimizer step)
 with ``time.perf_counter`` and its process CPU time; rank 0 gathers the ranks' rows and writes
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     state = None
     if args.trace is not None or args.method == "variance":
         # The variance hook; a traced plain-DDP or fp16 job runs the hook with the dense
-        # compressor (the same allreduce of every gradient) so that it writes a trace.
+        # compressor (DDP's allreduce of the bucket, in place) so that it writes a trace.
         from vgcsim.ddp import get_compressor, register_vgc_hook
 
         compressor = (

@@ -3,7 +3,7 @@
 Usage: _ddp_hook_worker.py STEPS SEED OUT
 Runs, one after the other in the same process group and from the same initial weights and
 data: plain DDP, the hook at alpha = 0 with fp32 values, variance alpha = 2 with the fast
-and the exact estimator, and strom; every step accumulates two micro-batches with
+and the exact estimator, strom, and the dense compressor; every step accumulates two micro-batches with
 ``no_sync`` and DDP uses tiny buckets (several per backward). Rank 0 saves
 {run: {"params": [step][rank] flat params, "stats": [...], "forwards": n, ...}} to OUT.
 """
@@ -33,6 +33,7 @@ RUNS = {
     "variance_fast": ("variance", {"alpha": 2.0}, "fast"),
     "variance_exact": ("variance", {"alpha": 2.0}, "exact"),
     "strom": ("strom", {"tau": 0.01}, "fast"),
+    "dense": ("dense", {}, "fast"),
 }
 
 
@@ -76,6 +77,7 @@ def one_run(name: str, steps: int, seed: int, rank: int, world: int) -> dict:
         "payload_bytes": [],
         "fallback_rounds": [],
         "sent": [],
+        "compress_s": [],
         "forwards": [],
         "layer_backwards": [],
     }
@@ -103,6 +105,7 @@ def one_run(name: str, steps: int, seed: int, rank: int, world: int) -> dict:
             )
             out["fallback_rounds"].append(state.stats.fallback_rounds)
             out["sent"].append(sum(state.stats.sent.values()))
+            out["compress_s"].append(state.stats.compress_s)
             after = state.sqsum_hooks.backward_calls if state.sqsum_hooks else 0
             out["layer_backwards"].append(after - before)
     return out

@@ -17,7 +17,7 @@ from vgcsim.traces.training.distributed_launch import launch_local
 
 HERE = Path(__file__).parent
 STEPS, SEED = 4, 3
-HOOKED_RUNS = ("alpha0_fp32", "variance_fast", "variance_exact", "strom")
+HOOKED_RUNS = ("alpha0_fp32", "variance_fast", "variance_exact", "strom", "dense")
 
 pytestmark = pytest.mark.distributed
 
@@ -58,6 +58,26 @@ def test_alpha_zero_with_fp32_values_is_plain_ddp(runs):
     # The model moved: the comparison is not between untouched initial weights.
     first = torch.cat([p.detach().reshape(-1) for p in build_model(SEED).parameters()])
     assert not torch.equal(results["plain"]["params"][-1][0], first)
+
+
+def test_the_dense_hook_is_plain_ddp_and_counts_every_element_every_step(runs):
+    """From each bucket's second step on the dense fp32 hook reduces DDP's buffer in place
+    (nothing compressed or decoded); its parameters and counts stay those of the first."""
+    world, results = runs
+    for hooked, plain in zip(results["dense"]["params"], results["plain"]["params"], strict=True):
+        if world == 2:
+            assert torch.equal(hooked[0], plain[0])  # halving is exact, as above
+        else:
+            assert torch.allclose(hooked[0], plain[0], rtol=0, atol=1e-6)
+    numel = sum(p.numel() for p in build_model(SEED).parameters())
+    dense = results["dense"]
+    assert dense["sent"] == [numel] * STEPS
+    assert dense["wire_bytes"] == [4 * numel] * STEPS
+    # every encoding's bits as the first step's full path counted them
+    assert dense["payload_bytes"] == [dense["payload_bytes"][0]] * STEPS
+    assert dense["fallback_rounds"] == [0] * STEPS
+    # the first step compressed (and counted); the later ones reduced in place
+    assert dense["compress_s"][0] > 0 and dense["compress_s"][1:] == [0.0] * (STEPS - 1)
 
 
 def test_compression_changes_the_trajectory_and_sends_less(runs):

@@ -135,6 +135,8 @@ class VGCState:
       fallback round (a message above its bound costs one more all_gather there, of the
       bytes past the bound). See :func:`_start_bucket_gather`.
 
+    * ``dense_counts`` — the ``dense`` fp32 hook's per-layer (sent, bits) from each layer's
+      first step; afterwards the bucket is reduced in place (:func:`_start_bucket_allreduce`).
     * ``tracer`` — with ``register_vgc_hook(..., trace_dir=...)``, the job's trace
       (:class:`vgcsim.traces.training.hook_trace.HookTracer`): :meth:`timed`,
       :meth:`step_done` and :meth:`close_trace` feed it; None (the default) costs nothing.
@@ -167,6 +169,9 @@ class VGCState:
     fallback_group: dist.ProcessGroup | None = None
     # register_vgc_hook(trace_dir=...): the trace of this job (hook_trace.HookTracer)
     tracer: object | None = field(default=None, repr=False)
+    # dense fp32 DDP hook: each layer's (sent, bits) from its first step, after which the
+    # bucket is reduced in place (_start_bucket_allreduce)
+    dense_counts: dict[int, tuple[int, dict[str, int]]] = field(default_factory=dict)
     _tail: torch.futures.Future | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -866,7 +871,10 @@ def vgc_hook(state: VGCState, bucket: dist.GradBucket) -> torch.futures.Future[t
     chained (``Future.then``) with the decode and the average: the transfer and decode of a
     bucket overlap the backward of the layers before it. Layers are identified by parameter
     identity, so DDP's bucket order does not matter. ``state.stats`` is reset when the first
-    bucket (index 0) of a synchronised backward arrives. ``dense`` runs an all_reduce.
+    bucket (index 0) of a synchronised backward arrives. ``dense`` runs an all_reduce; at
+    fp32, from each bucket's second step on, of the bucket's buffer in place with nothing
+    compressed or decoded (:func:`_start_bucket_allreduce`), so that the hook traces a plain
+    DDP job at plain DDP's cost.
     """
     if bucket.index() == 0:
         state.stats = StepCommStats()
@@ -880,13 +888,64 @@ def vgc_hook(state: VGCState, bucket: dist.GradBucket) -> torch.futures.Future[t
         # in step, so the group is created here, before any fallback round can need it.
         _ensure_fallback_group(state)
         return _start_bucket_gather(state, layers, grads, buffer, inline=bucket.is_last())
+    if _dense_in_place(state, layers, buffer):
+        return _start_bucket_allreduce(state, layers, buffer)
     payloads = _compress_layers(state, layers, grads)
+    # the layers' counts, so that later steps can reduce the bucket in place
+    for i in layers:
+        state.dense_counts[i] = (state.stats.sent[i], dict(state.stats.bits[i]))
     fut = _start_allreduce(state, payloads, grads)
 
     def to_bucket(f: torch.futures.Future) -> torch.Tensor:
         return f.value().to(dtype=buffer.dtype, device=buffer.device)
 
     return fut.then(to_bucket)
+
+
+def _dense_in_place(state: VGCState, layers: Sequence[int], buffer: torch.Tensor) -> bool:
+    """Whether the dense exchange of this bucket may skip compress and decode: the ``dense``
+    compressor at fp32 (the message is the gradient itself), an fp32 bucket, no measurement
+    mode (``time_encode``, ``barrier_before_comm``) and every layer's counts known from an
+    earlier step (:func:`_start_bucket_allreduce`)."""
+    comp = state.compressor
+    return (
+        getattr(comp, "primary_encoding", "") == "fp32"
+        and buffer.dtype == torch.float32
+        and not state.time_encode
+        and not state.barrier_before_comm
+        and all(i in state.dense_counts for i in layers)
+    )
+
+
+def _start_bucket_allreduce(
+    state: VGCState, layers: Sequence[int], buffer: torch.Tensor
+) -> torch.futures.Future[torch.Tensor]:
+    """Dense fp32 exchange of a DDP bucket as DDP's own: one asynchronous all_reduce of the
+    bucket's buffer in place, then ÷ world, as torch's ``allreduce_hook`` (the sum first,
+    as :func:`_start_allreduce`, so both give the same values). Nothing is compressed or
+    decoded, so a traced plain-DDP job costs its ranks what plain DDP does plus the hook's
+    bookkeeping: the per-layer counts (every element, 32 bits) were taken at the first step
+    by the full path. ``comm_s``: the all_reduce; ``decode_s``: the division."""
+    stats = state.stats
+    world = dist.get_world_size(state.process_group)
+    with state._lock:
+        for i in layers:
+            sent, bits = state.dense_counts[i]
+            stats.sent[i], stats.bits[i], stats.numel[i] = sent, dict(bits), sent
+        stats.wire_bytes += 4 * buffer.numel()
+        stats.collective = state.collective
+    t1 = time.perf_counter()
+    work = dist.all_reduce(buffer, group=state.process_group, async_op=True)
+
+    def finish(fut: torch.futures.Future) -> torch.Tensor:
+        t2 = time.perf_counter()
+        out = fut.value()[0].div_(world)
+        with state._lock:
+            stats.comm_s += t2 - t1
+            stats.decode_s += time.perf_counter() - t2
+        return out
+
+    return work.get_future().then(finish)
 
 
 # DDP checks the hook's annotations against the real types; postponed (string) annotations
