@@ -72,17 +72,20 @@ class StepBreakdown:
     optimizer_s: np.ndarray | None = None
 
 
-def with_burst(bd: StepBreakdown, burst_bytes: float, bandwidth_Bps: float) -> StepBreakdown:
+def with_burst(
+    bd: StepBreakdown, burst_bytes: float, bandwidth_Bps: float, wire_s: ArrayLike | None = None
+) -> StepBreakdown:
     """``bd`` with a token bucket's credit taken off its exchange and its step.
 
     Formula: ``comm' = comm − credit``, ``step' = step − credit`` with ``credit =
-    min(b / B, step − comm, comm)`` (:func:`vgcsim.core.collectives.burst_credit_s`: the
-    bucket refills while the link idles in the step's local phases). ``bd`` itself where
-    b = 0.
+    min(b / B, step − comm, comm, wire)`` (:func:`vgcsim.core.collectives.burst_credit_s`:
+    the bucket refills while the link idles in the step's local phases; ``wire_s``, the
+    exchange priced with the link's bandwidth alone, is the part tokens can shorten — its
+    start-up, per-call and host terms are not). ``bd`` itself where b = 0.
     """
     if burst_bytes <= 0:
         return bd
-    credit = burst_credit_s(bd.comm_s, bd.step_s, burst_bytes, bandwidth_Bps)
+    credit = burst_credit_s(bd.comm_s, bd.step_s, burst_bytes, bandwidth_Bps, wire_s)
     return dataclasses.replace(bd, comm_s=bd.comm_s - credit, step_s=bd.step_s - credit)
 
 

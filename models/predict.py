@@ -13,14 +13,15 @@ by its size exchange unless ``size_exchange`` is off (see
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from vgcsim.core.bounded import align_bytes, bounded_rounds
-from vgcsim.core.cluster import ClusterSpec, shared_cluster
+from vgcsim.core.cluster import ClusterSpec, shared_cluster, wire_cluster
 from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
 from vgcsim.core.config import to_dict
 from vgcsim.core.errors import ConfigError, unknown_name
@@ -278,6 +279,28 @@ def lowrank_time_s(
     return t.sum(axis=-1)
 
 
+def _sparse_breakdown(
+    si: StepInputs,
+    key: str,
+    stage: np.ndarray,
+    dense: float,
+    decode: np.ndarray,
+    opts: PredictOptions,
+    cluster: ClusterSpec,
+) -> StepBreakdown:
+    """The sparse allreduce ``key`` of the trace's union stages ``stage`` on ``cluster``."""
+    p = si.world_size
+    return iteration_time_s(
+        si.compute_s,
+        si.variance_s,
+        si.codec_s,
+        sparse_allreduce_time_s(key, stage, dense, p, cluster),
+        decode_s=decode if p > 1 else np.zeros_like(decode),
+        optimizer_s=si.optimizer(),
+        overlap=opts.overlap,
+    )
+
+
 def _lowrank_breakdown(
     si: StepInputs, key: str, cluster: ClusterSpec, opts: PredictOptions, buckets: Any
 ) -> StepBreakdown:
@@ -335,10 +358,17 @@ def _burst_rows(
     sent_mean: Any,
     opts: PredictOptions,
     const: dict,
+    wire: Callable[[ClusterSpec], StepBreakdown],
+    cluster: ClusterSpec,
 ) -> dict[str, np.ndarray]:
     """Result rows of one breakdown, the host link's token-bucket credit taken off
-    (:func:`vgcsim.models.iteration.with_burst`)."""
-    bd = with_burst(bd, link.burst_bytes, link.bandwidth_Bps)
+    (:func:`vgcsim.models.iteration.with_burst`); ``wire`` rebuilds the breakdown on a
+    cluster, here ``cluster`` with its link's bandwidth alone
+    (:func:`vgcsim.core.clusterspec.wire_cluster`): its exchange is the part of the
+    exchange that the bucket's tokens can shorten."""
+    if link.burst_bytes > 0:
+        wire_s = wire(wire_cluster(cluster)).comm_s
+        bd = with_burst(bd, link.burst_bytes, link.bandwidth_Bps, wire_s)
     return rows_for(bd, si.steps, sent_max, sent_mean, per_step=opts.per_step, const=const)
 
 
@@ -386,6 +416,7 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
             key = collective_key("allreduce", alg)
             for enc in opts.dense_encodings:
                 bd = _dense_breakdown(si, key, cluster_p, opts, buckets, enc)
+                wire = partial(_dense_breakdown, si, key, opts=opts, buckets=buckets, encoding=enc)
                 const = {
                     **base,
                     "compressor": "dense",
@@ -395,7 +426,11 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
                     "collective": key,
                 }
                 payload = si.dense_times(enc)[0]
-                frames.append(_burst_rows(bd, si, cluster.link, payload, payload, opts, const))
+                frames.append(
+                    _burst_rows(
+                        bd, si, cluster.link, payload, payload, opts, const, wire, cluster_p
+                    )
+                )
         pmax = si.rank_bytes.max(axis=1)
         pmean = si.rank_bytes.mean(axis=1)
         # PowerSGD's compressed exchange is allreduces; every other compressor's an allgatherv
@@ -404,9 +439,13 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
             if lowrank:
                 key = collective_key("allreduce", alg)
                 bd = _lowrank_breakdown(si, key, cluster_p, opts, buckets)
+                wire = partial(_lowrank_breakdown, si, key, opts=opts, buckets=buckets)
             else:
                 key = collective_key("allgatherv", alg)
                 bd = _compressed_breakdown(si, key, cluster_p, opts, buckets, trace)
+                wire = partial(
+                    _compressed_breakdown, si, key, opts=opts, buckets=buckets, trace=trace
+                )
             const = {
                 **base,
                 "compressor": trace.compressor,
@@ -415,22 +454,16 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
                 "method": "compressed",
                 "collective": key,
             }
-            frames.append(_burst_rows(bd, si, cluster.link, pmax, pmean, opts, const))
+            frames.append(
+                _burst_rows(bd, si, cluster.link, pmax, pmean, opts, const, wire, cluster_p)
+            )
         if sparse and opts.sparse_allreduce:
             stage, dense, decode = sparse_step_inputs(trace, si.steps, p, cluster)
             sent = stage.max(axis=1) if stage.shape[1] else np.zeros(len(si.steps))
             for alg in opts.sparse_allreduce:
                 key = collective_key("sparse_allreduce", alg)
-                comm = sparse_allreduce_time_s(key, stage, dense, p, cluster_p)
-                bd = iteration_time_s(
-                    si.compute_s,
-                    si.variance_s,
-                    si.codec_s,
-                    comm,
-                    decode_s=decode if p > 1 else np.zeros_like(decode),
-                    optimizer_s=si.optimizer(),
-                    overlap=opts.overlap,
-                )
+                sparse_bd = partial(_sparse_breakdown, si, key, stage, dense, decode, opts)
+                bd = sparse_bd(cluster_p)
                 const = {
                     **base,
                     "compressor": trace.compressor,
@@ -439,7 +472,9 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
                     "method": "compressed",
                     "collective": key,
                 }
-                frames.append(_burst_rows(bd, si, cluster.link, sent, sent, opts, const))
+                frames.append(
+                    _burst_rows(bd, si, cluster.link, sent, sent, opts, const, sparse_bd, cluster_p)
+                )
         log.info("predicted P=%d (%d steps)", p, len(si.steps))
     df = frame_from_rows(frames)
     batch = trace.header.get("batch_size_per_worker")

@@ -63,7 +63,7 @@ import numpy as np
 import pandas as pd
 
 from vgcsim.core.bounded import align_bytes, bounded_rounds
-from vgcsim.core.cluster import ClusterSpec, shared_cluster
+from vgcsim.core.cluster import ClusterSpec, shared_cluster, wire_cluster
 from vgcsim.core.collectives import SIZE_HEADER_BYTES, burst_credit_s, wire_bytes
 from vgcsim.core.errors import ConfigError
 from vgcsim.core.options import PATHS, SimulateConfig
@@ -703,24 +703,41 @@ def _block(
     )
 
 
-def _block_records(
-    ws: _WorldSize, buckets: _Buckets, block: _Block, finish: np.ndarray, paths: list[str]
-) -> list[dict[str, Any]]:
-    """Each step's result columns (finish [S, B, P]): decode of bucket k runs after its
-    collective, the previous decode and the rank's local work (the same device), for its
-    share of the decode time; ``step_s`` is the last rank's finish plus the optimizer step."""
+def _exposed_comm(
+    ws: _WorldSize, buckets: _Buckets, block: _Block, finish: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's exposed exchange and step seconds ``([S], [S])`` from the finish times
+    [S, B, P]: decode of bucket k runs after its collective, the previous decode and the
+    rank's local work (the same device), for its share of the decode time; ``step_s`` is the
+    last rank's finish plus the optimizer step."""
     steps = slice(block.start, block.start + block.n_steps)
-    compute = ws.compute[steps]
-    work = compute + block.local
+    work = ws.compute[steps] + block.local
     done = work.copy()
     for k, b in enumerate(block.data_index):
         done = np.maximum(finish[:, b], done) + block.dec * buckets.frac[k]
     optimizer = ws.optimizer[steps]
     step_s = done.max(axis=1) + optimizer
     exposed = step_s - (work + block.dec).max(axis=1) - optimizer
-    comm = np.where(0.0 > exposed, 0.0, exposed)  # never below zero (float residue at P = 1)
+    return np.where(0.0 > exposed, 0.0, exposed), step_s  # never below zero (P = 1 residue)
+
+
+def _block_records(
+    ws: _WorldSize,
+    buckets: _Buckets,
+    block: _Block,
+    finish: np.ndarray,
+    paths: list[str],
+    wire_s: np.ndarray | None = None,
+) -> list[dict[str, Any]]:
+    """Each step's result columns (finish [S, B, P]; :func:`_exposed_comm`), the host link's
+    token-bucket credit taken off where it has one (``wire_s``: the same steps' exchange on
+    the link's bandwidth alone, :func:`vgcsim.core.collectives.burst_credit_s`)."""
+    steps = slice(block.start, block.start + block.n_steps)
+    compute = ws.compute[steps]
+    optimizer = ws.optimizer[steps]
+    comm, step_s = _exposed_comm(ws, buckets, block, finish)
     if ws.burst[0] > 0:  # the host link's token bucket refilled in the local phases
-        credit = burst_credit_s(comm, step_s, *ws.burst)
+        credit = burst_credit_s(comm, step_s, *ws.burst, wire_s)
         comm, step_s = comm - credit, step_s - credit
     variance = block.variance.mean(axis=1)
     columns = {
@@ -868,6 +885,13 @@ def simulate_trace(
             lab: _Runner(ws.topology, cfg, gamma, cache, lab, notice, progress, call, wire)
             for lab in labels
         }
+        # a token bucket on the host link: the same steps on its bandwidth alone (no α, c,
+        # γ, δ, segments) give the part of each exchange that tokens can shorten
+        wire_runners = {}
+        if cluster.link.burst_bytes > 0:
+            bare = build_topology(wire_cluster(cluster), ws.p)
+            bare_cache = RunCache(bare)
+            wire_runners = {lab: _Runner(bare, cfg, 0.0, bare_cache, lab) for lab in labels}
         per_step: dict[str, list[dict[str, Any]]] = {lab: [] for lab in labels}
         want_timeline = _timeline_steps(ws, timeline_steps)
         draw = timeline_max_ranks is None or ws.p <= timeline_max_ranks
@@ -889,7 +913,11 @@ def simulate_trace(
                     )
                     at = block.data_index[-1] if block.schedules[b].bounded else b
                     finish[:, at] += extra[:, None]
-                per_step[label].extend(_block_records(ws, buckets, block, finish, paths))
+                wire_s = None
+                if wire_runners:
+                    bare_finish, _ = wire_runners[label].run_steps(block)
+                    wire_s = _exposed_comm(ws, buckets, block, bare_finish)[0]
+                per_step[label].extend(_block_records(ws, buckets, block, finish, paths, wire_s))
             if draw:
                 for t in range(steps.start, steps.stop):
                     if int(ws.inputs.steps[t]) in want_timeline:

@@ -26,6 +26,12 @@ def test_credit_by_hand():
         burst_credit_s(comm, step, b, bw), [0.004, 0.010, 0.003, 0.0], atol=1e-15
     )
     np.testing.assert_array_equal(burst_credit_s(comm, step, 0.0, bw), np.zeros(4))
+    # only the bytes' time: an exchange of 50 ms with 1 ms of it on the wire (its start-up
+    # and per-call terms stay) loses 1 ms, not the 10 ms the idle time and bucket allow
+    wire = np.array([0.001, 0.050, 0.003, 0.0])
+    np.testing.assert_allclose(
+        burst_credit_s(comm, step, b, bw, wire), [0.001, 0.010, 0.003, 0.0], atol=1e-15
+    )
 
 
 def test_with_burst_takes_the_credit_off_the_exchange_and_the_step():
@@ -35,6 +41,8 @@ def test_with_burst_takes_the_credit_off_the_exchange_and_the_step():
     np.testing.assert_allclose(out.comm_s, [0.04, 0.0], atol=1e-15)
     np.testing.assert_allclose(out.step_s, [0.05, 0.03], atol=1e-15)
     assert with_burst(bd, 0.0, 12.5e6) is bd
+    capped = with_burst(bd, 125e3, 12.5e6, np.array([0.002, 0.002]))
+    np.testing.assert_allclose(capped.comm_s, [0.048, 0.008], atol=1e-15)
 
 
 def _cluster(tmp_path, line: str):
@@ -85,4 +93,35 @@ def test_predict_and_simulate_take_the_same_credit(tmp_path, p):
         credit = min(64e3 / 125e6, idle, plain.comm_s)  # 1GbE: 125 MB/s
         assert credit > 0
         assert bucket.step_s == pytest.approx(plain.step_s - credit, rel=1e-9)
+    assert steps["predict", True].step_s == pytest.approx(steps["simulate", True].step_s, rel=1e-6)
+
+
+def test_the_credit_is_the_bytes_time_alone_in_predict_and_simulate(tmp_path):
+    """A 2 ms start-up per message and a bucket of 100 MB: idle time and bucket would take
+    the whole exchange; the tokens shorten only its bandwidth time, which the same cluster
+    with its link's bandwidth alone prices (``wire_cluster``), so the start-up terms stay."""
+    from vgcsim.core.cluster import wire_cluster
+
+    steps = {}
+    for burst in ("", 'burst = "100MB"'):
+        # the traced compute x 1000: idle seconds enough to refill what the exchange uses
+        cluster = _cluster(tmp_path, f'latency = "2ms"\n{burst}')
+        cluster.write_text('compute = "trace"\ncompute_scale = 1000.0\n' + cluster.read_text())
+        for cmd in ("predict", "simulate"):
+            out = tmp_path / f"{cmd}{len(burst)}"
+            argv = [cmd, DEMO, "--cluster", str(cluster), "--world-sizes", "4", "-o", str(out)]
+            assert main(argv) == 0
+            df = pd.read_parquet(out / "results.parquet")
+            m = df[(df["step"] == -1) & (df["encoding"] == "fp32") & (df["method"] == "dense")]
+            steps[cmd, bool(burst)] = m[["step_s", "comm_s"]].iloc[0]
+    link = wire_cluster(load_cluster(str(cluster))).link
+    assert link.latency_s == 0 and link.call_overhead_s == 0 and link.burst_bytes == 100e6
+    for cmd in ("predict", "simulate"):
+        plain, bucket = steps[cmd, False], steps[cmd, True]
+        # a ring allreduce of P = 4 pays 2(P - 1) = 6 start-ups of 2 ms that tokens do not cut;
+        # its bytes, 2(P - 1)/P of the 38,282 fp32 gradient, leave with the tokens
+        wire_s = 1.5 * 4 * 38282 / link.payload_Bps
+        assert plain.comm_s == pytest.approx(6 * 0.002 + wire_s, rel=1e-6)
+        assert bucket.comm_s == pytest.approx(6 * 0.002, rel=1e-6)
+        assert plain.step_s - bucket.step_s == pytest.approx(wire_s, rel=1e-6)
     assert steps["predict", True].step_s == pytest.approx(steps["simulate", True].step_s, rel=1e-6)

@@ -25,6 +25,8 @@ from vgcsim.core.clusterspec import (
     host_share,
     shared_cluster,
     shared_link,
+    wire_cluster,
+    wire_link,
 )
 from vgcsim.core.presets import (
     DEFAULT_DEVICE,
@@ -93,6 +95,8 @@ __all__ = [
     "parse_topology",
     "read_table",
     "shared_cluster",
+    "wire_cluster",
+    "wire_link",
     "shared_link",
     "spelled",
 ]

@@ -31,6 +31,8 @@ __all__ = [
     "host_share",
     "shared_cluster",
     "shared_link",
+    "wire_cluster",
+    "wire_link",
 ]
 
 COMPUTE_MODES = ("model", "trace")
@@ -134,6 +136,28 @@ def shared_cluster(cluster: ClusterSpec, world_size: int) -> ClusterSpec:
         return cluster
     intra = None if cluster.intra_link is None else shared_link(cluster.intra_link, share)
     return dataclasses.replace(cluster, link=shared_link(cluster.link, share), intra_link=intra)
+
+
+def wire_link(link: LinkSpec) -> LinkSpec:
+    """``link`` with its bandwidth alone: α, the per-call cost c, γ, δ (its table too) and the
+    size segments set to zero, so that a collective priced on it takes its bytes' time at
+    the payload rate, ``bytes / (bandwidth × efficiency)``: the part of an exchange a token
+    bucket's tokens can shorten (:func:`vgcsim.core.collectives.burst_credit_s`)."""
+    return dataclasses.replace(
+        link,
+        latency_s=0.0,
+        gamma_s_per_byte=0.0,
+        allgatherv_host_s_per_byte=0.0,
+        allgatherv_host_s_per_byte_table=(),
+        call_overhead_s=0.0,
+        segments=(),
+    )
+
+
+def wire_cluster(cluster: ClusterSpec) -> ClusterSpec:
+    """``cluster`` with every link's bandwidth alone (:func:`wire_link`)."""
+    intra = None if cluster.intra_link is None else wire_link(cluster.intra_link)
+    return dataclasses.replace(cluster, link=wire_link(cluster.link), intra_link=intra)
 
 
 def _star(link_name: str) -> ClusterSpec:

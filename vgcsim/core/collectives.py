@@ -32,20 +32,22 @@ COLLECTIVE_KEYS = (
 _CALLS = {"allgatherv/padded": 2}
 
 
-def burst_credit_s(comm_s, step_s, burst_bytes: float, bandwidth_Bps: float):
+def burst_credit_s(comm_s, step_s, burst_bytes: float, bandwidth_Bps: float, wire_s=None):
     """Seconds a token bucket on the host link takes off each step's exchange ``[T]``.
 
-    Formula: ``credit = min(b / B, step − comm, comm)`` with b the bucket's depth
+    Formula: ``credit = min(b / B, step − comm, comm, wire)`` with b the bucket's depth
     (``LinkSpec.burst_bytes``), B the link's bandwidth, ``step − comm`` the seconds the link
-    is idle in the step (its local phases), and ``comm`` the exchange: while the link is idle
-    the bucket refills at B up to b, and the exchange's first tokens' worth of bytes leaves
-    at once instead of at B, so it ends ``min(b, B·idle)/B`` earlier, never below zero. The
-    step then loses the same seconds. With b = 0 (no bucket) the credit is 0.
+    is idle in the step (its local phases), ``comm`` the exchange and ``wire`` (``wire_s``;
+    ``comm`` where None) the exchange's bandwidth time, the same exchange priced on the link
+    with its bandwidth alone (:func:`vgcsim.core.clusterspec.wire_cluster`): while the link
+    is idle the bucket refills at B up to b, and the exchange's first tokens' worth of bytes
+    leaves at once instead of at B, so it ends ``min(b, B·idle, bytes)/B`` earlier; its
+    start-up, per-call and host terms stay. The step loses the same seconds. With b = 0 (no
+    bucket) the credit is 0.
 
     Assumptions: one exchange per step that drains the bucket (a steady state in which the
     tokens at the exchange's start are what the idle seconds refilled); bytes covered by
-    tokens leave at the host's speed (tbf without a peak rate); the exchange's time is
-    bandwidth time up to its length (its start-up terms shorten it too: an upper bound).
+    tokens leave at the host's speed (tbf without a peak rate).
 
     Source: the token-bucket filter (J. Turner, "New directions in communications", IEEE
     Communications Magazine 24(10), 1986; Linux ``tc-tbf(8)``: rate, burst).
@@ -54,7 +56,10 @@ def burst_credit_s(comm_s, step_s, burst_bytes: float, bandwidth_Bps: float):
     if burst_bytes <= 0:
         return np.zeros_like(comm)
     idle = np.maximum(0.0, np.asarray(step_s, dtype=np.float64) - comm)
-    return np.minimum(np.minimum(burst_bytes / bandwidth_Bps, idle), np.maximum(comm, 0.0))
+    credit = np.minimum(np.minimum(burst_bytes / bandwidth_Bps, idle), np.maximum(comm, 0.0))
+    if wire_s is not None:
+        credit = np.minimum(credit, np.maximum(np.asarray(wire_s, dtype=np.float64), 0.0))
+    return credit
 
 
 def calls_per_collective(key: str) -> int:
