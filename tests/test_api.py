@@ -93,3 +93,91 @@ def test_record_without_torch_names_the_extra(tmp_path):
     assert done.returncode == 3, done.stderr
     assert "vgcsim[train]" in done.stdout and "torch" in done.stdout
     assert not (tmp_path / "run").exists()
+
+
+# -- sweeps -----------------------------------------------------------------------------------
+
+
+def _sweep_file(tmp_path: Path) -> Path:
+    """Two bandwidths × world sizes 2 and 4 of the sample trace: 4 jobs, run in this process;
+    the resample rule puts a seed into the header's extrapolation."""
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text(
+        f'[sweep]\ntraces = ["{SAMPLE.as_posix()}"]\nworld_sizes = [2, 4]\n'
+        'bandwidths = ["1Gbps", "10Gbps"]\nscheduler = "processes"\nprocesses = 1\n\n'
+        '[simulate]\nmax_steps = 2\nrule = "resample"\nseed = 3\n',
+        encoding="utf-8",
+    )
+    return cfg
+
+
+def test_a_notebook_sweep_returns_its_table_jobs_and_what_made_them(tmp_path):
+    from vgcsim.core.results import FACTOR_COLUMNS
+
+    done: list[int] = []
+    run = api.sweep(
+        _sweep_file(tmp_path), overrides=["sweep.world_sizes=[4]"], progress=done.append
+    )
+    assert [(j.world_size, dict(j.factors)["bandwidth"]) for j in run.jobs] == [
+        (4, "1 Gb/s"),
+        (4, "10 Gb/s"),
+    ]
+    assert done == [1, 1]  # one call per job
+    df = run.frame
+    assert list(df.columns) == [*RESULT_COLUMNS, *FACTOR_COLUMNS]
+    assert set(df["world_size"]) == {4} and set(df["source"]) == {"simulated"}
+    assert sorted(set(df["bandwidth_Bps"])) == [1e9 / 8, 1e10 / 8]
+    assert df.attrs["source"] == "simulated" and df.attrs["cluster"]["name"] == "10GbE"
+    assert df.attrs["traces"] == [{"path": SAMPLE.as_posix(), "name": "sample_trace"}]
+    options = df.attrs["options"]
+    assert list(options) == ["sweep", "simulate", "summary"]
+    assert options["sweep"]["world_sizes"] == [4] and options["simulate"]["seed"] == 3
+    assert options["summary"]["jobs"] == 2
+    # a loaded sweep file runs the same, and the jobs are listed without running them
+    loaded = api.load_sweep(_sweep_file(tmp_path), overrides=["sweep.world_sizes=[4]"])
+    assert api.sweep_jobs(loaded) == run.jobs == api.sweep(loaded).jobs
+
+
+def test_a_sweep_from_python_writes_the_header_the_command_writes(tmp_path, monkeypatch, capsys):
+    """``vgcsim sweep`` saves through ``api.save``, the one header writer, and an
+    ``api.sweep`` saved from Python gives the same header and table."""
+    import pandas as pd
+
+    from vgcsim.cli import main
+    from vgcsim.core.results import read_results
+
+    cfg = _sweep_file(tmp_path)
+    saved: list[Path] = []
+    real_save = api.save
+
+    def spy(*args, **kwargs):
+        saved.append(real_save(*args, **kwargs))
+        return saved[-1]
+
+    monkeypatch.setattr(api, "save", spy)
+    assert main(["sweep", str(cfg), "-q", "-o", str(tmp_path / "cli")]) == 0
+    assert saved == [tmp_path / "cli"]
+    monkeypatch.undo()
+    api.save(api.sweep(cfg).frame, tmp_path / "api")
+
+    cli_df, cli = read_results(tmp_path / "cli")
+    api_df, via_api = read_results(tmp_path / "api")
+    pd.testing.assert_frame_equal(cli_df, api_df)
+    assert cli.pop("command")[0] == "vgcsim"  # the process's argv, here pytest's
+    assert via_api.pop("command") == ["vgcsim.api.save"]
+    assert cli == via_api
+    assert cli["traces"] == [{"path": SAMPLE.as_posix(), "name": "sample_trace"}]
+    assert cli["cluster"]["name"] == "10GbE"
+    assert cli["extrapolation"] == {"rule": "resample", "seed": 3}
+    assert sorted(cli["options"]) == ["simulate", "summary", "sweep"]
+    assert cli["options"]["summary"]["jobs"] == 4
+
+
+def test_save_tells_a_sweep_frame_from_a_replay_frame(tmp_path):
+    run = api.sweep(_sweep_file(tmp_path), overrides=["sweep.world_sizes=[2]"])
+    with pytest.raises(ResultsError, match="save it without them"):
+        api.save(run.frame, tmp_path / "x", SAMPLE, "10GbE")
+    pred = api.predict(SAMPLE, "10GbE", world_sizes=[2])
+    with pytest.raises(ResultsError, match="with its trace and cluster"):
+        api.save(pred, tmp_path / "y")
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

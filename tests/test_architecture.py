@@ -145,8 +145,8 @@ def test_the_api_is_the_one_front_door_that_commands_call():
     and the replay commands reach the stages' run and save functions only through it."""
     api = _imports(ROOT / "vgcsim" / "api.py")
     assert not sorted(m for m in api if m.startswith(("vgcsim.commands", "vgcsim.cli")))
-    orchestration = {"predict_trace", "simulate_trace", "save_results"}
-    for name in ("predict", "simulate", "demo"):
+    orchestration = {"predict_trace", "simulate_trace", "save_results", "run_sweep"}
+    for name in ("predict", "simulate", "demo", "sweep"):
         tree = ast.parse((ROOT / "vgcsim" / "commands" / f"{name}.py").read_text("utf-8"))
         imported = {
             alias.name

@@ -8,13 +8,17 @@ imports so that ``import vgcsim.api`` stays light (torch is only loaded by :func
     pred = api.predict(run, "10GbE", world_sizes=[2, 8, 64])
     sim = api.simulate(run, "10GbE", world_sizes=[2, 8, 64])
     html = api.report([api.save(pred, "results/pred", run, "10GbE")], [run], "out/report")
+    swept = api.sweep("sweep.toml", overrides=["simulate.max_steps=10"])
+    api.save(swept.frame, "results/sweep")  # a sweep's frame names its traces and cluster
 
 Frames returned by :func:`predict` and :func:`simulate` have exactly
 ``vgcsim.core.results.RESULT_COLUMNS`` with the relative columns (speedup, efficiency) filled
 (each function's docstring lists them with their units), and carry what made them in
 ``df.attrs``: ``source``, ``cluster`` (the cluster as a dict, as a result header holds it)
 and ``options`` (every option used, defaults included). A misspelt option is refused with
-the list of valid ones; :func:`record` without the training extra names it.
+the list of valid ones; :func:`record` without the training extra names it. :func:`sweep`
+runs a sweep file's jobs (factor columns beside these) and :func:`save` writes every frame
+here, a sweep's too, with the one header writer of every command.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
     from vgcsim.core.cluster import ClusterSpec
     from vgcsim.core.options import PredictOptions, SimulateConfig
     from vgcsim.simulator.call import CollectiveRun
+    from vgcsim.simulator.sweep import SweepFile, SweepJob
     from vgcsim.traces.io import Trace
 
 __all__ = [
@@ -43,6 +48,10 @@ __all__ = [
     "simulate",
     "simulate_run",
     "SimulateRun",
+    "load_sweep",
+    "sweep_jobs",
+    "sweep",
+    "SweepRun",
     "trace_caveats",
     "save",
     "report",
@@ -319,6 +328,88 @@ def simulate(
     ).frame
 
 
+def load_sweep(config: str | Path | SweepFile, *, overrides: Sequence[str] = ()) -> SweepFile:
+    """A sweep file (a TOML path; a :class:`vgcsim.simulator.sweep.SweepFile` passes through)
+    with ``overrides`` applied: ``key=value`` strings as ``--set`` takes them, e.g.
+    ``"sweep.world_sizes=[8, 16]"``, ``"sweep.scheduler=processes"``,
+    ``"simulate.max_steps=10"``; a misspelt key is refused with the valid ones.
+
+    The sweep's modules (the simulator and the sweep runners) are imported here without
+    garbage collections (:func:`vgcsim.preload.paused_gc`)."""
+    from vgcsim.preload import paused_gc
+
+    with paused_gc():  # the simulator's imports, without collections (vgcsim.preload)
+        import vgcsim.sweep_runners  # noqa: F401  (sweep's runners, imported here too)
+        from vgcsim.core.config import apply_overrides
+        from vgcsim.simulator.sweep import SweepFile
+        from vgcsim.simulator.sweep import load_sweep as _load
+
+    sweep = config if isinstance(config, SweepFile) else _load(config)
+    return apply_overrides(sweep, list(overrides))
+
+
+def sweep_jobs(config: str | Path | SweepFile, *, overrides: Sequence[str] = ()) -> list[SweepJob]:
+    """The jobs a sweep's factors expand to (trace × bandwidth × latency × topology × world
+    size, in the order of the table's rows), without running them; ``config`` and
+    ``overrides`` as for :func:`load_sweep`."""
+    from vgcsim.simulator.sweep import expand_factors
+
+    return expand_factors(load_sweep(config, overrides=overrides).sweep)
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """What :func:`sweep` returns: the result ``frame`` (rows in job order), the ``jobs`` it
+    ran (:class:`vgcsim.simulator.sweep.SweepJob`) and the sweep ``config`` with the
+    overrides applied."""
+
+    frame: pd.DataFrame
+    jobs: list[SweepJob]
+    config: SweepFile
+
+
+def sweep(
+    config: str | Path | SweepFile,
+    *,
+    overrides: Sequence[str] = (),
+    progress: Callable[[int], None] | None = None,
+) -> SweepRun:
+    """Run every job of a sweep (a factorial of simulated replays) into one table.
+
+    ``config``: a sweep TOML file or a loaded :class:`vgcsim.simulator.sweep.SweepFile`;
+    ``overrides`` as for :func:`load_sweep` (``sweep.scheduler``: ``"local"``, a Dask
+    LocalCluster, the default; ``"processes"``, a process pool; or a Dask scheduler's
+    address; ``sweep.processes``: worker processes, 0 = one per CPU). ``progress(1)`` is
+    called as each job's rows arrive. The jobs run through
+    :func:`vgcsim.sweep_runners.run_sweep`; every scheduler gives the same rows.
+
+    ``frame`` has the columns of :func:`simulate`'s frames and the factors (``trace_path``,
+    ``bandwidth_Bps``, ``latency_s``, ``topology_spec``); ``frame.attrs`` holds ``source``
+    ("simulated"), ``cluster`` (the base cluster as a dict), ``traces`` (each trace's path as
+    the sweep file names it, and its name) and ``options``: ``sweep`` (the factors),
+    ``simulate`` (the replay options) and ``summary`` (the factor values covered), which
+    :func:`save` writes into the result header.
+    """
+    cfg = load_sweep(config, overrides=overrides)
+    from vgcsim.core.cluster import cluster_to_dict
+    from vgcsim.core.config import to_dict
+    from vgcsim.simulator.sweep import sweep_summary
+    from vgcsim.sweep_runners import run_sweep
+
+    table, jobs = run_sweep(cfg, progress=progress)
+    table.attrs.update(
+        source="simulated",
+        cluster=cluster_to_dict(load_cluster(cfg.sweep.cluster)),
+        traces=[{"path": t, "name": t.rstrip("/").split("/")[-1]} for t in cfg.sweep.traces],
+        options={
+            "sweep": to_dict(cfg.sweep),
+            "simulate": to_dict(cfg.simulate),
+            "summary": sweep_summary(jobs),
+        },
+    )
+    return SweepRun(table, jobs, cfg)
+
+
 def trace_caveats(trace: str | Path | Trace) -> list[str]:
     """Lines saying why a trace's numbers need care (a partial or diverged run; empty when
     none): what :func:`save` writes into the header and ``vgcsim report`` repeats."""
@@ -330,8 +421,8 @@ def trace_caveats(trace: str | Path | Trace) -> list[str]:
 def save(
     df: pd.DataFrame,
     out_dir: str | Path,
-    trace: str | Path | Trace,
-    cluster: str | Path | ClusterSpec,
+    trace: str | Path | Trace | None = None,
+    cluster: str | Path | ClusterSpec | None = None,
     *,
     overwrite: bool = False,
     files: Mapping[str, Callable[[Path], Any]] | None = None,
@@ -339,13 +430,18 @@ def save(
     writer: str | None = None,
     **options: Any,
 ) -> Path:
-    """Write a result frame of :func:`predict` or :func:`simulate` as a versioned result
-    table (what ``vgcsim report`` reads): the one header writer of every replay command.
+    """Write a result frame of :func:`predict`, :func:`simulate` or :func:`sweep` as a
+    versioned result table (what ``vgcsim report`` reads): the one header writer of every
+    command that writes a result table.
 
-    The header holds the trace (with its caveats, :func:`trace_caveats`), the cluster (with
-    the frame's compute mode), the extrapolation rule (and its seed under ``resample``), the
-    options of ``df.attrs`` updated by ``options``, their ``time_sources`` (where each local
-    time column comes from on that cluster) and ``command`` (default ``vgcsim.api.save``).
+    A frame of :func:`predict` or :func:`simulate` is saved with its ``trace`` and
+    ``cluster``: the header holds the trace (with its caveats, :func:`trace_caveats`), the
+    cluster (with the frame's compute mode), the options of ``df.attrs`` updated by
+    ``options`` and their ``time_sources`` (where each local time column comes from on that
+    cluster). A sweep's frame (``SweepRun.frame``) names its traces and base cluster in
+    ``df.attrs`` and is saved without them; its header holds those and the options
+    ``sweep``, ``simulate`` and ``summary``. Both hold the extrapolation rule of the replay
+    options (and its seed under ``resample``) and ``command`` (default ``vgcsim.api.save``).
     Written by :func:`vgcsim.core.results.save_results`: relative columns finished, atomic
     files (``files``: extra name → writer) and the folder marker (``writer``); an earlier
     vgcsim output in ``out_dir`` is replaced only with ``overwrite``, a folder vgcsim did
@@ -354,27 +450,45 @@ def save(
     from vgcsim.core.cluster import cluster_to_dict
     from vgcsim.core.errors import ResultsError
     from vgcsim.core.results import save_results, trace_entry
-    from vgcsim.models.predict import time_sources
 
     sources = sorted(set(df["source"]))
     if len(sources) != 1:
         raise ResultsError(f"save one source per result table, got {sources}")
-    t = load_trace(trace)
-    spec = load_cluster(cluster, compute=(df.attrs.get("cluster") or {}).get("compute"))
     opts = {**(df.attrs.get("options") or {}), **options}
-    rule = opts.get("rule", "modulo")
+    if "traces" in df.attrs:  # a sweep's frame: its traces and cluster in its attrs
+        if trace is not None or cluster is not None:
+            raise ResultsError(
+                "a sweep's frame names its own traces and cluster: save it without them"
+            )
+        traces = [dict(entry) for entry in df.attrs["traces"]]
+        cluster_dict = dict(df.attrs["cluster"])
+        replay = opts.get("simulate") or {}
+        batch = None
+    else:
+        from vgcsim.models.predict import time_sources
+
+        if trace is None or cluster is None:
+            raise ResultsError("save a predict or simulate frame with its trace and cluster")
+        t = load_trace(trace)
+        spec = load_cluster(cluster, compute=(df.attrs.get("cluster") or {}).get("compute"))
+        traces = [{**trace_entry(t), "caveats": trace_caveats(t)}]
+        cluster_dict = cluster_to_dict(spec)
+        opts["time_sources"] = time_sources(t, spec)
+        replay = opts
+        batch = t.header.get("batch_size_per_worker")
+    rule = replay.get("rule", "modulo")
     table = df.copy(deep=False)
     table.attrs = {}  # what made the frame goes into the header, not the table's metadata
     return save_results(
         table,
         out_dir,
         source=sources[0],
-        traces=[{**trace_entry(t), "caveats": trace_caveats(t)}],
-        cluster=cluster_to_dict(spec),
-        extrapolation={"rule": rule, "seed": opts.get("seed") if rule == "resample" else None},
-        options={**opts, "time_sources": time_sources(t, spec)},
+        traces=traces,
+        cluster=cluster_dict,
+        extrapolation={"rule": rule, "seed": replay.get("seed") if rule == "resample" else None},
+        options=opts,
         command=list(command) if command is not None else ["vgcsim.api.save"],
-        batch_size_per_worker=t.header.get("batch_size_per_worker"),
+        batch_size_per_worker=batch,
         overwrite=overwrite,
         files=files,
         writer=writer,

@@ -382,7 +382,7 @@ def _settled_density(trace: Trace) -> float:
     return float(steps["density"].iloc[-max(1, len(steps) // 5) :].mean())
 
 
-def _paper_traces(cfg: DemoConfig, traces: dict[str, Any], where: Path) -> dict[str, Path]:
+def _paper_traces(cfg: DemoConfig, traces: dict[str, Trace], where: Path) -> dict[str, Path]:
     """Synthesize each of ``cfg.paper_nets`` at the recorded variance trace's settled density
     (its workers, per-worker batch and seed) into ``where/<net>``; none without a variance
     trace."""
@@ -410,7 +410,7 @@ def _paper_traces(cfg: DemoConfig, traces: dict[str, Any], where: Path) -> dict[
     return out
 
 
-def _labels(traces: dict[str, Any], synthesized: dict[str, Path]) -> dict[str, str]:
+def _labels(traces: dict[str, Trace], synthesized: dict[str, Path]) -> dict[str, str]:
     """Report labels saying which rows are recorded (the toy) and which synthesized."""
     from vgcsim.traces.labels import method_label
 
@@ -430,7 +430,7 @@ def _labels(traces: dict[str, Any], synthesized: dict[str, Path]) -> dict[str, s
     return labels
 
 
-def paper_note(synthesized: dict[str, Path], variance: Any) -> str:
+def paper_note(synthesized: dict[str, Path], variance: Trace) -> str:
     """The paragraph saying how the paper-size rows were made."""
     from vgcsim.traces.synth import load_layers
 
@@ -457,7 +457,7 @@ def _reading(params: dict[str, Any]) -> str:
     return compressor_reading("variance", params) or "reading not recorded"
 
 
-def demo_headline(traces: dict[str, Any], methods: tuple[str, ...] | list[str]) -> str:
+def demo_headline(traces: dict[str, Trace], methods: tuple[str, ...] | list[str]) -> str:
     """What the demo's numbers rest on: model, parameter count, steps, readings, accuracy.
 
     e.g. "small_cnn (38,282 parameters) on mnist, 500 steps of 4 workers × 32 samples;

@@ -57,14 +57,10 @@ def run(args: argparse.Namespace) -> int:
         start_fork_server(POOL_PRELOAD)
     from vgcsim.preload import paused_gc
 
-    with paused_gc():  # the simulator's imports, without collections (vgcsim.preload)
+    with paused_gc():  # the command's imports, without collections (vgcsim.preload)
+        from vgcsim import api
         from vgcsim.commands import check_out, settings
         from vgcsim.commands.progress import Progress
-        from vgcsim.core.cluster import cluster_to_dict, load_cluster
-        from vgcsim.core.config import apply_overrides, to_dict
-        from vgcsim.core.results import save_results
-        from vgcsim.simulator.sweep import expand_factors, load_sweep, sweep_summary
-        from vgcsim.sweep_runners import run_sweep
 
     overrides = settings(args.set, ("sweep.world_sizes",))
     if args.world_sizes is not None:
@@ -73,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"sweep.processes={args.processes}")
     if args.scheduler is not None:  # validated by SweepConfig; recorded in the result header
         overrides.append(f"sweep.scheduler={args.scheduler}")
-    sweep = apply_overrides(load_sweep(args.config), overrides)
-    jobs = expand_factors(sweep.sweep)
+    sweep = api.load_sweep(args.config, overrides=overrides)  # the simulator's imports too
+    jobs = api.sweep_jobs(sweep)
     if args.dry_run:
         for job in jobs:
             print(f"{job.trace}  {job.cluster.name}  P={job.world_size}")
@@ -82,25 +78,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     check_out(args, "sweep")
     with Progress(len(jobs), "sweep", "jobs", quiet=args.quiet) as bar:
-        table, jobs = run_sweep(sweep, progress=bar.update)
-    out = save_results(
-        table,
+        run = api.sweep(sweep, progress=bar.update)
+    out = api.save(
+        run.frame,
         args.out,
-        source="simulated",
-        traces=[{"path": t, "name": t.rstrip("/").split("/")[-1]} for t in sweep.sweep.traces],
-        cluster=cluster_to_dict(load_cluster(sweep.sweep.cluster)),
-        extrapolation={
-            "rule": sweep.simulate.rule,
-            "seed": sweep.simulate.seed if sweep.simulate.rule == "resample" else None,
-        },
-        options={
-            "sweep": to_dict(sweep.sweep),
-            "simulate": to_dict(sweep.simulate),
-            "summary": sweep_summary(jobs),
-        },
         command=["vgcsim", *sys.argv[1:]],
         overwrite=args.overwrite,
         writer="vgcsim sweep",
     )
-    print(f"{len(jobs)} jobs on {sweep.sweep.scheduler}, {len(table)} rows -> {out}")
+    print(f"{len(run.jobs)} jobs on {sweep.sweep.scheduler}, {len(run.frame)} rows -> {out}")
     return 0

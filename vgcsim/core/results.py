@@ -32,7 +32,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -134,6 +134,7 @@ __all__ = [
     "results_header",
     "save_results",
     "trace_entry",
+    "TraceLike",
     "write_results",
 ]
 
@@ -203,7 +204,27 @@ def results_header(
     }
 
 
-def trace_entry(trace: Any) -> dict[str, Any]:
+class TraceLike(Protocol):
+    """What a result header reads of a trace: the fields of the trace reader's ``Trace``
+    (spelled here by its fields, because the shared bottom names no stage)."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def compressor(self) -> str: ...
+
+    @property
+    def synthetic(self) -> bool: ...
+
+    @property
+    def header(self) -> Mapping[str, Any]: ...
+
+
+def trace_entry(trace: TraceLike) -> dict[str, Any]:
     """The result-header entry of one input trace (a ``Trace`` as the trace reader returns it).
 
     ``path`` is absolute (a report run from another folder still finds the trace),
