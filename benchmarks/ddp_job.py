@@ -29,6 +29,7 @@ import contextlib
 import datetime
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -151,9 +152,15 @@ def main(argv: list[str] | None = None) -> int:
             "host_cpus": os.cpu_count(),
         }
         args.out.write_text(json.dumps(out))
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    # Out of the process at once: the results are written, and the interpreter's teardown of
+    # gloo's threads now and then aborts it ("terminate called without an active exception").
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

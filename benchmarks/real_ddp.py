@@ -82,12 +82,18 @@ def hosts_at(n: int, rate: str):
 
 
 def run_job(hosts, port: int, out: Path, *args: str, timeout_s: float = 900) -> dict:
-    cmds = [_job_argv(hosts, i, port, *args, "--out", str(out)) for i in range(len(hosts.names))]
-    done = run_on_hosts(hosts, cmds, timeout_s=timeout_s)
-    if any(d.returncode for d in done) or not out.exists():
-        tail = "\n".join(d.stdout[-1500:] for d in done)
-        raise RuntimeError(f"ddp_job {' '.join(args)} failed:\n{tail}")
-    return json.loads(out.read_text())
+    """Run the job on every host; a job whose ranks fail is run once more (on the next
+    port), and a second failure stops the benchmark with the ranks' output."""
+    for attempt in range(2):
+        out.unlink(missing_ok=True)
+        argv = [*args, "--out", str(out)]
+        cmds = [_job_argv(hosts, i, port + attempt, *argv) for i in range(len(hosts.names))]
+        done = run_on_hosts(hosts, cmds, timeout_s=timeout_s)
+        if not any(d.returncode for d in done) and out.exists():
+            return json.loads(out.read_text())
+        print(f"  ddp_job {' '.join(args)} failed (attempt {attempt + 1})", file=sys.stderr)
+    tail = "\n".join(d.stdout[-1500:] for d in done)
+    raise RuntimeError(f"ddp_job {' '.join(args)} failed twice:\n{tail}")
 
 
 def calibrate(hosts, port: int, out: Path, sizes: str, repeats: int, rate: str) -> Path:
@@ -181,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         with hosts_at(int(trace_p), trace_rate) as hosts:
             for model in models:
                 for kind in ("ddp", "variance"):
-                    port += 1
+                    port += 2  # a retry runs on port + 1
                     trace = work / f"trace-{model}-{kind}"
                     run_job(
                         hosts,
@@ -214,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                     measured = {}
                     for model in models:
                         for method in methods:
-                            port += 1
+                            port += 2  # a retry runs on port + 1
                             res = run_job(
                                 hosts,
                                 port,
