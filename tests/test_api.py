@@ -181,3 +181,58 @@ def test_save_tells_a_sweep_frame_from_a_replay_frame(tmp_path):
     with pytest.raises(ResultsError, match="with its trace and cluster"):
         api.save(pred, tmp_path / "y")
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_a_scenario_from_python_writes_the_header_the_command_writes(tmp_path, monkeypatch, capsys):
+    """``vgcsim scenario`` saves through ``api.save``; ``api.scenario`` saved from Python
+    gives the same header and table, and the summary the command prints."""
+    import pandas as pd
+
+    from vgcsim.cli import main
+    from vgcsim.core.results import read_results
+
+    saved: list[Path] = []
+    real_save = api.save
+
+    def spy(*args, **kwargs):
+        saved.append(real_save(*args, **kwargs))
+        return saved[-1]
+
+    sets = ["--set", "links=1GbE", "--world-sizes", "2,16"]
+    monkeypatch.setattr(api, "save", spy)
+    argv = ["scenario", "paper", "--trace", str(SAMPLE), *sets, "-o", str(tmp_path / "cli")]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert saved == [tmp_path / "cli"]
+    monkeypatch.undo()
+    cfg = api.scenario_config("paper", overrides=["links=1GbE", "world_sizes=[2, 16]"])
+    run = api.scenario(config=cfg, traces=[SAMPLE], command="same")
+    api.save(run.frame, tmp_path / "api")
+
+    cli_df, cli = read_results(tmp_path / "cli")
+    api_df, via_api = read_results(tmp_path / "api")
+    pd.testing.assert_frame_equal(cli_df, api_df)
+    assert cli.pop("command")[0] == "vgcsim" and via_api.pop("command") == ["vgcsim.api.save"]
+    assert cli == via_api
+    assert cli["extrapolation"] == {"rule": None, "seed": None}
+    assert [t["name"] for t in cli["traces"]] == ["sample_trace"]
+    assert set(cli["cluster"]) == {"scenario_links", "device"}
+    assert cli["options"]["scenario"] == "paper" and cli["options"]["world_sizes"] == [2, 16]
+    assert sorted(run.frame["world_size"].unique()) == [2, 16]
+    assert run.crossover.to_csv(index=False) == (tmp_path / "cli" / "crossover.csv").read_text()
+    # the summary the command printed and saved, with the command line it quotes
+    import shlex
+
+    line = "vgcsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    md = (tmp_path / "cli" / "scenario.md").read_text()
+    assert md in printed and line in md
+    assert md.replace(line, "same") == run.markdown
+
+
+def test_an_unknown_scenario_or_key_is_one_clear_error():
+    from vgcsim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="paper"):
+        api.scenario_config("nope")
+    with pytest.raises(ConfigError, match="bogus"):
+        api.scenario_config("paper", overrides=["bogus=1"])

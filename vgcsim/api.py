@@ -410,6 +410,82 @@ def sweep(
     return SweepRun(table, jobs, cfg)
 
 
+def scenario_config(name: str = "paper", *, overrides: Sequence[str] = ()) -> Any:
+    """A built-in cost-model scenario's configuration (``name``: ``"paper"``) with
+    ``overrides`` applied: ``key=value`` strings as ``--set`` takes them, e.g.
+    ``"device=V100"``, ``"links=1GbE,IB-EDR"``, ``"world_sizes=[2, 8, 64]"``; an unknown
+    scenario or key is refused with the valid ones."""
+    from vgcsim.core.config import apply_overrides
+    from vgcsim.core.errors import ConfigError, unknown_name
+    from vgcsim.models.scenario import SCENARIOS
+
+    if name not in SCENARIOS:
+        raise unknown_name("scenario", name, SCENARIOS)
+    try:
+        return apply_overrides(SCENARIOS[name](), list(overrides))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class ScenarioRun:
+    """What :func:`scenario` returns: the result ``frame``, the ``crossover`` table (the
+    world size at which each method stops beating dense allreduce, per link) and the
+    ``markdown`` summary that ``vgcsim scenario`` prints and saves as ``scenario.md``."""
+
+    frame: pd.DataFrame
+    crossover: pd.DataFrame
+    markdown: str
+
+
+def scenario(
+    name: str = "paper",
+    *,
+    config: Any = None,
+    traces: Sequence[str | Path | Trace] = (),
+    overrides: Sequence[str] = (),
+    command: str = "vgcsim.api.scenario",
+) -> ScenarioRun:
+    """Run a built-in cost analysis from model sizes alone (``"paper"``: the paper's
+    ResNet-50- and VGG-like models on its links, P = 2…1024), adding the compression
+    ratio measured from each of ``traces``. ``config`` (from :func:`scenario_config`)
+    replaces ``name``'s defaults and ``overrides``; ``command`` is the line the summary
+    quotes. ``frame.attrs`` holds what :func:`save` writes into the header: ``traces``,
+    ``cluster`` (the scenario's links and device), ``extrapolation`` (none) and ``options``
+    (the scenario, its configuration, nets and methods)."""
+    from vgcsim.core.config import to_dict
+    from vgcsim.core.results import trace_entry
+    from vgcsim.models.scenario import best_rows, crossover_table, method_from_trace
+    from vgcsim.models.scenario import paper_scenario as _paper
+    from vgcsim.reports.scenario import scenario_markdown
+
+    cfg = config if config is not None else scenario_config(name, overrides=overrides)
+    loaded = [load_trace(t) for t in traces]
+    df, info = _paper(cfg, [method_from_trace(t) for t in loaded])
+    cross = crossover_table(cfg, df)
+    text = scenario_markdown(
+        best_rows(df),
+        cross,
+        info,
+        command,
+        codec_s=cfg.codec_s,
+        batch_size_per_worker=cfg.batch_size_per_worker,
+    )
+    df.attrs.update(
+        source="predicted",
+        traces=[trace_entry(t) for t in loaded],
+        cluster={"scenario_links": info["links"], "device": info["device"]},
+        extrapolation={"rule": None, "seed": None},
+        options={
+            "scenario": name,
+            **to_dict(cfg),
+            "nets": info["nets"],
+            "methods": info["methods"],
+        },
+    )
+    return ScenarioRun(df, cross, text)
+
+
 def trace_caveats(trace: str | Path | Trace) -> list[str]:
     """Lines saying why a trace's numbers need care (a partial or diverged run; empty when
     none): what :func:`save` writes into the header and ``vgcsim report`` repeats."""
@@ -440,8 +516,10 @@ def save(
     ``options`` and their ``time_sources`` (where each local time column comes from on that
     cluster). A sweep's frame (``SweepRun.frame``) names its traces and base cluster in
     ``df.attrs`` and is saved without them; its header holds those and the options
-    ``sweep``, ``simulate`` and ``summary``. Both hold the extrapolation rule of the replay
-    options (and its seed under ``resample``) and ``command`` (default ``vgcsim.api.save``).
+    ``sweep``, ``simulate`` and ``summary``; a scenario's frame (``ScenarioRun.frame``) the
+    same way, with its own ``extrapolation`` (none). Each holds the extrapolation rule of
+    the replay options (and its seed under ``resample``) and ``command`` (default
+    ``vgcsim.api.save``).
     Written by :func:`vgcsim.core.results.save_results`: relative columns finished, atomic
     files (``files``: extra name → writer) and the folder marker (``writer``); an earlier
     vgcsim output in ``out_dir`` is replaced only with ``overwrite``, a folder vgcsim did
@@ -455,10 +533,11 @@ def save(
     if len(sources) != 1:
         raise ResultsError(f"save one source per result table, got {sources}")
     opts = {**(df.attrs.get("options") or {}), **options}
-    if "traces" in df.attrs:  # a sweep's frame: its traces and cluster in its attrs
+    if "traces" in df.attrs:  # a sweep's or scenario's frame: traces and cluster in attrs
         if trace is not None or cluster is not None:
             raise ResultsError(
-                "a sweep's frame names its own traces and cluster: save it without them"
+                "a sweep's or scenario's frame names its own traces and cluster: save it "
+                "without them"
             )
         traces = [dict(entry) for entry in df.attrs["traces"]]
         cluster_dict = dict(df.attrs["cluster"])
@@ -477,6 +556,9 @@ def save(
         replay = opts
         batch = t.header.get("batch_size_per_worker")
     rule = replay.get("rule", "modulo")
+    extrapolation = {"rule": rule, "seed": replay.get("seed") if rule == "resample" else None}
+    if "extrapolation" in df.attrs:  # a scenario's frame: no trace steps to extrapolate
+        extrapolation = dict(df.attrs["extrapolation"])
     table = df.copy(deep=False)
     table.attrs = {}  # what made the frame goes into the header, not the table's metadata
     return save_results(
@@ -485,7 +567,7 @@ def save(
         source=sources[0],
         traces=traces,
         cluster=cluster_dict,
-        extrapolation={"rule": rule, "seed": replay.get("seed") if rule == "resample" else None},
+        extrapolation=extrapolation,
         options=opts,
         command=list(command) if command is not None else ["vgcsim.api.save"],
         batch_size_per_worker=batch,
