@@ -1,6 +1,7 @@
 """``vgcsim calibrate`` across 4 network-namespace hosts behind a tbf shaper with a large burst:
-size segments describe the point-to-point sizes better than one line, the bucket's rate is
-the last segment's and the collectives pay a per-call cost.
+size segments describe the point-to-point sizes better than one line and the bucket's rate is
+the last segment's. (The per-call cost is recovered from exact data in
+``tests/models/test_linkfit_call.py``; on these links its fit may be any value from 0 up.)
 
 One alpha-beta line missed such a link by 59 % typical error on p2p (a token bucket sends its
 burst at the host's speed), and calibrate refused its own fit. Needs root (CI runs as root);
@@ -59,7 +60,6 @@ def test_calibrate_fits_a_token_bucket_link_with_size_segments(hosts, tmp_path):
     assert per_op and {"p2p", "allreduce", "allgather"} <= set(per_op[1].replace(",", "").split())
     link = load_cluster(str(cal)).link
     assert len(link.segments) >= 2, out[-3000:]  # the bucket is a size segment of its own
-    assert link.call_overhead_s > 0, out[-3000:]  # gloo's collectives pay a cost per call
     # the last segment's rate is the shaped one: 1 Gbit/s x 1448/1514 of TCP payload, +- 15 %
     assert link.bandwidth_Bps == pytest.approx(1e9 / 8 * 1448 / 1514, rel=0.15), out[-3000:]
     # the segments describe p2p better than one line on the same measurements (the absolute
