@@ -335,6 +335,7 @@ def test_a_full_disk_is_one_line_and_no_half_written_file(command, full_disk, ca
 # -- a closed pipe ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # whole commands in fresh interpreters
 def test_a_closed_pipe_ends_quietly(tmp_path):
     """`vgcsim predict ... | head -1` on an output far larger than the pipe buffer."""
     vgcsim = [sys.executable, "-m", "vgcsim"]

@@ -19,7 +19,7 @@ HERE = Path(__file__).parent
 STEPS, SEED = 4, 3
 HOOKED_RUNS = ("alpha0_fp32", "variance_fast", "variance_exact", "strom", "dense")
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]  # two launches of 3-5 gloo ranks
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["2ranks", "3ranks"])

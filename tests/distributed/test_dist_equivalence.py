@@ -21,7 +21,7 @@ HERE = Path(__file__).parent
 WORKERS, STEPS, SEED = 4, 6, 7
 RUNS = ("allgatherv:-", "sync:variance", "sync:dense", "ddp:variance")
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]  # gloo process groups: 11 s to start
 
 
 @pytest.fixture(scope="module")
