@@ -351,23 +351,23 @@ def sparse_allreduce_time_s(
 
 
 def _burst_rows(
-    bd: StepBreakdown,
+    breakdown: Callable[[ClusterSpec], StepBreakdown],
+    cluster: ClusterSpec,
     si: StepInputs,
-    link: Any,
     sent_max: Any,
     sent_mean: Any,
     opts: PredictOptions,
     const: dict,
-    wire: Callable[[ClusterSpec], StepBreakdown],
-    cluster: ClusterSpec,
 ) -> dict[str, np.ndarray]:
-    """Result rows of one breakdown, the host link's token-bucket credit taken off
-    (:func:`vgcsim.models.iteration.with_burst`); ``wire`` rebuilds the breakdown on a
-    cluster, here ``cluster`` with its link's bandwidth alone
-    (:func:`vgcsim.core.clusterspec.wire_cluster`): its exchange is the part of the
-    exchange that the bucket's tokens can shorten."""
+    """Result rows of ``breakdown`` (a step's breakdown on a cluster) on ``cluster``, the
+    host link's token-bucket credit taken off (:func:`vgcsim.models.iteration.with_burst`):
+    the same breakdown on ``cluster`` with its link's bandwidth alone
+    (:func:`vgcsim.core.clusterspec.wire_cluster`) gives the part of the exchange that the
+    bucket's tokens can shorten."""
+    bd = breakdown(cluster)
+    link = cluster.link
     if link.burst_bytes > 0:
-        wire_s = wire(wire_cluster(cluster)).comm_s
+        wire_s = breakdown(wire_cluster(cluster)).comm_s
         bd = with_burst(bd, link.burst_bytes, link.bandwidth_Bps, wire_s)
     return rows_for(bd, si.steps, sent_max, sent_mean, per_step=opts.per_step, const=const)
 
@@ -415,8 +415,9 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
         for alg in opts.allreduce:
             key = collective_key("allreduce", alg)
             for enc in opts.dense_encodings:
-                bd = _dense_breakdown(si, key, cluster_p, opts, buckets, enc)
-                wire = partial(_dense_breakdown, si, key, opts=opts, buckets=buckets, encoding=enc)
+                breakdown = partial(
+                    _dense_breakdown, si, key, opts=opts, buckets=buckets, encoding=enc
+                )
                 const = {
                     **base,
                     "compressor": "dense",
@@ -426,11 +427,7 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
                     "collective": key,
                 }
                 payload = si.dense_times(enc)[0]
-                frames.append(
-                    _burst_rows(
-                        bd, si, cluster.link, payload, payload, opts, const, wire, cluster_p
-                    )
-                )
+                frames.append(_burst_rows(breakdown, cluster_p, si, payload, payload, opts, const))
         pmax = si.rank_bytes.max(axis=1)
         pmean = si.rank_bytes.mean(axis=1)
         # PowerSGD's compressed exchange is allreduces; every other compressor's an allgatherv
@@ -438,12 +435,10 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
         for alg in opts.allreduce if lowrank else algorithms:
             if lowrank:
                 key = collective_key("allreduce", alg)
-                bd = _lowrank_breakdown(si, key, cluster_p, opts, buckets)
-                wire = partial(_lowrank_breakdown, si, key, opts=opts, buckets=buckets)
+                breakdown = partial(_lowrank_breakdown, si, key, opts=opts, buckets=buckets)
             else:
                 key = collective_key("allgatherv", alg)
-                bd = _compressed_breakdown(si, key, cluster_p, opts, buckets, trace)
-                wire = partial(
+                breakdown = partial(
                     _compressed_breakdown, si, key, opts=opts, buckets=buckets, trace=trace
                 )
             const = {
@@ -454,16 +449,13 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
                 "method": "compressed",
                 "collective": key,
             }
-            frames.append(
-                _burst_rows(bd, si, cluster.link, pmax, pmean, opts, const, wire, cluster_p)
-            )
+            frames.append(_burst_rows(breakdown, cluster_p, si, pmax, pmean, opts, const))
         if sparse and opts.sparse_allreduce:
             stage, dense, decode = sparse_step_inputs(trace, si.steps, p, cluster)
             sent = stage.max(axis=1) if stage.shape[1] else np.zeros(len(si.steps))
             for alg in opts.sparse_allreduce:
                 key = collective_key("sparse_allreduce", alg)
-                sparse_bd = partial(_sparse_breakdown, si, key, stage, dense, decode, opts)
-                bd = sparse_bd(cluster_p)
+                breakdown = partial(_sparse_breakdown, si, key, stage, dense, decode, opts)
                 const = {
                     **base,
                     "compressor": trace.compressor,
@@ -472,9 +464,7 @@ def predict_trace(trace: Trace, cluster: ClusterSpec, opts: PredictOptions) -> p
                     "method": "compressed",
                     "collective": key,
                 }
-                frames.append(
-                    _burst_rows(bd, si, cluster.link, sent, sent, opts, const, sparse_bd, cluster_p)
-                )
+                frames.append(_burst_rows(breakdown, cluster_p, si, sent, sent, opts, const))
         log.info("predicted P=%d (%d steps)", p, len(si.steps))
     df = frame_from_rows(frames)
     batch = trace.header.get("batch_size_per_worker")
