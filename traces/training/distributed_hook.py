@@ -449,19 +449,27 @@ def _start_allreduce(
     state: VGCState, payloads: list, grads: Sequence[torch.Tensor]
 ) -> torch.futures.Future:
     """Dense baseline: one asynchronous all_reduce of the decoded payloads, then ÷ world."""
-    stats = state.stats
     t0 = time.perf_counter()
     flat = torch.cat([p.decode() for p in payloads]).to(state.device)
-    t1 = time.perf_counter()
-    world = dist.get_world_size(state.process_group)
     with state._lock:  # an earlier bucket's callback may be adding to the same step's stats
-        stats.decode_s += t1 - t0
+        state.stats.decode_s += time.perf_counter() - t0
+    return _average_in_place(state, flat)
+
+
+def _average_in_place(state: VGCState, flat: torch.Tensor) -> torch.futures.Future:
+    """One asynchronous all_reduce (sum) of the fp32 ``flat`` in place, then ÷ world in
+    place; 4 bytes per element on the wire, ``comm_s`` the all_reduce, ``decode_s`` the
+    division."""
+    stats = state.stats
+    world = dist.get_world_size(state.process_group)
+    with state._lock:
         stats.wire_bytes += 4 * flat.numel()
+    t1 = time.perf_counter()
     work = dist.all_reduce(flat, group=state.process_group, async_op=True)
 
     def finish(fut: torch.futures.Future) -> torch.Tensor:
         t2 = time.perf_counter()
-        out = fut.value()[0] / world
+        out = fut.value()[0].div_(world)
         with state._lock:
             stats.comm_s += t2 - t1
             stats.decode_s += time.perf_counter() - t2
@@ -920,32 +928,18 @@ def _dense_in_place(state: VGCState, layers: Sequence[int], buffer: torch.Tensor
 def _start_bucket_allreduce(
     state: VGCState, layers: Sequence[int], buffer: torch.Tensor
 ) -> torch.futures.Future[torch.Tensor]:
-    """Dense fp32 exchange of a DDP bucket as DDP's own: one asynchronous all_reduce of the
-    bucket's buffer in place, then ÷ world, as torch's ``allreduce_hook`` (the sum first,
-    as :func:`_start_allreduce`, so both give the same values). Nothing is compressed or
-    decoded, so a traced plain-DDP job costs its ranks what plain DDP does plus the hook's
-    bookkeeping: the per-layer counts (every element, 32 bits) were taken at the first step
-    by the full path. ``comm_s``: the all_reduce; ``decode_s``: the division."""
+    """Dense fp32 exchange of a DDP bucket as DDP's own: the bucket's buffer summed and
+    averaged in place (:func:`_average_in_place`, as :func:`_start_allreduce` does with the
+    decoded payloads, so both give the same values). Nothing is compressed or decoded, so a
+    traced plain-DDP job costs its ranks what plain DDP does plus the hook's bookkeeping: the
+    per-layer counts (every element, 32 bits) were taken at the first step by the full path."""
     stats = state.stats
-    world = dist.get_world_size(state.process_group)
     with state._lock:
         for i in layers:
             sent, bits = state.dense_counts[i]
             stats.sent[i], stats.bits[i], stats.numel[i] = sent, dict(bits), sent
-        stats.wire_bytes += 4 * buffer.numel()
         stats.collective = state.collective
-    t1 = time.perf_counter()
-    work = dist.all_reduce(buffer, group=state.process_group, async_op=True)
-
-    def finish(fut: torch.futures.Future) -> torch.Tensor:
-        t2 = time.perf_counter()
-        out = fut.value()[0].div_(world)
-        with state._lock:
-            stats.comm_s += t2 - t1
-            stats.decode_s += time.perf_counter() - t2
-        return out
-
-    return work.get_future().then(finish)
+    return _average_in_place(state, buffer)
 
 
 # DDP checks the hook's annotations against the real types; postponed (string) annotations
