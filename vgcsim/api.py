@@ -54,6 +54,11 @@ __all__ = [
     "SweepRun",
     "trace_caveats",
     "save",
+    "parse_algorithms",
+    "replay_text",
+    "simulate_units",
+    "timeline_files",
+    "advice_text",
     "report",
     "collective",
     "advise",
@@ -575,6 +580,86 @@ def save(
         files=files,
         writer=writer,
     )
+
+
+# -- what the commands print and pass on, from the stages -------------------------------------
+
+
+def parse_algorithms(text: str, op: str) -> tuple[str, ...]:
+    """``"ring,bruck"`` or ``"all"`` → the algorithm names of ``op`` ("allreduce" or
+    "allgatherv"), each checked against the collectives' registry
+    (:func:`vgcsim.models.predict.parse_algorithms`); ConfigError names the valid ones."""
+    from vgcsim.models.predict import parse_algorithms as parse
+
+    return parse(text, op)
+
+
+def replay_text(frame: pd.DataFrame, trace: Trace, *, crossover: bool = False) -> list[str]:
+    """What ``vgcsim predict`` and ``vgcsim simulate`` print about a result frame, in one
+    format: the mean rows (P, method, encoding, collective, comm, decode, step, speedup over
+    dense fp32; :func:`vgcsim.models.predict.summarize`), one verdict line (where the trace's
+    compressed allgatherv beats dense fp32 allreduce, in the report's words:
+    :func:`vgcsim.reports.tables.headline`) and, with ``crossover``, the line saying where
+    the sparse allreduce stops paying (:func:`vgcsim.models.predict.sparse_crossover`),
+    where the frame has one."""
+    from vgcsim.core.results import finalize_results
+    from vgcsim.models.predict import sparse_crossover, summarize
+
+    extra = sparse_crossover(frame) if crossover else None
+    df = finalize_results(frame)
+    return [summarize(df), _verdict(df, trace), *([extra] if extra else [])]
+
+
+def _verdict(df: pd.DataFrame, trace: Trace) -> str:
+    """One line: where the trace's compressed allgatherv beats dense fp32 allreduce, in the
+    report's words (:func:`vgcsim.reports.tables.headline`, naming what decides it)."""
+    from vgcsim.reports import tables
+    from vgcsim.traces.labels import method_label
+
+    comp = trace.header.get("compressor") or {}
+    labels = {trace.name: method_label(str(comp.get("name", trace.compressor)), comp.get("params"))}
+    wi = tables.what_if(df, labels)
+    lines = [
+        s
+        for s in tables.headline(wi, breakdown_table=tables.breakdown(df, labels))
+        if not s.startswith("On ") or " dense allreduce of " not in s
+    ]
+    if not lines:
+        return "verdict: no compressed exchange to compare with dense allreduce (a dense trace)"
+    return "verdict: " + " ".join(lines)
+
+
+def simulate_units(config: SimulateConfig, trace: str | Path | Trace) -> int:
+    """How many step replays :func:`simulate_run` with ``config`` makes on ``trace`` (its
+    ``progress`` callback counts up to this; :func:`vgcsim.simulator.replay.replay_units`)."""
+    from vgcsim.simulator.replay import replay_units
+
+    return int(replay_units(config, config.world_sizes, load_trace(trace).steps_count))
+
+
+def timeline_files(timelines: Sequence[Any]) -> dict[str, Callable[[Path], Any]]:
+    """The files a simulate run's timelines make, as :func:`save`'s ``files``: ``timeline.json``
+    (Chrome trace format, :func:`vgcsim.simulator.timeline.write_chrome_trace`) and
+    ``links.csv`` (bytes per link and step); empty without timelines."""
+    if not timelines:
+        return {}
+    import pandas as pd
+
+    from vgcsim.simulator.timeline import write_chrome_trace
+
+    links = pd.concat([t.link_table() for t in timelines], ignore_index=True)
+    return {
+        "timeline.json": lambda p: write_chrome_trace(timelines, p),
+        "links.csv": lambda p: links.to_csv(p, index=False),
+    }
+
+
+def advice_text(advice: Any) -> str:
+    """:func:`advise`'s answer as Markdown (the ranking, the per-bucket mixes and one
+    recommendation per cluster and P: :func:`vgcsim.reports.advice_text.advice_markdown`)."""
+    from vgcsim.reports.advice_text import advice_markdown
+
+    return advice_markdown(advice.ranked, advice.mixes, advice.recommendations)
 
 
 #: The report's files at the top of its folder (plots/ and tables/ hold the rest).

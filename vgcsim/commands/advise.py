@@ -42,7 +42,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from vgcsim import api
     from vgcsim.commands import check_out, world_sizes
-    from vgcsim.reports.advice_text import advice_markdown
 
     if args.out is not None:
         check_out(args, "advise")
@@ -54,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         target_accuracy=args.target_accuracy,
         overlap=args.overlap,
     )
-    text = advice_markdown(advice.ranked, advice.mixes, advice.recommendations)
+    text = api.advice_text(advice)
     print(text)
     if args.out is not None:
         from vgcsim.core.outdir import prepare_output

@@ -16,7 +16,6 @@ sets ``size_exchange=false``.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from vgcsim.commands import add_set_option, add_world_sizes_option, settings
@@ -90,14 +89,14 @@ _FIELD = {"extrapolation": "rule"}
 def replay_overrides(args: argparse.Namespace) -> list[str]:
     """The ``--set`` items, then the flags given, as ``key=value`` items of the replay
     options (:class:`vgcsim.core.options.ReplayOptions`, the same keys for both commands)."""
+    from vgcsim import api
     from vgcsim.core.units import parse_size_bytes
-    from vgcsim.models.predict import parse_algorithms
 
     out = settings(args.set)
     for op in ("allreduce", "allgatherv"):
         value = getattr(args, op)
         if value is not None:
-            out.append(f"{op}={','.join(parse_algorithms(value, op))}")
+            out.append(f"{op}={','.join(api.parse_algorithms(value, op))}")
     for dest in ("encoding", "extrapolation", "seed", "overlap", "dense_encodings"):
         if getattr(args, dest) is not None:
             out.append(f"{_FIELD.get(dest, dest)}={getattr(args, dest)}")
@@ -117,35 +116,12 @@ def command_line() -> list[str]:
     return ["vgcsim", *sys.argv[1:]]
 
 
-def verdict(df: Any, trace: Trace) -> str:
-    """One line: where the trace's compressed allgatherv beats dense fp32 allreduce, in the
-    report's words (:func:`vgcsim.reports.tables.headline`, naming what decides it)."""
-    from vgcsim.reports import tables
-    from vgcsim.traces.labels import method_label
+def print_replay(df: Any, trace: Trace, out: Any, crossover: bool = False) -> None:
+    """What predict and simulate print, in one format (:func:`vgcsim.api.replay_text`: the
+    mean rows, one verdict line and, with ``crossover``, where the sparse allreduce stops
+    paying), then the folder."""
+    from vgcsim import api
 
-    comp = trace.header.get("compressor") or {}
-    labels = {trace.name: method_label(str(comp.get("name", trace.compressor)), comp.get("params"))}
-    wi = tables.what_if(df, labels)
-    lines = [
-        s
-        for s in tables.headline(wi, breakdown_table=tables.breakdown(df, labels))
-        if not s.startswith("On ") or " dense allreduce of " not in s
-    ]
-    if not lines:
-        return "verdict: no compressed exchange to compare with dense allreduce (a dense trace)"
-    return "verdict: " + " ".join(lines)
-
-
-def print_replay(df: Any, trace: Trace, out: Any, extra: Sequence[str] = ()) -> None:
-    """What predict and simulate print, in one format: the mean rows (P, method, encoding,
-    collective, comm, decode, step, speedup over dense fp32), one verdict line, the lines of
-    ``extra`` (predict: where the sparse allreduce stops paying), the folder."""
-    from vgcsim.core.results import finalize_results
-    from vgcsim.models.predict import summarize
-
-    df = finalize_results(df)
-    print(summarize(df))
-    print(verdict(df, trace))
-    for line in extra:
+    for line in api.replay_text(df, trace, crossover=crossover):
         print(line)
     print(f"wrote {len(df)} rows to {out}")

@@ -36,7 +36,6 @@ def run(args: argparse.Namespace) -> int:
     from vgcsim.commands import check_out, warn, world_sizes
     from vgcsim.core.config import apply_overrides
     from vgcsim.core.options import PredictOptions
-    from vgcsim.models.predict import sparse_crossover
 
     cluster = api.load_cluster(args.cluster)
     opts = PredictOptions(world_sizes=world_sizes(args.world_sizes))
@@ -54,6 +53,5 @@ def run(args: argparse.Namespace) -> int:
         command=command_line(),
         writer=f"vgcsim {args.command}",
     )
-    crossover = sparse_crossover(df)
-    print_replay(df, trace, out, extra=[crossover] if crossover else [])
+    print_replay(df, trace, out, crossover=True)
     return 0

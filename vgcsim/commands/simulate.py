@@ -75,8 +75,6 @@ def run(args: argparse.Namespace) -> int:
     from vgcsim.commands.progress import Progress
     from vgcsim.core.config import apply_overrides
     from vgcsim.core.options import SimulateConfig
-    from vgcsim.simulator.replay import replay_units
-    from vgcsim.simulator.timeline import write_chrome_trace
 
     overrides = replay_overrides(args)
     if args.path:
@@ -85,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = api.load_cluster(args.cluster)
     check_out(args, "simulate")
     trace = api.load_trace(args.run)
-    total = replay_units(cfg, cfg.world_sizes, trace.steps_count)
+    total = api.simulate_units(cfg, trace)
     with Progress(total, "simulate", "steps", quiet=args.quiet) as bar:
         run = api.simulate_run(
             trace,
@@ -97,13 +95,7 @@ def run(args: argparse.Namespace) -> int:
             progress=bar.update,
         )
     timelines = run.timelines
-    files = {}
-    if timelines:
-        import pandas as pd
-
-        links = pd.concat([t.link_table() for t in timelines], ignore_index=True)
-        files["timeline.json"] = lambda p: write_chrome_trace(timelines, p)
-        files["links.csv"] = lambda p: links.to_csv(p, index=False)
+    files = api.timeline_files(timelines)
     warn(args.command, api.trace_caveats(trace))  # also in the header, for `vgcsim report`
     out = api.save(
         run.frame,
