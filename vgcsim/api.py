@@ -59,6 +59,8 @@ __all__ = [
     "simulate_units",
     "timeline_files",
     "advice_text",
+    "ReportRun",
+    "report_run",
     "report",
     "collective",
     "advise",
@@ -660,6 +662,51 @@ def advice_text(advice: Any) -> str:
     from vgcsim.reports.advice_text import advice_markdown
 
     return advice_markdown(advice.ranked, advice.mixes, advice.recommendations)
+
+
+@dataclass(frozen=True)
+class ReportRun:
+    """What :func:`report_run` returns: the HTML page's ``path``, the report's first
+    ``summary`` lines, how many ``plots`` and ``tables`` it holds, the inputs' ``caveats``
+    (each also a note on the page) and the traces it could not find (``missing``)."""
+
+    path: Path
+    summary: list[str]
+    plots: int
+    tables: int
+    caveats: list[str]
+    missing: list[str]
+
+
+def report_run(
+    results: Sequence[str | Path],
+    traces: Sequence[str | Path] = (),
+    out_dir: str | Path = "out/report",
+    *,
+    title: str = "vgcsim report",
+    overwrite: bool = False,
+    target_accuracy: float | None = None,
+    command: str = "api.report",
+) -> ReportRun:
+    """:func:`report` with what the page was made from: result tables and traces read
+    (:func:`vgcsim.reports.render.load_inputs`; ``target_accuracy`` a fraction in (0, 1]
+    for the time-to-accuracy tables), every section built and the folder written
+    (``out_dir`` checked and marked as ``vgcsim command``'s)."""
+    from vgcsim.reports.render import build_report, load_inputs, write_report
+
+    inputs = load_inputs(results, traces, target_accuracy=target_accuracy)
+    built = build_report(inputs)
+    path = report_folder(
+        out_dir, lambda out: write_report(built, out, title=title), overwrite, command=command
+    )
+    return ReportRun(
+        path,
+        list(built.summary),
+        len(built.plots),
+        len(built.tables),
+        list(inputs.caveats),
+        list(inputs.missing),
+    )
 
 
 #: The report's files at the top of its folder (plots/ and tables/ hold the rest).

@@ -59,10 +59,9 @@ def target_fraction(percent: float | None) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vgcsim.api import legacy_report, report_folder
+    from vgcsim import api
     from vgcsim.commands import check_out, warn
     from vgcsim.core.errors import ResultsError
-    from vgcsim.reports.render import build_report, load_inputs, write_report
 
     if not args.results and not args.trace:
         raise ResultsError("nothing to report: give RESULTS folders and/or --trace RUN folders")
@@ -72,17 +71,21 @@ def run(args: argparse.Namespace) -> int:
             "--target-accuracy needs --trace RUN folders: the steps to a target come from "
             "the traces' evaluation curves"
         )
-    check_out(args, "report", legacy=legacy_report)
-    inputs = load_inputs(args.results, args.trace, target_accuracy=target)
-    warn("report", inputs.caveats)  # also a note on the page
-    report = build_report(inputs)
-    for line in inputs.missing:
-        print(f"note: {line}", file=sys.stderr)
-    path = report_folder(
-        args.out, lambda out: write_report(report, out, title=args.title), args.overwrite
+    check_out(args, "report", legacy=api.legacy_report)
+    run = api.report_run(
+        args.results,
+        args.trace,
+        args.out,
+        title=args.title,
+        overwrite=args.overwrite,
+        target_accuracy=target,
+        command="report",
     )
-    for line in report.summary[:3]:
+    warn("report", run.caveats)  # also a note on the page
+    for line in run.missing:
+        print(f"note: {line}", file=sys.stderr)
+    for line in run.summary[:3]:
         print(line)
-    print(f"{len(report.plots)} plots, {len(report.tables)} tables in {path.parent}")
-    print(path)
+    print(f"{run.plots} plots, {run.tables} tables in {run.path.parent}")
+    print(run.path)
     return 0

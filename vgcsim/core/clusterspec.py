@@ -112,27 +112,47 @@ def host_share(cluster: ClusterSpec, world_size: int) -> float:
 
 
 def shared_link(link: LinkSpec, share: float) -> LinkSpec:
-    """``link`` with its CPU-time parameters stretched by the processor-sharing factor
-    ``share`` (:func:`host_share`): ``c``, ``γ`` and ``δ`` (its table too) times
-    ``share``; α and β (the wire) unchanged. ``share = 1`` returns ``link`` itself."""
-    if share == 1.0:
+    """``link`` as a collective's ranks meet it on hosts whose cores they share with the
+    processor-sharing factor ``share`` (:func:`host_share`): its CPU-time parameters ``c``,
+    ``γ`` and ``δ`` (its table too) times ``share``, α unchanged, and where σ
+    (``comm_cpu_s_per_byte``) > 0 its bandwidth and every size segment's capped at the rate
+    a rank's share of a core moves bytes while it sends and receives at once::
+
+        bandwidth' = min(bandwidth, 1 / (2 · f · σ · efficiency))   # payload: 1 / (2·f·σ)
+        segment bandwidth' = min(segment bandwidth, 1 / (2 · f · σ))
+
+    (each byte costs σ of CPU on the way out and σ on the way in; f ranks per core each
+    progress at 1/f: Kleinrock's egalitarian processor sharing, as :func:`host_share`).
+    ``share = 1`` and σ = 0 return ``link`` itself."""
+    sigma = link.comm_cpu_s_per_byte
+    if share == 1.0 and sigma == 0.0:
         return link
     table = tuple((b, d * share) for b, d in link.allgatherv_host_s_per_byte_table)
+    changes: dict = {}
+    if sigma > 0.0:
+        cap_Bps = 1.0 / (2.0 * share * sigma)  # payload bytes per second each way
+        changes["bandwidth_Bps"] = min(link.bandwidth_Bps, cap_Bps / link.efficiency)
+        changes["segments"] = tuple(
+            (start, extra, min(bw, cap_Bps)) for start, extra, bw in link.segments
+        )
     return dataclasses.replace(
         link,
         gamma_s_per_byte=link.gamma_s_per_byte * share,
         allgatherv_host_s_per_byte=link.allgatherv_host_s_per_byte * share,
         allgatherv_host_s_per_byte_table=table,
         call_overhead_s=link.call_overhead_s * share,
+        **changes,
     )
 
 
 def shared_cluster(cluster: ClusterSpec, world_size: int) -> ClusterSpec:
     """``cluster`` with its links' CPU-time parameters stretched for a job of ``world_size``
-    ranks (:func:`shared_link` at :func:`host_share`); ``cluster`` itself where the factor is 1.
+    ranks, and their rates capped by σ (:func:`shared_link` at :func:`host_share`);
+    ``cluster`` itself where the factor is 1 and no link has σ.
     What the cost models and the simulator both price collectives with."""
     share = host_share(cluster, world_size)
-    if share == 1.0:
+    links = [cluster.link] + ([cluster.intra_link] if cluster.intra_link is not None else [])
+    if share == 1.0 and not any(link.comm_cpu_s_per_byte > 0 for link in links):
         return cluster
     intra = None if cluster.intra_link is None else shared_link(cluster.intra_link, share)
     return dataclasses.replace(cluster, link=shared_link(cluster.link, share), intra_link=intra)

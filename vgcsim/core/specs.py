@@ -270,6 +270,16 @@ class LinkSpec:
     it. Every collective formula adds ``c`` per call (``calls_per_collective``, the closed
     forms in docs/models.md); 0 for the presets.
 
+    ``comm_cpu_s_per_byte`` (σ, default 0) is the host CPU time a rank spends per byte it
+    sends and per byte it receives (the kernel's TCP stack, socket copies): where a
+    collective's ranks send and receive at once, a rank moves at most 1 / (2·σ) bytes per
+    second each way on a core of its own, and 1 / (2·f·σ) where f ranks' threads share
+    each core (:func:`host_share`): the link's bandwidth, and each size segment's, is
+    capped at that rate for collectives (:func:`shared_link`). On a fast link the CPU, not
+    the wire, sets the rate once ranks share cores; ``vgcsim calibrate`` fits σ where the
+    ranks it measured shared cores (``--host-cores``). A point-to-point message is priced
+    on the link as it is.
+
     ``segments``, where not empty, prices each message by its size, piecewise linear as
     SimGrid's SMPI does (Degomme et al., "Simulating MPI applications: the SMPI approach",
     IEEE TPDS 28(8), 2017: latency and bandwidth factors per message-size segment):
@@ -306,6 +316,8 @@ class LinkSpec:
     call_overhead_s: float = spelled(
         0.0, unit="call_overhead", parse=parse_time_s, range=(0.0, 1.0)
     )
+    # host CPU per byte sent or received (σ): caps a collective's rate under core sharing
+    comm_cpu_s_per_byte: float = spelled(0.0, range=(0.0, 1.0))
     segments: tuple[tuple[float, float, float], ...] = spelled((), rows=True)
     # token-bucket depth of a host link (tc tbf's burst)
     burst_bytes: float = spelled(0.0, unit="burst", parse=parse_size_bytes, range=(0.0, 1e15))
