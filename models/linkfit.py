@@ -107,6 +107,13 @@ SHARE_OP = "allgatherv_skewed"
 CALL_OPS = ("allreduce", "allgather")
 
 
+#: σ is fitted (``fit_link(comm_cpu=True)``) only where the collective's bytes took at least
+#: this much longer per byte than β: within it, the wire explains them.
+COMM_CPU_MARGIN = 0.10
+#: Rounds of (α and c, then σ) where σ is fitted: each prices the small rows with the last σ.
+COMM_CPU_PASSES = 3
+
+
 #: A point-to-point fit is split into size segments only where one α-β line leaves a
 #: typical error above this (:func:`fit_segments`).
 SEGMENT_ERROR = 0.10
@@ -375,6 +382,10 @@ class LinkFit:
     #: size segments ``(from_bytes, extra_latency_s, bandwidth_Bps)`` of the link where one
     #: α-β line did not fit the point-to-point sizes (:func:`fit_segments`); empty otherwise.
     segments: tuple[tuple[float, float, float], ...] = ()
+    #: σ, the host CPU per byte a rank sends or receives at the ranks' measured sharing
+    #: (``comm_cpu_s_per_byte``; 0: not fitted), and the op whose rows gave it.
+    comm_cpu_s_per_byte: float = 0.0
+    comm_cpu_op: str = ""
 
     @property
     def typical_error(self) -> float:
@@ -541,6 +552,7 @@ def fit_link(
     share_op: str | None = SHARE_OP,
     call_ops: Sequence[str] | None = CALL_OPS,
     segments: bool = True,
+    comm_cpu: bool = False,
 ) -> tuple[LinkFit, list[dict]]:
     """Fit α, β, γ to a measurement file's rows; returns the fit and the per-size error table.
 
@@ -561,7 +573,13 @@ def fit_link(
     measured (none among ``ops``) and ``latency_op`` gave α, give α and the per-call cost c
     (``call_overhead_s``) together instead, from their rows in the latency regime
     (:func:`fit_call_overhead`; every collective row is then priced with c × its calls,
-    :func:`call_coefficient`). ``share_op`` (default ``allgatherv_skewed``), when measured, δ fitted and
+    :func:`call_coefficient`). ``comm_cpu`` (for ranks that shared cores while measured) fits
+    σ (``comm_cpu_s_per_byte``) instead of γ from ``gamma_op``'s rows where the α and c terms
+    are at most half the time: ``2σ`` = the median of their time beyond α's and c's terms
+    per byte of β's coefficient, where that exceeds β by :data:`COMM_CPU_MARGIN`; every
+    collective row is then priced with its bytes at ``max(β, 2σ)`` (size segments capped at
+    ``1/(2σ)``), as :func:`vgcsim.core.clusterspec.shared_link` prices them (at the
+    measured sharing: the command divides σ by it). ``share_op`` (default ``allgatherv_skewed``), when measured, δ fitted and
     not among ``ops``, gives s (``allgatherv_host_padded_share``) from its rows where α's
     terms explain at most :data:`HOST_LATENCY_SHARE` of the time, with α, β, γ and δ fixed
     (:func:`padded_share_given`); else s is the default
@@ -607,20 +625,31 @@ def fit_link(
                 method = f"{len(segs)} size segments"
                 roles[used] = "segment"
 
+    collective = np.array([not r["op"].startswith("p2p") for r in rows])
+    sigma = 0.0  # σ at the measured sharing: collectives' bytes at max(β, 2σ) once fitted
+
     def bw_terms() -> np.ndarray:
-        """Each row's seconds beyond α and γ's terms: β's, or its size segments'."""
+        """Each row's seconds beyond α and γ's terms: β's, or its size segments'; a
+        collective's capped by σ's rate once σ is fitted."""
+        base = segment_terms(rows, world, segs) if segs else a[:, 1] * x[1]
+        if sigma <= 0:
+            return base
         if segs:
-            return segment_terms(rows, world, segs)
-        return a[:, 1] * x[1]
+            cap = 1.0 / (2.0 * sigma)
+            capped = tuple((f, e, min(bw, cap)) for f, e, bw in segs)
+            slow = segment_terms(rows, world, capped)
+        else:
+            slow = a[:, 1] * max(x[1], 2.0 * sigma)
+        return np.where(collective, slow, base)
 
     def linear(mask) -> np.ndarray:
-        """α, β (or segments) and γ's terms of the rows in ``mask``."""
-        if segs:
+        """α, β (or segments, capped by σ) and γ's terms of the rows in ``mask``."""
+        if segs or sigma > 0:
             return a[mask, 0] * x[0] + bw_terms()[mask] + a[mask, 2] * x[2]
         return a[mask] @ x
 
     g_op = ""
-    if gamma_op and gamma_op in measured and gamma_op not in fit_ops and x[2] == 0:
+    if gamma_op and gamma_op in measured and gamma_op not in fit_ops and x[2] == 0 and not comm_cpu:
         g = np.array([r["op"] == gamma_op for r in rows])
         g_t = t[g]
         # Its rows that the fitted link already calls bandwidth-bound (β's term alone is at
@@ -639,28 +668,41 @@ def fit_link(
     # α of the fit ops (their own rows are priced with it); the link's α may come from a
     # collective's small messages instead.
     fit_alpha, l_op = float(x[0]), ""
-    if latency_op and latency_op in measured and latency_op not in fit_ops and x[1] > 0:
-        c = np.array([r["op"] == latency_op for r in rows])
-        rest = t - bw_terms() - a[:, 2] * x[2]
-        # its latency regime: β and γ's terms at most LATENCY_SHARE of the measured time
-        c_lat = c & (a[:, 0] > 0) & (t - rest <= LATENCY_SHARE * t)
-        if c_lat.any():
-            x[0] = max(0.0, float(np.median(rest[c_lat] / a[c_lat, 0])))
-            roles[c_lat] = "latency"
-            l_op = latency_op
     k_call = np.array([call_coefficient(r["op"], world) for r in rows])
-    call_s, c_ops = 0.0, ()
-    measured_calls = [o for o in (call_ops or ()) if o in measured and o not in fit_ops]
-    if l_op and len(measured_calls) >= 2:
-        c = np.array([r["op"] in measured_calls for r in rows])
-        rest = t - bw_terms() - a[:, 2] * x[2]
-        c_lat = c & (a[:, 0] > 0) & (t - rest <= LATENCY_SHARE * t)
-        both = fit_call_overhead(a[c_lat, 0], k_call[c_lat], rest[c_lat])
-        if both is not None:
-            x[0], call_s = both
-            roles[c_lat] = "latency"
-            c_ops = tuple(o for o in measured_calls if (c_lat & c).any())
-    calls = k_call * call_s  # each row's per-call software seconds
+    cpu_op = ""
+    # with σ, α and c are fitted again on the rows priced with its cap, and σ on theirs
+    for _ in range(COMM_CPU_PASSES if comm_cpu else 1):
+        l_op = ""
+        if latency_op and latency_op in measured and latency_op not in fit_ops and x[1] > 0:
+            c = np.array([r["op"] == latency_op for r in rows])
+            rest = t - bw_terms() - a[:, 2] * x[2]
+            # its latency regime: β and γ's terms at most LATENCY_SHARE of the measured time
+            c_lat = c & (a[:, 0] > 0) & (t - rest <= LATENCY_SHARE * t)
+            if c_lat.any():
+                x[0] = max(0.0, float(np.median(rest[c_lat] / a[c_lat, 0])))
+                roles[c_lat] = "latency"
+                l_op = latency_op
+        call_s, c_ops = 0.0, ()
+        measured_calls = [o for o in (call_ops or ()) if o in measured and o not in fit_ops]
+        if l_op and len(measured_calls) >= 2:
+            c = np.array([r["op"] in measured_calls for r in rows])
+            rest = t - bw_terms() - a[:, 2] * x[2]
+            c_lat = c & (a[:, 0] > 0) & (t - rest <= LATENCY_SHARE * t)
+            both = fit_call_overhead(a[c_lat, 0], k_call[c_lat], rest[c_lat])
+            if both is not None:
+                x[0], call_s = both
+                roles[c_lat] = "latency"
+                c_ops = tuple(o for o in measured_calls if (c_lat & c).any())
+        calls = k_call * call_s  # each row's per-call software seconds
+        if comm_cpu and gamma_op and gamma_op in measured and gamma_op not in fit_ops and x[1] > 0:
+            g = np.array([r["op"] == gamma_op for r in rows])
+            beyond = t - a[:, 0] * x[0] - calls  # the time beyond α's and c's terms
+            g_band = g & (a[:, 1] > 0) & (beyond >= 0.5 * t)
+            if g_band.any():
+                per_byte = float(np.median(beyond[g_band] / a[g_band, 1]))
+                if per_byte > x[1] * (1.0 + COMM_CPU_MARGIN):
+                    sigma, cpu_op = 0.5 * per_byte, gamma_op
+                    roles[g_band] = "cpu"
     k_host = np.array([host_coefficient(r["op"], r["size_bytes"], world) for r in rows])
     k_gathered = np.array([gathered_bytes(r["op"], r["size_bytes"], world) for r in rows])
     delta, h_op, h_table = 0.0, "", ()
@@ -691,7 +733,7 @@ def fit_link(
     k_host = np.array([host_coefficient(r["op"], r["size_bytes"], world, share) for r in rows])
     # the fit ops' rows with their own α, every other row with the link's
     alphas = np.where(used, fit_alpha, x[0])
-    if segs:
+    if segs or sigma > 0:
         fitted = a[:, 0] * alphas + bw_terms() + a[:, 2] * x[2] + calls
     else:
         fitted = a[:, 0] * alphas + a[:, 1:] @ x[1:] + calls
@@ -729,6 +771,8 @@ def fit_link(
         call_overhead_s=float(call_s),
         call_ops=c_ops,
         segments=segs,
+        comm_cpu_s_per_byte=float(sigma),
+        comm_cpu_op=cpu_op,
     )
     return fit, _table(rows, t, fitted, rel, roles)
 

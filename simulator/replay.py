@@ -494,7 +494,8 @@ def _world_size(
         sparse = (stage[:n_steps], dense, decode[:n_steps])
     return _WorldSize(
         p=p,
-        topology=build_topology(cluster, p),
+        # collectives meet the links as the hosts' sharing leaves them (σ's rate cap)
+        topology=build_topology(shared_cluster(cluster, p), p),
         inputs=inputs,
         n_steps=n_steps,
         compute=compute,
@@ -889,7 +890,7 @@ def simulate_trace(
         # γ, δ, segments) give the part of each exchange that tokens can shorten
         wire_runners = {}
         if cluster.link.burst_bytes > 0:
-            bare = build_topology(wire_cluster(cluster), ws.p)
+            bare = build_topology(wire_cluster(shared_cluster(cluster, ws.p)), ws.p)
             bare_cache = RunCache(bare)
             wire_runners = {lab: _Runner(bare, cfg, 0.0, bare_cache, lab) for lab in labels}
         per_step: dict[str, list[dict[str, Any]]] = {lab: [] for lab in labels}
