@@ -21,6 +21,11 @@ allreduce row, fp16 as the dense fp16 row, the variance hook as the compressed r
 with the hook's own exchange (``allgatherv/bounded``). Measured and predicted step times are
 medians over the timed steps.
 
+``--from DIR`` predicts a kept run (``-o DIR``) again with this checkout's models, without
+running anything: each setup's cluster file is refitted from its kept calibration
+measurements (``vgcsim calibrate --from``, with the hosts and burst the run declared) and
+every method predicted from the kept traces; the measured step times are the run's.
+
 JSON keys: ``setups`` (rate × P), ``winner_called`` (setups where the prediction names the
 faster of plain DDP and the variance hook; a tie — measured within 10 % — counts as called),
 ``median_abs_step_error`` and ``worst_abs_step_error`` per method (|predicted/measured − 1|),
@@ -127,6 +132,44 @@ def predict_step_s(trace: Path, cluster: Path, world_size: int, method: str, tmp
     return float(rows["step_s"].median())
 
 
+def refit(keep: Path, work: Path, rate: str, n: int) -> Path:
+    """The setup's cluster file fitted again from the kept run's measurements, with the hosts
+    (ranks per host, host cores) written in its kept cluster file and the rate's burst."""
+    import tomllib
+
+    kept = tomllib.loads((keep / f"cal-{rate}-P{n}.toml").read_text())
+    out = work / f"cal-{rate}-P{n}.toml"
+    cmd = [sys.executable, "-m", "vgcsim", "calibrate", "-o", str(out), "--force"]
+    cmd += ["--from", str(keep / f"cal-{rate}-P{n}.measurements.json")]
+    cmd += ["--host-cores", str(kept.get("host_cores", os.cpu_count()))]
+    cmd += ["--ranks-per-host", str(kept.get("ranks_per_host", n))]
+    if rate != "unshaped":
+        cmd += ["--burst", str(burst_bytes(rate))]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return out
+
+
+def repredict(keep: Path, work: Path, log) -> list[dict]:
+    """The kept run's rows (``real_ddp.json`` in ``keep``) predicted again (module docstring)."""
+    kept = json.loads((keep / "real_ddp.json").read_text())
+    rows, clusters = [], {}
+    for r in kept["rows"]:
+        rate, n, model, method = r["rate"], r["world_size"], r["model"], r["method"]
+        if (rate, n) not in clusters:
+            clusters[(rate, n)] = refit(keep, work, rate, n)
+        trace = keep / f"trace-{model}-{'variance' if method == 'variance' else 'ddp'}"
+        pred = predict_step_s(trace, clusters[(rate, n)], n, method, work)
+        m = r["measured_s"]
+        rows.append({**r, "predicted_s": pred, "error": pred / m - 1})
+        print(
+            f"{rate:>9} P={n} {model:>4} {method:>8}: measured {m * 1e3:8.2f} ms, "
+            f"predicted {pred * 1e3:8.2f} ms ({pred / m - 1:+.0%})",
+            file=log,
+            flush=True,
+        )
+    return rows
+
+
 def summarize(rows: list[dict]) -> dict:
     import numpy as np
 
@@ -168,7 +211,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cal-repeats", type=int, default=5)
     p.add_argument("--json", action="store_true")
     p.add_argument("-o", "--out", type=Path, help="keep traces, cluster files and rows here")
+    p.add_argument(
+        "--from",
+        dest="keep",
+        type=Path,
+        help="predict a kept run (-o DIR of an earlier run) again, running nothing",
+    )
     args = p.parse_args(argv)
+    if args.keep is not None:
+        return _repredicted(args)
     reason = missing_prerequisite()
     if reason:
         print(json.dumps({"skipped": reason}) if args.json else f"skipped: {reason}")
@@ -256,15 +307,36 @@ def main(argv: list[str] | None = None) -> int:
         result = {**summarize(rows), "rows": rows, "load_average": os.getloadavg()}
         if args.out:
             (work / "real_ddp.json").write_text(json.dumps(result, indent=1))
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"winner called in {result['winner_called']} of {result['setups']} setups")
-        for method, err in result["median_abs_step_error"].items():
-            print(
-                f"{method}: median |step error| {err:.1%}, worst {result['worst_abs_step_error'][method]:.1%}"
-            )
+    _print(result, args.json)
     return 0
+
+
+def _repredicted(args: argparse.Namespace) -> int:
+    if not (args.keep / "real_ddp.json").is_file():
+        print(
+            f"real_ddp: {args.keep} holds no real_ddp.json (run with -o DIR first)", file=sys.stderr
+        )
+        return 2
+    log = sys.stderr if args.json else sys.stdout
+    with tempfile.TemporaryDirectory(prefix="vgcsim-real-ddp-") as tmpdir:
+        work = (args.out or Path(tmpdir)).resolve()
+        work.mkdir(parents=True, exist_ok=True)
+        rows = repredict(args.keep.resolve(), work, log)
+        result = {**summarize(rows), "rows": rows, "predicted_from": str(args.keep)}
+        if args.out:
+            (work / "real_ddp.json").write_text(json.dumps(result, indent=1))
+    _print(result, args.json)
+    return 0
+
+
+def _print(result: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result))
+        return
+    print(f"winner called in {result['winner_called']} of {result['setups']} setups")
+    for method, err in result["median_abs_step_error"].items():
+        worst = result["worst_abs_step_error"][method]
+        print(f"{method}: median |step error| {err:.1%}, worst {worst:.1%}")
 
 
 if __name__ == "__main__":
