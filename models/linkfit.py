@@ -574,7 +574,7 @@ def fit_link(
     (``call_overhead_s``) together instead, from their rows in the latency regime
     (:func:`fit_call_overhead`; every collective row is then priced with c × its calls,
     :func:`call_coefficient`). ``comm_cpu`` (for ranks that shared cores while measured) fits
-    σ (``comm_cpu_s_per_byte``) instead of γ from ``gamma_op``'s rows where the α and c terms
+    σ (``comm_cpu_s_per_byte``; where found, in place of γ) from ``gamma_op``'s rows where the α and c terms
     are at most half the time: ``2σ`` = the median of their time beyond α's and c's terms
     per byte of β's coefficient, where that exceeds β by :data:`COMM_CPU_MARGIN`; every
     collective row is then priced with its bytes at ``max(β, 2σ)`` (size segments capped at
@@ -649,7 +649,7 @@ def fit_link(
         return a[mask] @ x
 
     g_op = ""
-    if gamma_op and gamma_op in measured and gamma_op not in fit_ops and x[2] == 0 and not comm_cpu:
+    if gamma_op and gamma_op in measured and gamma_op not in fit_ops and x[2] == 0:
         g = np.array([r["op"] == gamma_op for r in rows])
         g_t = t[g]
         # Its rows that the fitted link already calls bandwidth-bound (β's term alone is at
@@ -703,6 +703,7 @@ def fit_link(
                 if per_byte > x[1] * (1.0 + COMM_CPU_MARGIN):
                     sigma, cpu_op = 0.5 * per_byte, gamma_op
                     roles[g_band] = "cpu"
+                    x[2], g_op = 0.0, ""  # σ prices the reduction's bytes: no γ beside it
     k_host = np.array([host_coefficient(r["op"], r["size_bytes"], world) for r in rows])
     k_gathered = np.array([gathered_bytes(r["op"], r["size_bytes"], world) for r in rows])
     delta, h_op, h_table = 0.0, "", ()
