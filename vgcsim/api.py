@@ -688,10 +688,12 @@ def _legacy_demo(out: Path) -> list[str] | None:
     return None
 
 
-def _paper_traces(cfg: DemoConfig, traces: Mapping[str, Trace], where: Path) -> dict[str, Path]:
+def _paper_traces(
+    cfg: DemoConfig, traces: Mapping[str, Trace], where: Path, done: Callable[[str], None]
+) -> dict[str, Path]:
     """Synthesize each of ``cfg.paper_nets`` at the recorded variance trace's settled density
-    (its workers, per-worker batch and seed) into ``where/<net>``; none without a variance
-    trace."""
+    (its workers, per-worker batch and seed) into ``where/<net>``, calling ``done`` after
+    each; none without a variance trace."""
     from vgcsim.reports.demo_notes import settled_density
     from vgcsim.traces.synth import SynthConfig, synth_trace
 
@@ -714,6 +716,7 @@ def _paper_traces(cfg: DemoConfig, traces: Mapping[str, Trace], where: Path) -> 
             chunk_steps=cfg.paper_steps,
         )
         out[net] = synth_trace(synth, where / net, overwrite=True)
+        done(f"synthesized {net} at {density * 100:.2g} % density -> {out[net]}")
     return out
 
 
@@ -832,7 +835,7 @@ def demo(
     # 3. paper-size workloads, synthesized at the recorded variance trace's settled
     #    density, predicted with compute modelled from their own FLOPs
     traces = {m: load_trace(d) for m, d in trace_dirs.items()}
-    synthesized = _paper_traces(cfg, traces, out / "traces" / "synthesized")
+    synthesized = _paper_traces(cfg, traces, out / "traces" / "synthesized", say)
     for net, run_dir in synthesized.items():
         trace = load_trace(run_dir)
         for cluster in clusters:
