@@ -157,6 +157,31 @@ def test_the_api_is_the_one_front_door_that_commands_call():
         assert not imported & orchestration, (name, sorted(imported & orchestration))
 
 
+#: Commands that are parse → api → print: they import no stage module (traces, models,
+#: simulator, reports), not even lazily, and reach every stage through ``vgcsim.api``.
+THROUGH_THE_API = ("demo",)
+
+
+def _stage_imports(path: Path) -> list[str]:
+    """The stage modules ``path`` imports, lazily or not."""
+    return sorted(m for m in _imports(path) if _layer_of_module(m) in STAGES[1:])
+
+
+@pytest.mark.parametrize("name", THROUGH_THE_API)
+def test_a_command_reaches_the_stages_only_through_the_api(name):
+    assert _stage_imports(ROOT / "vgcsim" / "commands" / f"{name}.py") == []
+
+
+def test_the_stage_import_check_sees_a_lazy_stage_import(tmp_path):
+    module = tmp_path / "command.py"
+    module.write_text(
+        "from vgcsim import api\nfrom vgcsim.core.config import apply_overrides\n\n"
+        "def run(args):\n    from vgcsim.reports.render import render_report\n",
+        encoding="utf-8",
+    )
+    assert _stage_imports(module) == ["vgcsim.reports.render"]
+
+
 def test_models_and_simulator_never_import_each_other():
     assert "simulator" not in ALLOWED["models"] and "models" not in ALLOWED["simulator"]
 

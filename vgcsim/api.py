@@ -52,6 +52,10 @@ __all__ = [
     "sweep_jobs",
     "sweep",
     "SweepRun",
+    "DemoConfig",
+    "DemoRun",
+    "demo_config",
+    "demo",
     "trace_caveats",
     "save",
     "parse_algorithms",
@@ -491,6 +495,411 @@ def scenario(
         },
     )
     return ScenarioRun(df, cross, text)
+
+
+#: Traces committed for the demo, installed with the package (their README has the commands).
+DEMO_TRACES = Path(__file__).resolve().parent / "data" / "demo_traces"
+#: Where :func:`demo` takes its traces from (``DemoConfig.traces``).
+DEMO_TRACE_SOURCES = ("committed", "record")
+#: Methods the demo can record: name -> (compressor, hyperparameters). The paper's settings:
+#: variance α = 2 (Algorithm 1), Strom's threshold τ, QSGD with 2 bits and buckets of 128.
+DEMO_METHODS: dict[str, tuple[str, dict[str, Any]]] = {
+    "dense": ("dense", {}),
+    "variance": ("variance", {"alpha": 2.0}),
+    "strom": ("strom", {"tau": 0.01}),
+    "qsgd": ("qsgd", {"bits": 2, "bucket_size": 128}),
+    "hybrid": ("hybrid", {"alpha": 2.0, "tau": 0.01}),
+}
+DEMO_COMPUTE_MODES = ("trace", "model")
+#: The demo's world sizes: its own default (P = 1 is the single-worker baseline of its plots;
+#: it stops at 256 to keep the whole job within minutes on two cores).
+DEMO_WORLD_SIZES = "1,2:256:x2"
+#: Paper-size workloads the demo synthesizes: layer list of ``vgcsim trace synth`` -> name.
+PAPER_NETS = {"resnet50": "ResNet-50", "vgg_like": "VGG-like"}
+#: Encodings of the synthesized traces: those with closed-form sizes (the gap codes' exact
+#: lengths cost seconds per step at ResNet-50 size).
+PAPER_ENCODINGS = ("packed32", "coo64", "bitmap")
+#: Fields that only shape a recording (must keep their defaults with committed traces).
+DEMO_RECORD_FIELDS = ("steps", "workers", "batch_size", "eval_every", "seed", "lr_milestones")
+#: What the demo writes into its folder.
+DEMO_FOLDERS = ("traces", "results", "report")
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """What :func:`demo` evaluates (every field settable with ``--set key=value``).
+
+    traces: "committed" reads the traces committed in vgcsim/data/demo_traces (recorded
+    with the settings below), "record" records them into OUT/traces. steps, workers,
+    batch_size, eval_every, seed, lr_milestones (Adam's learning rate × 0.1 at each):
+    the recording (default workload of ``vgcsim record`` otherwise; a step schedule, so
+    that the first steps of a recording do not depend on its length). methods: keys of
+    DEMO_METHODS. clusters: cluster presets or TOML files. compute: "model" times
+    forward/backward on each cluster's device, "trace" uses the CPU times measured while
+    recording. sim_steps: steps replayed per world size (0: all). target_accuracy: test
+    accuracy in percent for the time-to-accuracy table (0: the dense trace's final
+    accuracy minus 1 point). paper_nets: paper-size workloads (layer lists of ``vgcsim
+    trace synth``: resnet50, vgg_like; empty: none) synthesized with paper_steps steps at
+    the density the recorded variance trace settles to (its mean over the last 20 % of
+    steps), their compute modelled from their own FLOPs on each cluster's device, and
+    predicted beside the recorded toy.
+    """
+
+    traces: str = "committed"
+    steps: int = 500
+    workers: int = 4
+    batch_size: int = 32
+    eval_every: int = 25
+    seed: int = 0
+    lr_milestones: tuple[int, ...] = (300, 400)
+    methods: tuple[str, ...] = ("dense", "variance", "strom", "qsgd")
+    clusters: tuple[str, ...] = ("1GbE", "10GbE", "IB-EDR")
+    world_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    compute: str = "model"
+    sim_steps: int = 0
+    target_accuracy: float = 0.0
+    paper_nets: tuple[str, ...] = ("resnet50", "vgg_like")
+    paper_steps: int = 20
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """What :func:`demo` returns: the ``config`` it ran, the ``traces`` it read (method ->
+    run folder: committed, recorded or reused) and the paper-size traces it
+    ``synthesized`` (net -> run folder), the result folders (``results``: predicted and
+    simulated, in the report's order), the ``report`` (its index.html), the ``headline``
+    (what the numbers rest on: model, steps, each method's readings and accuracy), the
+    report's ``notes`` (the headline with where the traces come from first, the clusters
+    and compute last) and its ``summary`` (the verdict lines, wins first)."""
+
+    config: DemoConfig
+    traces: dict[str, Path]
+    synthesized: dict[str, Path]
+    results: tuple[Path, ...]
+    report: Path
+    headline: str
+    notes: tuple[str, ...]
+    summary: tuple[str, ...]
+
+
+def demo_config(
+    overrides: Sequence[str] = (),
+    *,
+    config: DemoConfig | None = None,
+    world_sizes: Sequence[int] | str | None = None,
+) -> DemoConfig:
+    """``config`` (default :class:`DemoConfig`) with ``overrides`` applied: ``key=value``
+    strings as ``vgcsim demo --set`` takes them (``"methods=[\\"dense\\",\\"variance\\"]"``,
+    ``"clusters=10GbE"``; a misspelt key is refused with the valid ones), then
+    ``world_sizes`` (a list or a ``--world-sizes`` string such as ``"2,4"``) when given."""
+    from vgcsim.core.config import apply_overrides
+
+    cfg = apply_overrides(config if config is not None else DemoConfig(), list(overrides))
+    if world_sizes is not None:
+        from dataclasses import replace
+
+        cfg = replace(cfg, world_sizes=_world_sizes(world_sizes))
+    return cfg
+
+
+def _demo_record_config(cfg: DemoConfig, method: str) -> Any:
+    """The :class:`~vgcsim.traces.training.record_config.RecordConfig` the demo records
+    ``method`` with."""
+    from vgcsim.traces.training.record_config import CompressorConfig, OptimConfig, RecordConfig
+
+    name, params = DEMO_METHODS[method]
+    return RecordConfig(
+        compressor=CompressorConfig(name=name, params=dict(params)),
+        optimizer=OptimConfig(schedule="step", milestones=tuple(cfg.lr_milestones)),
+        workers=cfg.workers,
+        batch_size=cfg.batch_size,
+        steps=cfg.steps,
+        seed=cfg.seed,
+        eval_every=cfg.eval_every,
+        chunk_steps=100,  # as the committed traces (their test re-records one chunk)
+    )
+
+
+def _demo_check(cfg: DemoConfig) -> None:
+    """Refuse a demo configuration :func:`demo` cannot run, in one line (ConfigError)."""
+    import math
+
+    from vgcsim.core.errors import ConfigError, unknown_name
+
+    for m in cfg.methods:
+        if m not in DEMO_METHODS:
+            raise unknown_name("demo method", m, DEMO_METHODS)
+    if cfg.compute not in DEMO_COMPUTE_MODES:
+        raise unknown_name("compute mode", cfg.compute, DEMO_COMPUTE_MODES)
+    if cfg.traces not in DEMO_TRACE_SOURCES:
+        raise unknown_name("demo trace source", cfg.traces, DEMO_TRACE_SOURCES)
+    target = cfg.target_accuracy
+    if target and not (math.isfinite(target) and 1.0 < target <= 100.0):
+        raise ConfigError(f"target_accuracy is a percentage in (1, 100] or 0, got {target:g}")
+    if cfg.traces == "committed":
+        changed = [f for f in DEMO_RECORD_FIELDS if getattr(cfg, f) != getattr(DemoConfig(), f)]
+        if changed:
+            raise ConfigError(
+                f"{', '.join(changed)} {'applies' if len(changed) == 1 else 'apply'} only to "
+                "traces the demo records: add "
+                "--set traces=record (the committed traces were recorded with the defaults)"
+            )
+        missing = [m for m in cfg.methods if not (DEMO_TRACES / m / "header.json").is_file()]
+        if missing:
+            raise ConfigError(
+                f"no committed demo trace for {', '.join(missing)} in {DEMO_TRACES}: "
+                "add --set traces=record to record it"
+            )
+    if not cfg.clusters or not cfg.world_sizes or not cfg.methods:
+        raise ConfigError("methods, clusters and world_sizes must not be empty")
+    if any(int(p) < 1 for p in cfg.world_sizes):
+        raise ConfigError("world_sizes must be >= 1")
+    if cfg.steps < 1 or cfg.workers < 1 or cfg.sim_steps < 0 or cfg.paper_steps < 1:
+        raise ConfigError("steps, workers and paper_steps must be >= 1, sim_steps >= 0")
+    for net in cfg.paper_nets:
+        if net not in PAPER_NETS:
+            raise unknown_name("paper-size net", net, PAPER_NETS)
+    try:  # batch_size, seed, eval_every: checked where the recorder checks them
+        _demo_record_config(cfg, cfg.methods[0])
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _demo_reusable(run_dir: Path, record_cfg: Any) -> bool:
+    """True when ``run_dir`` holds a complete trace recorded with ``record_cfg``."""
+    import json
+
+    from vgcsim.core.config import to_dict
+    from vgcsim.core.errors import TraceError
+    from vgcsim.traces.io import read_header
+    from vgcsim.traces.training.record import resolve_config
+
+    def normalized(obj: Any) -> Any:
+        return json.loads(json.dumps(obj, sort_keys=True, default=str))
+
+    if not (run_dir / "header.json").is_file():
+        return False
+    try:
+        header = read_header(run_dir)
+    except TraceError:
+        return False
+    return header.get("status") == "complete" and normalized(header.get("config")) == (
+        normalized(to_dict(resolve_config(record_cfg)))
+    )
+
+
+def _legacy_demo(out: Path) -> list[str] | None:
+    """A demo folder written before folder markers existed: its report and results folders."""
+    if (out / "report" / "report.json").is_file() and (out / "results").is_dir():
+        return [name for name in DEMO_FOLDERS if (out / name).exists()]
+    return None
+
+
+def _paper_traces(
+    cfg: DemoConfig, traces: Mapping[str, Trace], where: Path, done: Callable[[str], None]
+) -> dict[str, Path]:
+    """Synthesize each of ``cfg.paper_nets`` at the recorded variance trace's settled density
+    (its workers, per-worker batch and seed) into ``where/<net>``, calling ``done`` after
+    each; none without a variance trace."""
+    from vgcsim.reports.demo_notes import settled_density
+    from vgcsim.traces.synth import SynthConfig, synth_trace
+
+    if "variance" not in traces or not cfg.paper_nets:
+        return {}
+    var = traces["variance"]
+    density = settled_density(var)
+    out = {}
+    for net in cfg.paper_nets:
+        synth = SynthConfig(
+            layers=net,
+            workers=int(var.workers),
+            steps=cfg.paper_steps,
+            seed=cfg.seed,
+            compressor="variance",
+            density=density,
+            encodings=PAPER_ENCODINGS,
+            primary_encoding="packed32",
+            batch_size_per_worker=int(var.header.get("batch_size_per_worker") or 32),
+            chunk_steps=cfg.paper_steps,
+        )
+        out[net] = synth_trace(synth, where / net, overwrite=True)
+        done(f"synthesized {net} at {density * 100:.2g} % density -> {out[net]}")
+    return out
+
+
+def demo(
+    config: DemoConfig | None = None,
+    out_dir: str | Path = "out/demo",
+    *,
+    overrides: Sequence[str] = (),
+    world_sizes: Sequence[int] | str | None = None,
+    overwrite: bool = False,
+    progress: Callable[[int, int, str], None] | None = None,
+    command: Sequence[str] | None = None,
+) -> DemoRun:
+    """The main job end to end, what ``vgcsim demo`` runs: traces, predict, simulate, report.
+
+    ``config`` (default :class:`DemoConfig`) with ``overrides`` and ``world_sizes`` applied
+    as :func:`demo_config` does; a configuration the demo cannot run is refused before
+    anything is written. Stages talk only through files in ``out_dir``, in one direction::
+
+        vgcsim/data/demo_traces/<method>/             committed traces (default), or
+        out_dir/traces/<method>/                      recorded (real training, W workers)
+        out_dir/traces/synthesized/<net>/             paper-size traces (with a variance trace)
+        out_dir/results/predicted/<method>-<cluster>/ closed-form models read the trace
+        out_dir/results/simulated/<method>-<cluster>/ the discrete-event simulator reads it
+        out_dir/report/index.html                     the report reads results and traces
+
+    With ``traces="record"`` a trace is reused when its folder holds a *complete* trace
+    recorded with the same configuration; anything else is recorded again (that needs the
+    training extra: :class:`MissingExtraError` otherwise, before any folder is made). Each
+    compressed trace is predicted and simulated on every cluster; the paper-size traces
+    are predicted only, their compute modelled from their own FLOPs.
+
+    ``out_dir`` is checked and marked as every vgcsim output folder (``overwrite`` as for
+    :func:`save`); ``command`` is the line the result headers record (default
+    ``vgcsim.api.demo``). ``progress(done, total, what)`` is called after each stage step
+    (and the recorder shows its own progress when it is given).
+    """
+    import json
+    from dataclasses import replace
+
+    from vgcsim.core.options import PredictOptions, SimulateConfig
+    from vgcsim.core.outdir import prepare_output
+    from vgcsim.reports.demo_notes import demo_headline, demo_labels, paper_note
+    from vgcsim.reports.render import render_report
+
+    cfg = demo_config(overrides, config=config, world_sizes=world_sizes)
+    _demo_check(cfg)
+    if cfg.traces == "record":
+        # a core install stops here, in one line naming the extra, before any folder is made
+        # (the committed traces need no torch)
+        try:
+            from vgcsim.traces.training.record import record as _record
+        except ModuleNotFoundError as exc:
+            top = (exc.name or "").split(".")[0]
+            if top not in TRAIN_MODULES:
+                raise
+            raise MissingExtraError(
+                f"recording demo traces needs the training extra ({top} is not installed): "
+                f"{TRAIN_EXTRA_HINT}"
+            ) from None
+
+    folder = prepare_output(
+        out_dir, "vgcsim demo", overwrite=overwrite, files=DEMO_FOLDERS, legacy=_legacy_demo
+    )
+    out = folder.path
+    line = list(command) if command is not None else ["vgcsim.api.demo"]
+    sizes = tuple(sorted({int(p) for p in cfg.world_sizes}))
+    clusters = [load_cluster(c, compute=cfg.compute) for c in cfg.clusters]
+    compressed = [m for m in cfg.methods if DEMO_METHODS[m][0] != "dense"]
+    total = len(cfg.methods) + 2 * len(compressed) * len(clusters) + 1
+    if cfg.traces == "committed":
+        total -= len(cfg.methods)
+    if "variance" in cfg.methods:
+        total += len(cfg.paper_nets) * (1 + len(clusters))
+    done = 0
+
+    def say(msg: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total, msg)
+
+    def saved(df: pd.DataFrame, where: Path, trace: Trace, cluster: ClusterSpec) -> Path:
+        return save(
+            df, where, trace, cluster, overwrite=overwrite, command=line, writer="vgcsim demo"
+        )
+
+    # 1. the committed traces, or record (or reuse) one trace per method
+    trace_dirs: dict[str, Path] = {}
+    for method in cfg.methods:
+        if cfg.traces == "committed":
+            trace_dirs[method] = DEMO_TRACES / method
+            continue
+        run_dir = out / "traces" / method
+        rcfg = _demo_record_config(cfg, method)
+        if _demo_reusable(run_dir, rcfg):
+            say(f"reusing complete trace {run_dir}")
+        else:
+            say(f"recording {method}: {cfg.steps} steps, {cfg.workers} workers -> {run_dir}")
+            _record(rcfg, run_dir, progress=progress is not None, overwrite=True)
+        trace_dirs[method] = run_dir
+
+    # 2. predict and simulate every compressed trace on every cluster, through files
+    result_dirs: list[Path] = []
+    sim_cfg = SimulateConfig(world_sizes=sizes, max_steps=cfg.sim_steps)
+    for method in compressed:
+        trace = load_trace(trace_dirs[method])
+        for cluster in clusters:
+            tag = f"{method}-{cluster.name}"
+            predicted = predict(trace, cluster, config=PredictOptions(world_sizes=sizes))
+            simulated = simulate(trace, cluster, config=sim_cfg)
+            for source, df in (("predicted", predicted), ("simulated", simulated)):
+                result_dirs.append(saved(df, out / "results" / source / tag, trace, cluster))
+                say(f"{source} {tag} for P = {sizes[0]}..{sizes[-1]}")
+
+    # 3. paper-size workloads, synthesized at the recorded variance trace's settled
+    #    density, predicted with compute modelled from their own FLOPs
+    traces = {m: load_trace(d) for m, d in trace_dirs.items()}
+    synthesized = _paper_traces(cfg, traces, out / "traces" / "synthesized", say)
+    for net, run_dir in synthesized.items():
+        trace = load_trace(run_dir)
+        for cluster in clusters:
+            model_cluster = replace(cluster, compute="model")
+            df = predict(trace, model_cluster, config=PredictOptions(world_sizes=sizes))
+            dest = out / "results" / "predicted" / f"{net}-{cluster.name}"
+            result_dirs.append(saved(df, dest, trace, model_cluster))
+            say(f"predicted {net}-{cluster.name} (synthesized) for P = {sizes[0]}..{sizes[-1]}")
+
+    # 4. report from the result folders and the traces
+    compute_note = (
+        "forward/backward time modelled from the traces' FLOPs on each cluster's device "
+        f"({', '.join(sorted({c.device.name for c in clusters}))})"
+        if cfg.compute == "model"
+        else "forward/backward, variance and codec times as measured on the recording CPU"
+    )
+    where = (
+        "committed with the project (vgcsim/data/demo_traces, installed with the package; "
+        "recorded by `vgcsim record`, commands in its README)"
+        if cfg.traces == "committed"
+        else f"recorded into {out / 'traces'}"
+    )
+    headline = demo_headline(traces, cfg.methods)
+    notes = [
+        f"{headline} Traces {where}.",
+        f"Clusters: {', '.join(c.name for c in clusters)}; P = {', '.join(map(str, sizes))}. "
+        f"Compute: {compute_note}.",
+    ]
+    if synthesized:
+        notes.insert(1, paper_note(synthesized, traces["variance"], PAPER_NETS))
+    html = report_folder(
+        out / "report",
+        lambda where: render_report(
+            result_dirs,
+            list(trace_dirs.values()),  # the synthesized ones have nothing to validate
+            where,
+            title="vgcsim demo report",
+            notes=notes,
+            target_accuracy=cfg.target_accuracy / 100 if cfg.target_accuracy else None,
+            labels=demo_labels(traces, synthesized, PAPER_NETS),
+        ),
+        overwrite,
+        command="demo",
+    )
+    folder.commit()
+    say(f"report written to {html.parent}")
+    summary = json.loads((html.parent / "report.json").read_text(encoding="utf-8"))
+    return DemoRun(
+        config=cfg,
+        traces=trace_dirs,
+        synthesized=synthesized,
+        results=tuple(result_dirs),
+        report=html,
+        headline=headline,
+        notes=tuple(notes),
+        summary=tuple(summary.get("summary", [])),
+    )
 
 
 def trace_caveats(trace: str | Path | Trace) -> list[str]:

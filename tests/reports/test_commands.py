@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from reports_golden import RESULTS, ROOT, TRACE
 
+from vgcsim import api
 from vgcsim.cli import main
 
 
@@ -109,7 +110,9 @@ def test_demo_user_errors_exit_2(tmp_path, capsys, override, message):
 
 
 def test_demo_reuses_only_complete_traces_with_same_config(tmp_path):
-    from vgcsim.commands.demo import DemoConfig, _record_config, _reusable
+    from vgcsim.api import DemoConfig
+    from vgcsim.api import _demo_record_config as _record_config
+    from vgcsim.api import _demo_reusable as _reusable
 
     cfg = DemoConfig(steps=2)
     rcfg = _record_config(cfg, "variance")
@@ -195,3 +198,98 @@ def test_demo_shows_a_paper_size_row_beside_the_toy_and_leads_with_wins(tmp_path
     assert wins == sorted(wins, reverse=True)
     assert all(" against " in s and " of dense allreduce" in s for s in verdicts)
     assert any(line.startswith("Paper-size rows: VGG-like") for line in printed)
+
+
+#: A fast demo: the committed dense and variance traces on 10GbE at P = 2 and 4, with a
+#: two-step VGG-like trace synthesized beside them.
+FAST_DEMO = [
+    'methods=["dense","variance"]',
+    'clusters=["10GbE"]',
+    'paper_nets=["vgg_like"]',
+    "paper_steps=2",
+]
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+@pytest.mark.slow
+def test_api_demo_writes_what_the_command_writes_and_returns_what_it_prints(tmp_path, capsys):
+    from vgcsim.api import DEMO_TRACES
+
+    cli = tmp_path / "cli"
+    args = ["demo", "-o", str(cli), "--quiet", "--world-sizes", "2,4"]
+    for setting in FAST_DEMO:
+        args += ["--set", setting]
+    assert main(args) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+
+    calls: list[tuple[int, int, str]] = []
+    out = tmp_path / "api"
+    run = api.demo(
+        out_dir=out,
+        overrides=FAST_DEMO,
+        world_sizes="2,4",
+        progress=lambda done, total, what: calls.append((done, total, what)),
+    )
+    assert _files(out) == _files(cli) and "report/index.html" in _files(out)
+    assert run.report == out / "report" / "index.html"
+    assert printed == [*run.summary[:4], *run.notes[:-1], str(cli / "report" / "index.html")]
+    assert run.notes[0].startswith(run.headline + " Traces committed with the project")
+    assert run.headline.startswith("small_cnn (38,282 parameters) on mnist, 500 steps")
+    assert "variance α=2 (after_send=reset" in run.headline
+    assert run.notes[1].startswith("Paper-size rows: VGG-like")
+    assert run.config.world_sizes == (2, 4) and run.config.paper_nets == ("vgg_like",)
+    assert run.traces == {m: DEMO_TRACES / m for m in ("dense", "variance")}
+    assert run.synthesized == {"vgg_like": out / "traces" / "synthesized" / "vgg_like"}
+    assert [p.relative_to(out).as_posix() for p in run.results] == [
+        "results/predicted/variance-10GbE",
+        "results/simulated/variance-10GbE",
+        "results/predicted/vgg_like-10GbE",
+    ]
+    for table in ("speedup_matrix.csv", "breakdown.md", "crossover.csv"):
+        assert (out / "report" / "tables" / table).read_text(encoding="utf-8") == (
+            cli / "report" / "tables" / table
+        ).read_text(encoding="utf-8")
+    # one call per stage step, counted up to the total announced from the first
+    assert [c[:2] for c in calls] == [(i, 5) for i in range(1, 6)]
+    assert calls[2][2].startswith("synthesized vgg_like at 1.2 % density")
+    assert calls[-1][2] == f"report written to {out / 'report'}"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("target_accuracy=0.97", "target_accuracy is a percentage in (1, 100] or 0, got 0.97"),
+        ('methods=["dense","nope"]', "unknown demo method 'nope'"),
+        ("steps=3", "steps applies only to traces the demo records"),
+    ],
+)
+def test_api_demo_refuses_a_config_it_cannot_run_before_writing(tmp_path, override, message):
+    from vgcsim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        api.demo(out_dir=tmp_path / "demo", overrides=[override])
+    assert message in str(err.value)
+    assert not (tmp_path / "demo").exists()
+
+
+def test_api_demo_recording_without_torch_names_the_extra_before_any_folder(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "demo"
+    code = (
+        "import sys\nfor m in ('torch', 'sklearn', 'mlxtend'): sys.modules[m] = None\n"
+        "from vgcsim import api\n"
+        "try:\n"
+        f"    api.demo(out_dir={str(out)!r}, overrides=['traces=record'])\n"
+        "except api.MissingExtraError as exc:\n"
+        "    print(exc)\n"
+        "    raise SystemExit(3)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 3, done.stderr
+    assert "vgcsim[train]" in done.stdout and "torch" in done.stdout
+    assert not out.exists()

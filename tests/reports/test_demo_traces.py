@@ -14,8 +14,10 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from vgcsim.commands.demo import DEMO_TRACES, DemoConfig, _record_config, demo_headline
+from vgcsim.api import DEMO_TRACES, DemoConfig
+from vgcsim.api import _demo_record_config as _record_config
 from vgcsim.core.config import config_from_dict, to_dict
+from vgcsim.reports.demo_notes import demo_headline
 from vgcsim.traces.io import read_header, read_trace
 from vgcsim.traces.training.record import record, resolve_config
 from vgcsim.traces.training.record_config import RecordConfig
