@@ -157,6 +157,15 @@ def test_the_api_is_the_one_front_door_that_commands_call():
         assert not imported & orchestration, (name, sorted(imported & orchestration))
 
 
+@pytest.mark.parametrize("name", ["calibrate"])
+def test_a_parse_api_print_command_imports_no_stage(name):
+    """These commands parse, call ``vgcsim.api`` and print: the measuring, fitting, reporting
+    and writing are the API's, so the command imports no stage module."""
+    imported = _imports(ROOT / "vgcsim" / "commands" / f"{name}.py")
+    assert "vgcsim.api" in imported
+    assert not sorted(m for m in imported if _layer_of_module(m) in STAGES[1:])
+
+
 def test_models_and_simulator_never_import_each_other():
     assert "simulator" not in ALLOWED["models"] and "models" not in ALLOWED["simulator"]
 
