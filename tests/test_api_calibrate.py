@@ -10,7 +10,7 @@ import pytest
 from vgcsim import api
 from vgcsim.cli import main
 from vgcsim.core.cluster import load_cluster
-from vgcsim.core.errors import UnknownNameError
+from vgcsim.core.errors import ConfigError, UnknownNameError
 from vgcsim.models.linkfit import cost_coefficients
 from vgcsim.traces.calibration import CalibrateConfig, write_measurements
 
@@ -107,3 +107,18 @@ def test_a_misspelt_option_is_refused_with_the_valid_names(options, word):
     doc = {"world_size": WORLD, "backend": "gloo", "rows": rows()}
     with pytest.raises(UnknownNameError, match=word):
         api.fit_calibration(doc, **options)
+
+
+@pytest.mark.parametrize(
+    ("sweep", "layout", "message"),
+    [
+        ({"colour": "red"}, {}, "unknown calibration sweep option 'colour'"),
+        ({"ops": "p2p,bogus"}, {}, "unknown op 'bogus'"),
+        ({"repeats": 3}, {"nprocs": 1}, "--nprocs must be >= 2"),
+    ],
+)
+def test_a_bad_sweep_or_layout_is_refused_before_any_rank_starts(tmp_path, sweep, layout, message):
+    out = tmp_path / "c.toml"
+    with pytest.raises(ConfigError, match=message):
+        api.calibrate(out, sweep, **layout)
+    assert list(tmp_path.iterdir()) == []  # no measurement, no cluster file

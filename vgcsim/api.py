@@ -1140,14 +1140,20 @@ def calibrate(
     import json
 
     from vgcsim.core.config import apply_overrides, to_dict
-    from vgcsim.core.errors import ConfigError
+    from vgcsim.core.errors import ConfigError, unknown_name
     from vgcsim.traces.calibration import CalibrateConfig
+    from vgcsim.traces.training.distributed_launch import check_backend
 
     out = Path(out)
     _calibration_output(out, overwrite)
     if isinstance(sweep, CalibrateConfig):
         cfg = apply_overrides(sweep, list(overrides))
+        check_backend(cfg.backend)
     else:
+        valid = ("backend", "ops", "sizes", "repeats", "warmup", "budget_s", "passes")
+        for key in sweep or {}:
+            if key not in valid:
+                raise unknown_name("calibration sweep option", str(key), valid)
         cfg = calibration_config(**dict(sweep or {}), overrides=overrides)
     meas_path = out.with_name(out.stem + ".measurements.json")
     if _under_torchrun():
@@ -1160,7 +1166,7 @@ def calibrate(
         if run_rank(cfg, meas_path, iface) != 0:
             return None
     else:
-        from vgcsim.traces.training.distributed_launch import launch_local
+        from vgcsim.traces.training import distributed_launch
 
         ranks = nprocs if nprocs is not None else (2 if nnodes == 1 else 1)
         if ranks * nnodes < 2:
@@ -1171,7 +1177,7 @@ def calibrate(
         # Each rank gets the sweep as the JSON of its config (what the measurement file records).
         argv = ["-m", "vgcsim.traces.training.distributed_calibrate"]
         argv += [json.dumps(to_dict(cfg)), str(meas_path)]
-        launch_local(
+        distributed_launch.launch_local(
             argv,
             ranks,
             timeout_s=timeout_s,
