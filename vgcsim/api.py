@@ -68,6 +68,16 @@ __all__ = [
     "report",
     "collective",
     "advise",
+    "calibrate",
+    "calibrate_from",
+    "fit_calibration",
+    "calibration_config",
+    "calibrate_codec",
+    "calibration_defaults",
+    "CalibrationRun",
+    "CodecCalibrationRun",
+    "CalibrationDefaults",
+    "CalibrationError",
 ]
 
 
@@ -1283,3 +1293,489 @@ def advise(
 
 predict.__doc__ = (predict.__doc__ or "") + RESULT_FRAME_DOC
 simulate.__doc__ = (simulate.__doc__ or "") + RESULT_FRAME_DOC
+
+
+# ---------------------------------------------------------------- calibrate: fit a link, write it
+
+
+class CalibrationError(VgcsimError):
+    """The measurements do not pin the link well enough to write a cluster file; ``run`` is the
+    refused :class:`CalibrationRun` (its table and report) where the fit got that far."""
+
+    def __init__(self, message: str, run: CalibrationRun | None = None) -> None:
+        super().__init__(message)
+        self.run = run
+
+
+@dataclass(frozen=True)
+class CalibrationDefaults:
+    """The calibration's vocabulary and defaults, for a caller that builds options: the ops a
+    sweep can time (``ops``), those it times by default (``default_ops``), the statistics over
+    repetitions (``statistics``), the sweep's ``passes`` and the largest typical fit error
+    written without ``force`` (``max_error``)."""
+
+    ops: tuple[str, ...]
+    default_ops: tuple[str, ...]
+    statistics: tuple[str, ...]
+    passes: int
+    max_error: float
+
+
+def calibration_defaults() -> CalibrationDefaults:
+    """The calibration's op names, statistics and defaults (:class:`CalibrationDefaults`)."""
+    from vgcsim.traces.calibration import (
+        DEFAULT_MAX_ERROR,
+        DEFAULT_OPS,
+        DEFAULT_PASSES,
+        OPS,
+        STATISTICS,
+    )
+
+    return CalibrationDefaults(
+        tuple(OPS), tuple(DEFAULT_OPS), tuple(STATISTICS), DEFAULT_PASSES, DEFAULT_MAX_ERROR
+    )
+
+
+@dataclass(frozen=True)
+class CalibrationRun:
+    """What :func:`fit_calibration`, :func:`calibrate_from` and :func:`calibrate` return.
+
+    - ``fit``: the link written as ``[link]`` (a :class:`vgcsim.models.linkfit.LinkFit`; its
+      CPU-time terms divided by the processor sharing they were measured under, where any);
+      ``intra``: the ``[intra_link]`` fit from the ping-pong inside a node, or None.
+    - ``table``: one row per (op, size): measured and fitted seconds, relative error, role;
+      ``errors``: the typical error per op (predicted from the fit where not fitted);
+      ``switch``: where the p2p times step between two regimes (None: no step, or the fit's
+      size segments price it).
+    - ``toml``: the cluster file's text (``vgcsim.core.clusterfile.cluster_toml``), read back
+      by ``--cluster FILE`` and :func:`load_cluster`.
+    - ``report``: the table and the fit lines as ``vgcsim calibrate`` prints them; ``notes``:
+      lines about what was done to the fit before writing it.
+    - ``out``, ``plot``, ``measurements``: the files written or read (None where none).
+    """
+
+    fit: Any
+    intra: Any | None
+    table: list[dict]
+    errors: dict[str, float]
+    switch: dict | None
+    toml: str
+    report: str
+    notes: tuple[str, ...] = ()
+    out: Path | None = None
+    plot: Path | None = None
+    measurements: Path | None = None
+
+    @property
+    def worst(self) -> Any:
+        """The fit (link or intra-node link) with the larger typical error."""
+        fits = [f for f in (self.fit, self.intra) if f is not None]
+        return max(fits, key=lambda f: f.typical_error)
+
+    @property
+    def typical_error(self) -> float:
+        """The larger typical error (exp of the rms log ratio, minus one) of the fits."""
+        return float(self.worst.typical_error)
+
+
+def _unshared(world_size: int, hosts: tuple[int, int]) -> float:
+    """The processor-sharing factor ranks of a ``world_size`` job ran under
+    (``vgcsim.core.cluster.host_share`` of a star with ``hosts`` = (ranks_per_host,
+    host_cores))."""
+    import dataclasses
+
+    from vgcsim.core.cluster import get_cluster, host_share
+
+    star = dataclasses.replace(get_cluster("1GbE"), ranks_per_host=hosts[0], host_cores=hosts[1])
+    return host_share(star, world_size)
+
+
+def fit_calibration(
+    measurements: str | Path | Mapping[str, Any],
+    *,
+    statistic: str = "median",
+    fit_ops: Sequence[str] = (),
+    sizes: str | Sequence[int] | None = None,
+    name: str | None = None,
+    device: str = "cpu",
+    hosts: tuple[int, int] = (1, 0),
+    burst_bytes: float = 0.0,
+    note: str | None = None,
+) -> CalibrationRun:
+    """Fit the α-β-γ link of calibration measurements (a measurement file, or its contents as
+    a dict) and build the cluster file's text, writing nothing.
+
+    ``statistic``: ``"median"`` (what a step sees) or ``"min"`` over repetitions.
+    ``fit_ops``: the ops that fix α and β (empty, the default: β from p2p; α from the small
+    allreduces, γ from the large ones, the allgatherv host cost from allgatherv, its padded
+    share from allgatherv_skewed). ``sizes``: the measured sizes to fit (``"MIN:MAX"`` or a
+    list, as ``--sizes`` takes them; None: all). ``name`` (default
+    ``calibrated-BACKEND-P``), ``device`` (a device preset), ``hosts`` = (ranks_per_host,
+    host_cores) the measured ranks shared (host_cores 0: not shared; otherwise the fitted
+    CPU-time terms are divided by the processor-sharing factor and the file says so),
+    ``burst_bytes`` (a host link's token bucket, written where > 0) and ``note`` (the file's
+    first line after its marker) go into the file. A fit without a per-byte cost is a
+    :class:`CalibrationError`.
+    """
+    import dataclasses
+
+    from vgcsim.core.clusterfile import cluster_toml
+    from vgcsim.core.errors import unknown_name
+    from vgcsim.models.linkfit import fit_intra_link, fit_link, op_errors, protocol_switch
+    from vgcsim.reports.calibration import calibration_text
+    from vgcsim.traces.calibration import (
+        OPS,
+        STATISTICS,
+        parse_sizes,
+        read_measurements,
+        select_rows,
+    )
+
+    if statistic not in STATISTICS:
+        raise unknown_name("statistic", str(statistic), STATISTICS)
+    chosen = set(fit_ops)
+    for op in sorted(chosen):
+        if op not in OPS:
+            raise unknown_name("fit op", str(op), OPS)
+    path = None
+    if isinstance(measurements, (str, Path)):
+        path = Path(measurements)
+        doc = read_measurements(path)
+        told = f"measurements from {path.name}"
+    else:
+        doc = dict(measurements)
+        told = "measurements given"
+    if sizes:
+        if isinstance(sizes, str):
+            picked, bounds = parse_sizes(sizes)
+            told += f", sizes {sizes}"
+        else:
+            picked, bounds = tuple(int(s) for s in sizes), None
+            told += ", sizes " + ",".join(str(s) for s in picked)
+        doc = select_rows(doc, sizes=picked, bounds=bounds)
+    fit, table = fit_link(
+        doc,
+        statistic,
+        ops=sorted(chosen - {"p2p_intra"}) or None,
+        gamma_op=None if chosen else "allreduce",
+        host_op=None if chosen else "allgatherv",
+        latency_op=None if chosen else "allreduce",
+        share_op=None if chosen else "allgatherv_skewed",
+    )
+    if fit.bandwidth_Bps == float("inf"):
+        raise CalibrationError(
+            "the fit found no per-byte cost (beta = 0); include larger --sizes so the "
+            "bandwidth term shows"
+        )
+    intra_fit = fit_intra_link(doc, statistic)
+    intra = None
+    if intra_fit is not None:
+        intra, intra_table = intra_fit
+        table = table + intra_table
+    errors = op_errors(table)
+    switch = None if fit.segments else protocol_switch(table)  # segments price the steps
+    report = calibration_text(table, fit, intra, errors, switch)
+    nodes = doc.get("nodes") or [0] * int(doc["world_size"])
+    share = _unshared(fit.world_size, hosts)
+    notes: tuple[str, ...] = ()
+    if share != 1.0:
+        notes = (
+            f"CPU-time terms divided by {share:.3g}, the processor sharing they were measured "
+            "under",
+        )
+        fit = dataclasses.replace(
+            fit,
+            call_overhead_s=fit.call_overhead_s / share,
+            gamma_s_per_byte=fit.gamma_s_per_byte / share,
+            allgatherv_host_s_per_byte=fit.allgatherv_host_s_per_byte / share,
+            allgatherv_host_s_per_byte_table=tuple(
+                (b, v / share) for b, v in fit.allgatherv_host_s_per_byte_table
+            ),
+        )
+    text = cluster_toml(
+        name or f"calibrated-{fit.backend}-{fit.world_size}",
+        fit,
+        device,
+        told if note is None else note,
+        intra,
+        nodes.count(nodes[0]),
+        (int(hosts[0]), int(hosts[1])),
+        float(burst_bytes),
+    )
+    return CalibrationRun(fit, intra, table, errors, switch, text, report, notes, measurements=path)
+
+
+def _calibration_output(out: Path, overwrite: bool) -> None:
+    """Refuse ``out`` where it is a folder, a file calibrate did not write, or one it did
+    without ``overwrite``; create its folder."""
+    from vgcsim.core.clusterfile import WRITTEN_BY_CALIBRATE
+    from vgcsim.core.errors import ConfigError
+    from vgcsim.core.outdir import OutputError
+
+    if out.is_dir():
+        raise ConfigError(f"{out} is a folder; give the cluster TOML file to write")
+    if out.exists():
+        try:
+            with open(out, encoding="utf-8", errors="replace") as fh:
+                first = fh.readline()
+        except OSError:
+            first = ""
+        if not first.startswith(WRITTEN_BY_CALIBRATE):
+            raise OutputError(
+                f"{out} exists and was not written by vgcsim calibrate; not replacing it"
+            )
+        if not overwrite:
+            raise OutputError(
+                f"{out} already holds a cluster file from vgcsim calibrate; pass --overwrite to "
+                "replace it, or choose another -o"
+            )
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{out}: cannot create its folder ({exc.strerror})") from None
+
+
+def _write_calibration(
+    run: CalibrationRun, out: Path, max_error: float | None, force: bool, plot: bool
+) -> CalibrationRun:
+    """Save the fit's plot (``OUT.fit.png``), refuse a fit whose typical error exceeds
+    ``max_error`` (unless ``force``), write ``run.toml`` to ``out`` and read it back."""
+    import dataclasses
+
+    from vgcsim.core.cluster import load_cluster as _load
+    from vgcsim.core.errors import ConfigError
+    from vgcsim.core.outdir import atomic_write, atomic_write_text
+    from vgcsim.traces.calibration import DEFAULT_MAX_ERROR
+
+    limit = DEFAULT_MAX_ERROR if max_error is None else max_error
+    if not limit > 0:
+        raise ConfigError(f"max_error must be positive, got {limit}")
+    png = None
+    if plot:
+        from vgcsim.reports.calibration import plot_fit
+
+        png = out.with_name(out.stem + ".fit.png")
+        figure = plot_fit(run.table).figure
+        atomic_write(png, lambda p: figure.savefig(p, dpi=120, format="png"))
+        run = dataclasses.replace(run, plot=png)
+    worst = run.worst
+    if worst.typical_error > limit and not force:
+        raise CalibrationError(
+            f"fit error too large: typical error {worst.typical_error:.0%} on "
+            f"{'+'.join(worst.fit_ops)} exceeds --max-error {limit:.0%}; {out} not "
+            "written (see the table; refit a size range with --from FILE --sizes MIN:MAX, or "
+            "--force)",
+            run,
+        )
+    atomic_write_text(out, run.toml)
+    _load(str(out))  # what predict/simulate will do: fail here, not later
+    return dataclasses.replace(run, out=out)
+
+
+def calibrate_from(
+    measurements: str | Path,
+    out: str | Path,
+    *,
+    max_error: float | None = None,
+    force: bool = False,
+    overwrite: bool = False,
+    plot: bool = True,
+    **fit_options: Any,
+) -> CalibrationRun:
+    """Fit a measurement file written earlier (``FILE.measurements.json`` of a calibration,
+    or a torchrun job's) and write the cluster file ``out``, its fit plot beside it
+    (``OUT.fit.png``, unless ``plot=False``).
+
+    ``fit_options`` are those of :func:`fit_calibration` (``statistic``, ``fit_ops``,
+    ``sizes``, ``name``, ``device``, ``hosts``, ``burst_bytes``). A fit whose typical error
+    exceeds ``max_error`` (default 0.25) is a :class:`CalibrationError` carrying the refused
+    run, and ``out`` is not written, unless ``force``. ``out`` replaces only a file written
+    by calibrate, and only with ``overwrite``.
+    """
+    out = Path(out)
+    _calibration_output(out, overwrite)
+    run = fit_calibration(measurements, **fit_options)
+    return _write_calibration(run, out, max_error, force, plot)
+
+
+def calibration_config(
+    *,
+    backend: str = "gloo",
+    ops: str | Sequence[str] | None = None,
+    sizes: str | Sequence[int] | None = None,
+    repeats: int = 10,
+    warmup: int = 2,
+    budget_s: float = 10.0,
+    passes: int | None = None,
+    overrides: Sequence[str] = (),
+) -> Any:
+    """The measurement sweep (a :class:`vgcsim.traces.calibration.CalibrateConfig`): ``ops``
+    and ``sizes`` as lists or as the command line spells them (``"p2p,allreduce"``,
+    ``"4:64MiB"``; None: the defaults), then ``overrides`` (``key=value`` strings as
+    ``--set`` takes them); the backend is checked against this torch build."""
+    from vgcsim.core.config import apply_overrides
+    from vgcsim.traces.calibration import (
+        DEFAULT_OPS,
+        DEFAULT_PASSES,
+        CalibrateConfig,
+        default_sizes_bytes,
+        parse_sizes,
+    )
+    from vgcsim.traces.training.distributed_launch import check_backend
+
+    if isinstance(ops, str):
+        ops = tuple(o.strip() for o in ops.split(",") if o.strip())
+    if isinstance(sizes, str):
+        sizes = parse_sizes(sizes)[0] if sizes else None
+    cfg = CalibrateConfig(
+        backend=backend,
+        ops=DEFAULT_OPS if ops is None else tuple(ops),
+        sizes_bytes=tuple(int(s) for s in sizes) if sizes else default_sizes_bytes(),
+        repeats=repeats,
+        warmup=warmup,
+        budget_s=budget_s,
+        passes=DEFAULT_PASSES if passes is None else passes,
+    )
+    cfg = apply_overrides(cfg, list(overrides))
+    check_backend(cfg.backend)
+    return cfg
+
+
+def _under_torchrun() -> bool:
+    """True when this process was started as one rank of a torchrun-style job."""
+    import os
+
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def calibrate(
+    out: str | Path,
+    sweep: Any = None,
+    *,
+    overrides: Sequence[str] = (),
+    nprocs: int | None = None,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str = "127.0.0.1",
+    master_port: int | None = None,
+    iface: str | None = None,
+    timeout_s: float = 1800.0,
+    max_error: float | None = None,
+    force: bool = False,
+    overwrite: bool = False,
+    plot: bool = True,
+    **fit_options: Any,
+) -> CalibrationRun | None:
+    """Measure this network with real messages and collectives, fit the link and write the
+    cluster file ``out`` (as :func:`calibrate_from`), keeping the measurements beside it
+    (``OUT.measurements.json``).
+
+    ``sweep``: what to measure, a :class:`vgcsim.traces.calibration.CalibrateConfig` or a
+    dict of :func:`calibration_config`'s arguments (None: the defaults), with ``overrides``
+    applied. Under torchrun (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` set)
+    this process is one rank and rank 0 fits; otherwise ``nprocs`` ranks start here (default
+    2 on one node, 1 per node with ``nnodes``), every node runs the same call with its own
+    ``node_rank`` and the same ``master_addr``/``master_port``, and node 0 fits. Returns
+    None where this process or node only measured.
+    """
+    import json
+
+    from vgcsim.core.config import apply_overrides, to_dict
+    from vgcsim.core.errors import ConfigError, unknown_name
+    from vgcsim.traces.calibration import CalibrateConfig
+    from vgcsim.traces.training.distributed_launch import check_backend
+
+    out = Path(out)
+    _calibration_output(out, overwrite)
+    if isinstance(sweep, CalibrateConfig):
+        cfg = apply_overrides(sweep, list(overrides))
+        check_backend(cfg.backend)
+    else:
+        valid = ("backend", "ops", "sizes", "repeats", "warmup", "budget_s", "passes")
+        for key in sweep or {}:
+            if key not in valid:
+                raise unknown_name("calibration sweep option", str(key), valid)
+        cfg = calibration_config(**dict(sweep or {}), overrides=overrides)
+    meas_path = out.with_name(out.stem + ".measurements.json")
+    if _under_torchrun():
+        from vgcsim.traces.training.distributed_calibrate import run_rank
+
+        if nnodes != 1 or node_rank != 0 or nprocs is not None:
+            raise ConfigError(
+                "started by torchrun: give the layout to torchrun, not --nnodes/--node-rank/--nprocs"
+            )
+        if run_rank(cfg, meas_path, iface) != 0:
+            return None
+    else:
+        from vgcsim.traces.training import distributed_launch
+
+        ranks = nprocs if nprocs is not None else (2 if nnodes == 1 else 1)
+        if ranks * nnodes < 2:
+            raise ConfigError(
+                "--nprocs must be >= 2 (calibration times traffic between ranks), or give "
+                "--nnodes >= 2"
+            )
+        # Each rank gets the sweep as the JSON of its config (what the measurement file records).
+        argv = ["-m", "vgcsim.traces.training.distributed_calibrate"]
+        argv += [json.dumps(to_dict(cfg)), str(meas_path)]
+        distributed_launch.launch_local(
+            argv,
+            ranks,
+            timeout_s=timeout_s,
+            master_addr=master_addr,
+            master_port=master_port,
+            nnodes=nnodes,
+            node_rank=node_rank,
+            iface=iface,
+        )
+        if node_rank != 0:
+            return None
+    note = f"measurements in {meas_path.name}"
+    run = fit_calibration(meas_path, note=note, **fit_options)
+    return _write_calibration(run, out, max_error, force, plot)
+
+
+@dataclass(frozen=True)
+class CodecCalibrationRun:
+    """What :func:`calibrate_codec` returns: the measured ``calibration`` (a
+    :class:`vgcsim.traces.training.codec_calibrate.CodecCalibration`), its ``summary`` lines
+    and the cluster file written (``out``)."""
+
+    calibration: Any
+    summary: str
+    out: Path
+
+
+def calibrate_codec(
+    out: str | Path,
+    *,
+    device: str = "auto",
+    preset: str = "cpu",
+    repeats: int = 10,
+    warmup: int = 2,
+    name: str | None = None,
+) -> CodecCalibrationRun:
+    """Measure this device's memory bandwidth and launch overhead with torch kernels
+    (``device``: ``"cpu"``, ``"cuda"`` or ``"auto"``) and write them as the ``[device]`` table
+    of the cluster file ``out`` (the rest of an existing file is kept; ``preset``, a device
+    preset, gives the peak FLOP/s and compute efficiency). Needs the training extra."""
+    from vgcsim.core.cluster import get_device
+    from vgcsim.core.errors import ConfigError
+    from vgcsim.traces.training.codec_calibrate import (
+        measure_device,
+        resolve_device,
+        summary,
+        write_device_entry,
+    )
+
+    out = Path(out)
+    if out.is_dir():
+        raise ConfigError(f"{out} is a folder; give the cluster TOML file to write")
+    resolved = resolve_device(device)
+    get_device(preset)
+    if resolved == "cuda" and preset == "cpu":
+        raise ConfigError("--codec on cuda: name the GPU's preset with --device-preset (e.g. H100)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cal = measure_device(resolved, repeats=repeats, warmup=warmup)
+    write_device_entry(out, cal, preset=preset, name=name)
+    return CodecCalibrationRun(cal, summary(cal), out)

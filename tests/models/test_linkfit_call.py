@@ -8,8 +8,8 @@ import pytest
 from modelhelpers import exact_time_s
 
 from vgcsim.cli import main
-from vgcsim.commands.calibrate import cluster_toml
 from vgcsim.core.cluster import load_cluster
+from vgcsim.core.clusterfile import cluster_toml
 from vgcsim.models.linkfit import call_coefficient, fit_link
 from vgcsim.traces.calibration import CalibrateConfig, write_measurements
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from modelhelpers import exact_time_s
 
-from vgcsim.commands.calibrate import cluster_toml
 from vgcsim.core.cluster import LinkSpec, load_cluster
+from vgcsim.core.clusterfile import cluster_toml
 from vgcsim.core.errors import ConfigError
 from vgcsim.models.collectives import allgatherv_host_time_s, collective_time_s
 from vgcsim.models.linkfit import cost_coefficients, fit_link, host_coefficient

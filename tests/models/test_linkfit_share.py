@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from modelhelpers import exact_rows
 
-from vgcsim.commands.calibrate import cluster_toml
 from vgcsim.core.cluster import DEFAULT_HOST_PADDED_SHARE, LinkSpec, load_cluster
+from vgcsim.core.clusterfile import cluster_toml
 from vgcsim.core.collectives import padded_host_time_s
 from vgcsim.core.errors import ConfigError
 from vgcsim.models.collectives import collective_time_s

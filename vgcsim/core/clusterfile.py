@@ -363,3 +363,122 @@ def load_cluster(name_or_path: str | Path) -> ClusterSpec:
         return cluster_from_dict(data, default_name=path.stem)
     except ConfigError as exc:  # name the file; keep the error's class (UnknownNameError, ...)
         raise type(exc)(f"cluster file {path}: {exc}") from None
+
+
+# ---------------------------------------------------------------- writing a fitted link's file
+#
+# ``vgcsim calibrate`` writes a cluster file from a fitted α-β-γ link: any object with the
+# fields of the link fit (latency_s, bandwidth_Bps, gamma_s_per_byte, the host terms, the ops
+# they came from, the fit's method and typical error). The text below reads back with
+# :func:`load_cluster`.
+
+#: The first line of every cluster file ``vgcsim calibrate`` writes: its marker (a file
+#: without it is never replaced).
+WRITTEN_BY_CALIBRATE = "# Written by vgcsim calibrate."
+
+
+def toml_value(value: object) -> str:
+    """A TOML literal for a string, bool, int or finite float."""
+    import json  # a TOML basic string is a JSON string
+
+    from vgcsim.core.errors import VgcsimError
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise VgcsimError(f"cannot write non-finite number {value} to a cluster file")
+        return repr(value)
+    return json.dumps(str(value))
+
+
+def fit_source(fit: Any) -> str:
+    """Where a link fit's alpha and beta come from, as the printed summary and the cluster file
+    both say it."""
+    ops = "+".join(fit.fit_ops)
+    if fit.latency_op:
+        return f"alpha from {fit.latency_op}'s small messages, beta from {ops}"
+    return f"alpha and beta from {ops}"
+
+
+def _fitted_link_lines(table: str, name: str, fit: Any, what: str) -> list[str]:
+    """The ``[link]`` or ``[intra_link]`` table of a fitted link, with its ``source``."""
+    source = (
+        f"vgcsim calibrate: {what}, {fit.backend}, {fit.world_size} ranks, "
+        + fit_source(fit)
+        + (f", gamma from {fit.gamma_op}" if fit.gamma_op else "")
+        + (f", allgatherv host cost from {fit.host_op}" if fit.host_op else "")
+        + (f", its padded share from {fit.share_op}" if fit.share_op else "")
+        + (f", per-call cost from {'+'.join(fit.call_ops)}" if fit.call_ops else "")
+        + f" ({fit.method} fit), typical error {fit.typical_error:.1%}"
+    )
+    lines = [
+        f"[{table}]",
+        f"name = {toml_value(name)}",
+        f"bandwidth_Bps = {toml_value(float(fit.bandwidth_Bps))}",
+        f"latency_s = {toml_value(float(fit.latency_s))}",
+        f"gamma_s_per_byte = {toml_value(float(fit.gamma_s_per_byte))}",
+        f"allgatherv_host_s_per_byte = {toml_value(float(fit.allgatherv_host_s_per_byte))}",
+    ]
+    if fit.call_ops:
+        # the software cost of one collective call, fitted with alpha from small messages
+        lines.append(f"call_overhead_s = {toml_value(float(fit.call_overhead_s))}")
+    if fit.segments:
+        # p2p priced by message size ([from_bytes, extra_latency_s, bandwidth_Bps])
+        points = ", ".join(
+            f"[{toml_value(float(b))}, {toml_value(float(e))}, {toml_value(float(w))}]"
+            for b, e, w in fit.segments
+        )
+        lines.append(f"segments = [{points}]")
+    host_table = fit.allgatherv_host_s_per_byte_table
+    if host_table:
+        # δ size by size ([gathered bytes, s per byte]); it prices the host time where given.
+        points = ", ".join(f"[{int(b)}, {toml_value(float(v))}]" for b, v in host_table)
+        lines.append(f"allgatherv_host_s_per_byte_table = [{points}]")
+    if fit.share_op:
+        # the share of that host time an allgatherv of uneven blocks pays per padded byte
+        lines.append(
+            f"allgatherv_host_padded_share = {toml_value(float(fit.allgatherv_host_padded_share))}"
+        )
+    if "efficiency" in {f.name for f in dataclasses.fields(LinkSpec)}:
+        # The fit measures payload bytes per second: nothing is left to discount.
+        lines.append("efficiency = 1.0")
+    return [*lines, f"source = {toml_value(source)}", ""]
+
+
+def cluster_toml(
+    name: str,
+    fit: Any,
+    device: str,
+    note: str,
+    intra: Any = None,
+    ranks_per_node: int = 1,
+    hosts: tuple[int, int] = (1, 0),
+    burst_bytes: float = 0.0,
+) -> str:
+    """The cluster file text for a fitted link: a non-blocking star of identical NICs, or a
+    hierarchical cluster with ``ranks_per_node`` ranks per node on the fitted ``intra`` link;
+    ``hosts`` = (ranks_per_host, host_cores), written where host_cores > 0; ``burst_bytes``,
+    the host link's token bucket as given (``--burst``), written where > 0."""
+    lines = [
+        f"{WRITTEN_BY_CALIBRATE} {note}",
+        f"name = {toml_value(name)}",
+        f"device = {toml_value(device)}",
+        'compute = "trace"',
+    ]
+    if hosts[1] > 0:
+        lines += [f"ranks_per_host = {hosts[0]}", f"host_cores = {hosts[1]}"]
+    if intra is not None:
+        lines.append(f"gpus_per_node = {ranks_per_node}")
+    lines += ["", "[topology]", f"kind = {toml_value('hierarchical' if intra else 'star')}", ""]
+    lines += _fitted_link_lines("link", name, fit, "inter-node link" if intra else "link")
+    if burst_bytes > 0:
+        lines.append(f"burst_bytes = {toml_value(float(burst_bytes))}  # as given (--burst)")
+    if intra is not None:
+        lines += _fitted_link_lines("intra_link", f"{name}-intra", intra, "intra-node link")
+    return "\n".join(lines)
+
+
+__all__ += ["WRITTEN_BY_CALIBRATE", "cluster_toml", "fit_source", "toml_value"]
