@@ -65,6 +65,8 @@ def fit_line(label: str, fit) -> str:
             gamma += f", {fit.allgatherv_host_padded_share:.2f} of it per padded byte"
     if fit.call_ops:
         gamma += f", {fit.call_overhead_s * 1e6:.1f} us per call ({'+'.join(fit.call_ops)})"
+    if fit.comm_cpu_op:
+        gamma += f", host CPU {fit.comm_cpu_s_per_byte:.3g} s per byte sent or received"
     if fit.segments:
         gamma += "; size segments from " + ", ".join(
             f"{format_bytes(b)}: {e * 1e6:+.1f} us, {w / 1e6:.2f} MB/s" for b, e, w in fit.segments

@@ -1461,6 +1461,8 @@ def fit_calibration(
         host_op=None if chosen else "allgatherv",
         latency_op=None if chosen else "allreduce",
         share_op=None if chosen else "allgatherv_skewed",
+        # ranks that shared cores: the collectives' bytes may show the host's CPU rate (σ)
+        comm_cpu=not chosen and _unshared(int(doc["world_size"]), hosts) > 1.0,
     )
     if fit.bandwidth_Bps == float("inf"):
         raise CalibrationError(
@@ -1488,6 +1490,7 @@ def fit_calibration(
             call_overhead_s=fit.call_overhead_s / share,
             gamma_s_per_byte=fit.gamma_s_per_byte / share,
             allgatherv_host_s_per_byte=fit.allgatherv_host_s_per_byte / share,
+            comm_cpu_s_per_byte=fit.comm_cpu_s_per_byte / share,
             allgatherv_host_s_per_byte_table=tuple(
                 (b, v / share) for b, v in fit.allgatherv_host_s_per_byte_table
             ),

@@ -148,3 +148,12 @@ def test_predict_and_simulate_replay_a_trace_with_the_cap_alike():
     for method in ("dense", "compressed"):
         assert comm(sim, method) == pytest.approx(comm(pred, method), rel=1e-6)
         assert comm(pred, method) > comm(plain, method)
+
+
+def test_calibrate_writes_sigma_unshared_only_for_ranks_that_shared_cores():
+    doc = synthetic(2e-9, 4)
+    shared = api.fit_calibration(doc, hosts=(4, 2))  # 4 ranks on 2 cores: f = 2
+    assert shared.fit.comm_cpu_s_per_byte == pytest.approx(1e-9, rel=1e-3)
+    assert "comm_cpu_s_per_byte = " in shared.toml
+    own = api.fit_calibration(doc)  # a core each: the bytes' rate is the wire's, with γ
+    assert own.fit.comm_cpu_s_per_byte == 0.0 and "comm_cpu" not in own.toml

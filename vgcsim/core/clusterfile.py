@@ -412,6 +412,7 @@ def _fitted_link_lines(table: str, name: str, fit: Any, what: str) -> list[str]:
         + (f", allgatherv host cost from {fit.host_op}" if fit.host_op else "")
         + (f", its padded share from {fit.share_op}" if fit.share_op else "")
         + (f", per-call cost from {'+'.join(fit.call_ops)}" if fit.call_ops else "")
+        + (f", host CPU per byte from {fit.comm_cpu_op}" if fit.comm_cpu_op else "")
         + f" ({fit.method} fit), typical error {fit.typical_error:.1%}"
     )
     lines = [
@@ -425,6 +426,9 @@ def _fitted_link_lines(table: str, name: str, fit: Any, what: str) -> list[str]:
     if fit.call_ops:
         # the software cost of one collective call, fitted with alpha from small messages
         lines.append(f"call_overhead_s = {toml_value(float(fit.call_overhead_s))}")
+    if fit.comm_cpu_op:
+        # host CPU per byte sent or received: caps a collective's rate where ranks share cores
+        lines.append(f"comm_cpu_s_per_byte = {toml_value(float(fit.comm_cpu_s_per_byte))}")
     if fit.segments:
         # p2p priced by message size ([from_bytes, extra_latency_s, bandwidth_Bps])
         points = ", ".join(
