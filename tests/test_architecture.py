@@ -157,6 +157,15 @@ def test_the_api_is_the_one_front_door_that_commands_call():
         assert not imported & orchestration, (name, sorted(imported & orchestration))
 
 
+def test_the_validate_command_reaches_the_stages_only_through_the_api():
+    """``vgcsim validate`` is parse → ``vgcsim.api.validate`` → print: its module imports no
+    stage (lazy imports included), so the frames, the verdict and the files come from the API."""
+    imported = _imports(ROOT / "vgcsim" / "commands" / "validate.py")
+    stages = ("traces", "models", "simulator", "reports")
+    assert "vgcsim.api" in imported
+    assert not sorted(m for m in imported if _layer_of_module(m) in stages)
+
+
 def test_models_and_simulator_never_import_each_other():
     assert "simulator" not in ALLOWED["models"] and "models" not in ALLOWED["simulator"]
 
