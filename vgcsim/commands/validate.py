@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vgcsim.api import VALIDATE_TOLERANCE
+from vgcsim import api
 from vgcsim.commands import add_out_option
 from vgcsim.core.errors import ConfigError
 from vgcsim.core.outdir import check_output
@@ -76,8 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tolerance",
         type=float,
-        default=VALIDATE_TOLERANCE,
-        help=f"largest acceptable relative error (default {VALIDATE_TOLERANCE:.2f}); past it "
+        default=api.VALIDATE_TOLERANCE,
+        help=f"largest acceptable relative error (default {api.VALIDATE_TOLERANCE:.2f}); past it "
         "exit status 1",
     )
     parser.add_argument(
@@ -94,8 +94,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vgcsim import api
-
     if not args.tolerance > 0:
         raise ConfigError(f"--tolerance must be positive, got {args.tolerance}")
     if args.out is not None:
