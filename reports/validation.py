@@ -116,7 +116,7 @@ def collective_text(df: pd.DataFrame) -> str:
 
 def term_summary(df: pd.DataFrame) -> pd.DataFrame:
     """Per term (in the frame's order) of a per-step term frame
-    (``vgcsim.commands.validate.term_frame``): the median measured seconds and, per source,
+    (``vgcsim.api.term_frame``): the median measured seconds and, per source,
     the median modelled seconds and the median and worst (largest absolute) per-step
     relative error. Steps without a measurement (NaN) are left out."""
     rows = []

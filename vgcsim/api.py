@@ -66,6 +66,16 @@ __all__ = [
     "ReportRun",
     "report_run",
     "report",
+    "validate",
+    "ValidationRun",
+    "ValidateOptions",
+    "Verdict",
+    "verdict",
+    "save_validation",
+    "validation_frame",
+    "term_frame",
+    "measured_terms",
+    "collective_frame",
     "collective",
     "advise",
     "calibrate",
@@ -1182,6 +1192,574 @@ def report(
         overwrite,
         command="api.report",
     )
+
+
+#: What ``vgcsim validate`` tolerates by default: the largest absolute relative error of the
+#: worst case (:func:`validate`).
+VALIDATE_TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    """Which collectives model a measured run in :func:`validate`: ``allreduce`` (the dense
+    baseline's algorithm, as :class:`vgcsim.core.options.ReplayOptions`' ``allreduce`` but
+    one name) and ``allgatherv`` (the compressed exchange's; ``None``: what the recorder ran,
+    padded on gloo and ring on NCCL, or the DDP hook's own exchange); ``simulate``: also
+    replay on the simulator (else closed forms only)."""
+
+    allreduce: str = "ring"
+    allgatherv: str | None = None
+    simulate: bool = True
+
+
+def _measured_method(trace: Trace) -> str:
+    """``"dense"`` (all_reduce was measured) or ``"compressed"`` (allgatherv was measured)."""
+    return "dense" if trace.compressor == "dense" else "compressed"
+
+
+def _measured_allgatherv(trace: Trace) -> str:
+    """The algorithm the measured allgatherv is: the trace's own exchange for traces the DDP
+    hook wrote (:func:`vgcsim.traces.replay.default_allgatherv`, bounded); else what the
+    recorder ran, padded on gloo and uneven (ring) on NCCL."""
+    from vgcsim.traces.replay import default_allgatherv, is_hook_trace
+
+    if is_hook_trace(trace):
+        return default_allgatherv(trace)
+    dist = trace.header.get("distributed") or {}
+    return "padded" if dist.get("padded_allgather", True) else "ring"
+
+
+def _validation_replays(
+    trace: Trace, cluster: ClusterSpec, opts: ValidateOptions, allgatherv: str
+) -> dict[str, pd.DataFrame]:
+    """The per-step rows of :func:`predict` (and of :func:`simulate` with ``opts.simulate``)
+    of ``trace`` at its own world size, dense fp32 beside the compressed exchange: what both
+    validations of a trace compare, by source."""
+    from vgcsim.core.options import PredictOptions, SimulateConfig
+
+    shared = dict(
+        world_sizes=(int(trace.workers),),
+        allreduce=(opts.allreduce,),
+        allgatherv=(allgatherv,),
+        per_step=True,
+        dense_encodings=("fp32",),
+    )
+    frames = {"predicted": predict(trace, cluster, config=PredictOptions(**shared))}
+    if opts.simulate:
+        frames["simulated"] = simulate(trace, cluster, config=SimulateConfig(**shared))
+    return frames
+
+
+def _measured_rows(frame: pd.DataFrame, method: str) -> pd.DataFrame:
+    """Per-step rows of ``method`` indexed by step; for ``dense`` the fp32 rows (what the
+    recorder all-reduces), not the 2-byte what-if encodings."""
+    rows = frame[(frame["method"] == method) & (frame["step"] >= 0)]
+    if method == "dense" and "encoding" in rows.columns:
+        rows = rows[rows["encoding"] == "fp32"]
+    return rows.set_index("step")
+
+
+def _check_measured_comm(trace: Trace) -> None:
+    from vgcsim.core.errors import TraceError
+
+    if "comm_s" not in trace.steps.columns:
+        raise TraceError(
+            f"trace {trace.name} has no measured comm_s; record it on real ranks with "
+            "`vgcsim record --backend gloo --nprocs N`"
+        )
+
+
+def validation_frame(
+    trace: Trace, cluster: ClusterSpec, opts: ValidateOptions = ValidateOptions()
+) -> pd.DataFrame:
+    """Per-step measured, predicted and simulated communication seconds of ``trace`` (a
+    trace recorded on real ranks, whose steps carry the measured ``comm_s`` of the exchange
+    collective: allgatherv of the compressed payloads, all_reduce for ``dense``) replayed on
+    ``cluster`` at its own world size by :func:`predict` and :func:`simulate`. Errors are
+    relative to the measurement: ``(model − measured) / measured``.
+
+    Columns: step, measured_s, predicted_s, simulated_s (NaN when not simulated),
+    predicted_rel_error, simulated_rel_error, payload_bytes_max, payload_bytes_mean.
+    """
+    _check_measured_comm(trace)
+    allgatherv = opts.allgatherv or _measured_allgatherv(trace)
+    frames = _validation_replays(trace, cluster, opts, allgatherv)
+    return _comm_rows(trace, cluster, opts, allgatherv, frames)
+
+
+def _comm_rows(
+    trace: Trace,
+    cluster: ClusterSpec,
+    opts: ValidateOptions,
+    allgatherv: str,
+    frames: Mapping[str, pd.DataFrame],
+) -> pd.DataFrame:
+    """:func:`validation_frame` from the replays of :func:`_validation_replays`."""
+    import numpy as np
+    import pandas as pd
+
+    from vgcsim.reports.validation import SOURCES
+
+    method = _measured_method(trace)
+    pred = _measured_rows(frames["predicted"], method)
+    out = pd.DataFrame({"step": trace.steps["step"].to_numpy(dtype=np.int64)})
+    out["measured_s"] = trace.steps["comm_s"].to_numpy(dtype=float)
+    for src in SOURCES:
+        if src in frames:
+            modelled = _measured_rows(frames[src], method)["comm_s"]
+            out[f"{src}_s"] = modelled.reindex(out["step"]).to_numpy(dtype=float)
+        else:
+            out[f"{src}_s"] = np.nan
+    for src in SOURCES:
+        out[f"{src}_rel_error"] = (out[f"{src}_s"] - out["measured_s"]) / out["measured_s"]
+    out["payload_bytes_max"] = pred["payload_bytes_max"].reindex(out["step"]).to_numpy()
+    out["payload_bytes_mean"] = pred["payload_bytes_mean"].reindex(out["step"]).to_numpy()
+    out.attrs.update(
+        method=method,
+        collective=f"allreduce/{opts.allreduce}"
+        if method == "dense"
+        else f"allgatherv/{allgatherv}",
+        world_size=int(trace.workers),
+        cluster=cluster.name,
+        trace=trace.name,
+    )
+    return out
+
+
+#: The terms of a step that a trace the DDP hook wrote measures (ranks table), in step order:
+#: (term, ranks-table columns summed, reduction over ranks, result column of predict/simulate)
+STEP_TERMS = (
+    ("compute", ("compute_s", "overhead_s"), "max", "compute_s"),
+    ("sqsum", ("sqsum_s",), "mean", "variance_s"),
+    ("compress", ("compress_s", "encode_s"), "mean", "codec_s"),
+    ("exchange", ("comm_s",), "min", "comm_s"),
+    ("decode", ("decode_s",), "mean", "decode_s"),
+    ("optimizer", ("optimizer_s",), "mean", "optimizer_s"),
+    ("step", ("whole_step_s",), "max", "step_s"),
+)
+
+
+def measured_terms(trace: Trace) -> pd.DataFrame:
+    """Per step, the measured seconds of every term of :data:`STEP_TERMS` from the ranks
+    table of a trace the DDP hook wrote: ``[steps, terms]`` (NaN where the script did not
+    report a phase). Reductions over ranks: the compute's maximum (the rank every other one
+    waits for; its compute plus the step's host overhead, ``step_wall_s − forward_backward_s
+    − optimizer_s``, where the trace has ``step_wall_s``), the mean of the other local terms;
+    the exchange's minimum (a rank's exchange runs from its own start to the gathered
+    buffer, so every rank but the last to arrive also waits for the others; the last one's
+    is the collective alone); the whole step's maximum (the slowest rank ends the step: its
+    ``step_wall_s``, else its forward+backward + optimizer)."""
+    import pandas as pd
+
+    from vgcsim.core.errors import TraceError
+    from vgcsim.traces.replay import host_overhead_s
+
+    ranks = trace.ranks
+    if ranks is None:
+        raise TraceError(
+            f"trace {trace.name} has no ranks table; per-term validation needs a trace the DDP "
+            "hook wrote (register_vgc_hook(..., trace_dir=...))"
+        )
+    ranks = ranks.copy()
+    inside = ranks["forward_backward_s"] + ranks["optimizer_s"]
+    ranks["overhead_s"] = host_overhead_s(ranks).fillna(0.0)
+    wall = ranks.get("step_wall_s")
+    ranks["whole_step_s"] = inside if wall is None else wall.where(wall.notna(), inside)
+    out = {}
+    for term, cols, how, _ in STEP_TERMS:
+        per_rank = ranks[list(cols)].sum(axis=1, min_count=len(cols))
+        out[term] = per_rank.groupby(ranks["step"]).agg(how)
+    return pd.DataFrame(out).rename_axis("step")
+
+
+def term_frame(
+    trace: Trace, cluster: ClusterSpec, opts: ValidateOptions = ValidateOptions()
+) -> pd.DataFrame:
+    """Per step and term: measured (:func:`measured_terms`), predicted and simulated seconds
+    of the method the trace ran (``dense``: allreduce; else the compressed exchange) on
+    ``cluster`` at the trace's world size, and their relative errors.
+
+    Columns: step, term, measured_s, predicted_s, simulated_s (NaN when not simulated),
+    predicted_rel_error, simulated_rel_error. Term ↔ result column: compute ↔ compute_s,
+    sqsum ↔ variance_s, compress ↔ codec_s, exchange ↔ comm_s, decode ↔ decode_s,
+    optimizer ↔ optimizer_s, step ↔ step_s."""
+    measured = measured_terms(trace)
+    allgatherv = opts.allgatherv or _measured_allgatherv(trace)
+    return _term_rows(trace, measured, _validation_replays(trace, cluster, opts, allgatherv))
+
+
+def _term_rows(
+    trace: Trace, measured: pd.DataFrame, frames: Mapping[str, pd.DataFrame]
+) -> pd.DataFrame:
+    """:func:`term_frame` from the measured terms and the replays of
+    :func:`_validation_replays`."""
+    import numpy as np
+    import pandas as pd
+
+    from vgcsim.reports.validation import SOURCES
+
+    method = _measured_method(trace)
+    rows = []
+    for term, _, _, column in STEP_TERMS:
+        part = pd.DataFrame({"step": measured.index.to_numpy(dtype=np.int64), "term": term})
+        part["measured_s"] = measured[term].to_numpy(dtype=float)
+        for src in SOURCES:
+            if src in frames:
+                modelled = _measured_rows(frames[src], method)[column]
+                part[f"{src}_s"] = modelled.reindex(part["step"]).to_numpy(dtype=float)
+            else:
+                part[f"{src}_s"] = np.nan
+        rows.append(part)
+    out = pd.concat(rows, ignore_index=True)
+    for src in SOURCES:
+        out[f"{src}_rel_error"] = (out[f"{src}_s"] - out["measured_s"]) / out["measured_s"]
+    out.attrs.update(method=method, compressor=trace.compressor, trace=trace.name)
+    return out
+
+
+def _calibration_model_key(op: str, backend: str) -> str | None:
+    """The registry collective that models a calibration op (None: point-to-point)."""
+    if op in ("p2p", "p2p_intra"):
+        return None
+    if op == "allreduce":
+        return "allreduce/ring"
+    if op == "allgather":
+        return "allgatherv/ring"
+    # vgcsim's allgatherv (even or skewed) pads on gloo (as the recorder does), sends exact
+    # sizes on NCCL.
+    return "allgatherv/padded" if backend == "gloo" else "allgatherv/ring"
+
+
+def collective_frame(
+    measurements: Mapping[str, Any],
+    cluster: ClusterSpec,
+    *,
+    statistic: str = "median",
+    simulate: bool = True,
+) -> pd.DataFrame:
+    """Measured (``statistic`` over repetitions), predicted and simulated seconds of every
+    (op, size) of a calibration measurement file (``vgcsim calibrate`` keeps one next to its
+    cluster file) on ``cluster``: ideally a cluster fitted from *another* sweep, so that the
+    comparison checks predictions rather than the fit.
+
+    Columns: op, collective (registry key; ``p2p`` for point-to-point, predicted as α + n·β
+    of the link it crossed and not simulated), size_bytes, measured_s, predicted_s,
+    simulated_s, predicted_rel_error, simulated_rel_error. Predicted: the closed form
+    (:func:`vgcsim.models.collectives.collective_time_s`); simulated: one call on the
+    simulator, host copies included as the closed form prices them
+    (:func:`vgcsim.simulator.call.simulate_collective`). ``allgather`` rows on gloo (torch's
+    all_gather of equal blocks) add the host copy of its gathered buffer
+    (:func:`vgcsim.core.collectives.plain_allgather_host_time_s`) to the ring allgatherv's
+    time. ``allgatherv_skewed`` rows are priced with the per-rank blocks the sweep sent
+    (:func:`~vgcsim.traces.calibration.skewed_sizes`), the others with ``size_bytes`` on
+    every rank.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from vgcsim.core.collectives import plain_allgather_host_time_s
+    from vgcsim.models.collectives import collective_time_s
+    from vgcsim.models.pointtopoint import p2p_time_s
+    from vgcsim.reports.validation import SOURCES
+    from vgcsim.simulator.call import simulate_collective
+    from vgcsim.traces.calibration import STATISTICS, skewed_sizes
+
+    p = int(measurements["world_size"])
+    backend = str(measurements.get("backend", "gloo"))
+    reduce = STATISTICS[statistic]
+    rows = []
+    for r in measurements["rows"]:
+        op, n = r["op"], int(r["size_bytes"])
+        key = _calibration_model_key(op, backend)
+        if key is None:
+            link = cluster.intra_link if op == "p2p_intra" else cluster.link
+            if link is None:
+                continue
+            pred, sim = float(p2p_time_s(n, link)), np.nan
+        else:
+            sizes = np.full(p, float(n))
+            if op == "allgatherv_skewed":
+                sizes = np.asarray(skewed_sizes(n, p), dtype=float)
+            pred = float(collective_time_s(key, sizes[None, :], cluster)[0])
+            sim = simulate_collective(key, sizes, cluster).time_s if simulate else np.nan
+            if op == "allgather" and backend == "gloo":
+                # torch's all_gather copies the gathered buffer once on the host
+                link = cluster.link
+                extra = plain_allgather_host_time_s(
+                    p,
+                    float(n),
+                    link.allgatherv_host_s_per_byte,
+                    link.allgatherv_host_s_per_byte_table,
+                )
+                pred, sim = pred + float(extra), sim + float(extra)
+        rows.append(
+            {
+                "op": op,
+                "collective": key or "p2p",
+                "size_bytes": n,
+                "measured_s": float(reduce(r["seconds"])),
+                "predicted_s": pred,
+                "simulated_s": sim,
+            }
+        )
+    df = pd.DataFrame(rows)
+    for src in SOURCES:
+        df[f"{src}_rel_error"] = (df[f"{src}_s"] - df["measured_s"]) / df["measured_s"]
+    df.attrs.update(world_size=p, cluster=cluster.name, backend=backend)
+    return df
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The worst case of a validation against a tolerance."""
+
+    passed: bool
+    tolerance: float
+    worst_case: str
+    worst_error: float
+
+    def line(self) -> str:
+        word = "PASS" if self.passed else "FAIL"
+        return (
+            f"{word}: worst case {self.worst_case}, error {self.worst_error:+.1%} "
+            f"(tolerance {self.tolerance:.0%})"
+        )
+
+
+def verdict(cases: Mapping[str, float], tolerance: float) -> Verdict:
+    """``cases``: a label and a relative error each (NaN ignored); the worst decides."""
+    import math
+
+    from vgcsim.core.errors import TraceError
+
+    known = {k: v for k, v in cases.items() if not math.isnan(v)}
+    if not known:
+        raise TraceError("nothing to validate: no case has both a measurement and a model")
+    worst = max(known, key=lambda k: abs(known[k]))
+    return Verdict(abs(known[worst]) <= tolerance, tolerance, worst, known[worst])
+
+
+@dataclass(frozen=True)
+class ValidationRun:
+    """What :func:`validate` returns.
+
+    ``kind``: ``"trace"`` or ``"measurements"``. ``frame``: :func:`validation_frame` (per
+    step) or :func:`collective_frame` (per op and size); ``summary``: its aggregate per
+    source (:func:`vgcsim.reports.validation.validation_summary`; trace only); ``terms``:
+    :func:`term_frame` (a trace the DDP hook wrote); ``winner``: which of two runs is
+    faster, measured and predicted (with a second run). ``cases``: the relative error of
+    every case the verdict judges against ``tolerance`` (trace: the mean over steps per
+    source, since per-step times carry scheduling noise that a network model does not claim
+    to predict; measurements: per op, size and source); :attr:`verdict` names the worst.
+    ``text``: what ``vgcsim validate`` prints before the verdict."""
+
+    kind: str
+    frame: pd.DataFrame
+    summary: pd.DataFrame | None
+    terms: pd.DataFrame | None
+    winner: str | None
+    cases: Mapping[str, float]
+    tolerance: float
+    text: str
+
+    @property
+    def verdict(self) -> Verdict:
+        """The worst case against the tolerance (:func:`verdict`; no case with both a
+        measurement and a model: :class:`vgcsim.core.errors.TraceError`)."""
+        return verdict(self.cases, self.tolerance)
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files :func:`save_validation` writes."""
+        if self.kind == "measurements":
+            return ("validation_collectives.csv",)
+        names = ("validation.csv", "validation_summary.csv", "validation.png")
+        return names if self.terms is None else (*names, "validation_terms.csv")
+
+
+def _validate_measurements(
+    run: str | Path,
+    cluster: str | Path | ClusterSpec,
+    *,
+    compute: str | None,
+    simulate: bool,
+    tolerance: float,
+    statistic: str,
+    ops: Sequence[str] | None,
+    sizes: str | None,
+) -> ValidationRun:
+    """:func:`validate` of a calibration measurement file."""
+    from vgcsim.core.errors import unknown_name
+    from vgcsim.reports.validation import SOURCES, collective_text
+    from vgcsim.traces.calibration import (
+        STATISTICS,
+        parse_sizes,
+        read_measurements,
+        select_rows,
+    )
+
+    if statistic not in STATISTICS:
+        raise unknown_name("statistic", str(statistic), STATISTICS)
+    measurements = read_measurements(Path(run))
+    spec = load_cluster(cluster, compute=compute)
+    listed, bounds = parse_sizes(sizes) if sizes else (None, None)
+    measurements = select_rows(
+        measurements, ops=set(ops) if ops else None, sizes=listed, bounds=bounds
+    )
+    df = collective_frame(measurements, spec, statistic=statistic, simulate=simulate)
+    link = spec.link
+    table = link.allgatherv_host_s_per_byte_table
+    head = (
+        f"{run}: {len(df)} measurements on {df.attrs['world_size']} ranks "
+        f"({df.attrs['backend']}), cluster {spec.name} (alpha {link.latency_s * 1e6:.1f} us, "
+        f"{link.payload_Bps / 1e6:.2f} MB/s, gamma {link.gamma_s_per_byte:.3g} s/B, "
+        f"allgatherv host {link.allgatherv_host_s_per_byte:.3g} s/B"
+        + (f", by gathered size at {len(table)} points)" if table else ")")
+    )
+    cases = {
+        f"{row.op} {row.size_bytes} B {src}": float(getattr(row, f"{src}_rel_error"))
+        for row in df.itertuples(index=False)
+        for src in SOURCES
+    }
+    text = f"{head}\n{collective_text(df)}"
+    return ValidationRun("measurements", df, None, None, None, cases, tolerance, text)
+
+
+def validate(
+    run: str | Path | Trace,
+    cluster: str | Path | ClusterSpec,
+    other: str | Path | Trace | None = None,
+    *,
+    compute: str | None = None,
+    tolerance: float = VALIDATE_TOLERANCE,
+    allreduce: str = "ring",
+    allgatherv: str | None = None,
+    simulate: bool = True,
+    show_steps: int = 10,
+    statistic: str = "median",
+    ops: Sequence[str] | None = None,
+    sizes: str | None = None,
+) -> ValidationRun:
+    """Measured vs predicted vs simulated communication of a distributed run, with a verdict.
+
+    ``run``: a trace recorded on real ranks (``vgcsim record --backend gloo|nccl``; its steps
+    carry the measured ``comm_s``) or written by the DDP hook, or a calibration measurement
+    file (``FILE.measurements.json`` of ``vgcsim calibrate``). A trace is replayed on
+    ``cluster`` (``compute`` as for :func:`predict`) at its own world size with the dense
+    baseline's ``allreduce`` or the compressed exchange's ``allgatherv`` (``None``: what
+    the run used; :class:`ValidateOptions`), by the closed forms and, with ``simulate``, the
+    simulator: :func:`validation_frame` per step, its summary per source, and for a trace
+    the DDP hook wrote :func:`term_frame` per step and term; ``other``, a second hook trace
+    of the same job with the other method (dense or a compressor), adds the ``winner``
+    line. A measurement file is compared op by op and size by size
+    (:func:`collective_frame`; ``statistic`` over repetitions, ``"median"`` or ``"min"``;
+    ``ops`` and ``sizes``, ``"MIN:MAX"`` or a comma list, select rows).
+
+    The verdict (:attr:`ValidationRun.verdict`): the worst absolute relative error against
+    ``tolerance``. ``show_steps``: per-step rows in ``text``. Write the result with
+    :func:`save_validation`.
+    """
+    from vgcsim.core.errors import ConfigError
+    from vgcsim.traces.io import Trace
+
+    if not tolerance > 0:
+        raise ConfigError(f"tolerance must be positive, got {tolerance}")
+    if not isinstance(run, Trace) and Path(run).is_file():
+        if other is not None:
+            raise ConfigError("a second run is compared only with a trace, not a measurement file")
+        return _validate_measurements(
+            run,
+            cluster,
+            compute=compute,
+            simulate=simulate,
+            tolerance=tolerance,
+            statistic=statistic,
+            ops=ops,
+            sizes=sizes,
+        )
+    from vgcsim.reports.validation import (
+        steps_text,
+        term_summary,
+        terms_text,
+        validation_summary,
+        winner_line,
+    )
+
+    trace = load_trace(run)
+    second = load_trace(other) if other is not None else None
+    if second is not None and (trace.ranks is None or second.ranks is None):
+        raise ConfigError(
+            "comparing two runs needs two traces written by the DDP hook "
+            "(register_vgc_hook(..., trace_dir=...))"
+        )
+    spec = load_cluster(cluster, compute=compute)
+    opts = ValidateOptions(allreduce=allreduce, allgatherv=allgatherv, simulate=simulate)
+    _check_measured_comm(trace)
+    allgatherv = opts.allgatherv or _measured_allgatherv(trace)
+    frames = _validation_replays(trace, spec, opts, allgatherv)
+    df = _comm_rows(trace, spec, opts, allgatherv, frames)
+    summary = validation_summary(df)
+    a = df.attrs
+    blocks = [
+        f"{a['trace']}: {a['collective']} on {a['world_size']} ranks, cluster {a['cluster']}, "
+        f"{len(df)} steps",
+        steps_text(df, summary, show_steps),
+    ]
+    terms = winner = None
+    if trace.ranks is not None:
+        terms = _term_rows(trace, measured_terms(trace), frames)
+        blocks += ["", terms_text(term_summary(terms), terms.attrs)]
+    if second is not None:
+        winner = winner_line([terms, term_frame(second, spec, opts)])
+        blocks.append(winner)
+    cases = {
+        f"{a['collective']} mean over steps {row.source}": row.mean_rel_error
+        for row in summary.itertuples(index=False)
+        if row.source != "measured"
+    }
+    text = "\n".join(blocks)
+    return ValidationRun("trace", df, summary, terms, winner, cases, tolerance, text)
+
+
+def save_validation(
+    result: ValidationRun,
+    out_dir: str | Path,
+    *,
+    overwrite: bool = False,
+    command: str = "api.save_validation",
+) -> list[Path]:
+    """Write a :func:`validate` result into ``out_dir`` and return the files' paths: a
+    trace's ``validation.csv`` (per step), ``validation_summary.csv``, ``validation.png``
+    (:func:`vgcsim.reports.validation.plot_validation`) and, for a trace the DDP hook
+    wrote, ``validation_terms.csv``; a measurement file's ``validation_collectives.csv``.
+    The folder is checked and marked as every vgcsim output folder is
+    (:func:`vgcsim.core.outdir.prepare_output`; ``overwrite`` as for :func:`save`), as
+    written by ``vgcsim {command}``."""
+    from vgcsim.core.outdir import prepare_output
+
+    out = prepare_output(out_dir, f"vgcsim {command}", overwrite=overwrite, files=result.files)
+    written = []
+    if result.kind == "measurements":
+        frame = result.frame
+        written.append(
+            out.write("validation_collectives.csv", lambda p: frame.to_csv(p, index=False))
+        )
+    else:
+        from vgcsim.reports.validation import plot_validation
+
+        df, summary, terms = result.frame, result.summary, result.terms
+        if terms is not None:
+            written.append(
+                out.write("validation_terms.csv", lambda p: terms.to_csv(p, index=False))
+            )
+        written.append(out.write("validation.csv", lambda p: df.to_csv(p, index=False)))
+        written.append(
+            out.write("validation_summary.csv", lambda p: summary.to_csv(p, index=False))
+        )
+        fig = plot_validation(df).figure
+        written.append(out.write("validation.png", lambda p: fig.savefig(p, dpi=120, format="png")))
+    out.commit()
+    return written
 
 
 def collective(

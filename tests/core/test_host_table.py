@@ -126,7 +126,7 @@ def test_a_plain_all_gather_pays_half_the_host_cost_of_the_allgatherv():
 
 
 def test_validate_prices_a_gloo_all_gather_with_one_host_copy():
-    from vgcsim.commands.validate import collective_frame
+    from vgcsim.api import collective_frame
     from vgcsim.core.cluster import ClusterSpec
 
     base = load_cluster("10GbE")

@@ -9,14 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vgcsim.cli import main
-from vgcsim.commands.validate import (
+from vgcsim.api import (
     ValidateOptions,
     collective_frame,
     validation_frame,
     verdict,
 )
+from vgcsim.cli import main
 from vgcsim.core.cluster import load_cluster
+from vgcsim.core.errors import ConfigError
 from vgcsim.reports.validation import validation_summary
 from vgcsim.traces.io import read_trace
 
@@ -147,3 +148,96 @@ def test_validate_a_sweep_passes_within_tolerance_and_names_the_worst_case(tmp_p
     # Only the sizes asked for are judged.
     assert main(["validate", str(slow), "--cluster", "1GbE", "--ops", "p2p,allreduce"]) == 0
     assert main(["validate", str(slow), "--cluster", "1GbE", "--tolerance", "0"]) == 2
+
+
+def with_ranks(run: Path) -> Path:
+    """``run`` with a ranks table (as the DDP hook writes one): every term measured on every
+    rank, drawn from a seeded generator."""
+    t = read_trace(run)
+    steps = t.steps["step"].to_numpy()
+    rng = np.random.default_rng(7)
+    rows = pd.DataFrame(
+        {"step": np.repeat(steps, t.workers), "rank": np.tile(np.arange(t.workers), len(steps))}
+    )
+    for col in ("forward_backward_s", "compute_s", "sqsum_s", "compress_s", "encode_s"):
+        rows[col] = 1e-3 * (1 + rng.random(len(rows)))
+    for col in ("comm_s", "decode_s", "optimizer_s"):
+        rows[col] = 2e-3 * (1 + rng.random(len(rows)))
+    rows["wire_bytes"] = 4096
+    rows["fallback_rounds"] = 0
+    (run / "ranks").mkdir()
+    rows.to_parquet(run / "ranks" / "part-000000.parquet")
+    return run
+
+
+def assert_csv_holds(path: Path, frame: pd.DataFrame) -> None:
+    """The CSV at ``path`` holds ``frame``: to_csv writes each float's shortest round-trip
+    text; pandas before 3.0 parses it to within one unit in the last place by default."""
+    expected = frame.copy()
+    expected.attrs = {}
+    pd.testing.assert_frame_equal(pd.read_csv(path), expected, rtol=1e-15, atol=0)
+
+
+def test_the_api_returns_what_the_command_prints_and_writes(tmp_path, capsys):
+    """``api.validate`` from Python: the frames, the summary, the per-term frame and the
+    verdict that ``vgcsim validate -o`` prints and writes, number for number."""
+    from vgcsim import api
+
+    rng = np.random.default_rng(3)
+    run = with_ranks(with_comm(tmp_path, lambda steps: 1e-3 * (1 + 0.3 * rng.random(len(steps)))))
+    out = tmp_path / "val"
+    rc = main(["validate", str(run), "--cluster", "1GbE", "-o", str(out), "--tolerance", "0.2"])
+    printed = capsys.readouterr().out
+    result = api.validate(str(run), "1GbE", tolerance=0.2)
+    assert result.kind == "trace" and result.winner is None
+    assert_csv_holds(out / "validation.csv", result.frame)
+    assert_csv_holds(out / "validation_summary.csv", result.summary)
+    assert_csv_holds(out / "validation_terms.csv", result.terms)
+    terms = result.terms
+    assert len(terms) == 7 * len(result.frame)
+    # the measured exchange of a step is its fastest rank's
+    exchange = terms[terms["term"] == "exchange"].set_index("step")["measured_s"]
+    fastest = read_trace(run).ranks.groupby("step")["comm_s"].min()
+    assert (exchange == fastest).all()
+    # the verdict judges the mean over steps of each source, as the command printed it
+    v = result.verdict
+    mean_error = result.summary.set_index("source")["mean_rel_error"]
+    assert abs(v.worst_error) == mean_error.drop("measured").abs().max()
+    assert rc == (0 if v.passed else 1)
+    wrote = f"wrote {out / 'validation.csv'}, validation_summary.csv, validation.png"
+    assert printed == f"{result.text}\n{wrote}\n{v.line()}\n"
+    # save_validation writes the same files from the result
+    again = tmp_path / "again"
+    written = api.save_validation(result, again)
+    assert sorted(p.name for p in written) == sorted(result.files)
+    for name in ("validation.csv", "validation_summary.csv", "validation_terms.csv"):
+        assert (again / name).read_bytes() == (out / name).read_bytes()
+
+
+def test_the_api_validates_a_measurement_file_as_the_command_does(tmp_path, capsys):
+    import json
+
+    from vgcsim import api
+
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps(measurements_on("1GbE", 4, {"allgatherv": 1.2})))
+    out = tmp_path / "val"
+    assert main(["validate", str(slow), "--cluster", "1GbE", "-o", str(out)]) == 1
+    printed = capsys.readouterr().out
+    result = api.validate(slow, "1GbE")
+    assert result.kind == "measurements" and result.summary is None and result.terms is None
+    assert_csv_holds(out / "validation_collectives.csv", result.frame)
+    v = result.verdict
+    # allgatherv measured 1.2 times the closed form: -1/6 relative to the measurement
+    assert not v.passed and v.worst_case.startswith("allgatherv ")
+    assert v.worst_error == pytest.approx(1 / 1.2 - 1, rel=1e-9)
+    assert printed.endswith(f"{v.line()}\n") and printed.startswith(result.text)
+    only = api.validate(slow, "1GbE", ops=["p2p", "allreduce"], sizes="8MB", simulate=False)
+    assert set(only.frame["op"]) == {"p2p", "allreduce"}
+    assert set(only.frame["size_bytes"]) == {8_000_000} and only.verdict.passed
+    with pytest.raises(ConfigError, match="second run is compared only with a trace"):
+        api.validate(slow, "1GbE", SAMPLE)
+    with pytest.raises(ConfigError, match="unknown statistic 'mean'"):
+        api.validate(slow, "1GbE", statistic="mean")
+    with pytest.raises(ConfigError, match="tolerance must be positive"):
+        api.validate(slow, "1GbE", tolerance=0)

@@ -158,7 +158,7 @@ def test_replay_and_predict_of_a_trace_price_the_host_cost_alike(size_exchange):
 
 
 def test_skewed_allgatherv_rows_are_checked_with_their_blocks_and_the_host_cost(tmp_path):
-    from vgcsim.commands.validate import collective_frame
+    from vgcsim.api import collective_frame
     from vgcsim.traces.calibration import skewed_sizes
 
     assert skewed_sizes(1000, 4) == [250, 500, 750, 1000]
