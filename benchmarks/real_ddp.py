@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cal-sizes", default="4,4KiB,64KiB,512KiB,4MiB")
     p.add_argument("--cal-repeats", type=int, default=5)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--markdown", action="store_true", help="also print the table of every row")
     p.add_argument("-o", "--out", type=Path, help="keep traces, cluster files and rows here")
     p.add_argument(
         "--from",
@@ -307,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         result = {**summarize(rows), "rows": rows, "load_average": os.getloadavg()}
         if args.out:
             (work / "real_ddp.json").write_text(json.dumps(result, indent=1))
-    _print(result, args.json)
+    _print(result, args.json, args.markdown)
     return 0
 
 
@@ -325,14 +326,56 @@ def _repredicted(args: argparse.Namespace) -> int:
         result = {**summarize(rows), "rows": rows, "predicted_from": str(args.keep)}
         if args.out:
             (work / "real_ddp.json").write_text(json.dumps(result, indent=1))
-    _print(result, args.json)
+    _print(result, args.json, args.markdown)
     return 0
 
 
-def _print(result: dict, as_json: bool) -> None:
+def markdown_table(rows: list[dict]) -> str:
+    """The docs' table: per setup and model, each method's measured / predicted step (ms,
+    error) and the faster of plain DDP and the variance hook, measured → predicted."""
+
+    def cell(r: dict | None) -> str:
+        if r is None:
+            return "-"
+        m, q = r["measured_s"] * 1e3, r["predicted_s"] * 1e3
+        return f"{m:.1f} / {q:.1f} ({r['error']:+.0%})"
+
+    head = (
+        "| link | P | model | plain DDP measured / predicted (ms) | fp16 | variance α = 2 "
+        "| winner (measured → predicted) |\n|---|---|---|---|---|---|---|"
+    )
+    lines = [head]
+    setups = dict.fromkeys((r["rate"], r["world_size"], r["model"]) for r in rows)
+    for rate, n, model in setups:
+        by = {
+            r["method"]: r
+            for r in rows
+            if (r["rate"], r["world_size"], r["model"]) == (rate, n, model)
+        }
+        winner = "-"
+        if "ddp" in by and "variance" in by:
+            d, v = by["ddp"], by["variance"]
+
+            def name(a: float, b: float) -> str:
+                return "variance" if b < a else "DDP"
+
+            measured = name(d["measured_s"], v["measured_s"])
+            predicted = name(d["predicted_s"], v["predicted_s"])
+            tie = abs(v["measured_s"] / d["measured_s"] - 1) <= TIE
+            ok = "✓" if tie or measured == predicted else "✗"
+            winner = f"{measured} → {predicted} ({ok}{', tie' if tie else ''})"
+        cells = " | ".join(cell(by.get(m)) for m in METHODS)
+        lines.append(f"| {rate} | {n} | {model} | {cells} | {winner} |")
+    return "\n".join(lines)
+
+
+def _print(result: dict, as_json: bool, markdown: bool = False) -> None:
     if as_json:
         print(json.dumps(result))
         return
+    if markdown:
+        print(markdown_table(result["rows"]))
+        print()
     print(f"winner called in {result['winner_called']} of {result['setups']} setups")
     for method, err in result["median_abs_step_error"].items():
         worst = result["worst_abs_step_error"][method]
