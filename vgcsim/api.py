@@ -37,13 +37,22 @@ if TYPE_CHECKING:
     from vgcsim.core.options import PredictOptions, SimulateConfig
     from vgcsim.simulator.call import CollectiveRun
     from vgcsim.simulator.sweep import SweepFile, SweepJob
-    from vgcsim.traces.io import Trace
+    from vgcsim.traces.io import ResumePoint, Trace
 
 __all__ = [
     "MissingExtraError",
     "load_trace",
     "load_cluster",
     "record",
+    "record_config",
+    "record_config_keys",
+    "resume_point",
+    "resume_record",
+    "trace_header",
+    "trace_info",
+    "TraceCheck",
+    "validate_trace",
+    "synth_trace",
     "predict",
     "simulate",
     "simulate_run",
@@ -172,30 +181,251 @@ def record(
     overrides: Sequence[str] = (),
     progress: bool = False,
     overwrite: bool = False,
+    backend: str = "emulated",
+    nprocs: int | None = None,
 ) -> Path:
-    """Record a trace from real training with W emulated workers; return its directory.
+    """Record a trace from real training; return its directory.
 
     ``config`` is a :class:`vgcsim.traces.training.record_config.RecordConfig` (default: the
-    default workload); ``overrides`` are ``key=value`` strings as on the command line.
-    Without the training extra: :class:`MissingExtraError`, naming ``vgcsim[train]``.
+    default workload; :func:`record_config` builds one); ``overrides`` are ``key=value``
+    strings as on the command line. ``backend="emulated"`` trains ``config.workers``
+    emulated workers in this process on ``config.device`` (CUDA asked for and absent is
+    refused before any work). A torch.distributed backend (``"gloo"``: ranks on the CPU,
+    ``"nccl"``: on CUDA) starts ``nprocs`` local processes of one worker each (default:
+    ``config.workers``; :func:`vgcsim.traces.training.distributed.run_distributed_record`);
+    ``progress`` is not shown there.
+
+    SIGINT, SIGTERM and SIGHUP stop an emulated recording cleanly: the trace keeps every
+    step recorded (status stopped; :func:`resume_record` continues it) and
+    :class:`vgcsim.traces.training.loop.RecordingInterrupted` is raised, a
+    ``KeyboardInterrupt`` whose ``signum`` names the signal. Without the training extra: :class:`MissingExtraError`, naming ``vgcsim[train]``.
     """
     from vgcsim.core.config import apply_overrides
 
-    try:
-        from vgcsim.traces.training.record import RecordConfig
+    with _TrainingExtra("record "):
+        from vgcsim.traces.training.record import RecordConfig, resolve_device
         from vgcsim.traces.training.record import record as _record
-    except ModuleNotFoundError as exc:
-        top = (exc.name or "").split(".")[0]
-        if top not in TRAIN_MODULES:
-            raise
-        raise MissingExtraError(
-            f"record needs the training extra ({top} is not installed): {TRAIN_EXTRA_HINT}"
-        ) from None
 
     cfg = config if config is not None else RecordConfig()
     if overrides:
         cfg = apply_overrides(cfg, list(overrides))
+    if backend != "emulated":
+        from vgcsim.traces.training.distributed import run_distributed_record
+
+        procs = cfg.workers if nprocs is None else nprocs
+        return run_distributed_record(
+            cfg, procs, out_dir=out_dir, backend=backend, overwrite=overwrite
+        )
+    resolve_device(cfg.device)  # cuda asked for but absent: refused before any work
     return _record(cfg, out_dir, progress=progress, overwrite=overwrite)
+
+
+# -- traces: record settings, resume, inspect, validate, synthesise ----------------------------
+
+
+class _TrainingExtra:
+    """A missing module of the training extra, imported in the ``with`` block, becomes
+    :class:`MissingExtraError` ("``what``needs the training extra ..."); any other error
+    passes through."""
+
+    def __init__(self, what: str = "") -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if kind is None or not issubclass(kind, ModuleNotFoundError):
+            return
+        top = (exc.name or "").split(".")[0]
+        if top in TRAIN_MODULES:
+            raise MissingExtraError(
+                f"{self.what}needs the training extra ({top} is not installed): {TRAIN_EXTRA_HINT}"
+            ) from None
+
+
+def record_config_keys() -> list[str]:
+    """Every key of a :class:`vgcsim.traces.training.record_config.RecordConfig`, dotted as
+    ``overrides``, ``--set`` and TOML files spell them (e.g. ``compressor.name``); needs no
+    training extra."""
+    from vgcsim.core.config import valid_keys
+    from vgcsim.traces.training.record_config import RecordConfig
+
+    return valid_keys(RecordConfig)
+
+
+def _merged(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """``top`` over ``base``, table by table (a key of a nested table replaces only itself)."""
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def record_config(
+    config: str | Path | Any = None,
+    *,
+    base: Mapping[str, Any] | None = None,
+    overrides: Sequence[str] = (),
+    check: bool = False,
+) -> Any:
+    """A :class:`vgcsim.traces.training.record_config.RecordConfig` as ``vgcsim record``
+    builds it: ``config`` (a TOML file of its keys) merged table by table onto ``base`` (a
+    dict as a trace header's ``config`` holds it; default: the defaults), then ``overrides``
+    (``key=value`` strings, applied in order). A ``RecordConfig`` given as ``config`` takes
+    the overrides only. A misspelt key or a bad value is a
+    :class:`vgcsim.core.errors.ConfigError`; building needs no training extra.
+
+    ``check=True`` also refuses, before any work, names that no registry knows (dataset,
+    model, optimizer, schedule, variance estimator, device) and bad compressor
+    hyperparameters (:func:`vgcsim.traces.training.loop.check_config`); that needs the
+    training extra (:class:`MissingExtraError` without it).
+    """
+    from vgcsim.core.config import apply_overrides, config_from_dict, load_toml
+    from vgcsim.traces.training.record_config import RecordConfig
+
+    if isinstance(config, RecordConfig):
+        cfg = config
+    else:
+        data = dict(base or {})
+        if config is not None:
+            data = _merged(data, load_toml(config))
+        cfg = config_from_dict(RecordConfig, data) if data else RecordConfig()
+    cfg = apply_overrides(cfg, list(overrides))
+    if check:
+        with _TrainingExtra():
+            from vgcsim.traces.training.record import check_config
+
+        check_config(cfg)
+    return cfg
+
+
+def resume_point(run: str | Path) -> ResumePoint:
+    """Where the interrupted recording in ``run`` (killed, stopped by a signal or a full disk)
+    continues: its ``run_dir``, ``header`` (the config recorded is ``header["config"]``) and
+    last complete chunk (:class:`vgcsim.traces.io.ResumePoint`). A folder that is not a
+    trace, a synthetic trace, a complete run or a run still being written is refused
+    (:class:`vgcsim.core.errors.TraceError`); nothing is changed on disk; needs no training
+    extra."""
+    from vgcsim.traces.io import find_resume_point
+
+    return find_resume_point(run)
+
+
+def resume_record(run: str | Path, config: Any = None, *, progress: bool = False) -> Path:
+    """Continue the interrupted recording in ``run`` from its last complete chunk (see
+    :func:`resume_point`) and return its directory; the finished trace equals an
+    uninterrupted run's in every column but the measured seconds.
+
+    ``config`` (a ``RecordConfig``) defaults to the one in the trace's header; a given one
+    must equal it. A torch.distributed recording (whose ranks write no checkpoint) is
+    refused. Signals as for :func:`record`; without the training extra:
+    :class:`MissingExtraError`.
+    """
+    with _TrainingExtra():
+        from vgcsim.traces.training.record import resume
+
+    return resume(run, config, progress=progress)
+
+
+def trace_header(trace: str | Path | Trace) -> dict[str, Any]:
+    """A trace's header (``header.json``: config, compressor, status, ``divergence``, ...),
+    read and checked without its tables (a :class:`vgcsim.traces.io.Trace` gives its own)."""
+    from vgcsim.traces.io import Trace, read_header
+
+    return trace.header if isinstance(trace, Trace) else read_header(trace)
+
+
+def trace_info(trace: str | Path | Trace) -> dict[str, Any]:
+    """The summary ``vgcsim trace info`` prints (JSON-able but for non-finite ratios):
+    ``path``, ``status`` (the header's) and ``state`` (what is true now: ``interrupted`` for
+    a ``running`` header whose writer is gone) with ``state_line`` in words, ``divergence``
+    (None: healthy), ``caveats``, what was recorded (``recording``, ``compressor``,
+    ``workers``, ``steps``, ``layers``, ``parameters``), the compression ratio per encoding
+    (dense fp32 bits / sent bits), density over time, the final evaluation, the measured
+    seconds and ``per_layer`` (:func:`vgcsim.traces.validate.trace_info`)."""
+    from vgcsim.traces.validate import trace_info as _info
+
+    return _info(load_trace(trace))
+
+
+@dataclass(frozen=True)
+class TraceCheck:
+    """What :func:`validate_trace` found for one run: ``run`` (its path as text any UTF-8
+    stream prints), ``error`` (None: valid; else every violation, one per line) and, for a
+    valid run, the ``trace``, its ``state`` (``complete``, ``stopped``, ``interrupted``,
+    ``running``) with ``state_line`` in words, and its ``divergence`` verdict (None:
+    healthy)."""
+
+    run: str
+    error: str | None = None
+    trace: Trace | None = None
+    state: str | None = None
+    state_line: str | None = None
+    divergence: dict[str, Any] | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The verdict as ``vgcsim trace validate -o`` writes it (JSON)."""
+        if self.trace is None:
+            return {"run": self.run, "valid": False, "error": self.error}
+        return {
+            "run": self.run,
+            "valid": True,
+            "status": self.trace.status,
+            "state": self.state,
+            "divergence": self.divergence,
+        }
+
+
+def validate_trace(trace: str | Path | Trace) -> TraceCheck:
+    """Check a trace against its schema version and invariants
+    (:func:`vgcsim.traces.validate.validate_trace`): an unreadable or invalid run is a
+    :class:`TraceCheck` with its ``error``, never an exception. A stopped or interrupted
+    run is a valid prefix (its ``state`` says which)."""
+    from vgcsim.traces.health import state_line, trace_divergence, trace_state
+    from vgcsim.traces.reading import printable
+    from vgcsim.traces.validate import validate_trace as _validate
+
+    try:
+        t = _validate(trace)
+    except VgcsimError as exc:
+        where = getattr(trace, "path", trace)
+        return TraceCheck(printable(where), error=str(exc))
+    return TraceCheck(
+        printable(t.path),
+        trace=t,
+        state=trace_state(t),
+        state_line=state_line(t),
+        divergence=trace_divergence(t),
+    )
+
+
+def synth_trace(
+    config: str | Path | Any = None,
+    out_dir: str | Path = "runs/synth",
+    *,
+    overrides: Sequence[str] = (),
+    overwrite: bool = False,
+) -> Path:
+    """Write a synthetic trace (header ``synthetic=true``) for what-if analysis and return its
+    directory. ``config``: a :class:`vgcsim.traces.synth.SynthConfig`, a TOML file of its
+    keys, or None (the defaults); ``overrides``: ``key=value`` strings applied in order, e.g.
+    ``"layers=resnet50"``, ``"target_ratio=100"``, ``"density_model=exp_decay"``. ``out_dir``
+    is refused when it is not empty, unless ``overwrite``."""
+    from vgcsim.core.config import apply_overrides, config_from_dict, load_toml
+    from vgcsim.traces.synth import SynthConfig
+    from vgcsim.traces.synth import synth_trace as _synth
+
+    if isinstance(config, SynthConfig):
+        cfg = config
+    else:
+        cfg = config_from_dict(SynthConfig, load_toml(config)) if config else SynthConfig()
+    cfg = apply_overrides(cfg, list(overrides))
+    return _synth(cfg, out_dir, overwrite=overwrite)
 
 
 def _world_sizes(world_sizes: Sequence[int] | str | None) -> tuple[int, ...]:

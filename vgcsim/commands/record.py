@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import Any
 
 from vgcsim.commands import add_out_option, add_set_option
-
-if TYPE_CHECKING:
-    from vgcsim.traces.training.record_config import RecordConfig
 
 HELP = "record a compression trace from real training with W emulated workers"
 
@@ -30,11 +27,10 @@ its header (options given with it must agree with that config).
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from vgcsim.core.config import valid_keys
-    from vgcsim.traces.training.record_config import RecordConfig
+    from vgcsim import api
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = _EPILOG.format(keys="\n  ".join(valid_keys(RecordConfig)))
+    parser.epilog = _EPILOG.format(keys="\n  ".join(api.record_config_keys()))
     add_out_option(parser, "output run directory", default="runs/record")
     parser.add_argument("--config", help="TOML file with RecordConfig keys")
     add_set_option(parser)
@@ -71,17 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_config(args: argparse.Namespace, base: dict | None = None) -> RecordConfig:
-    """RecordConfig from --config, --set and the shortcut flags (in that order), on top of
-    the defaults or of ``base`` (a trace header's config, for --resume)."""
-    from vgcsim.core.config import apply_overrides, config_from_dict, load_toml
-    from vgcsim.traces.training.record_config import RecordConfig
+def build_config(args: argparse.Namespace, base: dict | None = None, *, check: bool = False) -> Any:
+    """The RecordConfig of --config, --set and the shortcut flags (in that order), on top of
+    the defaults or of ``base`` (a trace header's config, for --resume); ``check``: also
+    refuse unknown names up front (:func:`vgcsim.api.record_config`)."""
+    from vgcsim import api
 
-    data = dict(base or {})
-    if args.config:
-        data = _merged(data, load_toml(args.config))
-    cfg = config_from_dict(RecordConfig, data) if data else RecordConfig()
-    cfg = apply_overrides(cfg, args.set)
     flags = {
         "compressor.name": args.compressor,
         "workers": args.workers,
@@ -92,7 +83,12 @@ def build_config(args: argparse.Namespace, base: dict | None = None) -> RecordCo
         "seed": args.seed,
         "device": args.device,
     }
-    return apply_overrides(cfg, [f"{k}={v}" for k, v in flags.items() if v is not None])
+    return api.record_config(
+        args.config or None,
+        base=base,
+        overrides=[*args.set, *(f"{k}={v}" for k, v in flags.items() if v is not None)],
+        check=check,
+    )
 
 
 def _shown(path: object) -> str:
@@ -101,22 +97,14 @@ def _shown(path: object) -> str:
     return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def _merged(base: dict, top: dict) -> dict:
-    out = dict(base)
-    for k, v in top.items():
-        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 def _resume(args: argparse.Namespace) -> int:
+    from vgcsim import api
     from vgcsim.core.config import to_dict
     from vgcsim.core.errors import ConfigError
-    from vgcsim.traces.io import find_resume_point
-    from vgcsim.traces.training.record import resume
 
     if args.overwrite or args.backend != "emulated":
         raise ConfigError("--resume continues a run in place; drop --overwrite and --backend")
-    point = find_resume_point(args.resume)
+    point = api.resume_point(args.resume)
     saved = point.header.get("config")
     cfg = build_config(args, saved if isinstance(saved, dict) else {})
     if to_dict(cfg) != saved:
@@ -124,7 +112,7 @@ def _resume(args: argparse.Namespace) -> int:
             f"the options given with --resume change the config recorded in {point.run_dir}; "
             "resume with the trace's own config (give no options) or record a new run"
         )
-    path = resume(point.run_dir, cfg, progress=not args.quiet)
+    path = api.resume_record(point.run_dir, cfg, progress=not args.quiet)
     if not args.quiet:
         print(f"resumed and completed trace {_shown(path)}")
     _warn_diverged(path)
@@ -133,10 +121,10 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _warn_diverged(path) -> None:
     """A run that completed but diverged (its header's ``divergence``) is said so, even -q."""
+    from vgcsim import api
     from vgcsim.commands import warn
-    from vgcsim.traces.io import read_header
 
-    verdict = read_header(path).get("divergence")
+    verdict = api.trace_header(path).get("divergence")
     if verdict:
         warn(
             "record",
@@ -148,12 +136,15 @@ def _warn_diverged(path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vgcsim.traces.training.loop import RecordingInterrupted
-
     out = args.resume if args.resume is not None else args.out
     try:
         return _resume(args) if args.resume is not None else _record(args)
-    except RecordingInterrupted as exc:
+    except KeyboardInterrupt as exc:
+        # a stopping signal during the recording is a KeyboardInterrupt with its signum
+        # (RecordingInterrupted, see vgcsim.api.record); a plain one goes to the CLI's handler
+        signum = getattr(exc, "signum", None)
+        if signum is None:
+            raise
         import sys
         from pathlib import Path
 
@@ -164,15 +155,14 @@ def run(args: argparse.Namespace) -> int:
             else ""
         )
         print(f"vgcsim record: {exc}{kept}", file=sys.stderr)
-        return 128 + exc.signum
+        return 128 + signum
 
 
 def _record(args: argparse.Namespace) -> int:
+    from vgcsim import api
     from vgcsim.core.errors import ConfigError
-    from vgcsim.traces.training.record import check_config, record, resolve_device
 
-    cfg = build_config(args)
-    check_config(cfg)
+    cfg = build_config(args, check=True)
     if args.backend != "emulated":
         if args.workers is not None and args.workers != args.nprocs:
             raise ConfigError(
@@ -187,19 +177,14 @@ def _record(args: argparse.Namespace) -> int:
                 f"--device {cfg.device} does not apply to backend {args.backend!r}, whose ranks "
                 f"run on {backend_device}; drop --device or use --backend emulated"
             )
-        try:
-            from vgcsim.traces.training.distributed import run_distributed_record
-        except ImportError:
-            raise ConfigError(
-                f"backend {args.backend!r} needs vgcsim.traces.training.distributed, which is not available; "
-                "use --backend emulated"
-            ) from None
-        path = run_distributed_record(
-            cfg, args.nprocs, out_dir=args.out, backend=args.backend, overwrite=args.overwrite
-        )
-    else:
-        resolve_device(cfg.device)  # cuda asked for but absent: one line, before any work
-        path = record(cfg, args.out, progress=not args.quiet, overwrite=args.overwrite)
+    path = api.record(
+        cfg,
+        args.out,
+        backend=args.backend,
+        nprocs=args.nprocs,
+        progress=not args.quiet,
+        overwrite=args.overwrite,
+    )
     if not args.quiet:
         print(f"wrote trace {_shown(path)}")
         print(f"inspect it with: vgcsim trace info {_shown(path)}")

@@ -64,10 +64,9 @@ def _fmt_ratio(x: float) -> str:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from vgcsim.traces.io import read_trace
-    from vgcsim.traces.validate import trace_info
+    from vgcsim import api
 
-    info = trace_info(read_trace(args.run))
+    info = api.trace_info(args.run)
     if args.out is not None:
         from vgcsim.core.outdir import write_json_output
 
@@ -195,55 +194,37 @@ def _render_info(info: dict[str, Any], with_layers: bool) -> str:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from vgcsim.core.errors import VgcsimError
-    from vgcsim.traces.health import state_line, trace_divergence, trace_state
-    from vgcsim.traces.reading import printable
-    from vgcsim.traces.validate import validate_trace
+    from vgcsim import api
 
     if args.out is not None:
         from vgcsim.core.outdir import check_output_file
 
         check_output_file(args.out, "vgcsim trace validate", overwrite=args.overwrite)
-    invalid = 0  # every run is checked and reported; exit 2 when any is invalid
-    verdicts = []
+    checks = []  # every run is checked and reported; exit 2 when any is invalid
     for run_dir in args.run:
-        try:
-            t = validate_trace(run_dir)
-        except VgcsimError as exc:
-            print(f"vgcsim trace validate: error: {exc}", file=sys.stderr)
-            invalid += 1
-            verdicts.append({"run": printable(run_dir), "valid": False, "error": str(exc)})
+        check = api.validate_trace(run_dir)
+        checks.append(check)
+        if not check.valid:
+            print(f"vgcsim trace validate: error: {check.error}", file=sys.stderr)
             continue
-        state = trace_state(t)
-        note = "" if state == "complete" else f" (status {state_line(t)}: a valid prefix)"
-        verdict = trace_divergence(t)
-        diverged = f"; DIVERGED: {verdict['reason']}" if verdict else ""
+        t = check.trace
+        note = "" if check.state == "complete" else f" (status {check.state_line}: a valid prefix)"
+        diverged = f"; DIVERGED: {check.divergence['reason']}" if check.divergence else ""
         print(
-            f"{printable(t.path)}: valid — {t.steps_count} steps, {t.workers} workers, "
+            f"{check.run}: valid — {t.steps_count} steps, {t.workers} workers, "
             f"{len(t.layers)} layers{note}{diverged}"
-        )
-        verdicts.append(
-            {
-                "run": printable(t.path),
-                "valid": True,
-                "status": t.status,
-                "state": state,
-                "divergence": verdict,
-            }
         )
     if args.out is not None:
         from vgcsim.core.outdir import write_json_output
 
-        data = {"runs": verdicts}
+        data = {"runs": [check.to_dict() for check in checks]}
         write_json_output(args.out, "vgcsim trace validate", data, overwrite=args.overwrite)
-    return 2 if invalid else 0
+    return 2 if any(not check.valid for check in checks) else 0
 
 
 def _synth(args: argparse.Namespace) -> int:
-    from vgcsim.core.config import apply_overrides, config_from_dict, load_toml
-    from vgcsim.traces.synth import SynthConfig, synth_trace
+    from vgcsim import api
 
-    cfg = config_from_dict(SynthConfig, load_toml(args.config)) if args.config else SynthConfig()
     flags = {
         "layers": args.layers,
         "workers": args.workers,
@@ -253,9 +234,11 @@ def _synth(args: argparse.Namespace) -> int:
         "compressor": args.compressor,
         "seed": args.seed,
     }
-    cfg = apply_overrides(
-        cfg, [f"{k}={v}" for k, v in flags.items() if v is not None] + list(args.set)
+    path = api.synth_trace(
+        args.config or None,
+        args.out,
+        overrides=[f"{k}={v}" for k, v in flags.items() if v is not None] + list(args.set),
+        overwrite=args.overwrite,
     )
-    path = synth_trace(cfg, args.out, overwrite=args.overwrite)
     print(f"wrote synthetic trace {path}")
     return 0
