@@ -1,7 +1,9 @@
 """A small notebook API over the four stages: record → predict / simulate → report.
 
 Each function is a thin, documented wrapper around the stage that does the work, with lazy
-imports so that ``import vgcsim.api`` stays light (torch is only loaded by :func:`record`)::
+imports so that ``import vgcsim.api`` stays light (torch is loaded only by what trains:
+:func:`record`, :func:`resume_record`, :func:`demo` where it records, and
+``record_config(check=True)``)::
 
     from vgcsim import api
     run = api.record(out_dir="runs/v2", overrides=["compressor.name=variance"])
