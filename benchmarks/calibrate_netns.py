@@ -3,7 +3,9 @@
 Each setup builds 4 hosts on a bridge (``tests/distributed/_netns.py``), every link shaped by
 ``tc tbf rate R burst B latency 400ms`` on both ends, runs ``vgcsim calibrate --nnodes 4``
 (one rank per host, the default sweep unless ``--sizes``/``--ops`` are given, ``--force`` so
-that the file is written and its errors read whatever they are) and reports the fitted link
+that the file is written and its errors read whatever they are; ``--ranks-per-host 4
+--host-cores`` the machine's cores, since the 4 hosts share them, so that the fit's CPU-time
+terms and σ are read as the sharing they were measured under) and reports the fitted link
 and the typical error per op that calibrate prints (exp of the rms log ratio of fitted to
 measured time, minus one). Needs root; prints why and exits 0 where it cannot run.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tempfile
@@ -77,6 +80,7 @@ def run_setup(
             "call_overhead_s": link.call_overhead_s,
             "bandwidth_Bps": link.bandwidth_Bps,
             "gamma_s_per_byte": link.gamma_s_per_byte,
+            "comm_cpu_s_per_byte": link.comm_cpu_s_per_byte,
             "typical_error_per_op": errors,
             "worst_typical_error": max(errors.values()) if errors else None,
             "stdout_tail": done[0].stdout[-4000:],
@@ -115,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(f"calibrate_netns: cannot run here: {reason}")
         return 0
-    extra = []
+    extra = ["--ranks-per-host", "4", "--host-cores", str(os.cpu_count() or 1)]
     for flag, value in (
         ("--sizes", args.sizes),
         ("--ops", args.ops),
