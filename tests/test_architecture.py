@@ -57,9 +57,15 @@ def _layer_of_module(name: str) -> str | None:
     return parts[1] if parts[1] in STAGES else "front"
 
 
-def _imports(path: Path, module_level_only: bool = False) -> set[str]:
-    """Absolute module names imported by ``path`` (anywhere, or at module level only)."""
+def _imports(path: Path, module_level_only: bool = False, runtime_only: bool = False) -> set[str]:
+    """Absolute module names imported by ``path`` (anywhere, or at module level only; with
+    ``runtime_only``, not those under ``if TYPE_CHECKING:``, annotations that import nothing
+    when the code runs)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
+    if runtime_only:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+                node.body = []
     nodes = tree.body if module_level_only else ast.walk(tree)
     names: set[str] = set()
     for node in nodes:
@@ -167,19 +173,7 @@ THROUGH_THE_API = tuple(
 def _stage_imports(path: Path) -> list[str]:
     """The stage modules ``path`` imports, lazily or not (annotations under ``if
     TYPE_CHECKING:`` aside: they import nothing when the code runs)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-            node.body = []
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for alias in node.names:
-                sub = f"{node.module}.{alias.name}"
-                names.add(sub if _is_module(sub) else node.module)
-    return sorted(m for m in names if _layer_of_module(m) in STAGES[1:])
+    return sorted(m for m in _imports(path, runtime_only=True) if _layer_of_module(m) in STAGES[1:])
 
 
 @pytest.mark.parametrize("name", THROUGH_THE_API)
