@@ -168,6 +168,7 @@ def test_check_refuses_an_unknown_compressor_before_any_work():
         api.record_config(overrides=[*TINY, "compressor.name=bogus"], check=True)
 
 
+@pytest.mark.slow
 def test_resume_record_from_the_start_equals_an_uninterrupted_run(tmp_path):
     """A recording killed before its first chunk closed (header running, no chunk) resumes
     from step 0 and ends equal to the uninterrupted run in every column but the seconds."""

@@ -184,6 +184,7 @@ def test_a_result_table_from_before_markers_is_replaced_only_with_overwrite(tmp_
     assert (old / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_a_report_from_before_markers_is_replaced_only_with_overwrite(tmp_path, capsys):
     out = tmp_path / "rep"
     assert main(["report", str(GOLDEN), "-o", str(out)]) == 0

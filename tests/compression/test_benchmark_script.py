@@ -20,6 +20,7 @@ def _run(*args: str) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_overhead_figures_small():
     d = _run("--rounds", "1", "--workers", "2", "--batch", "4")
     for key in (

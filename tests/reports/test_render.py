@@ -23,6 +23,7 @@ def written(tmp_path_factory):
     return report, render.write_report(report, tmp_path_factory.mktemp("report"))
 
 
+@pytest.mark.slow
 def test_files_written(written):
     report, html_path = written
     out = html_path.parent
@@ -49,6 +50,7 @@ def test_files_written(written):
     assert report.tables[0].name == "speedup_matrix"
 
 
+@pytest.mark.slow
 def test_html_is_self_contained_with_summary_first(written):
     report, html_path = written
     page = html_path.read_text()
@@ -65,6 +67,7 @@ def test_html_is_self_contained_with_summary_first(written):
     assert not re.search(r'(href|src)="(https?:)?//', page)
 
 
+@pytest.mark.slow
 def test_summary_markdown_embeds_what_if(written):
     _, html_path = written
     md = (html_path.parent / "summary.md").read_text()
@@ -90,6 +93,7 @@ def test_trace_only_report(tmp_path):
     assert "trace validation only" in path.read_text()
 
 
+@pytest.mark.slow
 def test_summary_gives_accuracy_and_time_to_accuracy(written):
     report, html_path = written
     # FakeTrace: dense ends at 90 %, variance at 87 % -> default target 89 %, missed

@@ -24,6 +24,9 @@ from vgcsim.traces.io import CHECKPOINT_DIR, RESERVE_FILE, read_trace
 from vgcsim.traces.training.record import RecordConfig, record
 from vgcsim.traces.validate import validate_trace
 
+# processes that record, are killed and resume: the slow set (they run in make test and CI)
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 #: small, fast and stateful: evals fall inside chunks and on their last step
