@@ -417,6 +417,9 @@ class _WorldSize:
     """What stays fixed while the steps of one world size are replayed."""
 
     p: int
+    #: the cluster as this P's collectives meet it: CPU-time terms under the hosts'
+    #: processor sharing and rates under σ's cap (vgcsim.core.cluster.shared_cluster)
+    cluster: ClusterSpec
     topology: Topology
     inputs: StepInputs
     n_steps: int
@@ -492,10 +495,11 @@ def _world_size(
     if cfg.overlap == "none" and has_unions(trace):
         stage, dense, decode = sparse_step_inputs(trace, inputs.steps, p, cluster)
         sparse = (stage[:n_steps], dense, decode[:n_steps])
+    shared = shared_cluster(cluster, p)
     return _WorldSize(
         p=p,
-        # collectives meet the links as the hosts' sharing leaves them (σ's rate cap)
-        topology=build_topology(shared_cluster(cluster, p), p),
+        cluster=shared,
+        topology=build_topology(shared, p),
         inputs=inputs,
         n_steps=n_steps,
         compute=compute,
@@ -510,7 +514,7 @@ def _world_size(
             "sparse": get_schedule(SPARSE_COLLECTIVE, p),
         },
         exchange=exchange,
-        burst=(cluster.link.burst_bytes, cluster.link.bandwidth_Bps),
+        burst=(shared.link.burst_bytes, shared.link.bandwidth_Bps),
         bounded=bounded,
         sparse=sparse,
     )
@@ -876,8 +880,7 @@ def simulate_trace(
     notice = _Notice()
     for p in world_sizes:
         ws = _world_size(trace, cluster, int(p), cfg, buckets)
-        # the link's CPU-time terms under the hosts' processor sharing at this P
-        link = shared_cluster(cluster, ws.p).link
+        link = ws.cluster.link  # CPU-time terms under the hosts' processor sharing at this P
         gamma, call = link.gamma_s_per_byte, link.call_overhead_s
         host = (link.allgatherv_host_s_per_byte, link.allgatherv_host_s_per_byte_table)
         cache = RunCache(ws.topology)
@@ -890,7 +893,7 @@ def simulate_trace(
         # γ, δ, segments) give the part of each exchange that tokens can shorten
         wire_runners = {}
         if cluster.link.burst_bytes > 0:
-            bare = build_topology(wire_cluster(shared_cluster(cluster, ws.p)), ws.p)
+            bare = build_topology(wire_cluster(ws.cluster), ws.p)
             bare_cache = RunCache(bare)
             wire_runners = {lab: _Runner(bare, cfg, 0.0, bare_cache, lab) for lab in labels}
         per_step: dict[str, list[dict[str, Any]]] = {lab: [] for lab in labels}

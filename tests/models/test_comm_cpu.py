@@ -157,3 +157,16 @@ def test_calibrate_writes_sigma_unshared_only_for_ranks_that_shared_cores():
     assert "comm_cpu_s_per_byte = " in shared.toml
     own = api.fit_calibration(doc)  # a core each: the bytes' rate is the wire's, with γ
     assert own.fit.comm_cpu_s_per_byte == 0.0 and "comm_cpu" not in own.toml
+
+
+def test_a_token_bucket_refills_at_the_capped_rate_in_predict_and_simulate_alike():
+    trace = api.load_trace("tests/data/sample_trace")
+    sigma = _cluster(sigma=5e-9)
+    link = dataclasses.replace(sigma.link, burst_bytes=64e3)
+    cluster = dataclasses.replace(sigma, link=link, compute="trace")
+    pred = api.predict(trace, cluster, world_sizes=[4], dense_encodings=["fp32"])
+    sim = api.simulate(trace, cluster, world_sizes=[4], dense_encodings=["fp32"], allgatherv=[])
+    for method in ("dense", "compressed"):
+        p = pred[(pred.step == -1) & (pred.method == method)]
+        s = sim[(sim.step == -1) & (sim.method == method)]
+        assert float(s.step_s.iloc[0]) == pytest.approx(float(p.step_s.iloc[0]), rel=1e-6)
