@@ -670,6 +670,8 @@ def fit_link(
     fit_alpha, l_op = float(x[0]), ""
     k_call = np.array([call_coefficient(r["op"], world) for r in rows])
     cpu_op = ""
+    measured_calls = [o for o in (call_ops or ()) if o in measured and o not in fit_ops]
+    fit_sigma = comm_cpu and gamma_op in measured and gamma_op not in fit_ops and x[1] > 0
     # with σ, α and c are fitted again on the rows priced with its cap, and σ on theirs
     for _ in range(COMM_CPU_PASSES if comm_cpu else 1):
         l_op = ""
@@ -683,7 +685,6 @@ def fit_link(
                 roles[c_lat] = "latency"
                 l_op = latency_op
         call_s, c_ops = 0.0, ()
-        measured_calls = [o for o in (call_ops or ()) if o in measured and o not in fit_ops]
         if l_op and len(measured_calls) >= 2:
             c = np.array([r["op"] in measured_calls for r in rows])
             rest = t - bw_terms() - a[:, 2] * x[2]
@@ -694,7 +695,7 @@ def fit_link(
                 roles[c_lat] = "latency"
                 c_ops = tuple(o for o in measured_calls if (c_lat & c).any())
         calls = k_call * call_s  # each row's per-call software seconds
-        if comm_cpu and gamma_op and gamma_op in measured and gamma_op not in fit_ops and x[1] > 0:
+        if fit_sigma:
             g = np.array([r["op"] == gamma_op for r in rows])
             beyond = t - a[:, 0] * x[0] - calls  # the time beyond α's and c's terms
             g_band = g & (a[:, 1] > 0) & (beyond >= 0.5 * t)

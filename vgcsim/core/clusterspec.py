@@ -151,11 +151,11 @@ def shared_cluster(cluster: ClusterSpec, world_size: int) -> ClusterSpec:
     ``cluster`` itself where the factor is 1 and no link has σ.
     What the cost models and the simulator both price collectives with."""
     share = host_share(cluster, world_size)
-    links = [cluster.link] + ([cluster.intra_link] if cluster.intra_link is not None else [])
-    if share == 1.0 and not any(link.comm_cpu_s_per_byte > 0 for link in links):
-        return cluster
+    link = shared_link(cluster.link, share)
     intra = None if cluster.intra_link is None else shared_link(cluster.intra_link, share)
-    return dataclasses.replace(cluster, link=shared_link(cluster.link, share), intra_link=intra)
+    if link is cluster.link and intra is cluster.intra_link:
+        return cluster
+    return dataclasses.replace(cluster, link=link, intra_link=intra)
 
 
 def wire_link(link: LinkSpec) -> LinkSpec:
