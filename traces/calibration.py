@@ -285,11 +285,16 @@ def read_measurements(path: Path) -> dict:
     return doc
 
 
+def check_statistic(statistic: str) -> str:
+    """``statistic`` if it names one of :data:`STATISTICS`, else UnknownNameError listing them."""
+    if statistic not in STATISTICS:
+        raise unknown_name("statistic", str(statistic), STATISTICS)
+    return statistic
+
+
 def measured_seconds(row: dict, statistic: str = "median") -> float:
     """One row's measurement: ``statistic`` (see :data:`STATISTICS`) over its repetitions."""
-    if statistic not in STATISTICS:
-        raise unknown_name("statistic", statistic, STATISTICS)
-    return float(STATISTICS[statistic](row["seconds"]))
+    return float(STATISTICS[check_statistic(statistic)](row["seconds"]))
 
 
 def select_rows(

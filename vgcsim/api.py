@@ -1821,17 +1821,15 @@ def _validate_measurements(
     sizes: str | None,
 ) -> ValidationRun:
     """:func:`validate` of a calibration measurement file."""
-    from vgcsim.core.errors import unknown_name
     from vgcsim.reports.validation import SOURCES, collective_text
     from vgcsim.traces.calibration import (
-        STATISTICS,
+        check_statistic,
         parse_sizes,
         read_measurements,
         select_rows,
     )
 
-    if statistic not in STATISTICS:
-        raise unknown_name("statistic", str(statistic), STATISTICS)
+    check_statistic(statistic)
     measurements = read_measurements(Path(run))
     spec = load_cluster(cluster, compute=compute)
     listed, bounds = parse_sizes(sizes) if sizes else (None, None)
@@ -2235,14 +2233,13 @@ def fit_calibration(
     from vgcsim.reports.calibration import calibration_text
     from vgcsim.traces.calibration import (
         OPS,
-        STATISTICS,
+        check_statistic,
         parse_sizes,
         read_measurements,
         select_rows,
     )
 
-    if statistic not in STATISTICS:
-        raise unknown_name("statistic", str(statistic), STATISTICS)
+    check_statistic(statistic)
     chosen = set(fit_ops)
     for op in sorted(chosen):
         if op not in OPS:
@@ -2263,6 +2260,7 @@ def fit_calibration(
             picked, bounds = tuple(int(s) for s in sizes), None
             told += ", sizes " + ",".join(str(s) for s in picked)
         doc = select_rows(doc, sizes=picked, bounds=bounds)
+    share = _unshared(int(doc["world_size"]), hosts)  # the sharing the ranks were measured under
     fit, table = fit_link(
         doc,
         statistic,
@@ -2272,7 +2270,7 @@ def fit_calibration(
         latency_op=None if chosen else "allreduce",
         share_op=None if chosen else "allgatherv_skewed",
         # ranks that shared cores: the collectives' bytes may show the host's CPU rate (σ)
-        comm_cpu=not chosen and _unshared(int(doc["world_size"]), hosts) > 1.0,
+        comm_cpu=not chosen and share > 1.0,
     )
     if fit.bandwidth_Bps == float("inf"):
         raise CalibrationError(
@@ -2288,7 +2286,6 @@ def fit_calibration(
     switch = None if fit.segments else protocol_switch(table)  # segments price the steps
     report = calibration_text(table, fit, intra, errors, switch)
     nodes = doc.get("nodes") or [0] * int(doc["world_size"])
-    share = _unshared(fit.world_size, hosts)
     notes: tuple[str, ...] = ()
     if share != 1.0:
         notes = (
