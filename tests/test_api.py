@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from no_training_extra import api_call_without_training_extra
 
 from vgcsim import api
 from vgcsim.core.errors import ResultsError, UnknownNameError
@@ -80,16 +80,7 @@ def test_the_docstrings_name_every_result_column_and_the_mean_row():
 
 
 def test_record_without_torch_names_the_extra(tmp_path):
-    code = (
-        "import sys\nfor m in ('torch', 'sklearn', 'mlxtend'): sys.modules[m] = None\n"
-        "from vgcsim import api\n"
-        "try:\n"
-        f"    api.record(out_dir={str(tmp_path / 'run')!r})\n"
-        "except api.MissingExtraError as exc:\n"
-        "    print(exc)\n"
-        "    raise SystemExit(3)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    done = api_call_without_training_extra(f"api.record(out_dir={str(tmp_path / 'run')!r})")
     assert done.returncode == 3, done.stderr
     assert "vgcsim[train]" in done.stdout and "torch" in done.stdout
     assert not (tmp_path / "run").exists()

@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from no_training_extra import run_without_training_extra
 
 try:
     import tomllib
@@ -20,15 +21,10 @@ except ModuleNotFoundError:  # Python 3.10
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "tests" / "data" / "sample_trace"
 
-# Make torch, scikit-learn and mlxtend unimportable in the child, as on a core install.
-BLOCK = "import sys\nfor m in ('torch', 'sklearn', 'mlxtend'): sys.modules[m] = None\n"
-
 
 def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
-    code = BLOCK + f"from vgcsim.cli import main\nraise SystemExit(main({list(argv)!r}))\n"
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300
-    )
+    code = f"from vgcsim.cli import main\nraise SystemExit(main({list(argv)!r}))\n"
+    return run_without_training_extra(code, cwd=tmp_path, timeout=300)
 
 
 def test_core_dependencies_leave_out_the_training_stack():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from no_training_extra import api_call_without_training_extra
 from reports_golden import RESULTS, ROOT, TRACE
 
 from vgcsim import api
@@ -276,20 +277,10 @@ def test_api_demo_refuses_a_config_it_cannot_run_before_writing(tmp_path, overri
 
 
 def test_api_demo_recording_without_torch_names_the_extra_before_any_folder(tmp_path):
-    import subprocess
-    import sys
-
     out = tmp_path / "demo"
-    code = (
-        "import sys\nfor m in ('torch', 'sklearn', 'mlxtend'): sys.modules[m] = None\n"
-        "from vgcsim import api\n"
-        "try:\n"
-        f"    api.demo(out_dir={str(out)!r}, overrides=['traces=record'])\n"
-        "except api.MissingExtraError as exc:\n"
-        "    print(exc)\n"
-        "    raise SystemExit(3)\n"
+    done = api_call_without_training_extra(
+        f"api.demo(out_dir={str(out)!r}, overrides=['traces=record'])"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 3, done.stderr
     assert "vgcsim[train]" in done.stdout and "torch" in done.stdout
     assert not out.exists()
