@@ -1026,16 +1026,8 @@ def demo(
     if cfg.traces == "record":
         # a core install stops here, in one line naming the extra, before any folder is made
         # (the committed traces need no torch)
-        try:
+        with _TrainingExtra("recording demo traces "):
             from vgcsim.traces.training.record import record as _record
-        except ModuleNotFoundError as exc:
-            top = (exc.name or "").split(".")[0]
-            if top not in TRAIN_MODULES:
-                raise
-            raise MissingExtraError(
-                f"recording demo traces needs the training extra ({top} is not installed): "
-                f"{TRAIN_EXTRA_HINT}"
-            ) from None
 
     folder = prepare_output(
         out_dir, "vgcsim demo", overwrite=overwrite, files=DEMO_FOLDERS, legacy=_legacy_demo
