@@ -13,6 +13,14 @@ measured time, minus one). Needs root; prints why and exits 0 where it cannot ru
     python benchmarks/calibrate_netns.py --setups 1gbit:256kb --max-error 0.1   # exit 1 above
     python benchmarks/calibrate_netns.py --setups 1gbit:256kb --sizes 4,1KiB,64KiB,1MiB,8MiB
     python benchmarks/calibrate_netns.py --statistic min   # the fit of each size's best case
+    python benchmarks/calibrate_netns.py --statistic min --keep DIR --json
+    python benchmarks/calibrate_netns.py --from DIR --statistic min --markdown   # refit only
+
+Beside each op's typical error it reports the measurements' own repeatability per op
+(``vgcsim.traces.calibration.repeatability``: the statistic of the even repetitions against
+the odd ones, the same measure), what these repetitions can tell apart from noise.
+``--from DIR`` fits a kept run's measurements again with the current fit (the cores of the
+machine that measured them, from the file), measuring nothing and needing no root.
 
 Timing needs a quiet machine: the 4 ranks share its cores.
 """
@@ -36,6 +44,7 @@ from vgcsim.core.units import parse_size_bytes  # noqa: E402
 
 DEFAULT_SETUPS = ("200mbit:16kb", "200mbit:256kb", "1gbit:16kb", "1gbit:256kb")
 _PER_OP = re.compile(r"typical error per op[^:]*: (.*)")
+_REPEAT = re.compile(r"repeatability per op[^:]*: (.*)")
 
 
 def tbf_bytes(text: str) -> int:
@@ -46,9 +55,10 @@ def tbf_bytes(text: str) -> int:
     return int(m[1]) * {"kb": 1024, "mb": 1 << 20, "b": 1, None: 1}[m[2]]
 
 
-def per_op_errors(stdout: str) -> dict[str, float]:
-    """``{op: typical error}`` from calibrate's printed line."""
-    m = _PER_OP.search(stdout)
+def per_op_errors(stdout: str, line: re.Pattern = _PER_OP) -> dict[str, float]:
+    """``{op: typical error}`` from calibrate's printed line (``line``: the typical error's,
+    or the repeatability's)."""
+    m = line.search(stdout)
     if not m:
         return {}
     out = {}
@@ -71,20 +81,67 @@ def run_setup(
             )
         if done[0].returncode != 0 or not out.exists():
             return {"rate": rate, "burst": burst, "error": done[0].stdout[-2000:]}
-        link = load_cluster(str(out)).link
-        errors = per_op_errors(done[0].stdout)
-        return {
-            "rate": rate,
-            "burst": burst,
-            "latency_s": link.latency_s,
-            "call_overhead_s": link.call_overhead_s,
-            "bandwidth_Bps": link.bandwidth_Bps,
-            "gamma_s_per_byte": link.gamma_s_per_byte,
-            "comm_cpu_s_per_byte": link.comm_cpu_s_per_byte,
-            "typical_error_per_op": errors,
-            "worst_typical_error": max(errors.values()) if errors else None,
-            "stdout_tail": done[0].stdout[-4000:],
-        }
+        row = setup_row(
+            rate,
+            burst,
+            load_cluster(str(out)).link,
+            per_op_errors(done[0].stdout),
+            per_op_errors(done[0].stdout, _REPEAT),
+        )
+        row["stdout_tail"] = done[0].stdout[-4000:]
+        return row
+
+
+def setup_row(rate: str, burst: str, link, errors: dict, repeat: dict) -> dict:
+    """One setup's JSON row: the fitted link, the typical error and repeatability per op."""
+    return {
+        "rate": rate,
+        "burst": burst,
+        "latency_s": link.latency_s,
+        "call_overhead_s": link.call_overhead_s,
+        "bandwidth_Bps": link.bandwidth_Bps,
+        "gamma_s_per_byte": link.gamma_s_per_byte,
+        "comm_cpu_s_per_byte": link.comm_cpu_s_per_byte,
+        "typical_error_per_op": errors,
+        "worst_typical_error": max(errors.values()) if errors else None,
+        "repeatability_per_op": repeat,
+    }
+
+
+def refit_setup(rate: str, burst: str, folder: Path, statistic: str | None) -> dict:
+    """A kept setup's measurements (``folder/cal-RATE-BURST.measurements.json``) fitted
+    again as the live run fits them: 4 ranks per host on the measuring machine's cores."""
+    from vgcsim import api
+
+    path = folder / f"cal-{rate}-{burst}.measurements.json"
+    if not path.is_file():
+        return {"rate": rate, "burst": burst, "error": f"{path} not found"}
+    doc = json.loads(path.read_text())
+    cores = int((doc.get("machine") or {}).get("cpus") or os.cpu_count() or 1)
+    run = api.fit_calibration(path, statistic=statistic or "median", hosts=(4, cores))
+    return setup_row(rate, burst, run.fit, run.errors, run.repeatability)
+
+
+def markdown(rows: list[dict]) -> str:
+    """The docs' table: per setup the fitted link, each op's typical error and, in brackets,
+    the measurements' repeatability for that op."""
+    ops = list(dict.fromkeys(op for r in rows for op in r.get("typical_error_per_op", {})))
+    head = "| setup | α (µs) | c (µs) | σ (ns/B) | bandwidth (MB/s) | " + " | ".join(ops) + " |"
+    lines = [head, "| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in ops) + " |"]
+    for r in rows:
+        if "typical_error_per_op" not in r:
+            lines.append(f"| {r['rate']}, {r['burst']} burst | failed |")
+            continue
+        cells = []
+        for op in ops:
+            e, q = r["typical_error_per_op"].get(op), r["repeatability_per_op"].get(op)
+            cells.append("" if e is None else f"{e:.1%}" + ("" if q is None else f" ({q:.1%})"))
+        lines.append(
+            f"| {r['rate']}, {r['burst']} burst | {r['latency_s'] * 1e6:.0f} | "
+            f"{r['call_overhead_s'] * 1e6:.0f} | {r['comm_cpu_s_per_byte'] * 1e9:.2f} | "
+            f"{r['bandwidth_Bps'] / 1e6:.1f} | " + " | ".join(cells) + " |"
+        )
+    return "\n".join(lines).replace("%", " %")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,6 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per setup")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument(
+        "--markdown", action="store_true", help="print the docs' table (errors, repeatability)"
+    )
+    parser.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        default=None,
+        help="refit the measurements a --keep run left in this folder; runs nothing",
+    )
+    parser.add_argument(
         "--max-error",
         type=float,
         default=None,
@@ -115,6 +182,12 @@ def main(argv: list[str] | None = None) -> int:
         "`vgcsim calibrate --from FILE`)",
     )
     args = parser.parse_args(argv)
+    if args.source is not None:
+        rows = [
+            refit_setup(*setup.split(":"), args.source, args.statistic)
+            for setup in args.setups.split(",")
+        ]
+        return report(rows, args)
     reason = missing_prerequisite()
     if reason is not None:
         print(f"calibrate_netns: cannot run here: {reason}")
@@ -137,10 +210,28 @@ def main(argv: list[str] | None = None) -> int:
             args.keep.mkdir(parents=True, exist_ok=True)
         row = run_setup(rate, burst, extra, args.timeout, args.keep)
         rows.append(row)
-        if not args.json:
-            errs = row.get("typical_error_per_op", {})
-            what = ", ".join(f"{k} {v:.1%}" for k, v in errs.items())
-            print(f"{rate} burst {burst}: {what or 'failed: ' + row.get('error', '')[-500:]}")
+        if not (args.json or args.markdown):
+            print(setup_line(row))
+    return report(rows, args, printed=True)
+
+
+def setup_line(row: dict) -> str:
+    """One setup's typical error per op, each op's repeatability in brackets."""
+    errs, rep = row.get("typical_error_per_op", {}), row.get("repeatability_per_op", {})
+    what = ", ".join(
+        f"{k} {v:.1%}" + (f" ({rep[k]:.1%})" if k in rep else "") for k, v in errs.items()
+    )
+    return f"{row['rate']} burst {row['burst']}: {what or 'failed: ' + row.get('error', '')[-500:]}"
+
+
+def report(rows: list[dict], args, printed: bool = False) -> int:
+    """Print ``rows`` as asked (``--json``, ``--markdown`` or a line per setup, unless the
+    lines were ``printed`` as the setups ran); exit status 1 above ``--max-error``."""
+    if args.markdown:
+        print(markdown(rows))
+    elif not args.json and not printed:
+        for row in rows:
+            print(setup_line(row))
     if args.json:
         for r in rows:
             r.pop("stdout_tail", None)

@@ -289,14 +289,64 @@ def fit_call_overhead(
     return float(x[0]), float(x[1])
 
 
-def cost_coefficients(op: str, size_bytes: float, world: int) -> tuple[float, float, float]:
+#: gloo's ring allreduce (``gloo/allreduce.cc``, ``ring()``): at most this many bytes per
+#: segment (``AllreduceOptions::kMaxSegmentSize``, 1 MiB), and at least two segments per rank.
+GLOO_MAX_SEGMENT_BYTES = 1 << 20
+#: The calibration's allreduce moves float32 elements (``traces/training/distributed_calibrate``).
+ALLREDUCE_ELEMENT_BYTES = 4
+
+
+def gloo_allreduce_share(
+    size_bytes: float,
+    world: int,
+    element_bytes: int = ALLREDUCE_ELEMENT_BYTES,
+    max_segment_bytes: int = GLOO_MAX_SEGMENT_BYTES,
+) -> float:
+    """The share of gloo's ring-allreduce segments that carry bytes, ``k / S``: what an
+    allreduce of ``size_bytes`` pays of the ring's 2(P−1) steps of α on gloo.
+
+    gloo's ring (``gloo/allreduce.cc``, ``ring()``) cuts ``n`` bytes into
+    ``S = roundUp(max(⌈n / M⌉, 2P), P)`` segments of ``b = roundUp(⌈n / S⌉, e)`` bytes (M the
+    maximum segment size, 1 MiB; e the element size) and passes every segment P − 1 times
+    in the reduce-scatter and P − 1 times in the allgather; a segment beyond the ``n`` bytes
+    is empty and is neither sent nor waited for. ``k = ⌈n / b⌉`` segments carry bytes, so
+    the ring's messages — and, on ranks that share cores, the CPU each costs — scale by
+    ``k / S``. It is 1 from (2P)² elements on (and wherever ``b`` divides ``n`` into all
+    ``S`` segments); below, a size may leave segments empty (17 float32 at P = 4: b = 12 B,
+    k = 6 of S = 8; one float32: 1 of 8, which across 4 namespace hosts took 0.9 ms where
+    64 B to 16 KiB took 6–7 ms; docs/distributed.md).
+
+    Example: ``gloo_allreduce_share(16, 4)`` = 0.5 (S = 8, b = 4 B, k = 4)."""
+    p, n = int(world), int(size_bytes)
+    if p <= 1 or n <= 0:
+        return 1.0
+    e = max(1, int(element_bytes))
+
+    def ceil_div(a: int, b: int) -> int:
+        return -(-a // b)
+
+    m = e * max(1, int(max_segment_bytes) // e)
+    segments = ceil_div(max(ceil_div(n, m), 2 * p), p) * p
+    seg_bytes = ceil_div(ceil_div(n, segments), e) * e
+    return min(1.0, ceil_div(n, seg_bytes) / segments)
+
+
+def cost_coefficients(
+    op: str, size_bytes: float, world: int, backend: str = "gloo"
+) -> tuple[float, float, float]:
     """Coefficients ``(k_α, k_β, k_γ)`` of one measurement's cost ``t = k_α·α + k_β·β + k_γ·γ``
-    (the ring costs of the module docstring, after Thakur, Rabenseifner & Gropp 2005)."""
+    (the ring costs of the module docstring, after Thakur, Rabenseifner & Gropp 2005). On
+    ``backend`` gloo (a measurement file's default) an allreduce's 2(P−1) steps of α are
+    scaled by the share of gloo's segments that carry bytes (:func:`gloo_allreduce_share`:
+    below 1 only for allreduces of fewer than (2P)² elements)."""
     p, n = world, float(size_bytes)
     if op in ("p2p", "p2p_intra"):
         return (1.0, n, 0.0)
     if op == "allreduce":
-        return (2.0 * (p - 1), 2.0 * (p - 1) / p * n, (p - 1) / p * n)
+        steps = 2.0 * (p - 1)
+        if str(backend).lower() == "gloo":
+            steps *= gloo_allreduce_share(n, p)
+        return (steps, 2.0 * (p - 1) / p * n, (p - 1) / p * n)
     if op == "allgather":
         return (float(p - 1), (p - 1) * n, 0.0)
     if op in ("allgatherv", "allgatherv_skewed"):  # skewed: padded to its largest block, n
@@ -602,7 +652,8 @@ def fit_link(
             )
     else:
         fit_ops = ("p2p",) if "p2p" in measured else tuple(o for o in OPS if o in measured)
-    a = np.array([cost_coefficients(r["op"], r["size_bytes"], world) for r in rows])
+    backend = str(measurements.get("backend", "gloo"))
+    a = np.array([cost_coefficients(r["op"], r["size_bytes"], world, backend) for r in rows])
     t = np.array([measured_seconds(r, statistic) for r in rows])
     if np.any(t <= 0):
         raise VgcsimError("a measured time is not positive; the timer or the sweep is broken")
@@ -740,7 +791,7 @@ def fit_link(
     else:
         fitted = a[:, 0] * alphas + a[:, 1:] @ x[1:] + calls
     fitted = fitted + k_host * host_s_per_byte_at(k_gathered, delta, h_table)
-    if h_op and str(measurements.get("backend", "gloo")) == "gloo":
+    if h_op and backend == "gloo":
         # a plain all_gather on gloo copies its gathered buffer once: ½·δ(P·m)·P·m, as
         # `vgcsim validate` prices it (vgcsim.core.collectives.plain_allgather_host_time_s)
         for i, r in enumerate(rows):

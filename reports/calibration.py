@@ -87,11 +87,18 @@ def fit_line(label: str, fit) -> str:
 
 
 def calibration_text(
-    table: list[dict], fit, intra=None, errors: dict | None = None, switch: dict | None = None
+    table: list[dict],
+    fit,
+    intra=None,
+    errors: dict | None = None,
+    switch: dict | None = None,
+    repeat: dict | None = None,
 ) -> str:
     """What ``vgcsim calibrate`` prints about a fit: the per-size table, a line per fitted link
     (:func:`fit_line`; ``intra``: the intra-node link's fit or None), the typical error per op
-    (``errors``, :func:`vgcsim.models.linkfit.op_errors`) and, where ``switch`` holds one
+    (``errors``, :func:`vgcsim.models.linkfit.op_errors`), where ``repeat`` holds any the
+    measurements' own repeatability per op (:func:`vgcsim.traces.calibration.repeatability`)
+    and, where ``switch`` holds one
     (:func:`vgcsim.models.linkfit.protocol_switch`), the step between two p2p regimes."""
     lines = [fit_table_text(table), "", fit_line("link", fit)]
     if intra is not None:
@@ -100,6 +107,11 @@ def calibration_text(
         "typical error per op (predicted from the fit where not fitted): "
         + ", ".join(f"{op} {e:.1%}" for op, e in (errors or {}).items())
     )
+    if repeat:
+        lines.append(
+            "repeatability per op (the statistic of the even repetitions against the odd "
+            "ones): " + ", ".join(f"{op} {e:.1%}" for op, e in repeat.items())
+        )
     if switch is not None:
         lines.append(
             f"p2p steps between {switch['below_bytes']} and {switch['above_bytes']} B "

@@ -297,6 +297,34 @@ def measured_seconds(row: dict, statistic: str = "median") -> float:
     return float(STATISTICS[check_statistic(statistic)](row["seconds"]))
 
 
+#: Repetitions a row needs for :func:`repeatability` (two halves of at least two each).
+REPEATABILITY_MIN_REPEATS = 4
+
+
+def repeatability(rows: Sequence[dict], statistic: str = "median") -> dict[str, float]:
+    """How well a measurement agrees with itself, per op: ``exp(rms log(s_even / s_odd)) − 1``
+    over the op's rows of at least :data:`REPEATABILITY_MIN_REPEATS` repetitions, where
+    ``s_even`` and ``s_odd`` are ``statistic`` over the row's even- and odd-numbered
+    repetitions (each half samples every pass of the sweep). It is the typical error of one
+    half predicting the other — the same measure as the fit's typical error per op
+    (:func:`vgcsim.models.linkfit.op_errors`) — so a fit whose typical error is near it is
+    as close as these repetitions can tell; ops without such rows are left out.
+
+    Example: one row with seconds ``[1, 2, 1, 2]`` gives ``median(1, 1) / median(2, 2)``
+    = ½, so ``exp(|log ½|) − 1`` = 100 %."""
+
+    pick = STATISTICS[check_statistic(statistic)]
+    logs: dict[str, list[float]] = {}
+    for r in rows:
+        s = list(r["seconds"])
+        if len(s) < REPEATABILITY_MIN_REPEATS:
+            continue
+        even, odd = float(pick(s[0::2])), float(pick(s[1::2]))
+        if even > 0 and odd > 0:
+            logs.setdefault(r["op"], []).append(math.log(even / odd) ** 2)
+    return {op: math.expm1(math.sqrt(sum(v) / len(v))) for op, v in logs.items()}
+
+
 def select_rows(
     measurements: dict,
     *,

@@ -26,7 +26,7 @@ here, a sweep's too, with the one header writer of every command.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -2146,7 +2146,9 @@ class CalibrationRun:
     - ``table``: one row per (op, size): measured and fitted seconds, relative error, role;
       ``errors``: the typical error per op (predicted from the fit where not fitted);
       ``switch``: where the p2p times step between two regimes (None: no step, or the fit's
-      size segments price it).
+      size segments price it); ``repeatability``: per op, the typical error of the even
+      repetitions' statistic against the odd ones'
+      (:func:`vgcsim.traces.calibration.repeatability`), what the measurements can tell.
     - ``toml``: the cluster file's text (``vgcsim.core.clusterfile.cluster_toml``), read back
       by ``--cluster FILE`` and :func:`load_cluster`.
     - ``report``: the table and the fit lines as ``vgcsim calibrate`` prints them; ``notes``:
@@ -2165,6 +2167,7 @@ class CalibrationRun:
     out: Path | None = None
     plot: Path | None = None
     measurements: Path | None = None
+    repeatability: dict[str, float] = field(default_factory=dict)
 
     @property
     def worst(self) -> Any:
@@ -2228,6 +2231,7 @@ def fit_calibration(
         check_statistic,
         parse_sizes,
         read_measurements,
+        repeatability,
         select_rows,
     )
 
@@ -2276,7 +2280,8 @@ def fit_calibration(
         table = table + intra_table
     errors = op_errors(table)
     switch = None if fit.segments else protocol_switch(table)  # segments price the steps
-    report = calibration_text(table, fit, intra, errors, switch)
+    repeat = repeatability(doc["rows"], statistic)
+    report = calibration_text(table, fit, intra, errors, switch, repeat)
     nodes = doc.get("nodes") or [0] * int(doc["world_size"])
     notes: tuple[str, ...] = ()
     if share != 1.0:
@@ -2304,7 +2309,18 @@ def fit_calibration(
         (int(hosts[0]), int(hosts[1])),
         float(burst_bytes),
     )
-    return CalibrationRun(fit, intra, table, errors, switch, text, report, notes, measurements=path)
+    return CalibrationRun(
+        fit,
+        intra,
+        table,
+        errors,
+        switch,
+        text,
+        report,
+        notes,
+        measurements=path,
+        repeatability=repeat,
+    )
 
 
 def _calibration_output(out: Path, overwrite: bool) -> None:

@@ -152,7 +152,7 @@ def test_gamma_is_the_per_byte_slope_not_a_per_message_overhead():
     # (Fitting relative errors, as before, the small rows' overhead gave gamma = 3.07 ns/B here.)
     alpha, beta, gamma, world, overhead = 100e-6, 1 / 25e6, 1e-9, 4, 5e-3
     rows = []
-    for size in (4, 1024, 65536, 1 << 20, 16 << 20, 64 << 20):
+    for size in (64, 1024, 65536, 1 << 20, 16 << 20, 64 << 20):
         rows.append({"op": "p2p", "size_bytes": size, "seconds": [alpha + size * beta] * 3})
         a, b, g = cost_coefficients("allreduce", size, world)
         t = a * alpha + b * beta + g * gamma + overhead
@@ -161,7 +161,7 @@ def test_gamma_is_the_per_byte_slope_not_a_per_message_overhead():
     assert fit.fit_ops_latency_s == pytest.approx(alpha, rel=1e-9)
     assert fit.bandwidth_Bps == pytest.approx(25e6, rel=1e-9)
     assert fit.gamma_s_per_byte == pytest.approx(gamma, rel=1e-6)
-    # The link's alpha is a collective step's, from the small allreduces (4 B, 1 KiB):
+    # The link's alpha is a collective step's, from the small allreduces (64 B, 1 KiB):
     # alpha + 5 ms / 6 steps = 933.3 us, so the overhead is priced at every size
     assert fit.latency_op == "allreduce"
     assert fit.latency_s == pytest.approx(alpha + overhead / 6, rel=1e-6)
@@ -192,7 +192,7 @@ def _overhead_rows(gamma: float, overhead: float = 5e-3) -> dict:
     (6α + 1.5nβ + 0.75nγ + overhead), exact times."""
     alpha, beta, world = 100e-6, 1 / 25e6, 4
     rows = []
-    for size in (4, 1024, 65536, 1 << 20, 16 << 20, 64 << 20):
+    for size in (64, 1024, 65536, 1 << 20, 16 << 20, 64 << 20):
         rows.append({"op": "p2p", "size_bytes": size, "seconds": [alpha + size * beta]})
         a, b, g = cost_coefficients("allreduce", size, world)
         rows.append(
@@ -317,10 +317,10 @@ def test_gamma_rows_are_those_where_betas_term_is_half_the_time():
 
 def test_latency_rows_include_a_zero_byte_allreduce():
     """α = median over allreduce's latency rows of (t − β, γ terms)/k_α, k_α = 6 at P = 4: the
-    0-byte row (6 ms → 1 ms) and the 4-byte row (12 ms + 6·β → 2 ms) give 1.5 ms."""
+    0-byte row (6 ms → 1 ms) and the 64-byte row (12 ms + 96·β → 2 ms) give 1.5 ms."""
     rows = P2P + [
         {"op": "allreduce", "size_bytes": 0, "seconds": [6e-3]},
-        {"op": "allreduce", "size_bytes": 4, "seconds": [12e-3 + 6 * BETA]},
+        {"op": "allreduce", "size_bytes": 64, "seconds": [12e-3 + 96 * BETA]},
         *_rows("allreduce", lambda n: 6e-3 + 1.5 * n * BETA, sizes=(1 << 22, 1 << 24)),
     ]
     fit, _ = fit_link({"world_size": 4, "rows": rows})
