@@ -6,7 +6,9 @@ a time. Each op's cost is linear in α (per-message latency, s), β = 1/bandwidt
 "Optimization of Collective Communication Operations in MPICH" (IJHPCA 2005), on ``P`` ranks:
 
 * ``p2p`` / ``p2p_intra``, half a ping-pong round trip of ``n`` bytes: ``t = α + n·β``
-* ring allreduce of ``n`` bytes: ``t = c + 2(P−1)·α + 2(P−1)/P·n·β + (P−1)/P·n·γ``
+* ring allreduce of ``n`` bytes: ``t = c + 2(P−1)·α + 2(P−1)/P·n·β + (P−1)/P·n·γ``; on
+  gloo the 2(P−1) steps are scaled by the share of gloo's segments that carry bytes
+  (:func:`gloo_allreduce_share`: 1 from (2P)² float32 elements on)
 * ring allgather of ``m`` bytes per rank: ``t = c + (P−1)·α + (P−1)·m·β``
 * vgcsim's allgatherv of ``m`` bytes per rank (an all_gather of one int64 length, then the
   payload all_gather; on gloo the ``allgatherv/padded`` model):
