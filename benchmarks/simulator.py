@@ -486,7 +486,9 @@ def collective_run(key: str, world_size: int, limit_s: float) -> tuple[float, fl
     t0 = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = t0 + limit_s
+    peak = 0.0
     while True:
+        peak = max(peak, _high_water_bytes(proc.pid))
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
@@ -494,10 +496,25 @@ def collective_run(key: str, world_size: int, limit_s: float) -> tuple[float, fl
             proc.kill()
             pid, status, usage = os.wait4(proc.pid, 0)
             break
-        time.sleep(0.05)
+        time.sleep(0.01)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    # ru_maxrss is in KiB on Linux
-    return time.perf_counter() - t0, usage.ru_maxrss * 1024.0, proc.returncode
+    # Where /proc cannot be read, the child's ru_maxrss (KiB on Linux). That one also counts
+    # the memory this process held when it started the child (Linux keeps the larger of the
+    # two address spaces' peaks across exec), so it is only right while this process is small.
+    return time.perf_counter() - t0, peak or usage.ru_maxrss * 1024.0, proc.returncode
+
+
+def _high_water_bytes(pid: int) -> float:
+    """The peak resident memory of process ``pid``'s own address space so far (``VmHWM`` of
+    /proc/PID/status, which starts afresh at exec); 0 where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1]) * 1024.0
+    except OSError:
+        pass
+    return 0.0
 
 
 def collective_cases(

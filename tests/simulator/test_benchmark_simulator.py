@@ -87,3 +87,14 @@ def test_json_report_has_every_key_and_a_reason_for_each_null():
         assert out["simgrid_direct_agv_p16_finish_s"] == pytest.approx(
             out["direct_agv_p16_finish_s"], rel=1e-9
         )
+
+
+def test_a_collective_s_peak_memory_is_its_own_not_the_benchmark_s(bench):
+    # the benchmark process holds 1 GiB when it starts the child; a child that starts from
+    # an exec keeps only its own address space's peak (a small P = 4 collective: < 512 MiB)
+    held = bytearray(1 << 30)
+    held[:: 1 << 12] = b"\1" * len(held[:: 1 << 12])  # touch every page: resident
+    wall, peak, code = bench.collective_run("allgatherv/ring", 4, 60.0)
+    assert code == 0 and wall > 0
+    assert 0 < peak < 512 * 2**20
+    assert bench._high_water_bytes(-1) == 0.0  # no such process: nothing read
