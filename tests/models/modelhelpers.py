@@ -4,7 +4,7 @@ times of the link fit's cost model."""
 from __future__ import annotations
 
 from vgcsim.core.cluster import DEFAULT_HOST_PADDED_SHARE, ClusterSpec, LinkSpec, get_device
-from vgcsim.models.linkfit import cost_coefficients, host_coefficient
+from vgcsim.models.linkfit import call_coefficient, cost_coefficients, host_coefficient
 
 
 def star_cluster(latency_s=0.0, bandwidth_Bps=1e9) -> ClusterSpec:
@@ -39,3 +39,16 @@ def exact_rows(ops, sizes, world, alpha, beta, **link) -> list[dict]:
         for op in ops
         for n in sizes
     ]
+
+
+def called_measurements(ops, sizes, world, alpha, beta, call_s, collective_beta=None) -> dict:
+    """A gloo measurement file of exact times: :func:`exact_time_s` plus ``call_s`` per
+    collective call (``call_coefficient``); the collectives' bytes at ``collective_beta``
+    where given (p2p always at ``beta``)."""
+    rows = []
+    for op in ops:
+        b = beta if op == "p2p" or collective_beta is None else collective_beta
+        for n in sizes:
+            t = exact_time_s(op, n, world, alpha, b) + call_coefficient(op, world) * call_s
+            rows.append({"op": op, "size_bytes": n, "seconds": [t]})
+    return {"world_size": world, "backend": "gloo", "rows": rows}

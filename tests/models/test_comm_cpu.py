@@ -7,13 +7,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from modelhelpers import exact_time_s
+from modelhelpers import called_measurements
 
 from vgcsim import api
 from vgcsim.cli import main
 from vgcsim.core.cluster import get_cluster, load_cluster, shared_cluster, shared_link
 from vgcsim.core.errors import ConfigError
-from vgcsim.models.linkfit import call_coefficient, fit_link
+from vgcsim.models.linkfit import fit_link
 
 SIGMA = 1e-9  # s per byte sent or received
 
@@ -89,13 +89,8 @@ ALPHA, BETA, CALL = 60e-6, 1 / 1.25e9, 400e-6
 
 def synthetic(sigma, world):
     """Exact times: p2p on the wire, collectives' bytes at max(β, 2σ), c per call."""
-    rows = []
-    for op in ("p2p", "allreduce", "allgather"):
-        beta = BETA if op == "p2p" else max(BETA, 2 * sigma)
-        for size in SIZES:
-            t = exact_time_s(op, size, world, ALPHA, beta) + call_coefficient(op, world) * CALL
-            rows.append({"op": op, "size_bytes": size, "seconds": [t]})
-    return {"world_size": world, "backend": "gloo", "rows": rows}
+    ops = ("p2p", "allreduce", "allgather")
+    return called_measurements(ops, SIZES, world, ALPHA, BETA, CALL, max(BETA, 2 * sigma))
 
 
 @pytest.mark.parametrize("world", [3, 4])

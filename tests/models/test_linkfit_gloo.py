@@ -7,12 +7,11 @@ from __future__ import annotations
 import math
 
 import pytest
-from modelhelpers import exact_time_s
+from modelhelpers import called_measurements
 
 from vgcsim.cli import main
 from vgcsim.core.errors import UnknownNameError
 from vgcsim.models.linkfit import (
-    call_coefficient,
     cost_coefficients,
     fit_link,
     gloo_allreduce_share,
@@ -83,12 +82,8 @@ def test_only_gloo_allreduces_pay_the_share():
 
 
 def gloo_rows(world: int) -> dict:
-    rows = []
-    for op in ("p2p", "allreduce", "allgather", "allgatherv"):
-        for n in SIZES:
-            t = exact_time_s(op, n, world, ALPHA, BETA) + call_coefficient(op, world) * CALL
-            rows.append({"op": op, "size_bytes": n, "seconds": [t]})
-    return {"world_size": world, "backend": "gloo", "rows": rows}
+    ops = ("p2p", "allreduce", "allgather", "allgatherv")
+    return called_measurements(ops, SIZES, world, ALPHA, BETA, CALL)
 
 
 @pytest.mark.parametrize("world", [2, 4])
