@@ -183,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.source is not None:
+        if not args.source.is_dir():
+            print(f"calibrate_netns: --from {args.source}: no such folder", file=sys.stderr)
+            return 2
         rows = [
             refit_setup(*setup.split(":"), args.source, args.statistic)
             for setup in args.setups.split(",")

@@ -47,3 +47,9 @@ def test_a_missing_kept_setup_fails_the_error_gate(kept, capsys):
     assert netns.main(argv) == 1
     out = capsys.readouterr().out
     assert "200mbit burst 16kb: failed:" in out and "not found" in out
+
+
+def test_a_missing_kept_folder_is_one_line_and_exit_2(tmp_path, capsys):
+    assert netns.main(["--from", str(tmp_path / "nothing"), "--setups", "1gbit:16kb"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no such folder" in err
