@@ -315,8 +315,8 @@ def gloo_allreduce_share(
     the ring's messages — and, on ranks that share cores, the CPU each costs — scale by
     ``k / S``. It is 1 from (2P)² elements on (and wherever ``b`` divides ``n`` into all
     ``S`` segments); below, a size may leave segments empty (17 float32 at P = 4: b = 12 B,
-    k = 6 of S = 8; one float32: 1 of 8, which across 4 namespace hosts took 0.9 ms where
-    64 B to 16 KiB took 6–7 ms; docs/distributed.md).
+    k = 6 of S = 8; one float32: 1 of 8; docs/distributed.md, "The fit and what its error
+    means", shows the measured small allreduces).
 
     Example: ``gloo_allreduce_share(16, 4)`` = 0.5 (S = 8, b = 4 B, k = 4)."""
     p, n = int(world), int(size_bytes)

@@ -312,7 +312,6 @@ def repeatability(rows: Sequence[dict], statistic: str = "median") -> dict[str, 
 
     Example: one row with seconds ``[1, 2, 1, 2]`` gives ``median(1, 1) / median(2, 2)``
     = ½, so ``exp(|log ½|) − 1`` = 100 %."""
-
     pick = STATISTICS[check_statistic(statistic)]
     logs: dict[str, list[float]] = {}
     for r in rows:
