@@ -112,13 +112,14 @@ def refit_setup(rate: str, burst: str, folder: Path, statistic: str | None) -> d
     """A kept setup's measurements (``folder/cal-RATE-BURST.measurements.json``) fitted
     again as the live run fits them: 4 ranks per host on the measuring machine's cores."""
     from vgcsim import api
+    from vgcsim.traces.calibration import read_measurements
 
     path = folder / f"cal-{rate}-{burst}.measurements.json"
     if not path.is_file():
         return {"rate": rate, "burst": burst, "error": f"{path} not found"}
-    doc = json.loads(path.read_text())
+    doc = read_measurements(path)  # checked, and read once: the fit takes the document
     cores = int((doc.get("machine") or {}).get("cpus") or os.cpu_count() or 1)
-    run = api.fit_calibration(path, statistic=statistic or "median", hosts=(4, cores))
+    run = api.fit_calibration(doc, statistic=statistic or "median", hosts=(4, cores))
     return setup_row(rate, burst, run.fit, run.errors, run.repeatability)
 
 
@@ -135,13 +136,18 @@ def markdown(rows: list[dict]) -> str:
         cells = []
         for op in ops:
             e, q = r["typical_error_per_op"].get(op), r["repeatability_per_op"].get(op)
-            cells.append("" if e is None else f"{e:.1%}" + ("" if q is None else f" ({q:.1%})"))
+            cells.append("" if e is None else pct(e) + ("" if q is None else f" ({pct(q)})"))
         lines.append(
             f"| {r['rate']}, {r['burst']} burst | {r['latency_s'] * 1e6:.0f} | "
             f"{r['call_overhead_s'] * 1e6:.0f} | {r['comm_cpu_s_per_byte'] * 1e9:.2f} | "
             f"{r['bandwidth_Bps'] / 1e6:.1f} | " + " | ".join(cells) + " |"
         )
-    return "\n".join(lines).replace("%", " %")
+    return "\n".join(lines)
+
+
+def pct(share: float) -> str:
+    """A share as the docs write it: ``0.123`` → ``12.3 %``."""
+    return f"{share * 100:.1f} %"
 
 
 def main(argv: list[str] | None = None) -> int:

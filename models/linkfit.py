@@ -330,7 +330,7 @@ def gloo_allreduce_share(
     m = e * max(1, int(max_segment_bytes) // e)
     segments = ceil_div(max(ceil_div(n, m), 2 * p), p) * p
     seg_bytes = ceil_div(ceil_div(n, segments), e) * e
-    return min(1.0, ceil_div(n, seg_bytes) / segments)
+    return ceil_div(n, seg_bytes) / segments  # ≤ 1: seg_bytes ≥ n / segments
 
 
 def cost_coefficients(
