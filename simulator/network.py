@@ -457,7 +457,7 @@ class FairNetwork(_NetworkBase):
                 break
         else:
             rate = flow.rate = route.bandwidth_Bps
-            if type(flow) is _Msg or flow.on_sent is None:
+            if flow.on_sent is None:  # a _Msg's is None too (a class attribute)
                 flow.state = _LAZY
                 tx = flow.nbytes / rate
                 flow.t_end = now + tx
@@ -519,8 +519,9 @@ class FairNetwork(_NetworkBase):
         lazy_on = self._lazy_on
         for c in flow.channels:
             lazy_on[c] = None
-        if self._hold is not None:
-            self._hold(flow)  # added to the monitor's sums later, in this order
+        hold = self._hold
+        if hold is not None:
+            hold(flow)  # added to the monitor's sums later, in this order
         else:
             self.monitor.solo_flow(
                 flow.channels, flow.start, flow.t_end, flow.nbytes, flow.src, flow.dst
