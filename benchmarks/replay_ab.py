@@ -17,7 +17,8 @@ own ``benchmarks/simulator.py`` (``vgg_trace``: synthetic, seed 1) and replays i
 * ``wall_s`` and ``cpu_s``: ``--rounds`` replays of ``--steps`` steps per side, in turns;
 * ``tables_equal``: whether both sides' step tables are the same, value for value.
 
-Usage: python benchmarks/replay_ab.py REV [--ranks 64] [--steps 100] [--rounds 3] [--json]
+Usage: python benchmarks/replay_ab.py REV [--ranks 64] [--steps 100] [--rounds 3]
+       [--instruction-steps 2,12 | --no-instructions] [--json]
 """
 
 from __future__ import annotations
@@ -69,8 +70,14 @@ def install(source: Path, target: Path) -> None:
     subprocess.run([*command, "--target", str(target), str(source)], check=True)
 
 
-def replay(side: dict[str, Path], trace_steps: int, steps: int, ranks: int, repeats: int,
-           valgrind: bool = False) -> dict[str, Any] | int:
+def replay(
+    side: dict[str, Path],
+    trace_steps: int,
+    steps: int,
+    ranks: int,
+    repeats: int,
+    valgrind: bool = False,
+) -> dict[str, Any] | int:
     """One child run of ``side``: its JSON, or (``valgrind``) its instruction count."""
     args = [str(side["checkout"]), str(trace_steps), str(steps), str(ranks), str(repeats)]
     args.append(str(side["site"]))
@@ -120,7 +127,10 @@ def measure(args: argparse.Namespace, log) -> dict[str, Any]:
             "machine_cpus": os.cpu_count(),
             "load_average_1min": os.getloadavg()[0],
         }
-        if shutil.which("valgrind"):
+        if args.no_instructions:
+            out["instructions_per_step"] = None
+            out["instructions_ratio"] = None
+        elif shutil.which("valgrind"):
             per_step = {}
             for name, side in sides.items():
                 log(f"counting {name}'s instructions at {s1} and {s2} steps ...")
@@ -170,12 +180,17 @@ def main(argv: list[str] | None = None) -> int:
         default="2,12",
         help="S1,S2: the two step counts whose instruction difference is divided (2,12)",
     )
+    parser.add_argument(
+        "--no-instructions", action="store_true", help="skip the instruction counts"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     try:
         s1, s2 = (int(v) for v in args.instruction_steps.split(","))
     except ValueError:
-        parser.exit(2, f"--instruction-steps must be two integers S1,S2, got {args.instruction_steps!r}\n")
+        parser.exit(
+            2, f"--instruction-steps must be two integers S1,S2, got {args.instruction_steps!r}\n"
+        )
     if not 0 < s1 < s2 or min(args.ranks, args.steps, args.rounds) < 1:
         parser.exit(2, "need 0 < S1 < S2 and --ranks, --steps, --rounds >= 1\n")
     args.instruction_steps = (s1, s2)
