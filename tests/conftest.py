@@ -3,7 +3,12 @@ predict and scenario tests."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
 import pytest
 
 #: bits_hand[step, worker, layer] of the tiny trace: 3 steps, 2 workers, 2 layers.
@@ -115,3 +120,36 @@ def sweep_traces(tmp_path_factory) -> list[str]:
     a = synth_trace(SynthConfig(layers="vgg_like", workers=2, steps=3, density=0.01), root / "a")
     b = synth_trace(SynthConfig(layers="vgg_like", workers=2, steps=3, density=0.1), root / "b")
     return [str(a), str(b)]
+
+
+def write_hook_trace(tmp_path: Path, wall: bool = True) -> Path:
+    """The sample trace as the hook would write it: a ranks table whose compute is
+    (1 + step) ms on rank 0 and 10 × that on rank 1, the whole step 2 ms above forward +
+    backward + optimizer."""
+    from vgcsim.traces.io import read_trace
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parent / "data" / "sample_trace", run)
+    t = read_trace(run)
+    steps = t.steps["step"].to_numpy()
+    w = int(t.workers)
+    rows = pd.DataFrame({"step": np.repeat(steps, w), "rank": np.tile(np.arange(w), len(steps))})
+    compute = (1.0 + rows["step"]) * 1e-3 * np.where(rows["rank"] == 1, 10.0, 1.0)
+    rows["compute_s"] = compute
+    rows["forward_backward_s"] = compute + 1e-3  # the hook's own 1 ms inside
+    for col in ("sqsum_s", "compress_s", "encode_s"):
+        rows[col] = 0.25e-3
+    rows["comm_s"] = 0.25e-3
+    rows["decode_s"] = 0.5e-3 * w
+    rows["optimizer_s"] = 0.5e-3
+    if wall:
+        rows["step_wall_s"] = rows["forward_backward_s"] + rows["optimizer_s"] + 2e-3
+        rows.loc[rows["step"] == steps[0], "step_wall_s"] = np.nan
+    rows["wire_bytes"] = 4096
+    rows["fallback_rounds"] = 0
+    (run / "ranks").mkdir()
+    rows.to_parquet(run / "ranks" / "part-000000.parquet")
+    header = json.loads((run / "header.json").read_text())
+    header["source"] = "ddp_hook"
+    (run / "header.json").write_text(json.dumps(header))
+    return run

@@ -6,56 +6,21 @@ optimizer, and the step waits for the slowest rank."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from tests.conftest import write_hook_trace
 from vgcsim.cli import main
 from vgcsim.core.cluster import get_cluster
 from vgcsim.models.predict import PredictOptions, predict_trace
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.replay import hook_rank_times, step_inputs
 
-SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
-
-
-def _hook_trace(tmp_path: Path, wall: bool = True) -> Path:
-    """The sample trace as the hook would write it: a ranks table whose compute is
-    (1 + step) ms on rank 0 and 10 × that on rank 1, the whole step 2 ms above forward +
-    backward + optimizer."""
-    run = tmp_path / "run"
-    shutil.copytree(SAMPLE, run)
-    t = read_trace(run)
-    steps = t.steps["step"].to_numpy()
-    w = int(t.workers)
-    rows = pd.DataFrame({"step": np.repeat(steps, w), "rank": np.tile(np.arange(w), len(steps))})
-    compute = (1.0 + rows["step"]) * 1e-3 * np.where(rows["rank"] == 1, 10.0, 1.0)
-    rows["compute_s"] = compute
-    rows["forward_backward_s"] = compute + 1e-3  # the hook's own 1 ms inside
-    for col in ("sqsum_s", "compress_s", "encode_s"):
-        rows[col] = 0.25e-3
-    rows["comm_s"] = 0.25e-3
-    rows["decode_s"] = 0.5e-3 * w
-    rows["optimizer_s"] = 0.5e-3
-    if wall:
-        rows["step_wall_s"] = rows["forward_backward_s"] + rows["optimizer_s"] + 2e-3
-        rows.loc[rows["step"] == steps[0], "step_wall_s"] = np.nan
-    rows["wire_bytes"] = 4096
-    rows["fallback_rounds"] = 0
-    (run / "ranks").mkdir()
-    rows.to_parquet(run / "ranks" / "part-000000.parquet")
-    header = json.loads((run / "header.json").read_text())
-    header["source"] = "ddp_hook"
-    (run / "header.json").write_text(json.dumps(header))
-    return run
-
 
 def test_recorded_ranks_keep_their_own_rows_and_the_overhead_is_added(tmp_path):
-    t = read_trace(_hook_trace(tmp_path))
+    t = read_trace(write_hook_trace(tmp_path))
     steps = t.steps["step"].to_numpy()
     w = int(t.workers)
     times = hook_rank_times(t, steps, w)
@@ -68,13 +33,13 @@ def test_recorded_ranks_keep_their_own_rows_and_the_overhead_is_added(tmp_path):
 
 
 def test_without_a_wall_time_there_is_no_overhead(tmp_path):
-    t = read_trace(_hook_trace(tmp_path, wall=False))
+    t = read_trace(write_hook_trace(tmp_path, wall=False))
     times = hook_rank_times(t, t.steps["step"].to_numpy(), int(t.workers))
     assert (times["overhead"] == 0).all()
 
 
 def test_ranks_beyond_the_recording_draw_measured_rows_seeded(tmp_path):
-    t = read_trace(_hook_trace(tmp_path))
+    t = read_trace(write_hook_trace(tmp_path))
     steps = t.steps["step"].to_numpy()
     w = int(t.workers)
     measured = set(np.round(hook_rank_times(t, steps, w)["compute"].ravel(), 12))
@@ -90,7 +55,7 @@ def test_ranks_beyond_the_recording_draw_measured_rows_seeded(tmp_path):
 
 def test_the_step_waits_for_the_slowest_rank(tmp_path):
     """Rank 1 computes 10x longer: every prediction's compute is rank 1's, not the mean."""
-    t = read_trace(_hook_trace(tmp_path))
+    t = read_trace(write_hook_trace(tmp_path))
     cluster = dataclasses.replace(get_cluster("10GbE"), compute="trace")
     si = step_inputs(t, cluster, int(t.workers))
     steps = t.steps["step"].to_numpy()
@@ -106,7 +71,7 @@ def test_the_step_waits_for_the_slowest_rank(tmp_path):
 
 @pytest.mark.parametrize("p", [1, 2, 5])
 def test_predict_and_simulate_see_the_same_per_rank_times(tmp_path, p):
-    run = _hook_trace(tmp_path)
+    run = write_hook_trace(tmp_path)
     cluster = tmp_path / "c.toml"
     cluster.write_text(
         'name = "c"\ncompute = "trace"\n[topology]\nkind = "star"\n[link]\npreset = "10GbE"\n'
