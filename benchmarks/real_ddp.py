@@ -21,7 +21,9 @@ allreduce row, fp16 as the dense fp16 row, the variance hook as the compressed r
 with the hook's own exchange (``allgatherv/bounded``). Measured and predicted step times are
 medians over the timed steps.
 
-``--from DIR`` predicts a kept run (``-o DIR``) again with this checkout's models, without
+``--engine simulate`` prices every setup with ``vgcsim simulate`` instead of ``vgcsim predict``
+(the same flags; the simulator also shares each host's cores among unequal ranks event by
+event, docs/simulator.md). ``--from DIR`` predicts a kept run (``-o DIR``) again with this checkout's models, without
 running anything: each setup's cluster file is refitted from its kept calibration
 measurements (``vgcsim calibrate --from``, with the hosts and burst the run declared) and
 every method predicted from the kept traces; the measured step times are the run's.
@@ -115,12 +117,15 @@ def calibrate(hosts, port: int, out: Path, sizes: str, repeats: int, rate: str) 
     return out
 
 
-def predict_step_s(trace: Path, cluster: Path, world_size: int, method: str, tmp: Path) -> float:
-    """vgcsim predict's step time of ``method`` at ``world_size`` (median over steps)."""
+def predict_step_s(
+    trace: Path, cluster: Path, world_size: int, method: str, tmp: Path, engine: str = "predict"
+) -> float:
+    """``vgcsim predict``'s (or ``simulate``'s: ``engine``) step time of ``method`` at
+    ``world_size`` (median over steps)."""
     import pandas as pd
 
-    out = tmp / f"p-{trace.name}-{cluster.stem}-{method}"
-    cmd = [sys.executable, "-m", "vgcsim", "predict", str(trace), "--cluster", str(cluster)]
+    out = tmp / f"{engine}-{trace.name}-{cluster.stem}-{method}"
+    cmd = [sys.executable, "-m", "vgcsim", engine, str(trace), "--cluster", str(cluster)]
     cmd += ["--world-sizes", str(world_size), "--compute", "trace", "--per-step"]
     cmd += ["--dense-encodings", "fp32,fp16", "-o", str(out), "--overwrite"]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -149,7 +154,7 @@ def refit(keep: Path, work: Path, rate: str, n: int) -> Path:
     return out
 
 
-def repredict(keep: Path, work: Path, log) -> list[dict]:
+def repredict(keep: Path, work: Path, log, engine: str = "predict") -> list[dict]:
     """The kept run's rows (``real_ddp.json`` in ``keep``) predicted again (module docstring)."""
     kept = json.loads((keep / "real_ddp.json").read_text())
     rows, clusters = [], {}
@@ -158,7 +163,7 @@ def repredict(keep: Path, work: Path, log) -> list[dict]:
         if (rate, n) not in clusters:
             clusters[(rate, n)] = refit(keep, work, rate, n)
         trace = keep / f"trace-{model}-{'variance' if method == 'variance' else 'ddp'}"
-        pred = predict_step_s(trace, clusters[(rate, n)], n, method, work)
+        pred = predict_step_s(trace, clusters[(rate, n)], n, method, work, engine)
         m = r["measured_s"]
         rows.append({**r, "predicted_s": pred, "error": pred / m - 1})
         print(
@@ -212,6 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--markdown", action="store_true", help="also print the table of every row")
     p.add_argument("-o", "--out", type=Path, help="keep traces, cluster files and rows here")
+    p.add_argument(
+        "--engine",
+        choices=("predict", "simulate"),
+        default="predict",
+        help="price each setup with the closed forms (predict, the default) or the simulator",
+    )
     p.add_argument(
         "--from",
         dest="keep",
@@ -286,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
                             measured[(model, method)] = res["median_step_s"]
                 for (model, method), m in measured.items():
                     trace = traces[(model, "variance" if method == "variance" else "ddp")]
-                    pred = predict_step_s(trace, cluster, n, method, work)
+                    pred = predict_step_s(trace, cluster, n, method, work, args.engine)
                     rows.append(
                         {
                             "rate": rate,
@@ -306,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 print(f"  ({time.monotonic() - t0:.0f} s)", file=log, flush=True)
         result = {**summarize(rows), "rows": rows, "load_average": os.getloadavg()}
+        result["engine"] = args.engine
         if args.out:
             (work / "real_ddp.json").write_text(json.dumps(result, indent=1))
     _print(result, args.json, args.markdown)
@@ -322,8 +334,9 @@ def _repredicted(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="vgcsim-real-ddp-") as tmpdir:
         work = (args.out or Path(tmpdir)).resolve()
         work.mkdir(parents=True, exist_ok=True)
-        rows = repredict(args.keep.resolve(), work, log)
+        rows = repredict(args.keep.resolve(), work, log, args.engine)
         result = {**summarize(rows), "rows": rows, "predicted_from": str(args.keep)}
+        result["engine"] = args.engine
         if args.out:
             (work / "real_ddp.json").write_text(json.dumps(result, indent=1))
     _print(result, args.json, args.markdown)

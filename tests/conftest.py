@@ -123,9 +123,9 @@ def sweep_traces(tmp_path_factory) -> list[str]:
 
 
 def write_hook_trace(tmp_path: Path, wall: bool = True) -> Path:
-    """The sample trace as the hook would write it: a ranks table whose compute is
-    (1 + step) ms on rank 0 and 10 × that on rank 1, the whole step 2 ms above forward +
-    backward + optimizer."""
+    """The sample trace as the hook would write it (one bucket of every layer): a ranks table
+    whose compute is (1 + step) ms on rank 0 and 10 × that on rank 1, the whole step 2 ms
+    above forward + backward + optimizer."""
     from vgcsim.traces.io import read_trace
 
     run = tmp_path / "run"
@@ -151,5 +151,8 @@ def write_hook_trace(tmp_path: Path, wall: bool = True) -> Path:
     rows.to_parquet(run / "ranks" / "part-000000.parquet")
     header = json.loads((run / "header.json").read_text())
     header["source"] = "ddp_hook"
+    header["hook"] = {
+        "layouts": [{"from_step": 0, "buckets": [list(range(len(header["layers"])))]}]
+    }
     (run / "header.json").write_text(json.dumps(header))
     return run
