@@ -86,7 +86,6 @@ from vgcsim.simulator.engine import (
     run_collective_steps,
     run_message,
 )
-from vgcsim.simulator.hosts import host_clock
 from vgcsim.simulator.network import LinkMonitor
 from vgcsim.simulator.reference import run_reference
 from vgcsim.simulator.rounds import RoundCache, run_rounds
@@ -453,8 +452,6 @@ class _StepPlan:
     payload: np.ndarray  # [P] bytes sent per rank
     grad_ready: np.ndarray  # [K, P] when each group's gradients are ready
     ready: np.ndarray  # [K, P] when each group is ready to send (after its side work)
-    fwd_end: np.ndarray  # [P] when each rank's forward pass ends
-    compute_end: np.ndarray  # [P] when each rank's backward pass ends
 
 
 def _world_size(
@@ -587,9 +584,6 @@ class _Block:
     payload: np.ndarray  # [S, P]
     # phases whose host copies are priced (copied[i] goes with host_phases[i]); None: data_index
     host_phases: list[int] | None = None
-    #: [S, P] when each rank's work before its exchange ends where its host's cores are
-    #: shared (vgcsim.simulator.hosts.host_clock); None: compute + local, as given
-    work_end: np.ndarray | None = None
 
     @property
     def n_steps(self) -> int:
@@ -654,10 +648,6 @@ def _block(
         copied = [comp[:, :, k].sum(axis=1) for k in range(k_groups)]
     side = local[:, None, :] * buckets.frac[None, :, None]  # [S, K, P]
     ready = grad_ready + np.cumsum(side, axis=1)
-    clock = host_clock(ws.cluster, ws.compute[steps] + local)
-    work_end = None
-    if clock is not None:  # the ranks of a host share its cores (vgcsim.simulator.hosts)
-        ready, work_end = clock(ready), clock(ws.compute[steps] + local)
     schedules, names, readies, all_units, data_index = [], [], [], [], []
     if method == "compressed" and ws.bounded is not None:
         # the hook's buckets one after the other once the step's gradients are compressed
@@ -715,7 +705,6 @@ def _block(
         variance,
         payload,
         host_phases,
-        work_end,
     )
 
 
@@ -727,7 +716,7 @@ def _exposed_comm(
     rank's local work (the same device), for its share of the decode time; ``step_s`` is the
     last rank's finish plus the optimizer step."""
     steps = slice(block.start, block.start + block.n_steps)
-    work = ws.compute[steps] + block.local if block.work_end is None else block.work_end
+    work = ws.compute[steps] + block.local
     done = work.copy()
     for k, b in enumerate(block.data_index):
         done = np.maximum(finish[:, b], done) + block.dec * buckets.frac[k]
@@ -749,23 +738,19 @@ def _block_records(
     token-bucket credit taken off where it has one (``wire_s``: the same steps' exchange on
     the link's bandwidth alone, :func:`vgcsim.core.collectives.burst_credit_s`)."""
     steps = slice(block.start, block.start + block.n_steps)
-    compute, variance, local = ws.compute[steps], block.variance, block.local
-    if block.work_end is not None:  # each rank's local times as its host's sharing ran them
-        work = compute + local
-        stretch = np.divide(block.work_end, work, out=np.ones_like(work), where=work > 0)
-        compute, variance, local = compute * stretch, variance * stretch, local * stretch
+    compute = ws.compute[steps]
     optimizer = ws.optimizer[steps]
     comm, step_s = _exposed_comm(ws, buckets, block, finish)
     if ws.burst[0] > 0:  # the host link's token bucket refilled in the local phases
         credit = burst_credit_s(comm, step_s, *ws.burst, wire_s)
         comm, step_s = comm - credit, step_s - credit
-    variance = variance.mean(axis=1)
+    variance = block.variance.mean(axis=1)
     columns = {
         "step": ws.inputs.steps[steps].tolist(),
         "compute_s": compute.mean(axis=1).tolist(),
         "optimizer_s": optimizer.tolist(),
         "variance_s": variance.tolist(),
-        "codec_s": (local.mean(axis=1) - variance).tolist(),
+        "codec_s": (block.local.mean(axis=1) - variance).tolist(),
         "decode_s": block.dec.max(axis=1).tolist(),
         "comm_s": comm.tolist(),
         "step_s": step_s.tolist(),
@@ -812,11 +797,6 @@ def _step_plan(
     # gradients by its own duration.
     side = local[None, :] * buckets.frac[:, None]  # [K, P]
     ready = grad_ready + np.cumsum(side, axis=0)
-    fwd_end, compute_end = ws.fwd[t], ws.compute[t]
-    clock = host_clock(ws.cluster, (ws.compute[t] + local)[None])
-    if clock is not None:  # the ranks of a host share its cores (vgcsim.simulator.hosts)
-        grad_ready, ready = clock(grad_ready[None])[0], clock(ready[None])[0]
-        fwd_end, compute_end = clock(np.stack([fwd_end, compute_end])[None])[0]
     schedule = ws.data_schedules[method]
     phases: list[Phase] = []
     data_index = []
@@ -844,9 +824,7 @@ def _step_plan(
         else:
             units = unit_sizes(schedule, sizes[k])
         phases.append(Phase(ready[k], schedule, units, f"{label} b{k}"))
-    return _StepPlan(
-        phases, data_index, local, dec, variance, payload, grad_ready, ready, fwd_end, compute_end
-    )
+    return _StepPlan(phases, data_index, local, dec, variance, payload, grad_ready, ready)
 
 
 def _timeline_steps(ws: _WorldSize, timeline_steps: Sequence[int]) -> set[int]:
@@ -1103,7 +1081,7 @@ def _timeline(
         call_overhead_s=call,
         wire=wire,
     )
-    compute, fwd = plan.compute_end, plan.fwd_end
+    compute, fwd = ws.compute[t], ws.fwd[t]
     for r in range(ws.p):
         spans.append(RankSpan(r, "forward", 0.0, float(fwd[r])))
         spans.append(RankSpan(r, "backward", float(fwd[r]), float(compute[r])))

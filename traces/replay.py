@@ -37,8 +37,7 @@ Hosts with cores: where ``cluster.host_cores`` > 0, every local time above (comp
 variance, codec, decode, optimizer, the dense casts) is multiplied by the processor-sharing
 factor f = ``vgcsim.core.cluster.host_share(cluster, P)`` = max(1, min(ranks_per_host, P) ×
 threads_per_rank / host_cores): the ranks of a host run their local work at once and share
-its cores (f = 1 by default, and the times are unchanged). The simulator reshares the cores
-among a host's ranks whose work differs (``vgcsim.simulator.hosts``).
+its cores (f = 1 by default, and the times are unchanged).
 
 PowerSGD traces (payload columns :data:`LOWRANK_COLUMNS`) exchange by three allreduces per
 bucket, in torch's order: the tensors sent plain, then P, then Q
