@@ -4,7 +4,8 @@ printed text of ``vgcsim validate``.
 The per-step frame (measured, predicted and simulated communication seconds and their
 relative errors) and the per-collective frame of a calibration measurement file are built
 at the front door, which joins the models and the simulator with the measurement; this
-module turns them into a table (frame in, frame out), a plot (Axes in, Axes out) and text.
+module turns them into a table (frame in, frame out), a plot (Axes in, Axes out) and text
+(``DataFrame.to_string``, which prints every column and row whatever pandas' display options).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def plot_validation(df: pd.DataFrame, ax: Axes | None = None) -> Axes:
             )
     ax.set_xlabel("step")
     ax.set_ylabel("communication per step (ms)")
-    title = df.attrs.get("collective", "")
+    title = df.attrs.get("collective")
     if title:
         ax.set_title(
             f"{df.attrs.get('trace', '')}: {title}, P={df.attrs.get('world_size')} "
@@ -90,12 +91,11 @@ def plot_validation(df: pd.DataFrame, ax: Axes | None = None) -> Axes:
 
 def steps_text(df: pd.DataFrame, summary: pd.DataFrame, show_steps: int) -> str:
     """What ``vgcsim validate RUN`` prints: the summary and the first ``show_steps`` steps."""
-    with pd.option_context("display.width", 120, "display.max_columns", 20):
-        text = summary.to_string(index=False, float_format=lambda v: f"{v:.4g}")
-        if show_steps > 0:
-            cols = ["step", "measured_s", "predicted_s", "simulated_s", "payload_bytes_max"]
-            rows = df[cols].head(show_steps)
-            text += "\n\n" + rows.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    text = summary.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    if show_steps > 0:
+        cols = ["step", "measured_s", "predicted_s", "simulated_s", "payload_bytes_max"]
+        rows = df[cols].head(show_steps)
+        text += "\n\n" + rows.to_string(index=False, float_format=lambda v: f"{v:.4g}")
     return text
 
 
@@ -104,14 +104,11 @@ def collective_text(df: pd.DataFrame) -> str:
     cols = ["op", "collective", "size_bytes", "measured_s", "predicted_s", "simulated_s"]
     cols += [f"{src}_rel_error" for src in SOURCES]
     seconds = ("measured_s", "predicted_s", "simulated_s")
-    with pd.option_context("display.width", 140, "display.max_columns", 20):
-        return df[cols].to_string(
-            index=False,
-            formatters={
-                **{c: "{:.4g}".format for c in seconds},
-                **{f"{src}_rel_error": "{:+.1%}".format for src in SOURCES},
-            },
-        )
+    formatters = {
+        **{c: "{:.4g}".format for c in seconds},
+        **{f"{src}_rel_error": "{:+.1%}".format for src in SOURCES},
+    }
+    return df[cols].to_string(index=False, formatters=formatters)
 
 
 def term_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -125,7 +122,7 @@ def term_summary(df: pd.DataFrame) -> pd.DataFrame:
         for src in SOURCES:
             err = part[f"{src}_rel_error"].dropna()
             row[f"{src}_s"] = part[f"{src}_s"].median()
-            row[f"{src}_median_error"] = err.median() if len(err) else float("nan")
+            row[f"{src}_median_error"] = err.median()  # NaN where no step was measured
             row[f"{src}_worst_error"] = (
                 err.iloc[err.abs().to_numpy().argmax()] if len(err) else float("nan")
             )
@@ -140,18 +137,11 @@ def terms_text(summary: pd.DataFrame, attrs: dict) -> str:
         "steps; errors per step (modelled - measured) / measured, median and worst"
     )
     errors = [c for c in summary.columns if c.endswith("_error")]
-    with pd.option_context("display.width", 160, "display.max_columns", 20):
-        return (
-            head
-            + "\n"
-            + summary.to_string(
-                index=False,
-                formatters={
-                    **{c: "{:.4g}".format for c in summary.columns if c.endswith("_s")},
-                    **{c: "{:+.1%}".format for c in errors},
-                },
-            )
-        )
+    formatters = {
+        **{c: "{:.4g}".format for c in summary.columns if c.endswith("_s")},
+        **{c: "{:+.1%}".format for c in errors},
+    }
+    return head + "\n" + summary.to_string(index=False, formatters=formatters)
 
 
 def winner_line(frames: list[pd.DataFrame]) -> str:

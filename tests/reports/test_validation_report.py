@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
@@ -153,6 +154,11 @@ def test_steps_text_prints_four_significant_digits_and_the_chosen_columns(frame)
     ]
     assert rows[4].split() == ["3", "0.004", "0.0044", "0.008", "400"]
     assert len(rows) == 5
+    # every float to 4 significant digits, small ones in lower-case exponent form
+    frame.loc[0, ["measured_s", "predicted_s"]] = [1.23456789e-7, 2 / 3 * 1e-3]
+    one = steps_text(frame, validation_summary(frame), 1).split("\n\n")[1].splitlines()
+    assert len(one) == 2
+    assert one[1].split() == ["0", "1.235e-07", "0.0006667", "0.001", "100"]
 
 
 def test_summary_p90_and_median_of_the_absolute_errors():
@@ -172,6 +178,8 @@ def test_summary_p90_and_median_of_the_absolute_errors():
     assert list(s.index) == ["measured", "predicted"]
     assert s.loc["measured", "mean_s"] == 1.0 and s.loc["measured", "within_25pct"] == 1.0
     assert s.loc["measured", "p90_abs_rel_error"] == 0.0
+    assert s.loc["measured", "mean_rel_error"] == 0.0
+    assert s.loc["measured", "median_abs_rel_error"] == 0.0
     assert s.loc["predicted", "median_abs_rel_error"] == pytest.approx(0.3)
     assert s.loc["predicted", "p90_abs_rel_error"] == pytest.approx(0.46)
     assert s.loc["predicted", "within_25pct"] == pytest.approx(0.4)
@@ -196,32 +204,48 @@ def test_the_error_within_25_percent_counts_its_bound():
 
 
 def test_plot_styles_labels_and_a_missing_source(frame):
+    frame["step"] = [10, 11, 12, 13]
     frame["simulated_s"] = np.nan
-    ax = plot_validation(frame)  # a fresh figure of its own
+    with matplotlib.rc_context({"lines.linewidth": 3.0, "lines.markersize": 7.0}):
+        ax = plot_validation(frame)  # a fresh figure of its own, laid out constrained
     assert ax.figure.get_size_inches() == pytest.approx([7, 3.5])
+    assert type(ax.figure.get_layout_engine()).__name__ == "ConstrainedLayoutEngine"
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert set(lines) == {"measured", "predicted"}
     measured, predicted = lines["measured"], lines["predicted"]
+    assert list(measured.get_xdata()) == list(predicted.get_xdata()) == [10, 11, 12, 13]
     assert list(measured.get_ydata()) == pytest.approx([1, 2, 3, 4])
-    assert (measured.get_marker(), measured.get_linestyle(), measured.get_color()) == (
-        "o",
-        "-",
-        "k",
-    )
+    style = (measured.get_marker(), measured.get_linestyle(), measured.get_color())
+    assert style == ("o", "-", "k")
+    assert (measured.get_markersize(), measured.get_linewidth()) == (3, 1)
     assert (predicted.get_linestyle(), predicted.get_color()) == ("--", "tab:blue")
+    assert (predicted.get_markersize(), predicted.get_linewidth()) == (4, 1.5)
     assert ax.get_xlabel() == "step" and ax.get_ylabel() == "communication per step (ms)"
     assert ax.get_ylim()[0] == 0
     assert ax.get_title() == "t: allgatherv/ring, P=4 on 10GbE"
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["measured", "predicted"]
+    assert ax.title.get_fontsize() == 9
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["measured", "predicted"]
+    assert {t.get_fontsize() for t in legend.get_texts()} == {8}
 
 
 def test_plot_without_a_collective_has_no_title(frame):
+    frame["step"] = [5, 6, 7, 8]
     frame.attrs.clear()
-    ax = plot_validation(frame)
+    with matplotlib.rc_context({"lines.linewidth": 3.0, "lines.markersize": 7.0}):
+        ax = plot_validation(frame)
     assert ax.get_title() == ""
     lines = {line.get_label(): line for line in ax.get_lines()}
     sim = lines["simulated"]
     assert (sim.get_linestyle(), sim.get_marker(), sim.get_color()) == (":", "x", "tab:orange")
+    assert (sim.get_markersize(), sim.get_linewidth()) == (4, 1.5)
+    assert list(sim.get_xdata()) == [5, 6, 7, 8]
+
+
+def test_plot_title_leaves_out_what_the_frame_does_not_name(frame):
+    frame.attrs.clear()
+    frame.attrs.update(collective="allreduce/ring", world_size=2)
+    assert plot_validation(frame).get_title() == ": allreduce/ring, P=2 on "
 
 
 def _terms() -> pd.DataFrame:
@@ -333,3 +357,60 @@ def test_winner_line_a_tie_goes_to_the_first_run():
     assert winner_line([a, b]) == (
         "winner: measured a (10.000 ms vs 10.000 ms), predicted a (20.000 ms vs 20.000 ms): match"
     )
+
+
+def test_summary_goes_on_past_a_source_that_was_not_run(frame):
+    frame["predicted_s"] = np.nan
+    s = validation_summary(frame)
+    assert list(s["source"]) == ["measured", "simulated"]
+
+
+def test_texts_print_small_seconds_in_lower_case_exponent_form():
+    df = pd.DataFrame(
+        {
+            "op": ["p2p"],
+            "collective": ["p2p"],
+            "size_bytes": [4],
+            "measured_s": [1.23456e-7],
+            "predicted_s": [2e-7],
+            "simulated_s": [3e-7],
+            "predicted_rel_error": [0.62],
+            "simulated_rel_error": [1.43],
+        }
+    )
+    assert collective_text(df).splitlines()[1].split()[3:6] == ["1.235e-07", "2e-07", "3e-07"]
+    terms = pd.DataFrame(
+        {
+            "term": ["decode"],
+            "measured_s": [1.23456e-7],
+            "predicted_s": [2e-7],
+            "simulated_s": [3e-7],
+            "predicted_rel_error": [0.62],
+            "simulated_rel_error": [1.43],
+        }
+    )
+    line = terms_text(term_summary(terms), {}).splitlines()[2].split()
+    assert line == [
+        "decode",
+        "1.235e-07",
+        "2e-07",
+        "+62.0%",
+        "+62.0%",
+        "3e-07",
+        "+143.0%",
+        "+143.0%",
+    ]
+
+
+def test_term_summary_keeps_the_frame_s_order_of_terms():
+    df = _terms()
+    df["term"] = df["term"].map({"compute": "step", "exchange": "exchange"})
+    assert list(term_summary(df)["term"]) == ["step", "exchange"]
+
+
+def test_the_measured_row_is_exact_even_where_a_step_was_not_measured(frame):
+    frame.loc[2, "measured_s"] = np.nan
+    s = validation_summary(frame).set_index("source")
+    assert s.loc["measured", "within_25pct"] == 1.0
+    assert s.loc["measured", "median_abs_rel_error"] == 0.0
+    assert s.loc["predicted", "within_25pct"] == 0.75  # the unmeasured step is not within
