@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -218,6 +219,7 @@ def test_the_ranks_table_is_read_and_trimmed_like_the_others(tmp_path):
     t = read_trace_parts(run)
     assert sorted(set(t.ranks["step"])) == [s for s in steps if s <= last]
     assert list(t.ranks.index) == list(range(len(t.ranks)))
+    assert "index" not in t.ranks.columns
 
 
 def test_a_trace_without_a_ranks_table_has_none(run):
@@ -252,6 +254,53 @@ def test_an_encoding_the_trace_lacks_is_refused_with_the_ones_it_has(run):
     t = read_trace_parts(run)
     with pytest.raises(Exception) as info:
         t.worker_bits("packed32")
-    text = str(info.value)
-    assert "encoding of this trace" in text and "packed32" in text and "hand" in text
-    assert "hand2x" in text
+    assert str(info.value) == "unknown encoding of this trace 'packed32'; valid: hand, hand2x"
+
+
+def test_a_worker_that_never_sent_gets_zero_bits(run):
+    t = read_trace_parts(run)
+    t.payloads = t.payloads[t.payloads["worker"] == 0]
+    assert t.worker_bits().to_numpy().tolist() == [[960, 0], [804, 0], [9600, 0]]
+
+
+def test_a_column_no_table_describes_is_read_whatever_its_type(run):
+    chunk = run / "payloads" / "part-000000.parquet"
+    table = pq.read_table(chunk)
+    pq.write_table(table.append_column("note", pa.array(["x"] * table.num_rows)), chunk)
+    assert set(read_trace_parts(run).payloads["note"].dropna()) == {"x"}
+
+
+def test_an_unreadable_header_is_one_line_with_the_reason(run, monkeypatch):
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "read_text", refuse)
+    assert _refusal(run) == f"cannot read {run / 'header.json'}: Permission denied"
+
+
+def test_a_complete_run_is_read_as_it_lies(run):
+    """Rows past the last step of a complete run are not trimmed: validation judges them."""
+    (run / "steps" / "part-000001.parquet").unlink()
+    t = read_trace_parts(run)
+    assert list(t.steps["step"]) == [0, 1] and 2 in set(t.payloads["step"])
+
+
+def test_trimmed_tables_are_indexed_afresh_without_an_index_column(run):
+    (run / "evals").mkdir()
+    evals = pd.DataFrame({c: [0.5, 0.5, 0.5] for c in schema.EVAL_COLUMNS})
+    evals["step"] = [0, 1, 2]
+    evals.to_parquet(run / "evals" / "part-000000.parquet")
+    (run / "steps" / "part-000001.parquet").unlink()
+    _edit_header(run, status="stopped")
+    t = read_trace_parts(run)
+    assert list(t.payloads.columns) == [*schema.PAYLOAD_COLUMNS, "bits_hand", "bits_hand2x"]
+    assert list(t.evals.columns) == list(schema.EVAL_COLUMNS)
+    assert list(t.evals["step"]) == [0, 1] and list(t.evals.index) == [0, 1]
+
+
+def test_a_stopped_run_without_payloads_logs_nothing(run, caplog):
+    shutil.rmtree(run / "payloads")
+    _edit_header(run, status="stopped")
+    with caplog.at_level(logging.INFO, logger="vgcsim.traces.reading"):
+        t = read_trace_parts(run)
+    assert t.payloads.empty and caplog.messages == []
