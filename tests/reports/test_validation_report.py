@@ -70,19 +70,26 @@ def test_text_shows_summary_then_the_first_steps(frame):
     assert "\n\n" not in steps_text(frame, validation_summary(frame), 0)
 
 
-def test_collective_text_formats_errors_as_percentages():
-    df = pd.DataFrame(
+def _one_collective(op: str, size_bytes: int, seconds, errors) -> pd.DataFrame:
+    """One row of ``vgcsim validate FILE.measurements.json``'s frame: (measured, predicted,
+    simulated) seconds and (predicted, simulated) relative errors."""
+    names = ("measured_s", "predicted_s", "simulated_s")
+    return pd.DataFrame(
         {
-            "op": ["allreduce"],
-            "collective": ["allreduce/ring"],
-            "size_bytes": [1024],
-            "measured_s": [2e-4],
-            "predicted_s": [2.2e-4],
-            "simulated_s": [1.9e-4],
-            "predicted_rel_error": [0.1],
-            "simulated_rel_error": [-0.05],
+            "op": [op],
+            "collective": [op if op == "p2p" else f"{op}/ring"],
+            "size_bytes": [size_bytes],
+            **{name: [v] for name, v in zip(names, seconds, strict=True)},
+            **{
+                f"{src}_rel_error": [e]
+                for src, e in zip(("predicted", "simulated"), errors, strict=True)
+            },
         }
     )
+
+
+def test_collective_text_formats_errors_as_percentages():
+    df = _one_collective("allreduce", 1024, (2e-4, 2.2e-4, 1.9e-4), (0.1, -0.05))
     text = collective_text(df)
     assert "+10.0%" in text and "-5.0%" in text and "0.0002" in text
 
@@ -366,29 +373,9 @@ def test_summary_goes_on_past_a_source_that_was_not_run(frame):
 
 
 def test_texts_print_small_seconds_in_lower_case_exponent_form():
-    df = pd.DataFrame(
-        {
-            "op": ["p2p"],
-            "collective": ["p2p"],
-            "size_bytes": [4],
-            "measured_s": [1.23456e-7],
-            "predicted_s": [2e-7],
-            "simulated_s": [3e-7],
-            "predicted_rel_error": [0.62],
-            "simulated_rel_error": [1.43],
-        }
-    )
+    df = _one_collective("p2p", 4, (1.23456e-7, 2e-7, 3e-7), (0.62, 1.43))
     assert collective_text(df).splitlines()[1].split()[3:6] == ["1.235e-07", "2e-07", "3e-07"]
-    terms = pd.DataFrame(
-        {
-            "term": ["decode"],
-            "measured_s": [1.23456e-7],
-            "predicted_s": [2e-7],
-            "simulated_s": [3e-7],
-            "predicted_rel_error": [0.62],
-            "simulated_rel_error": [1.43],
-        }
-    )
+    terms = df.drop(columns=["op", "collective", "size_bytes"]).assign(term="decode")
     line = terms_text(term_summary(terms), {}).splitlines()[2].split()
     assert line == [
         "decode",
