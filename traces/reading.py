@@ -203,10 +203,12 @@ class Trace:
         col = self._bits_column(encoding)
         wide = self.payloads.groupby(["step", "worker"], sort=True)[col].sum().unstack("worker")
         wide = wide.reindex(
-            index=pd.Index(self.steps["step"].to_numpy(), name="step"), columns=range(self.workers)
+            index=pd.Index(self.steps["step"].to_numpy(), name="step"),
+            columns=range(self.workers),
+            fill_value=0,
         )
         wide.columns.name = "worker"
-        return wide.fillna(0).astype(np.int64)  # 0 where a worker sent nothing at a step
+        return wide.fillna(0).astype(np.int64)
 
     def layer_bits(self, encoding: str | None = None) -> pd.DataFrame:
         """Per-(step, worker, layer) bits under ``encoding`` as a long frame (step, worker, layer, bits)."""
