@@ -25,6 +25,7 @@ def _cluster(path, hosts: str = ""):
     return path
 
 
+@pytest.mark.slow  # four vgcsim commands in fresh interpreters
 def test_both_engines_price_a_hook_trace_alike_with_and_without_shared_hosts(real_ddp, tmp_path):
     """The hook trace's rank 1 computes 10 × rank 0. Alone on their hosts, and two ranks on one
     core (every local time stretched by 2, the slowest rank's too), predict and simulate agree
