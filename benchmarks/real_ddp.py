@@ -22,8 +22,8 @@ with the hook's own exchange (``allgatherv/bounded``). Measured and predicted st
 medians over the timed steps.
 
 ``--engine simulate`` prices every setup with ``vgcsim simulate`` instead of ``vgcsim predict``
-(the same flags). ``--from DIR`` predicts a kept run (``-o DIR``) again with this checkout's models, without
-running anything: each setup's cluster file is refitted from its kept calibration
+(the same flags). ``--from DIR`` predicts a kept run (``-o DIR``) again with this checkout's
+models, without running anything: each setup's cluster file is refitted from its kept calibration
 measurements (``vgcsim calibrate --from``, with the hosts and burst the run declared) and
 every method predicted from the kept traces; the measured step times are the run's.
 

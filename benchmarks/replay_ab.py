@@ -81,8 +81,9 @@ def replay(
     """One child run of ``side``: its JSON, or (``valgrind``) its instruction count."""
     args = [str(side["checkout"]), str(trace_steps), str(steps), str(ranks), str(repeats)]
     args.append(str(side["site"]))
-    # -S and a cwd outside the checkout: no site processing, so that no editable install's finder (a .pth file) can take
-    # the import of vgcsim from the side's folder; the environment's packages by path.
+    # -S and a cwd outside the checkout: no site processing, so that no editable install's
+    # finder (a .pth file) can take the import of vgcsim from the side's folder; the
+    # environment's packages come by path.
     path = os.pathsep.join([str(side["site"]), *site.getsitepackages()])
     env = {**os.environ, "PYTHONPATH": path}
     command = [sys.executable, "-S", "-c", CHILD, *args]
@@ -127,9 +128,9 @@ def measure(args: argparse.Namespace, log) -> dict[str, Any]:
             "machine_cpus": os.cpu_count(),
             "load_average_1min": os.getloadavg()[0],
         }
+        out["instructions_per_step"] = out["instructions_ratio"] = None
         if args.no_instructions:
-            out["instructions_per_step"] = None
-            out["instructions_ratio"] = None
+            pass
         elif shutil.which("valgrind"):
             per_step = {}
             for name, side in sides.items():
@@ -141,8 +142,6 @@ def measure(args: argparse.Namespace, log) -> dict[str, Any]:
             out["instructions_ratio"] = per_step["this"] / per_step["base"]
         else:
             log("valgrind not installed: no instruction counts")
-            out["instructions_per_step"] = None
-            out["instructions_ratio"] = None
         runs: dict[str, list[dict[str, Any]]] = {"this": [], "base": []}
         for r in range(args.rounds):
             for name in ("base", "this") if r % 2 else ("this", "base"):
