@@ -111,6 +111,8 @@ def wheel(tmp_path_factory) -> Path:
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    # every folder the wheel ships files from is a listed package (setup.py)
+    assert "absent from the `packages` configuration" not in done.stderr, done.stderr
     (whl,) = dist.glob("vgcsim-*.whl")
     return whl
 
