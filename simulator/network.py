@@ -75,6 +75,8 @@ __all__ = [
 # alone on its channels / released after its last byte left alone / rate shared / ended shared
 _LAZY, _SOLO_DONE, _SHARED, _SHARED_DONE = 1, 2, 3, 4
 
+_new = object.__new__  # a _Msg is made without a class call (see _Msg)
+
 
 @dataclass
 class LinkMonitor:
@@ -240,24 +242,10 @@ class _Msg:
         "rate",
     )
     on_sent = None  # nobody waits for its last byte to leave
-
-    def __init__(
-        self,
-        route: Route,
-        nbytes: float,
-        now: float,
-        src: int,
-        dst: int,
-        done: Callable[[_Flow | _Msg], None],
-    ):
-        self.route = route
-        self.channels = route.channels
-        self.start = now
-        self.nbytes = nbytes
-        self.src = src
-        self.dst = dst
-        self.done = done
-        # state, rate and t_end (its last byte leaves then) are written when it goes lazy
+    # Its fields are set where it starts (FairNetwork.start_message): route, channels, start,
+    # nbytes, src, dst and done there; state, rate and t_end (its last byte leaves then) when
+    # it goes lazy. No __init__: a class call into a Python __init__ costs about as much as
+    # the rest of a lone message's start.
 
 
 class _NetworkBase:
@@ -426,24 +414,37 @@ class FairNetwork(_NetworkBase):
             super().start(src, dst, nbytes, on_sent, on_arrived, waiters)
             return
         route = self._route(src, dst)
-        now = self.env.now
-        self._begin(_Flow(route, nbytes, now, src, dst, on_sent, on_arrived, waiters), route, now)
+        flow = _Flow(route, nbytes, self.env.now, src, dst, on_sent, on_arrived, waiters)
+        self.start_message(route, src, dst, nbytes, None, flow)
 
     def start_message(
-        self, route: Route, src: int, dst: int, nbytes: float, done: Callable[[_Flow], None]
+        self,
+        route: Route,
+        src: int,
+        dst: int,
+        nbytes: float,
+        done: Callable[[_Flow], None] | None,
+        flow: _Flow | _Msg | None = None,
     ) -> None:
+        """Start a message (or ``flow``, a flow of :meth:`start` with its own callbacks) and
+        put it on its channels: lazy if it is alone there and nobody waits for its last byte
+        to leave (one timer at its arrival; until then it stays on its channels, and a later
+        flow finding it there after ``t_end`` releases it), else shared. A message alone on
+        its channels stays the light :class:`_Msg` (the message level's common case, one
+        call per message); a :class:`_Flow` takes over where it meets another."""
         if src == dst or nbytes <= 0:
             super().start_message(route, src, dst, nbytes, done)
             return
-        # The message level's common case (the event-rate benchmark's path): a flow alone on
-        # its channels stays the light _Msg; a _Flow takes over where it meets another.
         now = self.env.now
-        self._begin(_Msg(route, nbytes, now, src, dst, done), route, now)
-
-    def _begin(self, flow: _Flow | _Msg, route: Route, now: float) -> None:
-        """Put ``flow`` on its channels: lazy if it is alone there and nobody waits for its
-        last byte to leave (one timer at its arrival; until then it stays on its channels,
-        and a later flow finding it there after ``t_end`` releases it), else shared."""
+        if flow is None:
+            flow = _new(_Msg)
+            flow.route = route
+            flow.channels = route.channels
+            flow.start = now
+            flow.nbytes = nbytes
+            flow.src = src
+            flow.dst = dst
+            flow.done = done
         self.monitor.flows += 1
         lazy_on, on = self._lazy_on, self._on
         chans = flow.channels
