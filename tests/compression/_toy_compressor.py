@@ -1,4 +1,4 @@
-"""A toy compressor in one module, as docs/compression.md's "Adding a compressor" describes:
+"""A toy compressor in one module, as docs/extending.md's "Adding a compressor" describes:
 its parameters, validation, label, device codec cost and rule. Registered by the test that
 uses it (tests/compression/test_adding_a_compressor.py), never by the product."""
 
