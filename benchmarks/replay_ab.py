@@ -65,9 +65,14 @@ with tempfile.TemporaryDirectory() as tmp:
 
 
 def install(source: Path, target: Path) -> None:
-    """``source``'s package (no dependencies) into ``target``."""
+    """``source``'s package (no dependencies) into ``target``; the build's own folders
+    (``build/``, ``*.egg-info``) are removed from ``source`` unless they were there before."""
+    before = {p.name for p in source.iterdir()}
     command = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
     subprocess.run([*command, "--target", str(target), str(source)], check=True)
+    for made in source.iterdir():
+        if made.name not in before and (made.name == "build" or made.name.endswith(".egg-info")):
+            shutil.rmtree(made)
 
 
 def replay(

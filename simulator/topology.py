@@ -5,7 +5,7 @@ A cluster's ``topology`` is the typed spec of its kind (:data:`TOPOLOGIES`, in
 predict and simulate refuse the same topologies and a graph's file is read once.
 :func:`build_topology` turns a :class:`~vgcsim.core.cluster.ClusterSpec` and a world size
 ``P`` into a :class:`Topology` with the builder registered for the spec's type
-(:data:`_BUILDERS`): an undirected networkx graph whose every edge is a
+(:data:`BUILDERS`): an undirected networkx graph whose every edge is a
 **full-duplex** link (two independent *channels*, one per direction, each with the link's
 bandwidth and latency), the host node of each rank, and a route for every rank pair.
 
@@ -71,6 +71,7 @@ from vgcsim.core.topologies import (
 )
 
 __all__ = [
+    "BUILDERS",
     "TOPOLOGIES",
     "GraphSpec",
     "HierarchicalSpec",
@@ -298,7 +299,7 @@ def _build_graph(spec: GraphSpec, cluster: ClusterSpec, p: int) -> tuple[nx.Grap
 
 #: The graph builder of each topology spec type (a new kind: its spec in
 #: :mod:`vgcsim.core.topologies` and its builder here).
-_BUILDERS = {
+BUILDERS = {
     StarSpec: _build_star,
     LeafSpineSpec: _build_leaf_spine,
     HierarchicalSpec: _build_hierarchical,
@@ -322,7 +323,7 @@ def build_topology(cluster: ClusterSpec, world_size: int) -> Topology:
         raise ConfigError(f"world size must be an integer >= 1, got {world_size!r}")
     p = int(world_size)
     spec = cluster.topology
-    graph, hosts = _BUILDERS[type(spec)](spec, cluster, p)
+    graph, hosts = BUILDERS[type(spec)](spec, cluster, p)
     if p > 1:
         reach = nx.node_connected_component(graph, hosts[0]) if hosts[0] in graph else set()
         missing = [h for h in hosts if h not in reach]

@@ -26,7 +26,7 @@ SAMPLE_TRACE = ROOT / "tests" / "data" / "sample_trace"
 def dumbbell(monkeypatch):
     """The two registry entries the recipe adds, undone after the test."""
     monkeypatch.setitem(TOPOLOGIES, DumbbellSpec.kind, DumbbellSpec)
-    monkeypatch.setitem(simulator_topology._BUILDERS, DumbbellSpec, build_dumbbell)
+    monkeypatch.setitem(simulator_topology.BUILDERS, DumbbellSpec, build_dumbbell)
     return DumbbellSpec
 
 

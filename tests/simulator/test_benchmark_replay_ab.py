@@ -42,6 +42,7 @@ def test_bad_arguments_get_one_line_and_exit_2(args, message):
     shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs a git checkout"
 )
 def test_the_working_tree_against_head_gives_equal_tables_and_timed_runs_per_side():
+    before = {p.name for p in ROOT.iterdir()}
     done = run(
         "HEAD", "--ranks", "4", "--steps", "3", "--rounds", "2", "--no-instructions", "--json"
     )
@@ -59,3 +60,5 @@ def test_the_working_tree_against_head_gives_equal_tables_and_timed_runs_per_sid
         ["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True, check=True
     ).stdout
     assert "replay-ab-" not in listed
+    # and the installs left no build folder in the checkout
+    assert {p.name for p in ROOT.iterdir()} <= before

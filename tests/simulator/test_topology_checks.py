@@ -48,7 +48,7 @@ def _with_builder(monkeypatch, build):
     """The star kind built by ``build(p) -> (graph, hosts)`` instead of its own builder: the
     public specs never give build_topology a disconnected graph (the cluster parser refuses
     one), so its own check, the net behind every builder, is reached this way."""
-    monkeypatch.setitem(topo_mod._BUILDERS, StarSpec, lambda spec, cl, p: build(p))
+    monkeypatch.setitem(topo_mod.BUILDERS, StarSpec, lambda spec, cl, p: build(p))
 
 
 def _islands(p: int, joined: int):
