@@ -223,3 +223,14 @@ def test_a_state_key_may_hold_a_slash():
     state = fresh.state_dict()["state"]
     assert list(state) == [0] and list(state[0]) == ["buf/a/b"]
     assert state[0]["buf/a/b"].tolist() == [[2.0, 2.0]]
+
+
+def test_a_parameter_whose_state_holds_no_tensor_comes_back():
+    net = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)  # no momentum: no tensor state
+    opt.state[net.bias]["count"] = 3
+    tensors, scalars = optimizer_state(opt)
+    assert tensors == {} and scalars["state"] == {"1": {"count": 3}}
+    fresh = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
+    load_optimizer_state(fresh, tensors, json.loads(json.dumps(scalars)))
+    assert fresh.state_dict()["state"] == {1: {"count": 3}}
