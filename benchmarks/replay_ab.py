@@ -134,9 +134,7 @@ def measure(args: argparse.Namespace, log) -> dict[str, Any]:
             "load_average_1min": os.getloadavg()[0],
         }
         out["instructions_per_step"] = out["instructions_ratio"] = None
-        if args.no_instructions:
-            pass
-        elif shutil.which("valgrind"):
+        if not args.no_instructions and shutil.which("valgrind"):
             per_step = {}
             for name, side in sides.items():
                 log(f"counting {name}'s instructions at {s1} and {s2} steps ...")
@@ -145,7 +143,7 @@ def measure(args: argparse.Namespace, log) -> dict[str, Any]:
                 per_step[name] = (i2 - i1) / (s2 - s1)
             out["instructions_per_step"] = per_step
             out["instructions_ratio"] = per_step["this"] / per_step["base"]
-        else:
+        elif not args.no_instructions:
             log("valgrind not installed: no instruction counts")
         runs: dict[str, list[dict[str, Any]]] = {"this": [], "base": []}
         for r in range(args.rounds):

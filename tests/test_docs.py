@@ -147,6 +147,21 @@ def repo_path(span: str) -> Path | None:
     return None
 
 
+#: The example modules docs/extending.md shows whole; each recipe's test uses its module.
+EXTENDING_EXAMPLES = (
+    "tests/compression/_toy_compressor.py",
+    "tests/simulator/_toy_topology.py",
+    "tests/reports/_toy_section.py",
+)
+
+
+@pytest.mark.parametrize("module", EXTENDING_EXAMPLES)
+def test_extending_shows_each_example_module_whole(module):
+    doc = (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
+    text = (ROOT / module).read_text(encoding="utf-8")
+    assert f"```python\n{text}```\n" in doc
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_dotted_names_in_docs_resolve(doc):
     wrong = sorted({s for s in spans(doc) if DOTTED.match(s) and not resolves(s)})

@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -17,7 +16,6 @@ from report_data import LABELS, TRACES, build_results
 from vgcsim.reports import render
 from vgcsim.reports.sections import SECTIONS, ReportInputs, SectionContext, section
 
-ROOT = Path(__file__).resolve().parents[2]
 MODULE = "_toy_section"
 
 
@@ -38,12 +36,6 @@ def _inputs() -> ReportInputs:
     """Predicted rows of one trace on one interconnect (report_data's α-β numbers)."""
     results = build_results(("predicted",), {"var2": TRACES["var2"]})
     return ReportInputs(results=results[results["cluster"] == "10GbE"], labels=LABELS)
-
-
-def test_the_doc_shows_this_module():
-    doc = (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
-    module = (Path(__file__).parent / f"{MODULE}.py").read_text(encoding="utf-8")
-    assert f"```python\n{module}```\n" in doc
 
 
 def test_importing_the_module_registers_the_section_last_once(payloads_section):

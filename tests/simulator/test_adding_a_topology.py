@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import _toy_topology
 import pytest
 from _toy_topology import DumbbellSpec, build_dumbbell
 
@@ -28,12 +27,6 @@ def dumbbell(monkeypatch):
     monkeypatch.setitem(TOPOLOGIES, DumbbellSpec.kind, DumbbellSpec)
     monkeypatch.setitem(simulator_topology.BUILDERS, DumbbellSpec, build_dumbbell)
     return DumbbellSpec
-
-
-def test_the_doc_shows_this_module():
-    doc = (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
-    module = Path(_toy_topology.__file__).read_text(encoding="utf-8")
-    assert f"```python\n{module}```\n" in doc
 
 
 def test_a_cluster_file_names_the_kind_and_a_result_header_reads_back(dumbbell, tmp_path):
