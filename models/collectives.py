@@ -459,8 +459,9 @@ def size_exchange_time_s(world_size: int, link: LinkSpec) -> float:
 
 
 def allgatherv_host_time_s(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
-    """Host time of the padded allgatherv's implementation: ``T_host = δ·(s·P·m_max +
-    (1 − s)·Σ_r m_r)``, δ = ``link.allgatherv_host_s_per_byte``, or δ(P·m_max) from the link's
+    """Host time of the padded allgatherv's implementation: ``T_host = h + δ·(s·P·m_max +
+    (1 − s)·Σ_r m_r)``, h = ``link.allgatherv_host_s`` (its fixed host time per allgatherv),
+    δ = ``link.allgatherv_host_s_per_byte``, or δ(P·m_max) from the link's
     ``allgatherv_host_s_per_byte_table`` where it has one (a step function of the gathered
     buffer's size, ``vgcsim.core.collectives.host_s_per_byte_at``), s =
     ``link.allgatherv_host_padded_share``; 0 for P = 1.
@@ -485,13 +486,14 @@ def allgatherv_host_time_s(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray
         link.allgatherv_host_s_per_byte_table,
         copied_bytes=s.sum(axis=-1),
         padded_share=link.allgatherv_host_padded_share,
+        fixed_s=link.allgatherv_host_s,
     )
 
 
 def allgatherv_padded_data(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
     """The data phase of the padded allgatherv alone: a ring allgather of every block padded to
     the largest one and the implementation's host copies,
-    ``T = c + (P−1)·(α + β·m_max) + δ·(s·P·m_max + (1 − s)·Σ m)`` (sizes known in
+    ``T = c + (P−1)·(α + β·m_max) + h + δ·(s·P·m_max + (1 − s)·Σ m)`` (sizes known in
     advance; one call; :func:`allgatherv_host_time_s`)."""
     s = _sizes(sizes_bytes)
     p = s.shape[-1]
@@ -511,9 +513,10 @@ def allgatherv_padded(
     the largest one (what gloo-backed ``torch.distributed`` and many frameworks do).
 
     Formula: ``T = 2c + (P−1)·(α + 8β) + (P−1)·(α + β·m_max)
-    + δ·(s·P·m_max + (1 − s)·Σ m)`` (two calls) —
+    + h + δ·(s·P·m_max + (1 − s)·Σ m)`` (two calls) —
     :func:`size_exchange_time_s` (one int64 per rank by ring allgather) +
-    :func:`allgatherv_padded_data` (the padded ring and the host copies, δ =
+    :func:`allgatherv_padded_data` (the padded ring and the host work, h =
+    ``link.allgatherv_host_s``, δ =
     ``link.allgatherv_host_s_per_byte``, s = ``link.allgatherv_host_padded_share``,
     :func:`allgatherv_host_time_s`).
 

@@ -12,8 +12,9 @@ a time. Each op's cost is linear in α (per-message latency, s), β = 1/bandwidt
 * ring allgather of ``m`` bytes per rank: ``t = c + (P−1)·α + (P−1)·m·β``
 * vgcsim's allgatherv of ``m`` bytes per rank (an all_gather of one int64 length, then the
   payload all_gather; on gloo the ``allgatherv/padded`` model):
-  ``t = 2c + 2(P−1)·α + (P−1)·(m + h)·β + P·m·δ`` (two calls) with ``h`` =
-  :data:`~vgcsim.core.collectives.SIZE_HEADER_BYTES` and δ the implementation's host time per
+  ``t = 2c + 2(P−1)·α + (P−1)·(m + 8)·β + h + P·m·δ`` (two calls; 8 B =
+  :data:`~vgcsim.core.collectives.SIZE_HEADER_BYTES`), h the implementation's fixed host
+  time per allgatherv (``allgatherv_host_s``) and δ its host time per
   gathered byte (``allgatherv_host_s_per_byte``: copying the P blocks in and out, which the
   ring's α-β terms do not price; :func:`host_coefficient`)
 
@@ -53,6 +54,12 @@ terms explain at most a tenth of the measured time (:data:`HOST_LATENCY_SHARE`),
 fixed: the slope of their excess over the ring's α-β terms against P·m, least squares on
 the seconds with a free intercept (what vgcsim's allgatherv pays per gathered byte beyond
 the ring: its host copies and whatever the backend's all_gather loses per byte).
+h, the allgatherv's fixed host time beyond its two calls (``allgatherv_host_s``: turning the
+gathered lengths into Python values, the future that cuts the gathered bytes into
+segments), comes first, from ``allgatherv``'s rows in the latency regime (β and γ's terms
+at most a fifth of the time) with α, β and c fixed: the median of their time beyond the
+ring's terms and the two calls (a robust estimate, as for α); δ's and s's rows are then
+taken beyond h as well.
 s, the share of that host time an allgatherv of uneven blocks pays per padded byte
 (``allgatherv_host_padded_share``; the rest per real byte), comes from
 ``allgatherv_skewed``'s rows where α's terms explain at most a tenth of the time, with α, β
@@ -423,6 +430,10 @@ class LinkFit:
     #: rows gave it ("" where not fitted: the default, :func:`padded_share_given`).
     allgatherv_host_padded_share: float = DEFAULT_HOST_PADDED_SHARE
     share_op: str = ""
+    #: h, the fixed host time of one allgatherv beyond its two calls, and the op whose small
+    #: messages gave it ("" where not fitted: h = 0).
+    allgatherv_host_s: float = 0.0
+    host_call_op: str = ""
     #: The op whose small messages gave α (``latency_s``), "" when α is the fit ops' own;
     #: ``fit_ops_latency_s`` is the fit ops' α either way (their rows are priced with it).
     latency_op: str = ""
@@ -761,23 +772,48 @@ def fit_link(
     k_host = np.array([host_coefficient(r["op"], r["size_bytes"], world) for r in rows])
     k_gathered = np.array([gathered_bytes(r["op"], r["size_bytes"], world) for r in rows])
     delta, h_op, h_table = 0.0, "", ()
+    is_host = k_host > 0
+    h = np.array([r["op"] == host_op for r in rows])
+    h_band, h_lat = h & False, h & False
+    priced = linear(np.ones(len(rows), dtype=bool))  # every row's α, β and γ terms
+
+    def host_slope(band: np.ndarray) -> float:
+        """δ from ``band``'s rows: their excess's slope against P·m, whose free intercept
+        takes h, so that δ does not depend on it."""
+        if not band.any():
+            return 0.0
+        return _excess_slope(k_host[band], t[band] - priced[band] - calls[band], t[band])
+
     if host_op and host_op in measured and host_op not in fit_ops and x[1] > 0:
-        h = np.array([r["op"] == host_op for r in rows])
         # α's terms at most HOST_LATENCY_SHARE of the time: the per-byte costs dominate.
-        h_band = h & (a[:, 0] * x[0] + calls <= HOST_LATENCY_SHARE * t) & (k_host > 0)
-        if h_band.any():
-            rest = t[h_band] - linear(h_band) - calls[h_band]
-            delta = _excess_slope(k_host[h_band], rest, t[h_band])
-            h_table = host_points(k_host[h_band], rest)
-            roles[h_band] = "host"
-            h_op = host_op
+        h_band = h & (a[:, 0] * x[0] + calls <= HOST_LATENCY_SHARE * t) & is_host
+        delta = host_slope(h_band)
+        if l_op:
+            # h's rows: the latency regime, as α's (β, γ and δ's terms at most LATENCY_SHARE
+            # of the time); where a fixed cost dominates them they leave δ's rows
+            h_lat = h & (priced - a[:, 0] * x[0] + k_host * delta <= LATENCY_SHARE * t)
+            if (h_band & h_lat).any():
+                h_band &= ~h_lat
+                delta = host_slope(h_band)
+        h_op = host_op if h_band.any() else ""
+        roles[h_band] = "host"
+    fixed, f_op = 0.0, ""  # h, the allgatherv's fixed host time, and the op that gave it
+    if h_lat.any():
+        fixed = max(0.0, float(np.median((t - priced - calls - k_host * delta)[h_lat])))
+        roles[h_lat] = "fixed"
+        f_op = host_op
+    fixed_s = np.where(is_host, fixed, 0.0)  # each row's fixed host seconds
+    if h_band.any():
+        h_table = host_points(
+            k_host[h_band], t[h_band] - linear(h_band) - calls[h_band] - fixed_s[h_band]
+        )
     share, s_op = DEFAULT_HOST_PADDED_SHARE, ""
     if share_op and share_op in measured and share_op not in fit_ops and h_op:
         sk = np.array([r["op"] == share_op for r in rows])
         sk_band = sk & (a[:, 0] * x[0] + calls <= HOST_LATENCY_SHARE * t)
         k_real = np.array([real_bytes(r["op"], r["size_bytes"], world) for r in rows])
         fitted_share = padded_share_given(
-            t[sk_band] - linear(sk_band) - calls[sk_band],
+            t[sk_band] - linear(sk_band) - calls[sk_band] - fixed_s[sk_band],
             host_s_per_byte_at(k_gathered[sk_band], delta, h_table),
             k_gathered[sk_band],
             k_real[sk_band],
@@ -792,7 +828,7 @@ def fit_link(
         fitted = a[:, 0] * alphas + bw_terms() + a[:, 2] * x[2] + calls
     else:
         fitted = a[:, 0] * alphas + a[:, 1:] @ x[1:] + calls
-    fitted = fitted + k_host * host_s_per_byte_at(k_gathered, delta, h_table)
+    fitted = fitted + k_host * host_s_per_byte_at(k_gathered, delta, h_table) + fixed_s
     if h_op and backend == "gloo":
         # a plain all_gather on gloo copies its gathered buffer once: ½·δ(P·m)·P·m, as
         # `vgcsim validate` prices it (vgcsim.core.collectives.plain_allgather_host_time_s)
@@ -823,6 +859,8 @@ def fit_link(
         fit_ops_latency_s=fit_alpha,
         allgatherv_host_padded_share=float(share),
         share_op=s_op,
+        allgatherv_host_s=float(fixed),
+        host_call_op=f_op,
         call_overhead_s=float(call_s),
         call_ops=c_ops,
         segments=segs,

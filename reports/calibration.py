@@ -63,6 +63,8 @@ def fit_line(label: str, fit) -> str:
             )
         if fit.share_op:
             gamma += f", {fit.allgatherv_host_padded_share:.2f} of it per padded byte"
+    if fit.host_call_op:
+        gamma += f", {fit.allgatherv_host_s * 1e6:.1f} us per {fit.host_call_op} beyond its calls"
     if fit.call_ops:
         gamma += f", {fit.call_overhead_s * 1e6:.1f} us per call ({'+'.join(fit.call_ops)})"
     if fit.comm_cpu_op:

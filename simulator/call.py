@@ -185,6 +185,7 @@ def simulate_collective(
         link.allgatherv_host_s_per_byte_table,
         copied_bytes=float(np.sum(sizes)) if schedule.pad else None,
         padded_share=link.allgatherv_host_padded_share,
+        fixed_s=link.allgatherv_host_s,
     )
     time_s = float(finish.max())
     used = link_bytes > 0

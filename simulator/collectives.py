@@ -210,9 +210,10 @@ def host_time_s(
     table=(),
     copied_bytes=None,
     padded_share: float = DEFAULT_HOST_PADDED_SHARE,
+    fixed_s: float = 0.0,
 ):
     """Host time of the allgatherv implementation after a call of ``schedule`` with unit sizes
-    ``units`` (``[..., n_units]``, see :func:`unit_sizes`): ``δ·(s·P·m_max + (1 − s)·Σ m)`` on
+    ``units`` (``[..., n_units]``, see :func:`unit_sizes`): ``h + δ·(s·P·m_max + (1 − s)·Σ m)`` on
     every rank for the padded schedules (``allgatherv/padded`` and its data-only twin), 0 for
     the others; ``copied_bytes`` = Σ m, the real bytes of the P blocks (``[...]``; None:
     every block as large as the padded one, P·m_max), which the padded units no longer tell.
@@ -220,8 +221,8 @@ def host_time_s(
     Formula and assumptions: ``vgcsim.core.collectives.padded_host_time_s`` (the same rule
     as the cost model's ``allgatherv/padded``); δ = a link's ``allgatherv_host_s_per_byte``,
     or δ at P·m_max from ``table`` (its ``allgatherv_host_s_per_byte_table``) where given,
-    s = ``padded_share`` (its ``allgatherv_host_padded_share``), all fitted by ``vgcsim
-    calibrate``. ``allgatherv/bounded``: two plain all_gathers of equal blocks,
+    s = ``padded_share`` (its ``allgatherv_host_padded_share``), h = ``fixed_s`` (its
+    ``allgatherv_host_s``), all fitted by ``vgcsim calibrate``. ``allgatherv/bounded``: two plain all_gathers of equal blocks,
     ``½·δ·P·b + ½·δ·P·e`` (``vgcsim.core.collectives.plain_allgather_host_time_s``; e only
     where the fallback round runs). The engine does not run it: callers add it to the
     phase's finish time (so it does not delay a later phase of the same step).
@@ -234,7 +235,7 @@ def host_time_s(
         return plain_allgather_host_time_s(
             p, u[..., 0], host_s_per_byte, table
         ) + plain_allgather_host_time_s(p, fallback, host_s_per_byte, table)
-    if not schedule.pad or (host_s_per_byte == 0 and not table):
+    if not schedule.pad or (host_s_per_byte == 0 and not table and not fixed_s):
         return np.zeros(u.shape[:-1]) if u.ndim > 1 else 0.0
     return padded_host_time_s(
         schedule.world_size,
@@ -243,6 +244,7 @@ def host_time_s(
         table,
         copied_bytes=copied_bytes,
         padded_share=padded_share,
+        fixed_s=fixed_s,
     )
 
 

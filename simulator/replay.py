@@ -914,6 +914,7 @@ def simulate_trace(
                         *host,
                         copied_bytes=copied,
                         padded_share=link.allgatherv_host_padded_share,
+                        fixed_s=link.allgatherv_host_s,
                     )
                     at = block.data_index[-1] if block.schedules[b].bounded else b
                     finish[:, at] += extra[:, None]

@@ -157,7 +157,7 @@ class CalibrateConfig:
     backend: str = "gloo"
     ops: tuple[str, ...] = DEFAULT_OPS
     sizes_bytes: tuple[int, ...] = field(default_factory=default_sizes_bytes)
-    repeats: int = 10
+    repeats: int = 30
     warmup: int = 2
     budget_s: float = 10.0
     passes: int = DEFAULT_PASSES

@@ -1836,7 +1836,9 @@ def _validate_measurements(
         f"({df.attrs['backend']}), cluster {spec.name} (alpha {link.latency_s * 1e6:.1f} us, "
         f"{link.payload_Bps / 1e6:.2f} MB/s, gamma {link.gamma_s_per_byte:.3g} s/B, "
         f"allgatherv host {link.allgatherv_host_s_per_byte:.3g} s/B"
-        + (f", by gathered size at {len(table)} points)" if table else ")")
+        + (f", by gathered size at {len(table)} points" if table else "")
+        + (f", {link.allgatherv_host_s * 1e6:.1f} us a call" if link.allgatherv_host_s else "")
+        + ")"
     )
     cases = {
         f"{row.op} {row.size_bytes} B {src}": float(getattr(row, f"{src}_rel_error"))
@@ -2294,6 +2296,7 @@ def fit_calibration(
             call_overhead_s=fit.call_overhead_s / share,
             gamma_s_per_byte=fit.gamma_s_per_byte / share,
             allgatherv_host_s_per_byte=fit.allgatherv_host_s_per_byte / share,
+            allgatherv_host_s=fit.allgatherv_host_s / share,
             comm_cpu_s_per_byte=fit.comm_cpu_s_per_byte / share,
             allgatherv_host_s_per_byte_table=tuple(
                 (b, v / share) for b, v in fit.allgatherv_host_s_per_byte_table
@@ -2421,7 +2424,7 @@ def calibration_config(
     backend: str = "gloo",
     ops: str | Sequence[str] | None = None,
     sizes: str | Sequence[int] | None = None,
-    repeats: int = 10,
+    repeats: int = 30,
     warmup: int = 2,
     budget_s: float = 10.0,
     passes: int | None = None,

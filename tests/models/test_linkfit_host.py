@@ -4,6 +4,8 @@ cluster file, and priced alike by the closed form and the simulator."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from modelhelpers import exact_time_s
@@ -45,21 +47,64 @@ def test_fit_recovers_a_known_host_cost_exactly(world):
     assert 4 not in host_rows and 16 << 20 in host_rows
 
 
-def test_host_cost_is_the_slope_not_a_per_call_overhead():
-    # 20 ms more on every allgatherv call moves the free intercept, not delta.
+def test_a_fixed_cost_per_allgatherv_is_fitted_as_h_not_as_delta():
+    # 20 ms more on every allgatherv call, whatever its size: δ stays the slope (3 ns/B),
+    # h (allgatherv_host_s) takes the 20 ms from the small sizes, and the size-by-size
+    # points, taken beyond h, stay at δ.
     fit, table = fit_link(synthetic(300e-6, 1 / 25e6, 0.0, 3e-9, 4, extra_s=0.02))
     assert fit.allgatherv_host_s_per_byte == pytest.approx(3e-9, rel=1e-6)
-    # the size-by-size points do carry it: each measured size's excess over its bytes
+    assert fit.allgatherv_host_s == pytest.approx(0.02, rel=1e-9)
+    assert fit.host_call_op == "allgatherv"
     points = dict(fit.allgatherv_host_s_per_byte_table)
-    for k, per_byte in points.items():
-        assert per_byte == pytest.approx(3e-9 + 0.02 / k, rel=1e-6)
-    # so with the points the largest allgatherv is priced as measured; with the slope
-    # alone it is under-predicted by exactly that overhead
-    big = next(r for r in table if r["op"] == "allgatherv" and r["size_bytes"] == 16 << 20)
-    assert big["fitted_s"] == pytest.approx(big["measured_s"], rel=1e-9)
-    slope_only = big["fitted_s"] - 4 * (16 << 20) * points[4 * (16 << 20)]
-    slope_only += 4 * (16 << 20) * fit.allgatherv_host_s_per_byte
-    assert big["measured_s"] - slope_only == pytest.approx(0.02, rel=1e-3)
+    assert points and all(v == pytest.approx(3e-9, rel=1e-6) for v in points.values())
+    # every allgatherv row is priced as measured, the small ones as h's rows
+    rows = [r for r in table if r["op"] == "allgatherv"]
+    assert max(abs(r["rel_error"]) for r in rows) < 1e-6
+    assert {r["size_bytes"] for r in rows if r["role"] == "fixed"} >= {4, 64, 1024}
+    assert {r["size_bytes"] for r in rows if r["role"] == "host"} >= {1 << 20, 16 << 20}
+    # without one, h is 0 and the cluster file says nothing of it
+    bare, _ = fit_link(synthetic(300e-6, 1 / 25e6, 0.0, 3e-9, 4))
+    assert bare.allgatherv_host_s == pytest.approx(0.0, abs=1e-15)
+
+
+def test_h_enters_the_cluster_file_and_both_twins_once_per_allgatherv(tmp_path):
+    fit, _ = fit_link(synthetic(300e-6, 1 / 25e6, 0.0, 3e-9, 4, extra_s=0.02))
+    path = tmp_path / "cal.toml"
+    path.write_text(cluster_toml("cal", fit, "cpu", "synthetic"))
+    assert "allgatherv_host_s = " in path.read_text()
+    cluster = load_cluster(str(path))
+    assert cluster.link.allgatherv_host_s == pytest.approx(0.02, rel=1e-9)
+    without = load_cluster(str(path))
+    without = dataclasses.replace(
+        without, link=dataclasses.replace(without.link, allgatherv_host_s=0.0)
+    )
+    sizes = np.array([1e6, 3e6, 2.5e5, 5e5])
+    for key in ("allgatherv/padded", "allgatherv/bounded", "allgatherv/ring"):
+        added = 0.02 if key == "allgatherv/padded" else 0.0  # h is the padded one's code
+        with_h = float(collective_time_s(key, sizes[None, :], cluster)[0])
+        bare = float(collective_time_s(key, sizes[None, :], without)[0])
+        assert with_h - bare == pytest.approx(added, abs=1e-12)
+        simulated = simulate_collective(key, sizes, cluster).time_s
+        assert simulated == pytest.approx(with_h, rel=1e-9)
+    # one rank gathers nothing: no host time at all
+    assert float(allgatherv_host_time_s(np.array([5e6]), cluster.link)) == 0.0
+    # a host whose 4 ranks share 2 cores stretches h as it stretches δ (CPU time)
+    from vgcsim.core.clusterspec import shared_link
+
+    assert shared_link(cluster.link, 2.0).allgatherv_host_s == pytest.approx(0.04, rel=1e-12)
+
+
+@pytest.mark.parametrize("value", ["-1ms", "2s", "fast"])
+def test_a_bad_allgatherv_host_time_is_one_line_and_exit_2(tmp_path, capsys, value):
+    from vgcsim.cli import main
+
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f'name = "c"\n[link]\nbandwidth = "1Gbps"\nlatency = "10us"\nallgatherv_host = "{value}"\n'
+    )
+    assert main(["clusters", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "allgatherv_host" in err[0]
 
 
 def test_without_a_host_op_delta_is_zero_and_allgatherv_rows_are_only_checked():

@@ -104,7 +104,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="MIN:MAX (log-spaced: x4, then x2 from 1 MiB) or a list 4,1KiB,1MiB (default 4:64MiB); "
         "with --from: the measured sizes to fit",
     )
-    parser.add_argument("--repeats", type=int, default=10, help="timed repetitions per size")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed repetitions per size (default 30; with --codec 10)",
+    )
     parser.add_argument("--warmup", type=int, default=2, help="untimed repetitions per size")
     parser.add_argument(
         "--passes",
@@ -216,7 +221,7 @@ def _run_codec(args: argparse.Namespace, out: Path) -> int:
         out,
         device=args.codec_device,
         preset=args.device,
-        repeats=max(args.repeats, 1),
+        repeats=10 if args.repeats is None else max(args.repeats, 1),
         warmup=args.warmup,
         name=args.name,
     )
@@ -258,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
                 backend=args.backend,
                 ops=args.ops,
                 sizes=args.sizes,
-                repeats=args.repeats,
+                repeats=30 if args.repeats is None else args.repeats,
                 warmup=args.warmup,
                 budget_s=args.budget,
                 passes=args.passes,

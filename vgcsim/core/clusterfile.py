@@ -25,6 +25,7 @@ A cluster file (TOML) looks like::
     # optional, written by vgcsim calibrate: the share of that host time paid per padded
     # byte of an allgatherv of uneven blocks (the rest per real byte); default 0.5
     allgatherv_host_padded_share = 0.24
+    allgatherv_host = "2.5ms"    # optional: fixed host time per allgatherv (or allgatherv_host_s)
     call_overhead = "300us"      # software cost per collective call and rank (or call_overhead_s)
     burst = "256KiB"             # token-bucket depth of every host link (or burst_bytes)
     framing = "tcp-mtu9000"      # or efficiency = 0.99 (payload bytes per wire byte)
@@ -410,6 +411,7 @@ def _fitted_link_lines(table: str, name: str, fit: Any, what: str) -> list[str]:
         + fit_source(fit)
         + (f", gamma from {fit.gamma_op}" if fit.gamma_op else "")
         + (f", allgatherv host cost from {fit.host_op}" if fit.host_op else "")
+        + (f", its fixed part from {fit.host_call_op}" if fit.host_call_op else "")
         + (f", its padded share from {fit.share_op}" if fit.share_op else "")
         + (f", per-call cost from {'+'.join(fit.call_ops)}" if fit.call_ops else "")
         + (f", host CPU per byte from {fit.comm_cpu_op}" if fit.comm_cpu_op else "")
@@ -441,6 +443,9 @@ def _fitted_link_lines(table: str, name: str, fit: Any, what: str) -> list[str]:
         # δ size by size ([gathered bytes, s per byte]); it prices the host time where given.
         points = ", ".join(f"[{int(b)}, {toml_value(float(v))}]" for b, v in host_table)
         lines.append(f"allgatherv_host_s_per_byte_table = [{points}]")
+    if fit.host_call_op:
+        # the fixed host time of one allgatherv beyond its two calls (its small messages)
+        lines.append(f"allgatherv_host_s = {toml_value(float(fit.allgatherv_host_s))}")
     if fit.share_op:
         # the share of that host time an allgatherv of uneven blocks pays per padded byte
         lines.append(

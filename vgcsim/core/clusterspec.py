@@ -114,7 +114,7 @@ def host_share(cluster: ClusterSpec, world_size: int) -> float:
 def shared_link(link: LinkSpec, share: float) -> LinkSpec:
     """``link`` as a collective's ranks meet it on hosts whose cores they share with the
     processor-sharing factor ``share`` (:func:`host_share`): its CPU-time parameters ``c``,
-    ``γ`` and ``δ`` (its table too) times ``share``, α unchanged, and where σ
+    ``γ`` and ``δ`` (its table and its fixed part too) times ``share``, α unchanged, and where σ
     (``comm_cpu_s_per_byte``) > 0 its bandwidth and every size segment's capped at the rate
     a rank's share of a core moves bytes while it sends and receives at once::
 
@@ -140,6 +140,7 @@ def shared_link(link: LinkSpec, share: float) -> LinkSpec:
         gamma_s_per_byte=link.gamma_s_per_byte * share,
         allgatherv_host_s_per_byte=link.allgatherv_host_s_per_byte * share,
         allgatherv_host_s_per_byte_table=table,
+        allgatherv_host_s=link.allgatherv_host_s * share,
         call_overhead_s=link.call_overhead_s * share,
         **changes,
     )
@@ -159,7 +160,7 @@ def shared_cluster(cluster: ClusterSpec, world_size: int) -> ClusterSpec:
 
 
 def wire_link(link: LinkSpec) -> LinkSpec:
-    """``link`` with its bandwidth alone: α, the per-call cost c, γ, δ (its table too) and the
+    """``link`` with its bandwidth alone: α, the per-call cost c, γ, δ (its table and fixed part too) and the
     size segments set to zero, so that a collective priced on it takes its bytes' time at
     the payload rate, ``bytes / (bandwidth × efficiency)``: the part of an exchange a token
     bucket's tokens can shorten (:func:`vgcsim.core.collectives.burst_credit_s`)."""
@@ -169,6 +170,7 @@ def wire_link(link: LinkSpec) -> LinkSpec:
         gamma_s_per_byte=0.0,
         allgatherv_host_s_per_byte=0.0,
         allgatherv_host_s_per_byte_table=(),
+        allgatherv_host_s=0.0,
         call_overhead_s=0.0,
         segments=(),
     )

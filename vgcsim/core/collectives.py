@@ -140,9 +140,13 @@ def padded_host_time_s(
     table=(),
     copied_bytes=None,
     padded_share: float = DEFAULT_HOST_PADDED_SHARE,
+    fixed_s: float = 0.0,
 ):
     """Host time of a padded allgatherv's implementation:
-    ``δ(P·m_max)·(s·P·m_max + (1 − s)·Σ_r m_r)`` (0 for P = 1), ``block_bytes`` = m_max and
+    ``h + δ(P·m_max)·(s·P·m_max + (1 − s)·Σ_r m_r)`` (0 for P = 1), h = ``fixed_s`` (a link's
+    ``allgatherv_host_s``: the implementation's fixed host time per allgatherv, beyond its
+    calls; 0 by default, and for the plain all_gather of
+    :func:`plain_allgather_host_time_s`), ``block_bytes`` = m_max and
     ``copied_bytes`` = Σ_r m_r, the real bytes of the P blocks (numbers or arrays of them;
     None: P·m_max, every block full, where the rule is ``δ·P·m_max`` whatever s). δ is
     ``host_s_per_byte`` (a link's ``allgatherv_host_s_per_byte``) or, where ``table`` (its
@@ -166,6 +170,10 @@ def padded_host_time_s(
     what its error means", "Measured across network namespaces")."""
     if world_size <= 1:
         return 0.0 * block_bytes
+    if fixed_s:
+        return fixed_s + padded_host_time_s(
+            world_size, block_bytes, host_s_per_byte, table, copied_bytes, padded_share
+        )
     gathered = world_size * block_bytes
     copied = (
         gathered

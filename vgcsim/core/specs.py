@@ -260,7 +260,13 @@ class LinkSpec:
     per-size points it measured. ``allgatherv_host_padded_share`` is the share s of that host
     time paid per padded byte when the blocks are uneven (the rest is paid per real byte:
     ``δ·(s·P·m_max + (1 − s)·Σ m_r)``, :func:`vgcsim.core.collectives.padded_host_time_s`);
-    ``vgcsim calibrate`` fits it where it timed ``allgatherv_skewed``.
+    ``vgcsim calibrate`` fits it where it timed ``allgatherv_skewed``. ``allgatherv_host_s``
+    (default 0) is the fixed host time of one such allgatherv beyond its two collective
+    calls' costs (turning the gathered lengths into Python values, the future that cuts the
+    gathered bytes into segments and hands them to the caller): it adds once per allgatherv
+    to the host time δ prices (``allgatherv/padded`` and its simulator twin; not the DDP
+    hook's bounded exchange, which does not run that code), stretches with host sharing as δ
+    does, and ``vgcsim calibrate`` fits it from the small allgathervs.
 
     ``call_overhead_s`` (c) is the fixed software time a rank spends in one collective call
     (argument checks, buffer set-up, the backend's work queue and completion), paid once per
@@ -312,6 +318,10 @@ class LinkSpec:
     allgatherv_host_s_per_byte: float = spelled(0.0, range=(0.0, 1.0))
     allgatherv_host_s_per_byte_table: tuple[tuple[float, float], ...] = spelled((), rows=True)
     allgatherv_host_padded_share: float = spelled(DEFAULT_HOST_PADDED_SHARE, range=(0.0, 1.0))
+    # fixed host time of one allgatherv of vgcsim's implementation, beyond its two calls
+    allgatherv_host_s: float = spelled(
+        0.0, unit="allgatherv_host", parse=parse_time_s, range=(0.0, 1.0)
+    )
     # software cost of one collective call (per rank)
     call_overhead_s: float = spelled(
         0.0, unit="call_overhead", parse=parse_time_s, range=(0.0, 1.0)
