@@ -227,3 +227,167 @@ def test_an_unknown_scenario_or_key_is_one_clear_error():
         api.scenario_config("nope")
     with pytest.raises(ConfigError, match="bogus"):
         api.scenario_config("paper", overrides=["bogus=1"])
+
+
+# ----------------------------------------------------------------------------- demo's checks
+
+_RECORD = {"traces": "record"}  # the fields the committed traces fix are free when recording
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"methods": ("dense", "nope")},
+            "unknown demo method 'nope'; valid: dense, hybrid, qsgd, strom, variance",
+        ),
+        ({"compute": "guess"}, "unknown compute mode 'guess'; valid: model, trace"),
+        ({"traces": "download"}, "unknown demo trace source 'download'; valid: committed, record"),
+        (
+            {"target_accuracy": 1.0},
+            "target_accuracy is a percentage in (1, 100] or 0, got 1",
+        ),
+        (
+            {"target_accuracy": 100.5},
+            "target_accuracy is a percentage in (1, 100] or 0, got 100.5",
+        ),
+        (
+            {"target_accuracy": float("inf")},
+            "target_accuracy is a percentage in (1, 100] or 0, got inf",
+        ),
+        (
+            {"steps": 100},
+            "steps applies only to traces the demo records: add --set traces=record (the "
+            "committed traces were recorded with the defaults)",
+        ),
+        (
+            {"workers": 8, "seed": 1},
+            "workers, seed apply only to traces the demo records: add --set traces=record "
+            "(the committed traces were recorded with the defaults)",
+        ),
+        ({"clusters": ()}, "methods, clusters and world_sizes must not be empty"),
+        ({"world_sizes": ()}, "methods, clusters and world_sizes must not be empty"),
+        ({"methods": ()}, "methods, clusters and world_sizes must not be empty"),
+        ({"world_sizes": (2, 0)}, "world_sizes must be >= 1"),
+        (
+            {**_RECORD, "steps": 0},
+            "steps, workers and paper_steps must be >= 1, sim_steps >= 0",
+        ),
+        (
+            {**_RECORD, "workers": 0},
+            "steps, workers and paper_steps must be >= 1, sim_steps >= 0",
+        ),
+        ({"sim_steps": -1}, "steps, workers and paper_steps must be >= 1, sim_steps >= 0"),
+        ({"paper_steps": 0}, "steps, workers and paper_steps must be >= 1, sim_steps >= 0"),
+        (
+            {"paper_nets": ("resnet50", "bert")},
+            "unknown paper-size net 'bert'; valid: resnet50, vgg_like",
+        ),
+    ],
+)
+def test_demo_refuses_each_config_it_cannot_run_in_one_exact_line(fields, message):
+    from dataclasses import replace
+
+    from vgcsim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        api._demo_check(replace(api.DemoConfig(), **fields))
+    assert str(err.value) == message
+
+
+def test_demo_refuses_a_method_without_a_committed_trace_unless_it_records(tmp_path):
+    from dataclasses import replace
+
+    from vgcsim.core.errors import ConfigError
+
+    cfg = replace(api.DemoConfig(), methods=("dense", "hybrid"))
+    with pytest.raises(ConfigError) as err:
+        api._demo_check(cfg)
+    assert str(err.value) == (
+        f"no committed demo trace for hybrid in {api.DEMO_TRACES}: add --set traces=record "
+        "to record it"
+    )
+    api._demo_check(replace(cfg, traces="record"))  # recorded: nothing missing
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"target_accuracy": 0.0},  # 0: the dense trace's final accuracy minus a point
+        {"target_accuracy": 1.5},
+        {"target_accuracy": 100.0},
+        {"sim_steps": 0},
+        {"world_sizes": (1,)},
+        {"paper_nets": ()},
+        {"paper_steps": 1},
+        {**_RECORD, "steps": 1, "workers": 1, "batch_size": 1, "seed": 7},
+    ],
+)
+def test_demo_accepts_the_edges_of_every_range(fields):
+    from dataclasses import replace
+
+    assert api._demo_check(replace(api.DemoConfig(), **fields)) is None
+
+
+def test_demo_refuses_a_batch_size_the_recorder_refuses_as_a_config_error():
+    from dataclasses import replace
+
+    from vgcsim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="batch"):
+        api._demo_check(replace(api.DemoConfig(), traces="record", batch_size=0))
+
+
+def test_demo_does_not_reuse_a_folder_whose_header_it_cannot_read(tmp_path):
+    # a header.json that is not a trace header is a trace to record again, not one to reuse
+    run = tmp_path / "variance"
+    run.mkdir()
+    (run / "header.json").write_text("{not json")
+    record_cfg = api._demo_record_config(api.DemoConfig(steps=2), "variance")
+    assert api._demo_reusable(run, record_cfg) is False
+
+
+# ----------------------------------------------------------------------------- calibrate's sweep
+
+
+def test_the_calibration_sweep_defaults_are_the_measurement_configs():
+    from vgcsim.traces.calibration import DEFAULT_OPS, CalibrateConfig, default_sizes_bytes
+
+    cfg = api.calibration_config()
+    assert cfg == CalibrateConfig()
+    assert (cfg.repeats, cfg.warmup, cfg.budget_s, cfg.passes) == (30, 2, 10.0, 3)
+    assert cfg.ops == DEFAULT_OPS and cfg.sizes_bytes == default_sizes_bytes()
+
+
+def test_every_calibration_sweep_argument_reaches_its_config():
+    cfg = api.calibration_config(
+        ops="p2p, allreduce",
+        sizes="4,1KiB",
+        repeats=7,
+        warmup=0,
+        budget_s=2.5,
+        passes=2,
+        overrides=["repeats=9"],
+    )
+    assert cfg.ops == ("p2p", "allreduce")
+    assert cfg.sizes_bytes == (4, 1024)
+    assert (cfg.repeats, cfg.warmup, cfg.budget_s, cfg.passes) == (9, 0, 2.5, 2)
+    # lists as the notebook gives them; a range string as the command line does
+    listed = api.calibration_config(ops=["allgather"], sizes=[16.0, 64])
+    assert listed.ops == ("allgather",) and listed.sizes_bytes == (16, 64)
+    assert all(isinstance(s, int) for s in listed.sizes_bytes)
+    assert api.calibration_config(sizes="4:64").sizes_bytes == (4, 16, 64)
+    assert api.calibration_config(sizes="").sizes_bytes == api.calibration_config().sizes_bytes
+
+
+@pytest.mark.parametrize("missing", ["RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", None])
+def test_a_rank_of_torchrun_is_told_by_all_four_of_its_variables(monkeypatch, missing):
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    for key in env:
+        monkeypatch.delenv(key, raising=False)
+        monkeypatch.delenv(key.lower(), raising=False)
+    for key, value in env.items():
+        if key != missing:
+            monkeypatch.setenv(key, value)
+    assert api._under_torchrun() is (missing is None)
