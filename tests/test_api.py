@@ -310,6 +310,17 @@ def test_demo_refuses_a_method_without_a_committed_trace_unless_it_records(tmp_p
     api._demo_check(replace(cfg, traces="record"))  # recorded: nothing missing
 
 
+def test_demo_names_every_method_whose_committed_trace_is_missing(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from vgcsim.core.errors import ConfigError
+
+    monkeypatch.setattr(api, "DEMO_TRACES", tmp_path)  # a folder without any trace
+    with pytest.raises(ConfigError) as err:
+        api._demo_check(replace(api.DemoConfig(), methods=("dense", "variance")))
+    assert str(err.value).startswith(f"no committed demo trace for dense, variance in {tmp_path}:")
+
+
 @pytest.mark.parametrize(
     "fields",
     [
@@ -335,8 +346,10 @@ def test_demo_refuses_a_batch_size_the_recorder_refuses_as_a_config_error():
 
     from vgcsim.core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="batch"):
-        api._demo_check(replace(api.DemoConfig(), traces="record", batch_size=0))
+    for methods in (("dense", "variance"), ("variance",)):
+        cfg = replace(api.DemoConfig(), traces="record", batch_size=0, methods=methods)
+        with pytest.raises(ConfigError, match="batch"):
+            api._demo_check(cfg)
 
 
 def test_demo_does_not_reuse_a_folder_whose_header_it_cannot_read(tmp_path):
@@ -368,11 +381,12 @@ def test_every_calibration_sweep_argument_reaches_its_config():
         warmup=0,
         budget_s=2.5,
         passes=2,
-        overrides=["repeats=9"],
+        overrides=["passes=4"],
     )
     assert cfg.ops == ("p2p", "allreduce")
     assert cfg.sizes_bytes == (4, 1024)
-    assert (cfg.repeats, cfg.warmup, cfg.budget_s, cfg.passes) == (9, 0, 2.5, 2)
+    # the overrides apply after the arguments of the same names
+    assert (cfg.repeats, cfg.warmup, cfg.budget_s, cfg.passes) == (7, 0, 2.5, 4)
     # lists as the notebook gives them; a range string as the command line does
     listed = api.calibration_config(ops=["allgather"], sizes=[16.0, 64])
     assert listed.ops == ("allgather",) and listed.sizes_bytes == (16, 64)
