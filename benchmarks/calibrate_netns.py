@@ -156,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default=None, help="calibrate --sizes (default: its sweep)")
     parser.add_argument("--ops", default=None, help="calibrate --ops")
     parser.add_argument("--budget", default=None, help="calibrate --budget (seconds per size)")
-    parser.add_argument("--repeats", default=None, help="calibrate --repeats (timed, per size)")
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="calibrate --repeats (timed, per size)"
+    )
     parser.add_argument(
         "--statistic",
         default=None,
@@ -207,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         ("--sizes", args.sizes),
         ("--ops", args.ops),
         ("--budget", args.budget),
-        ("--repeats", args.repeats),
+        ("--repeats", None if args.repeats is None else str(args.repeats)),
         ("--statistic", args.statistic),
     ):
         if value:
