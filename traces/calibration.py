@@ -52,6 +52,8 @@ MEASUREMENTS_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 #: Timed repetitions kept even when ``budget_s`` would allow fewer.
 MIN_REPEATS = 3
+#: Timed repetitions per size by default (``CalibrateConfig.repeats``; ``--repeats``).
+DEFAULT_REPEATS = 30
 #: Passes through the sweep that its timed repetitions are spread over (``CalibrateConfig``).
 DEFAULT_PASSES = 3
 
@@ -157,7 +159,7 @@ class CalibrateConfig:
     backend: str = "gloo"
     ops: tuple[str, ...] = DEFAULT_OPS
     sizes_bytes: tuple[int, ...] = field(default_factory=default_sizes_bytes)
-    repeats: int = 30
+    repeats: int = DEFAULT_REPEATS
     warmup: int = 2
     budget_s: float = 10.0
     passes: int = DEFAULT_PASSES

@@ -2113,14 +2113,15 @@ class CalibrationError(VgcsimError):
 class CalibrationDefaults:
     """The calibration's vocabulary and defaults, for a caller that builds options: the ops a
     sweep can time (``ops``), those it times by default (``default_ops``), the statistics over
-    repetitions (``statistics``), the sweep's ``passes`` and the largest typical fit error
-    written without ``force`` (``max_error``)."""
+    repetitions (``statistics``), the sweep's ``passes`` and timed ``repeats`` per size, and
+    the largest typical fit error written without ``force`` (``max_error``)."""
 
     ops: tuple[str, ...]
     default_ops: tuple[str, ...]
     statistics: tuple[str, ...]
     passes: int
     max_error: float
+    repeats: int
 
 
 def calibration_defaults() -> CalibrationDefaults:
@@ -2129,12 +2130,18 @@ def calibration_defaults() -> CalibrationDefaults:
         DEFAULT_MAX_ERROR,
         DEFAULT_OPS,
         DEFAULT_PASSES,
+        DEFAULT_REPEATS,
         OPS,
         STATISTICS,
     )
 
     return CalibrationDefaults(
-        tuple(OPS), tuple(DEFAULT_OPS), tuple(STATISTICS), DEFAULT_PASSES, DEFAULT_MAX_ERROR
+        tuple(OPS),
+        tuple(DEFAULT_OPS),
+        tuple(STATISTICS),
+        DEFAULT_PASSES,
+        DEFAULT_MAX_ERROR,
+        DEFAULT_REPEATS,
     )
 
 
@@ -2424,7 +2431,7 @@ def calibration_config(
     backend: str = "gloo",
     ops: str | Sequence[str] | None = None,
     sizes: str | Sequence[int] | None = None,
-    repeats: int = 30,
+    repeats: int | None = None,
     warmup: int = 2,
     budget_s: float = 10.0,
     passes: int | None = None,
@@ -2432,12 +2439,14 @@ def calibration_config(
 ) -> Any:
     """The measurement sweep (a :class:`vgcsim.traces.calibration.CalibrateConfig`): ``ops``
     and ``sizes`` as lists or as the command line spells them (``"p2p,allreduce"``,
-    ``"4:64MiB"``; None: the defaults), then ``overrides`` (``key=value`` strings as
-    ``--set`` takes them); the backend is checked against this torch build."""
+    ``"4:64MiB"``; None: the defaults; ``repeats`` and ``passes`` too), then ``overrides``
+    (``key=value`` strings as ``--set`` takes them); the backend is checked against this
+    torch build."""
     from vgcsim.core.config import apply_overrides
     from vgcsim.traces.calibration import (
         DEFAULT_OPS,
         DEFAULT_PASSES,
+        DEFAULT_REPEATS,
         CalibrateConfig,
         default_sizes_bytes,
         parse_sizes,
@@ -2452,7 +2461,7 @@ def calibration_config(
         backend=backend,
         ops=DEFAULT_OPS if ops is None else tuple(ops),
         sizes_bytes=tuple(int(s) for s in sizes) if sizes else default_sizes_bytes(),
-        repeats=repeats,
+        repeats=DEFAULT_REPEATS if repeats is None else repeats,
         warmup=warmup,
         budget_s=budget_s,
         passes=DEFAULT_PASSES if passes is None else passes,

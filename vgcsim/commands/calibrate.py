@@ -108,7 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--repeats",
         type=int,
         default=None,
-        help="timed repetitions per size (default 30; with --codec 10)",
+        help=f"timed repetitions per size (default {defaults.repeats}; with --codec 10)",
     )
     parser.add_argument("--warmup", type=int, default=2, help="untimed repetitions per size")
     parser.add_argument(
@@ -217,13 +217,14 @@ def _run_codec(args: argparse.Namespace, out: Path) -> int:
 
     if out.is_dir():
         raise ConfigError(f"-o {out} is a folder; give the cluster TOML file to write")
+    repeats = {} if args.repeats is None else {"repeats": max(args.repeats, 1)}
     result = api.calibrate_codec(
         out,
         device=args.codec_device,
         preset=args.device,
-        repeats=10 if args.repeats is None else max(args.repeats, 1),
         warmup=args.warmup,
         name=args.name,
+        **repeats,
     )
     print(result.summary)
     print(f"wrote the [device] table of {out}")
@@ -263,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
                 backend=args.backend,
                 ops=args.ops,
                 sizes=args.sizes,
-                repeats=30 if args.repeats is None else args.repeats,
+                repeats=args.repeats,
                 warmup=args.warmup,
                 budget_s=args.budget,
                 passes=args.passes,
