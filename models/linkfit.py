@@ -804,16 +804,14 @@ def fit_link(
         f_op = host_op
     fixed_s = np.where(is_host, fixed, 0.0)  # each row's fixed host seconds
     if h_band.any():
-        h_table = host_points(
-            k_host[h_band], t[h_band] - linear(h_band) - calls[h_band] - fixed_s[h_band]
-        )
+        h_table = host_points(k_host[h_band], (t - priced - calls - fixed_s)[h_band])
     share, s_op = DEFAULT_HOST_PADDED_SHARE, ""
     if share_op and share_op in measured and share_op not in fit_ops and h_op:
         sk = np.array([r["op"] == share_op for r in rows])
         sk_band = sk & (a[:, 0] * x[0] + calls <= HOST_LATENCY_SHARE * t)
         k_real = np.array([real_bytes(r["op"], r["size_bytes"], world) for r in rows])
         fitted_share = padded_share_given(
-            t[sk_band] - linear(sk_band) - calls[sk_band] - fixed_s[sk_band],
+            (t - priced - calls - fixed_s)[sk_band],
             host_s_per_byte_at(k_gathered[sk_band], delta, h_table),
             k_gathered[sk_band],
             k_real[sk_band],

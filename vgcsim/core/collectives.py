@@ -170,19 +170,14 @@ def padded_host_time_s(
     what its error means", "Measured across network namespaces")."""
     if world_size <= 1:
         return 0.0 * block_bytes
-    if fixed_s:
-        return fixed_s + padded_host_time_s(
-            world_size, block_bytes, host_s_per_byte, table, copied_bytes, padded_share
-        )
     gathered = world_size * block_bytes
     copied = (
         gathered
         if copied_bytes is None
         else host_copied_bytes(gathered, copied_bytes, padded_share)
     )
-    if not table:
-        return host_s_per_byte * copied
-    return host_s_per_byte_at(gathered, host_s_per_byte, table) * copied
+    per_byte = host_s_per_byte_at(gathered, host_s_per_byte, table) if table else host_s_per_byte
+    return fixed_s + per_byte * copied
 
 
 #: Share of vgcsim's allgatherv host cost that a plain torch all_gather of equal blocks pays on
