@@ -213,8 +213,8 @@ def host_time_s(
     fixed_s: float = 0.0,
 ):
     """Host time of the allgatherv implementation after a call of ``schedule`` with unit sizes
-    ``units`` (``[..., n_units]``, see :func:`unit_sizes`): ``h + δ·(s·P·m_max + (1 − s)·Σ m)`` on
-    every rank for the padded schedules (``allgatherv/padded`` and its data-only twin), 0 for
+    ``units`` (``[..., n_units]``, see :func:`unit_sizes`): ``h + δ·(s·P·m_max + (1 − s)·Σ
+    m)`` on every rank for the padded schedules (``allgatherv/padded`` and its data-only twin), 0 for
     the others; ``copied_bytes`` = Σ m, the real bytes of the P blocks (``[...]``; None:
     every block as large as the padded one, P·m_max), which the padded units no longer tell.
 
@@ -222,8 +222,8 @@ def host_time_s(
     as the cost model's ``allgatherv/padded``); δ = a link's ``allgatherv_host_s_per_byte``,
     or δ at P·m_max from ``table`` (its ``allgatherv_host_s_per_byte_table``) where given,
     s = ``padded_share`` (its ``allgatherv_host_padded_share``), h = ``fixed_s`` (its
-    ``allgatherv_host_s``), all fitted by ``vgcsim calibrate``. ``allgatherv/bounded``: two plain all_gathers of equal blocks,
-    ``½·δ·P·b + ½·δ·P·e`` (``vgcsim.core.collectives.plain_allgather_host_time_s``; e only
+    ``allgatherv_host_s``), all fitted by ``vgcsim calibrate``. ``allgatherv/bounded``: two
+    plain all_gathers of equal blocks, ``½·δ·P·b + ½·δ·P·e`` (``vgcsim.core.collectives.plain_allgather_host_time_s``; e only
     where the fallback round runs). The engine does not run it: callers add it to the
     phase's finish time (so it does not delay a later phase of the same step).
     """

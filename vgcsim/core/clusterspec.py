@@ -114,8 +114,8 @@ def host_share(cluster: ClusterSpec, world_size: int) -> float:
 def shared_link(link: LinkSpec, share: float) -> LinkSpec:
     """``link`` as a collective's ranks meet it on hosts whose cores they share with the
     processor-sharing factor ``share`` (:func:`host_share`): its CPU-time parameters ``c``,
-    ``γ`` and ``δ`` (its table and its fixed part too) times ``share``, α unchanged, and where σ
-    (``comm_cpu_s_per_byte``) > 0 its bandwidth and every size segment's capped at the rate
+    ``γ`` and ``δ`` (its table and its fixed part too) times ``share``, α unchanged, and
+    where σ (``comm_cpu_s_per_byte``) > 0 its bandwidth and every size segment's capped at the rate
     a rank's share of a core moves bytes while it sends and receives at once::
 
         bandwidth' = min(bandwidth, 1 / (2 · f · σ · efficiency))   # payload: 1 / (2·f·σ)
@@ -160,8 +160,8 @@ def shared_cluster(cluster: ClusterSpec, world_size: int) -> ClusterSpec:
 
 
 def wire_link(link: LinkSpec) -> LinkSpec:
-    """``link`` with its bandwidth alone: α, the per-call cost c, γ, δ (its table and fixed part too) and the
-    size segments set to zero, so that a collective priced on it takes its bytes' time at
+    """``link`` with its bandwidth alone: α, the per-call cost c, γ, δ (its table and fixed
+    part too) and the size segments set to zero, so that a collective priced on it takes its bytes' time at
     the payload rate, ``bytes / (bandwidth × efficiency)``: the part of an exchange a token
     bucket's tokens can shorten (:func:`vgcsim.core.collectives.burst_credit_s`)."""
     return dataclasses.replace(
