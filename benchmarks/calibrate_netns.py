@@ -15,12 +15,15 @@ measured time, minus one). Needs root; prints why and exits 0 where it cannot ru
     python benchmarks/calibrate_netns.py --statistic min   # the fit of each size's best case
     python benchmarks/calibrate_netns.py --statistic min --keep DIR --json
     python benchmarks/calibrate_netns.py --from DIR --statistic min --markdown   # refit only
+    python benchmarks/calibrate_netns.py --from DIR --parts   # what each part of the fit adds
 
 Beside each op's typical error it reports the measurements' own repeatability per op
 (``vgcsim.traces.calibration.repeatability``: the statistic of the even repetitions against
 the odd ones, the same measure), what these repetitions can tell apart from noise.
 ``--from DIR`` fits a kept run's measurements again with the current fit (the cores of the
-machine that measured them, from the file), measuring nothing and needing no root.
+machine that measured them, from the file), measuring nothing and needing no root; with
+``--parts`` it prints, per setup, the typical error per op with the fit's parts switched on
+one by one (:data:`PARTS`), the last row being the default fit.
 
 Timing needs a quiet machine: the 4 ranks share its cores.
 """
@@ -123,6 +126,53 @@ def refit_setup(rate: str, burst: str, folder: Path, statistic: str | None) -> d
     return setup_row(rate, burst, run.fit, run.errors, run.repeatability)
 
 
+#: The fit's parts, switched on one by one (``--parts``): a label and ``fit_link``'s switches.
+PARTS = (
+    ("one line, α per step", {"segments": False, "call_ops": None}),
+    ("+ per-call cost c", {"segments": False}),
+    ("+ size segments (the default)", {}),
+)
+
+
+def parts_table(folder: Path, setups: list[str], statistic: str | None) -> str:
+    """The docs' table of what each part of the fit adds: per kept setup (``folder``'s
+    ``cal-RATE-BURST.measurements.json``) and :data:`PARTS` row, α, c and each op's typical
+    error, fitted as :func:`refit_setup` fits (σ where 4 ranks shared fewer cores)."""
+    from vgcsim.models.linkfit import fit_link, op_errors
+    from vgcsim.traces.calibration import read_measurements
+
+    blocks = []
+    for setup in setups:
+        rate, burst = setup.split(":")
+        path = folder / f"cal-{rate}-{burst}.measurements.json"
+        if not path.is_file():
+            blocks.append((f"{rate}, {burst}", None))
+            continue
+        doc = read_measurements(path)
+        cores = int((doc.get("machine") or {}).get("cpus") or os.cpu_count() or 1)
+        fits = []
+        for label, switches in PARTS:
+            fit, table = fit_link(doc, statistic or "median", comm_cpu=4 > cores, **switches)
+            fits.append((label, fit, op_errors(table)))
+        blocks.append((f"{rate}, {burst}", fits))
+    ops = list(dict.fromkeys(op for _, fits in blocks for _, _, e in (fits or ()) for op in e))
+    lines = [
+        "| setup | fit | α (µs) | c (µs) | " + " | ".join(ops) + " |",
+        "| --- | --- | ---: | ---: | " + " | ".join("---:" for _ in ops) + " |",
+    ]
+    for setup, fits in blocks:
+        if fits is None:
+            lines.append(f"| {setup} | not found |")
+            continue
+        for label, fit, errors in fits:
+            cells = [pct(errors[op]) if op in errors else "" for op in ops]
+            lines.append(
+                f"| {setup} | {label} | {fit.latency_s * 1e6:.0f} | "
+                f"{fit.call_overhead_s * 1e6:.0f} | " + " | ".join(cells) + " |"
+            )
+    return "\n".join(lines)
+
+
 def markdown(rows: list[dict]) -> str:
     """The docs' table: per setup the fitted link, each op's typical error and, in brackets,
     the measurements' repeatability for that op."""
@@ -178,6 +228,12 @@ def main(argv: list[str] | None = None) -> int:
         help="refit the measurements a --keep run left in this folder; runs nothing",
     )
     parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="with --from: print what each part of the fit adds (typical error per op with "
+        "the parts switched on one by one)",
+    )
+    parser.add_argument(
         "--max-error",
         type=float,
         default=None,
@@ -195,11 +251,17 @@ def main(argv: list[str] | None = None) -> int:
         if not args.source.is_dir():
             print(f"calibrate_netns: --from {args.source}: no such folder", file=sys.stderr)
             return 2
+        if args.parts:
+            print(parts_table(args.source, args.setups.split(","), args.statistic))
+            return 0
         rows = [
             refit_setup(*setup.split(":"), args.source, args.statistic)
             for setup in args.setups.split(",")
         ]
         return report(rows, args)
+    if args.parts:
+        print("calibrate_netns: --parts refits a kept run: give --from DIR", file=sys.stderr)
+        return 2
     reason = missing_prerequisite()
     if reason is not None:
         print(f"calibrate_netns: cannot run here: {reason}")

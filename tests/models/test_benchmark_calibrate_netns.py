@@ -53,3 +53,25 @@ def test_a_missing_kept_folder_is_one_line_and_exit_2(tmp_path, capsys):
     assert netns.main(["--from", str(tmp_path / "nothing"), "--setups", "1gbit:16kb"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no such folder" in err
+
+
+def test_parts_switch_the_fit_on_part_by_part_and_end_at_the_default(kept, capsys):
+    argv = ["--from", str(kept), "--setups", "1gbit:16kb,200mbit:16kb"]
+    assert netns.main([*argv, "--json"]) == 0
+    default = json.loads(capsys.readouterr().out)["setups"][0]["typical_error_per_op"]
+    assert netns.main([*argv, "--parts"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("| setup | fit | α (µs) | c (µs) | p2p | allreduce |")
+    rows = [line.split(" | ") for line in lines[2:]]
+    assert [r[1] for r in rows[:3]] == [label for label, _ in netns.PARTS]
+    assert rows[0][3] == "0"  # one line and α per step: no per-call cost
+    ops = lines[0].strip("| ").split(" | ")[4:]
+    last = dict(zip(ops, (c.strip(" |") for c in rows[2][4:]), strict=True))
+    assert last == {op: netns.pct(default[op]) for op in ops}  # the default fit's errors
+    assert rows[3] == ["| 200mbit, 16kb", "not found |"]
+
+
+def test_parts_without_a_kept_run_is_one_line_and_exit_2(capsys):
+    assert netns.main(["--parts"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--from DIR" in err
