@@ -30,7 +30,9 @@ every method predicted from the kept traces; the measured step times are the run
 JSON keys: ``setups`` (rate × P), ``winner_called`` (setups where the prediction names the
 faster of plain DDP and the variance hook; a tie — measured within 10 % — counts as called),
 ``median_abs_step_error`` and ``worst_abs_step_error`` per method (|predicted/measured − 1|),
-``rows`` (one per setup, model and method: measured and predicted seconds, error).
+``rows`` (one per setup, model and method: measured and predicted seconds, error),
+``trace_drift`` (each traced job's CPU per step against the same job's untraced run at the
+trace's setup: :func:`trace_drift`; the what-if assumes the machine kept its speed).
 """
 
 from __future__ import annotations
@@ -317,10 +319,34 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  ({time.monotonic() - t0:.0f} s)", file=log, flush=True)
         result = {**summarize(rows), "rows": rows, "load_average": os.getloadavg()}
         result["engine"] = args.engine
+        result["trace_drift"] = trace_drift(work, args.trace_setup, models)
         if args.out:
             (work / "real_ddp.json").write_text(json.dumps(result, indent=1))
     _print(result, args.json, args.markdown)
     return 0
+
+
+def trace_drift(folder: Path, trace_setup: str, models: list[str] | None = None) -> dict:
+    """Each traced job against the same job measured without tracing at the trace's setup,
+    from a run's files in ``folder`` (``trace-MODEL-KIND.json`` and
+    ``run-RATE-PN-MODEL-METHOD.json``): ``{"MODEL/KIND": {"traced_cpu_s", "measured_cpu_s",
+    "change"}}`` with the median CPU seconds per step of each and ``change`` = measured /
+    traced − 1. The what-if predicts every setup from the traced jobs, so a machine whose
+    speed moves between the two shows here as a change far from 0 (the traced plain-DDP job
+    also runs the hook's bookkeeping: a few percent). Pairs with a file missing are left
+    out."""
+    rate, n = trace_setup.split(":")
+    out = {}
+    for model in models or ("mlp", "cnn"):
+        for kind in ("ddp", "variance"):
+            traced = folder / f"trace-{model}-{kind}.json"
+            measured = folder / f"run-{rate}-P{n}-{model}-{kind}.json"
+            if not (traced.is_file() and measured.is_file()):
+                continue
+            t = float(json.loads(traced.read_text())["median_cpu_s"])
+            m = float(json.loads(measured.read_text())["median_cpu_s"])
+            out[f"{model}/{kind}"] = {"traced_cpu_s": t, "measured_cpu_s": m, "change": m / t - 1}
+    return out
 
 
 def _repredicted(args: argparse.Namespace) -> int:
@@ -336,6 +362,7 @@ def _repredicted(args: argparse.Namespace) -> int:
         rows = repredict(args.keep.resolve(), work, log, args.engine)
         result = {**summarize(rows), "rows": rows, "predicted_from": str(args.keep)}
         result["engine"] = args.engine
+        result["trace_drift"] = trace_drift(args.keep, args.trace_setup)
         if args.out:
             (work / "real_ddp.json").write_text(json.dumps(result, indent=1))
     _print(result, args.json, args.markdown)
@@ -392,6 +419,12 @@ def _print(result: dict, as_json: bool, markdown: bool = False) -> None:
     for method, err in result["median_abs_step_error"].items():
         worst = result["worst_abs_step_error"][method]
         print(f"{method}: median |step error| {err:.1%}, worst {worst:.1%}")
+    drift = result.get("trace_drift") or {}
+    if drift:
+        print(
+            "CPU per step, measured at the trace's setup against the traced job: "
+            + ", ".join(f"{k} {v['change']:+.0%}" for k, v in drift.items())
+        )
 
 
 if __name__ == "__main__":

@@ -53,3 +53,28 @@ def test_a_folder_without_a_kept_run_is_one_line_and_exit_2(tmp_path):
     )
     assert done.returncode == 2
     assert "holds no real_ddp.json" in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_trace_drift_sets_each_traced_job_against_its_untraced_run(real_ddp, tmp_path):
+    """CPU per step of the traced jobs against the same jobs measured at the trace's setup:
+    the traced CNN's 10 ms against a measured 12.5 ms is +25 %; a pair with a file missing
+    (the MLP's variance run) is left out."""
+    import json
+
+    def job(name: str, cpu_s: float) -> None:
+        (tmp_path / f"{name}.json").write_text(json.dumps({"median_cpu_s": cpu_s}))
+
+    job("trace-cnn-ddp", 0.010)
+    job("run-unshaped-P2-cnn-ddp", 0.0125)
+    job("trace-cnn-variance", 0.020)
+    job("run-unshaped-P2-cnn-variance", 0.015)
+    job("trace-mlp-variance", 0.004)
+    job("run-1gbit-P2-mlp-variance", 0.004)  # another setup: not the trace's
+    drift = real_ddp.trace_drift(tmp_path, "unshaped:2")
+    assert set(drift) == {"cnn/ddp", "cnn/variance"}
+    assert drift["cnn/ddp"] == {
+        "traced_cpu_s": 0.010,
+        "measured_cpu_s": 0.0125,
+        "change": pytest.approx(0.25),
+    }
+    assert drift["cnn/variance"]["change"] == pytest.approx(-0.25)
