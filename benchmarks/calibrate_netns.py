@@ -115,15 +115,26 @@ def refit_setup(rate: str, burst: str, folder: Path, statistic: str | None) -> d
     """A kept setup's measurements (``folder/cal-RATE-BURST.measurements.json``) fitted
     again as the live run fits them: 4 ranks per host on the measuring machine's cores."""
     from vgcsim import api
+
+    kept = read_kept(folder, rate, burst)
+    if isinstance(kept, str):
+        return {"rate": rate, "burst": burst, "error": kept}
+    doc, cores = kept
+    run = api.fit_calibration(doc, statistic=statistic or "median", hosts=(4, cores))
+    return setup_row(rate, burst, run.fit, run.errors, run.repeatability)
+
+
+def read_kept(folder: Path, rate: str, burst: str) -> tuple[dict, int] | str:
+    """A kept setup's measurements (``folder/cal-RATE-BURST.measurements.json``, checked and
+    read once: the fits take the document) and the cores of the machine that measured them
+    (from the file; this machine's where it does not say), or why there are none."""
     from vgcsim.traces.calibration import read_measurements
 
     path = folder / f"cal-{rate}-{burst}.measurements.json"
     if not path.is_file():
-        return {"rate": rate, "burst": burst, "error": f"{path} not found"}
-    doc = read_measurements(path)  # checked, and read once: the fit takes the document
-    cores = int((doc.get("machine") or {}).get("cpus") or os.cpu_count() or 1)
-    run = api.fit_calibration(doc, statistic=statistic or "median", hosts=(4, cores))
-    return setup_row(rate, burst, run.fit, run.errors, run.repeatability)
+        return f"{path} not found"
+    doc = read_measurements(path)
+    return doc, int((doc.get("machine") or {}).get("cpus") or os.cpu_count() or 1)
 
 
 #: The fit's parts, switched on one by one (``--parts``): a label and ``fit_link``'s switches.
@@ -139,17 +150,15 @@ def parts_table(folder: Path, setups: list[str], statistic: str | None) -> str:
     ``cal-RATE-BURST.measurements.json``) and :data:`PARTS` row, α, c and each op's typical
     error, fitted as :func:`refit_setup` fits (σ where 4 ranks shared fewer cores)."""
     from vgcsim.models.linkfit import fit_link, op_errors
-    from vgcsim.traces.calibration import read_measurements
 
     blocks = []
     for setup in setups:
         rate, burst = setup.split(":")
-        path = folder / f"cal-{rate}-{burst}.measurements.json"
-        if not path.is_file():
+        kept = read_kept(folder, rate, burst)
+        if isinstance(kept, str):
             blocks.append((f"{rate}, {burst}", None))
             continue
-        doc = read_measurements(path)
-        cores = int((doc.get("machine") or {}).get("cpus") or os.cpu_count() or 1)
+        doc, cores = kept
         fits = []
         for label, switches in PARTS:
             fit, table = fit_link(doc, statistic or "median", comm_cpu=4 > cores, **switches)

@@ -31,8 +31,9 @@ JSON keys: ``setups`` (rate × P), ``winner_called`` (setups where the predictio
 faster of plain DDP and the variance hook; a tie — measured within 10 % — counts as called),
 ``median_abs_step_error`` and ``worst_abs_step_error`` per method (|predicted/measured − 1|),
 ``rows`` (one per setup, model and method: measured and predicted seconds, error),
-``trace_drift`` (each traced job's CPU per step against the same job's untraced run at the
-trace's setup: :func:`trace_drift`; the what-if assumes the machine kept its speed).
+``trace_setup`` (where the traces were made) and ``trace_drift`` (each traced job's CPU per
+step against the same job's untraced run at that setup: :func:`trace_drift`; the what-if
+assumes the machine kept its speed).
 """
 
 from __future__ import annotations
@@ -319,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  ({time.monotonic() - t0:.0f} s)", file=log, flush=True)
         result = {**summarize(rows), "rows": rows, "load_average": os.getloadavg()}
         result["engine"] = args.engine
+        result["trace_setup"] = args.trace_setup
         result["trace_drift"] = trace_drift(work, args.trace_setup, models)
         if args.out:
             (work / "real_ddp.json").write_text(json.dumps(result, indent=1))
@@ -362,7 +364,10 @@ def _repredicted(args: argparse.Namespace) -> int:
         rows = repredict(args.keep.resolve(), work, log, args.engine)
         result = {**summarize(rows), "rows": rows, "predicted_from": str(args.keep)}
         result["engine"] = args.engine
-        result["trace_drift"] = trace_drift(args.keep, args.trace_setup)
+        # the setup the kept run traced at (runs kept before it was recorded: the flag's)
+        kept = json.loads((args.keep / "real_ddp.json").read_text())
+        result["trace_setup"] = kept.get("trace_setup", args.trace_setup)
+        result["trace_drift"] = trace_drift(args.keep, result["trace_setup"])
         if args.out:
             (work / "real_ddp.json").write_text(json.dumps(result, indent=1))
     _print(result, args.json, args.markdown)
