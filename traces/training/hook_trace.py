@@ -90,12 +90,19 @@ class HookTracer:
         # gather_object on a gloo group of its own: CPU objects whatever the main backend
         self.group = dist.new_group(ranks, backend="gloo", use_local_synchronization=True)
         self.dst = ranks[0]
+        # refused before the first step, not at the first gather, and on every rank: rank 0
+        # alone looks at the folder and tells the others, so each raises the same error
+        # instead of the peers failing later on a closed connection
+        refusal: list[str | None] = [None]
         if self.rank == 0 and not overwrite and _non_empty(self.trace_dir):
-            # refused before the first step, not at the first gather
-            raise ConfigError(
+            refusal[0] = (
                 f"trace folder {self.trace_dir} is not empty; choose another trace_dir or pass "
                 "overwrite=True"
             )
+        if self.world > 1:
+            dist.broadcast_object_list(refusal, src=self.dst, group=self.group)
+        if refusal[0] is not None:
+            raise ConfigError(refusal[0])
         self.layers = [
             {"index": i, "name": n, "shape": list(p.shape), "numel": p.numel()}
             for i, (n, p) in enumerate(
