@@ -38,8 +38,8 @@ def test_delta_at_a_size_by_hand(gathered, expected):
 
 
 def test_delta_without_a_table_is_the_one_number_at_every_size():
-    out = host_s_per_byte_at(np.array([1.0, 1e6, 1e9]), 7e-9)
-    np.testing.assert_array_equal(out, [7e-9, 7e-9, 7e-9])
+    out = host_s_per_byte_at(np.array([0.0, 1.0, 1e6, 1e9]), 7e-9)
+    np.testing.assert_array_equal(out, [7e-9, 7e-9, 7e-9, 7e-9])
 
 
 def test_delta_at_an_array_of_sizes_is_elementwise():

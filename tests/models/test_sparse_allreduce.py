@@ -173,3 +173,54 @@ def test_crossover_line_names_where_sparse_stops_paying():
         "sparse allreduce beats dense fp32 allreduce at P = 4, 8; it stops beating it from "
         "P = 16 (slower below P = 4: its local work outweighs the saving)"
     )
+
+
+def simulate_sparcml(sizes):
+    """SparCML's recursive doubling run rank by rank on disjoint index sets (§5.1): per
+    stage, the largest message's bytes and set count and whether it is reduced."""
+    p = len(sizes)
+    q = 1 << (p.bit_length() - 1)
+    held = [{v} | ({q + v} if q + v < p else set()) for v in range(q)]  # after the fold
+    stages = []
+    if p > q:
+        stages.append((max(sizes[q:]), 1, True))  # rank q + i sends its own set to rank i
+    step = 1
+    while step < q:
+        sent = [held[v] for v in range(q)]  # each virtual rank sends what it holds
+        stages.append(
+            (max(sum(sizes[i] for i in g) for g in sent), max(len(g) for g in sent), True)
+        )
+        held = [held[v] | held[v ^ step] for v in range(q)]
+        step *= 2
+    if p > q:
+        assert all(h == set(range(p)) for h in held)
+        stages.append((float(sum(sizes)), p, False))  # rank i sends the result to rank q + i
+    return stages
+
+
+@pytest.mark.parametrize("p", range(2, 34))
+def test_stages_and_bytes_equal_a_rank_by_rank_run(p):
+    rng = np.random.default_rng(p)
+    sizes = rng.integers(1, 1000, p).astype(float).tolist()
+    ref = simulate_sparcml(sizes)
+    groups, reduce = sparse_stages(p)
+    assert groups.dtype == np.int64 and reduce.dtype == np.bool_
+    assert groups.tolist() == [g for _, g, _ in ref]
+    assert reduce.tolist() == [r for _, _, r in ref]
+    stage = sparse_stage_bytes(sizes)
+    assert stage.dtype == np.float64
+    assert stage.tolist() == [b for b, _, _ in ref]
+    # batched over leading axes: each row as on its own; the dense switch caps every stage
+    batch = np.array([sizes, sizes[::-1]], dtype=np.float32)
+    rows = sparse_stage_bytes(batch, dense_bytes=1500.0)
+    assert rows.dtype == np.float64 and rows.shape == (2, len(ref))
+    for row, one in zip(rows, batch, strict=True):
+        assert row.tolist() == np.minimum(sparse_stage_bytes(one.tolist()), 1500.0).tolist()
+
+
+def test_one_rank_has_no_stage():
+    groups, reduce = sparse_stages(1)
+    assert groups.shape == (0,) and groups.dtype == np.int64
+    assert reduce.shape == (0,) and reduce.dtype == np.bool_
+    out = sparse_stage_bytes(np.ones((2, 3, 1)))
+    assert out.shape == (2, 3, 0) and out.dtype == np.float64

@@ -33,26 +33,41 @@ def _address_space_left_bytes() -> int | None:
         if soft == resource.RLIM_INFINITY:
             return None
         with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmSize:"):
-                    return max(0, soft - int(line.split()[1]) * 1024)
+            return _room_below(soft, fh.read())
     except (ImportError, OSError, ValueError, IndexError):
-        pass
+        return None
+
+
+def _room_below(soft_limit_bytes: int, status_text: str) -> int | None:
+    """``soft_limit_bytes`` minus the ``VmSize`` (kB) of a ``/proc/PID/status`` text, never
+    below 0; None where the text has no ``VmSize`` line."""
+    for line in status_text.splitlines():
+        if line.startswith("VmSize:"):
+            return max(0, soft_limit_bytes - int(line.split()[1]) * 1024)
     return None
 
 
-def _os_available_bytes() -> int | None:
+def _os_available_bytes(meminfo_path: str = "/proc/meminfo") -> int | None:
+    """MemAvailable of ``meminfo_path``; where it cannot be read, the physical memory."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+        with open(meminfo_path, encoding="ascii") as fh:
+            have = _mem_available(fh.read())
+        if have is not None:
+            return have
     except (OSError, ValueError, IndexError):
         pass
     try:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
         return None
+
+
+def _mem_available(meminfo_text: str) -> int | None:
+    """The ``MemAvailable`` (kB) of a ``/proc/meminfo`` text in bytes; None without one."""
+    for line in meminfo_text.splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
 
 
 def check_fits(need_bytes: int, what: str, hint: str) -> None:
