@@ -21,6 +21,11 @@ allreduce row, fp16 as the dense fp16 row, the variance hook as the compressed r
 with the hook's own exchange (``allgatherv/bounded``). Measured and predicted step times are
 medians over the timed steps.
 
+``--cal-busy trace`` calibrates each setup once per model instead, every rank working that
+model's traced compute per step (the plain job's median ``rank_compute_s``) before each timed
+operation (``vgcsim calibrate --busy-before``): the exchange as a training step meets it,
+after its work, where the default times the operations back to back.
+
 ``--engine simulate`` prices every setup with ``vgcsim simulate`` instead of ``vgcsim predict``
 (the same flags). ``--from DIR`` predicts a kept run (``-o DIR``) again with this checkout's
 models, without running anything: each setup's cluster file is refitted from its kept calibration
@@ -33,7 +38,8 @@ faster of plain DDP and the variance hook; a tie — measured within 10 % — co
 ``rows`` (one per setup, model and method: measured and predicted seconds, error),
 ``trace_setup`` (where the traces were made) and ``trace_drift`` (each traced job's CPU per
 step against the same job's untraced run at that setup: :func:`trace_drift`; the what-if
-assumes the machine kept its speed).
+assumes the machine kept its speed) and ``cal_busy_before_s`` (per model, the work before each
+calibrated operation; empty with ``--cal-busy 0``).
 """
 
 from __future__ import annotations
@@ -105,9 +111,12 @@ def run_job(hosts, port: int, out: Path, *args: str, timeout_s: float = 900) -> 
     raise RuntimeError(f"ddp_job {' '.join(args)} failed twice:\n{tail}")
 
 
-def calibrate(hosts, port: int, out: Path, sizes: str, repeats: int, rate: str) -> Path:
+def calibrate(
+    hosts, port: int, out: Path, sizes: str, repeats: int, rate: str, busy_before_s: float = 0.0
+) -> Path:
     n = len(hosts.names)
     extra = ["--sizes", sizes, "--repeats", str(repeats), "--force"]
+    extra += ["--busy-before", repr(float(busy_before_s))]
     extra += ["--host-cores", str(os.cpu_count()), "--ranks-per-host", str(n)]
     if rate != "unshaped":  # the shaper's token bucket, as the operator of the link knows it
         extra += ["--burst", str(burst_bytes(rate))]
@@ -139,15 +148,31 @@ def predict_step_s(
     return float(rows["step_s"].median())
 
 
-def refit(keep: Path, work: Path, rate: str, n: int) -> Path:
+def cal_name(rate: str, n: int, model: str | None) -> str:
+    """The stem of a setup's cluster file: one per model where each model's calibration
+    works that model's compute before every operation (``--cal-busy trace``), else one."""
+    return f"cal-{rate}-P{n}" + (f"-{model}" if model else "")
+
+
+def traced_compute_s(trace: Path) -> float:
+    """The median over steps of one rank's forward + backward in a hook-written trace (the
+    work before each exchange)."""
+    from vgcsim.traces.io import read_trace
+
+    return float(read_trace(trace).steps["rank_compute_s"].median())
+
+
+def refit(keep: Path, work: Path, rate: str, n: int, model: str | None = None) -> Path:
     """The setup's cluster file fitted again from the kept run's measurements, with the hosts
-    (ranks per host, host cores) written in its kept cluster file and the rate's burst."""
+    (ranks per host, host cores) written in its kept cluster file and the rate's burst;
+    ``model``: that model's own calibration, where the kept run made one per model."""
     import tomllib
 
-    kept = tomllib.loads((keep / f"cal-{rate}-P{n}.toml").read_text())
-    out = work / f"cal-{rate}-P{n}.toml"
+    stem = cal_name(rate, n, model)
+    kept = tomllib.loads((keep / f"{stem}.toml").read_text())
+    out = work / f"{stem}.toml"
     cmd = [sys.executable, "-m", "vgcsim", "calibrate", "-o", str(out), "--force"]
-    cmd += ["--from", str(keep / f"cal-{rate}-P{n}.measurements.json")]
+    cmd += ["--from", str(keep / f"{stem}.measurements.json")]
     cmd += ["--host-cores", str(kept.get("host_cores", os.cpu_count()))]
     cmd += ["--ranks-per-host", str(kept.get("ranks_per_host", n))]
     if rate != "unshaped":
@@ -162,10 +187,12 @@ def repredict(keep: Path, work: Path, log, engine: str = "predict") -> list[dict
     rows, clusters = [], {}
     for r in kept["rows"]:
         rate, n, model, method = r["rate"], r["world_size"], r["model"], r["method"]
-        if (rate, n) not in clusters:
-            clusters[(rate, n)] = refit(keep, work, rate, n)
+        # runs kept before per-model calibrations have one cluster file per setup
+        own = model if (keep / f"{cal_name(rate, n, model)}.toml").is_file() else None
+        if (rate, n, own) not in clusters:
+            clusters[(rate, n, own)] = refit(keep, work, rate, n, own)
         trace = keep / f"trace-{model}-{'variance' if method == 'variance' else 'ddp'}"
-        pred = predict_step_s(trace, clusters[(rate, n)], n, method, work, engine)
+        pred = predict_step_s(trace, clusters[(rate, n, own)], n, method, work, engine)
         m = r["measured_s"]
         rows.append({**r, "predicted_s": pred, "error": pred / m - 1})
         print(
@@ -216,6 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace-setup", default="unshaped:2", help="RATE:P where the traces are made")
     p.add_argument("--cal-sizes", default="4,4KiB,64KiB,512KiB,4MiB")
     p.add_argument("--cal-repeats", type=int, default=5)
+    p.add_argument(
+        "--cal-busy",
+        choices=("0", "trace"),
+        default="0",
+        help="0 (default): one calibration per setup, operations back to back; trace: one "
+        "per setup and model, every rank working that model's traced compute per step before "
+        "each timed operation (vgcsim calibrate --busy-before), as the job meets its exchange",
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("--markdown", action="store_true", help="also print the table of every row")
     p.add_argument("-o", "--out", type=Path, help="keep traces, cluster files and rows here")
@@ -268,20 +303,29 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     traces[(model, kind)] = trace
                     print(f"traced {model} {kind} at {args.trace_setup}", file=log, flush=True)
+        # the work before each exchange, per model: the plain job's traced compute per step
+        busy = (
+            {m: traced_compute_s(traces[(m, "ddp")]) for m in models}
+            if args.cal_busy == "trace"
+            else {}
+        )
         rows = []
         for rate in rates:
             for n in sizes:
                 t0 = time.monotonic()
                 with hosts_at(n, rate) as hosts:
-                    port += 1
-                    cluster = calibrate(
-                        hosts,
-                        port,
-                        work / f"cal-{rate}-P{n}.toml",
-                        args.cal_sizes,
-                        args.cal_repeats,
-                        rate,
-                    )
+                    clusters = {}
+                    for model in models if busy else [None]:
+                        port += 1
+                        clusters[model] = calibrate(
+                            hosts,
+                            port,
+                            work / f"{cal_name(rate, n, model)}.toml",
+                            args.cal_sizes,
+                            args.cal_repeats,
+                            rate,
+                            busy.get(model, 0.0),
+                        )
                     measured = {}
                     for model in models:
                         for method in methods:
@@ -299,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                             measured[(model, method)] = res["median_step_s"]
                 for (model, method), m in measured.items():
                     trace = traces[(model, "variance" if method == "variance" else "ddp")]
+                    cluster = clusters[model if busy else None]
                     pred = predict_step_s(trace, cluster, n, method, work, args.engine)
                     rows.append(
                         {
@@ -322,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         result["engine"] = args.engine
         result["trace_setup"] = args.trace_setup
         result["trace_drift"] = trace_drift(work, args.trace_setup, models)
+        result["cal_busy_before_s"] = busy
         if args.out:
             (work / "real_ddp.json").write_text(json.dumps(result, indent=1))
     _print(result, args.json, args.markdown)

@@ -14,7 +14,7 @@ the models and the simulator). Version 2::
 
 ``seconds`` holds one time per timed repetition (the slowest rank's); ``pair`` only on
 point-to-point rows; ``back_to_back``, how many back-to-back operations each repetition
-averaged (absent in files written before it: one). Version 1 (one node) has no ``nodes`` and no ``pair``. The reader checks
+averaged (absent in files written before it: one; always one with ``busy_before_s``). Version 1 (one node) has no ``nodes`` and no ``pair``. The reader checks
 every field it relies on and refuses a file that breaks one with a single line naming the file,
 the field and the rule (:class:`~vgcsim.core.errors.ConfigError`).
 """
@@ -154,6 +154,14 @@ class CalibrateConfig:
     and size once per pass; :func:`split_repeats`), so that a slow spell of the host or the
     network lands on a few repetitions of many sizes, which the median discards, instead of
     on every repetition of the sizes that happened to be timed during it.
+
+    ``busy_before_s`` (default 0): seconds of CPU work every rank does before each timed
+    operation, as a training step computes before its exchange; each repetition then times
+    one operation, not the mean of several back to back. 0 times the collectives back to
+    back, as a loop of collectives meets them. Where a host's threads pay for waking after
+    a stretch of work (a virtual machine's idle vCPUs, a deep CPU idle state), a collective
+    that follows work takes longer than one that follows another collective, and only this
+    measures what a training step's exchange costs (docs/distributed.md).
     """
 
     backend: str = "gloo"
@@ -163,6 +171,7 @@ class CalibrateConfig:
     warmup: int = 2
     budget_s: float = 10.0
     passes: int = DEFAULT_PASSES
+    busy_before_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.ops:
@@ -178,6 +187,9 @@ class CalibrateConfig:
             raise ConfigError(f"passes must be a whole number >= 1, got {self.passes!r}")
         if not self.budget_s > 0:
             raise ConfigError(f"budget_s must be positive, got {self.budget_s}")
+        busy = self.busy_before_s
+        if isinstance(busy, bool) or not isinstance(busy, (int, float)) or not 0 <= busy <= 10:
+            raise ConfigError(f"busy_before_s must be in [0, 10] seconds, got {busy!r}")
 
 
 def write_measurements(

@@ -2435,14 +2435,16 @@ def calibration_config(
     warmup: int = 2,
     budget_s: float = 10.0,
     passes: int | None = None,
+    busy_before_s: float | str = 0.0,
     overrides: Sequence[str] = (),
 ) -> Any:
     """The measurement sweep (a :class:`vgcsim.traces.calibration.CalibrateConfig`): ``ops``
     and ``sizes`` as lists or as the command line spells them (``"p2p,allreduce"``,
-    ``"4:64MiB"``; None: the defaults; ``repeats`` and ``passes`` too), then ``overrides``
-    (``key=value`` strings as ``--set`` takes them); the backend is checked against this
-    torch build."""
+    ``"4:64MiB"``; None: the defaults; ``repeats`` and ``passes`` too; ``busy_before_s`` a
+    number of seconds or a duration such as ``"8ms"``), then ``overrides`` (``key=value``
+    strings as ``--set`` takes them); the backend is checked against this torch build."""
     from vgcsim.core.config import apply_overrides
+    from vgcsim.core.units import parse_time_s
     from vgcsim.traces.calibration import (
         DEFAULT_OPS,
         DEFAULT_PASSES,
@@ -2465,6 +2467,9 @@ def calibration_config(
         warmup=warmup,
         budget_s=budget_s,
         passes=DEFAULT_PASSES if passes is None else passes,
+        busy_before_s=(
+            parse_time_s(busy_before_s) if isinstance(busy_before_s, str) else busy_before_s
+        ),
     )
     cfg = apply_overrides(cfg, list(overrides))
     check_backend(cfg.backend)
@@ -2521,7 +2526,16 @@ def calibrate(
         cfg = apply_overrides(sweep, list(overrides))
         check_backend(cfg.backend)
     else:
-        valid = ("backend", "ops", "sizes", "repeats", "warmup", "budget_s", "passes")
+        valid = (
+            "backend",
+            "ops",
+            "sizes",
+            "repeats",
+            "warmup",
+            "budget_s",
+            "passes",
+            "busy_before_s",
+        )
         for key in sweep or {}:
             if key not in valid:
                 raise unknown_name("calibration sweep option", str(key), valid)

@@ -364,3 +364,38 @@ def test_the_budget_cuts_a_slow_sizes_repetitions_before_they_are_shared_out(mon
         calls, rows = _scripted_sweep(monkeypatch, cfg, warmup_s=warmup_s)
         assert len(calls) == 1 + shares[0] + 1 + shares[1]
         assert len(rows[0]["seconds"]) == sum(shares)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_busy_before_works_on_every_rank_then_times_one_operation(tmp_path, capsys):
+    """``--busy-before 20ms``: each repetition is one operation (``back_to_back`` 1 on every
+    row) after 20 ms of CPU work on every rank, so the ranks' CPU clocks advance by at least
+    that per repetition, warm-ups included; the file records the setting."""
+    import resource
+
+    out = tmp_path / "busy.toml"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # the large sizes, as on loopback only they show the per-byte cost the fit needs
+    flags = ["--sizes", "64,4KiB,4MiB,16MiB", "--ops", "p2p,allreduce", "--repeats", "3"]
+    flags += ["--warmup", "1", "--busy-before", "20ms", "--force", "-o", str(out)]
+    assert main(["calibrate", "--nprocs", "2", *flags]) == 0
+    capsys.readouterr()
+    doc = read_measurements(tmp_path / "busy.measurements.json")
+    assert doc["config"]["busy_before_s"] == pytest.approx(0.02)
+    assert {r["back_to_back"] for r in doc["rows"]} == {1}
+    assert all(len(r["seconds"]) == 3 for r in doc["rows"])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    # 2 ops × 4 sizes × (1 warm-up + 3 timed over 3 passes + 2 untimed opening the later
+    # passes) × 2 ranks
+    assert cpu_s >= 2 * 4 * 6 * 2 * 0.02
+
+
+@pytest.mark.parametrize("value", ["abc", "11s", "nan", "-1ms"])
+def test_busy_before_out_of_range_is_one_line_and_exit_2(tmp_path, capsys, value):
+    code = main(["calibrate", "-o", str(tmp_path / "c.toml"), f"--busy-before={value}"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("busy_before_s" in err[0] or "time" in err[0])
+    assert not list(tmp_path.iterdir())

@@ -78,3 +78,27 @@ def test_trace_drift_sets_each_traced_job_against_its_untraced_run(real_ddp, tmp
         "change": pytest.approx(0.25),
     }
     assert drift["cnn/variance"]["change"] == pytest.approx(-0.25)
+
+
+def test_the_work_before_each_calibrated_operation_is_one_ranks_traced_compute(real_ddp, tmp_path):
+    """``--cal-busy trace`` calibrates with the plain job's median ``rank_compute_s`` (one
+    rank's forward + backward), not the steps table's ``compute_s`` (a sum over the ranks),
+    and names one cluster file per setup and model."""
+    import glob
+
+    import pandas as pd
+
+    trace = write_hook_trace(tmp_path)
+    # the hook's steps column: the mean over ranks of each rank's compute (1 and 10 ms × (1 +
+    # step) here), beside compute_s, the sum over the ranks
+    ranks = pd.read_parquet(f"{trace}/ranks/part-000000.parquet")
+    mean = ranks.groupby("step")["compute_s"].mean()
+    for part in glob.glob(f"{trace}/steps/*.parquet"):
+        steps = pd.read_parquet(part)
+        steps["rank_compute_s"] = steps["step"].map(mean)
+        steps["compute_s"] = steps["step"].map(ranks.groupby("step")["compute_s"].sum())
+        steps.to_parquet(part)
+    per_rank = float(mean.median())
+    assert real_ddp.traced_compute_s(trace) == pytest.approx(per_rank, rel=1e-12)
+    assert real_ddp.cal_name("1gbit", 3, "cnn") == "cal-1gbit-P3-cnn"
+    assert real_ddp.cal_name("1gbit", 3, None) == "cal-1gbit-P3"

@@ -183,6 +183,35 @@ def test_passes_must_be_a_whole_number_of_one_or_more(passes):
         CalibrateConfig(passes=passes)
 
 
+@pytest.mark.parametrize("busy", [-0.001, 10.5, float("nan"), float("inf"), True, "8ms"])
+def test_busy_before_must_be_seconds_in_0_to_10(busy):
+    with pytest.raises(ConfigError, match=r"busy_before_s must be in \[0, 10\] seconds"):
+        CalibrateConfig(busy_before_s=busy)
+
+
+@pytest.mark.parametrize("busy", [0, 0.0, 0.008, 10])
+def test_busy_before_takes_0_to_10_seconds(busy):
+    assert CalibrateConfig(busy_before_s=busy).busy_before_s == busy
+
+
+def test_busy_spends_the_cpu_seconds_it_is_given_and_one_operation_per_repetition():
+    import time
+
+    from vgcsim.traces.training.distributed_calibrate import (
+        _ops_per_repetition,
+        back_to_back,
+        busy,
+    )
+
+    t0 = time.thread_time()
+    busy(0.03)
+    assert time.thread_time() - t0 >= 0.03
+    for size in (4, 64, 4096, 1 << 20):
+        assert _ops_per_repetition(size, 0.0) == back_to_back(size)
+        assert _ops_per_repetition(size, 0.005) == 1
+    assert back_to_back(4) == 16  # back to back, small messages average 16 operations
+
+
 def test_a_file_written_before_passes_existed_reads_with_its_config(tmp_path):
     cfg = CalibrateConfig(ops=("p2p",), sizes_bytes=(64,), repeats=3, passes=2)
     path = tmp_path / "m.json"

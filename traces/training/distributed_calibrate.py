@@ -28,7 +28,8 @@ visit after the first), so a slow spell of a shared host or link costs a few rep
 many sizes, not all of a few (see :class:`~vgcsim.traces.calibration.CalibrateConfig`). A
 repetition is the mean of up to 16 back-to-back operations (:func:`back_to_back`: small
 messages only) started after an untimed one-byte exchange that lines the ranks up past the
-barrier (see :func:`_time_op`).
+barrier (see :func:`_time_op`); with ``busy_before_s`` every rank then works that many seconds
+of CPU and a repetition times one operation, as a training step meets its exchange.
 """
 
 from __future__ import annotations
@@ -93,20 +94,43 @@ def back_to_back(size_bytes: int) -> int:
     return max(1, min(MAX_BACK_TO_BACK, BACK_TO_BACK_BYTES // max(int(size_bytes), 1)))
 
 
+def _ops_per_repetition(size_bytes: int, busy_before_s: float) -> int:
+    """Operations one timed repetition averages: one after ``busy_before_s`` of work, else
+    :func:`back_to_back`'s count."""
+    return 1 if busy_before_s > 0 else back_to_back(size_bytes)
+
+
+def busy(seconds: float) -> None:
+    """Keep this thread on the CPU for ``seconds`` of its own CPU time (a step's compute:
+    where the host's cores are shared, it takes longer than ``seconds`` of wall time)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
 def _time_op(
-    op: str, size_bytes: int, rank: int, world: int, device: str, pair: tuple[int, int]
+    op: str,
+    size_bytes: int,
+    rank: int,
+    world: int,
+    device: str,
+    pair: tuple[int, int],
+    busy_before_s: float = 0.0,
 ) -> float:
-    """One timed repetition on this rank: the mean of :func:`back_to_back` operations.
+    """One timed repetition on this rank: the mean of :func:`back_to_back` operations, or,
+    with ``busy_before_s``, one operation after that much CPU work on every rank.
 
     A barrier releases the ranks up to a scheduler tick apart, and one small operation timed
     from there measures that skew. So the timed operations start after an untimed one-byte exchange:
     for p2p a one-byte round trip (the peer is then waiting in its receive when the clock
-    starts), for the collectives a one-element all_reduce.
+    starts), for the collectives a one-element all_reduce. The work comes after it, so the
+    ranks start their work lined up, as after a training step's previous exchange, and the
+    clock starts when this rank's work ends.
     """
     import torch
     import torch.distributed as dist
 
-    count = back_to_back(size_bytes)
+    count = _ops_per_repetition(size_bytes, busy_before_s)
     token = torch.zeros(1, dtype=torch.uint8, device=device)
     if op in ("p2p", "p2p_intra"):
         a, b = pair
@@ -122,6 +146,7 @@ def _time_op(
 
         dist.barrier()
         trip(token)
+        busy(busy_before_s)
         t0 = time.perf_counter()
         for _ in range(count):
             trip(buf)
@@ -150,6 +175,7 @@ def _time_op(
 
     dist.barrier()
     dist.all_reduce(token)
+    busy(busy_before_s)
     t0 = time.perf_counter()
     for _ in range(count):
         once()
@@ -179,10 +205,12 @@ def _repeats(
     take longer than ``budget_s``. A collective: every rank gets the same count."""
     last = 0.0
     for _ in range(cfg.warmup):
-        last = _time_op(op, size, rank, world, device, pair)
+        last = _time_op(op, size, rank, world, device, pair, cfg.busy_before_s)
     if not cfg.warmup:
         return cfg.repeats
-    slow = _slowest([last], device)[0] * back_to_back(size)  # one repetition
+    # one repetition: its operations and the work before it
+    slow = _slowest([last], device)[0] * _ops_per_repetition(size, cfg.busy_before_s)
+    slow += cfg.busy_before_s
     fit = int(cfg.budget_s // slow) if slow > 0 else cfg.repeats
     return max(min(MIN_REPEATS, cfg.repeats), min(cfg.repeats, fit))
 
@@ -224,14 +252,17 @@ def measure(
             # Other sizes ran since this one's last pass: its buffers, the allocator and the
             # sockets are not where its repetitions left them, so one goes untimed again.
             if k and cfg.warmup:
-                _time_op(op, size, rank, world, device, pair)
-            times[i] += [_time_op(op, size, rank, world, device, pair) for _ in range(shares[i][k])]
+                _time_op(op, size, rank, world, device, pair, cfg.busy_before_s)
+            times[i] += [
+                _time_op(op, size, rank, world, device, pair, cfg.busy_before_s)
+                for _ in range(shares[i][k])
+            ]
     rows = []
     for (op, pair, size), mine in zip(plan, times, strict=True):
         row = {"op": op, "size_bytes": size, "seconds": _slowest(mine, device)}
         if op.startswith("p2p"):
             row["pair"] = list(pair)
-        row["back_to_back"] = back_to_back(size)
+        row["back_to_back"] = _ops_per_repetition(size, cfg.busy_before_s)
         rows.append(row)
         log.debug("%s %d B: median %.3g s", op, size, float(np.median(row["seconds"])))
     return rows

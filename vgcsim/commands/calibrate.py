@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_set_option(
         parser,
         "set a CalibrateConfig key of the measurement sweep (backend, ops, sizes_bytes, "
-        "repeats, warmup, budget_s, passes), applied after the flags of the same names",
+        "repeats, warmup, budget_s, passes, busy_before_s), applied after the flags of the same "
+        "names",
     )
     parser.add_argument(
         "--codec",
@@ -118,6 +119,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="passes through the sweep that each size's repetitions are spread over, so a "
         f"slow spell hits a few repetitions of many sizes (default {defaults.passes}; 1: all "
         "of a size's repetitions back to back)",
+    )
+    parser.add_argument(
+        "--busy-before",
+        default="0",
+        metavar="DURATION",
+        help="CPU work every rank does before each timed operation, as a training step "
+        "computes before its exchange (e.g. 8ms, a step's compute; default 0: operations "
+        "back to back); each repetition then times one operation",
     )
     parser.add_argument(
         "--budget",
@@ -268,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
                 warmup=args.warmup,
                 budget_s=args.budget,
                 passes=args.passes,
+                busy_before_s=args.busy_before,
             )
             result = api.calibrate(
                 out,
