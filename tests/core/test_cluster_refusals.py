@@ -1,0 +1,136 @@
+"""Cluster specs read from a dict (a parsed cluster file): each refusal is one line naming
+the field as the file spelled it and the rule it breaks, and a ``base`` preset's link,
+device, intra link, topology and counts are inherited field by field."""
+
+from __future__ import annotations
+
+import pytest
+
+from vgcsim.core.clusterfile import cluster_from_dict
+from vgcsim.core.clusterspec import get_cluster
+from vgcsim.core.errors import ConfigError
+
+LINK = {"bandwidth": "10Gbps", "latency": "5us"}
+LINK_KEYS = (
+    "preset, name, bandwidth, bandwidth_Bps, latency, latency_s, gamma_s_per_byte, "
+    "allgatherv_host_s_per_byte, allgatherv_host_s_per_byte_table, "
+    "allgatherv_host_padded_share, allgatherv_host, allgatherv_host_s, call_overhead, "
+    "call_overhead_s, comm_cpu_s_per_byte, segments, burst, burst_bytes, efficiency, framing, "
+    "source"
+)
+NEEDS = "give it, or 'preset' (a link preset the table overrides), or a cluster 'base'"
+
+REFUSALS = [
+    ([1, 2], "cluster spec must be a table, got list"),
+    (
+        {"bogus": 1},
+        "unknown key 'bogus' in cluster spec; valid keys here: name, base, topology, link, "
+        "intra_link, gpus_per_node, device, compute, compute_scale, source, ranks_per_host, "
+        "host_cores, threads_per_rank",
+    ),
+    ({"base": 3}, "base: expected a cluster preset name, got 3"),
+    (
+        {"base": "10GbE", "topology": "star"},
+        "topology: expected a table with 'kind', got 'star'",
+    ),
+    ({"name": "x"}, "cluster spec needs 'link' (a preset name or a table) or 'base'"),
+    (
+        {"link": {**LINK, "bogus": 1}},
+        f"unknown key 'link.bogus' in cluster spec; valid keys here: {LINK_KEYS}",
+    ),
+    (
+        {"link": "10GbE", "intra_link": {"bogus": 1}},
+        f"unknown key 'intra_link.bogus' in cluster spec; valid keys here: {LINK_KEYS}",
+    ),
+    ({"link": {"latency": "5us"}}, f"link: no 'bandwidth': {NEEDS}"),
+    ({"link": {"bandwidth": "10Gbps"}}, f"link: no 'latency': {NEEDS}"),
+    ({"link": {}}, f"link: no 'bandwidth' and 'latency': {NEEDS}"),
+    (
+        {"link": {**LINK, "bandwidth_Bps": 1e9}},
+        "link: give either 'bandwidth' or 'bandwidth_Bps', not both",
+    ),
+    (
+        {"link": {**LINK, "gamma_s_per_byte": "x"}},
+        "link.gamma_s_per_byte: expected a number, got 'x'",
+    ),
+    (
+        {"link": {**LINK, "gamma_s_per_byte": True}},
+        "link.gamma_s_per_byte: expected a number, got True",
+    ),
+    (
+        {"link": {"bandwidth": "-1Gbps", "latency": "5us"}},
+        "link.bandwidth: '-1Gbps' must be a finite positive quantity",
+    ),
+    (
+        {"link": {**LINK, "efficiency": 0}},
+        "link.efficiency: payload bytes per wire byte, must be in (0, 1], got 0.0",
+    ),
+    (
+        {"link": {**LINK, "efficiency": 1.5}},
+        "link.efficiency: payload bytes per wire byte, must be in (0, 1], got 1.5",
+    ),
+    (
+        {"link": {**LINK, "call_overhead_s": -1}},
+        "link.call_overhead_s: -1 must be a finite non-negative quantity",
+    ),
+    (
+        {"link": {**LINK, "burst_bytes": "x"}},
+        "link.burst_bytes: cannot parse 'x'; use e.g. '64MiB', '1.5GB', '800Mb' (bits) or bytes",
+    ),
+    ({"link": "10GbE", "gpus_per_node": 1.5}, "gpus_per_node: expected an integer, got 1.5"),
+    ({"link": "10GbE", "gpus_per_node": True}, "gpus_per_node: expected an integer, got True"),
+    ({"link": "10GbE", "compute_scale": "2"}, "compute_scale: expected a number, got '2'"),
+    ({"link": "10GbE", "compute": 1}, "compute: expected 'model' or 'trace', got 1"),
+    ({"link": "10GbE", "ranks_per_host": 1.5}, "ranks_per_host: expected an integer, got 1.5"),
+    ({"link": "10GbE", "ranks_per_host": "2"}, "ranks_per_host: expected an integer, got '2'"),
+    ({"link": {"preset": 5}}, "link.preset: expected a link preset name, got 5"),
+    ({"link": 5}, "link: expected a link preset name or a table, got 5"),
+    (
+        {"link": "10GbE", "device": {"bogus": 1}},
+        "unknown key 'device.bogus' in cluster spec; valid keys here: preset, name, "
+        "peak_flops, efficiency, memory_bandwidth, memory_bandwidth_Bps, memory_efficiency, "
+        "launch_overhead, launch_overhead_s, source",
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "message"), REFUSALS, ids=range(len(REFUSALS)))
+def test_each_refusal_is_its_one_line(spec, message):
+    with pytest.raises(ConfigError) as err:
+        cluster_from_dict(spec)
+    assert str(err.value) == message
+
+
+def test_a_base_preset_is_inherited_field_by_field():
+    base = get_cluster("dgxa100-IB-HDR")
+    assert base.intra_link is not None and base.gpus_per_node > 1  # the preset's own parts
+    spec = cluster_from_dict({"base": "dgxa100-IB-HDR", "link": {"latency": "9us"}})
+    # the link table overrides one field of the base's link and keeps the others
+    assert spec.link.latency_s == pytest.approx(9e-6)
+    assert spec.link.bandwidth_Bps == base.link.bandwidth_Bps
+    assert spec.link.name == base.link.name and spec.link.source == "user"
+    # everything the file does not give comes from the base
+    assert spec.intra_link == base.intra_link and spec.device == base.device
+    assert spec.gpus_per_node == base.gpus_per_node and spec.topology == base.topology
+    assert (spec.compute, spec.compute_scale) == (base.compute, base.compute_scale)
+    assert (spec.name, spec.source) == (base.name, base.source)
+    # the intra link and the device are overridden the same way
+    spec = cluster_from_dict(
+        {"base": "dgxa100-IB-HDR", "intra_link": {"latency": "1us"}, "device": {"efficiency": 0.5}}
+    )
+    assert spec.intra_link.latency_s == pytest.approx(1e-6)
+    assert spec.intra_link.bandwidth_Bps == base.intra_link.bandwidth_Bps
+    assert spec.device.efficiency == 0.5 and spec.device.peak_flops == base.device.peak_flops
+    assert spec.link == base.link
+
+
+def test_without_a_base_the_defaults_hold():
+    spec = cluster_from_dict({"link": LINK}, default_name="mine")
+    assert spec.name == "mine" and spec.source == "user"
+    assert spec.intra_link is None and spec.gpus_per_node == 1
+    assert (spec.compute, spec.compute_scale) == ("model", 1.0)
+    assert spec.topology.table() == {"kind": "star"}
+    assert spec.link.name == "link" and spec.link.source == "user"
+    # a preset named in the table, unchanged, keeps its own name and source
+    spec = cluster_from_dict({"link": {"preset": "10GbE"}})
+    assert spec.link == get_cluster("10GbE").link
