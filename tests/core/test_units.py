@@ -1,4 +1,5 @@
-"""Unit parsing at the config boundary: bits vs bytes, prefixes, times, sizes, FLOP/s."""
+"""Unit parsing at the config boundary (bits vs bytes, prefixes, times, sizes, FLOP/s), each
+refusal's line, and the readable forms the commands print."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 from vgcsim.core.errors import UnitError, VgcsimError
 from vgcsim.core.units import (
     format_bandwidth,
+    format_bytes,
     format_time,
     parse_bandwidth_Bps,
     parse_flops,
@@ -123,3 +125,81 @@ def test_flops_rejects_bytes():
 def test_format_round_trip_readable():
     assert format_bandwidth(1.25e9) == "10 Gb/s"
     assert format_time(5e-6) == "5 us"
+
+
+@pytest.mark.parametrize(
+    ("bytes_per_s", "text"),
+    [
+        (1.25e12, "10 Tb/s"),
+        (1.25e11, "1 Tb/s"),  # exactly at a prefix: that prefix
+        (1.2e11, "960 Gb/s"),
+        (1.25e8, "1 Gb/s"),
+        (1.25e5, "1 Mb/s"),
+        (1.25e2, "1 kb/s"),
+        (3e6, "24 Mb/s"),
+        (100.0, "800 b/s"),
+        (0.1, "0.8 b/s"),
+    ],
+)
+def test_format_bandwidth_by_hand(bytes_per_s, text):
+    assert format_bandwidth(bytes_per_s) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0 s"),
+        (1.0, "1 s"),  # exactly at a unit: that unit
+        (2.5, "2.5 s"),
+        (1e-3, "1 ms"),
+        (0.25, "250 ms"),
+        (1e-6, "1 us"),
+        (3e-5, "30 us"),
+        (1e-9, "1 ns"),
+        (7.5e-7, "750 ns"),
+        (5e-10, "500 ps"),
+        (-2e-3, "-2 ms"),
+    ],
+)
+def test_format_time_by_hand(seconds, text):
+    assert format_time(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("n_bytes", "text"),
+    [
+        (2.0**40, "1 TiB"),  # exactly at a prefix: that prefix
+        (3 * 2.0**40, "3 TiB"),
+        (2.0**30, "1 GiB"),
+        (1.5 * 2.0**30, "1.5 GiB"),
+        (2.0**20, "1 MiB"),
+        (97.5 * 2**20, "97.5 MiB"),
+        (2.0**10, "1 KiB"),
+        (2.0**10 - 1, "1023 B"),
+        (3 * 2.0**10, "3 KiB"),
+        (0, "0 B"),
+        (-(2.0**20), "-1 MiB"),
+    ],
+)
+def test_format_bytes_by_hand(n_bytes, text):
+    assert format_bytes(n_bytes) == text
+
+
+@pytest.mark.parametrize(
+    ("parse", "value", "message"),
+    [
+        (
+            parse_bandwidth_Bps,
+            True,
+            "bandwidth: expected a number or a string with units, got True",
+        ),
+        (parse_time_s, [1], "time: expected a number or a string with units, got [1]"),
+        (parse_size_bytes, -1, "size: -1 must be a finite non-negative quantity"),
+        (parse_flops, "0TFLOPS", "compute rate: '0TFLOPS' must be a finite positive quantity"),
+        (parse_time_s, "-1ms", "time: '-1ms' must be a finite non-negative quantity"),
+    ],
+)
+def test_each_unit_refusal_is_its_one_line(parse, value, message):
+    with pytest.raises(UnitError) as err:
+        parse(value)
+    assert str(err.value) == message
