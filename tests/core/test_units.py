@@ -197,9 +197,40 @@ def test_format_bytes_by_hand(n_bytes, text):
         (parse_size_bytes, -1, "size: -1 must be a finite non-negative quantity"),
         (parse_flops, "0TFLOPS", "compute rate: '0TFLOPS' must be a finite positive quantity"),
         (parse_time_s, "-1ms", "time: '-1ms' must be a finite non-negative quantity"),
+        (parse_bandwidth_Bps, 0, "bandwidth: 0 must be a finite positive quantity"),
+        (parse_flops, "inf", "compute rate: 'inf' must be a finite positive quantity"),
+        (
+            parse_bandwidth_Bps,
+            "fast",
+            "bandwidth: cannot parse 'fast'; use e.g. '10Gbps' or '10Gb/s' (bits), '12.5GB/s' "
+            "(bytes), '1GiB/s' (binary bytes), or a number in bytes/s",
+        ),
+        (
+            parse_size_bytes,
+            "x",
+            "size: cannot parse 'x'; use e.g. '64MiB', '1.5GB', '800Mb' (bits) or bytes",
+        ),
+        (
+            parse_flops,
+            "fast",
+            "compute rate: cannot parse 'fast'; use e.g. '15.7TFLOPS', '160 GFLOP/s' or FLOP/s",
+        ),
+        (
+            parse_time_s,
+            "x",
+            "time: cannot parse 'x'; use e.g. '5us', '1.5ms', '100ns', '2s' or seconds",
+        ),
     ],
 )
 def test_each_unit_refusal_is_its_one_line(parse, value, message):
     with pytest.raises(UnitError) as err:
         parse(value)
     assert str(err.value) == message
+
+
+def test_sizes_and_times_may_be_zero_rates_may_not():
+    assert parse_size_bytes(0) == 0.0 and parse_size_bytes("0MiB") == 0.0
+    assert parse_time_s(0) == 0.0 and parse_time_s("0us") == 0.0
+    for parse, zero in ((parse_bandwidth_Bps, "0Gbps"), (parse_flops, "0TFLOPS")):
+        with pytest.raises(UnitError, match="must be a finite positive quantity"):
+            parse(zero)
