@@ -83,6 +83,16 @@ REFUSALS = [
     ({"link": "10GbE", "compute": 1}, "compute: expected 'model' or 'trace', got 1"),
     ({"link": "10GbE", "ranks_per_host": 1.5}, "ranks_per_host: expected an integer, got 1.5"),
     ({"link": "10GbE", "ranks_per_host": "2"}, "ranks_per_host: expected an integer, got '2'"),
+    (
+        {"link": {"bandwidth": "1: 2", "latency": "5us"}},
+        "link.bandwidth: cannot parse '1: 2'; use e.g. '10Gbps' or '10Gb/s' (bits), "
+        "'12.5GB/s' (bytes), '1GiB/s' (binary bytes), or a number in bytes/s",
+    ),
+    (
+        {"link": "10GbE", "device": {"efficiency": 0.5}},
+        "device: no 'peak_flops': give it, or 'preset' (a device preset the table overrides), "
+        "or a cluster 'base'",
+    ),
     ({"link": {"preset": 5}}, "link.preset: expected a link preset name, got 5"),
     ({"link": 5}, "link: expected a link preset name or a table, got 5"),
     (
@@ -134,3 +144,28 @@ def test_without_a_base_the_defaults_hold():
     # a preset named in the table, unchanged, keeps its own name and source
     spec = cluster_from_dict({"link": {"preset": "10GbE"}})
     assert spec.link == get_cluster("10GbE").link
+
+
+def test_a_table_that_only_renames_its_preset_keeps_the_presets_source():
+    preset = get_cluster("10GbE").link
+    spec = cluster_from_dict({"link": {"preset": "10GbE", "name": "mine"}})
+    assert (spec.link.name, spec.link.source) == ("mine", preset.source)
+    assert spec.link.bandwidth_Bps == preset.bandwidth_Bps
+    spec = cluster_from_dict({"link": {"preset": "10GbE", "latency": "1us"}})
+    assert (spec.link.name, spec.link.source) == (preset.name, "user")
+    spec = cluster_from_dict({"link": {"preset": "10GbE", "latency": "1us", "source": "lab"}})
+    assert spec.link.source == "lab"
+
+
+def test_a_device_table_without_preset_or_base_is_named_custom():
+    device = {
+        "peak_flops": "10TFLOPS",
+        "efficiency": 0.5,
+        "memory_bandwidth": "100GB/s",
+        "memory_efficiency": 0.5,
+        "launch_overhead": "5us",
+    }
+    spec = cluster_from_dict({"link": "10GbE", "device": device})
+    assert (spec.device.name, spec.device.source) == ("custom", "user")
+    assert spec.device.peak_flops == 1e13 and spec.device.memory_bandwidth_Bps == 1e11
+    assert spec.device.launch_overhead_s == pytest.approx(5e-6)
