@@ -3,7 +3,9 @@ predict and scenario tests."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import locale
 import shutil
 from pathlib import Path
 
@@ -120,6 +122,18 @@ def sweep_traces(tmp_path_factory) -> list[str]:
     a = synth_trace(SynthConfig(layers="vgg_like", workers=2, steps=3, density=0.01), root / "a")
     b = synth_trace(SynthConfig(layers="vgg_like", workers=2, steps=3, density=0.1), root / "b")
     return [str(a), str(b)]
+
+
+@contextlib.contextmanager
+def ascii_locale():
+    """The C locale, whose encoding is ASCII, for the block (restored afterwards): a file
+    opened without ``encoding="utf-8"`` then fails on UTF-8 text (Python's UTF-8 mode off)."""
+    old = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, old)
 
 
 def write_hook_trace(tmp_path: Path, wall: bool = True) -> Path:
