@@ -169,3 +169,56 @@ def test_a_device_table_without_preset_or_base_is_named_custom():
     assert (spec.device.name, spec.device.source) == ("custom", "user")
     assert spec.device.peak_flops == 1e13 and spec.device.memory_bandwidth_Bps == 1e11
     assert spec.device.launch_overhead_s == pytest.approx(5e-6)
+
+
+PRESETS = (
+    "100GbE, 10GbE, 1GbE, 25GbE, 40GbE, 4xP100-IB-FDR56, IB-EDR, IB-FDR, IB-FDR56, IB-HDR, "
+    "IB-NDR, dgx1-IB-EDR, dgxa100-IB-HDR"
+)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"ranks_per_host": 1.5}, "cluster '10GbE': ranks_per_host must be an integer, got 1.5"),
+        ({"host_cores": True}, "cluster '10GbE': host_cores must be an integer, got True"),
+        (
+            {"ranks_per_host": 0},
+            "cluster '10GbE': ranks_per_host must be a finite number in [1, 1.04858e+06], got 0",
+        ),
+        (
+            {"threads_per_rank": 2**20 + 1},
+            "cluster '10GbE': threads_per_rank must be a finite number in [1, 1.04858e+06], "
+            "got 1048577",
+        ),
+        ({"topology": {"kind": ""}}, "cluster '10GbE': topology needs a 'kind' string"),
+        ({"topology": {"x": 1}}, "cluster '10GbE': topology needs a 'kind' string"),
+        ({"topology": 5}, "cluster '10GbE': topology needs a 'kind' string"),
+        ({"compute": "fast"}, "unknown compute mode 'fast'; valid: model, trace"),
+        (
+            {"compute_scale": 0},
+            "cluster '10GbE': compute_scale must be a finite number in [1e-06, 1e+06], got 0",
+        ),
+    ],
+)
+def test_a_cluster_spec_refuses_its_fields_in_one_line(changes, message):
+    import dataclasses
+
+    with pytest.raises(ConfigError) as err:
+        dataclasses.replace(get_cluster("10GbE"), **changes)
+    assert str(err.value) == message
+
+
+def test_the_host_fields_take_their_range_ends():
+    import dataclasses
+
+    base = get_cluster("10GbE")
+    for key, lo, hi in (("ranks_per_host", 1, 2**20), ("host_cores", 0, 2**20)):
+        for value in (lo, hi):
+            assert getattr(dataclasses.replace(base, **{key: value}), key) == value
+
+
+def test_an_unknown_cluster_preset_lists_the_presets():
+    with pytest.raises(ConfigError) as err:
+        get_cluster("nope")
+    assert str(err.value) == f"unknown cluster preset 'nope'; valid: {PRESETS}"
