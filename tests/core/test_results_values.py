@@ -33,15 +33,24 @@ def _table(tmp_path, column, value):
         ("step_s", -0.001, "column step_s has negative values"),
         ("comm_s", float("inf"), "column comm_s contains NaN or Inf"),
         ("payload_bytes_max", -1.0, "column payload_bytes_max has negative values"),
-        ("speedup_vs_dense", float("inf"), "column speedup_vs_dense contains NaN or Inf"),
+        # the rounding tolerance is for seconds only: a byte count a hair below 0 is refused
+        ("payload_bytes_max", -1e-19, "column payload_bytes_max has negative values"),
+        (
+            "speedup_vs_dense",
+            float("inf"),
+            "column speedup_vs_dense contains NaN or Inf (NaN only where a group has no dense row)",
+        ),
         ("world_size", 0, "column world_size has values below 1"),
-        ("method", "sparse", "column method holds 'sparse'"),
+        ("step", -2, "column step has values below -1 (-1 is the mean over steps)"),
+        ("method", "sparse", "column method holds 'sparse'; valid: dense, compressed"),
+        ("source", "guessed", "column source holds 'guessed'; valid: predicted, simulated"),
     ],
 )
 def test_report_refuses_bad_values_in_one_line(tmp_path, capsys, column, value, needle):
     run = _table(tmp_path, column, value)
-    with pytest.raises(ResultsError, match=needle):
+    with pytest.raises(ResultsError) as err:
         read_results(run)
+    assert str(err.value) == f"{run / 'results.parquet'}: {needle}"
     assert main(["report", str(run), "-o", str(tmp_path / "rep")]) == 2
     err = capsys.readouterr().err
     assert needle in err and str(run / "results.parquet") in err and err.count("\n") == 1
@@ -51,8 +60,12 @@ def test_nan_relative_columns_and_float_rounding_are_accepted(tmp_path):
     run = _table(tmp_path, "speedup_vs_dense", float("nan"))  # a group without a dense row
     df = pd.read_parquet(run / "results.parquet")
     df.loc[4, "comm_s"] = -1e-19  # the simulator's comm_s of one rank
+    df.loc[5, "payload_bytes_max"] = 0.0  # nothing sent: zero is not negative
     df.to_parquet(run / "results.parquet", index=False)
     assert len(read_results(run)[0]) == len(df)
+    # a result read from its folder, its table or its header file is the same table
+    for path in (run, run / "results.parquet", run / "results.json"):
+        assert len(read_results(path)[0]) == len(df)
 
 
 @pytest.mark.parametrize(
@@ -68,3 +81,16 @@ def test_a_mistyped_result_header_is_refused(tmp_path, capsys, field, value):
     assert main(["report", str(run), "-o", str(tmp_path / "rep")]) == 2
     err = capsys.readouterr().err
     assert f"field {field}" in err and "Traceback" not in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", ["results.json", "results.parquet", "results.csv"])
+def test_a_missing_result_file_names_its_folder(tmp_path, name):
+    """A path to one of a result's files that is not there names the folder it would be in
+    (not a folder of that file's name)."""
+    folder = tmp_path / "nowhere"
+    with pytest.raises(ResultsError) as err:
+        read_results(folder / name)
+    assert str(err.value) == (
+        f"{folder} is not a result table (needs results.json and results.parquet); make one "
+        "with `vgcsim predict` or `vgcsim simulate`"
+    )
