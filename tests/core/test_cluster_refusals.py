@@ -222,3 +222,25 @@ def test_an_unknown_cluster_preset_lists_the_presets():
     with pytest.raises(ConfigError) as err:
         get_cluster("nope")
     assert str(err.value) == f"unknown cluster preset 'nope'; valid: {PRESETS}"
+
+
+def test_a_device_table_without_efficiency_trains_at_0_4_of_its_peak():
+    """A file's device with no ``efficiency`` is read at 0.4 (the loaded default)."""
+    device = {
+        "peak_flops": "10TFLOPS",
+        "memory_bandwidth": "100GB/s",
+        "memory_efficiency": 0.5,
+        "launch_overhead": "5us",
+    }
+    assert cluster_from_dict({"link": "10GbE", "device": device}).device.efficiency == 0.4
+
+
+def test_cluster_level_name_source_and_host_fields_from_a_dict():
+    spec = cluster_from_dict({"link": "10GbE", "source": "my lab"})
+    assert (spec.name, spec.source) == ("custom", "my lab")
+    with pytest.raises(ConfigError) as err:
+        cluster_from_dict({"link": "10GbE", "ranks_per_host": 0})
+    # the range is the cluster spec's own check, named after the cluster
+    assert str(err.value) == (
+        "cluster 'custom': ranks_per_host must be a finite number in [1, 1.04858e+06], got 0"
+    )

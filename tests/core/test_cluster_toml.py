@@ -154,3 +154,16 @@ def _load(text: str):
         path = Path(tmp) / "c.toml"
         path.write_text(text)
         return load_cluster(str(path))
+
+
+def test_one_host_core_and_a_one_byte_bucket_are_written_beside_the_rest():
+    text = cluster_toml("cal", bare_fit(), "cpu", "n", hosts=(3, 1), burst_bytes=1.0)
+    doc = tomllib.loads(text)
+    assert (doc["ranks_per_host"], doc["host_cores"]) == (3, 1)
+    assert (doc["name"], doc["device"], doc["compute"]) == ("cal", "cpu", "trace")
+    assert doc["link"]["burst_bytes"] == 1.0
+
+
+def test_an_intra_link_without_a_rank_count_has_one_rank_per_node():
+    text = cluster_toml("cal", bare_fit(), "cpu", "n", intra=bare_fit())
+    assert tomllib.loads(text)["gpus_per_node"] == 1
