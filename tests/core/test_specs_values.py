@@ -165,3 +165,28 @@ def test_a_spelled_field_keeps_its_default_and_its_spelling():
         Probe()
     probe = Probe(need=0.5)
     assert (probe.need, probe.plain, probe.listed, probe.other) == (0.5, 2.5, (), 7)
+
+
+@pytest.mark.parametrize("efficiency", [0, 1.5, float("nan"), -0.5])
+def test_a_link_built_directly_refuses_an_efficiency_outside_0_to_1(efficiency):
+    with pytest.raises(ConfigError) as err:
+        LinkSpec(name="l", bandwidth_Bps=1e9, latency_s=1e-5, efficiency=efficiency)
+    assert str(err.value) == (
+        f"link 'l': efficiency (payload bytes per wire byte) must be in (0, 1], got {efficiency!r}"
+    )
+
+
+def test_a_host_table_point_below_one_byte_names_its_size():
+    link = {"bandwidth": "1Gbps", "latency": "5us"}
+    with pytest.raises(ConfigError) as err:
+        cluster_from_dict({"link": {**link, "allgatherv_host_s_per_byte_table": [[0, 1e-9]]}})
+    assert str(err.value) == (
+        "link: link 'link': allgatherv_host_s_per_byte_table: gathered bytes must be >= 1, got 0"
+    )
+    with pytest.raises(ConfigError) as err:
+        cluster_from_dict({"link": {**link, "allgatherv_host_s_per_byte_table": [[10, -1e-9]]}})
+    assert str(err.value) == (
+        "link: link 'link' allgatherv_host_s_per_byte_table: allgatherv_host_s_per_byte must "
+        "be a finite number in [0, 1], got -1e-09"
+    )
+    assert cluster_from_dict({"link": {**link, "efficiency": 1.0}}).link.efficiency == 1.0

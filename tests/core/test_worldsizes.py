@@ -124,3 +124,13 @@ def test_the_ambiguity_names_both_forms_with_their_third_terms():
         "world sizes '3,6,...,48' are ambiguous: write 3:48:x2 for 3,6,12,... or 3:48:+3 for "
         "3,6,9,..."
     )
+
+
+def test_only_x_and_plus_name_a_progression_and_the_term_count_is_whole():
+    with pytest.raises(ConfigError) as err:
+        parse_world_sizes("2:8:X2")
+    assert str(err.value) == f"world sizes '2:8:X2': '2:8:X2' {HELP_FORMS}"
+    # (8192 − 1) // 2 + 1 = 4096 terms fit; 8192 is then not a term
+    with pytest.raises(ConfigError) as err:
+        parse_world_sizes("1:8192:+2")
+    assert str(err.value) == "world sizes '1:8192:+2': 8192 is not reached by adding 2 to 1"
