@@ -4,7 +4,8 @@ A star preset is one NIC of its link per rank into one switch, one rank per node
 default V100, compute modelled at scale 1; a hierarchical (DGX-style) preset puts ``gpus``
 devices on an intra-node link behind one NIC per node. The link numbers below are worked out
 from the preset table (``presets.py``: nominal data rate / 8, the latency, the framing's
-payload bytes per wire byte), not read back from the code. The preset builders are called
+payload bytes per wire byte; the tables of tests/core/test_presets_values.py), not read back
+from the code. The preset builders are called
 here at test time as well as looked up, so that each field they set is checked where it is
 made. ``wire_link`` / ``wire_cluster`` keep a link's bandwidth alone: α, c, γ, δ (its table
 and fixed part) and the size segments go to zero, every link of the cluster so treated.
@@ -16,34 +17,12 @@ import dataclasses
 
 import pytest
 
+from tests.core.test_presets_values import DEVICES, LINKS
 from vgcsim.core import clusterspec
 from vgcsim.core.clusterspec import get_cluster, wire_cluster, wire_link
 from vgcsim.core.collectives import message_time_s
 from vgcsim.core.specs import LinkSpec
 from vgcsim.core.topologies import HierarchicalSpec, StarSpec
-
-TCP_1500 = 1448 / 1538  # TCP/IPv4 payload per Ethernet wire byte, MTU 1500
-IB_4096 = 4096 / (4096 + 26)  # InfiniBand RC, 4096-byte MTU, 26 header bytes
-PCIE_256 = 256 / (256 + 24)  # PCIe TLPs of 256 payload bytes, 24 overhead bytes
-
-# name: (bytes/s = Gb/s / 8 or GB/s, latency s, efficiency)
-LINKS = {
-    "1GbE": (1e9 / 8, 50e-6, TCP_1500),
-    "10GbE": (10e9 / 8, 10e-6, TCP_1500),
-    "100GbE": (100e9 / 8, 3e-6, TCP_1500),
-    "IB-FDR56": (56e9 / 8, 0.7e-6, IB_4096),
-    "IB-EDR": (100e9 / 8, 0.6e-6, IB_4096),
-    "IB-HDR": (200e9 / 8, 0.6e-6, IB_4096),
-    "NVLink2": (150e9, 2e-6, 1.0),
-    "NVLink3": (300e9, 2e-6, 1.0),
-    "PCIe3": (15.75e9, 1e-6, PCIE_256),
-}
-# name: (peak FLOP/s, efficiency, memory bytes/s)
-DEVICES = {
-    "V100": (15.7e12, 0.4, 900e9),
-    "A100": (19.5e12, 0.4, 1555e9),
-    "P100": (10.6e12, 0.4, 732e9),
-}
 
 
 def _assert_link(link, name):
@@ -56,7 +35,7 @@ def _assert_link(link, name):
 
 
 def _assert_device(device, name):
-    peak, efficiency, memory = DEVICES[name]
+    peak, efficiency, memory = DEVICES[name][:3]
     assert device.name == name
     assert device.peak_flops == pytest.approx(peak, rel=1e-12)
     assert device.efficiency == efficiency

@@ -81,23 +81,6 @@ def test_constants_have_their_documented_values():
     assert options._WORLD_SIZES == (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
-def test_the_public_names_are_exactly_the_vocabularies_and_the_three_types():
-    assert options.__all__ == [
-        "DDP_BUCKET_BYTES",
-        "DENSE_ENCODINGS",
-        "FORWARD_FRACTION",
-        "MAX_JITTER",
-        "MODES",
-        "OVERLAPS",
-        "PATHS",
-        "RULES",
-        "SEMANTICS",
-        "PredictOptions",
-        "ReplayOptions",
-        "SimulateConfig",
-    ]
-
-
 # --- defaults ---------------------------------------------------------------------------------
 
 

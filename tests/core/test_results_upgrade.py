@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ascii_locale
+from tests.core.test_results import _row
 from vgcsim.core.outdir import MARKER
 from vgcsim.core.results import (
     RESULT_COLUMNS,
@@ -21,38 +22,6 @@ from vgcsim.core.results import (
     read_results,
     write_results,
 )
-
-
-def _row(**kw):
-    row = dict(
-        source="predicted",
-        path="closed_form",
-        trace="t",
-        compressor="variance",
-        encoding="packed32",
-        cluster="10GbE",
-        topology="star",
-        compute_mode="model",
-        device="V100",
-        world_size=4,
-        method="compressed",
-        collective="allgatherv/ring",
-        step=-1,
-        compute_s=1.0,
-        optimizer_s=0.0,
-        variance_s=0.0,
-        codec_s=0.0,
-        decode_s=0.0,
-        comm_s=1.0,
-        step_s=2.0,
-        payload_bytes_max=10.0,
-        payload_bytes_mean=5.0,
-        speedup_vs_dense=np.nan,
-        scaling_efficiency=np.nan,
-        throughput_samples_per_s=np.nan,
-    )
-    row.update(kw)
-    return row
 
 
 def _header(**kw):
