@@ -244,3 +244,19 @@ def test_cluster_level_name_source_and_host_fields_from_a_dict():
     assert str(err.value) == (
         "cluster 'custom': ranks_per_host must be a finite number in [1, 1.04858e+06], got 0"
     )
+
+
+@pytest.mark.parametrize(
+    ("gpus", "message"),
+    [
+        (1.5, "cluster '10GbE': gpus_per_node must be an integer >= 1"),
+        (True, "cluster '10GbE': gpus_per_node must be an integer >= 1"),
+        (0, "cluster '10GbE': gpus_per_node must be a finite number in [1, 1.04858e+06], got 0"),
+    ],
+)
+def test_a_cluster_spec_refuses_a_gpu_count_that_is_not_a_whole_number_from_1(gpus, message):
+    import dataclasses
+
+    with pytest.raises(ConfigError) as err:
+        dataclasses.replace(get_cluster("10GbE"), gpus_per_node=gpus)
+    assert str(err.value) == message

@@ -94,3 +94,74 @@ def test_a_missing_result_file_names_its_folder(tmp_path, name):
         f"{folder} is not a result table (needs results.json and results.parquet); make one "
         "with `vgcsim predict` or `vgcsim simulate`"
     )
+
+
+def _edit_header(run, **changes):
+    head = json.loads((run / "results.json").read_text())
+    head.update(changes)
+    (run / "results.json").write_text(json.dumps(head))
+
+
+@pytest.mark.parametrize(
+    ("spoil", "message"),
+    [
+        (
+            lambda run: (run / "results.parquet").unlink(),
+            "{run} is not a result table (needs results.json and results.parquet); make one "
+            "with `vgcsim predict` or `vgcsim simulate`",
+        ),
+        (
+            lambda run: (run / "results.json").write_text("{bad"),
+            "{run}/results.json is corrupt: Expecting property name enclosed in double quotes: "
+            "line 1 column 2 (char 1)",
+        ),
+        (
+            lambda run: (run / "results.json").write_text("[" * 100_000 + "]" * 100_000),
+            "{run}/results.json is corrupt (JSON nested too deeply to read)",
+        ),
+        (
+            lambda run: (run / "results.json").write_text(json.dumps({"kind": "other"})),
+            "{run}/results.json is not a vgcsim result header",
+        ),
+        (
+            lambda run: (run / "results.json").write_text("[1]"),
+            "{run}/results.json is not a vgcsim result header",
+        ),
+        (
+            lambda run: _edit_header(run, schema_version=99),
+            "{run} has result schema version 99; this vgcsim reads version 2. Re-run "
+            "predict/simulate with this version, or use the vgcsim version that wrote it",
+        ),
+        (
+            lambda run: _edit_header(run, cluster=[]),
+            "{run}/results.json: field cluster: input should be a valid dictionary (got [])",
+        ),
+    ],
+    ids=["no table", "bad json", "deep json", "other kind", "a list", "newer", "cluster"],
+)
+def test_each_refusal_of_a_result_folder_is_its_whole_line(tmp_path, spoil, message):
+    run = tmp_path / "r"
+    shutil.copytree(GOLDEN, run)
+    spoil(run)
+    with pytest.raises(ResultsError) as err:
+        read_results(run)
+    assert str(err.value) == message.format(run=run)
+
+
+def test_a_table_that_is_not_parquet_or_has_a_mistyped_column_is_named(tmp_path):
+    run = tmp_path / "r"
+    shutil.copytree(GOLDEN, run)
+    (run / "results.parquet").write_bytes(b"not parquet")
+    with pytest.raises(ResultsError) as err:
+        read_results(run)
+    assert str(err.value).startswith(f"{run / 'results.parquet'} is corrupt: ")
+    shutil.copy(f"{GOLDEN}/results.parquet", run / "results.parquet")
+    df = pd.read_parquet(run / "results.parquet")
+    df["world_size"] = df["world_size"].astype(str) + "x"
+    df.to_parquet(run / "results.parquet", index=False)
+    with pytest.raises(ResultsError) as err:
+        read_results(run)
+    assert str(err.value) == (
+        f"{run / 'results.parquet'}: result table has a column of the wrong type: invalid "
+        "literal for int() with base 10: '1x'"
+    )
