@@ -165,3 +165,26 @@ def test_a_table_that_is_not_parquet_or_has_a_mistyped_column_is_named(tmp_path)
         f"{run / 'results.parquet'}: result table has a column of the wrong type: invalid "
         "literal for int() with base 10: '1x'"
     )
+
+
+def test_a_trace_entry_names_the_trace_as_typed_and_absolute(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from vgcsim.core.results import trace_entry
+
+    monkeypatch.chdir(tmp_path)
+    trace = SimpleNamespace(
+        path="runs/v",
+        name="v",
+        compressor="variance",
+        synthetic=1,
+        header={"schema_version": 3},
+    )
+    assert trace_entry(trace) == {
+        "path": str((tmp_path / "runs" / "v").resolve()),
+        "path_given": "runs/v",
+        "name": "v",
+        "compressor": "variance",
+        "synthetic": True,
+        "schema_version": 3,
+    }
