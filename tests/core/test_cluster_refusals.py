@@ -260,3 +260,34 @@ def test_a_cluster_spec_refuses_a_gpu_count_that_is_not_a_whole_number_from_1(gp
     with pytest.raises(ConfigError) as err:
         dataclasses.replace(get_cluster("10GbE"), gpus_per_node=gpus)
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("nope.toml", "cluster file not found: nope.toml"),
+        ("NOPE.TOML", "cluster file not found: NOPE.TOML"),  # the suffix in any case
+        ("dir/nope", "cluster file not found: dir/nope"),  # a path, by its slash
+        ("nope", f"unknown cluster (preset name or TOML file) 'nope'; valid: {PRESETS}"),
+    ],
+)
+def test_a_cluster_that_is_neither_a_preset_nor_a_file_is_named(
+    tmp_path, monkeypatch, given, message
+):
+    from vgcsim.core.cluster import load_cluster
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        load_cluster(given)
+    assert str(err.value) == message
+
+
+def test_a_cluster_file_is_read_as_utf8_and_named_after_its_stem(tmp_path):
+    from tests.conftest import ascii_locale
+    from vgcsim.core.cluster import load_cluster
+
+    path = tmp_path / "lab.toml"
+    path.write_text('source = "Zürich lab — 2 nodes"\nlink = "10GbE"\n', encoding="utf-8")
+    with ascii_locale():
+        spec = load_cluster(path)
+    assert (spec.name, spec.source) == ("lab", "Zürich lab — 2 nodes")

@@ -188,3 +188,22 @@ def test_a_trace_entry_names_the_trace_as_typed_and_absolute(tmp_path, monkeypat
         "synthetic": True,
         "schema_version": 3,
     }
+
+
+def test_save_results_prices_throughput_from_the_batch_and_keeps_an_earlier_table(tmp_path):
+    """A table of one dense row at P = 4, 2 s per step, 32 samples per worker: 4 × 32 / 2 =
+    64 samples/s; without a batch no throughput. A second save into the folder is refused
+    unless asked to overwrite."""
+    from tests.core.test_results import _row
+    from vgcsim.core.outdir import OutputError
+    from vgcsim.core.results import save_results
+
+    df = pd.DataFrame([_row(method="dense", encoding="fp32", collective="allreduce/ring")])
+    header = dict(source="predicted", traces=[], cluster={}, extrapolation={}, options={})
+    out = save_results(df, tmp_path / "r", batch_size_per_worker=32, **header)
+    table, _ = read_results(out)
+    assert table["throughput_samples_per_s"].tolist() == [64.0]
+    with pytest.raises(OutputError):
+        save_results(df, tmp_path / "r", **header)
+    save_results(df, tmp_path / "r", overwrite=True, **header)
+    assert read_results(tmp_path / "r")[0]["throughput_samples_per_s"].isna().all()
