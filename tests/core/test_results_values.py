@@ -207,3 +207,50 @@ def test_save_results_prices_throughput_from_the_batch_and_keeps_an_earlier_tabl
         save_results(df, tmp_path / "r", **header)
     save_results(df, tmp_path / "r", overwrite=True, **header)
     assert read_results(tmp_path / "r")[0]["throughput_samples_per_s"].isna().all()
+
+
+def test_write_results_files_by_hand(tmp_path):
+    """The header is written with sorted keys, two-space indents and a final newline (a Path
+    as its text), the schema version and kind filled in; the CSV and the Parquet file hold
+    the result columns and no index."""
+    import pyarrow.parquet as pq
+
+    from tests.core.test_results import _row
+    from vgcsim.core.results import RESULT_COLUMNS, results_header, write_results
+
+    df = pd.DataFrame([_row(), _row(step=0)])
+    header = results_header(
+        source="predicted",
+        traces=[],
+        cluster={"file": tmp_path / "c.toml"},
+        extrapolation={},
+        options={},
+        command=("vgcsim", "predict"),
+    )
+    del header["schema_version"], header["kind"]
+    out = write_results(df, tmp_path / "r", header)
+    text = (out / "results.json").read_text()
+    head = json.loads(text)
+    assert text == json.dumps(head, indent=2, sort_keys=True) + "\n"
+    assert (head["schema_version"], head["kind"]) == (2, "vgcsim-results")
+    assert head["cluster"] == {"file": str(tmp_path / "c.toml")}
+    assert head["command"] == ["vgcsim", "predict"]
+    assert (out / "results.csv").read_text().splitlines()[0] == ",".join(RESULT_COLUMNS)
+    assert pq.read_schema(out / "results.parquet").names == list(RESULT_COLUMNS)
+
+
+def test_a_header_without_its_keys_is_refused_and_without_a_command_says_none(tmp_path):
+    from tests.core.test_results import _row
+    from vgcsim.core.results import results_header, write_results
+
+    df = pd.DataFrame([_row()])
+    with pytest.raises(ResultsError) as err:
+        write_results(df, tmp_path / "r", {"source": "predicted"})
+    # schema_version and kind are filled in; the other keys a header needs are named
+    assert str(err.value) == (
+        "result header lacks keys ['traces', 'cluster', 'extrapolation', 'options', "
+        "'versions', 'git_commit', 'command']; build it with results_header()"
+    )
+    assert not (tmp_path / "r").exists()
+    head = results_header(source="predicted", traces=[], cluster={}, extrapolation={}, options={})
+    assert head["command"] is None and head["schema_version"] == 2
