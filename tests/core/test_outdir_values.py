@@ -222,3 +222,12 @@ def test_snapshot_lists_every_file_below_the_folder_but_the_marker(tmp_path):
         "a.txt": (1_600_000_000_123_456_789, 3),
         "sub/b.csv": (1_700_000_000_000_000_001, 5),
     }
+
+
+def test_a_file_in_nested_subfolders_is_made_and_recorded_once(tmp_path):
+    out = prepare_output(tmp_path / "o", "vgcsim test")
+    target = out.file("plots/by/world/size.csv")
+    assert target == tmp_path / "o" / "plots" / "by" / "world" / "size.csv"
+    assert target.parent.is_dir()
+    out.file("plots/by/world/size.csv")
+    assert out.written == ["plots/by/world/size.csv"]
