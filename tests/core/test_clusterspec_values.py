@@ -180,3 +180,42 @@ def test_a_wire_star_cluster_has_no_intra_node_link():
     assert spec.intra_link is None
     assert spec.link.latency_s == 0.0
     assert spec.link.bandwidth_Bps == pytest.approx(10e9 / 8, rel=1e-12)
+
+
+def test_shared_link_by_hand():
+    """σ = 1 ns per byte, two ranks per core (f = 2): a rank moves 1 / (2 · 2 · 1e-9) = 2.5e8
+    payload bytes/s each way, so a 10 Gb/s link at efficiency 0.5 (5e8 payload bytes/s)
+    drops to 2.5e8 / 0.5 = 5e8 wire bytes/s, and each segment's rate is capped at 2.5e8; the
+    CPU-time terms double, α stays."""
+    link = LinkSpec(
+        name="l",
+        bandwidth_Bps=1.25e9,
+        latency_s=1e-5,
+        efficiency=0.5,
+        gamma_s_per_byte=1e-10,
+        allgatherv_host_s_per_byte=2e-10,
+        allgatherv_host_s_per_byte_table=((1000, 1e-9),),
+        allgatherv_host_s=3e-6,
+        call_overhead_s=4e-6,
+        comm_cpu_s_per_byte=1e-9,
+        segments=((0.0, 0.0, 1e9), (16384.0, -1e-5, 1e8)),
+    )
+    got = clusterspec.shared_link(link, 2.0)
+    assert got.bandwidth_Bps == pytest.approx(5e8, rel=1e-12)
+    assert [s[:2] for s in got.segments] == [(0.0, 0.0), (16384.0, -1e-5)]
+    assert [s[2] for s in got.segments] == pytest.approx([2.5e8, 1e8], rel=1e-12)
+    assert got.latency_s == 1e-5
+    assert got.gamma_s_per_byte == pytest.approx(2e-10, rel=1e-12)
+    assert got.allgatherv_host_s_per_byte == pytest.approx(4e-10, rel=1e-12)
+    assert got.allgatherv_host_s_per_byte_table == ((1000, 2e-9),)
+    assert got.allgatherv_host_s == pytest.approx(6e-6, rel=1e-12)
+    assert got.call_overhead_s == pytest.approx(8e-6, rel=1e-12)
+    # without σ only the CPU terms stretch
+    plain = dataclasses.replace(link, comm_cpu_s_per_byte=0.0)
+    stretched = clusterspec.shared_link(plain, 2.0)
+    assert stretched.bandwidth_Bps == 1.25e9 and stretched.segments == link.segments
+    assert clusterspec.shared_link(plain, 1.0) is plain
+    # a share of 1 with σ still caps: 1 / (2 · 1e-9) = 5e8 payload bytes/s
+    alone = clusterspec.shared_link(link, 1.0)
+    assert alone.bandwidth_Bps == pytest.approx(1e9, rel=1e-12)
+    assert [s[2] for s in alone.segments] == pytest.approx([5e8, 1e8], rel=1e-12)
