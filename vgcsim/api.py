@@ -25,6 +25,7 @@ here, a sweep's too, with the one header writer of every command.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -2526,15 +2527,9 @@ def calibrate(
         cfg = apply_overrides(sweep, list(overrides))
         check_backend(cfg.backend)
     else:
-        valid = (
-            "backend",
-            "ops",
-            "sizes",
-            "repeats",
-            "warmup",
-            "budget_s",
-            "passes",
-            "busy_before_s",
+        # the sweep options are calibration_config's own keywords
+        valid = tuple(
+            k for k in inspect.signature(calibration_config).parameters if k != "overrides"
         )
         for key in sweep or {}:
             if key not in valid:

@@ -132,9 +132,9 @@ def test_mem_available_from_a_real_meminfo_text_by_hand():
     text = read("/proc/meminfo")
     line = next(r for r in text.splitlines() if r.startswith("MemAvailable:"))
     kib = int(line.split()[1])
-    assert memory._mem_available(text) == kib * 1024
-    assert memory._mem_available("MemTotal:  100 kB\nMemFree:  50 kB\n") is None
-    assert memory._mem_available("MemAvailable:     7 kB\n") == 7 * 1024
+    assert memory._proc_field_bytes(text, "MemAvailable") == kib * 1024
+    assert memory._proc_field_bytes("MemTotal:  100 kB\nMemFree:  50 kB\n", "MemAvailable") is None
+    assert memory._proc_field_bytes("MemAvailable:     7 kB\n", "MemAvailable") == 7 * 1024
 
 
 def test_without_meminfo_the_physical_memory_counts(tmp_path):

@@ -39,19 +39,17 @@ def _address_space_left_bytes() -> int | None:
 
 
 def _room_below(soft_limit_bytes: int, status_text: str) -> int | None:
-    """``soft_limit_bytes`` minus the ``VmSize`` (kB) of a ``/proc/PID/status`` text, never
-    below 0; None where the text has no ``VmSize`` line."""
-    for line in status_text.splitlines():
-        if line.startswith("VmSize:"):
-            return max(0, soft_limit_bytes - int(line.split()[1]) * 1024)
-    return None
+    """``soft_limit_bytes`` minus the ``VmSize`` of a ``/proc/PID/status`` text, never below
+    0; None where the text has no ``VmSize`` line."""
+    mapped = _proc_field_bytes(status_text, "VmSize")
+    return None if mapped is None else max(0, soft_limit_bytes - mapped)
 
 
 def _os_available_bytes(meminfo_path: str = "/proc/meminfo") -> int | None:
     """MemAvailable of ``meminfo_path``; where it cannot be read, the physical memory."""
     try:
         with open(meminfo_path, encoding="ascii") as fh:
-            have = _mem_available(fh.read())
+            have = _proc_field_bytes(fh.read(), "MemAvailable")
         if have is not None:
             return have
     except (OSError, ValueError, IndexError):
@@ -62,10 +60,11 @@ def _os_available_bytes(meminfo_path: str = "/proc/meminfo") -> int | None:
         return None
 
 
-def _mem_available(meminfo_text: str) -> int | None:
-    """The ``MemAvailable`` (kB) of a ``/proc/meminfo`` text in bytes; None without one."""
-    for line in meminfo_text.splitlines():
-        if line.startswith("MemAvailable:"):
+def _proc_field_bytes(text: str, key: str) -> int | None:
+    """The ``key:`` line of a ``/proc`` text (``/proc/meminfo``, ``/proc/PID/status``: a value
+    in kB) in bytes; None without one."""
+    for line in text.splitlines():
+        if line.startswith(f"{key}:"):
             return int(line.split()[1]) * 1024
     return None
 
