@@ -596,7 +596,7 @@ def replay_cases(
     ]
     for key, p, path, target in cases:
         replay_case(trace, key, p, path, cap(target), out, reasons, log)
-    sweep_cases(cap, tmp / "vgg", out, reasons, log)
+    sweep_cases(cap, tmp / "vgg", out, reasons, log, repeats=1 if args.quick else SWEEP_REPEATS)
 
 
 #: Turns of the sweep figure (pool, then Dask, each turn).
@@ -743,7 +743,9 @@ def main() -> None:
     parser.add_argument(
         "--steps", type=int, default=0, help="trace steps of the VGG replays (1000; --quick 100)"
     )
-    parser.add_argument("--quick", action="store_true", help="100 / 2 steps, smaller loops")
+    parser.add_argument(
+        "--quick", action="store_true", help="100 / 2 steps, smaller loops, one sweep turn"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument(
         "--cap-factor", type=float, default=2.0, help="stop a case at this multiple of its target"

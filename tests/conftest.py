@@ -98,6 +98,26 @@ def tiny_trace(tiny_trace_dir):
     return read_trace(tiny_trace_dir)
 
 
+#: The folder of the tests that time shaped links (marker ``netns``): ``make test`` runs the
+#: rest on several processes without them, then this folder's ``netns`` tests alone.
+NETNS_FOLDER = Path(__file__).parent / "distributed"
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked ``netns`` outside :data:`NETNS_FOLDER` would run in neither part of
+    ``make test``: refuse the session instead."""
+    stray = [
+        item.nodeid
+        for item in items
+        if item.get_closest_marker("netns") and not Path(item.path).is_relative_to(NETNS_FOLDER)
+    ]
+    if stray:
+        raise pytest.UsageError(
+            f"tests marked netns must live in {NETNS_FOLDER.name}/, whose netns tests make test "
+            f"runs alone: {', '.join(stray)}"
+        )
+
+
 def pytest_sessionstart(session):
     """Every test session starts with the module-level ``functools`` caches of ``vgcsim`` empty
     (collective schedules, read traces). A session run in a process that has already computed

@@ -46,9 +46,10 @@ def hosts():
 
 def test_calibrate_fits_a_token_bucket_link_with_size_segments(hosts, tmp_path):
     cal = tmp_path / "cal.toml"
-    sweep = ["--ops", "p2p,allreduce,allgather"]
+    sweep = ["--ops", "p2p,allreduce"]
     sweep += ["--sizes", "4,1KiB,16KiB,64KiB,128KiB,256KiB,512KiB,1MiB,2MiB,4MiB,8MiB,16MiB"]
-    sweep += ["--repeats", "10", "--warmup", "1", "--budget", "3", "--statistic", "min", "--force"]
+    sweep += ["--repeats", "8", "--warmup", "1", "--passes", "1", "--budget", "2"]
+    sweep += ["--statistic", "min", "--force"]
     done = run_on_hosts(
         hosts,
         [calibrate_argv(hosts, i, 29541, cal, *sweep) for i in range(HOSTS)],
@@ -57,7 +58,7 @@ def test_calibrate_fits_a_token_bucket_link_with_size_segments(hosts, tmp_path):
     out = done[0].stdout
     assert done[0].returncode == 0, out[-3000:]
     per_op = re.search(r"typical error per op[^:]*: (.*)", out)
-    assert per_op and {"p2p", "allreduce", "allgather"} <= set(per_op[1].replace(",", "").split())
+    assert per_op and {"p2p", "allreduce"} <= set(per_op[1].replace(",", "").split())
     link = load_cluster(str(cal)).link
     assert len(link.segments) >= 2, out[-3000:]  # the bucket is a size segment of its own
     # the last segment's rate is the shaped one: 1 Gbit/s x 1448/1514 of TCP payload, +- 15 %

@@ -82,23 +82,30 @@ def _first(df: pd.DataFrame, n: int) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def first_chunk_twice(tmp_path_factory):
-    """The committed variance trace, its first chunk's step count, and that chunk recorded
-    twice on this machine. The demo's learning-rate schedule is a step schedule, so the first
-    steps do not depend on the run's length: recording ``chunk_steps`` steps gives the chunk."""
+    """The committed variance trace, its first chunk's step count, that chunk recorded on this
+    machine, and its first quarter recorded again. The demo's learning-rate schedule is a step
+    schedule, so the first steps do not depend on the run's length: recording ``chunk_steps``
+    steps gives the chunk, and a shorter run its first steps."""
     committed = read_trace(DEMO_TRACES / "variance")
     cfg = config_from_dict(RecordConfig, committed.header["config"])
     n = cfg.chunk_steps
     where = tmp_path_factory.mktemp("rerecord")
-    runs = [read_trace(record(dataclasses.replace(cfg, steps=n), where / k)) for k in "ab"]
+    runs = [
+        read_trace(record(dataclasses.replace(cfg, steps=steps), where / k))
+        for k, steps in (("a", n), ("b", n // 4))
+    ]
     return committed, n, runs
 
 
 @pytest.mark.slow
 def test_first_chunk_rerecords_identically(first_chunk_twice):
-    """Determinism: the same seed on one machine gives the same trace, bit for bit."""
+    """Determinism: the same seed on one machine gives the same trace, bit for bit (the
+    second recording, a quarter of the chunk long, against the first one's same steps)."""
     committed, n, (a, b) = first_chunk_twice
+    m = n // 4
+    assert b.steps["step"].max() == m - 1
     for table in ("payloads", "steps", "evals"):
-        pd.testing.assert_frame_equal(_first(getattr(a, table), n), _first(getattr(b, table), n))
+        pd.testing.assert_frame_equal(_first(getattr(a, table), m), _first(getattr(b, table), m))
     assert len(_first(a.payloads, n)) == n * committed.header["workers"] * len(committed.layers)
 
 
