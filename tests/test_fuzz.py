@@ -5,7 +5,7 @@ simulate, trace synth, report). Every run must end with exit 0, or exit 2 and on
 any other exception is a bug and fails the test with its traceback.
 
 Deterministic (``derandomize``): the same cases run everywhere. Case counts are in
-``EXAMPLES``; together they are more than 1000.
+``EXAMPLES``; together they are more than 700.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from vgcsim.traces.synth import SynthConfig, synth_trace
 
 pytestmark = pytest.mark.slow
 
-EXAMPLES = {"header": 450, "table": 250, "cluster": 200, "options": 120, "results": 40}
+EXAMPLES = {"header": 300, "table": 170, "cluster": 140, "options": 90, "results": 30}
 
 _COUNTER = itertools.count()
 

@@ -204,7 +204,9 @@ def test_a_core_install_runs_every_stage_without_torch(core_venv, tmp_path):
     assert "time_s = " in ok("collective", "10GbE", "allreduce/ring", "--sizes-bytes", "4e6",
                       "--world-size", "8")  # fmt: skip
     # the demo predicts, simulates and reports: every stage, through the installed commands
-    ok("demo", "-o", "d", "--world-sizes", "2,4", "--set", "clusters=10GbE", "-q")
+    ok("demo", "-o", "d", "--world-sizes", "2,4", "--set", "clusters=10GbE", "-q",
+       "--set", 'methods=["dense","variance"]', "--set", 'paper_nets=["vgg_like"]',
+       "--set", "paper_steps=2")  # fmt: skip
     for stage in ("predicted", "simulated"):
         assert list((tmp_path / "d" / "results" / stage).glob("*/results.parquet")), stage
     assert (tmp_path / "d" / "report" / "index.html").is_file()

@@ -66,7 +66,7 @@ def test_calibrate_record_and_validate_across_namespaces(hosts, tmp_path):
     # Small-message latency on a loaded CI runner scatters by a factor of 2 or more, which
     # the typical error counts (test_dist_calibrate checks the refusal); this test checks the
     # fitted alpha and beta themselves, so it writes the file whatever the error (--force).
-    sweep = ["--ops", "p2p,allreduce", "--sizes", "4,64,1KiB,64KiB,1MiB,8MiB"]
+    sweep = ["--ops", "p2p,allreduce", "--sizes", "4,64,1KiB,64KiB,2MiB,8MiB"]
     sweep += ["--repeats", "3", "--warmup", "1", "--passes", "1", "--budget", "1", "--force"]
     done = run_on_hosts(
         hosts,
