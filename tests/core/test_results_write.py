@@ -48,3 +48,21 @@ def test_the_log_names_the_rows_and_the_folder(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="vgcsim"):
         out = write_results(pd.DataFrame([_row(), _row(step=0)]), tmp_path / "r", _header())
     assert f"wrote 2 result rows to {out}" in [r.getMessage() for r in caplog.records]
+
+
+def test_the_dense_baseline_is_the_fastest_dense_row_and_ties_go_to_the_first_listed():
+    """Of a group's dense fp32 rows the fastest sets the relative columns; among rows equally
+    fast, the first in the table (a stable order, the same on every machine). 32 slower rows
+    come first so that an unstable sort of 64 rows would pick another of the tied ones."""
+    from vgcsim.core.results import finalize_results
+
+    dense = [
+        _row(method="dense", encoding="fp32", collective="allreduce/ring", device=f"d{i}",
+             step_s=2.0 if i < 32 else 1.0, compute_s=0.1 + i / 1000)
+        for i in range(64)
+    ]  # fmt: skip
+    out = finalize_results(pd.DataFrame([*dense, _row(step_s=0.5)]))
+    mine = out.iloc[-1]
+    assert mine["speedup_vs_dense"] == pytest.approx(1.0 / 0.5)
+    assert mine["scaling_efficiency"] == pytest.approx((0.1 + 32 / 1000) / 0.5)
+    assert out["scaling_efficiency"].iloc[40] == pytest.approx((0.1 + 32 / 1000) / 1.0)
