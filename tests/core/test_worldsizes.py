@@ -134,3 +134,18 @@ def test_only_x_and_plus_name_a_progression_and_the_term_count_is_whole():
     with pytest.raises(ConfigError) as err:
         parse_world_sizes("1:8192:+2")
     assert str(err.value) == "world sizes '1:8192:+2': 8192 is not reached by adding 2 to 1"
+
+
+def test_an_ellipsis_of_exactly_the_most_terms_is_read_and_one_more_is_refused():
+    last = MAX_WORLD_SIZES + 1  # 2, 3, ..., last: MAX_WORLD_SIZES terms
+    assert len(parse_world_sizes(f"2,3,...,{last}")) == MAX_WORLD_SIZES
+    with pytest.raises(ConfigError) as err:
+        parse_world_sizes(f"2,3,...,{last + 1}")
+    assert str(err.value) == (
+        f"world sizes '2,3,...,{last + 1}': more than {MAX_WORLD_SIZES} terms"
+    )
+
+
+def test_every_term_before_the_ellipsis_pair_is_kept():
+    # the run starts from the last two terms (5, 7); 1, 2 and 4 before them stay
+    assert parse_world_sizes("1,2,4,5,7,...,11") == (1, 2, 4, 5, 7, 9, 11)
