@@ -34,13 +34,14 @@ chromium:
 # each worker and each process a test starts would compile the same modules again.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q
+PARALLEL := -n $(TEST_WORKERS) --dist worksteal
 
 test: setup chromium
-	$(PYTEST) -n $(TEST_WORKERS) --dist worksteal -m "not netns"
+	$(PYTEST) $(PARALLEL) -m "not netns"
 	$(PYTEST) -m netns tests/distributed
 
 test-fast: setup
-	$(PYTEST) -n $(TEST_WORKERS) --dist worksteal -m "not slow"
+	$(PYTEST) $(PARALLEL) -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -237,6 +237,17 @@ def _png_bytes(fig: Any) -> bytes:
     return buf.getvalue()
 
 
+def _svg_as_laid_out(fig: Any, path: str) -> None:
+    """``fig`` as SVG in the layout its last draw (the PNG's) made, without running its layout
+    engine again; the engine is put back afterwards, so the caller's figure is unchanged."""
+    engine = fig.get_layout_engine()
+    fig.set_layout_engine("none")
+    try:
+        fig.savefig(path, format="svg")
+    finally:
+        fig.set_layout_engine(engine)
+
+
 def write_report(
     report: Report,
     out_dir: str | Path,
@@ -261,16 +272,13 @@ def write_report(
     images: dict[str, str] = {}
     for plot in report.plots:
         png = _png_bytes(plot.figure)
-        # the PNG's draw laid the figure out; the SVG keeps that layout instead of running
-        # the layout engine again (a third of each save's time)
-        plot.figure.set_layout_engine("none")
         # every file atomically: a full disk never leaves a half-written one
         atomic_write(
             out / "plots" / f"{plot.name}.png", lambda p, png=png: Path(p).write_bytes(png)
         )
         atomic_write(
             out / "plots" / f"{plot.name}.svg",
-            lambda p, fig=plot.figure: fig.savefig(p, format="svg"),
+            lambda p, fig=plot.figure: _svg_as_laid_out(fig, p),
         )
         images[plot.name] = base64.b64encode(png).decode("ascii")
 

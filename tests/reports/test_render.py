@@ -40,6 +40,9 @@ def test_files_written(written):
     for name in names:
         assert (out / "plots" / f"{name}.png").stat().st_size > 1000
         assert (out / "plots" / f"{name}.svg").read_text().lstrip().startswith("<?xml")
+    # writing leaves the caller's figures as they were: still laid out by constrained layout
+    engines = {type(p.figure.get_layout_engine()).__name__ for p in report.plots}
+    assert engines == {"ConstrainedLayoutEngine"}
     for t in report.tables:
         assert (out / "tables" / f"{t.name}.csv").is_file()
         md = (out / "tables" / f"{t.name}.md").read_text()
