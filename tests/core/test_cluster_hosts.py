@@ -6,6 +6,7 @@ import pytest
 
 from vgcsim.cli import main
 from vgcsim.core.cluster import cluster_from_dict, cluster_to_dict, load_cluster
+from vgcsim.core.clusterspec import host_share
 from vgcsim.core.errors import ConfigError
 
 
@@ -81,3 +82,13 @@ def test_bad_segments_are_one_line_and_exit_2(tmp_path, capsys, segments):
     assert main(["clusters", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("world_size", "share"), [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (8, 4.0)]
+)
+def test_one_rank_alone_shares_no_core_and_the_fullest_host_sets_the_share(world_size, share):
+    """f = max(1, R·T / C) with R = min(ranks_per_host, P): 4 ranks per host on 1 core, so a
+    job of 1 rank runs alone (f = 1) and one of 8 fills two hosts of 4 (f = 4)."""
+    c = cluster_from_dict({"base": "1GbE", "ranks_per_host": 4, "host_cores": 1})
+    assert host_share(c, world_size) == share

@@ -167,3 +167,20 @@ def test_one_host_core_and_a_one_byte_bucket_are_written_beside_the_rest():
 def test_an_intra_link_without_a_rank_count_has_one_rank_per_node():
     text = cluster_toml("cal", bare_fit(), "cpu", "n", intra=bare_fit())
     assert tomllib.loads(text)["gpus_per_node"] == 1
+
+
+def test_a_cluster_file_that_is_not_utf8_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_bytes(b'name = "\xff\xfe"\n')
+    with pytest.raises(VgcsimError) as err:
+        load_cluster(path)
+    assert str(err.value).startswith(f"cannot read cluster file {path}: 'utf-8' codec")
+    assert "\n" not in str(err.value)
+
+
+def test_a_cluster_file_nested_too_deeply_for_the_parser_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(VgcsimError) as err:
+        load_cluster(path)
+    assert str(err.value) == f"cluster file {path} nests tables too deeply to read"

@@ -4,7 +4,9 @@ declare, by hand, and each refusal as its one line."""
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -92,3 +94,48 @@ def test_each_coercion_refusal_is_its_one_line(data, message):
     with pytest.raises(ConfigError) as err:
         config_from_dict(Typed, data)
     assert str(err.value) == message
+
+
+@dataclass(frozen=True)
+class Declared:
+    """Field types the configs do not declare today, read by the same rules."""
+
+    anything: Any = None
+    bare: typing.List = field(default_factory=list)  # noqa: UP006 (the bare typing alias)
+    maybe: typing.Optional[int] = 3  # noqa: UP045 (typing's spelling of int | None)
+    either: int | str = 0
+    where: Path = Path(".")
+
+
+def test_a_value_toml_already_typed_is_kept_as_it_is_for_an_any_key():
+    """Only text is parsed as a literal: a list from TOML keeps its strings, backslashes and
+    all (parsed again, 'C:\\data' would come back with its backslash doubled)."""
+    assert config_from_dict(Declared, {"anything": ["C:\\data", 2]}).anything == ["C:\\data", 2]
+    assert config_from_dict(Declared, {"anything": {"k": "v"}}).anything == {"k": "v"}
+    assert config_from_dict(Declared, {"anything": "[1, 2]"}).anything == [1, 2]
+
+
+def test_a_bare_list_type_reads_its_items_as_literals():
+    assert config_from_dict(Declared, {"bare": "1, x"}).bare == [1, "x"]
+    assert config_from_dict(Declared, {"bare": [2, "y"]}).bare == [2, "y"]
+
+
+def test_typings_optional_spelling_is_optional_too():
+    assert config_from_dict(Declared, {"maybe": "none"}).maybe is None
+    assert config_from_dict(Declared, {"maybe": "5"}).maybe == 5
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [("either", "none", "int | str"), ("either", 5, "int | str"), ("where", "x", "<class")],
+)
+def test_a_type_the_reader_has_no_rule_for_is_one_line(key, value, shown):
+    """A union of two non-None types is not optional, and neither it nor another class is
+    read from text: both are refused naming the key and the type."""
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(Declared, {key: value})
+    assert str(err.value).startswith(f"config key {key!r}: unsupported type {shown}")
+
+
+def test_a_value_already_of_a_plain_class_type_is_kept():
+    assert config_from_dict(Declared, {"where": Path("/tmp/x")}).where == Path("/tmp/x")

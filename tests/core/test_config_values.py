@@ -44,6 +44,9 @@ def test_integers_from_ints_whole_floats_and_underscored_text(raw, count):
         (2.5, "config key 'count' expects an integer, got 2.5"),
         ("two", "config key 'count' expects an integer, got 'two'"),
         ("1__0x", "config key 'count' expects an integer, got '1__0x'"),
+        # underscores group digits only between two of them, as in Python
+        ("1__000", "config key 'count' expects an integer, got '1__000'"),
+        ("_1000", "config key 'count' expects an integer, got '_1000'"),
     ],
 )
 def test_an_integer_key_refuses_in_one_line(raw, message):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ascii_locale
 from vgcsim.core.outdir import (
     MARKER,
     MARKER_KIND,
@@ -16,6 +17,7 @@ from vgcsim.core.outdir import (
     OutputError,
     WriteError,
     atomic_write,
+    atomic_write_text,
     check_output,
     prepare_output,
     read_marker,
@@ -150,3 +152,23 @@ def test_a_failed_write_becomes_one_line_naming_the_file(tmp_path):
         f"cannot write {target}: Permission denied (choose a folder you can write to with -o)"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_the_marker_does_not_list_is_refused_naming_it_and_what_to_do(tmp_path):
+    folder = _marked(tmp_path / "out", ["results.json"])
+    (folder / "notes.txt").write_text("the user's own")
+    out = prepare_output(folder, "vgcsim predict", overwrite=True)
+    with pytest.raises(OutputError) as err:
+        out.file("notes.txt")
+    assert str(err.value) == (
+        f"{folder / 'notes.txt'} exists and was not written by vgcsim; not replacing it "
+        "(choose another -o)"
+    )
+    assert (folder / "notes.txt").read_text() == "the user's own"
+
+
+def test_atomic_write_text_writes_utf8_whatever_the_locale(tmp_path):
+    target = tmp_path / "note.txt"
+    with ascii_locale():
+        atomic_write_text(target, "Zürich — 10 µs")
+    assert target.read_bytes() == "Zürich — 10 µs".encode()

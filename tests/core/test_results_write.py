@@ -3,14 +3,19 @@ half-way leaves a folder vgcsim may write again, and the log names what was writ
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from tests.conftest import ascii_locale
 from tests.core.test_results import _header, _row
+from vgcsim.core.errors import ResultsError
 from vgcsim.core.outdir import OutputError, read_marker
-from vgcsim.core.results import write_results
+from vgcsim.core.results import finalize_results, read_results, write_results
 
 
 def test_an_earlier_table_is_kept_unless_overwrite_is_given(tmp_path):
@@ -66,3 +71,36 @@ def test_the_dense_baseline_is_the_fastest_dense_row_and_ties_go_to_the_first_li
     assert mine["speedup_vs_dense"] == pytest.approx(1.0 / 0.5)
     assert mine["scaling_efficiency"] == pytest.approx((0.1 + 32 / 1000) / 0.5)
     assert out["scaling_efficiency"].iloc[40] == pytest.approx((0.1 + 32 / 1000) / 1.0)
+
+
+def test_a_column_outside_the_result_and_factor_columns_is_refused_by_name():
+    with pytest.raises(ResultsError) as err:
+        finalize_results(pd.DataFrame([_row(notes="hand-added")]))
+    assert "result table columns differ from RESULT_COLUMNS" in str(err.value)
+    assert "'notes'" in str(err.value)
+
+
+def test_a_sweeps_text_factor_given_as_a_path_is_stored_as_its_text():
+    df = finalize_results(pd.DataFrame([_row(trace_path=Path("runs/a"), bandwidth_Bps=1.25e9)]))
+    assert df["trace_path"].tolist() == ["runs/a"]
+    assert df["bandwidth_Bps"].dtype == np.float64 and df["bandwidth_Bps"].tolist() == [1.25e9]
+
+
+def test_a_result_header_with_utf8_text_is_read_whatever_the_locale(tmp_path):
+    out = write_results(pd.DataFrame([_row()]), tmp_path / "r", _header())
+    head = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    head["cluster"]["name"] = "Zürich 10 µs"
+    (out / "results.json").write_text(json.dumps(head, ensure_ascii=False), encoding="utf-8")
+    with ascii_locale():
+        _, header = read_results(out)
+    assert header["cluster"]["name"] == "Zürich 10 µs"
+
+
+def test_a_mistyped_nested_header_field_is_named_by_its_dotted_path(tmp_path):
+    out = write_results(pd.DataFrame([_row()]), tmp_path / "r", _header())
+    head = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    head["traces"] = [{"name": 5}]
+    (out / "results.json").write_text(json.dumps(head), encoding="utf-8")
+    with pytest.raises(ResultsError) as err:
+        read_results(out)
+    assert "field traces.0.name: " in str(err.value)

@@ -190,3 +190,9 @@ def test_a_host_table_point_below_one_byte_names_its_size():
         "be a finite number in [0, 1], got -1e-09"
     )
     assert cluster_from_dict({"link": {**link, "efficiency": 1.0}}).link.efficiency == 1.0
+
+
+def test_a_link_built_directly_names_itself_in_a_field_out_of_its_range():
+    with pytest.raises(ConfigError) as err:
+        LinkSpec(name="uplink", bandwidth_Bps=1e9, latency_s=-1e-5)
+    assert str(err.value).startswith("link 'uplink': latency_s must be a finite number in [0, ")

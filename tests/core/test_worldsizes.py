@@ -96,6 +96,9 @@ def test_terms_by_hand(text, sizes):
         ("a:8:x2", "world sizes 'a:8:x2': 'a' is not an integer"),
         ("2:b:x2", "world sizes '2:b:x2': 'b' is not an integer"),
         ("2:8:xr", "world sizes '2:8:xr': 'r' is not an integer"),
+        # underscores group digits only between two of them, as in Python
+        ("1__000", "world sizes '1__000': '1__000' is not an integer"),
+        ("8,16_", "world sizes '8,16_': '16_' is not an integer"),
     ],
 )
 def test_each_refusal_is_its_one_line(text, message):

@@ -105,7 +105,7 @@ def _coerce_int(value: Any, key: str) -> int:
         return int(value)
     if isinstance(value, str):
         try:
-            return int(value.strip().replace("_", ""))
+            return int(value.strip())  # int() reads "1_000" itself
         except ValueError:
             pass
     raise ConfigError(f"config key {key!r} expects an integer, got {value!r:.80}")

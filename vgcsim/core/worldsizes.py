@@ -47,7 +47,7 @@ WORLD_SIZES_HELP = (
 
 def _int(text: str, whole: str) -> int:
     try:
-        value = int(text.strip().replace("_", ""))
+        value = int(text.strip())  # int() reads "1_000" itself
     except ValueError:
         raise ConfigError(
             f"world sizes {whole!r}: {text.strip()!r} is not an integer ({WORLD_SIZES_HELP})"
