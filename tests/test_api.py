@@ -10,7 +10,8 @@ from no_training_extra import api_call_without_training_extra
 
 from vgcsim import api
 from vgcsim.core.errors import ResultsError, UnknownNameError
-from vgcsim.core.results import RESULT_COLUMNS
+from vgcsim.core.outdir import read_marker
+from vgcsim.core.results import RESULT_COLUMNS, read_results
 
 SAMPLE = Path(__file__).parent / "data" / "sample_trace"
 
@@ -405,3 +406,76 @@ def test_a_rank_of_torchrun_is_told_by_all_four_of_its_variables(monkeypatch, mi
         if key != missing:
             monkeypatch.setenv(key, value)
     assert api._under_torchrun() is (missing is None)
+
+
+# -- the demo end to end, small: what it writes, says and returns ---------------------------
+
+
+def _demo_small(tmp_path, **fields):
+    calls = []
+    out = tmp_path / "demo"
+    cfg = api.DemoConfig(clusters=("10GbE",), world_sizes=(4, 2), sim_steps=3, **fields)
+    run = api.demo(cfg, out, progress=lambda *a: calls.append(a))
+    return out, run, calls
+
+
+def test_the_demo_writes_and_reports_each_stage_in_order(tmp_path):
+    """Committed traces (dense and variance), one cluster, P = 2 and 4, one paper-size net:
+    one compressed trace predicted and simulated, the net synthesized and predicted, the
+    report; every stage said once, counted against the stages the configuration has."""
+    import json
+
+    out, run, calls = _demo_small(
+        tmp_path, methods=("dense", "variance"), paper_nets=("resnet50",), paper_steps=2
+    )
+    synth = out / "traces" / "synthesized" / "resnet50"
+    assert calls == [
+        (1, 5, "predicted variance-10GbE for P = 2..4"),
+        (2, 5, "simulated variance-10GbE for P = 2..4"),
+        (3, 5, f"synthesized resnet50 at 1.2 % density -> {synth}"),
+        (4, 5, "predicted resnet50-10GbE (synthesized) for P = 2..4"),
+        (5, 5, f"report written to {out / 'report'}"),
+    ]
+    assert run.traces == {m: api.DEMO_TRACES / m for m in ("dense", "variance")}
+    assert run.synthesized == {"resnet50": synth}
+    assert run.results == (
+        out / "results" / "predicted" / "variance-10GbE",
+        out / "results" / "simulated" / "variance-10GbE",
+        out / "results" / "predicted" / "resnet50-10GbE",
+    )
+    assert run.report == out / "report" / "index.html" and run.report.is_file()
+    assert run.notes[0] == (
+        f"{run.headline} Traces committed with the project (vgcsim/data/demo_traces, "
+        "installed with the package; recorded by `vgcsim record`, commands in its README)."
+    )
+    assert run.notes[1].startswith("Paper-size rows: ResNet-50 (25.6 M parameters")
+    assert run.notes[2] == (
+        "Clusters: 10GbE; P = 2, 4. Compute: forward/backward time modelled from the traces' "
+        "FLOPs on each cluster's device (V100)."
+    )
+    report = json.loads((out / "report" / "report.json").read_text(encoding="utf-8"))
+    assert tuple(report["summary"]) == run.summary and run.summary
+    marker = read_marker(out)
+    assert marker["command"] == "vgcsim demo" and set(marker["files"]) == {
+        "traces",
+        "results",
+        "report",
+    }
+    for where in run.results:
+        df, header = read_results(where)
+        assert header["command"] == ["vgcsim.api.demo"]
+        assert sorted(set(df["world_size"])) == [2, 4]
+    _, sim = read_results(run.results[1])
+    assert sim["options"]["max_steps"] == 3  # sim_steps
+    _, paper = read_results(run.results[2])
+    assert paper["cluster"]["compute"] == "model"
+
+
+def test_the_demo_on_measured_compute_says_so_and_counts_no_paper_stage(tmp_path):
+    out, run, calls = _demo_small(tmp_path, methods=("variance",), paper_nets=(), compute="trace")
+    assert [c[:2] for c in calls] == [(1, 3), (2, 3), (3, 3)]
+    assert run.synthesized == {} and len(run.results) == 2
+    assert run.notes[-1] == (
+        "Clusters: 10GbE; P = 2, 4. Compute: forward/backward, variance and codec times as "
+        "measured on the recording CPU."
+    )
