@@ -469,6 +469,22 @@ def test_the_demo_writes_and_reports_each_stage_in_order(tmp_path):
     assert sim["options"]["max_steps"] == 3  # sim_steps
     _, paper = read_results(run.results[2])
     assert paper["cluster"]["compute"] == "model"
+    # the paper-size net: synthesized beside the committed variance trace, at its settled
+    # density, with its workers and batch, the demo's seed and the paper steps
+    from vgcsim.reports.demo_notes import settled_density
+
+    recorded = api.load_trace(api.DEMO_TRACES / "variance")
+    made = api.load_trace(synth).header["config"]
+    assert {k: made[k] for k in ("layers", "workers", "steps", "seed", "compressor")} == {
+        "layers": "resnet50",
+        "workers": int(recorded.workers),
+        "steps": 2,
+        "seed": 0,
+        "compressor": "variance",
+    }
+    assert made["density"] == settled_density(recorded) and 0.01 < made["density"] < 0.015
+    assert made["encodings"] == list(api.PAPER_ENCODINGS) and made["primary_encoding"] == "packed32"
+    assert (made["batch_size_per_worker"], made["chunk_steps"]) == (32, 2)
 
 
 def test_the_demo_on_measured_compute_says_so_and_counts_no_paper_stage(tmp_path):
@@ -479,3 +495,88 @@ def test_the_demo_on_measured_compute_says_so_and_counts_no_paper_stage(tmp_path
         "Clusters: 10GbE; P = 2, 4. Compute: forward/backward, variance and codec times as "
         "measured on the recording CPU."
     )
+
+
+# -- a report folder from before folder markers ----------------------------------------------
+
+
+def _old_report(tmp_path, *names):
+    folder = tmp_path / "old"
+    for name in names:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("x")
+    return folder
+
+
+def test_an_unmarked_report_folder_is_known_by_its_page_and_summary_and_lists_what_it_wrote(
+    tmp_path,
+):
+    folder = _old_report(
+        tmp_path,
+        "index.html",
+        "report.json",
+        "notes.txt",  # the user's: not a report file
+        "plots/speedup.svg",
+        "plots/speedup.png",
+        "tables/breakdown.md",
+        "plots/sub/deeper.png",  # only the files directly in plots/ and tables/
+    )
+    (folder / "tables" / "folder").mkdir()
+    assert api.legacy_report(folder) == [
+        "index.html",
+        "report.json",
+        "plots/speedup.png",
+        "plots/speedup.svg",
+        "tables/breakdown.md",
+    ]
+    assert api.legacy_report(
+        _old_report(tmp_path / "b", "index.html", "summary.md", "report.json")
+    ) == [
+        "index.html",
+        "summary.md",
+        "report.json",
+    ]
+
+
+@pytest.mark.parametrize("present", [("index.html",), ("report.json",), ()])
+def test_a_folder_without_both_the_page_and_its_summary_is_no_old_report(tmp_path, present):
+    assert api.legacy_report(_old_report(tmp_path, *present, "plots/speedup.png")) is None
+
+
+def test_a_config_file_table_replaces_a_value_and_a_value_replaces_a_table():
+    """Tables merge key by key; where one side is a table and the other is not, the file's
+    side wins whole (a table over a number, a number over a table)."""
+    base = {"optimizer": {"lr": 0.1, "momentum": 0.9}, "steps": 10, "compressor": "dense"}
+    top = {"optimizer": {"lr": 0.2}, "steps": {"n": 5}, "compressor": {"name": "variance"}}
+    assert api._merged(base, top) == {
+        "optimizer": {"lr": 0.2, "momentum": 0.9},
+        "steps": {"n": 5},
+        "compressor": {"name": "variance"},
+    }
+    assert api._merged({"optimizer": {"lr": 0.1}}, {"optimizer": 3}) == {"optimizer": 3}
+    assert base["optimizer"] == {"lr": 0.1, "momentum": 0.9}  # the base is not changed
+
+
+def test_the_demo_records_each_method_with_its_own_settings():
+    cfg = api.DemoConfig(
+        traces="record",
+        steps=7,
+        workers=3,
+        batch_size=16,
+        eval_every=5,
+        seed=9,
+        lr_milestones=(4, 6),
+    )
+    rc = api._demo_record_config(cfg, "qsgd")
+    assert (rc.workers, rc.batch_size, rc.steps, rc.seed, rc.eval_every) == (3, 16, 7, 9, 5)
+    assert (rc.compressor.name, rc.compressor.params) == ("qsgd", {"bits": 2, "bucket_size": 128})
+    assert (rc.optimizer.schedule, tuple(rc.optimizer.milestones)) == ("step", (4, 6))
+    assert rc.chunk_steps == 100
+
+
+def test_demo_config_takes_world_sizes_as_text_or_a_list_and_keeps_the_default_without():
+    assert api.demo_config(world_sizes="2,4").world_sizes == (2, 4)
+    assert api.demo_config(["clusters=10GbE"], world_sizes=[8, 2]).world_sizes == (2, 8)
+    default = api.demo_config(["clusters=10GbE"])
+    assert default.world_sizes == api.DemoConfig().world_sizes
+    assert default.clusters == ("10GbE",)
