@@ -580,3 +580,59 @@ def test_demo_config_takes_world_sizes_as_text_or_a_list_and_keeps_the_default_w
     default = api.demo_config(["clusters=10GbE"])
     assert default.world_sizes == api.DemoConfig().world_sizes
     assert default.clusters == ("10GbE",)
+
+
+# -- calibrate_codec: what it measures with and where it writes (the measuring is faked) ----
+
+
+def test_calibrate_codec_measures_with_the_given_settings_and_writes_the_named_device(
+    tmp_path, monkeypatch
+):
+    import tomllib
+
+    from vgcsim.traces.training import codec_calibrate as cc
+
+    asked = []
+    measured = cc.CodecCalibration(
+        device="cpu",
+        device_name="x86_64",
+        memory_bandwidth_Bps=4e9,
+        launch_overhead_s=1e-4,
+        cast_measured_s=0.03,
+        cast_predicted_s=0.024,
+        size_bytes=64 << 20,
+        repeats=3,
+        threads=2,
+        torch_version="t",
+    )
+
+    def fake(device, *, repeats, warmup, **_):
+        asked.append((device, repeats, warmup))
+        return measured
+
+    monkeypatch.setattr(cc, "measure_device", fake)
+    out = tmp_path / "new" / "c.toml"
+    run = api.calibrate_codec(out, device="cpu", preset="V100", repeats=3, warmup=1, name="box")
+    assert asked == [("cpu", 3, 1)]
+    assert run.out == out and run.calibration is measured and run.summary == cc.summary(measured)
+    device = tomllib.loads(out.read_text(encoding="utf-8"))["device"]
+    assert (device["preset"], device["name"], device["memory_bandwidth_Bps"]) == (
+        "V100",
+        "box",
+        4e9,
+    )
+
+
+def test_calibrate_codec_refuses_a_folder_and_an_unknown_preset_before_measuring(
+    tmp_path, monkeypatch
+):
+    from vgcsim.core.errors import ConfigError
+    from vgcsim.traces.training import codec_calibrate as cc
+
+    monkeypatch.setattr(cc, "measure_device", lambda *a, **k: pytest.fail("measured"))
+    with pytest.raises(ConfigError) as err:
+        api.calibrate_codec(tmp_path, device="cpu")
+    assert str(err.value) == f"{tmp_path} is a folder; give the cluster TOML file to write"
+    with pytest.raises(UnknownNameError):
+        api.calibrate_codec(tmp_path / "c.toml", device="cpu", preset="nope")
+    assert not (tmp_path / "c.toml").exists()
