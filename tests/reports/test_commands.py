@@ -173,34 +173,6 @@ def test_demo_end_to_end_tiny(tmp_path, capsys):
     assert "On 10GbE, variance α=2" in html.read_text()
 
 
-@pytest.mark.slow
-def test_demo_shows_a_paper_size_row_beside_the_toy_and_leads_with_wins(tmp_path, capsys):
-    out = tmp_path / "demo"
-    args = ["demo", "-o", str(out), "--quiet", "--world-sizes", "2,4"]
-    for setting in (
-        'methods=["dense","variance"]',
-        'clusters=["10GbE"]',
-        'paper_nets=["vgg_like"]',
-        "paper_steps=2",
-    ):
-        args += ["--set", setting]
-    assert main(args) == 0
-    printed = capsys.readouterr().out.strip().splitlines()
-    glance = pd.read_csv(out / "report" / "tables" / "speedup_matrix.csv")
-    methods = set(glance["method"])
-    assert "variance α=2 on recorded small_cnn" in methods
-    assert "variance α=2 on synthesized VGG-like" in methods
-    synth = glance[glance["method"] == "variance α=2 on synthesized VGG-like"]
-    assert set(synth["source"]) == {"predicted"}
-    # the first line printed is a verdict; wins lead, each naming what decides it
-    verdicts = [s for s in printed if s.startswith("On 10GbE, variance α=2")]
-    assert printed[0] == verdicts[0] and len(verdicts) == 2
-    wins = [" beats dense allreduce " in s and "never" not in s for s in verdicts]
-    assert wins == sorted(wins, reverse=True)
-    assert all(" against " in s and " of dense allreduce" in s for s in verdicts)
-    assert any(line.startswith("Paper-size rows: VGG-like") for line in printed)
-
-
 #: A fast demo: the committed dense and variance traces on 10GbE at P = 2 and 4, with a
 #: two-step VGG-like trace synthesized beside them.
 FAST_DEMO = [
@@ -216,7 +188,7 @@ def _files(root: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_api_demo_writes_what_the_command_writes_and_returns_what_it_prints(tmp_path, capsys):
+def test_api_demo_writes_what_the_command_writes_and_the_command_leads_with_wins(tmp_path, capsys):
     from vgcsim.api import DEMO_TRACES
 
     cli = tmp_path / "cli"
@@ -225,6 +197,20 @@ def test_api_demo_writes_what_the_command_writes_and_returns_what_it_prints(tmp_
         args += ["--set", setting]
     assert main(args) == 0
     printed = capsys.readouterr().out.strip().splitlines()
+    # the paper-size row beside the toy; the first line printed is a verdict, wins lead, each
+    # naming what decides it
+    glance = pd.read_csv(cli / "report" / "tables" / "speedup_matrix.csv")
+    methods = set(glance["method"])
+    assert "variance α=2 on recorded small_cnn" in methods
+    assert "variance α=2 on synthesized VGG-like" in methods
+    synth = glance[glance["method"] == "variance α=2 on synthesized VGG-like"]
+    assert set(synth["source"]) == {"predicted"}
+    verdicts = [s for s in printed if s.startswith("On 10GbE, variance α=2")]
+    assert printed[0] == verdicts[0] and len(verdicts) == 2
+    wins = [" beats dense allreduce " in s and "never" not in s for s in verdicts]
+    assert wins == sorted(wins, reverse=True)
+    assert all(" against " in s and " of dense allreduce" in s for s in verdicts)
+    assert any(line.startswith("Paper-size rows: VGG-like") for line in printed)
 
     calls: list[tuple[int, int, str]] = []
     out = tmp_path / "api"
