@@ -558,15 +558,8 @@ def test_a_config_file_table_replaces_a_value_and_a_value_replaces_a_table():
 
 
 def test_the_demo_records_each_method_with_its_own_settings():
-    cfg = api.DemoConfig(
-        traces="record",
-        steps=7,
-        workers=3,
-        batch_size=16,
-        eval_every=5,
-        seed=9,
-        lr_milestones=(4, 6),
-    )
+    fields = {"steps": 7, "workers": 3, "batch_size": 16, "eval_every": 5, "seed": 9}
+    cfg = api.DemoConfig(traces="record", lr_milestones=(4, 6), **fields)
     rc = api._demo_record_config(cfg, "qsgd")
     assert (rc.workers, rc.batch_size, rc.steps, rc.seed, rc.eval_every) == (3, 16, 7, 9, 5)
     assert (rc.compressor.name, rc.compressor.params) == ("qsgd", {"bits": 2, "bucket_size": 128})
