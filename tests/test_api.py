@@ -629,3 +629,111 @@ def test_calibrate_codec_refuses_a_folder_and_an_unknown_preset_before_measuring
     with pytest.raises(UnknownNameError):
         api.calibrate_codec(tmp_path / "c.toml", device="cpu", preset="nope")
     assert not (tmp_path / "c.toml").exists()
+
+
+# -- save: what a frame needs, and what the header and table get from the trace --------------
+
+
+def test_save_writes_throughput_from_the_traces_batch_and_keeps_an_earlier_table(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from vgcsim.core.outdir import OutputError
+
+    df = api.predict(SAMPLE, "10GbE", world_sizes=[4])
+    out = api.save(df, tmp_path / "r", SAMPLE, "10GbE")
+    table = pd.read_parquet(out / "results.parquet")
+    batch = json.loads((SAMPLE / "header.json").read_text(encoding="utf-8"))[
+        "batch_size_per_worker"
+    ]
+    assert batch == 32
+    expected = 32 * table["world_size"] / table["step_s"]
+    assert (table["throughput_samples_per_s"] - expected).abs().max() <= 1e-9 * expected.max()
+    with pytest.raises(OutputError, match="pass --overwrite"):
+        api.save(df, tmp_path / "r", SAMPLE, "10GbE")  # an earlier table stays by default
+
+
+@pytest.mark.parametrize("given", [{}, {"trace": SAMPLE}, {"cluster": "10GbE"}])
+def test_save_needs_both_the_trace_and_the_cluster_of_a_predict_frame(tmp_path, given):
+    df = api.predict(SAMPLE, "10GbE", world_sizes=[4])
+    with pytest.raises(ResultsError) as err:
+        api.save(df, tmp_path / "r", **given)
+    assert str(err.value) == "save a predict or simulate frame with its trace and cluster"
+
+
+@pytest.mark.parametrize("given", [{"trace": SAMPLE}, {"cluster": "10GbE"}])
+def test_save_refuses_a_trace_or_a_cluster_beside_a_frame_that_names_its_own(tmp_path, given):
+    df = api.predict(SAMPLE, "10GbE", world_sizes=[4])
+    df.attrs = {"traces": [{"name": "t"}], "cluster": {"name": "10GbE"}, "options": {}}
+    with pytest.raises(ResultsError, match="names its own traces and cluster"):
+        api.save(df, tmp_path / "r", **given)
+
+
+def test_a_frame_naming_its_own_traces_is_saved_with_the_default_extrapolation(tmp_path):
+    df = api.predict(SAMPLE, "10GbE", world_sizes=[4])
+    df.attrs = {"traces": [{"name": "t"}], "cluster": {"name": "10GbE"}, "options": {}}
+    _, header = read_results(api.save(df, tmp_path / "r"))
+    assert header["extrapolation"] == {"rule": "modulo", "seed": None}
+    assert header["traces"] == [{"name": "t"}] and header["cluster"] == {"name": "10GbE"}
+
+
+def test_save_refuses_a_frame_of_two_sources_naming_them(tmp_path):
+    import pandas as pd
+
+    both = pd.concat(
+        [
+            api.predict(SAMPLE, "10GbE", world_sizes=[4]),
+            api.simulate(SAMPLE, "10GbE", world_sizes=[4]),
+        ]
+    )
+    with pytest.raises(ResultsError) as err:
+        api.save(both, tmp_path / "r", SAMPLE, "10GbE")
+    assert str(err.value) == "save one source per result table, got ['predicted', 'simulated']"
+
+
+def test_predict_names_itself_in_a_misspelt_option_and_a_wrong_config():
+    with pytest.raises(UnknownNameError) as err:
+        api.predict(SAMPLE, "10GbE", world_sizes=[4], nope=1)
+    assert str(err.value).startswith("unknown predict option 'nope'; valid: ")
+    from vgcsim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        api.predict(SAMPLE, "10GbE", config=object())
+    assert str(err.value) == "predict config must be a PredictOptions, got object"
+
+
+def test_scenario_by_name_applies_its_overrides_and_says_what_made_the_frame():
+    run = api.scenario("paper", overrides=["links=1GbE", "world_sizes=[2, 8]"])
+    assert sorted(run.frame["world_size"].unique()) == [2, 8]
+    attrs = run.frame.attrs
+    assert attrs["source"] == "predicted" and attrs["traces"] == []
+    assert attrs["options"]["scenario"] == "paper" and attrs["options"]["links"] == ["1GbE"]
+    assert [n["name"] for n in attrs["options"]["nets"]] == ["resnet50", "vgg_like"]
+    assert [m["compressor"] for m in attrs["options"]["methods"]] == ["variance", "hybrid", "qsgd"]
+    assert "Made by: `vgcsim.api.scenario`" in run.markdown  # the default command it quotes
+    assert "32 samples per rank." in run.markdown  # the scenario's batch
+    small = api.scenario(overrides=["links=1GbE", "world_sizes=[2]", "batch_size_per_worker=8"])
+    assert "8 samples per rank." in small.markdown
+    with pytest.raises(UnknownNameError, match="unknown scenario 'nope'"):
+        api.scenario("nope")
+
+
+def test_simulate_run_draws_timelines_up_to_the_rank_limit_and_reports_progress():
+    calls = []
+    run = api.simulate_run(
+        SAMPLE,
+        "10GbE",
+        world_sizes=[2, 4],
+        timeline_steps=[0],
+        timeline_max_ranks=2,
+        progress=calls.append,
+    )
+    assert {t.world_size for t in run.timelines} == {2} and {t.step for t in run.timelines} == {0}
+    assert sorted(run.frame["world_size"].unique()) == [2, 4]
+    assert calls and all(c > 0 for c in calls)
+    every = api.simulate_run(SAMPLE, "10GbE", world_sizes=[2, 4], timeline_steps=[0])
+    assert {t.world_size for t in every.timelines} == {2, 4}
+    with pytest.raises(UnknownNameError) as err:
+        api.simulate_run(SAMPLE, "10GbE", world_sizes=[2], nope=1)
+    assert str(err.value).startswith("unknown simulate option 'nope'; valid: ")

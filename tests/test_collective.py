@@ -159,3 +159,66 @@ def test_cli_unparsable_sizes_are_usage_errors(sizes, capsys):
         main(["collective", "10GbE", "allgatherv/ring", "--sizes-bytes", sizes])
     assert exc.value.code == 2
     assert "--sizes-bytes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("key", "sizes", "kwargs", "message"),
+    [
+        (
+            "allreduce/ring",
+            [1.0, 1.0],
+            {"engine": "exact"},
+            "unknown collective engine 'exact'; valid: model, simulate",
+        ),
+        ("allreduce/nope", [1.0, 1.0], {}, "unknown collective 'allreduce/nope'; valid: "),
+        (
+            "allreduce/ring",
+            [1.0, 1.0],
+            {"detail": True},
+            "per-link detail comes from the simulator: use engine='simulate'",
+        ),
+        ("allgatherv/ring", ["a", "b"], {}, "sizes_bytes must be numbers, one per rank"),
+        ("allgatherv/ring", [], {}, "sizes_bytes must be a non-empty list with one size per rank"),
+        (
+            "allgatherv/ring",
+            [[1.0, 2.0]],
+            {},
+            "sizes_bytes must be a non-empty list with one size per rank",
+        ),
+        (
+            "allgatherv/ring",
+            [1.0] * 65537,
+            {},
+            "world size 65537 exceeds the largest supported world size, 65536",
+        ),
+        ("allgatherv/ring", [1.0, -1.0], {}, "sizes_bytes must be finite and >= 0"),
+        ("allgatherv/ring", [1.0, float("nan")], {}, "sizes_bytes must be finite and >= 0"),
+        ("allreduce/ring", [4.0, 4.0, 8.0], {}, "allreduce/ring needs the same size on every rank"),
+    ],
+)
+def test_each_refusal_of_a_collective_call_is_its_exact_line(key, sizes, kwargs, message):
+    with pytest.raises(ConfigError) as err:
+        api.collective("10GbE", key, sizes, **kwargs)
+    assert str(err.value) == message or (
+        message.endswith("valid: ") and str(err.value).startswith(message)
+    )
+
+
+def test_the_edges_a_collective_call_accepts():
+    """One rank (nothing to exchange), zero bytes and the largest world size are accepted."""
+    assert api.collective("10GbE", "allreduce/ring", [5.0]) == 0.0
+    assert api.collective("10GbE", "allgatherv/ring", [0.0, 0.0]) > 0.0  # α is still paid
+    big = api.collective("10GbE", "allgatherv/ring", [1.0] * 65536)
+    assert big > api.collective("10GbE", "allgatherv/ring", [1.0] * 2)
+
+
+def test_the_model_engine_prices_the_closed_form_even_where_the_topology_contends():
+    """On the line a - b - c the simulator's flows share a link and take longer; the model
+    engine is the closed form on a non-blocking fabric, whatever the topology."""
+    from vgcsim.core.cluster import cluster_from_dict
+    from vgcsim.models.collectives import collective_time_s
+
+    sizes = [1e6] * 3
+    closed = float(collective_time_s("allgatherv/direct", sizes, cluster_from_dict(LINE)))
+    assert api.collective(LINE, "allgatherv/direct", sizes) == closed
+    assert api.collective(LINE, "allgatherv/direct", sizes, engine="simulate") > 1.1 * closed
