@@ -604,7 +604,7 @@ def test_calibrate_codec_measures_with_the_given_settings_and_writes_the_named_d
         return measured
 
     monkeypatch.setattr(cc, "measure_device", fake)
-    out = tmp_path / "new" / "c.toml"
+    out = tmp_path / "new" / "deeper" / "c.toml"
     run = api.calibrate_codec(out, device="cpu", preset="V100", repeats=3, warmup=1, name="box")
     assert asked == [("cpu", 3, 1)]
     assert run.out == out and run.calibration is measured and run.summary == cc.summary(measured)
@@ -614,6 +614,8 @@ def test_calibrate_codec_measures_with_the_given_settings_and_writes_the_named_d
         "box",
         4e9,
     )
+    api.calibrate_codec(out, device="cpu")  # the same file again, with the defaults
+    assert asked[-1] == ("cpu", 10, 2)
 
 
 def test_calibrate_codec_refuses_a_folder_and_an_unknown_preset_before_measuring(
@@ -652,6 +654,10 @@ def test_save_writes_throughput_from_the_traces_batch_and_keeps_an_earlier_table
     assert (table["throughput_samples_per_s"] - expected).abs().max() <= 1e-9 * expected.max()
     with pytest.raises(OutputError, match="pass --overwrite"):
         api.save(df, tmp_path / "r", SAMPLE, "10GbE")  # an earlier table stays by default
+    # the replay's seed is recorded only for the rule that draws with it
+    assert df.attrs["options"]["seed"] == 0 and df.attrs["options"]["rule"] == "modulo"
+    _, header = read_results(out)
+    assert header["extrapolation"] == {"rule": "modulo", "seed": None}
 
 
 @pytest.mark.parametrize("given", [{}, {"trace": SAMPLE}, {"cluster": "10GbE"}])
@@ -732,8 +738,77 @@ def test_simulate_run_draws_timelines_up_to_the_rank_limit_and_reports_progress(
     assert {t.world_size for t in run.timelines} == {2} and {t.step for t in run.timelines} == {0}
     assert sorted(run.frame["world_size"].unique()) == [2, 4]
     assert calls and all(c > 0 for c in calls)
+    assert run.paths_run and run.frame.attrs["options"]["paths_run"] == run.paths_run
     every = api.simulate_run(SAMPLE, "10GbE", world_sizes=[2, 4], timeline_steps=[0])
     assert {t.world_size for t in every.timelines} == {2, 4}
     with pytest.raises(UnknownNameError) as err:
         api.simulate_run(SAMPLE, "10GbE", world_sizes=[2], nope=1)
     assert str(err.value).startswith("unknown simulate option 'nope'; valid: ")
+
+
+# -- the demo's paper-size traces, synthesized alone ------------------------------------------
+
+
+def _variance_trace(batch):
+    """The committed variance trace, its header's batch per worker replaced (None: left out)."""
+    trace = api.load_trace(api.DEMO_TRACES / "variance")
+    if batch is None:
+        trace.header.pop("batch_size_per_worker", None)
+    else:
+        trace.header["batch_size_per_worker"] = batch
+    return trace
+
+
+@pytest.mark.parametrize(("batch", "expected"), [(16, 16), (None, 32)])
+def test_paper_traces_take_the_variance_traces_settings_and_the_demos_seed(
+    tmp_path, batch, expected
+):
+    from vgcsim.reports.demo_notes import settled_density
+
+    var = _variance_trace(batch)
+    said = []
+    cfg = api.DemoConfig(paper_nets=("vgg_like",), paper_steps=1, seed=5)
+    out = api._paper_traces(cfg, {"variance": var}, tmp_path / "s", said.append)
+    assert out == {"vgg_like": tmp_path / "s" / "vgg_like"}
+    made = api.load_trace(out["vgg_like"]).header["config"]
+    density = settled_density(var)
+    assert (made["layers"], made["seed"], made["steps"]) == ("vgg_like", 5, 1)
+    assert (made["workers"], made["batch_size_per_worker"]) == (int(var.workers), expected)
+    assert said == [f"synthesized vgg_like at {density * 100:.2g} % density -> {out['vgg_like']}"]
+    # a second demo run writes them again over its own
+    again = api._paper_traces(cfg, {"variance": var}, tmp_path / "s", said.append)
+    assert again == out and len(said) == 2
+
+
+def test_no_paper_traces_without_a_variance_trace_or_without_nets(tmp_path):
+    dense = api.load_trace(api.DEMO_TRACES / "dense")
+    with_nets = api.DemoConfig(paper_nets=("vgg_like",), paper_steps=1)
+    assert api._paper_traces(with_nets, {"dense": dense}, tmp_path / "a", print) == {}
+    none = api.DemoConfig(paper_nets=())
+    assert api._paper_traces(none, {"variance": _variance_trace(32)}, tmp_path / "b", print) == {}
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_calibrate_codec_resolves_auto_and_asks_a_gpu_for_its_preset(tmp_path, monkeypatch):
+    from vgcsim.core.errors import ConfigError
+    from vgcsim.traces.training import codec_calibrate as cc
+
+    resolved = []
+    monkeypatch.setattr(cc, "resolve_device", lambda name: resolved.append(name) or "cuda")
+    monkeypatch.setattr(cc, "measure_device", lambda *a, **k: pytest.fail("measured"))
+    with pytest.raises(ConfigError) as err:
+        api.calibrate_codec(tmp_path / "c.toml")
+    assert resolved == ["auto"]
+    assert str(err.value) == (
+        "--codec on cuda: name the GPU's preset with --device-preset (e.g. H100)"
+    )
+
+    class Reached(Exception):
+        pass
+
+    def measure(*a, **k):
+        raise Reached
+
+    monkeypatch.setattr(cc, "measure_device", measure)
+    with pytest.raises(Reached):  # a GPU preset: on to measuring
+        api.calibrate_codec(tmp_path / "c.toml", preset="H100")
