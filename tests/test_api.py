@@ -812,3 +812,49 @@ def test_calibrate_codec_resolves_auto_and_asks_a_gpu_for_its_preset(tmp_path, m
     monkeypatch.setattr(cc, "measure_device", measure)
     with pytest.raises(Reached):  # a GPU preset: on to measuring
         api.calibrate_codec(tmp_path / "c.toml", preset="H100")
+
+
+def test_the_demo_records_a_missing_trace_once_and_reuses_it_after(tmp_path, monkeypatch):
+    """With ``traces="record"`` the demo records each method's trace into its folder (here a
+    stand-in recorder copies the committed trace under the configuration it was asked for),
+    and a second run into the same folder reuses the complete trace instead."""
+    import json
+    import shutil
+
+    from vgcsim.core.config import to_dict
+    from vgcsim.traces.training import record as recorder
+
+    asked = []
+
+    def fake(cfg, run_dir, *, progress=False, overwrite=False):
+        asked.append((cfg, Path(run_dir), progress, overwrite))
+        shutil.copytree(api.DEMO_TRACES / "variance", run_dir, dirs_exist_ok=True)
+        head = json.loads((Path(run_dir) / "header.json").read_text(encoding="utf-8"))
+        head["config"] = to_dict(recorder.resolve_config(cfg))
+        (Path(run_dir) / "header.json").write_text(json.dumps(head), encoding="utf-8")
+        return Path(run_dir)
+
+    monkeypatch.setattr(recorder, "record", fake)
+    out = tmp_path / "demo"
+    cfg = api.DemoConfig(
+        traces="record",
+        methods=("variance",),
+        clusters=("10GbE",),
+        world_sizes=(2,),
+        sim_steps=1,
+        paper_nets=(),
+    )
+    calls = []
+    run = api.demo(cfg, out, progress=lambda *a: calls.append(a))
+    where = out / "traces" / "variance"
+    assert [(c.compressor.name, d, p, o) for c, d, p, o in asked] == [
+        ("variance", where, True, True)
+    ]
+    assert asked[0][0] == api._demo_record_config(cfg, "variance")
+    assert calls[0] == (1, 4, f"recording variance: 500 steps, 4 workers -> {where}")
+    assert [c[:2] for c in calls] == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    assert run.traces == {"variance": where}
+    assert run.notes[0].endswith(f" Traces recorded into {out / 'traces'}.")
+    calls.clear()
+    api.demo(cfg, out, overwrite=True, progress=lambda *a: calls.append(a))
+    assert len(asked) == 1 and calls[0] == (1, 4, f"reusing complete trace {where}")
