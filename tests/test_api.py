@@ -9,7 +9,7 @@ import pytest
 from no_training_extra import api_call_without_training_extra
 
 from vgcsim import api
-from vgcsim.core.errors import ResultsError, UnknownNameError
+from vgcsim.core.errors import ConfigError, ResultsError, UnknownNameError
 from vgcsim.core.outdir import read_marker
 from vgcsim.core.results import RESULT_COLUMNS, read_results
 
@@ -222,8 +222,6 @@ def test_a_scenario_from_python_writes_the_header_the_command_writes(tmp_path, m
 
 
 def test_an_unknown_scenario_or_key_is_one_clear_error():
-    from vgcsim.core.errors import ConfigError
-
     with pytest.raises(ConfigError, match="paper"):
         api.scenario_config("nope")
     with pytest.raises(ConfigError, match="bogus"):
@@ -289,8 +287,6 @@ _RECORD = {"traces": "record"}  # the fields the committed traces fix are free w
 def test_demo_refuses_each_config_it_cannot_run_in_one_exact_line(fields, message):
     from dataclasses import replace
 
-    from vgcsim.core.errors import ConfigError
-
     with pytest.raises(ConfigError) as err:
         api._demo_check(replace(api.DemoConfig(), **fields))
     assert str(err.value) == message
@@ -298,8 +294,6 @@ def test_demo_refuses_each_config_it_cannot_run_in_one_exact_line(fields, messag
 
 def test_demo_refuses_a_method_without_a_committed_trace_unless_it_records(tmp_path):
     from dataclasses import replace
-
-    from vgcsim.core.errors import ConfigError
 
     cfg = replace(api.DemoConfig(), methods=("dense", "hybrid"))
     with pytest.raises(ConfigError) as err:
@@ -313,8 +307,6 @@ def test_demo_refuses_a_method_without_a_committed_trace_unless_it_records(tmp_p
 
 def test_demo_names_every_method_whose_committed_trace_is_missing(tmp_path, monkeypatch):
     from dataclasses import replace
-
-    from vgcsim.core.errors import ConfigError
 
     monkeypatch.setattr(api, "DEMO_TRACES", tmp_path)  # a folder without any trace
     with pytest.raises(ConfigError) as err:
@@ -344,8 +336,6 @@ def test_demo_accepts_the_edges_of_every_range(fields):
 
 def test_demo_refuses_a_batch_size_the_recorder_refuses_as_a_config_error():
     from dataclasses import replace
-
-    from vgcsim.core.errors import ConfigError
 
     for methods in (("dense", "variance"), ("variance",)):
         cfg = replace(api.DemoConfig(), traces="record", batch_size=0, methods=methods)
@@ -621,7 +611,6 @@ def test_calibrate_codec_measures_with_the_given_settings_and_writes_the_named_d
 def test_calibrate_codec_refuses_a_folder_and_an_unknown_preset_before_measuring(
     tmp_path, monkeypatch
 ):
-    from vgcsim.core.errors import ConfigError
     from vgcsim.traces.training import codec_calibrate as cc
 
     monkeypatch.setattr(cc, "measure_device", lambda *a, **k: pytest.fail("measured"))
@@ -631,6 +620,30 @@ def test_calibrate_codec_refuses_a_folder_and_an_unknown_preset_before_measuring
     with pytest.raises(UnknownNameError):
         api.calibrate_codec(tmp_path / "c.toml", device="cpu", preset="nope")
     assert not (tmp_path / "c.toml").exists()
+
+
+def test_calibrate_codec_resolves_auto_and_asks_a_gpu_for_its_preset(tmp_path, monkeypatch):
+    from vgcsim.traces.training import codec_calibrate as cc
+
+    resolved = []
+    monkeypatch.setattr(cc, "resolve_device", lambda name: resolved.append(name) or "cuda")
+    monkeypatch.setattr(cc, "measure_device", lambda *a, **k: pytest.fail("measured"))
+    with pytest.raises(ConfigError) as err:
+        api.calibrate_codec(tmp_path / "c.toml")
+    assert resolved == ["auto"]
+    assert str(err.value) == (
+        "--codec on cuda: name the GPU's preset with --device-preset (e.g. H100)"
+    )
+
+    class Reached(Exception):
+        pass
+
+    def measure(*a, **k):
+        raise Reached
+
+    monkeypatch.setattr(cc, "measure_device", measure)
+    with pytest.raises(Reached):  # a GPU preset: on to measuring
+        api.calibrate_codec(tmp_path / "c.toml", preset="H100")
 
 
 # -- save: what a frame needs, and what the header and table get from the trace --------------
@@ -702,8 +715,6 @@ def test_predict_names_itself_in_a_misspelt_option_and_a_wrong_config():
     with pytest.raises(UnknownNameError) as err:
         api.predict(SAMPLE, "10GbE", world_sizes=[4], nope=1)
     assert str(err.value).startswith("unknown predict option 'nope'; valid: ")
-    from vgcsim.core.errors import ConfigError
-
     with pytest.raises(ConfigError) as err:
         api.predict(SAMPLE, "10GbE", config=object())
     assert str(err.value) == "predict config must be a PredictOptions, got object"
@@ -787,31 +798,6 @@ def test_no_paper_traces_without_a_variance_trace_or_without_nets(tmp_path):
     none = api.DemoConfig(paper_nets=())
     assert api._paper_traces(none, {"variance": _variance_trace(32)}, tmp_path / "b", print) == {}
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
-
-
-def test_calibrate_codec_resolves_auto_and_asks_a_gpu_for_its_preset(tmp_path, monkeypatch):
-    from vgcsim.core.errors import ConfigError
-    from vgcsim.traces.training import codec_calibrate as cc
-
-    resolved = []
-    monkeypatch.setattr(cc, "resolve_device", lambda name: resolved.append(name) or "cuda")
-    monkeypatch.setattr(cc, "measure_device", lambda *a, **k: pytest.fail("measured"))
-    with pytest.raises(ConfigError) as err:
-        api.calibrate_codec(tmp_path / "c.toml")
-    assert resolved == ["auto"]
-    assert str(err.value) == (
-        "--codec on cuda: name the GPU's preset with --device-preset (e.g. H100)"
-    )
-
-    class Reached(Exception):
-        pass
-
-    def measure(*a, **k):
-        raise Reached
-
-    monkeypatch.setattr(cc, "measure_device", measure)
-    with pytest.raises(Reached):  # a GPU preset: on to measuring
-        api.calibrate_codec(tmp_path / "c.toml", preset="H100")
 
 
 def test_the_demo_records_a_missing_trace_once_and_reuses_it_after(tmp_path, monkeypatch):

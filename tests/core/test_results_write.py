@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import ascii_locale
 from tests.core.test_results import _header, _row
+from tests.core.test_results_values import _edit_header
 from vgcsim.core.errors import ResultsError
 from vgcsim.core.outdir import OutputError, read_marker
 from vgcsim.core.results import finalize_results, read_results, write_results
@@ -59,8 +60,6 @@ def test_the_dense_baseline_is_the_fastest_dense_row_and_ties_go_to_the_first_li
     """Of a group's dense fp32 rows the fastest sets the relative columns; among rows equally
     fast, the first in the table (a stable order, the same on every machine). 32 slower rows
     come first so that an unstable sort of 64 rows would pick another of the tied ones."""
-    from vgcsim.core.results import finalize_results
-
     dense = [
         _row(method="dense", encoding="fp32", collective="allreduce/ring", device=f"d{i}",
              step_s=2.0 if i < 32 else 1.0, compute_s=0.1 + i / 1000)
@@ -98,9 +97,7 @@ def test_a_result_header_with_utf8_text_is_read_whatever_the_locale(tmp_path):
 
 def test_a_mistyped_nested_header_field_is_named_by_its_dotted_path(tmp_path):
     out = write_results(pd.DataFrame([_row()]), tmp_path / "r", _header())
-    head = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    head["traces"] = [{"name": 5}]
-    (out / "results.json").write_text(json.dumps(head), encoding="utf-8")
+    _edit_header(out, traces=[{"name": 5}])
     with pytest.raises(ResultsError) as err:
         read_results(out)
     assert "field traces.0.name: " in str(err.value)
