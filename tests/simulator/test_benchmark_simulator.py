@@ -66,7 +66,7 @@ def test_simgrid_agrees_on_the_direct_case_when_installed(bench):
 @pytest.mark.slow
 def test_json_report_has_every_key_and_a_reason_for_each_null():
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--json", "--quick", "--steps", "3", "--limit-s", "2"],
+        [sys.executable, str(SCRIPT), "--json", "--quick", "--steps", "3", "--limit-s", "1"],
         capture_output=True,
         text=True,
         timeout=600,
