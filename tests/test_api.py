@@ -401,63 +401,99 @@ def test_a_rank_of_torchrun_is_told_by_all_four_of_its_variables(monkeypatch, mi
 # -- the demo end to end, small: what it writes, says and returns ---------------------------
 
 
-def _demo_small(tmp_path, **fields):
+def _demo_small(tmp_path, clusters=("10GbE",), world_sizes=(4, 2), command=None, **fields):
     calls = []
     out = tmp_path / "demo"
-    cfg = api.DemoConfig(clusters=("10GbE",), world_sizes=(4, 2), sim_steps=3, **fields)
-    run = api.demo(cfg, out, progress=lambda *a: calls.append(a))
+    cfg = api.DemoConfig(clusters=clusters, world_sizes=world_sizes, sim_steps=3, **fields)
+    run = api.demo(cfg, out, progress=lambda *a: calls.append(a), command=command)
     return out, run, calls
 
 
 def test_the_demo_writes_and_reports_each_stage_in_order(tmp_path):
-    """Committed traces (dense and variance), one cluster, P = 2 and 4, one paper-size net:
-    one compressed trace predicted and simulated, the net synthesized and predicted, the
-    report; every stage said once, counted against the stages the configuration has."""
+    """Committed traces (dense and variance), two clusters on two devices, P = 2 and 4, one
+    paper-size net: the compressed trace predicted and simulated on each cluster, the net
+    synthesized and predicted on each, the report; every stage said once, counted (an integer)
+    against the stages the configuration has; every folder marked as the demo's."""
     import json
 
+    import pandas as pd
+
+    a100 = tmp_path / "a100.toml"
+    a100.write_text('device = "A100"\n[link]\npreset = "25GbE"\n', encoding="utf-8")
     out, run, calls = _demo_small(
-        tmp_path, methods=("dense", "variance"), paper_nets=("resnet50",), paper_steps=2
+        tmp_path,
+        clusters=("10GbE", str(a100)),
+        methods=("dense", "variance"),
+        paper_nets=("resnet50",),
+        paper_steps=2,
     )
     synth = out / "traces" / "synthesized" / "resnet50"
     assert calls == [
-        (1, 5, "predicted variance-10GbE for P = 2..4"),
-        (2, 5, "simulated variance-10GbE for P = 2..4"),
-        (3, 5, f"synthesized resnet50 at 1.2 % density -> {synth}"),
-        (4, 5, "predicted resnet50-10GbE (synthesized) for P = 2..4"),
-        (5, 5, f"report written to {out / 'report'}"),
+        (1, 8, "predicted variance-10GbE for P = 2..4"),
+        (2, 8, "simulated variance-10GbE for P = 2..4"),
+        (3, 8, "predicted variance-a100 for P = 2..4"),
+        (4, 8, "simulated variance-a100 for P = 2..4"),
+        (5, 8, f"synthesized resnet50 at 1.2 % density -> {synth}"),
+        (6, 8, "predicted resnet50-10GbE (synthesized) for P = 2..4"),
+        (7, 8, "predicted resnet50-a100 (synthesized) for P = 2..4"),
+        (8, 8, f"report written to {out / 'report'}"),
     ]
+    assert all(type(total) is int for _, total, _ in calls)
     assert run.traces == {m: api.DEMO_TRACES / m for m in ("dense", "variance")}
     assert run.synthesized == {"resnet50": synth}
     assert run.results == (
         out / "results" / "predicted" / "variance-10GbE",
         out / "results" / "simulated" / "variance-10GbE",
+        out / "results" / "predicted" / "variance-a100",
+        out / "results" / "simulated" / "variance-a100",
         out / "results" / "predicted" / "resnet50-10GbE",
+        out / "results" / "predicted" / "resnet50-a100",
+    )
+    assert run.config == api.demo_config(
+        config=api.DemoConfig(
+            clusters=("10GbE", str(a100)),
+            world_sizes=(4, 2),
+            sim_steps=3,
+            methods=("dense", "variance"),
+            paper_nets=("resnet50",),
+            paper_steps=2,
+        )
     )
     assert run.report == out / "report" / "index.html" and run.report.is_file()
+    assert run.headline.startswith("small_cnn (38,282 parameters) on mnist, 500 steps")
     assert run.notes[0] == (
         f"{run.headline} Traces committed with the project (vgcsim/data/demo_traces, "
         "installed with the package; recorded by `vgcsim record`, commands in its README)."
     )
     assert run.notes[1].startswith("Paper-size rows: ResNet-50 (25.6 M parameters")
     assert run.notes[2] == (
-        "Clusters: 10GbE; P = 2, 4. Compute: forward/backward time modelled from the traces' "
-        "FLOPs on each cluster's device (V100)."
+        "Clusters: 10GbE, a100; P = 2, 4. Compute: forward/backward time modelled "
+        "from the traces' FLOPs on each cluster's device (A100, V100)."
     )
     report = json.loads((out / "report" / "report.json").read_text(encoding="utf-8"))
     assert tuple(report["summary"]) == run.summary and run.summary
+    page = run.report.read_text(encoding="utf-8")
+    assert "<title>vgcsim demo report</title>" in page
+    assert "Clusters: 10GbE, a100; P = 2, 4." in page  # the notes reach the page
+    glance = pd.read_csv(out / "report" / "tables" / "speedup_matrix.csv")
+    assert {"variance α=2 on recorded small_cnn", "variance α=2 on synthesized ResNet-50"} <= set(
+        glance["method"]
+    )  # the demo's labels, not the traces' folder names
     marker = read_marker(out)
     assert marker["command"] == "vgcsim demo" and set(marker["files"]) == {
         "traces",
         "results",
         "report",
     }
+    assert read_marker(out / "report")["command"] == "vgcsim demo"
     for where in run.results:
         df, header = read_results(where)
         assert header["command"] == ["vgcsim.api.demo"]
+        assert read_marker(where)["command"] == "vgcsim demo"
         assert sorted(set(df["world_size"])) == [2, 4]
     _, sim = read_results(run.results[1])
     assert sim["options"]["max_steps"] == 3  # sim_steps
-    _, paper = read_results(run.results[2])
+    _, paper = read_results(run.results[4])
     assert paper["cluster"]["compute"] == "model"
     # the paper-size net: synthesized beside the committed variance trace, at its settled
     # density, with its workers and batch, the demo's seed and the paper steps
@@ -477,14 +513,59 @@ def test_the_demo_writes_and_reports_each_stage_in_order(tmp_path):
     assert (made["batch_size_per_worker"], made["chunk_steps"]) == (32, 2)
 
 
-def test_the_demo_on_measured_compute_says_so_and_counts_no_paper_stage(tmp_path):
-    out, run, calls = _demo_small(tmp_path, methods=("variance",), paper_nets=(), compute="trace")
-    assert [c[:2] for c in calls] == [(1, 3), (2, 3), (3, 3)]
-    assert run.synthesized == {} and len(run.results) == 2
+def test_the_demo_on_measured_compute_says_so_and_models_only_the_paper_nets(tmp_path, monkeypatch):
+    """``compute="trace"``: the recorded trace is priced on its measured times, the
+    paper-size net (which has none) on the model; the world sizes given to the call replace
+    the configuration's; the command line given is the one every result header records; the
+    target accuracy reaches the report as a percentage. Run from a folder, without naming
+    one, under an ASCII locale: it writes ``out/demo`` there (its UTF-8 files read back as
+    UTF-8), and a second run is refused without ``overwrite``."""
+    from conftest import ascii_locale
+
+    from vgcsim.core.outdir import OutputError
+
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    cfg = api.DemoConfig(
+        clusters=("10GbE",),
+        world_sizes=(4, 2),
+        sim_steps=3,
+        methods=("variance",),
+        paper_nets=("vgg_like",),
+        paper_steps=2,
+        compute="trace",
+        target_accuracy=85,
+    )
+    with ascii_locale():
+        run = api.demo(
+            cfg,
+            world_sizes=[2, 3, 4],
+            command=("vgcsim", "demo", "--given"),
+            progress=lambda *a: calls.append(a),
+        )
+    out = tmp_path / "out" / "demo"
+    assert run.report == Path("out/demo/report/index.html") and (out / "report").is_dir()
+    with pytest.raises(OutputError, match="--overwrite"):
+        api.demo(cfg)
+    synth = Path("out/demo/traces/synthesized/vgg_like")
+    assert [c[:2] for c in calls] == [(1, 5), (2, 5), (3, 5), (4, 5), (5, 5)]
+    assert calls[0][2] == "predicted variance-10GbE for P = 2..4"
+    assert calls[3][2] == "predicted vgg_like-10GbE (synthesized) for P = 2..4"
+    assert run.synthesized == {"vgg_like": synth} and len(run.results) == 3
     assert run.notes[-1] == (
-        "Clusters: 10GbE; P = 2, 4. Compute: forward/backward, variance and codec times as "
+        "Clusters: 10GbE; P = 2, 3, 4. Compute: forward/backward, variance and codec times as "
         "measured on the recording CPU."
     )
+    computes = []
+    for where in run.results:
+        _, header = read_results(where)
+        assert header["command"] == ["vgcsim", "demo", "--given"]
+        computes.append(header["cluster"]["compute"])
+    assert computes == ["trace", "trace", "model"]
+    assert any(
+        s.startswith("Time to accuracy: target 85.0 % test accuracy (as given)")
+        for s in run.summary
+    ), run.summary
 
 
 # -- a report folder from before folder markers ----------------------------------------------
