@@ -211,6 +211,9 @@ def test_a_scenario_from_python_writes_the_header_the_command_writes(tmp_path, m
     assert set(cli["cluster"]) == {"scenario_links", "device"}
     assert cli["options"]["scenario"] == "paper" and cli["options"]["world_sizes"] == [2, 16]
     assert sorted(run.frame["world_size"].unique()) == [2, 16]
+    # the trace adds its measured compression as one more method beside the scenario's own
+    assert "variance α=2 (sample_trace)" in set(run.frame["compressor"])
+    assert "variance α=2 (sample_trace)" not in set(api.scenario(config=cfg).frame["compressor"])
     assert run.crossover.to_csv(index=False) == (tmp_path / "cli" / "crossover.csv").read_text()
     # the summary the command printed and saved, with the command line it quotes
     import shlex
@@ -872,6 +875,23 @@ def test_paper_traces_take_the_variance_traces_settings_and_the_demos_seed(
     assert again == out and len(said) == 2
 
 
+def test_the_paper_trace_line_gives_the_density_in_percent_to_two_figures(tmp_path, monkeypatch):
+    from vgcsim.reports import demo_notes
+
+    monkeypatch.setattr(demo_notes, "settled_density", lambda trace: 0.01245)
+    said = []
+    cfg = api.DemoConfig(paper_nets=("vgg_like",), paper_steps=1)
+    out = api._paper_traces(cfg, {"variance": _variance_trace(32)}, tmp_path / "s", said.append)
+    assert said == [f"synthesized vgg_like at 1.2 % density -> {out['vgg_like']}"]
+    assert api.load_trace(out["vgg_like"]).header["config"]["density"] == 0.01245
+
+
+def test_trace_header_of_a_loaded_trace_is_its_own_header():
+    trace = api.load_trace(api.DEMO_TRACES / "dense")
+    trace.header["note"] = "held in memory"
+    assert api.trace_header(trace) is trace.header
+
+
 def test_no_paper_traces_without_a_variance_trace_or_without_nets(tmp_path):
     dense = api.load_trace(api.DEMO_TRACES / "dense")
     with_nets = api.DemoConfig(paper_nets=("vgg_like",), paper_steps=1)
@@ -925,3 +945,16 @@ def test_the_demo_records_a_missing_trace_once_and_reuses_it_after(tmp_path, mon
     calls.clear()
     api.demo(cfg, out, overwrite=True, progress=lambda *a: calls.append(a))
     assert len(asked) == 1 and calls[0] == (1, 4, f"reusing complete trace {where}")
+
+
+def test_a_trace_without_a_batch_size_simulates_without_a_throughput():
+    """A header without ``batch_size_per_worker``, priced on its recorded compute: the step
+    times are simulated and the throughput column stays empty instead of failing."""
+    with_batch = api.load_trace(api.DEMO_TRACES / "variance")
+    without = api.load_trace(api.DEMO_TRACES / "variance")
+    without.header.pop("batch_size_per_worker")
+    a = api.simulate(with_batch, "10GbE", [2], compute="trace", max_steps=1)
+    b = api.simulate(without, "10GbE", [2], compute="trace", max_steps=1)
+    assert a["throughput_samples_per_s"].notna().all()
+    assert b["throughput_samples_per_s"].isna().all()
+    assert a["step_s"].tolist() == b["step_s"].tolist()

@@ -201,3 +201,123 @@ def test_resume_record_from_the_start_equals_an_uninterrupted_run(tmp_path):
 def test_resume_point_refuses_a_synthetic_trace():
     with pytest.raises(TraceError, match="synthetic"):
         api.resume_point(DATA / "synth_resnet50")
+
+
+# -- the measured terms of a hook-written trace, worked by hand ---------------------------------
+
+
+def _hook_terms(tmp_path, wall=True, edit=None):
+    from tests.conftest import write_hook_trace
+
+    run = write_hook_trace(tmp_path, wall=wall)
+    if edit is not None:
+        part = run / "ranks" / "part-000000.parquet"
+        ranks = pd.read_parquet(part)
+        edit(ranks)
+        ranks.to_parquet(part)
+    trace = api.load_trace(run)
+    return trace, api.measured_terms(trace)
+
+
+def test_measured_terms_of_a_hook_trace_reduce_its_ranks_as_documented(tmp_path):
+    """``write_hook_trace``: rank 0 computes (1 + t) ms at step t, rank 1 ten times that;
+    forward + backward is the compute + 1 ms, the optimizer 0.5 ms, the script's whole step
+    2 ms more (unknown at the first step); squared sums, compress, encode and the exchange
+    0.25 ms each, decode 0.5 ms × W. So at step t ≥ 1 the compute term is the slowest rank's
+    compute + its 2 ms of host overhead, the whole step that rank's 10(1 + t) + 1 + 0.5 + 2 ms;
+    at the first step, without the script's wall time, no overhead and forward + backward +
+    optimizer."""
+    trace, terms = _hook_terms(tmp_path)
+    w = int(trace.workers)
+    steps = sorted(set(trace.ranks["step"]))
+    assert list(terms.index) == steps and terms.index.name == "step"
+    assert list(terms.columns) == [t[0] for t in api.STEP_TERMS]
+    ms = 1e-3
+    for t in steps:
+        first = t == steps[0]
+        row = terms.loc[t]
+        assert row["compute"] == pytest.approx((10 * (1 + t) + (0 if first else 2)) * ms)
+        assert row["sqsum"] == pytest.approx(0.25 * ms)
+        assert row["compress"] == pytest.approx(0.5 * ms)  # compress + encode
+        assert row["exchange"] == pytest.approx(0.25 * ms)
+        assert row["decode"] == pytest.approx(0.5 * w * ms)
+        assert row["optimizer"] == pytest.approx(0.5 * ms)
+        assert row["step"] == pytest.approx((10 * (1 + t) + 1.5 + (0 if first else 2)) * ms)
+
+
+def test_measured_terms_without_the_scripts_wall_time_take_the_hooks_own(tmp_path):
+    trace, terms = _hook_terms(tmp_path, wall=False)
+    t = sorted(set(trace.ranks["step"]))[3]
+    assert terms.loc[t, "compute"] == pytest.approx(10 * (1 + t) * 1e-3)
+    assert terms.loc[t, "step"] == pytest.approx((10 * (1 + t) + 1.5) * 1e-3)
+
+
+def test_a_phase_a_rank_did_not_report_leaves_the_term_to_the_other_ranks(tmp_path):
+    """A rank whose script did not report its optimizer step (NaN, as the hook writes it)
+    drops out of that term's mean instead of counting as 0 s."""
+    t = 5
+
+    def edit(ranks):
+        ranks.loc[(ranks["step"] == t) & (ranks["rank"] == 0), "optimizer_s"] = float("nan")
+
+    _, terms = _hook_terms(tmp_path, edit=edit)
+    assert terms.loc[t, "optimizer"] == pytest.approx(0.5e-3)
+
+
+def test_measured_terms_need_the_hooks_ranks_table():
+    trace = api.load_trace(SAMPLE)
+    with pytest.raises(TraceError) as err:
+        api.measured_terms(trace)
+    assert str(err.value) == (
+        f"trace {trace.name} has no ranks table; per-term validation needs a trace the DDP "
+        "hook wrote (register_vgc_hook(..., trace_dir=...))"
+    )
+
+
+def test_term_rows_put_each_source_beside_the_measured_term_step_by_step():
+    """``_term_rows`` with hand-made replays: the predicted frame's compressed rows come in
+    reverse step order beside a dense row and the mean row (step −1), and every term is
+    predicted at 3 ms against 2 ms measured at step 0 and 4 ms at step 1; the simulator did
+    not run. Each row takes its own step's value of the method the trace ran."""
+    import numpy as np
+
+    trace = api.load_trace(SAMPLE)  # variance: its exchange is the compressed one
+    terms = [t[0] for t in api.STEP_TERMS]
+    columns = [t[3] for t in api.STEP_TERMS]
+    measured = pd.DataFrame({t: [2e-3, 4e-3] for t in terms}, index=pd.Index([0, 1], name="step"))
+    predicted = pd.DataFrame(
+        [
+            {"method": "compressed", "step": 1, **{c: 3e-3 for c in columns}},
+            {"method": "compressed", "step": 0, **{c: 1e-3 for c in columns}},
+            {"method": "dense", "step": 0, **{c: 9e-3 for c in columns}},
+            {"method": "compressed", "step": -1, **{c: 7e-3 for c in columns}},
+        ]
+    )
+    out = api._term_rows(trace, measured, {"predicted": predicted})
+    assert out["term"].tolist() == [t for t in terms for _ in (0, 1)]
+    assert out["step"].tolist() == [0, 1] * len(terms)
+    assert out["predicted_s"].tolist() == [1e-3, 3e-3] * len(terms)
+    np.testing.assert_allclose(out["predicted_rel_error"], [-0.5, -0.25] * len(terms))
+    assert out["simulated_s"].dtype == float and out["simulated_s"].isna().all()
+    assert out["simulated_rel_error"].isna().all()
+    assert out.attrs == {"method": "compressed", "compressor": "variance", "trace": trace.name}
+
+
+def test_synth_trace_takes_a_config_object_and_writes_under_runs_synth_by_default(
+    tmp_path, monkeypatch
+):
+    from vgcsim.traces.synth import SynthConfig
+
+    monkeypatch.chdir(tmp_path)
+    cfg = SynthConfig(layers="resnet50", workers=2, steps=2, seed=11)
+    path = api.synth_trace(cfg, overrides=["steps=3"])
+    assert path == Path("runs/synth") and (tmp_path / "runs" / "synth" / "header.json").is_file()
+    made = api.trace_header(path)["config"]
+    assert (made["layers"], made["workers"], made["steps"], made["seed"]) == ("resnet50", 2, 3, 11)
+
+
+def test_synth_trace_reads_the_keys_a_file_gives(tmp_path):
+    toml = tmp_path / "synth.toml"
+    toml.write_text('layers = "resnet50"\nworkers = 2\nsteps = 2\nseed = 7\n', encoding="utf-8")
+    made = api.trace_header(api.synth_trace(toml, tmp_path / "s"))["config"]
+    assert (made["layers"], made["workers"], made["steps"], made["seed"]) == ("resnet50", 2, 2, 7)

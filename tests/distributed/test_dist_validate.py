@@ -241,3 +241,111 @@ def test_the_api_validates_a_measurement_file_as_the_command_does(tmp_path, caps
         api.validate(slow, "1GbE", statistic="mean")
     with pytest.raises(ConfigError, match="tolerance must be positive"):
         api.validate(slow, "1GbE", tolerance=0)
+
+
+def test_a_measurement_file_is_judged_on_the_statistic_sizes_and_cluster_asked_for(tmp_path):
+    """Each size's three repetitions are 1, 2 and 3 times the closed form, so the minimum
+    matches the model and the median is twice it; a size range keeps the measured sizes
+    within it (8 MB of 8 and 40 MB in 1–10 MB); the head names the link's figures in the
+    units it prints them in."""
+    import json
+
+    from vgcsim import api
+
+    doc = measurements_on("1GbE", 4, {})
+    for row in doc["rows"]:
+        row["seconds"] = [row["seconds"][0] * k for k in (1.0, 2.0, 3.0)]
+    run = tmp_path / "m.json"
+    run.write_text(json.dumps(doc))
+    best = api.validate(run, "1GbE", statistic="min", simulate=False)
+    np.testing.assert_allclose(best.frame["predicted_rel_error"], 0.0, atol=1e-12)
+    assert best.frame["simulated_s"].isna().all() and best.verdict.passed
+    median = api.validate(run, "1GbE", ops=["p2p"], simulate=False)
+    np.testing.assert_allclose(median.frame["predicted_rel_error"], -0.5, rtol=1e-12)
+    simulated = api.validate(run, "1GbE", ops=["allreduce"], statistic="min")
+    assert simulated.frame["simulated_s"].notna().all()
+    ranged = api.validate(run, "1GbE", sizes="1MB:10MB", statistic="min", simulate=False)
+    assert set(ranged.frame["size_bytes"]) == {8_000_000}
+    assert set(ranged.cases) == {
+        f"{op} 8000000 B {src}"
+        for op in ("p2p", "allreduce", "allgatherv")
+        for src in ("predicted", "simulated")
+    }
+    with pytest.raises(ConfigError):
+        api.validate(run, "1GbE", compute="measured")  # not a compute mode
+
+    mine = tmp_path / "mine.toml"
+    mine.write_text(
+        'name = "mine"\nbase = "1GbE"\n[link]\nlatency = "50us"\nbandwidth_Bps = 1.25e8\nefficiency = 0.8\n'
+        "gamma_s_per_byte = 2e-10\nallgatherv_host_s_per_byte = 1e-9\n"
+        "allgatherv_host_s_per_byte_table = [[1000000, 1e-9], [16000000, 2e-9]]\n"
+        "allgatherv_host_s = 1.5e-3\n",
+        encoding="utf-8",
+    )
+    head = api.validate(run, str(mine), simulate=False).text.splitlines()[0]
+    assert head == (
+        f"{run}: 6 measurements on 4 ranks (gloo), cluster mine (alpha 50.0 us, 100.00 MB/s, "
+        "gamma 2e-10 s/B, allgatherv host 1e-09 s/B, by gathered size at 2 points, "
+        "1500.0 us a call)"
+    )
+    plain = api.validate(run, "1GbE", simulate=False).text.splitlines()[0]
+    assert plain.endswith("(alpha 50.0 us, 117.69 MB/s, gamma 0 s/B, allgatherv host 0 s/B)")
+
+
+def test_collective_frame_prices_each_row_on_the_link_and_host_it_crossed(tmp_path):
+    """A file without a backend is gloo's: its ``allgather`` row pays the ring allgather,
+    3·(50 µs + 8 MB · 10 ns/B) = 240.15 ms on P = 4 ranks (a 100 MB/s payload rate: 125 MB/s
+    at efficiency 0.8), plus torch's one copy of the 32 MB gathered buffer at half of δ read
+    off the cluster's table (2 ns/B from 16 MB up): ½ · 2e-9 · 32e6 = 32 ms. A ``p2p_intra``
+    row crosses the intra-node link where the cluster has one and is left out where it has
+    none (the rows after it still priced)."""
+    from vgcsim.models.pointtopoint import p2p_time_s
+
+    mine = tmp_path / "mine.toml"
+    mine.write_text(
+        'name = "mine"\nbase = "1GbE"\n[link]\nlatency = "50us"\nbandwidth_Bps = 1.25e8\n'
+        "efficiency = 0.8\nallgatherv_host_s_per_byte = 1e-9\n"
+        "allgatherv_host_s_per_byte_table = [[1000000, 1e-9], [16000000, 2e-9]]\n",
+        encoding="utf-8",
+    )
+    n = 8_000_000
+    doc = {
+        "world_size": 4,
+        "rows": [
+            {"op": "p2p_intra", "size_bytes": n, "seconds": [1.0]},
+            {"op": "allgather", "size_bytes": n, "seconds": [1.0]},
+        ],
+    }
+    df = collective_frame(doc, load_cluster(str(mine)), simulate=False)
+    assert list(df["op"]) == ["allgather"] and df.attrs == {
+        "world_size": 4,
+        "cluster": "mine",
+        "backend": "gloo",
+    }
+    assert df["predicted_s"].iloc[0] == pytest.approx(0.24015 + 0.032, rel=1e-12)
+    dgx = load_cluster("dgxa100-IB-HDR")
+    intra = collective_frame(doc, dgx, simulate=False).set_index("op")
+    assert intra.loc["p2p_intra", "predicted_s"] == pytest.approx(
+        float(p2p_time_s(n, dgx.intra_link)), rel=1e-12
+    )
+    assert float(p2p_time_s(n, dgx.intra_link)) < 0.5 * float(p2p_time_s(n, dgx.link))
+
+
+def test_a_dense_run_is_compared_with_the_allreduce_algorithm_asked_for(tmp_path):
+    from vgcsim.commands.demo import DEMO_TRACES
+
+    run = tmp_path / "dense"
+    shutil.copytree(DEMO_TRACES / "dense", run)
+    for part in sorted((run / "steps").glob("part-*.parquet")):
+        df = pd.read_parquet(part)
+        df["comm_s"] = 1e-3
+        df.to_parquet(part, index=False)
+    trace = read_trace(run)
+    cluster = load_cluster("10GbE")
+    opts = ValidateOptions(allreduce="recursive_doubling", simulate=False)
+    df = validation_frame(trace, cluster, opts)
+    assert df.attrs["collective"] == "allreduce/recursive_doubling"
+    assert df.attrs["method"] == "dense" and df["simulated_s"].isna().all()
+    ring = validation_frame(trace, cluster, ValidateOptions(simulate=False))
+    assert ring.attrs["collective"] == "allreduce/ring"
+    assert not np.allclose(ring["predicted_s"], df["predicted_s"])

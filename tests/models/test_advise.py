@@ -138,3 +138,56 @@ def test_advise_ranks_the_sparse_allreduce_of_a_trace_with_unions():
     assert {"sparse_allreduce/recursive_doubling", "allgatherv/ring", "allreduce/ring"} <= colls
     # the mix is over buckets of the allgatherv; the sparse rows stand beside it
     assert set(a.mixes["world_size"]) == {8, 64}
+
+
+def test_advise_hands_its_options_to_the_ranking_and_the_recommendation():
+    """The committed dense and variance traces at P = 8 on 1GbE: with a 90 % target the
+    ranking reads both traces' evaluations (the dense rows through the dense trace) and bf16
+    dense reaches it first; without one the fastest step wins. Smaller buckets cut the
+    gradient into more of them, and the overlap mode given is the one priced; at 2 KiB
+    buckets and P = 2 a per-bucket mix beats every single method and is recommended."""
+    traces = [DEMO_TRACES / "dense", DEMO_TRACES / "variance"]
+    a = api.advise(traces, "1GbE", [8], target_accuracy=0.9)
+    assert np.isfinite(a.ranked["time_to_target_s"]).all()
+    dense = a.ranked[a.ranked["method"] == "dense"]
+    assert dense["final_test_acc"].iloc[0] == pytest.approx(0.978)
+    assert a.recommendations[0].startswith(
+        "1GbE, P=8: run dense bf16 — reaches the target first (0.143 s); fastest predicted step"
+    )
+    fastest = api.advise(traces, "1GbE", [8])
+    assert fastest.recommendations[0].startswith(
+        "1GbE, P=8: run variance α=2 (allgatherv/ring) — fastest predicted step, 1.63 ms"
+    )
+    assert fastest.mixes["buckets"].tolist() == [1]
+    small = api.advise(traces, "1GbE", [8], bucket_bytes=16384)
+    apart = api.advise(traces, "1GbE", [8], bucket_bytes=16384, overlap="none")
+    assert small.mixes["buckets"].tolist() == [3]
+    step = {k: r.ranked.set_index("method")["step_s"] for k, r in (("b", small), ("n", apart))}
+    assert step["b"]["dense"] != pytest.approx(step["n"]["dense"], rel=1e-3)
+    mixed = api.advise(traces, "1GbE", [2], bucket_bytes=2048)
+    assert mixed.recommendations == [
+        "1GbE, P=2: run variance α=2 on 3 of 4 buckets, the rest dense — per-bucket mix, "
+        "0.654 ms, 1.01x faster than variance α=2 (allgatherv/ring)"
+    ]
+
+
+@pytest.mark.parametrize("target", [0, -0.1, 1.5])
+def test_advise_refuses_a_target_accuracy_outside_0_to_1(target):
+    with pytest.raises(ConfigError) as err:
+        api.advise([DEMO_TRACES / "dense"], "1GbE", [8], target_accuracy=target)
+    assert str(err.value) == f"target accuracy must be in (0, 1], got {target}"
+
+
+def test_advise_takes_a_target_accuracy_of_one():
+    a = api.advise([DEMO_TRACES / "dense"], "1GbE", [8], target_accuracy=1)
+    assert len(a.recommendations) == 1
+
+
+def test_a_calibration_op_is_priced_by_the_collective_that_runs_it():
+    key = api._calibration_model_key
+    assert key("p2p", "gloo") is None and key("p2p_intra", "nccl") is None
+    assert key("allreduce", "gloo") == "allreduce/ring"
+    assert key("allgather", "nccl") == "allgatherv/ring"
+    for op in ("allgatherv", "allgatherv_skewed"):
+        assert key(op, "gloo") == "allgatherv/padded"
+        assert key(op, "nccl") == "allgatherv/ring"
