@@ -4,6 +4,8 @@ fit is recovered from exact times of a known link, and a refused fit carries its
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from vgcsim import api
 from vgcsim.cli import main
 from vgcsim.core.cluster import load_cluster
 from vgcsim.core.errors import ConfigError, UnknownNameError
+from vgcsim.core.outdir import OutputError
 from vgcsim.models.linkfit import cost_coefficients
 from vgcsim.traces.calibration import CalibrateConfig, write_measurements
 
@@ -122,3 +125,120 @@ def test_a_bad_sweep_or_layout_is_refused_before_any_rank_starts(tmp_path, sweep
     with pytest.raises(ConfigError, match=message):
         api.calibrate(out, sweep, **layout)
     assert list(tmp_path.iterdir()) == []  # no measurement, no cluster file
+
+
+# -- calibrate end to end with the ranks stood in for: what it starts, fits and writes ---------
+
+
+def _writes_measurements(path) -> None:
+    write_measurements(Path(path), CalibrateConfig(), WORLD, rows(0.02), list(range(WORLD)))
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """``calibrate`` outside torchrun with ``launch_local`` stood in for: each call is kept
+    (argv, ranks, keywords) and node 0's measurement file is written as the ranks would."""
+    from vgcsim.traces.training import distributed_launch
+
+    calls = []
+
+    def launch_local(argv, ranks, **kw):
+        calls.append((argv, ranks, kw))
+        if kw["node_rank"] == 0:
+            _writes_measurements(argv[-1])
+
+    monkeypatch.setattr(api, "_under_torchrun", lambda: False)
+    monkeypatch.setattr(distributed_launch, "launch_local", launch_local)
+    return calls
+
+
+def test_calibrate_starts_the_sweep_ranks_then_fits_and_writes_beside_the_measurements(
+    tmp_path, launched
+):
+    import json
+
+    from vgcsim.core.config import to_dict
+
+    out = tmp_path / "lab.toml"
+    run = api.calibrate(out, {"repeats": 3}, overrides=["warmup=2"], name="lab")
+    meas = tmp_path / "lab.measurements.json"
+    cfg = api.calibration_config(repeats=3, overrides=["warmup=2"])
+    assert launched == [
+        (
+            ["-m", "vgcsim.traces.training.distributed_calibrate", json.dumps(to_dict(cfg)),
+             str(meas)],
+            2,
+            {"timeout_s": 1800.0, "master_addr": "127.0.0.1", "master_port": None,
+             "nnodes": 1, "node_rank": 0, "iface": None},
+        )
+    ]  # fmt: skip
+    assert run.out == out and run.measurements == meas and meas.is_file()
+    assert run.plot == tmp_path / "lab.fit.png" and run.plot.stat().st_size > 0
+    assert out.read_text(encoding="utf-8") == run.toml
+    assert "measurements in lab.measurements.json" in run.toml and load_cluster(out).name == "lab"
+    # an earlier cluster file of calibrate's is replaced only when asked
+    with pytest.raises(OutputError, match="overwrite"):
+        api.calibrate(out)
+    again = api.calibrate(out, overwrite=True, plot=False, name="lab")
+    assert again.plot is None and again.toml == run.toml
+
+
+def test_calibrate_hands_the_layout_and_the_fit_options_on(tmp_path, launched):
+    from vgcsim.traces.calibration import CalibrateConfig as Sweep
+
+    sweep = Sweep(ops=("p2p", "allreduce"), sizes_bytes=(4, 64), repeats=3)
+    worker = api.calibrate(
+        tmp_path / "w.toml", sweep, overrides=["repeats=5"], nnodes=2, node_rank=1,
+        master_addr="10.0.0.1", master_port=29511, iface="eth1", timeout_s=60.0,
+    )  # fmt: skip
+    assert worker is None and not (tmp_path / "w.toml").exists()
+    argv, ranks, kw = launched[-1]
+    import json
+
+    assert json.loads(argv[2])["repeats"] == 5 and ranks == 1
+    assert kw == {"timeout_s": 60.0, "master_addr": "10.0.0.1", "master_port": 29511,
+                  "nnodes": 2, "node_rank": 1, "iface": "eth1"}  # fmt: skip
+    api.calibrate(tmp_path / "three.toml", nprocs=3, plot=False)
+    assert launched[-1][1] == 3
+    # the fit's options reach it, and its limit is kept unless forced
+    with pytest.raises(api.CalibrationError, match="exceeds --max-error 0%"):
+        api.calibrate(tmp_path / "tight.toml", max_error=1e-4, plot=False)
+    assert not (tmp_path / "tight.toml").exists()
+    forced = api.calibrate(tmp_path / "tight.toml", max_error=1e-4, force=True, plot=False)
+    assert forced.out == tmp_path / "tight.toml"
+    shared = api.calibrate(tmp_path / "shared.toml", plot=False, hosts=(4, 2))
+    assert "ranks_per_host = 4\nhost_cores = 2\n" in shared.toml
+
+
+def test_under_torchrun_this_process_is_one_rank_and_rank_0_fits(tmp_path, monkeypatch):
+    from vgcsim.traces.training import distributed_calibrate
+
+    ranks = []
+
+    def run_rank(cfg, path, iface):
+        ranks.append((cfg, path, iface))
+        _writes_measurements(path)
+        return len(ranks) - 1  # the first call is rank 0, the next one rank 1
+
+    monkeypatch.setattr(api, "_under_torchrun", lambda: True)
+    monkeypatch.setattr(distributed_calibrate, "run_rank", run_rank)
+    out = tmp_path / "t.toml"
+    run = api.calibrate(out, {"repeats": 3}, iface="eth2", plot=False)
+    assert ranks == [(api.calibration_config(repeats=3), tmp_path / "t.measurements.json", "eth2")]
+    assert run.out == out and out.is_file()
+    assert api.calibrate(tmp_path / "r1.toml", plot=False) is None  # rank 1 only measures
+    assert not (tmp_path / "r1.toml").exists()
+    for layout in ({"nnodes": 2}, {"node_rank": 1}, {"nprocs": 2}):
+        with pytest.raises(ConfigError) as err:
+            api.calibrate(tmp_path / "x.toml", **layout)
+        assert str(err.value) == (
+            "started by torchrun: give the layout to torchrun, not --nnodes/--node-rank/--nprocs"
+        )
+
+
+def test_one_rank_on_one_node_is_refused_in_one_exact_line(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        api.calibrate(tmp_path / "c.toml", nprocs=1)
+    assert str(err.value) == (
+        "--nprocs must be >= 2 (calibration times traffic between ranks), or give --nnodes >= 2"
+    )
