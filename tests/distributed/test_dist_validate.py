@@ -349,3 +349,68 @@ def test_a_dense_run_is_compared_with_the_allreduce_algorithm_asked_for(tmp_path
     ring = validation_frame(trace, cluster, ValidateOptions(simulate=False))
     assert ring.attrs["collective"] == "allreduce/ring"
     assert not np.allclose(ring["predicted_s"], df["predicted_s"])
+
+
+def _hook_run(tmp_path: Path, source: Path, name: str) -> Path:
+    """``source`` copied to ``name`` with a measured comm_s per step and a ranks table."""
+    run = tmp_path / name
+    shutil.copytree(source, run)
+    for part in sorted((run / "steps").glob("part-*.parquet")):
+        df = pd.read_parquet(part)
+        df["comm_s"] = 1e-3
+        df.to_parquet(part, index=False)
+    return with_ranks(run)
+
+
+def test_two_hook_runs_of_one_job_name_the_faster_measured_and_predicted(tmp_path):
+    """The sample (variance) run against a dense run, each with its ranks table: the result
+    carries the winner line, last in the text, as ``winner_line`` words it for the two term
+    frames; the text opens with the run's head line and gives the terms after a blank line."""
+    from vgcsim import api
+    from vgcsim.commands.demo import DEMO_TRACES
+    from vgcsim.reports.validation import winner_line
+
+    sparse = _hook_run(tmp_path, SAMPLE, "sparse")
+    dense = _hook_run(tmp_path, DEMO_TRACES / "dense", "dense")
+    result = api.validate(sparse, "1GbE", dense, simulate=False, allgatherv="ring")
+    cluster = load_cluster("1GbE")
+    opts = ValidateOptions(allgatherv="ring", simulate=False)
+    other = api.term_frame(read_trace(dense), cluster, opts)
+    assert result.winner == winner_line([result.terms, other])
+    assert result.winner.startswith("winner: measured ")
+    lines = result.text.splitlines()
+    assert lines[0] == "sparse: allgatherv/ring on 4 ranks, cluster 1GbE, 100 steps"
+    assert lines[-1] == result.winner and "" in lines
+    assert result.frame.attrs["collective"] == "allgatherv/ring"
+    assert set(result.cases) == {"allgatherv/ring mean over steps predicted"}  # not simulated
+    alone = api.validate(dense, "1GbE", allreduce="recursive_doubling", simulate=False)
+    assert (
+        alone.winner is None and alone.frame.attrs["collective"] == "allreduce/recursive_doubling"
+    )
+    assert alone.frame["simulated_s"].isna().all()
+    with pytest.raises(ConfigError):
+        api.validate(sparse, "1GbE", compute="measured")
+
+
+def test_a_second_run_needs_two_hook_traces_and_no_measurement_file(tmp_path):
+    from vgcsim import api
+
+    hooked = _hook_run(tmp_path, SAMPLE, "hooked")
+    plain = with_comm(tmp_path, lambda steps: np.full(len(steps), 1e-3))
+    message = (
+        "comparing two runs needs two traces written by the DDP hook "
+        "(register_vgc_hook(..., trace_dir=...))"
+    )
+    for first, second in ((hooked, plain), (plain, hooked)):
+        with pytest.raises(ConfigError) as err:
+            api.validate(first, "1GbE", second, simulate=False)
+        assert str(err.value) == message
+    meas = tmp_path / "m.json"
+    import json
+
+    meas.write_text(json.dumps(measurements_on("1GbE", 4, {})))
+    with pytest.raises(ConfigError) as err:
+        api.validate(meas, "1GbE", hooked)
+    assert str(err.value) == "a second run is compared only with a trace, not a measurement file"
+    with pytest.raises(ConfigError):
+        api.validate(meas, "1GbE", compute="measured")
