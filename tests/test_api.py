@@ -83,8 +83,47 @@ def test_the_docstrings_name_every_result_column_and_the_mean_row():
 def test_record_without_torch_names_the_extra(tmp_path):
     done = api_call_without_training_extra(f"api.record(out_dir={str(tmp_path / 'run')!r})")
     assert done.returncode == 3, done.stderr
-    assert "vgcsim[train]" in done.stdout and "torch" in done.stdout
+    assert done.stdout.startswith("record needs the training extra (torch is not installed): ")
+    assert "vgcsim[train]" in done.stdout
     assert not (tmp_path / "run").exists()
+
+
+def test_report_run_writes_the_page_it_describes(tmp_path, monkeypatch):
+    """``report_run`` into ``out/report`` by default, titled "vgcsim report" and marked as
+    ``vgcsim api.report``'s, an earlier report replaced only with ``overwrite``; the counts it
+    returns are the page's plots and tables; a title, a target accuracy and the command are
+    handed on; without the trace its trace sections are left out."""
+    import json
+
+    from vgcsim.core.outdir import OutputError
+
+    monkeypatch.chdir(tmp_path)
+    out = api.save(
+        api.predict(SAMPLE, "10GbE", world_sizes=[4, 8]), tmp_path / "p", SAMPLE, "10GbE"
+    )
+    run = api.report_run([out], [SAMPLE])
+    where = tmp_path / "out" / "report"
+    assert run.path == Path("out/report/index.html")
+    meta = json.loads((where / "report.json").read_text(encoding="utf-8"))
+    assert (run.plots, run.tables) == (len(meta["plots"]), len(meta["tables"])) == (5, 6)
+    assert run.summary == meta["summary"] and run.missing == [] and run.caveats == []
+    assert "<title>vgcsim report</title>" in (where / "index.html").read_text(encoding="utf-8")
+    assert read_marker(where)["command"] == "vgcsim api.report"
+    with pytest.raises(OutputError, match="--overwrite"):
+        api.report_run([out], [SAMPLE])
+    titled = api.report_run(
+        [out], [SAMPLE], tmp_path / "t", title="Mine", target_accuracy=0.85, command="report"
+    )
+    page = (tmp_path / "t" / "index.html").read_text(encoding="utf-8")
+    assert (
+        "<title>Mine</title>" in page and read_marker(tmp_path / "t")["command"] == "vgcsim report"
+    )
+    assert any(
+        s.startswith("Time to accuracy: target 85.0 % test accuracy (as given)")
+        for s in titled.summary
+    )
+    bare = api.report_run([out], [], where, overwrite=True)
+    assert (bare.plots, bare.tables) == (3, 5)
 
 
 # -- sweeps -----------------------------------------------------------------------------------

@@ -242,3 +242,42 @@ def test_one_rank_on_one_node_is_refused_in_one_exact_line(tmp_path):
     assert str(err.value) == (
         "--nprocs must be >= 2 (calibration times traffic between ranks), or give --nnodes >= 2"
     )
+
+
+def test_the_refusal_names_the_fit_ops_and_the_limit_in_one_line(tmp_path):
+    meas = measurement_file(tmp_path, noise=0.3)
+    out = tmp_path / "c.toml"
+    with pytest.raises(api.CalibrationError) as err:
+        api.calibrate_from(meas, out, max_error=0.01, fit_ops=["p2p", "allreduce"])
+    worst = err.value.run.worst
+    assert worst.fit_ops == ("allreduce", "p2p")
+    assert str(err.value) == (
+        f"fit error too large: typical error {worst.typical_error:.0%} on allreduce+p2p exceeds "
+        f"--max-error 1%; {out} not written (see the table; refit a size range with --from "
+        "FILE --sizes MIN:MAX, or --force)"
+    )
+
+
+def test_a_fit_at_its_limit_is_written_and_a_limit_of_zero_is_refused(tmp_path):
+    meas = measurement_file(tmp_path, noise=0.02)
+    limit = api.fit_calibration(meas).worst.typical_error
+    run = api.calibrate_from(meas, tmp_path / "c.toml", max_error=limit, plot=False)
+    assert run.out == tmp_path / "c.toml" and run.plot is None
+    with pytest.raises(ConfigError) as err:
+        api.calibrate_from(meas, tmp_path / "d.toml", max_error=0)
+    assert str(err.value) == "max_error must be positive, got 0"
+
+
+def test_the_fit_plot_is_a_png_at_120_dpi(tmp_path):
+    """The plot's pixels are its figure's inches × 120 (read from the PNG's IHDR chunk)."""
+    import struct
+
+    from vgcsim.reports.calibration import plot_fit
+
+    meas = measurement_file(tmp_path, noise=0.02)
+    run = api.calibrate_from(meas, tmp_path / "c.toml")
+    head = run.plot.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", head[16:24])
+    inches = plot_fit(run.table).figure.get_size_inches()
+    assert (width, height) == (round(inches[0] * 120), round(inches[1] * 120))

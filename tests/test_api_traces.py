@@ -321,3 +321,35 @@ def test_synth_trace_reads_the_keys_a_file_gives(tmp_path):
     toml.write_text('layers = "resnet50"\nworkers = 2\nsteps = 2\nseed = 7\n', encoding="utf-8")
     made = api.trace_header(api.synth_trace(toml, tmp_path / "s"))["config"]
     assert (made["layers"], made["workers"], made["steps"], made["seed"]) == ("resnet50", 2, 2, 7)
+
+
+def test_record_hands_the_config_layout_and_folder_to_the_recorder_it_picks(tmp_path, monkeypatch):
+    """Emulated (the default): the recorder gets the config with the overrides applied, the
+    folder (``runs/trace`` unless given), no progress bar and no overwrite unless asked. A
+    torch.distributed backend: one rank per worker unless ``nprocs`` says otherwise."""
+    from vgcsim.traces.training import distributed
+    from vgcsim.traces.training import record as recorder
+
+    emulated, ranks = [], []
+    monkeypatch.setattr(
+        recorder, "record", lambda cfg, out, **kw: emulated.append((cfg, out, kw)) or Path(out)
+    )
+    monkeypatch.setattr(
+        distributed,
+        "run_distributed_record",
+        lambda cfg, procs, **kw: ranks.append((cfg, procs, kw)) or Path(kw["out_dir"]),
+    )
+    monkeypatch.chdir(tmp_path)
+    cfg = api.record_config(overrides=TINY)
+    assert api.record(cfg) == Path("runs/trace")
+    assert emulated == [(cfg, "runs/trace", {"progress": False, "overwrite": False})]
+    api.record(cfg, tmp_path / "e", overrides=["steps=3"], progress=True, overwrite=True)
+    assert emulated[-1] == (
+        api.record_config(overrides=[*TINY, "steps=3"]),
+        tmp_path / "e",
+        {"progress": True, "overwrite": True},
+    )
+    api.record(cfg, tmp_path / "g", backend="gloo")
+    assert ranks == [(cfg, 2, {"out_dir": tmp_path / "g", "backend": "gloo", "overwrite": False})]
+    api.record(cfg, tmp_path / "g", backend="gloo", nprocs=3, overwrite=True)
+    assert ranks[-1] == (cfg, 3, {"out_dir": tmp_path / "g", "backend": "gloo", "overwrite": True})
