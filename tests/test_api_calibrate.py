@@ -281,3 +281,110 @@ def test_the_fit_plot_is_a_png_at_120_dpi(tmp_path):
     width, height = struct.unpack(">II", head[16:24])
     inches = plot_fit(run.table).figure.get_size_inches()
     assert (width, height) == (round(inches[0] * 120), round(inches[1] * 120))
+
+
+# -- the fit's inputs and outputs, from times of a known link ----------------------------------
+
+CALL_S, HOST_S, HOST_S_PER_BYTE = 100e-6, 500e-6, 1e-9
+
+
+def every_op_rows() -> list[dict]:
+    """``rows()`` and allgather and allgatherv rows, every collective call paying
+    ``CALL_S`` (the allgatherv's two calls twice) and the allgatherv its host time, ``HOST_S``
+    a call and ``HOST_S_PER_BYTE`` per gathered byte."""
+    from vgcsim.models.linkfit import host_coefficient
+
+    out = rows()
+    for r in out:
+        if r["op"] == "allreduce":
+            r["seconds"] = [s + CALL_S for s in r["seconds"]]
+    for op in ("allgather", "allgatherv"):
+        for size in SIZES:
+            a, b, _ = cost_coefficients(op, size, WORLD)
+            t = a * ALPHA_S + b / BANDWIDTH_BPS + CALL_S
+            if op == "allgatherv":
+                t += CALL_S + HOST_S + host_coefficient(op, size, WORLD) * HOST_S_PER_BYTE
+            out.append({"op": op, "size_bytes": size, "seconds": [t] * 5})
+    return out
+
+
+def test_exact_times_give_back_every_host_term_and_sharing_divides_each():
+    doc = {"world_size": WORLD, "backend": "gloo", "nodes": [0] * WORLD, "rows": every_op_rows()}
+    alone = api.fit_calibration(doc).fit
+    assert alone.latency_s == pytest.approx(ALPHA_S, rel=1e-9)
+    assert alone.call_overhead_s == pytest.approx(CALL_S, rel=1e-9)
+    assert alone.allgatherv_host_s == pytest.approx(HOST_S, rel=1e-9)
+    assert alone.allgatherv_host_s_per_byte == pytest.approx(HOST_S_PER_BYTE, rel=1e-9)
+    table = alone.allgatherv_host_s_per_byte_table
+    assert len(table) >= 2 and all(v == pytest.approx(HOST_S_PER_BYTE) for _, v in table)
+    shared = api.fit_calibration(doc, hosts=(4, 2)).fit  # 4 ranks on 2 cores: f = 2
+    for field in ("call_overhead_s", "allgatherv_host_s", "allgatherv_host_s_per_byte"):
+        assert getattr(shared, field) == pytest.approx(getattr(alone, field) / 2, rel=1e-12)
+    assert shared.allgatherv_host_s_per_byte_table == tuple((b, v / 2) for b, v in table)
+
+
+def test_the_file_says_what_was_fitted_and_only_those_sizes_are(tmp_path):
+    doc = {"world_size": WORLD, "backend": "gloo", "rows": rows()}
+    given = api.fit_calibration(doc)
+    assert given.toml.splitlines()[0] == "# Written by vgcsim calibrate. measurements given"
+    listed = api.fit_calibration(doc, sizes=[64, 16384, 1 << 20, 16 << 20])
+    assert listed.toml.splitlines()[0].endswith(
+        ". measurements given, sizes 64,16384,1048576,16777216"
+    )
+    assert {r["size_bytes"] for r in listed.table} == {64, 16384, 1 << 20, 16 << 20}
+    # a range keeps every measured size inside it, also one the range's own list lacks
+    extra = [*rows(), *[{**r, "size_bytes": 3000} for r in rows() if r["size_bytes"] == 1024]]
+    path = tmp_path / "m.json"
+    write_measurements(path, CalibrateConfig(), WORLD, extra, list(range(WORLD)))
+    ranged = api.fit_calibration(path, sizes="64:4MiB")
+    assert ranged.toml.splitlines()[0].endswith(". measurements from m.json, sizes 64:4MiB")
+    assert 3000 in {r["size_bytes"] for r in ranged.table}
+    noted = api.fit_calibration(doc, note="lab run 3")
+    assert noted.toml.splitlines()[0] == "# Written by vgcsim calibrate. lab run 3"
+
+
+def test_fit_ops_fix_alpha_and_beta_on_those_ops_alone():
+    """Every allreduce 100 µs slower than the link: by default α comes from the allreduce's
+    small sizes (with the call cost beside it) and γ from its large ones; fitted to p2p
+    alone, α is p2p's and there is no γ."""
+    doc = {"world_size": WORLD, "backend": "gloo", "rows": every_op_rows()}
+    p2p = api.fit_calibration(doc, fit_ops=["p2p"])
+    assert p2p.fit.latency_s == pytest.approx(ALPHA_S, rel=1e-9)
+    assert p2p.fit.gamma_s_per_byte == 0.0 and p2p.worst.fit_ops == ("p2p",)
+    assert api.fit_calibration(doc).fit.gamma_s_per_byte == pytest.approx(GAMMA_S_PER_BYTE)
+    with pytest.raises(UnknownNameError) as err:
+        api.fit_calibration(doc, fit_ops=["p2p", "bcast"])
+    assert "'bcast'" in str(err.value) and "fit op" in str(err.value)
+
+
+def test_a_sweep_whose_times_do_not_grow_with_size_is_refused():
+    flat = [{**r, "seconds": [1e-3] * 5} for r in rows()]
+    with pytest.raises(api.CalibrationError) as err:
+        api.fit_calibration({"world_size": WORLD, "backend": "gloo", "rows": flat})
+    assert str(err.value) == (
+        "the fit found no per-byte cost (beta = 0); include larger --sizes so the bandwidth "
+        "term shows"
+    )
+
+
+def test_the_statistic_reaches_the_intra_link_and_the_repeatability_and_the_report_says_all():
+    """Repetitions at 1, 2 and 3 times a link's time: the minimum is the link; the intra-node
+    link (p2p_intra rows, 10 µs and 1 GB/s) is fitted on the same statistic."""
+    from vgcsim.reports.calibration import calibration_text
+    from vgcsim.traces.calibration import repeatability
+
+    spread = [{**r, "seconds": [r["seconds"][0] * k for k in (1, 2, 3)]} for r in rows()]
+    intra = [
+        {"op": "p2p_intra", "size_bytes": s, "seconds": [(10e-6 + s / 1e9) * k for k in (1, 2, 3)]}
+        for s in SIZES
+    ]
+    doc = {"world_size": WORLD, "backend": "gloo", "nodes": [0, 0, 1, 1], "rows": spread + intra}
+    run = api.fit_calibration(doc, statistic="min")
+    fit = run.intra
+    assert fit.latency_s == pytest.approx(10e-6, rel=1e-6)
+    assert fit.bandwidth_Bps == pytest.approx(1e9, rel=1e-6)
+    assert run.repeatability == repeatability(doc["rows"], "min")
+    assert run.report == calibration_text(
+        run.table, run.fit, run.intra, run.errors, run.switch, run.repeatability
+    )
+    assert "gpus_per_node = 2" in run.toml
