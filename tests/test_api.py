@@ -997,3 +997,21 @@ def test_a_trace_without_a_batch_size_simulates_without_a_throughput():
     assert a["throughput_samples_per_s"].notna().all()
     assert b["throughput_samples_per_s"].isna().all()
     assert a["step_s"].tolist() == b["step_s"].tolist()
+
+
+def test_the_verdict_names_the_method_by_its_compressor_and_parameters():
+    """The sample trace's header: variance with α = 2 (and other parameters the label does
+    not show); the line names it as the report does and says what decides it."""
+    trace = api.load_trace(SAMPLE)
+    line = api._verdict(api.predict(trace, "10GbE", [2, 8]), trace)
+    assert line == (
+        "verdict: On 10GbE, variance α=2 never beats dense allreduce for P ≤ 8; its best is "
+        "0.608× at P = 8 (predicted: compress + decode 0.32 ms and communication 0.3 ms "
+        "against 0.4 ms of dense allreduce)."
+    )
+    trace.header["compressor"]["params"]["alpha"] = 1.5
+    assert "variance α=1.5 never beats" in api._verdict(api.predict(trace, "10GbE", [2, 8]), trace)
+    dense = api.load_trace(api.DEMO_TRACES / "dense")
+    assert api._verdict(api.predict(dense, "10GbE", [2, 8]), dense) == (
+        "verdict: no compressed exchange to compare with dense allreduce (a dense trace)"
+    )
