@@ -327,6 +327,11 @@ def test_the_file_says_what_was_fitted_and_only_those_sizes_are(tmp_path):
     doc = {"world_size": WORLD, "backend": "gloo", "rows": rows()}
     given = api.fit_calibration(doc)
     assert given.toml.splitlines()[0] == "# Written by vgcsim calibrate. measurements given"
+    assert given.measurements is None and "burst" not in given.toml  # no file, no bucket
+    bucket = api.fit_calibration(doc, burst_bytes=262144)
+    link = bucket.toml.split("[link]\n")[1].splitlines()
+    assert link[-1] == "burst_bytes = 262144.0  # as given (--burst)"  # in the [link] table
+    assert bucket.toml.endswith("\n")
     listed = api.fit_calibration(doc, sizes=[64, 16384, 1 << 20, 16 << 20])
     assert listed.toml.splitlines()[0].endswith(
         ". measurements given, sizes 64,16384,1048576,16777216"
@@ -354,7 +359,10 @@ def test_fit_ops_fix_alpha_and_beta_on_those_ops_alone():
     assert api.fit_calibration(doc).fit.gamma_s_per_byte == pytest.approx(GAMMA_S_PER_BYTE)
     with pytest.raises(UnknownNameError) as err:
         api.fit_calibration(doc, fit_ops=["p2p", "bcast"])
-    assert "'bcast'" in str(err.value) and "fit op" in str(err.value)
+    assert str(err.value) == (
+        "unknown fit op 'bcast'; valid: allgather, allgatherv, allgatherv_skewed, allreduce, "
+        "p2p, p2p_intra"
+    )
 
 
 def test_a_sweep_whose_times_do_not_grow_with_size_is_refused():
@@ -367,15 +375,22 @@ def test_a_sweep_whose_times_do_not_grow_with_size_is_refused():
     )
 
 
-def test_the_statistic_reaches_the_intra_link_and_the_repeatability_and_the_report_says_all():
-    """Repetitions at 1, 2 and 3 times a link's time: the minimum is the link; the intra-node
-    link (p2p_intra rows, 10 µs and 1 GB/s) is fitted on the same statistic."""
+def test_the_statistic_reaches_the_intra_link_and_the_repeatability_and_the_report_says_all(
+    tmp_path,
+):
+    """Repetitions at 1, 2, 3 and 4 times a link's time: the minimum is the link; the
+    intra-node link (p2p_intra rows, 10 µs and 1 GB/s) is fitted on the same statistic, and
+    so is the repeatability (each size's even-numbered repetitions against its odd ones)."""
     from vgcsim.reports.calibration import calibration_text
     from vgcsim.traces.calibration import repeatability
 
-    spread = [{**r, "seconds": [r["seconds"][0] * k for k in (1, 2, 3)]} for r in rows()]
+    spread = [{**r, "seconds": [r["seconds"][0] * k for k in (1, 2, 3, 4)]} for r in rows()]
     intra = [
-        {"op": "p2p_intra", "size_bytes": s, "seconds": [(10e-6 + s / 1e9) * k for k in (1, 2, 3)]}
+        {
+            "op": "p2p_intra",
+            "size_bytes": s,
+            "seconds": [(10e-6 + s / 1e9) * k for k in (1, 2, 3, 4)],
+        }
         for s in SIZES
     ]
     doc = {"world_size": WORLD, "backend": "gloo", "nodes": [0, 0, 1, 1], "rows": spread + intra}
@@ -384,7 +399,13 @@ def test_the_statistic_reaches_the_intra_link_and_the_repeatability_and_the_repo
     assert fit.latency_s == pytest.approx(10e-6, rel=1e-6)
     assert fit.bandwidth_Bps == pytest.approx(1e9, rel=1e-6)
     assert run.repeatability == repeatability(doc["rows"], "min")
+    assert run.repeatability != repeatability(doc["rows"], "median")
     assert run.report == calibration_text(
         run.table, run.fit, run.intra, run.errors, run.switch, run.repeatability
     )
     assert "gpus_per_node = 2" in run.toml
+    # a token bucket given beside an intra-node link belongs to the host link alone
+    bucket = tmp_path / "b.toml"
+    bucket.write_text(api.fit_calibration(doc, burst_bytes=65536).toml, encoding="utf-8")
+    cluster = load_cluster(bucket)
+    assert cluster.link.burst_bytes == 65536 and cluster.intra_link.burst_bytes == 0

@@ -482,9 +482,10 @@ def cluster_toml(
     if intra is not None:
         lines.append(f"gpus_per_node = {ranks_per_node}")
     lines += ["", "[topology]", f"kind = {toml_value('hierarchical' if intra else 'star')}", ""]
-    lines += _fitted_link_lines("link", name, fit, "inter-node link" if intra else "link")
-    if burst_bytes > 0:
-        lines.append(f"burst_bytes = {toml_value(float(burst_bytes))}  # as given (--burst)")
+    link = _fitted_link_lines("link", name, fit, "inter-node link" if intra else "link")
+    if burst_bytes > 0:  # in the [link] table, before the blank line that ends it
+        link.insert(-1, f"burst_bytes = {toml_value(float(burst_bytes))}  # as given (--burst)")
+    lines += link
     if intra is not None:
         lines += _fitted_link_lines("intra_link", f"{name}-intra", intra, "intra-node link")
     return "\n".join(lines)
