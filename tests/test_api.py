@@ -1015,3 +1015,12 @@ def test_the_verdict_names_the_method_by_its_compressor_and_parameters():
     assert api._verdict(api.predict(dense, "10GbE", [2, 8]), dense) == (
         "verdict: no compressed exchange to compare with dense allreduce (a dense trace)"
     )
+
+
+def test_a_report_folder_is_marked_as_the_report_commands_by_default(tmp_path):
+    def write(folder: Path) -> Path:
+        (folder / "index.html").write_text("<html></html>", encoding="utf-8")
+        return folder / "index.html"
+
+    assert api.report_folder(tmp_path / "r", write, False) == tmp_path / "r" / "index.html"
+    assert read_marker(tmp_path / "r")["command"] == "vgcsim report"

@@ -353,3 +353,12 @@ def test_record_hands_the_config_layout_and_folder_to_the_recorder_it_picks(tmp_
     assert ranks == [(cfg, 2, {"out_dir": tmp_path / "g", "backend": "gloo", "overwrite": False})]
     api.record(cfg, tmp_path / "g", backend="gloo", nprocs=3, overwrite=True)
     assert ranks[-1] == (cfg, 3, {"out_dir": tmp_path / "g", "backend": "gloo", "overwrite": True})
+
+
+def test_record_config_checks_names_only_when_asked():
+    """Building a config needs no registry: a dataset no registry knows is kept until
+    ``check=True`` (which needs the training extra) looks it up."""
+    cfg = api.record_config(overrides=["data.name=nope"])
+    assert cfg.data.name == "nope"
+    with pytest.raises(ConfigError, match="nope"):
+        api.record_config(overrides=["data.name=nope"], check=True)

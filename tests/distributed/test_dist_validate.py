@@ -414,3 +414,12 @@ def test_a_second_run_needs_two_hook_traces_and_no_measurement_file(tmp_path):
     assert str(err.value) == "a second run is compared only with a trace, not a measurement file"
     with pytest.raises(ConfigError):
         api.validate(meas, "1GbE", compute="measured")
+
+
+def test_a_case_at_the_tolerance_passes_and_no_case_is_refused_in_one_line():
+    from vgcsim.core.errors import TraceError
+
+    assert verdict({"a": -0.25, "b": 0.125}, 0.25).passed  # |error| = tolerance: within it
+    with pytest.raises(TraceError) as err:
+        verdict({"a": float("nan")}, 0.1)
+    assert str(err.value) == "nothing to validate: no case has both a measurement and a model"
