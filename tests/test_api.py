@@ -1024,3 +1024,13 @@ def test_a_report_folder_is_marked_as_the_report_commands_by_default(tmp_path):
 
     assert api.report_folder(tmp_path / "r", write, False) == tmp_path / "r" / "index.html"
     assert read_marker(tmp_path / "r")["command"] == "vgcsim report"
+
+
+def test_the_api_parses_algorithm_lists_as_the_models_do():
+    from vgcsim.models.predict import ALLGATHERV_ALGORITHMS
+
+    assert api.parse_algorithms(" ring , bruck ,", "allgatherv") == ("ring", "bruck")
+    assert api.parse_algorithms("all", "allgatherv") == ALLGATHERV_ALGORITHMS
+    assert api.parse_algorithms("recursive_doubling", "allreduce") == ("recursive_doubling",)
+    with pytest.raises(ConfigError, match="ring"):
+        api.parse_algorithms("nope", "allreduce")

@@ -154,7 +154,11 @@ def test_building_a_record_config_needs_no_torch_and_checking_it_names_the_extra
     done = run_without_training_extra(code)
     assert done.returncode == 0, done.stderr
     extra = "needs the training extra (torch is not installed): pip install 'vgcsim[train]'"
-    assert done.stdout.splitlines() == ["3", extra, extra]
+    assert done.stdout.splitlines() == [
+        "3",
+        f"checking a record config {extra}",
+        f"resuming a recording {extra}",
+    ]
 
 
 # -- record, resume ---------------------------------------------------------------------------
@@ -362,3 +366,19 @@ def test_record_config_checks_names_only_when_asked():
     assert cfg.data.name == "nope"
     with pytest.raises(ConfigError, match="nope"):
         api.record_config(overrides=["data.name=nope"], check=True)
+
+
+def test_resume_record_hands_the_run_config_and_progress_to_the_recorder(tmp_path, monkeypatch):
+    from vgcsim.traces.training import record as recorder
+
+    calls = []
+    monkeypatch.setattr(
+        recorder, "resume", lambda run, cfg, **kw: calls.append((run, cfg, kw)) or Path(run)
+    )
+    cfg = api.record_config(overrides=TINY)
+    assert api.resume_record(tmp_path / "r") == tmp_path / "r"
+    api.resume_record(tmp_path / "s", cfg, progress=True)
+    assert calls == [
+        (tmp_path / "r", None, {"progress": False}),
+        (tmp_path / "s", cfg, {"progress": True}),
+    ]

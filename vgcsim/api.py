@@ -296,7 +296,7 @@ def record_config(
         cfg = config_from_dict(RecordConfig, data) if data else RecordConfig()
     cfg = apply_overrides(cfg, list(overrides))
     if check:
-        with _TrainingExtra():
+        with _TrainingExtra("checking a record config "):
             from vgcsim.traces.training.record import check_config
 
         check_config(cfg)
@@ -325,7 +325,7 @@ def resume_record(run: str | Path, config: Any = None, *, progress: bool = False
     refused. Signals as for :func:`record`; without the training extra:
     :class:`MissingExtraError`.
     """
-    with _TrainingExtra():
+    with _TrainingExtra("resuming a recording "):
         from vgcsim.traces.training.record import resume
 
     return resume(run, config, progress=progress)
