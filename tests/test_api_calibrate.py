@@ -404,6 +404,9 @@ def test_the_statistic_reaches_the_intra_link_and_the_repeatability_and_the_repo
         run.table, run.fit, run.intra, run.errors, run.switch, run.repeatability
     )
     assert "gpus_per_node = 2" in run.toml
+    # the ranks per node are those of rank 0's node, wherever the others are
+    uneven = api.fit_calibration({**doc, "nodes": [0, 1, 0, 0]}, statistic="min")
+    assert "gpus_per_node = 3" in uneven.toml
     # a token bucket given beside an intra-node link belongs to the host link alone
     bucket = tmp_path / "b.toml"
     bucket.write_text(api.fit_calibration(doc, burst_bytes=65536).toml, encoding="utf-8")
