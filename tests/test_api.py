@@ -562,8 +562,7 @@ def test_the_demo_on_measured_compute_says_so_and_models_only_the_paper_nets(tmp
     target accuracy reaches the report as a percentage. Run from a folder, without naming
     one, under an ASCII locale: it writes ``out/demo`` there (its UTF-8 files read back as
     UTF-8), and a second run is refused without ``overwrite``."""
-    from conftest import ascii_locale
-
+    from tests.conftest import ascii_locale
     from vgcsim.core.outdir import OutputError
 
     monkeypatch.chdir(tmp_path)
