@@ -1033,3 +1033,45 @@ def test_the_api_parses_algorithm_lists_as_the_models_do():
     assert api.parse_algorithms("recursive_doubling", "allreduce") == ("recursive_doubling",)
     with pytest.raises(ConfigError, match="ring"):
         api.parse_algorithms("nope", "allreduce")
+
+
+def test_timeline_files_write_the_runs_timelines_and_link_bytes(tmp_path):
+    """The timelines of one step at two world sizes (one per method and encoding):
+    ``timeline.json`` holds the Chrome trace ``write_chrome_trace`` writes of them all,
+    ``links.csv`` their link tables one after the other with a fresh row count and no index
+    column; no timelines, no files."""
+    import pandas as pd
+
+    from vgcsim.simulator.timeline import write_chrome_trace
+
+    run = api.simulate_run(SAMPLE, "10GbE", [2, 4], max_steps=1, timeline_steps=[0])
+    assert len(run.timelines) > 1
+    files = api.timeline_files(run.timelines)
+    assert set(files) == {"timeline.json", "links.csv"}
+    for name, write in files.items():
+        write(tmp_path / name)
+    write_chrome_trace(run.timelines, tmp_path / "expected.json")
+    assert (tmp_path / "timeline.json").read_bytes() == (tmp_path / "expected.json").read_bytes()
+    expected = pd.concat([t.link_table() for t in run.timelines], ignore_index=True)
+    links = pd.read_csv(tmp_path / "links.csv")
+    assert list(links.columns) == list(expected.columns)
+    assert list(links.index) == list(range(len(expected)))
+    assert len(links) > len(run.timelines[0].link_table())
+    assert api.timeline_files([]) == {}
+
+
+def test_report_writes_into_out_report_by_default_titled_and_marked_as_the_apis(
+    tmp_path, monkeypatch
+):
+    from vgcsim.core.outdir import OutputError
+
+    monkeypatch.chdir(tmp_path)
+    out = api.save(api.predict(SAMPLE, "10GbE", world_sizes=[2]), tmp_path / "p", SAMPLE, "10GbE")
+    html = api.report([out])
+    assert html == Path("out/report/index.html")
+    assert "<title>vgcsim report</title>" in html.read_text(encoding="utf-8")
+    assert read_marker(tmp_path / "out" / "report")["command"] == "vgcsim api.report"
+    with pytest.raises(OutputError, match="--overwrite"):
+        api.report([out])
+    again = api.report([out], title="Again", overwrite=True)
+    assert "<title>Again</title>" in again.read_text(encoding="utf-8")
