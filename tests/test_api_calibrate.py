@@ -412,3 +412,30 @@ def test_the_statistic_reaches_the_intra_link_and_the_repeatability_and_the_repo
     bucket.write_text(api.fit_calibration(doc, burst_bytes=65536).toml, encoding="utf-8")
     cluster = load_cluster(bucket)
     assert cluster.link.burst_bytes == 65536 and cluster.intra_link.burst_bytes == 0
+
+
+def test_the_cluster_file_is_written_into_new_folders_and_never_over_anothers_file(tmp_path):
+    """The file's folders are made; a folder given as the file, a file calibrate did not
+    write (also one that is not UTF-8) and calibrate's own earlier file without
+    ``overwrite`` are each refused in one line, nothing replaced."""
+    meas = measurement_file(tmp_path, noise=0.02)
+    deep = tmp_path / "a" / "b" / "c.toml"
+    assert api.calibrate_from(meas, deep, plot=False).out == deep and deep.is_file()
+    with pytest.raises(OutputError) as err:
+        api.calibrate_from(meas, deep, plot=False)
+    assert str(err.value) == (
+        f"{deep} already holds a cluster file from vgcsim calibrate; pass --overwrite to "
+        "replace it, or choose another -o"
+    )
+    with pytest.raises(ConfigError) as err:
+        api.calibrate_from(meas, tmp_path / "a", plot=False)
+    assert str(err.value) == f"{tmp_path / 'a'} is a folder; give the cluster TOML file to write"
+    for name, content in (("mine.toml", b'name = "mine"\n'), ("latin.toml", b"# caf\xe9\n")):
+        theirs = tmp_path / name
+        theirs.write_bytes(content)
+        with pytest.raises(OutputError) as err:
+            api.calibrate_from(meas, theirs, overwrite=True, plot=False)
+        assert str(err.value) == (
+            f"{theirs} exists and was not written by vgcsim calibrate; not replacing it"
+        )
+        assert theirs.read_bytes() == content
