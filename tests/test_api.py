@@ -1075,3 +1075,48 @@ def test_report_writes_into_out_report_by_default_titled_and_marked_as_the_apis(
         api.report([out])
     again = api.report([out], title="Again", overwrite=True)
     assert "<title>Again</title>" in again.read_text(encoding="utf-8")
+
+
+def test_a_missing_training_module_becomes_one_line_naming_the_extra():
+    """Inside ``_TrainingExtra(what)``: a missing module of the training extra (by its top
+    package) is :class:`MissingExtraError` led by ``what``; any other missing module, a
+    nameless one, or another error passes through as it is."""
+    with pytest.raises(api.MissingExtraError) as err:
+        with api._TrainingExtra("doing this "):
+            raise ModuleNotFoundError("no torch.nn", name="torch.nn")
+    assert str(err.value) == (
+        f"doing this needs the training extra (torch is not installed): {api.TRAIN_EXTRA_HINT}"
+    )
+    for raised in (
+        ModuleNotFoundError("no yaml", name="yaml"),
+        ModuleNotFoundError("no name"),
+        ValueError("not an import"),
+    ):
+        with pytest.raises(type(raised)) as err:
+            with api._TrainingExtra("doing this "):
+                raise raised
+        assert err.value is raised
+    with api._TrainingExtra():
+        pass
+
+
+def test_the_measured_allgatherv_is_what_the_run_used():
+    """A recording on real ranks says in its header whether its all_gather was padded (the
+    default: gloo) or exact (ring)."""
+    trace = api.load_trace(SAMPLE)
+    trace.header.pop("distributed", None)
+    assert api._measured_allgatherv(trace) == "padded"
+    trace.header["distributed"] = {"padded_allgather": False}
+    assert api._measured_allgatherv(trace) == "ring"
+    trace.header["distributed"] = {"padded_allgather": True}
+    assert api._measured_allgatherv(trace) == "padded"
+
+
+def test_a_hook_trace_was_exchanged_as_the_hook_does(tmp_path):
+    from tests.conftest import write_hook_trace
+    from vgcsim.traces.replay import default_allgatherv
+
+    hooked = api.load_trace(write_hook_trace(tmp_path))
+    hooked.header["distributed"] = {"padded_allgather": False}  # not what decides it
+    assert api._measured_allgatherv(hooked) == default_allgatherv(hooked)
+    assert default_allgatherv(hooked) not in ("padded", "ring")
