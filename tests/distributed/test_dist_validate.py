@@ -423,3 +423,30 @@ def test_a_case_at_the_tolerance_passes_and_no_case_is_refused_in_one_line():
     with pytest.raises(TraceError) as err:
         verdict({"a": float("nan")}, 0.1)
     assert str(err.value) == "nothing to validate: no case has both a measurement and a model"
+
+
+def test_save_validation_marks_its_folder_and_writes_the_plot_at_120_dpi(tmp_path):
+    """Written as ``vgcsim api.save_validation`` unless a command is named, the marker listing
+    the result's files; an earlier one replaced only with ``overwrite``; the plot's pixels
+    are its figure's inches × 120 (the PNG's IHDR chunk)."""
+    import struct
+
+    from vgcsim import api
+    from vgcsim.core.outdir import OutputError, read_marker
+    from vgcsim.reports.validation import plot_validation
+
+    run = with_comm(tmp_path, lambda steps: np.full(len(steps), 1e-3))
+    result = api.validate(run, "1GbE", simulate=False)
+    out = tmp_path / "v"
+    api.save_validation(result, out)
+    marker = read_marker(out)
+    assert marker["command"] == "vgcsim api.save_validation"
+    assert sorted(marker["files"]) == sorted(result.files)
+    with pytest.raises(OutputError, match="--overwrite"):
+        api.save_validation(result, out)
+    api.save_validation(result, out, overwrite=True, command="validate")
+    assert read_marker(out)["command"] == "vgcsim validate"
+    head = (out / "validation.png").read_bytes()[:24]
+    width, height = struct.unpack(">II", head[16:24])
+    inches = plot_validation(result.frame).figure.get_size_inches()
+    assert (width, height) == (round(inches[0] * 120), round(inches[1] * 120))
