@@ -450,3 +450,27 @@ def test_save_validation_marks_its_folder_and_writes_the_plot_at_120_dpi(tmp_pat
     width, height = struct.unpack(">II", head[16:24])
     inches = plot_validation(result.frame).figure.get_size_inches()
     assert (width, height) == (round(inches[0] * 120), round(inches[1] * 120))
+
+
+def test_save_validation_refuses_a_folder_holding_a_file_of_the_users_before_writing(tmp_path):
+    """A folder that an earlier validation of a measurement file wrote, into which the user
+    put a ``validation.png`` of their own: saving a trace's validation there is refused
+    before any file is written, their picture kept."""
+    import json
+
+    from vgcsim import api
+    from vgcsim.core.outdir import OutputError
+
+    meas = tmp_path / "m.json"
+    meas.write_text(json.dumps(measurements_on("1GbE", 4, {})))
+    out = tmp_path / "v"
+    api.save_validation(api.validate(meas, "1GbE", simulate=False), out)
+    (out / "validation.png").write_bytes(b"my own picture")
+    run = with_comm(tmp_path, lambda steps: np.full(len(steps), 1e-3))
+    with pytest.raises(OutputError):
+        api.save_validation(api.validate(run, "1GbE", simulate=False), out, overwrite=True)
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
+        "validation.png",
+        "validation_collectives.csv",
+    ]
+    assert (out / "validation.png").read_bytes() == b"my own picture"
