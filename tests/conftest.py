@@ -7,6 +7,7 @@ import contextlib
 import json
 import locale
 import shutil
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -154,6 +155,13 @@ def ascii_locale():
         yield
     finally:
         locale.setlocale(locale.LC_CTYPE, old)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """A PNG file's (width, height) in pixels, read from its IHDR chunk."""
+    head = Path(path).read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", path
+    return struct.unpack(">II", head[16:24])
 
 
 def write_hook_trace(tmp_path: Path, wall: bool = True) -> Path:

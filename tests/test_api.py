@@ -443,14 +443,6 @@ def test_a_rank_of_torchrun_is_told_by_all_four_of_its_variables(monkeypatch, mi
 # -- the demo end to end, small: what it writes, says and returns ---------------------------
 
 
-def _demo_small(tmp_path, clusters=("10GbE",), world_sizes=(4, 2), command=None, **fields):
-    calls = []
-    out = tmp_path / "demo"
-    cfg = api.DemoConfig(clusters=clusters, world_sizes=world_sizes, sim_steps=3, **fields)
-    run = api.demo(cfg, out, progress=lambda *a: calls.append(a), command=command)
-    return out, run, calls
-
-
 def test_the_demo_writes_and_reports_each_stage_in_order(tmp_path):
     """Committed traces (dense and variance), two clusters on two devices, P = 2 and 4, one
     paper-size net: the compressed trace predicted and simulated on each cluster, the net
@@ -462,13 +454,17 @@ def test_the_demo_writes_and_reports_each_stage_in_order(tmp_path):
 
     a100 = tmp_path / "a100.toml"
     a100.write_text('device = "A100"\n[link]\npreset = "25GbE"\n', encoding="utf-8")
-    out, run, calls = _demo_small(
-        tmp_path,
+    cfg = api.DemoConfig(
         clusters=("10GbE", str(a100)),
+        world_sizes=(4, 2),
+        sim_steps=3,
         methods=("dense", "variance"),
         paper_nets=("resnet50",),
         paper_steps=2,
     )
+    calls = []
+    out = tmp_path / "demo"
+    run = api.demo(cfg, out, progress=lambda *a: calls.append(a))
     synth = out / "traces" / "synthesized" / "resnet50"
     assert calls == [
         (1, 8, "predicted variance-10GbE for P = 2..4"),
@@ -491,16 +487,7 @@ def test_the_demo_writes_and_reports_each_stage_in_order(tmp_path):
         out / "results" / "predicted" / "resnet50-10GbE",
         out / "results" / "predicted" / "resnet50-a100",
     )
-    assert run.config == api.demo_config(
-        config=api.DemoConfig(
-            clusters=("10GbE", str(a100)),
-            world_sizes=(4, 2),
-            sim_steps=3,
-            methods=("dense", "variance"),
-            paper_nets=("resnet50",),
-            paper_steps=2,
-        )
-    )
+    assert run.config == api.demo_config(config=cfg)
     assert run.report == out / "report" / "index.html" and run.report.is_file()
     assert run.headline.startswith("small_cnn (38,282 parameters) on mnist, 500 steps")
     assert run.notes[0] == (

@@ -36,10 +36,14 @@ def rows(noise: float = 0.0, seed: int = 3) -> list[dict]:
     return out
 
 
+def write_rows(path, measured: list[dict]) -> Path:
+    """A measurement file of ``measured`` rows from ``WORLD`` ranks, one per node."""
+    write_measurements(Path(path), CalibrateConfig(), WORLD, measured, list(range(WORLD)))
+    return Path(path)
+
+
 def measurement_file(tmp_path, noise: float = 0.0):
-    path = tmp_path / "m.json"
-    write_measurements(path, CalibrateConfig(), WORLD, rows(noise), list(range(WORLD)))
-    return path
+    return write_rows(tmp_path / "m.json", rows(noise))
 
 
 @pytest.mark.parametrize("extra", [[], ["--statistic", "min", "--sizes", "64:4MiB"]])
@@ -130,10 +134,6 @@ def test_a_bad_sweep_or_layout_is_refused_before_any_rank_starts(tmp_path, sweep
 # -- calibrate end to end with the ranks stood in for: what it starts, fits and writes ---------
 
 
-def _writes_measurements(path) -> None:
-    write_measurements(Path(path), CalibrateConfig(), WORLD, rows(0.02), list(range(WORLD)))
-
-
 @pytest.fixture
 def launched(monkeypatch):
     """``calibrate`` outside torchrun with ``launch_local`` stood in for: each call is kept
@@ -145,7 +145,7 @@ def launched(monkeypatch):
     def launch_local(argv, ranks, **kw):
         calls.append((argv, ranks, kw))
         if kw["node_rank"] == 0:
-            _writes_measurements(argv[-1])
+            write_rows(argv[-1], rows(0.02))
 
     monkeypatch.setattr(api, "_under_torchrun", lambda: False)
     monkeypatch.setattr(distributed_launch, "launch_local", launch_local)
@@ -217,7 +217,7 @@ def test_under_torchrun_this_process_is_one_rank_and_rank_0_fits(tmp_path, monke
 
     def run_rank(cfg, path, iface):
         ranks.append((cfg, path, iface))
-        _writes_measurements(path)
+        write_rows(path, rows(0.02))
         return len(ranks) - 1  # the first call is rank 0, the next one rank 1
 
     monkeypatch.setattr(api, "_under_torchrun", lambda: True)
@@ -270,15 +270,12 @@ def test_a_fit_at_its_limit_is_written_and_a_limit_of_zero_is_refused(tmp_path):
 
 def test_the_fit_plot_is_a_png_at_120_dpi(tmp_path):
     """The plot's pixels are its figure's inches × 120 (read from the PNG's IHDR chunk)."""
-    import struct
-
+    from tests.conftest import png_size
     from vgcsim.reports.calibration import plot_fit
 
     meas = measurement_file(tmp_path, noise=0.02)
     run = api.calibrate_from(meas, tmp_path / "c.toml")
-    head = run.plot.read_bytes()[:24]
-    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
-    width, height = struct.unpack(">II", head[16:24])
+    width, height = png_size(run.plot)
     inches = plot_fit(run.table).figure.get_size_inches()
     assert (width, height) == (round(inches[0] * 120), round(inches[1] * 120))
 
@@ -339,9 +336,7 @@ def test_the_file_says_what_was_fitted_and_only_those_sizes_are(tmp_path):
     assert {r["size_bytes"] for r in listed.table} == {64, 16384, 1 << 20, 16 << 20}
     # a range keeps every measured size inside it, also one the range's own list lacks
     extra = [*rows(), *[{**r, "size_bytes": 3000} for r in rows() if r["size_bytes"] == 1024]]
-    path = tmp_path / "m.json"
-    write_measurements(path, CalibrateConfig(), WORLD, extra, list(range(WORLD)))
-    ranged = api.fit_calibration(path, sizes="64:4MiB")
+    ranged = api.fit_calibration(write_rows(tmp_path / "m.json", extra), sizes="64:4MiB")
     assert ranged.toml.splitlines()[0].endswith(". measurements from m.json, sizes 64:4MiB")
     assert 3000 in {r["size_bytes"] for r in ranged.table}
     noted = api.fit_calibration(doc, note="lab run 3")

@@ -24,10 +24,11 @@ from vgcsim.traces.io import read_trace
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
 
 
-def with_comm(tmp_path: Path, comm_s) -> Path:
-    """The committed sample trace with a comm_s column written into its steps chunks."""
-    run = tmp_path / "run"
-    shutil.copytree(SAMPLE, run)
+def with_comm(tmp_path: Path, comm_s, source: Path = SAMPLE, name: str = "run") -> Path:
+    """A committed trace (the sample trace unless ``source``) copied to ``name`` with a comm_s
+    column, ``comm_s(steps)``, written into its steps chunks."""
+    run = tmp_path / name
+    shutil.copytree(source, run)
     for part in sorted((run / "steps").glob("part-*.parquet")):
         df = pd.read_parquet(part)
         df["comm_s"] = comm_s(df["step"].to_numpy())
@@ -334,12 +335,7 @@ def test_collective_frame_prices_each_row_on_the_link_and_host_it_crossed(tmp_pa
 def test_a_dense_run_is_compared_with_the_allreduce_algorithm_asked_for(tmp_path):
     from vgcsim.commands.demo import DEMO_TRACES
 
-    run = tmp_path / "dense"
-    shutil.copytree(DEMO_TRACES / "dense", run)
-    for part in sorted((run / "steps").glob("part-*.parquet")):
-        df = pd.read_parquet(part)
-        df["comm_s"] = 1e-3
-        df.to_parquet(part, index=False)
+    run = with_comm(tmp_path, lambda steps: np.full(len(steps), 1e-3), DEMO_TRACES / "dense")
     trace = read_trace(run)
     cluster = load_cluster("10GbE")
     opts = ValidateOptions(allreduce="recursive_doubling", simulate=False)
@@ -353,13 +349,7 @@ def test_a_dense_run_is_compared_with_the_allreduce_algorithm_asked_for(tmp_path
 
 def _hook_run(tmp_path: Path, source: Path, name: str) -> Path:
     """``source`` copied to ``name`` with a measured comm_s per step and a ranks table."""
-    run = tmp_path / name
-    shutil.copytree(source, run)
-    for part in sorted((run / "steps").glob("part-*.parquet")):
-        df = pd.read_parquet(part)
-        df["comm_s"] = 1e-3
-        df.to_parquet(part, index=False)
-    return with_ranks(run)
+    return with_ranks(with_comm(tmp_path, lambda steps: np.full(len(steps), 1e-3), source, name))
 
 
 def test_two_hook_runs_of_one_job_name_the_faster_measured_and_predicted(tmp_path):
@@ -429,8 +419,7 @@ def test_save_validation_marks_its_folder_and_writes_the_plot_at_120_dpi(tmp_pat
     """Written as ``vgcsim api.save_validation`` unless a command is named, the marker listing
     the result's files; an earlier one replaced only with ``overwrite``; the plot's pixels
     are its figure's inches × 120 (the PNG's IHDR chunk)."""
-    import struct
-
+    from tests.conftest import png_size
     from vgcsim import api
     from vgcsim.core.outdir import OutputError, read_marker
     from vgcsim.reports.validation import plot_validation
@@ -446,8 +435,7 @@ def test_save_validation_marks_its_folder_and_writes_the_plot_at_120_dpi(tmp_pat
         api.save_validation(result, out)
     api.save_validation(result, out, overwrite=True, command="validate")
     assert read_marker(out)["command"] == "vgcsim validate"
-    head = (out / "validation.png").read_bytes()[:24]
-    width, height = struct.unpack(">II", head[16:24])
+    width, height = png_size(out / "validation.png")
     inches = plot_validation(result.frame).figure.get_size_inches()
     assert (width, height) == (round(inches[0] * 120), round(inches[1] * 120))
 
