@@ -5,7 +5,8 @@ Each setup builds 4 hosts on a bridge (``tests/distributed/_netns.py``), every l
 (one rank per host, the default sweep unless ``--sizes``/``--ops`` are given, ``--force`` so
 that the file is written and its errors read whatever they are; ``--ranks-per-host 4
 --host-cores`` the machine's cores, since the 4 hosts share them, so that the fit's CPU-time
-terms and σ are read as the sharing they were measured under) and reports the fitted link
+terms and σ are read as the sharing they were measured under; ``--burst`` the shaper's
+bucket, so that the fit prices the collectives' messages with it) and reports the fitted link
 and the typical error per op that calibrate prints (exp of the rms log ratio of fitted to
 measured time, minus one). Needs root; prints why and exits 0 where it cannot run.
 
@@ -79,7 +80,12 @@ def run_setup(
         with shaped_hosts(4, rate, burst=tbf_bytes(burst), latency="400ms") as hosts:
             done = run_on_hosts(
                 hosts,
-                [calibrate_argv(hosts, i, 29600, out, "--force", *extra) for i in range(4)],
+                [
+                    calibrate_argv(
+                        hosts, i, 29600, out, "--force", "--burst", str(tbf_bytes(burst)), *extra
+                    )
+                    for i in range(4)
+                ],
                 timeout_s=timeout_s,
             )
         if done[0].returncode != 0 or not out.exists():
@@ -120,7 +126,9 @@ def refit_setup(rate: str, burst: str, folder: Path, statistic: str | None) -> d
     if isinstance(kept, str):
         return {"rate": rate, "burst": burst, "error": kept}
     doc, cores = kept
-    run = api.fit_calibration(doc, statistic=statistic or "median", hosts=(4, cores))
+    run = api.fit_calibration(
+        doc, statistic=statistic or "median", hosts=(4, cores), burst_bytes=tbf_bytes(burst)
+    )
     return setup_row(rate, burst, run.fit, run.errors, run.repeatability)
 
 
@@ -141,7 +149,8 @@ def read_kept(folder: Path, rate: str, burst: str) -> tuple[dict, int] | str:
 PARTS = (
     ("one line, α per step", {"segments": False, "call_ops": None}),
     ("+ per-call cost c", {"segments": False}),
-    ("+ size segments (the default)", {}),
+    ("+ size segments", {}),
+    ("+ the token bucket (the default)", {"burst": True}),
 )
 
 
@@ -161,7 +170,10 @@ def parts_table(folder: Path, setups: list[str], statistic: str | None) -> str:
         doc, cores = kept
         fits = []
         for label, switches in PARTS:
-            fit, table = fit_link(doc, statistic or "median", comm_cpu=4 > cores, **switches)
+            kw = {k: v for k, v in switches.items() if k != "burst"}
+            if switches.get("burst"):
+                kw["burst_bytes"] = tbf_bytes(burst)
+            fit, table = fit_link(doc, statistic or "median", comm_cpu=4 > cores, **kw)
             fits.append((label, fit, op_errors(table)))
         blocks.append((f"{rate}, {burst}", fits))
     ops = list(dict.fromkeys(op for _, fits in blocks for _, _, e in (fits or ()) for op in e))

@@ -52,6 +52,7 @@ from vgcsim.core.collectives import (
     plain_allgather_host_time_s,
     sparse_stage_bytes,
     sparse_stages,
+    prices_by_size,
     wire_bytes,
 )
 from vgcsim.core.errors import ConfigError, unknown_name
@@ -103,7 +104,7 @@ def _software(link: LinkSpec) -> tuple[LinkSpec, float]:
 def _msg(link: LinkSpec, m):
     """One step's ``α + β·m`` (the same float operations as written in the formulas), or
     ``msg(m)`` of the link's size segments where it has them."""
-    if link.segments:
+    if prices_by_size(link):
         return message_time_s(link, m)
     return link.latency_s + m * link.beta_s_per_byte
 
@@ -121,7 +122,7 @@ def _fold_unfold_s(n: np.ndarray, p: int, link: LinkSpec) -> np.ndarray | float:
     which reduces it, and receive the result at the end)."""
     if _pow2_floor(p) == p:
         return 0.0
-    if link.segments:
+    if prices_by_size(link):
         return 2 * message_time_s(link, n) + n * link.gamma_s_per_byte
     return 2 * link.latency_s + 2 * n * link.beta_s_per_byte + n * link.gamma_s_per_byte
 
@@ -136,7 +137,7 @@ def _ring_allreduce(n: np.ndarray, p: int, link: LinkSpec) -> np.ndarray:
         return np.zeros_like(n)
     a, b, g = link.latency_s, link.beta_s_per_byte, link.gamma_s_per_byte
     frac = (p - 1) / p
-    if link.segments:
+    if prices_by_size(link):
         return 2 * (p - 1) * message_time_s(link, n / p) + frac * n * g
     return 2 * (p - 1) * a + 2 * frac * n * b + frac * n * g
 
@@ -187,7 +188,7 @@ def allreduce_recursive_doubling(
         return np.zeros_like(n)
     link, call_s = _software(link)
     a, b, g = link.latency_s, link.beta_s_per_byte, link.gamma_s_per_byte
-    if link.segments:
+    if prices_by_size(link):
         t = math.log2(_pow2_floor(p)) * (message_time_s(link, n) + n * g)
         return _plus_calls(t + _fold_unfold_s(n, p, link), p, call_s)
     t = math.log2(_pow2_floor(p)) * (a + n * b + n * g) + _fold_unfold_s(n, p, link)
@@ -221,7 +222,7 @@ def allreduce_rabenseifner(
     a, b, g = link.latency_s, link.beta_s_per_byte, link.gamma_s_per_byte
     pp = _pow2_floor(p)
     frac = (pp - 1) / pp
-    if link.segments:  # halving then doubling: messages of n/2, n/4, ..., n/p' each way
+    if prices_by_size(link):  # halving then doubling: messages of n/2, n/4, ..., n/p' each way
         levels = int(math.log2(pp))
         t = frac * n * g + 2 * sum(message_time_s(link, n / 2**k) for k in range(1, levels + 1))
     else:
@@ -250,7 +251,7 @@ def allreduce_binomial_tree(
     n = s.max(axis=-1)
     link, call_s = _software(link)
     a, b, g = link.latency_s, link.beta_s_per_byte, link.gamma_s_per_byte
-    if link.segments:
+    if prices_by_size(link):
         return _plus_calls(_ceil_lg(p) * (2 * message_time_s(link, n) + n * g), p, call_s)
     return _plus_calls(_ceil_lg(p) * (2 * a + 2 * n * b + n * g), p, call_s)
 
@@ -284,7 +285,7 @@ def allreduce_hierarchical(
     il, _ = _software(intra_link if intra_link is not None else link)
     link, call_s = _software(link)
     levels = _ceil_lg(g)
-    if il.segments:
+    if prices_by_size(il):
         intra = levels * (2 * message_time_s(il, n) + n * il.gamma_s_per_byte)
     else:
         intra = levels * (2 * il.latency_s + 2 * n * il.beta_s_per_byte + n * il.gamma_s_per_byte)

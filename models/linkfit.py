@@ -163,6 +163,24 @@ def segment_terms(rows: Sequence[dict], world: int, segments) -> np.ndarray:
     return out
 
 
+def bucket_terms(
+    rows: Sequence[dict], world: int, burst_bytes: float, latency_s: float, beta_s_per_byte: float
+) -> np.ndarray:
+    """Per row, the seconds its messages take beyond α on a link with a token bucket of
+    ``burst_bytes`` b: ``Σ count·max(0, m − r)·β`` over :func:`step_messages`, ``r = min(b,
+    α/β)`` the bytes the bucket refills during each step's start-up
+    (:func:`vgcsim.core.collectives.refill_bytes`; :func:`vgcsim.core.collectives.message_time_s`
+    − α on such a link). p2p rows get 0 (a ping-pong is priced by its own fit)."""
+    refill = min(float(burst_bytes), latency_s / beta_s_per_byte) if beta_s_per_byte > 0 else 0.0
+    out = np.zeros(len(rows))
+    for i, r in enumerate(rows):
+        if r["op"].startswith("p2p"):
+            continue
+        for count, m in step_messages(r["op"], r["size_bytes"], world):
+            out[i] += count * max(0.0, m - refill) * beta_s_per_byte
+    return out
+
+
 def _line_rel(n: np.ndarray, t: np.ndarray, free_intercept: bool) -> tuple[np.ndarray, float]:
     """``(α, β)`` of ``t ≈ α + n·β`` minimising Σ (fit/t − 1)², β ≥ 0 (α ≥ 0 unless
     ``free_intercept``), and its Σ log² ratio (inf where a fitted time is not positive)."""
@@ -616,6 +634,7 @@ def fit_link(
     call_ops: Sequence[str] | None = CALL_OPS,
     segments: bool = True,
     comm_cpu: bool = False,
+    burst_bytes: float = 0.0,
 ) -> tuple[LinkFit, list[dict]]:
     """Fit α, β, γ to a measurement file's rows; returns the fit and the per-size error table.
 
@@ -647,7 +666,12 @@ def fit_link(
     terms explain at most :data:`HOST_LATENCY_SHARE` of the time, with α, β, γ and δ fixed
     (:func:`padded_share_given`); else s is the default
     (:data:`~vgcsim.core.cluster.DEFAULT_HOST_PADDED_SHARE`). ``p2p_intra`` rows are left out
-    (see :func:`fit_intra_link`). Each table row: op, size_bytes, measured_s (``statistic``
+    (see :func:`fit_intra_link`). ``burst_bytes`` (b > 0: the links' token bucket, as given)
+    prices every collective row's messages as the fitted link with that bucket prices them
+    (:func:`bucket_terms`: each message's first ``min(b, α/β)`` bytes leave at once, the rest
+    at 1/β), not with the point-to-point size segments, which describe a ping-pong's bucket
+    (refilled while the reply travels); the segments then price the ``p2p`` rows alone and
+    are not part of the fitted link. Each table row: op, size_bytes, measured_s (``statistic``
     over repetitions), fitted_s, rel_error and role (latency, bandwidth, between, joint: how
     the row entered the fit; gamma; host; share; check: predicted only).
     """
@@ -690,12 +714,17 @@ def fit_link(
                 roles[used] = "segment"
 
     collective = np.array([not r["op"].startswith("p2p") for r in rows])
+    bucket = max(0.0, float(burst_bytes))
     sigma = 0.0  # σ at the measured sharing: collectives' bytes at max(β, 2σ) once fitted
 
     def bw_terms() -> np.ndarray:
         """Each row's seconds beyond α and γ's terms: β's, or its size segments'; a
-        collective's capped by σ's rate once σ is fitted."""
+        collective's capped by σ's rate once σ is fitted, and priced with the token bucket
+        where one was given."""
         base = segment_terms(rows, world, segs) if segs else a[:, 1] * x[1]
+        if bucket > 0:
+            beta_c = max(x[1], 2.0 * sigma)  # σ's cap, as shared_link prices it
+            return np.where(collective, bucket_terms(rows, world, bucket, x[0], beta_c), base)
         if sigma <= 0:
             return base
         if segs:
@@ -708,7 +737,7 @@ def fit_link(
 
     def linear(mask) -> np.ndarray:
         """α, β (or segments, capped by σ) and γ's terms of the rows in ``mask``."""
-        if segs or sigma > 0:
+        if segs or sigma > 0 or bucket > 0:
             return a[mask, 0] * x[0] + bw_terms()[mask] + a[mask, 2] * x[2]
         return a[mask] @ x
 
@@ -822,7 +851,7 @@ def fit_link(
     k_host = np.array([host_coefficient(r["op"], r["size_bytes"], world, share) for r in rows])
     # the fit ops' rows with their own α, every other row with the link's
     alphas = np.where(used, fit_alpha, x[0])
-    if segs or sigma > 0:
+    if segs or sigma > 0 or bucket > 0:
         fitted = a[:, 0] * alphas + bw_terms() + a[:, 2] * x[2] + calls
     else:
         fitted = a[:, 0] * alphas + a[:, 1:] @ x[1:] + calls
@@ -861,7 +890,7 @@ def fit_link(
         host_call_op=f_op,
         call_overhead_s=float(call_s),
         call_ops=c_ops,
-        segments=segs,
+        segments=() if bucket > 0 else segs,
         comm_cpu_s_per_byte=float(sigma),
         comm_cpu_op=cpu_op,
     )

@@ -22,7 +22,11 @@ import pandas as pd
 
 from vgcsim.core.bounded import align_bytes, bounded_rounds
 from vgcsim.core.cluster import ClusterSpec, shared_cluster, wire_cluster
-from vgcsim.core.collectives import ALLGATHERV_ALGORITHMS, ALLREDUCE_ALGORITHMS
+from vgcsim.core.collectives import (
+    ALLGATHERV_ALGORITHMS,
+    ALLREDUCE_ALGORITHMS,
+    idle_burst_bytes,
+)
 from vgcsim.core.config import to_dict
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.core.options import PredictOptions
@@ -366,9 +370,9 @@ def _burst_rows(
     bucket's tokens can shorten."""
     bd = breakdown(cluster)
     link = cluster.link
-    if link.burst_bytes > 0:
+    if idle_burst_bytes(link) > 0:
         wire_s = breakdown(wire_cluster(cluster)).comm_s
-        bd = with_burst(bd, link.burst_bytes, link.bandwidth_Bps, wire_s)
+        bd = with_burst(bd, idle_burst_bytes(link), link.bandwidth_Bps, wire_s)
     return rows_for(bd, si.steps, sent_max, sent_mean, per_step=opts.per_step, const=const)
 
 

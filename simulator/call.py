@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from vgcsim.core.cluster import ClusterSpec, shared_cluster
-from vgcsim.core.collectives import wire_bytes
+from vgcsim.core.collectives import prices_by_size, wire_bytes
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.core.memory import check_fits
 from vgcsim.core.worldsizes import MAX_WORLD_SIZE
@@ -148,7 +148,7 @@ def simulate_collective(
     gamma = cluster.link.gamma_s_per_byte
     cache = RunCache(topo)
     call = cluster.link.call_overhead_s
-    wire = functools.partial(wire_bytes, cluster.link) if cluster.link.segments else None
+    wire = functools.partial(wire_bytes, cluster.link) if prices_by_size(cluster.link) else None
     finish, why = _collective_level(schedule, units, topo, semantics, gamma, cache, call, wire)
     if finish is not None:
         path = "collective"

@@ -64,7 +64,13 @@ import pandas as pd
 
 from vgcsim.core.bounded import align_bytes, bounded_rounds
 from vgcsim.core.cluster import ClusterSpec, shared_cluster, wire_cluster
-from vgcsim.core.collectives import SIZE_HEADER_BYTES, burst_credit_s, wire_bytes
+from vgcsim.core.collectives import (
+    SIZE_HEADER_BYTES,
+    burst_credit_s,
+    idle_burst_bytes,
+    prices_by_size,
+    wire_bytes,
+)
 from vgcsim.core.errors import ConfigError
 from vgcsim.core.options import PATHS, SimulateConfig
 from vgcsim.core.results import RESULT_COLUMNS
@@ -351,10 +357,11 @@ class _Runner:
         a channel an earlier round's flow still sends on (checked by :func:`run_rounds`);
         else None, counted as ``round_refused`` (an error when the path is forced)."""
         cfg = self.cfg
-        if self.wire is not None:  # the round level does not price size segments
+        if self.wire is not None:  # the round level prices α + m·β alone
             if cfg.path == "round":
                 raise ConfigError(
-                    "the round-level path does not price the link's size segments; "
+                    "the round-level path does not price messages by size (the link's size "
+                    "segments or its token bucket's refill); "
                     "use path=auto or message"
                 )
             return None
@@ -514,7 +521,7 @@ def _world_size(
             "sparse": get_schedule(SPARSE_COLLECTIVE, p),
         },
         exchange=exchange,
-        burst=(shared.link.burst_bytes, shared.link.bandwidth_Bps),
+        burst=(idle_burst_bytes(shared.link), shared.link.bandwidth_Bps),
         bounded=bounded,
         sparse=sparse,
     )
@@ -884,18 +891,27 @@ def simulate_trace(
         gamma, call = link.gamma_s_per_byte, link.call_overhead_s
         host = (link.allgatherv_host_s_per_byte, link.allgatherv_host_s_per_byte_table)
         cache = RunCache(ws.topology)
-        wire = functools.partial(wire_bytes, link) if link.segments else None
+        wire = functools.partial(wire_bytes, link) if prices_by_size(link) else None
         runners = {
             lab: _Runner(ws.topology, cfg, gamma, cache, lab, notice, progress, call, wire)
             for lab in labels
         }
         # a token bucket on the host link: the same steps on its bandwidth alone (no α, c,
-        # γ, δ, segments) give the part of each exchange that tokens can shorten
+        # γ, δ, segments; each message's bytes beyond its start-up's refill) give the part
+        # of each exchange that tokens can shorten
         wire_runners = {}
-        if cluster.link.burst_bytes > 0:
-            bare = build_topology(wire_cluster(ws.cluster), ws.p)
+        if idle_burst_bytes(ws.cluster.link) > 0:
+            bare_cluster = wire_cluster(ws.cluster)
+            bare = build_topology(bare_cluster, ws.p)
             bare_cache = RunCache(bare)
-            wire_runners = {lab: _Runner(bare, cfg, 0.0, bare_cache, lab) for lab in labels}
+            bare_wire = (
+                functools.partial(wire_bytes, bare_cluster.link)
+                if prices_by_size(bare_cluster.link)
+                else None
+            )
+            wire_runners = {
+                lab: _Runner(bare, cfg, 0.0, bare_cache, lab, wire=bare_wire) for lab in labels
+            }
         per_step: dict[str, list[dict[str, Any]]] = {lab: [] for lab in labels}
         want_timeline = _timeline_steps(ws, timeline_steps)
         draw = timeline_max_ranks is None or ws.p <= timeline_max_ranks

@@ -2277,6 +2277,7 @@ def fit_calibration(
         share_op=None if chosen else "allgatherv_skewed",
         # ranks that shared cores: the collectives' bytes may show the host's CPU rate (σ)
         comm_cpu=not chosen and share > 1.0,
+        burst_bytes=burst_bytes,
     )
     if fit.bandwidth_Bps == float("inf"):
         raise CalibrationError(

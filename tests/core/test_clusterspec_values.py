@@ -141,9 +141,16 @@ def test_a_wire_link_keeps_its_bandwidth_alone():
 
 def test_a_message_on_a_wire_link_takes_its_bytes_time_at_the_payload_rate():
     wired = wire_link(_costly_link("eth"))
-    # 4 MB at 2e9 B/s × 0.5 efficiency = 1e9 payload B/s: 4 ms, nothing else
-    assert float(message_time_s(wired, 4e6)) == pytest.approx(4e-3, rel=1e-12)
-    assert float(message_time_s(wired, 1000.0)) == pytest.approx(1e-6, rel=1e-12)
+    # the source's bucket refills α × payload rate = 20 µs × 1e9 B/s = 20 kB per start-up,
+    # which the stripped link (α = 0) keeps: those bytes leave at once
+    assert wired.start_refill_bytes == pytest.approx(20e3, rel=1e-12)
+    # 4 MB at 2e9 B/s × 0.5 efficiency = 1e9 payload B/s, less the refilled 20 kB: 3.98 ms
+    assert float(message_time_s(wired, 4e6)) == pytest.approx(3.98e-3, rel=1e-12)
+    assert float(message_time_s(wired, 1000.0)) == 0.0  # within the refill
+    # without a bucket: the bytes' whole time
+    bare = wire_link(dataclasses.replace(_costly_link("eth"), burst_bytes=0.0))
+    assert float(message_time_s(bare, 4e6)) == pytest.approx(4e-3, rel=1e-12)
+    assert float(message_time_s(bare, 1000.0)) == pytest.approx(1e-6, rel=1e-12)
 
 
 def test_a_wire_cluster_wires_its_intra_node_link_too():

@@ -9,7 +9,7 @@ import pytest
 
 from vgcsim.cli import main
 from vgcsim.core.cluster import load_cluster
-from vgcsim.core.collectives import burst_credit_s
+from vgcsim.core.collectives import burst_credit_s, refill_bytes
 from vgcsim.models.iteration import StepBreakdown, with_burst
 
 DEMO = "vgcsim/data/demo_traces/dense"
@@ -87,12 +87,21 @@ def test_predict_and_simulate_take_the_same_credit(tmp_path, p):
             df = pd.read_parquet(out / "results.parquet")
             m = df[(df["step"] == -1) & (df["encoding"] == "fp32") & (df["method"] == "dense")]
             steps[cmd, bool(burst)] = m[["step_s", "comm_s", "compute_s"]].iloc[0]
+    link = load_cluster(str(cluster)).link
+    # 1GbE's start-up refills α × payload rate of the bucket before each message
+    refill = link.latency_s * link.payload_Bps
+    assert refill_bytes(link) == pytest.approx(refill) and 0 < refill < 64e3
+    msgs, n = 2 * (p - 1), 4 * 38282  # a ring allreduce's messages of n / P, fp32 gradient
+    assert n / p > refill
+    start = msgs * refill / link.payload_Bps  # each message's first bytes leave at once
+    wire = msgs * (n / p - refill) / link.payload_Bps  # the rest wait for tokens
     for cmd in ("predict", "simulate"):
         plain, bucket = steps[cmd, False], steps[cmd, True]
         idle = plain.step_s - plain.comm_s
-        credit = min(64e3 / 125e6, idle, plain.comm_s)  # 1GbE: 125 MB/s
+        # the idle refill adds the depth beyond one start-up's refill (1GbE: 125 MB/s)
+        credit = min((64e3 - refill) / 125e6, idle, plain.comm_s - start, wire)
         assert credit > 0
-        assert bucket.step_s == pytest.approx(plain.step_s - credit, rel=1e-9)
+        assert bucket.step_s == pytest.approx(plain.step_s - start - credit, rel=1e-9)
     assert steps["predict", True].step_s == pytest.approx(steps["simulate", True].step_s, rel=1e-6)
 
 

@@ -16,6 +16,7 @@ from vgcsim.models.linkfit import (
     fit_link,
     gloo_allreduce_share,
     op_errors,
+    step_messages,
 )
 from vgcsim.traces.calibration import CalibrateConfig, repeatability, write_measurements
 
@@ -126,3 +127,36 @@ def test_calibrate_prints_the_repeatability_beside_the_typical_error(tmp_path, c
     line = next(x for x in out.splitlines() if x.startswith("repeatability per op"))
     # median of {t, t} against {1.1t, 1.1t}: 10 % for every op
     assert line.endswith("p2p 10.0%, allreduce 10.0%, allgather 10.0%, allgatherv 10.0%")
+
+
+def _bucket_rows(world: int, burst: float) -> dict:
+    """Exact gloo times on a link whose token bucket of ``burst`` bytes refills during each
+    step's 1 ms start-up: p2p a line of its own (0.1 ms + m·β); every collective message's
+    bytes beyond min(burst, α/β) at β, plus α per step (gloo's share) and c per call."""
+    alpha, beta, call = 1e-3, 1 / 25e6, 300e-6
+    refill = min(burst, alpha / beta)
+    rows = []
+    for op in ("p2p", "allreduce", "allgather"):
+        for n in SIZES:
+            if op == "p2p":
+                t = 100e-6 + n * beta
+            else:
+                k_alpha = cost_coefficients(op, n, world)[0]
+                wire = sum(c * max(0.0, m - refill) for c, m in step_messages(op, n, world))
+                t = k_alpha * alpha + call + wire * beta
+            rows.append({"op": op, "size_bytes": n, "seconds": [t]})
+    return {"world_size": world, "backend": "gloo", "rows": rows}
+
+
+@pytest.mark.parametrize("burst", [16384.0, 262144.0])
+def test_fit_with_the_bucket_recovers_the_link_that_made_the_rows(burst):
+    doc = _bucket_rows(4, burst)
+    fit, table = fit_link(doc, burst_bytes=burst)
+    assert fit.latency_s == pytest.approx(1e-3, rel=1e-6)
+    assert fit.call_overhead_s == pytest.approx(300e-6, rel=1e-5)
+    assert fit.bandwidth_Bps == pytest.approx(25e6, rel=1e-6)
+    assert fit.segments == ()  # the bucket, not the ping-pong's segments, prices the link
+    assert max(abs(r["rel_error"]) for r in table) < 1e-6
+    # the same rows priced without the bucket: the large allreduces' steps come out slow
+    _, plain = fit_link(doc)
+    assert op_errors(plain)["allreduce"] > 0.05

@@ -167,3 +167,56 @@ def test_a_replay_prices_segments_and_call_overhead_as_predict_does(path):
     # float error of sums of a few dozen terms of about a millisecond
     assert np.allclose(with_segments.to_numpy(), without.to_numpy(), rtol=0, atol=1e-12)
     assert comm.min() > CALL_S
+
+
+# ------------------------------------------------- a token bucket's refill during start-up
+
+
+def _bucket_link(burst_bytes: float):
+    """200 Mbit/s (25 MB/s payload) with a 1 ms start-up and a token bucket of ``burst_bytes``."""
+    return dataclasses.replace(
+        get_cluster("1GbE").link,
+        efficiency=1.0,
+        bandwidth_Bps=25e6,
+        latency_s=1e-3,
+        burst_bytes=burst_bytes,
+    )
+
+
+def test_a_message_leaves_its_start_ups_refill_at_once_by_hand():
+    from vgcsim.core.collectives import message_time_s, refill_bytes, wire_bytes
+
+    deep = _bucket_link(262144.0)  # 1 ms refills 25 kB of a 256 KiB bucket
+    assert refill_bytes(deep) == pytest.approx(25e3, rel=1e-12)
+    assert message_time_s(deep, 16384.0) == pytest.approx(1e-3, rel=1e-12)  # within it
+    # 256 KiB: 1 ms + (262144 − 25000) B / 25 MB/s = 10.48576 ms, as back-to-back
+    # messages pay it (the bucket's rate, less one start-up's worth of bytes)
+    assert message_time_s(deep, 262144.0) == pytest.approx(10.48576e-3, rel=1e-12)
+    assert wire_bytes(deep, 262144.0) == pytest.approx(262144 - 25e3, rel=1e-12)
+    shallow = _bucket_link(16384.0)  # a bucket shallower than 1 ms of the rate: its depth
+    assert refill_bytes(shallow) == 16384.0
+    assert message_time_s(shallow, 65536.0) == pytest.approx(1e-3 + 49152 / 25e6, rel=1e-12)
+    assert refill_bytes(_bucket_link(0.0)) == 0.0  # no bucket: α + m·β
+    assert message_time_s(_bucket_link(0.0), 65536.0) == pytest.approx(1e-3 + 65536 / 25e6)
+
+
+@pytest.mark.parametrize("key", [k for k in COLLECTIVE_KEYS if k != "allreduce/hierarchical"])
+@pytest.mark.parametrize("p", [2, 4])
+@pytest.mark.parametrize("size", [4096.0, 4e6])
+def test_model_and_simulator_price_the_refill_alike(key, p, size):
+    base = get_cluster("1GbE")
+    link = _bucket_link(262144.0)
+    bucket = dataclasses.replace(base, link=link)
+    sizes = np.full(p, size)
+    model = float(mc.collective_time_s(key, sizes[None, :], bucket)[0])
+    sim = simulate_collective(key, sizes, bucket).time_s
+    assert sim == pytest.approx(model, rel=1e-6)
+    plain = dataclasses.replace(base, link=dataclasses.replace(link, burst_bytes=0.0))
+    assert model < float(mc.collective_time_s(key, sizes[None, :], plain)[0])
+
+
+def test_a_ring_allreduce_pays_each_step_beyond_the_refill_by_hand():
+    # P = 4, 4 MB: 6 messages of 1 MB, each 1 ms + (1e6 − 25e3) B / 25 MB/s = 40 ms
+    bucket = dataclasses.replace(get_cluster("1GbE"), link=_bucket_link(262144.0))
+    t = float(mc.collective_time_s("allreduce/ring", np.full((1, 4), 4e6), bucket)[0])
+    assert t == pytest.approx(6 * (1e-3 + (1e6 - 25e3) / 25e6), rel=1e-12)

@@ -337,7 +337,10 @@ def cluster_to_dict(spec: ClusterSpec) -> dict[str, Any]:
     out = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
     for key, value in out.items():
         if dataclasses.is_dataclass(value) and not isinstance(value, TopologySpec):
-            out[key] = dataclasses.asdict(value)
+            # a stripped link's kept refill is not a file field (LinkSpec.start_refill_bytes)
+            out[key] = {
+                k: v for k, v in dataclasses.asdict(value).items() if k != "start_refill_bytes"
+            }
     out["topology"] = spec.topology.table()
     return out
 

@@ -163,9 +163,15 @@ def wire_link(link: LinkSpec) -> LinkSpec:
     """``link`` with its bandwidth alone: α, the per-call cost c, γ, δ (its table and fixed
     part too) and the size segments set to zero, so that a collective priced on it takes its bytes' time at
     the payload rate, ``bytes / (bandwidth × efficiency)``: the part of an exchange a token
-    bucket's tokens can shorten (:func:`vgcsim.core.collectives.burst_credit_s`)."""
+    bucket's tokens can shorten (:func:`vgcsim.core.collectives.burst_credit_s`). Each
+    message's bytes are those its start-up's refill leaves
+    (:func:`vgcsim.core.collectives.refill_bytes` of ``link``, kept as
+    ``start_refill_bytes``): the bytes still waiting for tokens."""
+    from vgcsim.core.collectives import refill_bytes  # collectives imports this module
+
     return dataclasses.replace(
         link,
+        start_refill_bytes=refill_bytes(link),
         latency_s=0.0,
         gamma_s_per_byte=0.0,
         allgatherv_host_s_per_byte=0.0,

@@ -69,14 +69,57 @@ def calls_per_collective(key: str) -> int:
     return _CALLS.get(key, 1)
 
 
+def refill_bytes(link) -> float:
+    """Bytes a token bucket on ``link`` (``burst_bytes`` b > 0) refills during one step's
+    start-up: ``min(b, α / β)``, the link's rate over α, capped by the bucket's depth; 0
+    without a bucket.
+
+    A collective's ranks send step after step, each step's bytes after its start-up α (the
+    neighbour's message, gloo's handshakes): the bucket refills at the link's rate while the
+    step starts, so each message's first ``min(b, α/β)`` bytes leave at once however many
+    steps the call has. A message longer than that waits for tokens at the link's rate: a
+    stream of back-to-back messages cannot average faster than the bucket's rate, and a
+    bucket no deeper than α's worth of bytes gives every message its whole depth.
+
+    Source: the token-bucket filter (J. Turner, "New directions in communications", IEEE
+    Communications Magazine 24(10), 1986; Linux ``tc-tbf(8)``: rate, burst), tokens
+    accruing at the rate while the link idles."""
+    kept = float(getattr(link, "start_refill_bytes", -1.0))
+    if kept >= 0.0:  # a link stripped of α keeps its source's refill (wire_link)
+        return kept
+    b = float(getattr(link, "burst_bytes", 0.0))
+    if b <= 0.0:
+        return 0.0
+    return min(b, link.latency_s / link.beta_s_per_byte)
+
+
+def idle_burst_bytes(link) -> float:
+    """The bucket's depth beyond one start-up's refill, ``b − min(b, α/β)``
+    (:func:`refill_bytes`): what a long idle before an exchange adds to the tokens its first
+    message meets, the depth :func:`burst_credit_s` credits (0 without a bucket)."""
+    return max(0.0, float(getattr(link, "burst_bytes", 0.0)) - refill_bytes(link))
+
+
+def prices_by_size(link) -> bool:
+    """Whether ``link`` prices a message other than ``α + m·β`` (:func:`message_time_s`): it
+    has size segments, or a token bucket whose start-up refill is not 0."""
+    return bool(link.segments) or refill_bytes(link) > 0.0
+
+
 def message_time_s(link, size_bytes):
     """Seconds of one uncontended message of ``size_bytes`` (a number or an array) on ``link``:
     ``α + m·β`` without segments; with the link's ``segments`` (``(from_bytes,
     extra_latency_s, bandwidth_Bps)``, SMPI-style piecewise pricing by message size, Degomme
     et al., IEEE TPDS 2017), ``max(α, α + extra_k + m / bandwidth_k)`` with k the segment of
-    the largest ``from_bytes`` ≤ m (the first below it). The one rule the cost models use per
-    message and the simulator turns into wire bytes (:func:`wire_bytes`)."""
+    the largest ``from_bytes`` ≤ m (the first below it). With a token bucket (``burst_bytes``
+    > 0) the message's first :func:`refill_bytes` ``r = min(b, α/β)`` bytes leave at once:
+    the rule above priced on ``max(0, m − r)`` bytes (``α + max(0, m − r)·β`` without
+    segments). The one rule the cost models use per message and the simulator turns into
+    wire bytes (:func:`wire_bytes`)."""
     m = np.asarray(size_bytes, dtype=float)
+    refill = refill_bytes(link)
+    if refill > 0.0:
+        m = np.maximum(0.0, m - refill)
     if not link.segments:
         return link.latency_s + m * link.beta_s_per_byte
     starts = np.array([s[0] for s in link.segments])
@@ -89,8 +132,9 @@ def message_time_s(link, size_bytes):
 def wire_bytes(link, size_bytes):
     """The bytes a simulated flow moves at the link's payload rate so that an uncontended
     message of ``size_bytes`` takes :func:`message_time_s`: ``(message_time_s − α) /
-    β``; ``size_bytes`` itself (the same array) without segments."""
-    if not link.segments:
+    β``; ``size_bytes`` itself (the same array) where the link prices by ``α + m·β``
+    (:func:`prices_by_size`)."""
+    if not prices_by_size(link):
         return size_bytes
     return (message_time_s(link, size_bytes) - link.latency_s) / link.beta_s_per_byte
 

@@ -338,6 +338,11 @@ class LinkSpec:
         1.0, fraction="payload bytes per wire byte", by_name=("framing", _framing_efficiency)
     )
     source: str = ""
+    #: Not a file field: the bytes of each message a token bucket's start-up refill covers
+    #: where ≥ 0 (:func:`vgcsim.core.collectives.refill_bytes`), kept by
+    #: :func:`vgcsim.core.clusterspec.wire_link` from the link it strips of α; −1: the
+    #: link's own, ``min(burst_bytes, α/β)``.
+    start_refill_bytes: float = -1.0
 
     def __post_init__(self) -> None:
         for key, spelling in spellings(type(self)):
