@@ -50,9 +50,9 @@ from vgcsim.core.collectives import (
     message_time_s,
     padded_host_time_s,
     plain_allgather_host_time_s,
+    prices_by_size,
     sparse_stage_bytes,
     sparse_stages,
-    prices_by_size,
     wire_bytes,
 )
 from vgcsim.core.errors import ConfigError, unknown_name
