@@ -303,9 +303,13 @@ class LinkSpec:
     ``burst_bytes`` (b, default 0: no bucket) is the depth of a token bucket on every host
     link (Linux ``tc tbf``'s ``burst``; a cloud instance's network burst credit): tokens
     refill at the link's bandwidth while the host's link is idle and bytes covered by tokens
-    leave at once. A synchronous step leaves the link idle for its local phases, so the
-    exchange that follows starts with min(b, bandwidth × idle seconds) of tokens and is
-    shorter by up to that many bytes' time (:func:`vgcsim.core.collectives.burst_credit_s`).
+    leave at once. Within a collective, each step's start-up α refills ``min(b, α/β)``
+    bytes, which the step's message sends at once (:func:`vgcsim.core.collectives.refill_bytes`,
+    priced in :func:`~vgcsim.core.collectives.message_time_s`); the rest of the message
+    waits for tokens at the link's rate. A synchronous step leaves the link idle for its
+    local phases, so the exchange that follows starts with up to the rest of the bucket,
+    ``min(b − min(b, α/β), bandwidth × idle seconds)`` more tokens, and is shorter by up to
+    that many bytes' time (:func:`vgcsim.core.collectives.burst_credit_s`).
     """
 
     name: str
