@@ -19,6 +19,12 @@ paid by the processor apart from the wire latency L (D. Culler et al., "LogP: to
 realistic model of parallel computation", PPoPP 1993), here per call; 0 by default, fitted
 by ``vgcsim calibrate`` (``vgcsim.models.linkfit``).
 
+Start-up of a gather: every ``allgatherv/*`` model (and its parts: the size exchange, the
+padded data, the bounded history) prices its steps with α = the link's
+``allgather_latency_s`` where set (:func:`vgcsim.core.clusterspec.gather_link`), else
+``latency_s``: a backend's all_gather step need not start up like its allreduce's (gloo's
+ring allreduce keeps two segments in flight, its all_gather waits on each message).
+
 Size segments: where the link has ``segments`` (SMPI-style piecewise pricing by message
 size, :class:`vgcsim.core.cluster.LinkSpec`), every step's ``α + β·m`` term below is
 priced as one message of its m bytes, ``msg(m)`` =
@@ -35,6 +41,7 @@ reduction and transfer. Registry keys are the shared vocabulary with ``simulator
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,7 +50,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from vgcsim.core.bounded import BOUND_ALIGN, bounded_rounds
-from vgcsim.core.cluster import ClusterSpec, LinkSpec, shared_cluster
+from vgcsim.core.cluster import ClusterSpec, LinkSpec, gather_link, shared_cluster
 from vgcsim.core.collectives import (
     COLLECTIVE_KEYS,
     SIZE_HEADER_BYTES,
@@ -71,6 +78,18 @@ __all__ = [
 ]
 
 CostFn = Callable[..., np.ndarray]
+
+
+def _on_gather_link(fn: Callable) -> Callable:
+    """``fn(first, link, ...)`` priced on ``link`` as an allgather-type collective meets it
+    (:func:`vgcsim.core.clusterspec.gather_link`: α = ``allgather_latency_s`` where set):
+    every allgatherv model and its parts."""
+
+    @functools.wraps(fn)
+    def on_gather_link(first, link, *args, **kwargs):
+        return fn(first, gather_link(link), *args, **kwargs)
+
+    return on_gather_link
 
 
 def _sizes(sizes_bytes: ArrayLike) -> np.ndarray:
@@ -297,6 +316,7 @@ def allreduce_hierarchical(
 # ------------------------------------------------------------------------------------------
 
 
+@_on_gather_link
 def allgatherv_ring(
     sizes_bytes: ArrayLike,
     link: LinkSpec,
@@ -335,6 +355,7 @@ def _rd_power_of_two(c: np.ndarray, link: LinkSpec) -> np.ndarray:
     return t
 
 
+@_on_gather_link
 def allgatherv_recursive_doubling(
     sizes_bytes: ArrayLike,
     link: LinkSpec,
@@ -373,6 +394,7 @@ def allgatherv_recursive_doubling(
     return _plus_calls(fold + _rd_power_of_two(merged, link) + unfold, p, call_s)
 
 
+@_on_gather_link
 def allgatherv_bruck(
     sizes_bytes: ArrayLike,
     link: LinkSpec,
@@ -407,6 +429,7 @@ def allgatherv_bruck(
     return _plus_calls(t, p, call_s)
 
 
+@_on_gather_link
 def allgatherv_direct(
     sizes_bytes: ArrayLike,
     link: LinkSpec,
@@ -436,6 +459,7 @@ def allgatherv_direct(
     return _plus_calls(link.latency_s + busiest * link.beta_s_per_byte, p, call_s)
 
 
+@_on_gather_link
 def size_exchange_time_s(world_size: int, link: LinkSpec) -> float:
     """The allgatherv size exchange, priced as its own small collective: a ring allgather of one
     int64 (:data:`SIZE_HEADER_BYTES`) per rank, run before the data collective.
@@ -491,6 +515,7 @@ def allgatherv_host_time_s(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray
     )
 
 
+@_on_gather_link
 def allgatherv_padded_data(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray:
     """The data phase of the padded allgatherv alone: a ring allgather of every block padded to
     the largest one and the implementation's host copies,
@@ -503,6 +528,7 @@ def allgatherv_padded_data(sizes_bytes: ArrayLike, link: LinkSpec) -> np.ndarray
     return _plus_calls(ring + allgatherv_host_time_s(s, link), p, call_s)
 
 
+@_on_gather_link
 def allgatherv_padded(
     sizes_bytes: ArrayLike,
     link: LinkSpec,
@@ -531,6 +557,7 @@ def allgatherv_padded(
     return size_exchange_time_s(s.shape[-1], link) + allgatherv_padded_data(s, link)
 
 
+@_on_gather_link
 def allgatherv_bounded(
     sizes_bytes: ArrayLike,
     link: LinkSpec,
@@ -574,6 +601,7 @@ def allgatherv_bounded(
     return _plain_ring_s(p, bound, link) + np.where(extra > 0, _plain_ring_s(p, extra, link), 0.0)
 
 
+@_on_gather_link
 def allgatherv_bounded_history(
     sizes_bytes: ArrayLike, link: LinkSpec, *, first_bound_bytes: int = 0
 ) -> np.ndarray:

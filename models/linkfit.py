@@ -114,6 +114,11 @@ SHARE_OP = "allgatherv_skewed"
 #: a ring allreduce (2(P−1) steps in one call) and a ring allgather (P−1 in one). Not the
 #: allgatherv, whose small rows carry its host copies (δ, fitted after α) as well.
 CALL_OPS = ("allreduce", "allgather")
+#: The op whose small messages give the start-up α of an allgather-type collective's step
+#: (``allgather_latency_s``) where it differs from the allreduce's, and the ops it prices:
+#: vgcsim's allgatherv is all_gather calls.
+GATHER_OP = "allgather"
+GATHER_OPS = ("allgather", "allgatherv", "allgatherv_skewed")
 
 
 #: σ is fitted (``fit_link(comm_cpu=True)``) only where the collective's bytes took at least
@@ -163,19 +168,26 @@ def segment_terms(rows: Sequence[dict], world: int, segments) -> np.ndarray:
     return out
 
 
+def collective_rows_present(rows: Sequence[dict]) -> bool:
+    """Whether ``rows`` hold a collective's measurement (anything but p2p)."""
+    return any(not r["op"].startswith("p2p") for r in rows)
+
+
 def bucket_terms(
-    rows: Sequence[dict], world: int, burst_bytes: float, latency_s: float, beta_s_per_byte: float
+    rows: Sequence[dict], world: int, burst_bytes: float, latency_s, beta_s_per_byte: float
 ) -> np.ndarray:
     """Per row, the seconds its messages take beyond α on a link with a token bucket of
     ``burst_bytes`` b: ``Σ count·max(0, m − r)·β`` over :func:`step_messages`, ``r = min(b,
     α/β)`` the bytes the bucket refills during each step's start-up
     (:func:`vgcsim.core.collectives.refill_bytes`; :func:`vgcsim.core.collectives.message_time_s`
-    − α on such a link). p2p rows get 0 (a ping-pong is priced by its own fit)."""
-    refill = min(float(burst_bytes), latency_s / beta_s_per_byte) if beta_s_per_byte > 0 else 0.0
+    − α on such a link). ``latency_s``: α, or one per row (an allgather-type row's own α).
+    p2p rows get 0 (a ping-pong is priced by its own fit)."""
+    lat = np.broadcast_to(np.asarray(latency_s, dtype=float), (len(rows),))
     out = np.zeros(len(rows))
     for i, r in enumerate(rows):
         if r["op"].startswith("p2p"):
             continue
+        refill = min(float(burst_bytes), lat[i] / beta_s_per_byte) if beta_s_per_byte > 0 else 0.0
         for count, m in step_messages(r["op"], r["size_bytes"], world):
             out[i] += count * max(0.0, m - refill) * beta_s_per_byte
     return out
@@ -467,6 +479,10 @@ class LinkFit:
     #: (``comm_cpu_s_per_byte``; 0: not fitted), and the op whose rows gave it.
     comm_cpu_s_per_byte: float = 0.0
     comm_cpu_op: str = ""
+    #: α of an allgather-type collective's step (``allgather_latency_s``; 0: not fitted,
+    #: ``latency_s``) and the op whose small messages gave it.
+    allgather_latency_s: float = 0.0
+    allgather_latency_op: str = ""
 
     @property
     def typical_error(self) -> float:
@@ -635,6 +651,7 @@ def fit_link(
     segments: bool = True,
     comm_cpu: bool = False,
     burst_bytes: float = 0.0,
+    gather_op: str | None = GATHER_OP,
 ) -> tuple[LinkFit, list[dict]]:
     """Fit α, β, γ to a measurement file's rows; returns the fit and the per-size error table.
 
@@ -671,7 +688,13 @@ def fit_link(
     (:func:`bucket_terms`: each message's first ``min(b, α/β)`` bytes leave at once, the rest
     at 1/β), not with the point-to-point size segments, which describe a ping-pong's bucket
     (refilled while the reply travels); the segments then price the ``p2p`` rows alone and
-    are not part of the fitted link. Each table row: op, size_bytes, measured_s (``statistic``
+    are not part of the fitted link. ``gather_op`` (default :data:`GATHER_OP`), when measured
+    beside ``latency_op`` among ``call_ops`` and ``latency_op``'s small rows hold two ratios
+    of steps to calls (gloo's allreduce does: its share of segments that carry bytes), gives
+    the allgather-type collectives' own α (``allgather_latency_s``): α and c come from
+    ``latency_op``'s rows alone (:func:`fit_call_overhead`), then the gather's α is the median
+    of its latency-regime rows' time beyond their β and c terms over α's coefficient; every
+    row of :data:`GATHER_OPS` is priced with it. Each table row: op, size_bytes, measured_s (``statistic``
     over repetitions), fitted_s, rel_error and role (latency, bandwidth, between, joint: how
     the row entered the fit; gamma; host; share; check: predicted only).
     """
@@ -713,8 +736,17 @@ def fit_link(
                 method = f"{len(segs)} size segments"
                 roles[used] = "segment"
 
+    if burst_bytes > 0 and collective_rows_present(rows):
+        method = f"{method}; collectives with the token bucket"
     collective = np.array([not r["op"].startswith("p2p") for r in rows])
+    gathers = np.array([r["op"] in GATHER_OPS for r in rows])
+    alpha_g = 0.0  # the allgather-type rows' own α, once fitted
     bucket = max(0.0, float(burst_bytes))
+
+    def row_alpha() -> np.ndarray:
+        """Each row's α: the link's, or the allgather-type collectives' own once fitted."""
+        return np.where(gathers & (alpha_g > 0), alpha_g, x[0])
+
     sigma = 0.0  # σ at the measured sharing: collectives' bytes at max(β, 2σ) once fitted
 
     def bw_terms() -> np.ndarray:
@@ -724,7 +756,10 @@ def fit_link(
         base = segment_terms(rows, world, segs) if segs else a[:, 1] * x[1]
         if bucket > 0:
             beta_c = max(x[1], 2.0 * sigma)  # σ's cap, as shared_link prices it
-            return np.where(collective, bucket_terms(rows, world, bucket, x[0], beta_c), base)
+            refill_alpha = row_alpha()
+            return np.where(
+                collective, bucket_terms(rows, world, bucket, refill_alpha, beta_c), base
+            )
         if sigma <= 0:
             return base
         if segs:
@@ -737,8 +772,8 @@ def fit_link(
 
     def linear(mask) -> np.ndarray:
         """α, β (or segments, capped by σ) and γ's terms of the rows in ``mask``."""
-        if segs or sigma > 0 or bucket > 0:
-            return a[mask, 0] * x[0] + bw_terms()[mask] + a[mask, 2] * x[2]
+        if segs or sigma > 0 or bucket > 0 or alpha_g > 0:
+            return a[mask, 0] * row_alpha()[mask] + bw_terms()[mask] + a[mask, 2] * x[2]
         return a[mask] @ x
 
     g_op = ""
@@ -766,7 +801,8 @@ def fit_link(
     measured_calls = [o for o in (call_ops or ()) if o in measured and o not in fit_ops]
     fit_sigma = comm_cpu and gamma_op in measured and gamma_op not in fit_ops and x[1] > 0
     # with σ, α and c are fitted again on the rows priced with its cap, and σ on theirs
-    for _ in range(COMM_CPU_PASSES if comm_cpu else 1):
+    # α refills a bucket: its fit and the bytes' terms settle over passes too
+    for _ in range(COMM_CPU_PASSES if comm_cpu or bucket > 0 else 1):
         l_op = ""
         if latency_op and latency_op in measured and latency_op not in fit_ops and x[1] > 0:
             c = np.array([r["op"] == latency_op for r in rows])
@@ -778,15 +814,30 @@ def fit_link(
                 roles[c_lat] = "latency"
                 l_op = latency_op
         call_s, c_ops = 0.0, ()
+        ag_op = ""
         if l_op and len(measured_calls) >= 2:
             c = np.array([r["op"] in measured_calls for r in rows])
             rest = t - bw_terms() - a[:, 2] * x[2]
             c_lat = c & (a[:, 0] > 0) & (t - rest <= LATENCY_SHARE * t)
-            both = fit_call_overhead(a[c_lat, 0], k_call[c_lat], rest[c_lat])
-            if both is not None:
-                x[0], call_s = both
-                roles[c_lat] = "latency"
-                c_ops = tuple(o for o in measured_calls if (c_lat & c).any())
+            own = None  # α and c from the allreduce alone, where its rows tell them apart
+            ops_c = np.array([r["op"] for r in rows], dtype=object)
+            g_lat = c_lat & (ops_c == gather_op)
+            if gather_op and gather_op in measured_calls and g_lat.any():
+                ar = c_lat & (ops_c == latency_op)
+                own = fit_call_overhead(a[ar, 0], k_call[ar], rest[ar])
+            if own is not None:
+                x[0], call_s = own
+                ratio = (rest[g_lat] - k_call[g_lat] * call_s) / a[g_lat, 0]
+                alpha_g, ag_op = max(0.0, float(np.median(ratio))), str(gather_op)
+                roles[c_lat & ((ops_c == latency_op) | g_lat)] = "latency"
+                c_ops = (str(latency_op),)
+            else:
+                alpha_g = 0.0
+                both = fit_call_overhead(a[c_lat, 0], k_call[c_lat], rest[c_lat])
+                if both is not None:
+                    x[0], call_s = both
+                    roles[c_lat] = "latency"
+                    c_ops = tuple(o for o in measured_calls if (c_lat & c).any())
         calls = k_call * call_s  # each row's per-call software seconds
         if fit_sigma:
             g = np.array([r["op"] == gamma_op for r in rows])
@@ -815,12 +866,12 @@ def fit_link(
 
     if host_op and host_op in measured and host_op not in fit_ops and x[1] > 0:
         # α's terms at most HOST_LATENCY_SHARE of the time: the per-byte costs dominate.
-        h_band = h & (a[:, 0] * x[0] + calls <= HOST_LATENCY_SHARE * t) & is_host
+        h_band = h & (a[:, 0] * row_alpha() + calls <= HOST_LATENCY_SHARE * t) & is_host
         delta = host_slope(h_band)
         if l_op:
             # h's rows: the latency regime, as α's (β, γ and δ's terms at most LATENCY_SHARE
             # of the time); where a fixed cost dominates them they leave δ's rows
-            h_lat = h & (priced - a[:, 0] * x[0] + k_host * delta <= LATENCY_SHARE * t)
+            h_lat = h & (priced - a[:, 0] * row_alpha() + k_host * delta <= LATENCY_SHARE * t)
             if (h_band & h_lat).any():
                 h_band &= ~h_lat
                 delta = host_slope(h_band)
@@ -837,7 +888,7 @@ def fit_link(
     share, s_op = DEFAULT_HOST_PADDED_SHARE, ""
     if share_op and share_op in measured and share_op not in fit_ops and h_op:
         sk = np.array([r["op"] == share_op for r in rows])
-        sk_band = sk & (a[:, 0] * x[0] + calls <= HOST_LATENCY_SHARE * t)
+        sk_band = sk & (a[:, 0] * row_alpha() + calls <= HOST_LATENCY_SHARE * t)
         k_real = np.array([real_bytes(r["op"], r["size_bytes"], world) for r in rows])
         fitted_share = padded_share_given(
             (t - priced - calls - fixed_s)[sk_band],
@@ -850,8 +901,8 @@ def fit_link(
             roles[sk_band] = "share"
     k_host = np.array([host_coefficient(r["op"], r["size_bytes"], world, share) for r in rows])
     # the fit ops' rows with their own α, every other row with the link's
-    alphas = np.where(used, fit_alpha, x[0])
-    if segs or sigma > 0 or bucket > 0:
+    alphas = np.where(used, fit_alpha, row_alpha())
+    if segs or sigma > 0 or bucket > 0 or alpha_g > 0:
         fitted = a[:, 0] * alphas + bw_terms() + a[:, 2] * x[2] + calls
     else:
         fitted = a[:, 0] * alphas + a[:, 1:] @ x[1:] + calls
@@ -893,6 +944,8 @@ def fit_link(
         segments=() if bucket > 0 else segs,
         comm_cpu_s_per_byte=float(sigma),
         comm_cpu_op=cpu_op,
+        allgather_latency_s=float(alpha_g),
+        allgather_latency_op=ag_op,
     )
     return fit, _table(rows, t, fitted, rel, roles)
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from vgcsim.core.cluster import ClusterSpec, shared_cluster
+from vgcsim.core.cluster import ClusterSpec, gather_cluster, shared_cluster
 from vgcsim.core.collectives import prices_by_size, wire_bytes
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.core.memory import check_fits
@@ -142,6 +142,8 @@ def simulate_collective(
     gpn = cluster.gpus_per_node
     _refuse_if_too_big(key, p, "collective", gpn)
     cluster = shared_cluster(cluster, p)  # CPU-time terms under the hosts' sharing
+    if key.startswith("allgatherv/"):  # a gather's start-up (allgather_latency_s where set)
+        cluster = gather_cluster(cluster)
     topo = build_topology(cluster, p)
     schedule = get_schedule(key, p, gpn)
     units = unit_sizes(schedule, sizes)

@@ -63,7 +63,7 @@ import numpy as np
 import pandas as pd
 
 from vgcsim.core.bounded import align_bytes, bounded_rounds
-from vgcsim.core.cluster import ClusterSpec, shared_cluster, wire_cluster
+from vgcsim.core.cluster import ClusterSpec, gather_cluster, shared_cluster, wire_cluster
 from vgcsim.core.collectives import (
     SIZE_HEADER_BYTES,
     burst_credit_s,
@@ -527,6 +527,36 @@ def _world_size(
     )
 
 
+def _gathers(ws: _WorldSize, label: str) -> bool:
+    """Whether ``label``'s exchange is allgather-type (an ``allgatherv/*`` data schedule)."""
+    schedule = ws.data_schedules.get(label.split("/")[0])
+    return schedule is not None and schedule.key.startswith("allgatherv/")
+
+
+def _on_link(
+    ws: _WorldSize,
+    label: str,
+    base: tuple[ClusterSpec, Topology, RunCache],
+    source: ClusterSpec | None = None,
+) -> tuple[Topology, RunCache, Callable[[np.ndarray], np.ndarray] | None]:
+    """``(topology, cache, wire)`` that ``label``'s steps run on: ``base``'s cluster (with
+    its topology and cache), or, where ``label``'s exchange is allgather-type, that cluster
+    as a gather meets it (:func:`vgcsim.core.clusterspec.gather_cluster`; ``source``: the
+    cluster ``base``'s bandwidth-only copy was made from, whose gather link is stripped
+    the same way); ``wire`` prices messages by size where the link does
+    (:func:`vgcsim.core.collectives.wire_bytes`)."""
+    cluster, topo, cache = base
+    if _gathers(ws, label):
+        gathered = gather_cluster(source if source is not None else cluster)
+        if gathered is not (source if source is not None else cluster):
+            cluster = wire_cluster(gathered) if source is not None else gathered
+            topo = build_topology(cluster, ws.p)
+            cache = RunCache(topo)
+    link = cluster.link
+    wire = functools.partial(wire_bytes, link) if prices_by_size(link) else None
+    return topo, cache, wire
+
+
 def _bounded_rounds(
     trace: Trace, layer_bytes: np.ndarray, cfg: SimulateConfig
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -890,11 +920,12 @@ def simulate_trace(
         link = ws.cluster.link  # CPU-time terms under the hosts' processor sharing at this P
         gamma, call = link.gamma_s_per_byte, link.call_overhead_s
         host = (link.allgatherv_host_s_per_byte, link.allgatherv_host_s_per_byte_table)
-        cache = RunCache(ws.topology)
-        wire = functools.partial(wire_bytes, link) if prices_by_size(link) else None
+        # each variant on its link: a gather's start-up may differ (allgather_latency_s)
+        base = (ws.cluster, ws.topology, RunCache(ws.topology))
+        on_link = {lab: _on_link(ws, lab, base) for lab in labels}
         runners = {
-            lab: _Runner(ws.topology, cfg, gamma, cache, lab, notice, progress, call, wire)
-            for lab in labels
+            lab: _Runner(topo, cfg, gamma, cache, lab, notice, progress, call, wire)
+            for lab, (topo, cache, wire) in on_link.items()
         }
         # a token bucket on the host link: the same steps on its bandwidth alone (no α, c,
         # γ, δ, segments; each message's bytes beyond its start-up's refill) give the part
@@ -903,15 +934,11 @@ def simulate_trace(
         if idle_burst_bytes(ws.cluster.link) > 0:
             bare_cluster = wire_cluster(ws.cluster)
             bare = build_topology(bare_cluster, ws.p)
-            bare_cache = RunCache(bare)
-            bare_wire = (
-                functools.partial(wire_bytes, bare_cluster.link)
-                if prices_by_size(bare_cluster.link)
-                else None
-            )
-            wire_runners = {
-                lab: _Runner(bare, cfg, 0.0, bare_cache, lab, wire=bare_wire) for lab in labels
-            }
+            bare_base = (bare_cluster, bare, RunCache(bare))
+            wire_runners = {}
+            for lab in labels:
+                topo, cache, wire = _on_link(ws, lab, bare_base, ws.cluster)
+                wire_runners[lab] = _Runner(topo, cfg, 0.0, cache, lab, wire=wire)
         per_step: dict[str, list[dict[str, Any]]] = {lab: [] for lab in labels}
         want_timeline = _timeline_steps(ws, timeline_steps)
         draw = timeline_max_ranks is None or ws.p <= timeline_max_ranks
@@ -944,6 +971,7 @@ def simulate_trace(
                     if int(ws.inputs.steps[t]) in want_timeline:
                         for (method, enc), label in zip(variants, labels, strict=True):
                             plan = _step_plan(ws, buckets, t, method, enc, label)
+                            topo, cache, wire = on_link[label]
                             timelines.append(
                                 _timeline(
                                     ws,
@@ -955,6 +983,7 @@ def simulate_trace(
                                     method=label,
                                     t=t,
                                     cache=cache,
+                                    topology=topo,
                                 )
                             )
         info[str(ws.p)] = {lab: dict(runners[lab].counts) for lab in labels}
@@ -1081,9 +1110,11 @@ def _timeline(
     method: str,
     t: int,
     cache: RunCache,
+    topology: Topology,
 ) -> StepTimeline:
-    """Step ``t`` of one variant again at message level, recording every flow and rank span."""
-    topo = ws.topology
+    """Step ``t`` of one variant again at message level on ``topology`` (the variant's own,
+    :func:`_on_link`), recording every flow and rank span."""
+    topo = topology
     monitor = LinkMonitor(topo.n_channels, record_intervals=True)
     spans: list[RankSpan] = []
     fin = run_message(

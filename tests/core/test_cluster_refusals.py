@@ -15,7 +15,7 @@ LINK_KEYS = (
     "preset, name, bandwidth, bandwidth_Bps, latency, latency_s, gamma_s_per_byte, "
     "allgatherv_host_s_per_byte, allgatherv_host_s_per_byte_table, "
     "allgatherv_host_padded_share, allgatherv_host, allgatherv_host_s, call_overhead, "
-    "call_overhead_s, comm_cpu_s_per_byte, segments, burst, burst_bytes, efficiency, framing, "
+    "call_overhead_s, allgather_latency, allgather_latency_s, comm_cpu_s_per_byte, segments, burst, burst_bytes, efficiency, framing, "
     "source"
 )
 NEEDS = "give it, or 'preset' (a link preset the table overrides), or a cluster 'base'"

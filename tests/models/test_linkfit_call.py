@@ -10,7 +10,7 @@ from modelhelpers import exact_time_s
 from vgcsim.cli import main
 from vgcsim.core.cluster import load_cluster
 from vgcsim.core.clusterfile import cluster_toml
-from vgcsim.models.linkfit import call_coefficient, fit_link
+from vgcsim.models.linkfit import call_coefficient, cost_coefficients, fit_link, op_errors
 from vgcsim.traces.calibration import CalibrateConfig, write_measurements
 
 SIZES = (4, 64, 1024, 16384, 262144, 1 << 20, 4 << 20, 16 << 20)
@@ -32,12 +32,40 @@ def synthetic(call_s, world, ops=("p2p", "allreduce", "allgather", "allgatherv")
 @pytest.mark.parametrize("call_s", [0.0, 500e-6])
 def test_fit_recovers_the_per_call_cost_and_the_step_latency(world, call_s):
     fit, table = fit_link(synthetic(call_s, world))
-    assert fit.call_ops == ("allreduce", "allgather")
+    # gloo's small allreduces (steps scaled by their share of segments that carry bytes)
+    # tell α from c alone; the allgather's steps then give its own α, here the same
+    assert fit.call_ops == ("allreduce",)
     assert fit.call_overhead_s == pytest.approx(call_s, rel=1e-6, abs=1e-12)
     assert fit.latency_s == pytest.approx(ALPHA, rel=1e-6)
+    assert fit.allgather_latency_op == "allgather"
+    assert fit.allgather_latency_s == pytest.approx(ALPHA, rel=1e-6)
     # every collective row then priced within the float error of exact data
     worst = max(abs(r["rel_error"]) for r in table if r["op"] != "p2p")
     assert worst < 1e-6
+    # without the gather's own α: α and c from the allreduce and allgather together
+    joint, _ = fit_link(synthetic(call_s, world), gather_op=None)
+    assert joint.call_ops == ("allreduce", "allgather") and joint.allgather_latency_s == 0.0
+    assert joint.call_overhead_s == pytest.approx(call_s, rel=1e-6, abs=1e-12)
+
+
+@pytest.mark.parametrize("world", [3, 4])
+def test_an_allgather_whose_steps_start_slower_gets_its_own_alpha(world):
+    """The allgather-type rows' steps start 1.3 × α (gloo's all_gather waits on each
+    message; its allreduce keeps two in flight): the fit finds 1.3 × α for them, and the
+    allgatherv rows, priced with it, fit exactly too."""
+    doc = synthetic(300e-6, world)
+    for r in doc["rows"]:
+        if r["op"] in ("allgather", "allgatherv"):
+            k_alpha = cost_coefficients(r["op"], r["size_bytes"], world)[0]
+            r["seconds"] = [r["seconds"][0] + 0.3 * ALPHA * k_alpha]
+    fit, table = fit_link(doc)
+    assert fit.latency_s == pytest.approx(ALPHA, rel=1e-6)
+    assert fit.allgather_latency_s == pytest.approx(1.3 * ALPHA, rel=1e-6)
+    assert fit.call_overhead_s == pytest.approx(300e-6, rel=1e-6)
+    assert max(abs(r["rel_error"]) for r in table if r["op"] != "p2p") < 1e-6
+    # one α for both: the allgather's small rows come out fast
+    _, joint = fit_link(doc, gather_op=None)
+    assert op_errors(joint)["allgather"] > 0.02
 
 
 def test_one_collective_cannot_tell_per_call_from_per_step():

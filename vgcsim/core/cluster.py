@@ -21,6 +21,8 @@ from vgcsim.core.clusterspec import (
     CLUSTER_PRESETS,
     COMPUTE_MODES,
     ClusterSpec,
+    gather_cluster,
+    gather_link,
     get_cluster,
     host_share,
     shared_cluster,
@@ -97,6 +99,8 @@ __all__ = [
     "shared_cluster",
     "wire_cluster",
     "wire_link",
+    "gather_cluster",
+    "gather_link",
     "shared_link",
     "spelled",
 ]

@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 
 from vgcsim.core.errors import ConfigError, TopologyError, unknown_name
 from vgcsim.core.presets import DEFAULT_DEVICE, DEVICE_PRESETS, INTRA_NODE_LINKS, LINK_PRESETS
-from vgcsim.core.specs import RANGES, DeviceSpec, LinkSpec, check_range, spelled, spellings
+from vgcsim.core.specs import (
+    RANGES,
+    DeviceSpec,
+    LinkSpec,
+    check_range,
+    refill_bytes,
+    spelled,
+    spellings,
+)
 from vgcsim.core.topologies import HierarchicalSpec, StarSpec, TopologySpec, parse_topology
 
 __all__ = [
@@ -33,6 +41,8 @@ __all__ = [
     "shared_link",
     "wire_cluster",
     "wire_link",
+    "gather_cluster",
+    "gather_link",
 ]
 
 COMPUTE_MODES = ("model", "trace")
@@ -167,12 +177,11 @@ def wire_link(link: LinkSpec) -> LinkSpec:
     message's bytes are those its start-up's refill leaves
     (:func:`vgcsim.core.collectives.refill_bytes` of ``link``, kept as
     ``start_refill_bytes``): the bytes still waiting for tokens."""
-    from vgcsim.core.collectives import refill_bytes  # collectives imports this module
-
     return dataclasses.replace(
         link,
         start_refill_bytes=refill_bytes(link),
         latency_s=0.0,
+        allgather_latency_s=0.0,
         gamma_s_per_byte=0.0,
         allgatherv_host_s_per_byte=0.0,
         allgatherv_host_s_per_byte_table=(),
@@ -180,6 +189,21 @@ def wire_link(link: LinkSpec) -> LinkSpec:
         call_overhead_s=0.0,
         segments=(),
     )
+
+
+def gather_link(link: LinkSpec) -> LinkSpec:
+    """``link`` as an allgather-type collective (every ``allgatherv/*`` key) meets it: its
+    start-up α is ``allgather_latency_s`` where that is set (> 0), else ``link`` itself."""
+    if link.allgather_latency_s <= 0.0 or link.allgather_latency_s == link.latency_s:
+        return link
+    return dataclasses.replace(link, latency_s=link.allgather_latency_s)
+
+
+def gather_cluster(cluster: ClusterSpec) -> ClusterSpec:
+    """``cluster`` with its host link as an allgather-type collective meets it
+    (:func:`gather_link`); ``cluster`` itself where that is the same link."""
+    link = gather_link(cluster.link)
+    return cluster if link is cluster.link else dataclasses.replace(cluster, link=link)
 
 
 def wire_cluster(cluster: ClusterSpec) -> ClusterSpec:

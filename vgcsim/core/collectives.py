@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from vgcsim.core.cluster import DEFAULT_HOST_PADDED_SHARE
+from vgcsim.core.specs import refill_bytes
 
 #: Collective vocabulary shared by models/ and simulator/ (registry keys are
 #: f"{op}/{algorithm}"; a test asserts both registries have exactly these keys).
@@ -67,30 +68,6 @@ def calls_per_collective(key: str) -> int:
     count of ``call_overhead_s`` the cost models and the simulator add, the one rule both
     use."""
     return _CALLS.get(key, 1)
-
-
-def refill_bytes(link) -> float:
-    """Bytes a token bucket on ``link`` (``burst_bytes`` b > 0) refills during one step's
-    start-up: ``min(b, α / β)``, the link's rate over α, capped by the bucket's depth; 0
-    without a bucket.
-
-    A collective's ranks send step after step, each step's bytes after its start-up α (the
-    neighbour's message, gloo's handshakes): the bucket refills at the link's rate while the
-    step starts, so each message's first ``min(b, α/β)`` bytes leave at once however many
-    steps the call has. A message longer than that waits for tokens at the link's rate: a
-    stream of back-to-back messages cannot average faster than the bucket's rate, and a
-    bucket no deeper than α's worth of bytes gives every message its whole depth.
-
-    Source: the token-bucket filter (J. Turner, "New directions in communications", IEEE
-    Communications Magazine 24(10), 1986; Linux ``tc-tbf(8)``: rate, burst), tokens
-    accruing at the rate while the link idles."""
-    kept = float(getattr(link, "start_refill_bytes", -1.0))
-    if kept >= 0.0:  # a link stripped of α keeps its source's refill (wire_link)
-        return kept
-    b = float(getattr(link, "burst_bytes", 0.0))
-    if b <= 0.0:
-        return 0.0
-    return min(b, link.latency_s / link.beta_s_per_byte)
 
 
 def idle_burst_bytes(link) -> float:

@@ -300,6 +300,14 @@ class LinkSpec:
     negative (a burst shortens a large message by the bucket's bytes), but no message takes
     less than α.
 
+    ``allgather_latency_s`` (default 0: ``latency_s``) is α of one step of an allgather-type
+    collective, every ``allgatherv/*`` key (vgcsim's allgatherv is all_gather calls), where
+    a backend's all_gather steps start up slower or faster than its allreduce's (gloo's ring
+    allreduce keeps two segments in flight, its all_gather one message per step): the
+    allgatherv keys are priced on the link with ``latency_s`` = this
+    (:func:`vgcsim.core.clusterspec.gather_link`); ``vgcsim calibrate`` fits it from the
+    allgather's small messages where it measured both.
+
     ``burst_bytes`` (b, default 0: no bucket) is the depth of a token bucket on every host
     link (Linux ``tc tbf``'s ``burst``; a cloud instance's network burst credit): tokens
     refill at the link's bandwidth while the host's link is idle and bytes covered by tokens
@@ -329,6 +337,10 @@ class LinkSpec:
     # software cost of one collective call (per rank)
     call_overhead_s: float = spelled(
         0.0, unit="call_overhead", parse=parse_time_s, range=(0.0, 1.0)
+    )
+    # α of one step of an allgather-type collective (the allgatherv keys) where it differs
+    allgather_latency_s: float = spelled(
+        0.0, unit="allgather_latency", parse=parse_time_s, range=(0.0, 1.0)
     )
     # host CPU per byte sent or received (σ): caps a collective's rate under core sharing
     comm_cpu_s_per_byte: float = spelled(0.0, range=(0.0, 1.0))
@@ -448,3 +460,27 @@ RANGES: dict[str, tuple[float, float]] = {
     "gpus_per_node": (1, 2**20),
     "oversubscription": (1e-6, 1e6),
 }
+
+
+def refill_bytes(link) -> float:
+    """Bytes a token bucket on ``link`` (``burst_bytes`` b > 0) refills during one step's
+    start-up: ``min(b, α / β)``, the link's rate over α, capped by the bucket's depth; 0
+    without a bucket.
+
+    A collective's ranks send step after step, each step's bytes after its start-up α (the
+    neighbour's message, gloo's handshakes): the bucket refills at the link's rate while the
+    step starts, so each message's first ``min(b, α/β)`` bytes leave at once however many
+    steps the call has. A message longer than that waits for tokens at the link's rate: a
+    stream of back-to-back messages cannot average faster than the bucket's rate, and a
+    bucket no deeper than α's worth of bytes gives every message its whole depth.
+
+    Source: the token-bucket filter (J. Turner, "New directions in communications", IEEE
+    Communications Magazine 24(10), 1986; Linux ``tc-tbf(8)``: rate, burst), tokens
+    accruing at the rate while the link idles."""
+    kept = float(getattr(link, "start_refill_bytes", -1.0))
+    if kept >= 0.0:  # a link stripped of α keeps its source's refill (wire_link)
+        return kept
+    b = float(getattr(link, "burst_bytes", 0.0))
+    if b <= 0.0:
+        return 0.0
+    return min(b, link.latency_s / link.beta_s_per_byte)
