@@ -44,6 +44,16 @@ so that neither regime's many points can drag the other's parameter:
    per-call software cost that one α would charge 2(P−1) times per allreduce and P−1 times
    per allgather.
 
+5. *the allgather's own start-up*: where gloo's small allreduces alone hold two ratios of
+   steps to calls (its share of segments that carry bytes), α and c come from them alone
+   and the allgather's small rows give α_g (``allgather_latency_s``), the start-up of an
+   allgather-type step, which prices every allgather, allgatherv and skewed allgatherv row
+   (:data:`GATHER_OPS`; ``gather_op``).
+6. *a token bucket* (``burst_bytes`` b, given): every collective row's messages are priced
+   with it (:func:`bucket_terms`: each step's start-up refills min(b, α/β) bytes that leave
+   at once, the rest at 1/β), as the models price a link with a bucket, instead of with the
+   p2p size segments, which describe a ping-pong's bucket.
+
 By default β comes from ``p2p`` alone (the link, without a collective algorithm's
 behaviour), α from ``allreduce``'s small messages (:data:`LATENCY_OP`; ``p2p``'s own α
 where allreduce was not measured) and γ from ``allreduce``'s rows where β's term alone is

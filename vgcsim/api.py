@@ -2226,7 +2226,8 @@ def fit_calibration(
     ``calibrated-BACKEND-P``), ``device`` (a device preset), ``hosts`` = (ranks_per_host,
     host_cores) the measured ranks shared (host_cores 0: not shared; otherwise the fitted
     CPU-time terms are divided by the processor-sharing factor and the file says so),
-    ``burst_bytes`` (a host link's token bucket, written where > 0) and ``note`` (the file's
+    ``burst_bytes`` (a host link's token bucket: the fit prices the collectives' rows with
+    it, :func:`vgcsim.models.linkfit.fit_link`, and the file gets it where > 0) and ``note`` (the file's
     first line after its marker) go into the file. A fit without a per-byte cost is a
     :class:`CalibrationError`.
     """

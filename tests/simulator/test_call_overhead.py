@@ -220,3 +220,52 @@ def test_a_ring_allreduce_pays_each_step_beyond_the_refill_by_hand():
     bucket = dataclasses.replace(get_cluster("1GbE"), link=_bucket_link(262144.0))
     t = float(mc.collective_time_s("allreduce/ring", np.full((1, 4), 4e6), bucket)[0])
     assert t == pytest.approx(6 * (1e-3 + (1e6 - 25e3) / 25e6), rel=1e-12)
+
+
+# ------------------------------------------------- an allgather step's own start-up α
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_a_gather_step_starts_up_with_its_own_alpha_by_hand(p):
+    base = get_cluster("1GbE")
+    a = base.link.latency_s
+    slow = _with(base, allgather_latency_s=3 * a)
+    sizes = np.full(p, 1e4)
+    for key in COLLECTIVE_KEYS:
+        if key == "allreduce/hierarchical":
+            continue
+        plain = float(mc.collective_time_s(key, sizes[None, :], base)[0])
+        model = float(mc.collective_time_s(key, sizes[None, :], slow)[0])
+        sim = simulate_collective(key, sizes, slow).time_s
+        assert sim == pytest.approx(model, rel=1e-6)
+        if key == "allgatherv/ring":  # P − 1 steps, each 2α later
+            assert model - plain == pytest.approx((p - 1) * 2 * a, rel=1e-9)
+        elif key == "allgatherv/padded":  # the lengths' ring and the data's ring
+            assert model - plain == pytest.approx(2 * (p - 1) * 2 * a, rel=1e-9)
+        elif not key.startswith("allgatherv/"):  # an allreduce keeps the link's α
+            assert model == plain
+
+
+@pytest.mark.parametrize("path", ["auto", "message"])
+def test_a_replay_prices_the_gather_alpha_as_predict_does(path):
+    """The compressed rows' allgatherv steps start up with the gather's α in both engines;
+    the dense rows keep the link's α."""
+    trace = read_trace(SAMPLE_TRACE)
+    plain = _with(get_cluster("1GbE"), efficiency=1.0, bandwidth_Bps=1.25e8)
+    slow = _with(plain, allgather_latency_s=4 * plain.link.latency_s)
+    opts = PredictOptions(world_sizes=(3, 4), allreduce=("ring",), allgatherv=("ring",))
+    cfg = SimulateConfig(allreduce=("ring",), allgatherv=("ring",), path=path)
+    keep = ["world_size", "method", "encoding"]
+
+    def comm(cluster):
+        pred = predict_trace(trace, cluster, opts)
+        sim = simulate_trace(trace, cluster, (3, 4), cfg)[0]
+        a = pred[pred.step == -1].set_index(keep).comm_s.sort_index()
+        b = sim[sim.step == -1].set_index(keep).comm_s.sort_index()
+        return a, b - a
+
+    before, gap_before = comm(plain)
+    after, gap_after = comm(slow)
+    assert np.allclose(gap_after.to_numpy(), gap_before.to_numpy(), rtol=0, atol=1e-12)
+    moved = (after - before).groupby(level="method").max()
+    assert moved["dense"] == 0.0 and moved["compressed"] > 0.0

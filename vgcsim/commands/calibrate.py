@@ -168,8 +168,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="SIZE",
         help="token-bucket depth of every host link where a shaper or the provider sets one "
-        "(tc tbf's burst, an instance's burst allowance), e.g. 256KiB: written as the file's "
-        "[link] burst (not measured: the sweep's back-to-back messages drain the bucket)",
+        "(tc tbf's burst, an instance's burst allowance), e.g. 256KiB: the fit prices the "
+        "collectives' messages with it, and the file's [link] gets it (not measured)",
     )
     parser.add_argument("--name", default=None, help="cluster name (default calibrated-BACKEND-N)")
     parser.add_argument(
