@@ -107,6 +107,7 @@ def setup_row(rate: str, burst: str, link, errors: dict, repeat: dict) -> dict:
         "rate": rate,
         "burst": burst,
         "latency_s": link.latency_s,
+        "allgather_latency_s": link.allgather_latency_s,
         "call_overhead_s": link.call_overhead_s,
         "bandwidth_Bps": link.bandwidth_Bps,
         "gamma_s_per_byte": link.gamma_s_per_byte,
@@ -147,10 +148,11 @@ def read_kept(folder: Path, rate: str, burst: str) -> tuple[dict, int] | str:
 
 #: The fit's parts, switched on one by one (``--parts``): a label and ``fit_link``'s switches.
 PARTS = (
-    ("one line, α per step", {"segments": False, "call_ops": None}),
-    ("+ per-call cost c", {"segments": False}),
-    ("+ size segments", {}),
-    ("+ the token bucket (the default)", {"burst": True}),
+    ("one line, α per step", {"segments": False, "call_ops": None, "gather_op": None}),
+    ("+ per-call cost c", {"segments": False, "gather_op": None}),
+    ("+ size segments", {"gather_op": None}),
+    ("+ the token bucket", {"burst": True, "gather_op": None}),
+    ("+ the allgather's own α (the default)", {"burst": True}),
 )
 
 
@@ -178,8 +180,8 @@ def parts_table(folder: Path, setups: list[str], statistic: str | None) -> str:
         blocks.append((f"{rate}, {burst}", fits))
     ops = list(dict.fromkeys(op for _, fits in blocks for _, _, e in (fits or ()) for op in e))
     lines = [
-        "| setup | fit | α (µs) | c (µs) | " + " | ".join(ops) + " |",
-        "| --- | --- | ---: | ---: | " + " | ".join("---:" for _ in ops) + " |",
+        "| setup | fit | α (µs) | c (µs) | α_g (µs) | " + " | ".join(ops) + " |",
+        "| --- | --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in ops) + " |",
     ]
     for setup, fits in blocks:
         if fits is None:
@@ -189,7 +191,7 @@ def parts_table(folder: Path, setups: list[str], statistic: str | None) -> str:
             cells = [pct(errors[op]) if op in errors else "" for op in ops]
             lines.append(
                 f"| {setup} | {label} | {fit.latency_s * 1e6:.0f} | "
-                f"{fit.call_overhead_s * 1e6:.0f} | " + " | ".join(cells) + " |"
+                f"{fit.call_overhead_s * 1e6:.0f} | {_gather_us(fit)} | " + " | ".join(cells) + " |"
             )
     return "\n".join(lines)
 
@@ -198,8 +200,13 @@ def markdown(rows: list[dict]) -> str:
     """The docs' table: per setup the fitted link, each op's typical error and, in brackets,
     the measurements' repeatability for that op."""
     ops = list(dict.fromkeys(op for r in rows for op in r.get("typical_error_per_op", {})))
-    head = "| setup | α (µs) | c (µs) | σ (ns/B) | bandwidth (MB/s) | " + " | ".join(ops) + " |"
-    lines = [head, "| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in ops) + " |"]
+    head = (
+        "| setup | α (µs) | α_g (µs) | c (µs) | σ (ns/B) | bandwidth (MB/s) | "
+        + " | ".join(ops)
+        + " |"
+    )
+    rule = "| --- | ---: | ---: | ---: | ---: | ---: | "
+    lines = [head, rule + " | ".join("---:" for _ in ops) + " |"]
     for r in rows:
         if "typical_error_per_op" not in r:
             lines.append(f"| {r['rate']}, {r['burst']} burst | failed |")
@@ -210,10 +217,23 @@ def markdown(rows: list[dict]) -> str:
             cells.append("" if e is None else pct(e) + ("" if q is None else f" ({pct(q)})"))
         lines.append(
             f"| {r['rate']}, {r['burst']} burst | {r['latency_s'] * 1e6:.0f} | "
+            f"{_gather_us_row(r)} | "
             f"{r['call_overhead_s'] * 1e6:.0f} | {r['comm_cpu_s_per_byte'] * 1e9:.2f} | "
             f"{r['bandwidth_Bps'] / 1e6:.1f} | " + " | ".join(cells) + " |"
         )
     return "\n".join(lines)
+
+
+def _gather_us(link) -> str:
+    """An allgather step's α in µs, or "–" where the fit gave none (the link's α)."""
+    value = getattr(link, "allgather_latency_s", 0.0)
+    return f"{value * 1e6:.0f}" if value > 0 else "–"
+
+
+def _gather_us_row(row: dict) -> str:
+    """A JSON row's allgather step α in µs, or "–" where the fit gave none."""
+    value = row.get("allgather_latency_s") or 0.0
+    return f"{value * 1e6:.0f}" if value > 0 else "–"
 
 
 def pct(share: float) -> str:

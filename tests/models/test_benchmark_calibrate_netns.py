@@ -40,7 +40,7 @@ def test_refit_reports_errors_and_repeatability(kept, capsys):
     assert row["repeatability_per_op"]["allreduce"] == pytest.approx(0.2)
     assert netns.main(["--from", str(kept), "--setups", "1gbit:16kb", "--markdown"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].startswith("| setup | α (µs) | c (µs) |")
+    assert table[0].startswith("| setup | α (µs) | α_g (µs) | c (µs) |")
     alpha_us = f"{row['latency_s'] * 1e6:.0f}"
     assert table[2].startswith(f"| 1gbit, 16kb burst | {alpha_us} | ") and "(20.0 %)" in table[2]
 
@@ -64,13 +64,13 @@ def test_parts_switch_the_fit_on_part_by_part_and_end_at_the_default(kept, capsy
     default = json.loads(capsys.readouterr().out)["setups"][0]["typical_error_per_op"]
     assert netns.main([*argv, "--parts"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0].startswith("| setup | fit | α (µs) | c (µs) | p2p | allreduce |")
+    assert lines[0].startswith("| setup | fit | α (µs) | c (µs) | α_g (µs) | p2p | allreduce |")
     rows = [line.split(" | ") for line in lines[2:]]
     n = len(netns.PARTS)
     assert [r[1] for r in rows[:n]] == [label for label, _ in netns.PARTS]
     assert rows[0][3] == "0"  # one line and α per step: no per-call cost
-    ops = lines[0].strip("| ").split(" | ")[4:]
-    last = dict(zip(ops, (c.strip(" |") for c in rows[n - 1][4:]), strict=True))
+    ops = lines[0].strip("| ").split(" | ")[5:]
+    last = dict(zip(ops, (c.strip(" |") for c in rows[n - 1][5:]), strict=True))
     assert last == {op: netns.pct(default[op]) for op in ops}  # the default fit's errors
     assert rows[n] == ["| 200mbit, 16kb", "not found |"]
 
