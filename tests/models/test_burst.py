@@ -66,9 +66,12 @@ def test_the_cluster_file_spells_it_with_units_or_in_bytes(tmp_path, line, expec
         ('burst = "lots"', "link.burst: cannot parse"),
         ("burst_bytes = 1e20", "link.burst_bytes must be a finite number in [0, 1e+15]"),
         ('burst = "1kB"\nburst_bytes = 1000', "give either 'burst' or 'burst_bytes'"),
+        ('allgather_latency = "-1ms"', "link.allgather_latency"),
+        ('allgather_latency = "2s"', "link.allgather_latency"),
+        ('allgather_latency_s = 1e-3\nallgather_latency = "1ms"', "give either"),
     ],
 )
-def test_a_bad_burst_is_one_line_and_exit_2(tmp_path, capsys, line, message):
+def test_a_bad_burst_or_allgather_latency_is_one_line_and_exit_2(tmp_path, capsys, line, message):
     argv = ["predict", DEMO, "--cluster", str(_cluster(tmp_path, line)), "--world-sizes", "2"]
     assert main([*argv, "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
@@ -134,21 +137,6 @@ def test_the_credit_is_the_bytes_time_alone_in_predict_and_simulate(tmp_path):
         assert bucket.comm_s == pytest.approx(6 * 0.002, rel=1e-6)
         assert plain.step_s - bucket.step_s == pytest.approx(wire_s, rel=1e-6)
     assert steps["predict", True].step_s == pytest.approx(steps["simulate", True].step_s, rel=1e-6)
-
-
-@pytest.mark.parametrize(
-    ("line", "message"),
-    [
-        ('allgather_latency = "-1ms"', "link.allgather_latency"),
-        ('allgather_latency = "2s"', "link.allgather_latency"),
-        ('allgather_latency_s = 1e-3\nallgather_latency = "1ms"', "give either"),
-    ],
-)
-def test_a_bad_allgather_latency_is_one_line_and_exit_2(tmp_path, capsys, line, message):
-    argv = ["predict", DEMO, "--cluster", str(_cluster(tmp_path, line)), "--world-sizes", "2"]
-    assert main([*argv, "-o", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert message in err and len(err.splitlines()) == 1
 
 
 def test_the_cluster_file_spells_the_allgather_latency_with_units(tmp_path):

@@ -143,6 +143,19 @@ def test_model_and_simulator_price_size_segments_alike(key, p, size):
         assert model < float(mc.collective_time_s(key, sizes[None, :], plain)[0])
 
 
+def _replay_comm(trace, cluster, path):
+    """Per (world size, method, encoding), predict's whole-run comm_s on ``cluster`` at P = 3
+    and 4 (ring collectives), and simulate's (on ``path``) minus predict's."""
+    opts = PredictOptions(world_sizes=(3, 4), allreduce=("ring",), allgatherv=("ring",))
+    cfg = SimulateConfig(allreduce=("ring",), allgatherv=("ring",), path=path)
+    keep = ["world_size", "method", "encoding"]
+    pred = predict_trace(trace, cluster, opts)
+    sim = simulate_trace(trace, cluster, (3, 4), cfg)[0]
+    a = pred[pred.step == -1].set_index(keep).comm_s.sort_index()
+    b = sim[sim.step == -1].set_index(keep).comm_s.sort_index()
+    return a, b - a
+
+
 @pytest.mark.parametrize("path", ["auto", "message"])
 def test_a_replay_prices_segments_and_call_overhead_as_predict_does(path):
     """Replayed on a star, simulate and predict differ by what they differ by on the plain
@@ -151,19 +164,8 @@ def test_a_replay_prices_segments_and_call_overhead_as_predict_does(path):
     trace = read_trace(SAMPLE_TRACE)
     plain = _with(get_cluster("1GbE"), efficiency=1.0, bandwidth_Bps=1.25e8)
     seg = _with(plain, segments=SEGMENTS, call_overhead_s=CALL_S)
-    opts = PredictOptions(world_sizes=(3, 4), allreduce=("ring",), allgatherv=("ring",))
-    cfg = SimulateConfig(allreduce=("ring",), allgatherv=("ring",), path=path)
-    keep = ["world_size", "method", "encoding"]
-
-    def gap(cluster):
-        pred = predict_trace(trace, cluster, opts)
-        sim = simulate_trace(trace, cluster, (3, 4), cfg)[0]
-        a = pred[pred.step == -1].set_index(keep).comm_s.sort_index()
-        b = sim[sim.step == -1].set_index(keep).comm_s.sort_index()
-        return a, b - a
-
-    comm, with_segments = gap(seg)
-    _, without = gap(plain)
+    comm, with_segments = _replay_comm(trace, seg, path)
+    _, without = _replay_comm(trace, plain, path)
     # float error of sums of a few dozen terms of about a millisecond
     assert np.allclose(with_segments.to_numpy(), without.to_numpy(), rtol=0, atol=1e-12)
     assert comm.min() > CALL_S
@@ -253,19 +255,8 @@ def test_a_replay_prices_the_gather_alpha_as_predict_does(path):
     trace = read_trace(SAMPLE_TRACE)
     plain = _with(get_cluster("1GbE"), efficiency=1.0, bandwidth_Bps=1.25e8)
     slow = _with(plain, allgather_latency_s=4 * plain.link.latency_s)
-    opts = PredictOptions(world_sizes=(3, 4), allreduce=("ring",), allgatherv=("ring",))
-    cfg = SimulateConfig(allreduce=("ring",), allgatherv=("ring",), path=path)
-    keep = ["world_size", "method", "encoding"]
-
-    def comm(cluster):
-        pred = predict_trace(trace, cluster, opts)
-        sim = simulate_trace(trace, cluster, (3, 4), cfg)[0]
-        a = pred[pred.step == -1].set_index(keep).comm_s.sort_index()
-        b = sim[sim.step == -1].set_index(keep).comm_s.sort_index()
-        return a, b - a
-
-    before, gap_before = comm(plain)
-    after, gap_after = comm(slow)
+    before, gap_before = _replay_comm(trace, plain, path)
+    after, gap_after = _replay_comm(trace, slow, path)
     assert np.allclose(gap_after.to_numpy(), gap_before.to_numpy(), rtol=0, atol=1e-12)
     moved = (after - before).groupby(level="method").max()
     assert moved["dense"] == 0.0 and moved["compressed"] > 0.0
