@@ -67,7 +67,7 @@ def fit_line(label: str, fit) -> str:
         gamma += f", {fit.allgatherv_host_s * 1e6:.1f} us per {fit.host_call_op} beyond its calls"
     if fit.call_ops:
         gamma += f", {fit.call_overhead_s * 1e6:.1f} us per call ({'+'.join(fit.call_ops)})"
-    if getattr(fit, "allgather_latency_op", ""):
+    if fit.allgather_latency_op:
         gamma += (
             f", alpha = {fit.allgather_latency_s * 1e6:.2f} us an allgather step "
             f"({fit.allgather_latency_op})"

@@ -29,6 +29,8 @@ def bare_fit(**changes):
         share_op="",
         call_ops=(),
         comm_cpu_op="",
+        allgather_latency_op="",
+        allgather_latency_s=0.0,
         method="nnls",
         typical_error=0.0625,
         bandwidth_Bps=1.25e8,
@@ -57,6 +59,8 @@ def full_fit():
         share_op="allgatherv_skewed",
         call_ops=("allreduce", "allgather"),
         comm_cpu_op="allreduce",
+        allgather_latency_op="allgather",
+        allgather_latency_s=1.5e-4,
         gamma_s_per_byte=2.5e-10,
         allgatherv_host_s_per_byte=1.5e-9,
         call_overhead_s=1.25e-4,
@@ -96,6 +100,7 @@ def test_every_fitted_part_is_written_and_named_in_the_source():
     assert (doc["ranks_per_host"], doc["host_cores"]) == (4, 2)
     link = doc["link"]
     assert link["call_overhead_s"] == 1.25e-4
+    assert link["allgather_latency_s"] == 1.5e-4
     assert link["comm_cpu_s_per_byte"] == 3e-10
     assert link["gamma_s_per_byte"] == 2.5e-10
     assert link["allgatherv_host_s_per_byte"] == 1.5e-9
@@ -108,13 +113,14 @@ def test_every_fitted_part_is_written_and_named_in_the_source():
         "vgcsim calibrate: link, gloo, 4 ranks, alpha from p2p's small messages, beta from "
         "allreduce+allgather, gamma from allreduce, allgatherv host cost from allgatherv, its "
         "fixed part from allgatherv, its padded share from allgatherv_skewed, per-call cost "
-        "from allreduce+allgather, host CPU per byte from allreduce (nnls fit), typical error "
-        "6.2%"
+        "from allreduce+allgather, an allgather step's alpha from allgather, host CPU per byte "
+        "from allreduce (nnls fit), typical error 6.2%"
     )
     # and the simulator's loader reads the same link
     spec_link = _load(text).link
     assert (spec_link.bandwidth_Bps, spec_link.latency_s) == (1.25e8, 5e-5)
     assert spec_link.call_overhead_s == 1.25e-4 and spec_link.burst_bytes == 262144.0
+    assert spec_link.allgather_latency_s == 1.5e-4
     assert [tuple(s) for s in spec_link.segments] == [(0.0, 0.0, 2.5e9), (16384.0, -6.5e-5, 1.25e8)]
 
 

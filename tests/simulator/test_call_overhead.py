@@ -260,3 +260,14 @@ def test_a_replay_prices_the_gather_alpha_as_predict_does(path):
     assert np.allclose(gap_after.to_numpy(), gap_before.to_numpy(), rtol=0, atol=1e-12)
     moved = (after - before).groupby(level="method").max()
     assert moved["dense"] == 0.0 and moved["compressed"] > 0.0
+
+
+def test_which_links_price_a_message_by_its_size():
+    from vgcsim.core.collectives import prices_by_size
+
+    plain = get_cluster("1GbE").link
+    assert not prices_by_size(plain)  # α + m·β
+    assert prices_by_size(dataclasses.replace(plain, segments=SEGMENTS))
+    assert prices_by_size(_bucket_link(262144.0))  # the start-up refills the bucket
+    # a bucket whose start-up refills nothing (α = 0) prices α + m·β again
+    assert not prices_by_size(dataclasses.replace(_bucket_link(262144.0), latency_s=0.0))

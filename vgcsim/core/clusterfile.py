@@ -419,7 +419,7 @@ def _fitted_link_lines(table: str, name: str, fit: Any, what: str) -> list[str]:
         + (f", per-call cost from {'+'.join(fit.call_ops)}" if fit.call_ops else "")
         + (
             f", an allgather step's alpha from {fit.allgather_latency_op}"
-            if getattr(fit, "allgather_latency_op", "")
+            if fit.allgather_latency_op
             else ""
         )
         + (f", host CPU per byte from {fit.comm_cpu_op}" if fit.comm_cpu_op else "")
@@ -436,7 +436,7 @@ def _fitted_link_lines(table: str, name: str, fit: Any, what: str) -> list[str]:
     if fit.call_ops:
         # the software cost of one collective call, fitted with alpha from small messages
         lines.append(f"call_overhead_s = {toml_value(float(fit.call_overhead_s))}")
-    if getattr(fit, "allgather_latency_op", ""):
+    if fit.allgather_latency_op:
         # alpha of an allgather-type collective's step, from the allgather's small messages
         lines.append(f"allgather_latency_s = {toml_value(float(fit.allgather_latency_s))}")
     if fit.comm_cpu_op:

@@ -74,7 +74,7 @@ def idle_burst_bytes(link) -> float:
     """The bucket's depth beyond one start-up's refill, ``b − min(b, α/β)``
     (:func:`refill_bytes`): what a long idle before an exchange adds to the tokens its first
     message meets, the depth :func:`burst_credit_s` credits (0 without a bucket)."""
-    return max(0.0, float(getattr(link, "burst_bytes", 0.0)) - refill_bytes(link))
+    return max(0.0, float(link.burst_bytes) - refill_bytes(link))
 
 
 def prices_by_size(link) -> bool:
@@ -93,10 +93,7 @@ def message_time_s(link, size_bytes):
     the rule above priced on ``max(0, m − r)`` bytes (``α + max(0, m − r)·β`` without
     segments). The one rule the cost models use per message and the simulator turns into
     wire bytes (:func:`wire_bytes`)."""
-    m = np.asarray(size_bytes, dtype=float)
-    refill = refill_bytes(link)
-    if refill > 0.0:
-        m = np.maximum(0.0, m - refill)
+    m = np.maximum(0.0, np.asarray(size_bytes, dtype=float) - refill_bytes(link))
     if not link.segments:
         return link.latency_s + m * link.beta_s_per_byte
     starts = np.array([s[0] for s in link.segments])

@@ -477,10 +477,8 @@ def refill_bytes(link) -> float:
     Source: the token-bucket filter (J. Turner, "New directions in communications", IEEE
     Communications Magazine 24(10), 1986; Linux ``tc-tbf(8)``: rate, burst), tokens
     accruing at the rate while the link idles."""
-    kept = float(getattr(link, "start_refill_bytes", -1.0))
-    if kept >= 0.0:  # a link stripped of α keeps its source's refill (wire_link)
-        return kept
-    b = float(getattr(link, "burst_bytes", 0.0))
-    if b <= 0.0:
+    if link.start_refill_bytes >= 0.0:  # a link stripped of α keeps its source's (wire_link)
+        return float(link.start_refill_bytes)
+    if link.burst_bytes <= 0.0:
         return 0.0
-    return min(b, link.latency_s / link.beta_s_per_byte)
+    return min(float(link.burst_bytes), link.latency_s / link.beta_s_per_byte)
