@@ -191,7 +191,9 @@ def parts_table(folder: Path, setups: list[str], statistic: str | None) -> str:
             cells = [pct(errors[op]) if op in errors else "" for op in ops]
             lines.append(
                 f"| {setup} | {label} | {fit.latency_s * 1e6:.0f} | "
-                f"{fit.call_overhead_s * 1e6:.0f} | {_gather_us(fit)} | " + " | ".join(cells) + " |"
+                f"{fit.call_overhead_s * 1e6:.0f} | {_gather_us(fit.allgather_latency_s)} | "
+                + " | ".join(cells)
+                + " |"
             )
     return "\n".join(lines)
 
@@ -217,23 +219,16 @@ def markdown(rows: list[dict]) -> str:
             cells.append("" if e is None else pct(e) + ("" if q is None else f" ({pct(q)})"))
         lines.append(
             f"| {r['rate']}, {r['burst']} burst | {r['latency_s'] * 1e6:.0f} | "
-            f"{_gather_us_row(r)} | "
+            f"{_gather_us(r.get('allgather_latency_s'))} | "
             f"{r['call_overhead_s'] * 1e6:.0f} | {r['comm_cpu_s_per_byte'] * 1e9:.2f} | "
             f"{r['bandwidth_Bps'] / 1e6:.1f} | " + " | ".join(cells) + " |"
         )
     return "\n".join(lines)
 
 
-def _gather_us(link) -> str:
+def _gather_us(value_s: float | None) -> str:
     """An allgather step's α in µs, or "–" where the fit gave none (the link's α)."""
-    value = getattr(link, "allgather_latency_s", 0.0)
-    return f"{value * 1e6:.0f}" if value > 0 else "–"
-
-
-def _gather_us_row(row: dict) -> str:
-    """A JSON row's allgather step α in µs, or "–" where the fit gave none."""
-    value = row.get("allgather_latency_s") or 0.0
-    return f"{value * 1e6:.0f}" if value > 0 else "–"
+    return f"{value_s * 1e6:.0f}" if value_s else "–"
 
 
 def pct(share: float) -> str:

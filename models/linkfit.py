@@ -104,6 +104,7 @@ from vgcsim.core.collectives import (
     plain_allgather_host_time_s,
 )
 from vgcsim.core.errors import ConfigError, VgcsimError
+from vgcsim.core.specs import start_refill_bytes
 from vgcsim.traces.calibration import OPS, measured_seconds, skewed_sizes
 
 #: A row is in the bandwidth regime from this many times its op's fastest time.
@@ -178,11 +179,6 @@ def segment_terms(rows: Sequence[dict], world: int, segments) -> np.ndarray:
     return out
 
 
-def collective_rows_present(rows: Sequence[dict]) -> bool:
-    """Whether ``rows`` hold a collective's measurement (anything but p2p)."""
-    return any(not r["op"].startswith("p2p") for r in rows)
-
-
 def bucket_terms(
     rows: Sequence[dict], world: int, burst_bytes: float, latency_s, beta_s_per_byte: float
 ) -> np.ndarray:
@@ -197,7 +193,7 @@ def bucket_terms(
     for i, r in enumerate(rows):
         if r["op"].startswith("p2p"):
             continue
-        refill = min(float(burst_bytes), lat[i] / beta_s_per_byte) if beta_s_per_byte > 0 else 0.0
+        refill = start_refill_bytes(burst_bytes, lat[i], beta_s_per_byte)
         for count, m in step_messages(r["op"], r["size_bytes"], world):
             out[i] += count * max(0.0, m - refill) * beta_s_per_byte
     return out
@@ -746,10 +742,11 @@ def fit_link(
                 method = f"{len(segs)} size segments"
                 roles[used] = "segment"
 
-    if burst_bytes > 0 and collective_rows_present(rows):
-        method = f"{method}; collectives with the token bucket"
     collective = np.array([not r["op"].startswith("p2p") for r in rows])
-    gathers = np.array([r["op"] in GATHER_OPS for r in rows])
+    if burst_bytes > 0 and collective.any():
+        method = f"{method}; collectives with the token bucket"
+    ops_c = np.array([r["op"] for r in rows], dtype=object)
+    gathers = np.isin(ops_c, GATHER_OPS)
     alpha_g = 0.0  # the allgather-type rows' own α, once fitted
     bucket = max(0.0, float(burst_bytes))
 
@@ -830,7 +827,6 @@ def fit_link(
             rest = t - bw_terms() - a[:, 2] * x[2]
             c_lat = c & (a[:, 0] > 0) & (t - rest <= LATENCY_SHARE * t)
             own = None  # α and c from the allreduce alone, where its rows tell them apart
-            ops_c = np.array([r["op"] for r in rows], dtype=object)
             g_lat = c_lat & (ops_c == gather_op)
             if gather_op and gather_op in measured_calls and g_lat.any():
                 ar = c_lat & (ops_c == latency_op)

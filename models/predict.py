@@ -370,9 +370,10 @@ def _burst_rows(
     bucket's tokens can shorten."""
     bd = breakdown(cluster)
     link = cluster.link
-    if idle_burst_bytes(link) > 0:
+    idle_bytes = idle_burst_bytes(link)
+    if idle_bytes > 0:
         wire_s = breakdown(wire_cluster(cluster)).comm_s
-        bd = with_burst(bd, idle_burst_bytes(link), link.bandwidth_Bps, wire_s)
+        bd = with_burst(bd, idle_bytes, link.bandwidth_Bps, wire_s)
     return rows_for(bd, si.steps, sent_max, sent_mean, per_step=opts.per_step, const=const)
 
 

@@ -533,28 +533,29 @@ def _gathers(ws: _WorldSize, label: str) -> bool:
     return schedule is not None and schedule.key.startswith("allgatherv/")
 
 
-def _on_link(
-    ws: _WorldSize,
-    label: str,
-    base: tuple[ClusterSpec, Topology, RunCache],
-    source: ClusterSpec | None = None,
-) -> tuple[Topology, RunCache, Callable[[np.ndarray], np.ndarray] | None]:
-    """``(topology, cache, wire)`` that ``label``'s steps run on: ``base``'s cluster (with
-    its topology and cache), or, where ``label``'s exchange is allgather-type, that cluster
-    as a gather meets it (:func:`vgcsim.core.clusterspec.gather_cluster`; ``source``: the
-    cluster ``base``'s bandwidth-only copy was made from, whose gather link is stripped
-    the same way); ``wire`` prices messages by size where the link does
-    (:func:`vgcsim.core.collectives.wire_bytes`)."""
-    cluster, topo, cache = base
-    if _gathers(ws, label):
-        gathered = gather_cluster(source if source is not None else cluster)
-        if gathered is not (source if source is not None else cluster):
-            cluster = wire_cluster(gathered) if source is not None else gathered
-            topo = build_topology(cluster, ws.p)
-            cache = RunCache(topo)
-    link = cluster.link
-    wire = functools.partial(wire_bytes, link) if prices_by_size(link) else None
-    return topo, cache, wire
+def _on_links(
+    ws: _WorldSize, labels: list[str], make: Callable[[ClusterSpec], ClusterSpec] | None = None
+) -> dict[str, tuple[Topology, RunCache, Callable[[np.ndarray], np.ndarray] | None]]:
+    """Per label, ``(topology, cache, wire)`` its steps run on: ``ws.cluster`` as the label's
+    exchange meets it (:func:`vgcsim.core.clusterspec.gather_cluster` where it is
+    allgather-type), then ``make`` (``wire_cluster`` for the bandwidth-only copy); one
+    topology and cache per distinct cluster; ``wire`` prices messages by size where the link
+    does (:func:`vgcsim.core.collectives.wire_bytes`)."""
+    built: list[tuple[ClusterSpec, tuple]] = []
+    out = {}
+    for lab in labels:
+        cluster = gather_cluster(ws.cluster) if _gathers(ws, lab) else ws.cluster
+        if make is not None:
+            cluster = make(cluster)
+        run = next((r for c, r in built if c == cluster), None)
+        if run is None:
+            topo = ws.topology if cluster is ws.cluster else build_topology(cluster, ws.p)
+            link = cluster.link
+            wire = functools.partial(wire_bytes, link) if prices_by_size(link) else None
+            run = (topo, RunCache(topo), wire)
+            built.append((cluster, run))
+        out[lab] = run
+    return out
 
 
 def _bounded_rounds(
@@ -921,8 +922,7 @@ def simulate_trace(
         gamma, call = link.gamma_s_per_byte, link.call_overhead_s
         host = (link.allgatherv_host_s_per_byte, link.allgatherv_host_s_per_byte_table)
         # each variant on its link: a gather's start-up may differ (allgather_latency_s)
-        base = (ws.cluster, ws.topology, RunCache(ws.topology))
-        on_link = {lab: _on_link(ws, lab, base) for lab in labels}
+        on_link = _on_links(ws, labels)
         runners = {
             lab: _Runner(topo, cfg, gamma, cache, lab, notice, progress, call, wire)
             for lab, (topo, cache, wire) in on_link.items()
@@ -932,13 +932,10 @@ def simulate_trace(
         # of each exchange that tokens can shorten
         wire_runners = {}
         if idle_burst_bytes(ws.cluster.link) > 0:
-            bare_cluster = wire_cluster(ws.cluster)
-            bare = build_topology(bare_cluster, ws.p)
-            bare_base = (bare_cluster, bare, RunCache(bare))
-            wire_runners = {}
-            for lab in labels:
-                topo, cache, wire = _on_link(ws, lab, bare_base, ws.cluster)
-                wire_runners[lab] = _Runner(topo, cfg, 0.0, cache, lab, wire=wire)
+            wire_runners = {
+                lab: _Runner(topo, cfg, 0.0, cache, lab, wire=wire)
+                for lab, (topo, cache, wire) in _on_links(ws, labels, wire_cluster).items()
+            }
         per_step: dict[str, list[dict[str, Any]]] = {lab: [] for lab in labels}
         want_timeline = _timeline_steps(ws, timeline_steps)
         draw = timeline_max_ranks is None or ws.p <= timeline_max_ranks
@@ -1113,7 +1110,7 @@ def _timeline(
     topology: Topology,
 ) -> StepTimeline:
     """Step ``t`` of one variant again at message level on ``topology`` (the variant's own,
-    :func:`_on_link`), recording every flow and rank span."""
+    :func:`_on_links`), recording every flow and rank span."""
     topo = topology
     monitor = LinkMonitor(topo.n_channels, record_intervals=True)
     spans: list[RankSpan] = []

@@ -479,6 +479,14 @@ def refill_bytes(link) -> float:
     accruing at the rate while the link idles."""
     if link.start_refill_bytes >= 0.0:  # a link stripped of α keeps its source's (wire_link)
         return float(link.start_refill_bytes)
-    if link.burst_bytes <= 0.0:
+    return start_refill_bytes(link.burst_bytes, link.latency_s, link.beta_s_per_byte)
+
+
+def start_refill_bytes(burst_bytes: float, latency_s: float, beta_s_per_byte: float) -> float:
+    """``min(b, α/β)``, the bytes a token bucket of ``burst_bytes`` b refills while a step
+    starts up for ``latency_s`` α at ``beta_s_per_byte`` β (:func:`refill_bytes`, the rule
+    the models price a link with and calibrate's fit prices its rows with); 0 without a
+    bucket or a rate."""
+    if burst_bytes <= 0.0 or beta_s_per_byte <= 0.0:
         return 0.0
-    return min(float(link.burst_bytes), link.latency_s / link.beta_s_per_byte)
+    return min(float(burst_bytes), latency_s / beta_s_per_byte)
