@@ -30,11 +30,12 @@ chromium:
 # The suite runs on TEST_WORKERS processes (pytest-xdist; the machine's cores, at most 4),
 # except the tests that time shaped links (marker `netns`, all in tests/distributed): they
 # run after, alone, since another test's load on the cores would move the rates they
-# measure. Bytecode is cached even where the environment says not to (PYTHONDONTWRITEBYTECODE):
+# measure. Each test module runs on one worker (--dist loadscope), so a module's fixtures
+# (recordings, gloo runs) are made once, not once per worker. Bytecode is cached even where the environment says not to (PYTHONDONTWRITEBYTECODE):
 # each worker and each process a test starts would compile the same modules again.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q
-PARALLEL := -n $(TEST_WORKERS) --dist worksteal
+PARALLEL := -n $(TEST_WORKERS) --dist loadscope
 
 # The tests' temporary folders live in RAM (/dev/shm) where the machine has it: every file the
 # commands write is fsynced (vgcsim.core.outdir.atomic_write), which a disk makes cost tens of
