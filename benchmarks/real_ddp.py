@@ -129,15 +129,24 @@ def calibrate(
 
 
 def predict_step_s(
-    trace: Path, cluster: Path, world_size: int, method: str, tmp: Path, engine: str = "predict"
+    trace: Path,
+    cluster: Path,
+    world_size: int,
+    method: str,
+    tmp: Path,
+    engine: str = "predict",
+    anchor: Path | None = None,
 ) -> float:
     """``vgcsim predict``'s (or ``simulate``'s: ``engine``) step time of ``method`` at
-    ``world_size`` (median over steps)."""
+    ``world_size`` (median over steps); ``anchor``: the trace setup's cluster file
+    (``--anchor``)."""
     import pandas as pd
 
-    out = tmp / f"{engine}-{trace.name}-{cluster.stem}-{method}"
+    tag = "-anchored" if anchor is not None else ""
+    out = tmp / f"{engine}-{trace.name}-{cluster.stem}-{method}{tag}"
     cmd = [sys.executable, "-m", "vgcsim", engine, str(trace), "--cluster", str(cluster)]
     cmd += ["--world-sizes", str(world_size), "--compute", "trace", "--per-step"]
+    cmd += ["--anchor", str(anchor)] if anchor is not None else []
     cmd += ["--dense-encodings", "fp32,fp16", "-o", str(out), "--overwrite"]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     df = pd.read_parquet(out / "results.parquet")
@@ -181,18 +190,26 @@ def refit(keep: Path, work: Path, rate: str, n: int, model: str | None = None) -
     return out
 
 
-def repredict(keep: Path, work: Path, log, engine: str = "predict") -> list[dict]:
+def repredict(
+    keep: Path, work: Path, log, engine: str = "predict", anchored: bool = True
+) -> list[dict]:
     """The kept run's rows (``real_ddp.json`` in ``keep``) predicted again (module docstring)."""
     kept = json.loads((keep / "real_ddp.json").read_text())
+    trace_rate, trace_n = kept.get("trace_setup", "unshaped:2").split(":")
     rows, clusters = [], {}
-    for r in kept["rows"]:
-        rate, n, model, method = r["rate"], r["world_size"], r["model"], r["method"]
+
+    def cluster(rate: str, n: int, model: str) -> Path:
         # runs kept before per-model calibrations have one cluster file per setup
         own = model if (keep / f"{cal_name(rate, n, model)}.toml").is_file() else None
         if (rate, n, own) not in clusters:
             clusters[(rate, n, own)] = refit(keep, work, rate, n, own)
+        return clusters[(rate, n, own)]
+
+    for r in kept["rows"]:
+        rate, n, model, method = r["rate"], r["world_size"], r["model"], r["method"]
         trace = keep / f"trace-{model}-{'variance' if method == 'variance' else 'ddp'}"
-        pred = predict_step_s(trace, clusters[(rate, n, own)], n, method, work, engine)
+        anchor = cluster(trace_rate, int(trace_n), model) if anchored else None
+        pred = predict_step_s(trace, cluster(rate, n, model), n, method, work, engine, anchor)
         m = r["measured_s"]
         rows.append({**r, "predicted_s": pred, "error": pred / m - 1})
         print(
@@ -261,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
         help="price each setup with the closed forms (predict, the default) or the simulator",
     )
     p.add_argument(
+        "--no-anchor",
+        dest="anchor",
+        action="store_false",
+        help="predict without --anchor (the trace setup's measured time the models miss)",
+    )
+    p.add_argument(
         "--from",
         dest="keep",
         type=Path,
@@ -277,6 +300,13 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(x) for x in args.world_sizes.split(",")]
     models, methods = args.models.split(","), args.methods.split(",")
     trace_rate, trace_p = args.trace_setup.split(":")
+    if args.anchor and (trace_rate not in rates or int(trace_p) not in sizes):
+        print(
+            f"real_ddp: --anchor prices the trace setup {args.trace_setup}: add it to --rates "
+            "and --world-sizes, or pass --no-anchor",
+            file=sys.stderr,
+        )
+        return 2
     common = ["--steps", str(args.steps), "--warmup", str(args.warmup)]
     log = sys.stderr if args.json else sys.stdout
     port = 29700
@@ -309,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.cal_busy == "trace"
             else {}
         )
-        rows = []
+        rows, priced, all_clusters = [], [], {}
         for rate in rates:
             for n in sizes:
                 t0 = time.monotonic()
@@ -341,33 +371,42 @@ def main(argv: list[str] | None = None) -> int:
                                 *common,
                             )
                             measured[(model, method)] = res["median_step_s"]
-                for (model, method), m in measured.items():
-                    trace = traces[(model, "variance" if method == "variance" else "ddp")]
-                    cluster = clusters[model if busy else None]
-                    pred = predict_step_s(trace, cluster, n, method, work, args.engine)
-                    rows.append(
-                        {
-                            "rate": rate,
-                            "world_size": n,
-                            "model": model,
-                            "method": method,
-                            "measured_s": m,
-                            "predicted_s": pred,
-                            "error": pred / m - 1,
-                        }
-                    )
-                    print(
-                        f"{rate:>9} P={n} {model:>4} {method:>8}: measured {m * 1e3:8.2f} ms, "
-                        f"predicted {pred * 1e3:8.2f} ms ({pred / m - 1:+.0%})",
-                        file=log,
-                        flush=True,
-                    )
+                all_clusters[(rate, n)] = clusters
+                priced += [(rate, n, model, method, m) for (model, method), m in measured.items()]
                 print(f"  ({time.monotonic() - t0:.0f} s)", file=log, flush=True)
+        # priced once every setup is calibrated: --anchor needs the trace setup's cluster
+        for rate, n, model, method, m in priced:
+            trace = traces[(model, "variance" if method == "variance" else "ddp")]
+            cluster = all_clusters[(rate, n)][model if busy else None]
+            anchor = (
+                all_clusters[(trace_rate, int(trace_p))][model if busy else None]
+                if args.anchor
+                else None
+            )
+            pred = predict_step_s(trace, cluster, n, method, work, args.engine, anchor)
+            rows.append(
+                {
+                    "rate": rate,
+                    "world_size": n,
+                    "model": model,
+                    "method": method,
+                    "measured_s": m,
+                    "predicted_s": pred,
+                    "error": pred / m - 1,
+                }
+            )
+            print(
+                f"{rate:>9} P={n} {model:>4} {method:>8}: measured {m * 1e3:8.2f} ms, "
+                f"predicted {pred * 1e3:8.2f} ms ({pred / m - 1:+.0%})",
+                file=log,
+                flush=True,
+            )
         result = {**summarize(rows), "rows": rows, "load_average": os.getloadavg()}
         result["engine"] = args.engine
         result["trace_setup"] = args.trace_setup
         result["trace_drift"] = trace_drift(work, args.trace_setup, models)
         result["cal_busy_before_s"] = busy
+        result["anchored"] = args.anchor
         if args.out:
             (work / "real_ddp.json").write_text(json.dumps(result, indent=1))
     _print(result, args.json, args.markdown)
@@ -407,8 +446,9 @@ def _repredicted(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="vgcsim-real-ddp-") as tmpdir:
         work = (args.out or Path(tmpdir)).resolve()
         work.mkdir(parents=True, exist_ok=True)
-        rows = repredict(args.keep.resolve(), work, log, args.engine)
+        rows = repredict(args.keep.resolve(), work, log, args.engine, args.anchor)
         result = {**summarize(rows), "rows": rows, "predicted_from": str(args.keep)}
+        result["anchored"] = args.anchor
         result["engine"] = args.engine
         # the setup the kept run traced at (runs kept before it was recorded: the flag's)
         kept = json.loads((args.keep / "real_ddp.json").read_text())

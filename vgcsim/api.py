@@ -487,10 +487,15 @@ def predict(
     *,
     compute: str | None = None,
     config: PredictOptions | None = None,
+    anchor: str | Path | ClusterSpec | None = None,
     **options: Any,
 ) -> pd.DataFrame:
     """Closed-form step times of dense allreduce (fp32, bf16, fp16) vs compressed allgatherv
     (source="predicted").
+
+    ``anchor``: the cluster of the setup the trace was recorded on (a trace the DDP hook
+    wrote, with each step's measured wall time): every predicted step gets the trace's
+    measured step time there less the predicted one (:func:`anchored`), as ``--anchor`` does.
 
     ``world_sizes``: a list or a ``--world-sizes`` string such as ``"2:1024:x2"`` (the
     default).
@@ -513,7 +518,11 @@ def predict(
     opts = _config("predict", PredictOptions, config, world_sizes, options)
     spec = load_cluster(cluster, compute=compute)
     opts = resolve_collectives(opts, t)
-    return _attrs(predict_trace(t, spec, opts), "predicted", spec, _header_options(opts, t))
+    df, header = predict_trace(t, spec, opts), _header_options(opts, t)
+    if anchor is not None:
+        at = load_cluster(anchor, compute=compute)
+        df, header["anchor"] = anchored(df, t, at, lambda o: predict_trace(t, at, o), opts)
+    return _attrs(df, "predicted", spec, header)
 
 
 @dataclass(frozen=True)
@@ -538,11 +547,13 @@ def simulate_run(
     timeline_steps: Sequence[int] = (),
     timeline_max_ranks: int | None = None,
     progress: Callable[[int], None] | None = None,
+    anchor: str | Path | ClusterSpec | None = None,
     **options: Any,
 ) -> SimulateRun:
     """:func:`simulate` with its timelines (``timeline_steps``: trace steps simulated again
     with link recording, at world sizes up to ``timeline_max_ranks``) and a ``progress``
-    callback (steps done; :func:`vgcsim.simulator.replay.replay_units` in all)."""
+    callback (steps done; :func:`vgcsim.simulator.replay.replay_units` in all). ``anchor``
+    as for :func:`predict`, the trace's own setup simulated."""
     from vgcsim.core.options import SimulateConfig
     from vgcsim.core.results import finalize_results
     from vgcsim.simulator.replay import simulate_trace
@@ -563,7 +574,15 @@ def simulate_run(
     )
     batch = t.header.get("batch_size_per_worker")
     df = finalize_results(df, batch_size_per_worker=int(batch) if batch else None)
-    df = _attrs(df, "simulated", spec, {**_header_options(cfg, t), "paths_run": info})
+    header = {**_header_options(cfg, t), "paths_run": info}
+    if anchor is not None:
+        at = load_cluster(anchor, compute=compute)
+
+        def own(o: SimulateConfig) -> pd.DataFrame:
+            return finalize_results(simulate_trace(t, at, o.world_sizes, o)[0])
+
+        df, header["anchor"] = anchored(df, t, at, own, cfg)
+    df = _attrs(df, "simulated", spec, header)
     return SimulateRun(df, timelines, info)
 
 
@@ -574,13 +593,14 @@ def simulate(
     *,
     compute: str | None = None,
     config: SimulateConfig | None = None,
+    anchor: str | Path | ClusterSpec | None = None,
     **options: Any,
 ) -> pd.DataFrame:
     """Discrete-event replay of the trace on the cluster (source="simulated").
 
     ``world_sizes`` as for :func:`predict` (default ``"2:1024:x2"``).
 
-    ``compute`` as for :func:`predict`. ``options`` are the fields of
+    ``compute`` and ``anchor`` as for :func:`predict`. ``options`` are the fields of
     :class:`vgcsim.core.options.SimulateConfig`: the shared
     :class:`vgcsim.core.options.ReplayOptions` (one ``allreduce`` and at most one
     ``allgatherv`` algorithm; empty: the trace's own exchange) and the simulator's own
@@ -588,8 +608,77 @@ def simulate(
     applied on top of ``config`` when one is given.
     """
     return simulate_run(
-        trace, cluster, world_sizes, compute=compute, config=config, **options
+        trace, cluster, world_sizes, compute=compute, config=config, anchor=anchor, **options
     ).frame
+
+
+def anchored(
+    df: pd.DataFrame,
+    trace: Trace,
+    anchor: ClusterSpec,
+    replay: Callable[[Any], pd.DataFrame],
+    options: Any,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """``df`` with every row's ``step_s`` raised by the trace's **anchor offset**, and what
+    the header records of it.
+
+    The trace must carry each step's measured wall time (``ranks.step_wall_s``, which the DDP
+    hook writes). ``replay(options)`` prices the trace at its own world size, one row per
+    step, on ``anchor``, the cluster of the setup it was recorded on; the trace's own method
+    is its row there (a dense trace: the dense row in its primary encoding, fp32 where that is
+    not a dense row's; else the compressed row). The offset is
+
+        o = median over steps t of (max over ranks of step_wall_s[t]  −  predicted step_s[t])
+
+    the time the job spent per step that the models do not price on the setup where both are
+    known: Python and the framework between the hooks, an exchange that follows compute
+    (waking the host's threads), a straggler's wait. It is added as is at every world size and
+    cluster (an assumption: a per-step cost of the job and host, not of the link), and the
+    relative columns are computed again. Refused in one line: a trace without measured wall
+    times, no step in common, or an offset that would leave a step at or below 0 s.
+    """
+    import dataclasses
+
+    from vgcsim.core.errors import ConfigError
+    from vgcsim.core.results import finalize_results
+
+    ranks = trace.ranks
+    if ranks is None or "step_wall_s" not in ranks or not ranks["step_wall_s"].notna().any():
+        raise ConfigError(
+            f"--anchor needs a trace with each step's measured wall time (one the DDP hook "
+            f"wrote); {trace.name} has none"
+        )
+    wall = ranks.groupby("step")["step_wall_s"].max().dropna()
+    own = replay(dataclasses.replace(options, world_sizes=(trace.workers,), per_step=True))
+    if trace.compressor == "dense":
+        dense = own[own["method"] == "dense"]
+        encoding = trace.primary_encoding
+        own = dense[
+            dense["encoding"] == (encoding if encoding in set(dense["encoding"]) else "fp32")
+        ]
+    else:
+        own = own[own["method"] == "compressed"]
+    predicted = own[own["step"] >= 0].groupby("step")["step_s"].first()
+    common = wall.index.intersection(predicted.index)
+    if common.empty:
+        raise ConfigError(f"--anchor: no step of {trace.name} has both a wall time and a price")
+    offset_s = float((wall[common] - predicted[common]).median())
+    out = df.assign(step_s=df["step_s"] + offset_s)
+    if len(out) and not (out["step_s"] > 0).all():
+        raise ConfigError(
+            f"--anchor: the offset ({offset_s * 1e3:.3g} ms, {anchor.name}) leaves a step at "
+            "or below 0 s; is the anchor the cluster the trace was recorded on?"
+        )
+    batch = trace.header.get("batch_size_per_worker")
+    out = finalize_results(out, batch_size_per_worker=int(batch) if batch else None)
+    out.attrs = dict(df.attrs)
+    info = {
+        "cluster": anchor.name,
+        "world_size": int(trace.workers),
+        "steps": len(common),
+        "offset_s": offset_s,
+    }
+    return out, info
 
 
 def load_sweep(config: str | Path | SweepFile, *, overrides: Sequence[str] = ()) -> SweepFile:

@@ -102,3 +102,20 @@ def test_the_work_before_each_calibrated_operation_is_one_ranks_traced_compute(r
     assert real_ddp.traced_compute_s(trace) == pytest.approx(per_rank, rel=1e-12)
     assert real_ddp.cal_name("1gbit", 3, "cnn") == "cal-1gbit-P3-cnn"
     assert real_ddp.cal_name("1gbit", 3, None) == "cal-1gbit-P3"
+
+
+@pytest.mark.slow  # two vgcsim commands in fresh interpreters
+def test_a_setup_is_priced_with_the_trace_setups_anchor(real_ddp, tmp_path):
+    """``predict_step_s(..., anchor=)`` passes ``--anchor``: the step moves by the offset the
+    API finds for the same trace and anchor (the benchmark's default; ``--no-anchor`` drops
+    it)."""
+    from vgcsim import api
+
+    trace = write_hook_trace(tmp_path)
+    own, other = _cluster(tmp_path / "own.toml"), _cluster(tmp_path / "other.toml")
+    other.write_text(other.read_text().replace('"10GbE"', '"1GbE"'))
+    plain = real_ddp.predict_step_s(trace, other, 4, "variance", tmp_path)
+    anchored = real_ddp.predict_step_s(trace, other, 4, "variance", tmp_path, anchor=own)
+    offset = api.predict(trace, other, [4], compute="trace", anchor=own).attrs["options"]
+    assert anchored - plain == pytest.approx(offset["anchor"]["offset_s"], rel=1e-9, abs=1e-12)
+    assert offset["anchor"]["offset_s"] != 0

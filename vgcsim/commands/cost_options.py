@@ -9,7 +9,9 @@ names; predict takes a comma list or ``all``, simulate one), ``--encoding``, ``-
 ``--bucket-size SIZE`` sets ``bucket_bytes`` (read with its unit) and ``--no-size-exchange``
 sets ``size_exchange=false``.
 
-``--compute`` overrides the cluster's compute mode; ``--world-sizes`` is the one syntax of
+``--compute`` overrides the cluster's compute mode; ``--anchor CLUSTER`` prices the trace on
+the cluster of its own setup and adds the job's measured time the models miss there
+(:func:`vgcsim.api.anchored`); ``--world-sizes`` is the one syntax of
 :mod:`vgcsim.core.worldsizes` (``--set world_sizes=...`` reads the same syntax).
 """
 
@@ -74,6 +76,14 @@ def add_replay_options(parser: argparse.ArgumentParser, config: str) -> None:
         default=None,
         help="override the cluster's compute mode: 'model' (every local time on the cluster's "
         "device; the presets' default) or 'trace' (the seconds measured on the recording machine)",
+    )
+    parser.add_argument(
+        "--anchor",
+        metavar="CLUSTER",
+        default=None,
+        help="the cluster (file or preset) of the setup a DDP-hook trace was recorded on: "
+        "every step gets the trace's measured step time there less the predicted one "
+        "(the median over steps; docs/models.md, 'Anchoring to the traced job')",
     )
     add_set_option(
         parser,

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     opts = apply_overrides(opts, replay_overrides(args))
     check_out(args, "predict")
     trace = api.load_trace(args.trace)
-    df = api.predict(trace, cluster, compute=args.compute, config=opts)
+    df = api.predict(trace, cluster, compute=args.compute, config=opts, anchor=args.anchor)
     warn(args.command, api.trace_caveats(trace))  # also in the header, for `vgcsim report`
     out = api.save(
         df,

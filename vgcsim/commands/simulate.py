@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
             cluster,
             compute=args.compute,
             config=cfg,
+            anchor=args.anchor,
             timeline_steps=args.timeline or (),
             timeline_max_ranks=args.timeline_max_ranks,
             progress=bar.update,
