@@ -18,8 +18,10 @@ setup's own cluster file, measured by ``vgcsim calibrate`` across the setup's na
 machine's cores; ``--burst`` the shaper's token bucket, which the sweep does not measure),
 with ``vgcsim predict --compute trace``: plain DDP as the dense fp32
 allreduce row, fp16 as the dense fp16 row, the variance hook as the compressed row priced
-with the hook's own exchange (``allgatherv/bounded``). Measured and predicted step times are
-medians over the timed steps.
+with the hook's own exchange (``allgatherv/bounded``), each anchored on the trace setup's own
+cluster file (``--anchor``: the median of the traced steps' measured wall time less their
+price there is added to every step; ``--no-anchor`` leaves it out). Measured and predicted
+step times are medians over the timed steps.
 
 ``--cal-busy trace`` calibrates each setup once per model instead, every rank working that
 model's traced compute per step (the plain job's median ``rank_compute_s``) before each timed
@@ -38,8 +40,9 @@ faster of plain DDP and the variance hook; a tie — measured within 10 % — co
 ``rows`` (one per setup, model and method: measured and predicted seconds, error),
 ``trace_setup`` (where the traces were made) and ``trace_drift`` (each traced job's CPU per
 step against the same job's untraced run at that setup: :func:`trace_drift`; the what-if
-assumes the machine kept its speed) and ``cal_busy_before_s`` (per model, the work before each
-calibrated operation; empty with ``--cal-busy 0``).
+assumes the machine kept its speed), ``cal_busy_before_s`` (per model, the work before each
+calibrated operation; empty with ``--cal-busy 0``) and ``anchored`` (whether ``--anchor``
+priced the setups).
 """
 
 from __future__ import annotations
