@@ -133,3 +133,20 @@ def test_the_command_writes_the_anchor_into_the_header(trace, tmp_path, capsys):
     assert set(anchor) == {"cluster", "world_size", "steps", "offset_s"}
     assert anchor["cluster"] == OWN and anchor["world_size"] == trace.workers
     assert anchor["offset_s"] != 0
+
+
+def test_the_offset_prices_the_traces_own_exchange_whatever_the_rows_ask_for(trace):
+    """The rows asked with other algorithms get the offset found with the hook's own
+    exchange (the ring allreduce and ``allgatherv/bounded``)."""
+    own = api.predict(trace, OTHER, [4], compute="trace", anchor=OWN)
+    other = api.predict(
+        trace,
+        OTHER,
+        [4],
+        compute="trace",
+        anchor=OWN,
+        allreduce=["binomial_tree"],
+        allgatherv=["ring"],
+    )
+    assert set(other["collective"]) >= {"allreduce/binomial_tree", "allgatherv/ring"}
+    assert own.attrs["options"]["anchor"] == other.attrs["options"]["anchor"]

@@ -624,8 +624,10 @@ def anchored(
 
     The trace must carry each step's measured wall time (``ranks.step_wall_s``, which the DDP
     hook writes). ``replay(options)`` prices the trace at its own world size, one row per
-    step, on ``anchor``, the cluster of the setup it was recorded on; the trace's own method
-    is its row there (a dense trace: the dense row in its primary encoding, fp32 where that is
+    step, on ``anchor``, the cluster of the setup it was recorded on, with the trace's own
+    exchange (the ring allreduce; the allgatherv :func:`vgcsim.traces.replay.
+    resolve_collectives` gives it, ``allgatherv/bounded`` for a hook's trace) whatever
+    algorithms ``options`` ask for the rows; the trace's own method is its row there (a dense trace: the dense row in its primary encoding, fp32 where that is
     not a dense row's; else the compressed row). The offset is
 
         o = median over steps t of (max over ranks of step_wall_s[t]  −  predicted step_s[t])
@@ -641,6 +643,7 @@ def anchored(
 
     from vgcsim.core.errors import ConfigError
     from vgcsim.core.results import finalize_results
+    from vgcsim.traces.replay import resolve_collectives
 
     ranks = trace.ranks
     if ranks is None or "step_wall_s" not in ranks or not ranks["step_wall_s"].notna().any():
@@ -649,7 +652,11 @@ def anchored(
             f"wrote); {trace.name} has none"
         )
     wall = ranks.groupby("step")["step_wall_s"].max().dropna()
-    own = replay(dataclasses.replace(options, world_sizes=(trace.workers,), per_step=True))
+    # the trace's own exchange, whatever algorithms the rows are asked for
+    at_own = dataclasses.replace(
+        options, world_sizes=(trace.workers,), per_step=True, allreduce=("ring",), allgatherv=()
+    )
+    own = replay(resolve_collectives(at_own, trace))
     if trace.compressor == "dense":
         dense = own[own["method"] == "dense"]
         encoding = trace.primary_encoding
