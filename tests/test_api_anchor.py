@@ -14,6 +14,7 @@ from tests.conftest import write_hook_trace
 from vgcsim import api
 from vgcsim.cli import main
 from vgcsim.core.errors import ConfigError
+from vgcsim.traces.wire.sizes import DENSE_ELEMENT_BITS, dense_bits
 
 OWN = "1GbE"  # the trace's own setup in these tests
 OTHER = "10GbE"
@@ -21,7 +22,14 @@ OTHER = "10GbE"
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory):
-    return api.load_trace(write_hook_trace(tmp_path_factory.mktemp("hook")))
+    """The hook trace with a wall time at step 0 too (the hook's first step has none)."""
+    run = write_hook_trace(tmp_path_factory.mktemp("hook"))
+    part = run / "ranks" / "part-000000.parquet"
+    ranks = pd.read_parquet(part)
+    first = ranks["step"] == ranks["step"].min()
+    ranks.loc[first, "step_wall_s"] = ranks.loc[first, "forward_backward_s"] + 3e-3
+    ranks.to_parquet(part)
+    return api.load_trace(run)
 
 
 def _walls(trace) -> pd.Series:
@@ -48,6 +56,7 @@ def test_at_its_own_setup_the_anchored_step_misses_the_measured_one_by_a_median_
     plain = _own_row(run(trace, OWN, [trace.workers], **opts), trace)
     anchored = run(trace, OWN, [trace.workers], anchor=OWN, **opts)
     walls = _walls(trace)
+    assert 0 in walls.index  # the fixture's step 0 has a wall time, and it counts
     steps = walls.index.intersection(plain.index)
     assert len(steps) >= 5
     miss = walls[steps] - _own_row(anchored, trace)[steps]
@@ -75,7 +84,51 @@ def test_the_offset_is_added_as_is_to_every_row_and_the_relative_columns_follow(
     np.testing.assert_allclose(
         merged["speedup_vs_dense"], merged["step_s_dense"] / merged["step_s"], rtol=1e-12
     )
+    batch = trace.header["batch_size_per_worker"]
+    np.testing.assert_allclose(
+        anchored["throughput_samples_per_s"],
+        anchored["world_size"] * batch / anchored["step_s"],
+        rtol=1e-12,
+    )
+    # the rows' world sizes (none of them the trace's 4) do not move the offset
+    at_own = api.predict(trace, OTHER, [trace.workers], compute="trace", anchor=OWN)
+    assert trace.workers not in (2, 8, 64)
+    assert at_own.attrs["options"]["anchor"] == anchored.attrs["options"]["anchor"]
     assert "anchor" not in api.predict(trace, OTHER, [2], compute="trace").attrs["options"]
+
+
+def _dense_trace(tmp_path, encoding: str | None = None):
+    """The hook trace as the dense hook writes it; ``encoding``: its bits column renamed to
+    that primary encoding."""
+    run = write_hook_trace(tmp_path)
+    header = json.loads((run / "header.json").read_text())
+    header["compressor"] = {"name": "dense", "params": {}}
+    if encoding is not None:
+        header["primary_encoding"], header["encodings"] = encoding, [encoding]
+        for part in (run / "payloads").glob("*.parquet"):
+            table = pd.read_parquet(part)
+            keep = [c for c in table if not c.startswith("bits_")]
+            bits = dense_bits(table["numel"], DENSE_ELEMENT_BITS[encoding])
+            table = table[keep].assign(sent=table["numel"], **{f"bits_{encoding}": bits})
+            table.to_parquet(part)
+    (run / "header.json").write_text(json.dumps(header))
+    return api.load_trace(run)
+
+
+def test_a_dense_trace_in_a_dense_encoding_is_anchored_on_that_row(tmp_path):
+    """A dense trace whose primary encoding is fp16 anchors on the dense fp16 row (its own
+    allreduce: the ring, whatever the rows ask for), not the fp32 one."""
+    t = _dense_trace(tmp_path, "fp16")
+    anchored = api.predict(t, OWN, [t.workers], compute="trace", per_step=True, anchor=OWN)
+    rows = (anchored["method"] == "dense") & (anchored["encoding"] == "fp16")
+    own = anchored[rows & (anchored["step"] >= 0)].set_index("step")["step_s"]
+    walls = _walls(t)
+    steps = walls.index.intersection(own.index)
+    assert abs(float((walls[steps] - own[steps]).median())) < 1e-12
+    tree = api.predict(
+        t, OWN, [t.workers], compute="trace", anchor=OWN, allreduce=["binomial_tree"]
+    )
+    assert tree.attrs["options"]["anchor"] == anchored.attrs["options"]["anchor"]
 
 
 def test_a_dense_trace_is_anchored_on_its_dense_fp32_row(tmp_path):
@@ -105,13 +158,29 @@ def test_a_dense_trace_is_anchored_on_its_dense_fp32_row(tmp_path):
 def test_refusals_are_one_line(trace, tmp_path, capsys):
     with pytest.raises(ConfigError, match="measured wall time"):
         api.predict("tests/data/sample_trace", OTHER, [2], anchor=OWN)
+    no_walls = write_hook_trace(tmp_path / "no_walls", wall=False)
+    assert "step_wall_s" not in pd.read_parquet(no_walls / "ranks" / "part-000000.parquet")
+    with pytest.raises(ConfigError, match="measured wall time"):
+        api.predict(no_walls, OTHER, [2], anchor=OWN)
+    # walls only at the last step; the simulator replays the first two: nothing in common
+    late = write_hook_trace(tmp_path / "late")
+    part = late / "ranks" / "part-000000.parquet"
+    ranks = pd.read_parquet(part)
+    ranks.loc[ranks["step"] < ranks["step"].max(), "step_wall_s"] = np.nan
+    ranks.to_parquet(part)
+    with pytest.raises(ConfigError, match="^--anchor: no step of run has both a wall time"):
+        api.simulate(late, OTHER, [2], compute="trace", anchor=OWN, max_steps=2)
     # walls far below any price on a slow anchor: the offset would leave steps below 0 s
     run = write_hook_trace(tmp_path)
     part = run / "ranks" / "part-000000.parquet"
     ranks = pd.read_parquet(part)
     ranks["step_wall_s"] = ranks["step_wall_s"] * 1e-3
     ranks.to_parquet(part)
-    with pytest.raises(ConfigError, match="at or below 0 s"):
+    slow = api.predict(run, "1GbE", [4], compute="trace", per_step=True)
+    own = _own_row(slow, api.load_trace(run))
+    walls = _walls(api.load_trace(run))
+    offset = float((walls - own[walls.index]).median())
+    with pytest.raises(ConfigError, match=rf"\({offset * 1e3:.3g} ms, 1GbE\) .* at or below 0 s"):
         api.predict(run, "100GbE", [2], compute="trace", anchor="1GbE")
     for argv in (
         ["predict", "tests/data/sample_trace", "--cluster", OTHER, "--anchor", OWN],
