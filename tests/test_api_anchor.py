@@ -220,12 +220,3 @@ def test_the_offset_prices_the_traces_own_exchange_whatever_the_rows_ask_for(tra
     assert set(other["collective"]) >= {"allreduce/binomial_tree", "allgatherv/ring"}
     assert own.attrs["options"]["anchor"] == other.attrs["options"]["anchor"]
 
-
-def test_a_trace_without_a_batch_size_is_anchored_without_a_throughput(tmp_path):
-    run = write_hook_trace(tmp_path)
-    header = json.loads((run / "header.json").read_text())
-    del header["batch_size_per_worker"]
-    (run / "header.json").write_text(json.dumps(header))
-    anchored = api.predict(run, OTHER, [2, 4], compute="trace", anchor=OWN)
-    assert anchored["throughput_samples_per_s"].isna().all()
-    assert anchored["speedup_vs_dense"].notna().all()

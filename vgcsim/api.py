@@ -676,8 +676,7 @@ def anchored(
             f"--anchor: the offset ({offset_s * 1e3:.3g} ms, {anchor.name}) leaves a step at "
             "or below 0 s; is the anchor the cluster the trace was recorded on?"
         )
-    batch = trace.header.get("batch_size_per_worker")
-    out = finalize_results(out, batch_size_per_worker=int(batch) if batch else None)
+    out = finalize_results(out, batch_size_per_worker=int(trace.header["batch_size_per_worker"]))
     out.attrs = dict(df.attrs)
     info = {
         "cluster": anchor.name,
