@@ -219,4 +219,3 @@ def test_the_offset_prices_the_traces_own_exchange_whatever_the_rows_ask_for(tra
     )
     assert set(other["collective"]) >= {"allreduce/binomial_tree", "allgatherv/ring"}
     assert own.attrs["options"]["anchor"] == other.attrs["options"]["anchor"]
-
