@@ -624,11 +624,12 @@ def anchored(
 
     The trace must carry each step's measured wall time (``ranks.step_wall_s``, which the DDP
     hook writes). ``replay(options)`` prices the trace at its own world size, one row per
-    step, on ``anchor``, the cluster of the setup it was recorded on, with the trace's own
-    exchange (the ring allreduce; the allgatherv :func:`vgcsim.traces.replay.
-    resolve_collectives` gives it, ``allgatherv/bounded`` for a hook's trace) whatever
-    algorithms ``options`` ask for the rows; the trace's own method is its row there (a dense trace: the dense row in its primary encoding, fp32 where that is
-    not a dense row's; else the compressed row). The offset is
+    step, on ``anchor``, the cluster of the setup it was recorded on, with the exchange the
+    trace ran whatever algorithms ``options`` ask for the rows: the ring allreduce, and the
+    allgatherv that ``vgcsim.traces.replay.resolve_collectives`` names for it
+    (``allgatherv/bounded`` for a hook's trace). The trace's own method is its row there: a
+    dense trace's dense row in its primary encoding (fp32 where that is no dense row's), else
+    the compressed row. The offset is
 
         o = median over steps t of (max over ranks of step_wall_s[t]  −  predicted step_s[t])
 
