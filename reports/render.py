@@ -79,6 +79,18 @@ def _label_from_header(header: dict[str, Any]) -> str:
     return method_label(str(comp.get("name", "?")), params)
 
 
+def _anchor_caveat(header: dict[str, Any], anchor: dict[str, Any]) -> str:
+    """The line a report shows for a result table priced with ``--anchor``."""
+    names = ", ".join(str(t.get("name", "?")) for t in header.get("traces", []) or []) or "?"
+    cluster = (header.get("cluster") or {}).get("name", "?")
+    return (
+        f"the step times of {names} on {cluster} include an anchor offset of "
+        f"{float(anchor['offset_s']) * 1e3:+.3g} ms, the time per step the traced job measured "
+        f"beyond the models' price on {anchor['cluster']} at P = {anchor['world_size']} "
+        "(--anchor), carried unchanged to every P and link"
+    )
+
+
 def load_inputs(
     result_paths: Sequence[str | Path],
     trace_paths: Sequence[str | Path] = (),
@@ -109,6 +121,9 @@ def load_inputs(
         df, header = read_results(path)
         tables.check_results(df)
         frames.append(df)
+        anchor = (header.get("options") or {}).get("anchor")
+        if anchor:
+            caveats[_anchor_caveat(header, anchor)] = None
         for entry in header.get("traces", []) or []:
             caveats.update(dict.fromkeys(entry.get("caveats") or []))
             name = entry.get("name")

@@ -105,3 +105,23 @@ def test_report_from_another_folder_finds_the_trace_or_says_it_is_gone(
     assert len(notes) == 1 and "Trace 'var'" in notes[0] and "--trace" in notes[0], notes
     assert "variance" in out.out  # the rows are there, labelled by compressor name
     assert "is not at" in (elsewhere / "r2" / "index.html").read_text()
+
+
+def test_a_table_priced_with_an_anchor_says_so_with_its_offset(tmp_path):
+    """A result table written with ``--anchor`` reaches the report as one caution naming the
+    trace, the cluster, the offset and the anchor; one written without adds none."""
+    from tests.conftest import write_hook_trace
+    from vgcsim import api
+
+    trace = write_hook_trace(tmp_path)
+    anchored = api.predict(trace, "10GbE", [2, 4], compute="trace", anchor="1GbE")
+    offset_ms = anchored.attrs["options"]["anchor"]["offset_s"] * 1e3
+    api.save(anchored, tmp_path / "a", trace, "10GbE")
+    api.save(api.predict(trace, "10GbE", [2, 4], compute="trace"), tmp_path / "p", trace, "10GbE")
+    assert render.load_inputs([tmp_path / "p"]).caveats == ()
+    (line,) = render.load_inputs([tmp_path / "a", tmp_path / "p"]).caveats
+    assert line == (
+        f"the step times of run on 10GbE include an anchor offset of {offset_ms:+.3g} ms, the "
+        "time per step the traced job measured beyond the models' price on 1GbE at P = 4 "
+        "(--anchor), carried unchanged to every P and link"
+    )
