@@ -295,10 +295,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.keep is not None:
         return _repredicted(args)
-    reason = missing_prerequisite()
-    if reason:
-        print(json.dumps({"skipped": reason}) if args.json else f"skipped: {reason}")
-        return 0
     rates = args.rates.split(",")
     sizes = [int(x) for x in args.world_sizes.split(",")]
     models, methods = args.models.split(","), args.methods.split(",")
@@ -310,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    reason = missing_prerequisite()
+    if reason:
+        print(json.dumps({"skipped": reason}) if args.json else f"skipped: {reason}")
+        return 0
     common = ["--steps", str(args.steps), "--warmup", str(args.warmup)]
     log = sys.stderr if args.json else sys.stdout
     port = 29700

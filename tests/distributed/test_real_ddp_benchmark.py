@@ -119,3 +119,14 @@ def test_a_setup_is_priced_with_the_trace_setups_anchor(real_ddp, tmp_path):
     offset = api.predict(trace, other, [4], compute="trace", anchor=own).attrs["options"]
     assert anchored - plain == pytest.approx(offset["anchor"]["offset_s"], rel=1e-9, abs=1e-12)
     assert offset["anchor"]["offset_s"] != 0
+
+
+def test_a_grid_without_the_trace_setup_is_refused_before_anything_runs(real_ddp, capsys):
+    """``--anchor`` (the default) prices the trace setup's own cluster, so the grid must hold
+    that setup: one line and exit 2, before any namespace or job."""
+    assert real_ddp.main(["--rates", "1gbit", "--world-sizes", "2,4"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "real_ddp: --anchor prices the trace setup unshaped:2: add it to --rates and "
+        "--world-sizes, or pass --no-anchor\n"
+    )
