@@ -28,6 +28,23 @@ def test_call_overhead_and_hosts_read_from_a_file(tmp_path):
     assert load_cluster("1GbE").host_cores == 0
 
 
+@pytest.mark.parametrize(("given", "factor"), [("", 2.0), ('host_sharing = "fair"\n', 1.5)])
+def test_host_sharing_read_from_a_file(tmp_path, given, factor):
+    # 3 ranks on a host of 2 cores: the fullest core (the default) holds 2, fair sharing 1.5
+    path = tmp_path / "c.toml"
+    path.write_text(f'base = "1GbE"\nranks_per_host = 3\nhost_cores = 2\n{given}')
+    c = load_cluster(path)
+    assert host_share(c, 3) == factor
+    assert cluster_from_dict(cluster_to_dict(c)) == c
+
+
+def test_a_bad_host_sharing_names_the_rules(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('base = "1GbE"\nhost_sharing = "fifo"\n')
+    with pytest.raises(ConfigError, match="host_sharing: expected one of 'fullest-core', 'fair'"):
+        load_cluster(path)
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -42,6 +59,9 @@ def test_call_overhead_and_hosts_read_from_a_file(tmp_path):
         'link = "1GbE"\nhost_cores = "two"\n',
         'link = "1GbE"\nthreads_per_rank = 0\n',
         'link = "1GbE"\nthreads_per_rank = true\n',
+        'link = "1GbE"\nhost_sharing = "fifo"\n',
+        'link = "1GbE"\nhost_sharing = 1\n',
+        'link = "1GbE"\nhost_sharing = ""\n',
     ],
 )
 def test_bad_values_are_one_line_and_exit_2(tmp_path, capsys, text):

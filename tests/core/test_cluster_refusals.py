@@ -26,7 +26,7 @@ REFUSALS = [
         {"bogus": 1},
         "unknown key 'bogus' in cluster spec; valid keys here: name, base, topology, link, "
         "intra_link, gpus_per_node, device, compute, compute_scale, source, ranks_per_host, "
-        "host_cores, threads_per_rank",
+        "host_cores, threads_per_rank, host_sharing",
     ),
     ({"base": 3}, "base: expected a cluster preset name, got 3"),
     (

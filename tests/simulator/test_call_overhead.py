@@ -75,12 +75,44 @@ def test_the_simulator_charges_the_same_call_overhead(key, p):
 
 def test_host_share_by_hand():
     c = dataclasses.replace(get_cluster("1GbE"), ranks_per_host=4, host_cores=2)
-    assert host_share(c, 4) == 2.0  # 4 ranks on 2 cores
-    assert host_share(c, 8) == 2.0  # hosts hold 4 ranks each
-    assert host_share(c, 3) == 1.5
-    assert host_share(c, 2) == 1.0  # 2 ranks, 2 cores
-    assert host_share(dataclasses.replace(c, threads_per_rank=2), 2) == 2.0
+    assert c.host_sharing == "fullest-core"  # the default rule
+    fair = dataclasses.replace(c, host_sharing="fair")
+    for rule in (c, fair):
+        assert host_share(rule, 4) == 2.0  # 4 ranks on 2 cores
+        assert host_share(rule, 8) == 2.0  # hosts hold 4 ranks each
+        assert host_share(rule, 2) == 1.0  # 2 ranks, 2 cores
+        assert host_share(rule, 1) == 1.0
+        assert host_share(dataclasses.replace(rule, threads_per_rank=2), 2) == 2.0
+    # 3 ranks on 2 cores: one core holds 2 of them and sets the pace; fair sharing gives 1.5
+    assert host_share(c, 3) == 2.0
+    assert host_share(fair, 3) == 1.5
+    # 3 ranks of 2 threads on 4 cores: 6 threads, the fullest core holds 2; fair 6/4
+    six = dataclasses.replace(c, host_cores=4, threads_per_rank=2)
+    assert host_share(six, 3) == 2.0
+    assert host_share(dataclasses.replace(six, host_sharing="fair"), 3) == 1.5
+    # 5 ranks on 2 cores: 3 on the fullest core; fair 2.5
+    five = dataclasses.replace(c, ranks_per_host=8)
+    assert host_share(five, 5) == 3.0
+    assert host_share(dataclasses.replace(five, host_sharing="fair"), 5) == 2.5
     assert host_share(get_cluster("1GbE"), 1024) == 1.0  # default: no sharing
+
+
+@pytest.mark.parametrize("rule", ["fullest-core", "fair"])
+@pytest.mark.parametrize("cores", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_host_share_rules_meet_where_the_threads_divide_evenly(rule, cores, threads):
+    # the fullest core never holds less than the fair share, is within one thread of it,
+    # and equals it where R·T is a multiple of C
+    base = dataclasses.replace(
+        get_cluster("1GbE"), ranks_per_host=16, host_cores=cores, threads_per_rank=threads
+    )
+    for p in range(1, 17):
+        full = host_share(base, p)
+        fair = host_share(dataclasses.replace(base, host_sharing="fair"), p)
+        assert fair <= full < fair + 1
+        if (p * threads) % cores == 0:
+            assert full == fair
+        assert host_share(dataclasses.replace(base, host_sharing=rule), p) in (full, fair)
 
 
 def test_four_ranks_on_two_cores_double_compute_and_cpu_terms_in_predict_and_simulate():

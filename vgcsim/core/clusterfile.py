@@ -10,6 +10,7 @@ A cluster file (TOML) looks like::
     ranks_per_host = 4           # ranks sharing one host's cores (default 1)
     host_cores = 0               # cores per host; 0 (default): no processor sharing
     threads_per_rank = 1         # busy threads per rank (default 1)
+    host_sharing = "fullest-core"  # how ranks share the cores: or "fair" (see host_share)
     device = "V100"              # preset name, or a [device] table
     [topology]
     kind = "hierarchical"
@@ -99,6 +100,14 @@ def _number_key(where: str, key: str, value: Any) -> float:
 def _integer_key(where: str, key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{_at(where, key)}: expected an integer, got {value!r:.80}")
+    return value
+
+
+def _choice_key(where: str, key: str, value: Any, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(
+            f"{_at(where, key)}: expected one of {', '.join(map(repr, choices))}, got {value!r:.80}"
+        )
     return value
 
 
@@ -207,6 +216,8 @@ def _read_fields(
             kwargs[name] = raw
         elif spelling.integer:
             kwargs[name] = _integer_key(where, key, raw)
+        elif spelling.choices:
+            kwargs[name] = _choice_key(where, key, raw, spelling.choices)
         else:
             kwargs[name] = _number_key(where, key, raw)
     for name, spelling in fields if ranges else ():
@@ -480,7 +491,8 @@ def cluster_toml(
 ) -> str:
     """The cluster file text for a fitted link: a non-blocking star of identical NICs, or a
     hierarchical cluster with ``ranks_per_node`` ranks per node on the fitted ``intra`` link;
-    ``hosts`` = (ranks_per_host, host_cores), written where host_cores > 0; ``burst_bytes``,
+    ``hosts`` = (ranks_per_host, host_cores), written where host_cores > 0 with the default
+    ``host_sharing`` that the fit assumed; ``burst_bytes``,
     the host link's token bucket as given (``--burst``), written where > 0."""
     lines = [
         f"{WRITTEN_BY_CALIBRATE} {note}",
@@ -489,7 +501,12 @@ def cluster_toml(
         'compute = "trace"',
     ]
     if hosts[1] > 0:
-        lines += [f"ranks_per_host = {hosts[0]}", f"host_cores = {hosts[1]}"]
+        lines += [
+            f"ranks_per_host = {hosts[0]}",
+            f"host_cores = {hosts[1]}",
+            # the rule the fit's CPU-time terms were divided by (ClusterSpec's default)
+            f"host_sharing = {toml_value(ClusterSpec.host_sharing)}",
+        ]
     if intra is not None:
         lines.append(f"gpus_per_node = {ranks_per_node}")
     lines += ["", "[topology]", f"kind = {toml_value('hierarchical' if intra else 'star')}", ""]

@@ -15,6 +15,7 @@ compression, decoding and casts; ``"trace"``: the seconds measured on the record
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -36,6 +37,7 @@ __all__ = [
     "COMPUTE_MODES",
     "ClusterSpec",
     "get_cluster",
+    "HOST_SHARINGS",
     "host_share",
     "shared_cluster",
     "shared_link",
@@ -46,6 +48,8 @@ __all__ = [
 ]
 
 COMPUTE_MODES = ("model", "trace")
+#: How the ranks of a host share its cores (``ClusterSpec.host_sharing``; :func:`host_share`).
+HOST_SHARINGS = ("fullest-core", "fair")
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,8 @@ class ClusterSpec:
     cores, each rank with ``threads_per_rank`` busy threads; ``host_cores = 0`` (the default)
     gives every rank cores of its own. Where the ranks' threads outnumber the cores, the
     host's CPU work (compute, codec, a collective's per-call software cost and
-    its per-byte host costs γ and δ) runs under processor sharing: see :func:`host_share`.
+    its per-byte host costs γ and δ) is stretched by the sharing factor of
+    ``host_sharing`` (``"fullest-core"``, the default, or ``"fair"``): see :func:`host_share`.
     ``ranks_per_host`` is apart from ``gpus_per_node`` (which sets who shares an intra-node
     link): ranks in network namespaces of one machine have a NIC each but share its cores.
     """
@@ -74,6 +79,7 @@ class ClusterSpec:
     ranks_per_host: int = spelled(1, integer=True, range=(1, 2**20))
     host_cores: int = spelled(0, integer=True, range=(0, 2**20))  # 0: unlimited cores
     threads_per_rank: int = spelled(1, integer=True, range=(1, 2**20))
+    host_sharing: str = spelled("fullest-core", choices=HOST_SHARINGS)
 
     def __post_init__(self) -> None:
         for key, spelling in spellings(type(self)):
@@ -82,6 +88,8 @@ class ClusterSpec:
                 raise ConfigError(f"cluster {self.name!r}: {key} must be an integer, got {value!r}")
             if spelling.range is not None:
                 check_range(f"cluster {self.name!r}", key, value, bounds=spelling.range)
+            if spelling.choices and value not in spelling.choices:
+                raise unknown_name(key, str(value), spelling.choices)
         if not isinstance(self.topology, TopologySpec):
             kind = self.topology.get("kind") if isinstance(self.topology, Mapping) else None
             if not isinstance(kind, str) or not kind:
@@ -105,20 +113,35 @@ RANGES.update((key, s.range) for key, s in spellings(ClusterSpec) if s.range is 
 
 
 def host_share(cluster: ClusterSpec, world_size: int) -> float:
-    """Processor-sharing factor of a host's CPU work for a job of ``world_size`` ranks:
-    ``f = max(1, R·T / C)``, R = min(``ranks_per_host``, P) ranks on the fullest host (ranks
-    fill hosts in order), T = ``threads_per_rank``, C = ``host_cores``; 1 where C = 0.
+    """Sharing factor of a host's CPU work for a job of ``world_size`` ranks: the time CPU
+    work that every rank of the fullest host runs at once takes, over its one-core time.
+    R = min(``ranks_per_host``, P) ranks on the fullest host (ranks fill hosts in order),
+    T = ``threads_per_rank``, C = ``host_cores``; 1 where C = 0 or R·T ≤ C.
 
-    Under egalitarian processor sharing, n equal jobs on C < n servers each progress at C/n
-    of a server, so CPU work that every rank of a host runs at once takes f times its
-    one-core time (L. Kleinrock, "Time-shared systems: a theoretical treatment", JACM 14(2),
-    1967; the symmetric load of a synchronous data-parallel step). P = 4 ranks on 2 cores:
-    f = 2, the compute time doubles. Assumption: the ranks' CPU phases coincide (lock-step
-    data parallelism); ranks that compute while others wait would share less."""
+    * ``host_sharing = "fullest-core"`` (the default): ``f = ⌈R·T / C⌉``. The R·T busy
+      threads sit on the C cores as evenly as whole threads allow, and the core holding the
+      most, ⌈R·T / C⌉, sets the pace: a lock-step step waits for the last rank. A scheduler
+      with per-core run queues (Linux) rarely moves a thread that ran a moment ago to a core
+      that went idle, so within a phase of milliseconds the threads stay where they were
+      woken. How much an oversubscribed barrier-synchronised program loses under Linux's
+      load balancing depends on how often it synchronises (C. Iancu, S. Hofmeyr,
+      F. Blagojević, Y. Zheng, "Oversubscription on multicore processors", IPDPS 2010); a
+      training step synchronises once per step. 3 ranks on 2 cores: f = 2; 4 on 2: f = 2.
+    * ``host_sharing = "fair"``: ``f = R·T / C``, egalitarian processor sharing: n equal jobs
+      on C < n servers each progress at C/n of a server (L. Kleinrock, "Time-shared systems: a
+      theoretical treatment", JACM 14(2), 1967), the limit of a scheduler that balances
+      threads across cores continuously (long phases). 3 ranks on 2 cores: f = 1.5.
+
+    Which rule a machine follows for a given phase length is measured by
+    ``python benchmarks/host_sharing.py`` (docs/models.md, "Hosts with cores"). Assumption
+    of both: the ranks' CPU phases coincide (lock-step data parallelism)."""
     if cluster.host_cores == 0:
         return 1.0
     ranks = min(cluster.ranks_per_host, max(1, int(world_size)))
-    return max(1.0, ranks * cluster.threads_per_rank / cluster.host_cores)
+    load = ranks * cluster.threads_per_rank / cluster.host_cores
+    if cluster.host_sharing == "fullest-core":
+        return max(1.0, float(math.ceil(load)))
+    return max(1.0, load)
 
 
 def shared_link(link: LinkSpec, share: float) -> LinkSpec:

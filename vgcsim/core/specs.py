@@ -62,7 +62,7 @@ class Spelling:
     accepted SI range (:data:`RANGES`). ``fraction``: a share in (0, 1], what it is of (for the
     message). ``by_name``: another key naming the value, and its lookup (``framing``).
     ``rows``: a list of numeric rows the spec checks itself. ``integer``: a whole number (a
-    cluster's host fields). ``required``: a table without a
+    cluster's host fields). ``choices``: a string, one of these names. ``required``: a table without a
     preset or base must give it. ``loaded``: the value a table without a preset or base gets
     where the field has no default of its own (None: the field's default).
     """
@@ -74,6 +74,7 @@ class Spelling:
     by_name: tuple[str, Callable[[Any], float]] | None = None
     rows: bool = False
     integer: bool = False
+    choices: tuple[str, ...] = ()
     required: bool = False
     loaded: Any = None
 
