@@ -34,10 +34,11 @@ they see identical numbers. The rules (shared contract):
   (:func:`hook_rank_times`): the step then waits for its slowest rank.
 
 Hosts with cores: where ``cluster.host_cores`` > 0, every local time above (compute,
-variance, codec, decode, optimizer, the dense casts) is multiplied by the processor-sharing
-factor f = ``vgcsim.core.cluster.host_share(cluster, P)`` = max(1, min(ranks_per_host, P) ×
-threads_per_rank / host_cores): the ranks of a host run their local work at once and share
-its cores (f = 1 by default, and the times are unchanged).
+variance, codec, decode, optimizer, the dense casts) is multiplied by the host's sharing
+factor f = ``vgcsim.core.cluster.host_share(cluster, P)`` (R = min(ranks_per_host, P) ranks
+of threads_per_rank threads on host_cores cores: ⌈R·T/C⌉ by default, R·T/C with
+``host_sharing = "fair"``): the ranks of a host run their local work at once and share its
+cores (f = 1 by default, and the times are unchanged).
 
 PowerSGD traces (payload columns :data:`LOWRANK_COLUMNS`) exchange by three allreduces per
 bucket, in torch's order: the tensors sent plain, then P, then Q
@@ -585,7 +586,7 @@ def step_inputs(
         codec, decode, optimizer = (np.asarray(x) * share for x in (codec, decode, optimizer))
         casts = {k: (a * share, b * share) for k, (a, b) in casts.items()}
         for key in ("compute_s", "variance_s", "codec_s", "decode_s", "optimizer_s"):
-            sources[key] += f"; x {share:.4g} (host processor sharing)"
+            sources[key] += f"; x {share:.4g} (host sharing, {cluster.host_sharing})"
     return StepInputs(
         steps=steps,
         rank_bytes=rank_bytes,

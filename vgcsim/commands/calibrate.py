@@ -153,8 +153,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="cores of the host the measured ranks share (0, default: not shared); with "
         "--ranks-per-host, the fitted CPU-time terms (per-call cost, gamma, allgatherv host "
-        "cost) are divided by the processor-sharing factor they were measured under and the "
-        "file says so (ranks_per_host, host_cores)",
+        "cost) are divided by the sharing factor they were measured under (host_sharing "
+        "'fullest-core': ceil(ranks x threads / cores)) and the file says so (ranks_per_host, "
+        "host_cores, host_sharing)",
     )
     parser.add_argument(
         "--ranks-per-host",

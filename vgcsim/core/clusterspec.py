@@ -154,8 +154,8 @@ def shared_link(link: LinkSpec, share: float) -> LinkSpec:
         bandwidth' = min(bandwidth, 1 / (2 · f · σ · efficiency))   # payload: 1 / (2·f·σ)
         segment bandwidth' = min(segment bandwidth, 1 / (2 · f · σ))
 
-    (each byte costs σ of CPU on the way out and σ on the way in; f ranks per core each
-    progress at 1/f: Kleinrock's egalitarian processor sharing, as :func:`host_share`).
+    (each byte costs σ of CPU on the way out and σ on the way in; a rank on a core shared f
+    ways progresses at 1/f of it, :func:`host_share`).
     ``share = 1`` and σ = 0 return ``link`` itself."""
     sigma = link.comm_cpu_s_per_byte
     if share == 1.0 and sigma == 0.0:
