@@ -38,7 +38,9 @@ variance, codec, decode, optimizer, the dense casts) is multiplied by the host's
 factor f = ``vgcsim.core.cluster.host_share(cluster, P)`` (R = min(ranks_per_host, P) ranks
 of threads_per_rank threads on host_cores cores: ⌈R·T/C⌉ by default, R·T/C with
 ``host_sharing = "fair"``): the ranks of a host run their local work at once and share its
-cores (f = 1 by default, and the times are unchanged).
+cores (f = 1 by default, and the times are unchanged). Where the ranks' times of a step differ
+(a hook-written trace) and the fullest core sets the pace, the ranks of one core take turns
+and are done together (:func:`core_shared`).
 
 PowerSGD traces (payload columns :data:`LOWRANK_COLUMNS`) exchange by three allreduces per
 bucket, in torch's order: the tensors sent plain, then P, then Q
@@ -581,9 +583,11 @@ def step_inputs(
         dense = trace.dense_bits_per_worker() // 8
     casts = _dense_casts(int(dense), cluster)
     share = host_share(cluster, world_size)
-    if share != 1.0:  # processor sharing of the host's cores (module docstring)
-        compute, variance = compute * share, variance * share
-        codec, decode, optimizer = (np.asarray(x) * share for x in (codec, decode, optimizer))
+    if share != 1.0:  # the host's cores shared (module docstring)
+        compute, variance, codec, decode, optimizer = (
+            core_shared(x, cluster, world_size, share)
+            for x in (compute, variance, codec, decode, optimizer)
+        )
         casts = {k: (a * share, b * share) for k, (a, b) in casts.items()}
         for key in ("compute_s", "variance_s", "codec_s", "decode_s", "optimizer_s"):
             sources[key] += f"; x {share:.4g} (host sharing, {cluster.host_sharing})"
@@ -603,6 +607,47 @@ def step_inputs(
         device=dev_name,
         time_sources=sources,
     )
+
+
+def core_cohorts(cluster: ClusterSpec, world_size: int) -> np.ndarray:
+    """Per rank, the index of the core it runs on, unique across hosts: ranks fill hosts in
+    order (``ranks_per_host`` each) and the ranks of a host take its ``host_cores`` cores in
+    turn (local rank l on core l mod C), as a scheduler spreads single-threaded ranks."""
+    r = np.arange(int(world_size))
+    host, local = np.divmod(r, cluster.ranks_per_host)
+    return host * cluster.host_cores + local % cluster.host_cores
+
+
+def core_shared(a, cluster: ClusterSpec, world_size: int, share: float) -> np.ndarray:
+    """Local times ``a`` (``[T]``, or ``[T, P]`` per rank) as ranks that share cores take them.
+
+    ``share`` × ``a`` (:func:`vgcsim.core.cluster.host_share`), except where the ranks' times
+    of a step differ and ``host_sharing = "fullest-core"`` with one thread per rank: the ranks
+    of one core take turns on it, so every one of them is done when their summed time is, and a
+    rank whose core holds n ranks takes f/n × that sum (f = ``share``: the sum itself on the
+    fullest cores, f × the mean on the others, as the factor charges equal ranks). With equal
+    times this is ``share`` × ``a`` exactly, which is what is returned for such steps; with
+    unequal ones a slow rank's core-mates wait for it, and the slowest core — not f times the
+    slowest rank — sets the pace. Ranks on cores (:func:`core_cohorts`)."""
+    a = np.asarray(a, dtype=np.float64)
+    out = a * share
+    if (
+        a.ndim != 2
+        or cluster.host_sharing != "fullest-core"
+        or cluster.threads_per_rank != 1
+        or a.shape[1] != int(world_size)
+    ):
+        return out
+    uneven = np.ptp(a, axis=1) > 0
+    if not uneven.any():
+        return out
+    core = core_cohorts(cluster, world_size)
+    _, inverse, counts = np.unique(core, return_inverse=True, return_counts=True)
+    sums = np.zeros((a.shape[0], counts.size))
+    np.add.at(sums, (slice(None), inverse), a)
+    cored = sums[:, inverse] * (share / counts[inverse])[None, :]
+    out[uneven] = cored[uneven]
+    return out
 
 
 def _per_rank(a: np.ndarray, shape: tuple[int, int]) -> np.ndarray:

@@ -87,3 +87,66 @@ def test_predict_and_simulate_see_the_same_per_rank_times(tmp_path, p):
     common = a.index.intersection(b.index)
     assert len(common) >= 4
     np.testing.assert_allclose(a[common], b[common], rtol=1e-6)
+
+
+def test_ranks_that_share_a_core_take_turns_on_it(tmp_path):
+    """4 recorded ranks on one host of 2 cores: ranks 0 and 2 on core 0, ranks 1 and 3 on
+    core 1. Rank 1 computes 10x longer than the others, so core 1 is done after rank 1's time
+    plus rank 3's, and that core, not twice rank 1's time, sets the step. Fair sharing (and
+    equal ranks) keep the factor."""
+    t = read_trace(write_hook_trace(tmp_path))
+    w = int(t.workers)
+    assert w == 4
+    steps = t.steps["step"].to_numpy()
+    fast, slow = (1.0 + steps) * 1e-3 + 2e-3, (1.0 + steps) * 1e-2 + 2e-3
+    base = dataclasses.replace(get_cluster("10GbE"), compute="trace")
+    shared = dataclasses.replace(base, ranks_per_host=4, host_cores=2)
+    si = step_inputs(t, shared, w)
+    for r in (0, 2):
+        np.testing.assert_allclose(si.compute_s[:, r], 2 * fast, rtol=1e-12)
+    for r in (1, 3):
+        np.testing.assert_allclose(si.compute_s[:, r], slow + fast, rtol=1e-12)
+    # the codec's times are equal on every rank: the factor, exactly
+    np.testing.assert_array_equal(si.codec_s, 2 * step_inputs(t, base, w).codec_s)
+    fair = step_inputs(t, dataclasses.replace(shared, host_sharing="fair"), w)
+    np.testing.assert_allclose(fair.compute_s.max(axis=1), 2 * slow, rtol=1e-12)
+    opts = PredictOptions(world_sizes=(w,), per_step=True, allgatherv=("ring",))
+    df = predict_trace(t, shared, opts)
+    dense = (df["method"] == "dense") & (df["encoding"] == "fp32") & (df["step"] >= 0)
+    rows = df[dense].sort_values("step")
+    np.testing.assert_allclose(rows["compute_s"].to_numpy(), slow + fast, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("hosts", "times", "expected"),
+    [
+        # 3 ranks on 2 cores: core 0 holds ranks 0 and 2 (1 + 3 = 4 ms), core 1 rank 1 alone,
+        # charged the fullest core's factor 2 (2 x 2 = 4 ms)
+        ((4, 2), [1.0, 2.0, 3.0], [4.0, 4.0, 4.0]),
+        # 4 ranks on 2 cores: cores {0, 2} and {1, 3}
+        ((4, 2), [1.0, 2.0, 3.0, 4.0], [4.0, 6.0, 4.0, 6.0]),
+        # 2 hosts of 2 ranks on 1 core each: ranks {0, 1} and {2, 3}
+        ((2, 1), [1.0, 2.0, 3.0, 4.0], [3.0, 3.0, 7.0, 7.0]),
+        # 5 ranks on 2 cores: core 0 holds 0, 2, 4 (9 ms, the fullest); core 1 holds 1, 3
+        # (6 ms, charged 3/2 of it: 9 ms)
+        ((8, 2), [1.0, 2.0, 3.0, 4.0, 5.0], [9.0, 9.0, 9.0, 9.0, 9.0]),
+    ],
+)
+def test_core_shared_by_hand(hosts, times, expected):
+    from vgcsim.core.cluster import host_share
+    from vgcsim.traces.replay import core_shared
+
+    c = dataclasses.replace(get_cluster("1GbE"), ranks_per_host=hosts[0], host_cores=hosts[1])
+    p = len(times)
+    a = np.array([times, [2.0] * p])  # a second step with equal ranks
+    out = core_shared(a, c, p, host_share(c, p))
+    np.testing.assert_allclose(out[0], expected, rtol=1e-12)
+    np.testing.assert_array_equal(out[1], 2.0 * host_share(c, p))  # equal: the factor
+    # fair sharing, several threads per rank, or one time for every rank: the factor
+    for other in (
+        dataclasses.replace(c, host_sharing="fair"),
+        dataclasses.replace(c, threads_per_rank=2),
+    ):
+        f = host_share(other, p)
+        np.testing.assert_array_equal(core_shared(a, other, p, f), a * f)
+    np.testing.assert_array_equal(core_shared(a[:, 0], c, p, 2.0), a[:, 0] * 2.0)
