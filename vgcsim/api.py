@@ -2288,9 +2288,9 @@ class CalibrationRun:
 
 
 def _unshared(world_size: int, hosts: tuple[int, int]) -> float:
-    """The processor-sharing factor ranks of a ``world_size`` job ran under
+    """The sharing factor ranks of a ``world_size`` job ran under
     (``vgcsim.core.cluster.host_share`` of a star with ``hosts`` = (ranks_per_host,
-    host_cores))."""
+    host_cores) and the default ``host_sharing``, which the written file names)."""
     import dataclasses
 
     from vgcsim.core.cluster import get_cluster, host_share

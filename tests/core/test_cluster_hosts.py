@@ -112,3 +112,13 @@ def test_one_rank_alone_shares_no_core_and_the_fullest_host_sets_the_share(world
     job of 1 rank runs alone (f = 1) and one of 8 fills two hosts of 4 (f = 4)."""
     c = cluster_from_dict({"base": "1GbE", "ranks_per_host": 4, "host_cores": 1})
     assert host_share(c, world_size) == share
+
+
+def test_a_cluster_built_with_an_unknown_host_sharing_is_refused_by_name():
+    import dataclasses
+
+    from vgcsim.core.errors import UnknownNameError
+
+    with pytest.raises(UnknownNameError) as err:
+        dataclasses.replace(load_cluster("1GbE"), host_sharing="fifo")
+    assert str(err.value) == "unknown host_sharing 'fifo'; valid: fair, fullest-core"

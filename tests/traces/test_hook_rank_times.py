@@ -150,3 +150,13 @@ def test_core_shared_by_hand(hosts, times, expected):
         f = host_share(other, p)
         np.testing.assert_array_equal(core_shared(a, other, p, f), a * f)
     np.testing.assert_array_equal(core_shared(a[:, 0], c, p, 2.0), a[:, 0] * 2.0)
+
+
+def test_core_cohorts_number_every_core_once_across_hosts():
+    from vgcsim.traces.replay import core_cohorts
+
+    c = dataclasses.replace(get_cluster("1GbE"), ranks_per_host=4, host_cores=2)
+    # host 0 holds ranks 0-3 on its cores 0 and 1; host 1 ranks 4-7 on its cores 2 and 3
+    np.testing.assert_array_equal(core_cohorts(c, 8), [0, 1, 0, 1, 2, 3, 2, 3])
+    three = dataclasses.replace(c, ranks_per_host=5, host_cores=3)
+    np.testing.assert_array_equal(core_cohorts(three, 7), [0, 1, 2, 0, 1, 3, 4])
