@@ -25,23 +25,31 @@ def _cluster(path, hosts: str = ""):
     return path
 
 
-@pytest.mark.slow  # four vgcsim commands in fresh interpreters
+@pytest.mark.slow  # six vgcsim commands in fresh interpreters
 def test_both_engines_price_a_hook_trace_alike_with_and_without_shared_hosts(real_ddp, tmp_path):
-    """The hook trace's rank 1 computes 10 × rank 0. Alone on their hosts, and two ranks on one
-    core (every local time stretched by 2, the slowest rank's too), predict and simulate agree
-    on the variance hook's step."""
+    """The hook trace's rank 1 computes 10 × rank 0. Alone on their hosts, two ranks taking
+    turns on one core (the fullest core's rule: rank 1's step waits for rank 0's turn too, so
+    the step grows by rank 0's share, not by rank 1's), and the same under fair sharing (every
+    local time stretched by 2, the slowest rank's too): predict and simulate agree on the
+    variance hook's step."""
     trace = write_hook_trace(tmp_path)
     plain = _cluster(tmp_path / "plain.toml")
     shared = _cluster(tmp_path / "shared.toml", "ranks_per_host = 2\nhost_cores = 1\n")
+    fair = _cluster(
+        tmp_path / "fair.toml", 'ranks_per_host = 2\nhost_cores = 1\nhost_sharing = "fair"\n'
+    )
 
     def step_s(cluster, engine):
         return real_ddp.predict_step_s(trace, cluster, 2, "variance", tmp_path, engine)
 
     alone = step_s(plain, "predict")
     assert step_s(plain, "simulate") == pytest.approx(alone, rel=0.02)
-    predicted = step_s(shared, "predict")
-    assert predicted > 1.5 * alone
-    assert step_s(shared, "simulate") == pytest.approx(predicted, rel=0.02)
+    turns = step_s(shared, "predict")
+    assert alone < turns < 1.5 * alone
+    assert step_s(shared, "simulate") == pytest.approx(turns, rel=0.02)
+    stretched = step_s(fair, "predict")
+    assert stretched > 1.5 * alone
+    assert step_s(fair, "simulate") == pytest.approx(stretched, rel=0.02)
 
 
 def test_a_folder_without_a_kept_run_is_one_line_and_exit_2(tmp_path):
