@@ -25,3 +25,17 @@ def load_script(relative_path: str) -> ModuleType:
     sys.modules[name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
+
+
+def run_script(relative_path: str, *args: str, timeout: float = 600, check: bool = True):
+    """Run ``ROOT / relative_path`` with ``args`` in a fresh interpreter; its completed process
+    (stdout and stderr as text), raising where it fails and ``check``."""
+    import subprocess
+
+    return subprocess.run(
+        [sys.executable, str(ROOT / relative_path), *args],
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=timeout,
+    )

@@ -4,26 +4,19 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "ddp_hook.py"
+from tests.repo_scripts import run_script
+
+SCRIPT = "benchmarks/ddp_hook.py"
 
 pytestmark = pytest.mark.distributed
 
 
 @pytest.mark.slow
 def test_benchmark_prints_every_variant_and_the_ratio():
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--json", "--rounds", "1", "--chunk", "3", "--warmup", "1"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
+    out = run_script(SCRIPT, "--json", "--rounds", "1", "--chunk", "3", "--warmup", "1")
     d = json.loads(out.stdout)
     rows = d["rows"]
     assert set(rows) == {
@@ -59,11 +52,8 @@ def test_benchmark_prints_every_variant_and_the_ratio():
 
 
 def test_bad_arguments_are_one_line_and_exit_2():
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--rounds", "1", "--chunk", "2", "--warmup", "5"],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    out = run_script(
+        SCRIPT, "--rounds", "1", "--chunk", "2", "--warmup", "5", timeout=120, check=False
     )
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [

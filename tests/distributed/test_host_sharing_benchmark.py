@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "host_sharing.py"
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from tests.repo_scripts import load_script, run_script
 
-from host_sharing import rows_of  # noqa: E402
+SCRIPT = "benchmarks/host_sharing.py"
+rows_of = load_script(SCRIPT).rows_of
 
 pytestmark = pytest.mark.distributed
 
@@ -35,15 +31,8 @@ def test_rows_by_hand():
 
 
 def test_benchmark_runs_ranks_in_lock_step_and_prints_every_key():
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--ranks", "1,3", "--work", "2ms", "--steps", "3"]
-        + ["--warmup", "0", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    d = json.loads(out.stdout)
+    argv = ["--ranks", "1,3", "--work", "2ms", "--steps", "3", "--warmup", "0", "--json"]
+    d = json.loads(run_script(SCRIPT, *argv, timeout=300).stdout)
     cores = d["cores"]
     assert [(r["ranks"], r["work_s"]) for r in d["rows"]] == [(1, 0.002), (3, 0.002)]
     for r in d["rows"]:
@@ -61,8 +50,6 @@ def test_benchmark_runs_ranks_in_lock_step_and_prints_every_key():
     [["--work", "0s"], ["--work", "soon"], ["--ranks", "x"], ["--ranks", "0"], ["--steps", "1"]],
 )
 def test_bad_input_is_one_line_and_exit_2(argv):
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=120
-    )
+    out = run_script(SCRIPT, *argv, timeout=120, check=False)
     assert out.returncode == 2, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
