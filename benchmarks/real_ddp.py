@@ -41,8 +41,10 @@ faster of plain DDP and the variance hook; a tie — measured within 10 % — co
 ``trace_setup`` (where the traces were made) and ``trace_drift`` (each traced job's CPU per
 step against the same job's untraced run at that setup: :func:`trace_drift`; the what-if
 assumes the machine kept its speed), ``cal_busy_before_s`` (per model, the work before each
-calibrated operation; empty with ``--cal-busy 0``) and ``anchored`` (whether ``--anchor``
-priced the setups).
+calibrated operation; empty with ``--cal-busy 0``), ``anchored`` (whether ``--anchor``
+priced the setups) and ``host_sharing`` (the rule the calibrations read the shared cores with,
+``--host-sharing``: ``fullest-core``, the default, or ``fair``; docs/models.md, "Hosts with
+cores").
 """
 
 from __future__ import annotations
@@ -115,12 +117,20 @@ def run_job(hosts, port: int, out: Path, *args: str, timeout_s: float = 900) -> 
 
 
 def calibrate(
-    hosts, port: int, out: Path, sizes: str, repeats: int, rate: str, busy_before_s: float = 0.0
+    hosts,
+    port: int,
+    out: Path,
+    sizes: str,
+    repeats: int,
+    rate: str,
+    busy_before_s: float = 0.0,
+    host_sharing: str = "fullest-core",
 ) -> Path:
     n = len(hosts.names)
     extra = ["--sizes", sizes, "--repeats", str(repeats), "--force"]
     extra += ["--busy-before", repr(float(busy_before_s))]
     extra += ["--host-cores", str(os.cpu_count()), "--ranks-per-host", str(n)]
+    extra += ["--host-sharing", host_sharing]
     if rate != "unshaped":  # the shaper's token bucket, as the operator of the link knows it
         extra += ["--burst", str(burst_bytes(rate))]
     cmds = [calibrate_argv(hosts, i, port, out, *extra) for i in range(n)]
@@ -174,10 +184,18 @@ def traced_compute_s(trace: Path) -> float:
     return float(read_trace(trace).steps["rank_compute_s"].median())
 
 
-def refit(keep: Path, work: Path, rate: str, n: int, model: str | None = None) -> Path:
+def refit(
+    keep: Path,
+    work: Path,
+    rate: str,
+    n: int,
+    model: str | None = None,
+    host_sharing: str = "fullest-core",
+) -> Path:
     """The setup's cluster file fitted again from the kept run's measurements, with the hosts
-    (ranks per host, host cores) written in its kept cluster file and the rate's burst;
-    ``model``: that model's own calibration, where the kept run made one per model."""
+    (ranks per host, host cores) written in its kept cluster file, ``host_sharing`` and the
+    rate's burst; ``model``: that model's own calibration, where the kept run made one per
+    model."""
     import tomllib
 
     stem = cal_name(rate, n, model)
@@ -187,6 +205,7 @@ def refit(keep: Path, work: Path, rate: str, n: int, model: str | None = None) -
     cmd += ["--from", str(keep / f"{stem}.measurements.json")]
     cmd += ["--host-cores", str(kept.get("host_cores", os.cpu_count()))]
     cmd += ["--ranks-per-host", str(kept.get("ranks_per_host", n))]
+    cmd += ["--host-sharing", host_sharing]
     if rate != "unshaped":
         cmd += ["--burst", str(burst_bytes(rate))]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -194,7 +213,12 @@ def refit(keep: Path, work: Path, rate: str, n: int, model: str | None = None) -
 
 
 def repredict(
-    keep: Path, work: Path, log, engine: str = "predict", anchored: bool = True
+    keep: Path,
+    work: Path,
+    log,
+    engine: str = "predict",
+    anchored: bool = True,
+    host_sharing: str = "fullest-core",
 ) -> list[dict]:
     """The kept run's rows (``real_ddp.json`` in ``keep``) predicted again (module docstring)."""
     kept = json.loads((keep / "real_ddp.json").read_text())
@@ -205,7 +229,7 @@ def repredict(
         # runs kept before per-model calibrations have one cluster file per setup
         own = model if (keep / f"{cal_name(rate, n, model)}.toml").is_file() else None
         if (rate, n, own) not in clusters:
-            clusters[(rate, n, own)] = refit(keep, work, rate, n, own)
+            clusters[(rate, n, own)] = refit(keep, work, rate, n, own, host_sharing)
         return clusters[(rate, n, own)]
 
     for r in kept["rows"]:
@@ -287,6 +311,13 @@ def main(argv: list[str] | None = None) -> int:
         help="predict without --anchor (the trace setup's measured time the models miss)",
     )
     p.add_argument(
+        "--host-sharing",
+        default="fullest-core",
+        choices=("fullest-core", "fair"),
+        help="how the calibrations read the ranks' shared cores (vgcsim calibrate "
+        "--host-sharing): the fullest core sets the pace (default) or fair sharing",
+    )
+    p.add_argument(
         "--from",
         dest="keep",
         type=Path,
@@ -358,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                             args.cal_repeats,
                             rate,
                             busy.get(model, 0.0),
+                            args.host_sharing,
                         )
                     measured = {}
                     for model in models:
@@ -410,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         result["trace_drift"] = trace_drift(work, args.trace_setup, models)
         result["cal_busy_before_s"] = busy
         result["anchored"] = args.anchor
+        result["host_sharing"] = args.host_sharing
         if args.out:
             (work / "real_ddp.json").write_text(json.dumps(result, indent=1))
     _print(result, args.json, args.markdown)
@@ -449,10 +482,13 @@ def _repredicted(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="vgcsim-real-ddp-") as tmpdir:
         work = (args.out or Path(tmpdir)).resolve()
         work.mkdir(parents=True, exist_ok=True)
-        rows = repredict(args.keep.resolve(), work, log, args.engine, args.anchor)
+        rows = repredict(
+            args.keep.resolve(), work, log, args.engine, args.anchor, args.host_sharing
+        )
         result = {**summarize(rows), "rows": rows, "predicted_from": str(args.keep)}
         result["anchored"] = args.anchor
         result["engine"] = args.engine
+        result["host_sharing"] = args.host_sharing
         # the setup the kept run traced at (runs kept before it was recorded: the flag's)
         kept = json.loads((args.keep / "real_ddp.json").read_text())
         result["trace_setup"] = kept.get("trace_setup", args.trace_setup)

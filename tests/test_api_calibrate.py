@@ -86,11 +86,42 @@ def test_shared_cores_divide_the_cpu_terms_and_say_so():
     alone = api.fit_calibration(doc)
     shared = api.fit_calibration(doc, hosts=(4, 2))  # 4 ranks on 2 cores: f = 2
     assert shared.notes == (
-        "CPU-time terms divided by 2, the processor sharing they were measured under",
+        "CPU-time terms divided by 2, the host sharing (fullest-core) they were measured under",
     )
     assert shared.fit.gamma_s_per_byte == pytest.approx(alone.fit.gamma_s_per_byte / 2, rel=1e-12)
     assert shared.fit.latency_s == alone.fit.latency_s  # the wire is not shared
-    assert "ranks_per_host = 4\nhost_cores = 2\n" in shared.toml
+    assert 'ranks_per_host = 4\nhost_cores = 2\nhost_sharing = "fullest-core"' in shared.toml
+
+
+@pytest.mark.parametrize(("rule", "factor"), [("fullest-core", 2.0), ("fair", 1.5)])
+def test_the_host_sharing_rule_sets_the_divisor_and_is_written(tmp_path, rule, factor):
+    # 3 ranks on 2 cores: the fullest core holds 2 of them; fair sharing gives each 2/3 of one
+    doc = {"world_size": WORLD, "backend": "gloo", "nodes": [0] * WORLD, "rows": rows()}
+    alone = api.fit_calibration(doc)
+    shared = api.fit_calibration(doc, hosts=(3, 2), host_sharing=rule)
+    assert shared.fit.gamma_s_per_byte == pytest.approx(
+        alone.fit.gamma_s_per_byte / factor, rel=1e-12
+    )
+    assert f"host_sharing = {rule!r}".replace("'", '"') in shared.toml
+    out = tmp_path / "c.toml"
+    out.write_text(shared.toml)
+    assert load_cluster(out).host_sharing == rule
+
+
+def test_an_unknown_host_sharing_is_refused_before_anything_is_fitted(tmp_path, capsys):
+    doc = {"world_size": WORLD, "backend": "gloo", "rows": rows()}
+    with pytest.raises(ConfigError, match="unknown host_sharing 'fifo'"):
+        api.fit_calibration(doc, hosts=(3, 2), host_sharing="fifo")
+    meas = measurement_file(tmp_path)
+    out = tmp_path / "c.toml"
+    argv = ["calibrate", "--from", str(meas), "-o", str(out), "--host-sharing", "fifo"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == "vgcsim calibrate: error: --host-sharing must be one of fullest-core, fair, got 'fifo'"
+    )
+    assert not out.exists()
 
 
 def test_a_refused_fit_carries_its_report_and_writes_no_cluster_file(tmp_path, capsys):

@@ -2247,7 +2247,7 @@ class CalibrationRun:
     """What :func:`fit_calibration`, :func:`calibrate_from` and :func:`calibrate` return.
 
     - ``fit``: the link written as ``[link]`` (a :class:`vgcsim.models.linkfit.LinkFit`; its
-      CPU-time terms divided by the processor sharing they were measured under, where any);
+      CPU-time terms divided by the host sharing they were measured under, where any);
       ``intra``: the ``[intra_link]`` fit from the ping-pong inside a node, or None.
     - ``table``: one row per (op, size): measured and fitted seconds, relative error, role;
       ``errors``: the typical error per op (predicted from the fit where not fitted);
@@ -2287,15 +2287,20 @@ class CalibrationRun:
         return float(self.worst.typical_error)
 
 
-def _unshared(world_size: int, hosts: tuple[int, int]) -> float:
+def _unshared(world_size: int, hosts: tuple[int, int], host_sharing: str) -> float:
     """The sharing factor ranks of a ``world_size`` job ran under
     (``vgcsim.core.cluster.host_share`` of a star with ``hosts`` = (ranks_per_host,
-    host_cores) and the default ``host_sharing``, which the written file names)."""
+    host_cores) and ``host_sharing``, which the written file names)."""
     import dataclasses
 
     from vgcsim.core.cluster import get_cluster, host_share
 
-    star = dataclasses.replace(get_cluster("1GbE"), ranks_per_host=hosts[0], host_cores=hosts[1])
+    star = dataclasses.replace(
+        get_cluster("1GbE"),
+        ranks_per_host=hosts[0],
+        host_cores=hosts[1],
+        host_sharing=host_sharing,
+    )
     return host_share(star, world_size)
 
 
@@ -2308,6 +2313,7 @@ def fit_calibration(
     name: str | None = None,
     device: str = "cpu",
     hosts: tuple[int, int] = (1, 0),
+    host_sharing: str = "fullest-core",
     burst_bytes: float = 0.0,
     note: str | None = None,
 ) -> CalibrationRun:
@@ -2321,7 +2327,8 @@ def fit_calibration(
     list, as ``--sizes`` takes them; None: all). ``name`` (default
     ``calibrated-BACKEND-P``), ``device`` (a device preset), ``hosts`` = (ranks_per_host,
     host_cores) the measured ranks shared (host_cores 0: not shared; otherwise the fitted
-    CPU-time terms are divided by the processor-sharing factor and the file says so),
+    CPU-time terms are divided by the sharing factor of ``host_sharing``, ``"fullest-core"``
+    or ``"fair"`` (``vgcsim.core.cluster.host_share``), and the file says so),
     ``burst_bytes`` (a host link's token bucket: the fit prices the collectives' rows with
     it, :func:`vgcsim.models.linkfit.fit_link`, and the file gets it where > 0) and ``note`` (the file's
     first line after its marker) go into the file. A fit without a per-byte cost is a
@@ -2330,6 +2337,7 @@ def fit_calibration(
     import dataclasses
 
     from vgcsim.core.clusterfile import cluster_toml
+    from vgcsim.core.clusterspec import HOST_SHARINGS
     from vgcsim.core.errors import unknown_name
     from vgcsim.models.linkfit import fit_intra_link, fit_link, op_errors, protocol_switch
     from vgcsim.reports.calibration import calibration_text
@@ -2363,7 +2371,10 @@ def fit_calibration(
             picked, bounds = tuple(int(s) for s in sizes), None
             told += ", sizes " + ",".join(str(s) for s in picked)
         doc = select_rows(doc, sizes=picked, bounds=bounds)
-    share = _unshared(int(doc["world_size"]), hosts)  # the sharing the ranks were measured under
+    if host_sharing not in HOST_SHARINGS:
+        raise unknown_name("host_sharing", str(host_sharing), HOST_SHARINGS)
+    # the sharing the ranks were measured under
+    share = _unshared(int(doc["world_size"]), hosts, host_sharing)
     fit, table = fit_link(
         doc,
         statistic,
@@ -2394,8 +2405,8 @@ def fit_calibration(
     notes: tuple[str, ...] = ()
     if share != 1.0:
         notes = (
-            f"CPU-time terms divided by {share:.3g}, the processor sharing they were measured "
-            "under",
+            f"CPU-time terms divided by {share:.3g}, the host sharing ({host_sharing}) they "
+            "were measured under",
         )
         fit = dataclasses.replace(
             fit,
@@ -2417,6 +2428,7 @@ def fit_calibration(
         nodes.count(nodes[0]),
         (int(hosts[0]), int(hosts[1])),
         float(burst_bytes),
+        host_sharing,
     )
     return CalibrationRun(
         fit,
@@ -2514,7 +2526,7 @@ def calibrate_from(
     (``OUT.fit.png``, unless ``plot=False``).
 
     ``fit_options`` are those of :func:`fit_calibration` (``statistic``, ``fit_ops``,
-    ``sizes``, ``name``, ``device``, ``hosts``, ``burst_bytes``). A fit whose typical error
+    ``sizes``, ``name``, ``device``, ``hosts``, ``host_sharing``, ``burst_bytes``). A fit whose typical error
     exceeds ``max_error`` (default 0.25) is a :class:`CalibrationError` carrying the refused
     run, and ``out`` is not written, unless ``force``. ``out`` replaces only a file written
     by calibrate, and only with ``overwrite``.

@@ -32,6 +32,7 @@ import math
 from pathlib import Path
 
 from vgcsim.commands import add_out_option, add_set_option
+from vgcsim.core.clusterspec import HOST_SHARINGS
 from vgcsim.core.errors import ConfigError
 
 HELP = (
@@ -153,9 +154,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="cores of the host the measured ranks share (0, default: not shared); with "
         "--ranks-per-host, the fitted CPU-time terms (per-call cost, gamma, allgatherv host "
-        "cost) are divided by the sharing factor they were measured under (host_sharing "
-        "'fullest-core': ceil(ranks x threads / cores)) and the file says so (ranks_per_host, "
-        "host_cores, host_sharing)",
+        "cost) are divided by the sharing factor they were measured under (--host-sharing) "
+        "and the file says so (ranks_per_host, host_cores, host_sharing)",
+    )
+    parser.add_argument(
+        "--host-sharing",
+        default="fullest-core",
+        metavar="RULE",
+        help="how the measured ranks shared the host's cores: fullest-core (default: "
+        "ceil(ranks / cores), the fullest core sets the pace) or fair (ranks / cores, "
+        "processor sharing); written into the file",
     )
     parser.add_argument(
         "--ranks-per-host",
@@ -207,6 +215,10 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ConfigError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     if not 0 <= args.host_cores <= 2**20:
         raise ConfigError(f"--host-cores must be an integer >= 0, got {args.host_cores}")
+    if args.host_sharing not in HOST_SHARINGS:
+        raise ConfigError(
+            f"--host-sharing must be one of {', '.join(HOST_SHARINGS)}, got {args.host_sharing!r}"
+        )
     if not 1 <= args.ranks_per_host <= 2**20:
         raise ConfigError(f"--ranks-per-host must be an integer >= 1, got {args.ranks_per_host}")
     args.burst_bytes = 0.0
@@ -261,6 +273,7 @@ def run(args: argparse.Namespace) -> int:
         name=args.name,
         device=args.device,
         hosts=(args.ranks_per_host, args.host_cores),
+        host_sharing=args.host_sharing,
         burst_bytes=args.burst_bytes,
         max_error=args.max_error,
         force=args.force,

@@ -488,11 +488,12 @@ def cluster_toml(
     ranks_per_node: int = 1,
     hosts: tuple[int, int] = (1, 0),
     burst_bytes: float = 0.0,
+    host_sharing: str = "fullest-core",
 ) -> str:
     """The cluster file text for a fitted link: a non-blocking star of identical NICs, or a
     hierarchical cluster with ``ranks_per_node`` ranks per node on the fitted ``intra`` link;
-    ``hosts`` = (ranks_per_host, host_cores), written where host_cores > 0 with the default
-    ``host_sharing`` that the fit assumed; ``burst_bytes``,
+    ``hosts`` = (ranks_per_host, host_cores), written where host_cores > 0 with the
+    ``host_sharing`` rule the fit divided the CPU-time terms by; ``burst_bytes``,
     the host link's token bucket as given (``--burst``), written where > 0."""
     lines = [
         f"{WRITTEN_BY_CALIBRATE} {note}",
@@ -504,8 +505,7 @@ def cluster_toml(
         lines += [
             f"ranks_per_host = {hosts[0]}",
             f"host_cores = {hosts[1]}",
-            # the rule the fit's CPU-time terms were divided by (ClusterSpec's default)
-            f"host_sharing = {toml_value(ClusterSpec.host_sharing)}",
+            f"host_sharing = {toml_value(host_sharing)}",  # the fit divided by its factor
         ]
     if intra is not None:
         lines.append(f"gpus_per_node = {ranks_per_node}")
