@@ -122,3 +122,11 @@ def test_a_cluster_built_with_an_unknown_host_sharing_is_refused_by_name():
     with pytest.raises(UnknownNameError) as err:
         dataclasses.replace(load_cluster("1GbE"), host_sharing="fifo")
     assert str(err.value) == "unknown host_sharing 'fifo'; valid: fair, fullest-core"
+
+
+def test_the_compute_source_and_scale_are_read_from_a_file(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('base = "1GbE"\ncompute = "trace"\ncompute_scale = 2.5\n')
+    c = load_cluster(path)
+    assert (c.compute, c.compute_scale) == ("trace", 2.5)
+    assert (load_cluster("1GbE").compute, load_cluster("1GbE").compute_scale) == ("model", 1.0)

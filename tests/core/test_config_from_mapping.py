@@ -101,3 +101,10 @@ def test_a_toml_file_is_read_as_utf8_whatever_the_locale(tmp_path):
     assert data == {"title": "Zürich — 10 µs", "solver": {"rate": 0.5}}
     cfg = config_from_dict(Study, data)
     assert cfg.title == "Zürich — 10 µs" and cfg.solver == Solver(rate=0.5)
+
+
+def test_a_free_form_section_that_is_not_a_table_is_refused_by_its_full_key():
+    # the codec's params take any keys, but only as a table
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(Study, {"codec": {"params": 3}})
+    assert str(err.value) == "config key 'codec.params' expects a table, got 3"
