@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -98,14 +97,17 @@ def rank_main(args: argparse.Namespace) -> int:
 
 
 def rows_of(ranks: int, cores: int, steps_s: list[tuple[float, float]]) -> list[dict]:
-    """One row per work size: the measured factor beside the two rules'."""
+    """One row per work size: the measured factor beside the two rules' (the factors the
+    models use, ``vgcsim.core.clusterspec.sharing_factor``)."""
+    from vgcsim.core.clusterspec import sharing_factor
+
     sync = dict(steps_s)[0.0]
     out = []
     for work, step in steps_s:
         if work == 0.0:
             continue
         measured = (step - sync) / work
-        full, fair = max(1.0, float(math.ceil(ranks / cores))), max(1.0, ranks / cores)
+        full, fair = (sharing_factor(ranks, 1, cores, rule) for rule in ("fullest-core", "fair"))
         out.append(
             {
                 "ranks": ranks,

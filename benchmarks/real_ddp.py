@@ -70,6 +70,8 @@ from _netns import (  # noqa: E402
     shaped_hosts,
 )
 
+from vgcsim.core.clusterspec import HOST_SHARINGS  # noqa: E402
+
 METHODS = ("ddp", "fp16", "variance")
 #: Which predicted row prices each method: (method column, encoding column).
 PREDICTED_ROW = {
@@ -313,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--host-sharing",
         default="fullest-core",
-        choices=("fullest-core", "fair"),
+        choices=HOST_SHARINGS,
         help="how the calibrations read the ranks' shared cores (vgcsim calibrate "
         "--host-sharing): the fullest core sets the pace (default) or fair sharing",
     )

@@ -2288,20 +2288,13 @@ class CalibrationRun:
 
 
 def _unshared(world_size: int, hosts: tuple[int, int], host_sharing: str) -> float:
-    """The sharing factor ranks of a ``world_size`` job ran under
-    (``vgcsim.core.cluster.host_share`` of a star with ``hosts`` = (ranks_per_host,
-    host_cores) and ``host_sharing``, which the written file names)."""
-    import dataclasses
+    """The sharing factor ranks of a ``world_size`` job (≥ 2, as every measurement file
+    holds) ran under, ``hosts`` = (ranks_per_host, host_cores), one thread each, by
+    ``host_sharing``, which the written file names
+    (``vgcsim.core.clusterspec.sharing_factor``; an unknown rule is refused)."""
+    from vgcsim.core.clusterspec import sharing_factor
 
-    from vgcsim.core.cluster import get_cluster, host_share
-
-    star = dataclasses.replace(
-        get_cluster("1GbE"),
-        ranks_per_host=hosts[0],
-        host_cores=hosts[1],
-        host_sharing=host_sharing,
-    )
-    return host_share(star, world_size)
+    return sharing_factor(min(hosts[0], world_size), 1, hosts[1], host_sharing)
 
 
 def fit_calibration(
@@ -2337,7 +2330,6 @@ def fit_calibration(
     import dataclasses
 
     from vgcsim.core.clusterfile import cluster_toml
-    from vgcsim.core.clusterspec import HOST_SHARINGS
     from vgcsim.core.errors import unknown_name
     from vgcsim.models.linkfit import fit_intra_link, fit_link, op_errors, protocol_switch
     from vgcsim.reports.calibration import calibration_text
@@ -2371,9 +2363,7 @@ def fit_calibration(
             picked, bounds = tuple(int(s) for s in sizes), None
             told += ", sizes " + ",".join(str(s) for s in picked)
         doc = select_rows(doc, sizes=picked, bounds=bounds)
-    if host_sharing not in HOST_SHARINGS:
-        raise unknown_name("host_sharing", str(host_sharing), HOST_SHARINGS)
-    # the sharing the ranks were measured under
+    # the sharing the ranks were measured under (an unknown rule is refused here)
     share = _unshared(int(doc["world_size"]), hosts, host_sharing)
     fit, table = fit_link(
         doc,

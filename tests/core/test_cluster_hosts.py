@@ -130,3 +130,13 @@ def test_the_compute_source_and_scale_are_read_from_a_file(tmp_path):
     c = load_cluster(path)
     assert (c.compute, c.compute_scale) == ("trace", 2.5)
     assert (load_cluster("1GbE").compute, load_cluster("1GbE").compute_scale) == ("model", 1.0)
+
+
+def test_the_sharing_factor_of_an_unknown_rule_is_refused_by_name():
+    from vgcsim.core.clusterspec import sharing_factor
+    from vgcsim.core.errors import UnknownNameError
+
+    assert (sharing_factor(3, 1, 2, "fullest-core"), sharing_factor(3, 1, 2, "fair")) == (2.0, 1.5)
+    with pytest.raises(UnknownNameError) as err:
+        sharing_factor(3, 1, 2, "fifo")
+    assert str(err.value) == "unknown host_sharing 'fifo'; valid: fair, fullest-core"

@@ -39,6 +39,7 @@ __all__ = [
     "get_cluster",
     "HOST_SHARINGS",
     "host_share",
+    "sharing_factor",
     "shared_cluster",
     "shared_link",
     "wire_cluster",
@@ -135,13 +136,21 @@ def host_share(cluster: ClusterSpec, world_size: int) -> float:
     Which rule a machine follows for a given phase length is measured by
     ``python benchmarks/host_sharing.py`` (docs/models.md, "Hosts with cores"). Assumption
     of both: the ranks' CPU phases coincide (lock-step data parallelism)."""
-    if cluster.host_cores == 0:
-        return 1.0
     ranks = min(cluster.ranks_per_host, max(1, int(world_size)))
-    load = ranks * cluster.threads_per_rank / cluster.host_cores
-    if cluster.host_sharing == "fullest-core":
-        return max(1.0, float(math.ceil(load)))
-    return max(1.0, load)
+    return sharing_factor(ranks, cluster.threads_per_rank, cluster.host_cores, cluster.host_sharing)
+
+
+def sharing_factor(ranks: int, threads_per_rank: int, host_cores: int, rule: str) -> float:
+    """The factor of :func:`host_share` for ``ranks`` ranks of ``threads_per_rank`` busy
+    threads on one host of ``host_cores`` cores (0: unlimited) under ``rule``, one of
+    :data:`HOST_SHARINGS`: ``max(1, ⌈R·T/C⌉)`` (``"fullest-core"``) or ``max(1, R·T/C)``
+    (``"fair"``). An unknown rule is an :class:`~vgcsim.core.errors.UnknownNameError`."""
+    if rule not in HOST_SHARINGS:
+        raise unknown_name("host_sharing", str(rule), HOST_SHARINGS)
+    if host_cores == 0:
+        return 1.0
+    load = ranks * threads_per_rank / host_cores
+    return max(1.0, float(math.ceil(load)) if rule == "fullest-core" else load)
 
 
 def shared_link(link: LinkSpec, share: float) -> LinkSpec:
