@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -1107,3 +1108,24 @@ def test_a_hook_trace_was_exchanged_as_the_hook_does(tmp_path):
     hooked.header["distributed"] = {"padded_allgather": False}  # not what decides it
     assert api._measured_allgatherv(hooked) == default_allgatherv(hooked)
     assert default_allgatherv(hooked) not in ("padded", "ring")
+
+
+def test_clusters_lists_the_apis_presets_and_shows_the_apis_dict(capsys):
+    """``vgcsim clusters`` is parse → api → print: its listing names every preset the API
+    returns, and ``vgcsim clusters NAME`` prints ``api.cluster_dict(NAME)``."""
+    from vgcsim.cli import main
+
+    presets = api.presets()
+    assert "10GbE" in presets.clusters and presets.links and presets.framings
+    assert presets.devices
+    assert main(["clusters"]) == 0
+    listed = {line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()}
+    for names in (presets.clusters, presets.links, presets.devices):
+        assert set(names) <= listed
+    assert {f.name for f in presets.framings.values()} <= listed
+    assert main(["clusters", "10GbE"]) == 0
+    shown = json.loads(json.dumps(api.cluster_dict("10GbE")))  # tuples as JSON lists
+    assert json.loads(capsys.readouterr().out) == shown
+    spec = api.load_cluster("10GbE")
+    assert api.cluster_dict(spec) == api.cluster_dict("10GbE")
+    assert api.cluster_dict("10GbE")["link"]["bandwidth_Bps"] == spec.link.bandwidth_Bps

@@ -36,7 +36,7 @@ from vgcsim.core.errors import VgcsimError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from vgcsim.core.cluster import ClusterSpec
+    from vgcsim.core.cluster import ClusterSpec, DeviceSpec, Framing, LinkSpec
     from vgcsim.core.options import PredictOptions, SimulateConfig
     from vgcsim.simulator.call import CollectiveRun
     from vgcsim.simulator.sweep import SweepFile, SweepJob
@@ -175,6 +175,32 @@ def load_cluster(cluster: str | Path | ClusterSpec, *, compute: str | None = Non
     if compute is not None and compute != spec.compute:
         spec = dataclasses.replace(spec, compute=compute)
     return spec
+
+
+def cluster_dict(cluster: str | Path | ClusterSpec) -> dict[str, Any]:
+    """``cluster`` (a preset name, a cluster TOML file or a spec) as the plain dict that
+    ``vgcsim clusters NAME`` prints as JSON and writes with ``-o``."""
+    from vgcsim.core.cluster import cluster_to_dict
+
+    return cluster_to_dict(load_cluster(cluster))
+
+
+@dataclass(frozen=True)
+class Presets:
+    """Every preset by name, as ``vgcsim clusters`` lists them: clusters, links, the link
+    framings (payload bytes per wire byte) and devices, each spec carrying its sources."""
+
+    clusters: Mapping[str, ClusterSpec]
+    links: Mapping[str, LinkSpec]
+    framings: Mapping[str, Framing]
+    devices: Mapping[str, DeviceSpec]
+
+
+def presets() -> Presets:
+    """The cluster, link, framing and device presets (:class:`Presets`)."""
+    from vgcsim.core.cluster import CLUSTER_PRESETS, DEVICE_PRESETS, FRAMINGS, LINK_PRESETS
+
+    return Presets(CLUSTER_PRESETS, LINK_PRESETS, FRAMINGS, DEVICE_PRESETS)
 
 
 def record(

@@ -486,12 +486,12 @@ def test_flat_fp32_views_take_tensors_that_require_grad_and_other_dtypes():
     refuses it) is detached first; bf16 and non-contiguous inputs are converted to flat fp32;
     a plain contiguous fp32 tensor is viewed without a copy."""
     t = torch.tensor([1.0, -2.0, 0.5], requires_grad=True)
-    assert torch_codec._flat_f32(t).tolist() == [1.0, -2.0, 0.5]
-    assert torch_codec._flat_f32(t.detach().to(torch.bfloat16)).dtype == np.float32
+    assert torch_codec.flat_f32(t).tolist() == [1.0, -2.0, 0.5]
+    assert torch_codec.flat_f32(t.detach().to(torch.bfloat16)).dtype == np.float32
     strided = torch.arange(6, dtype=torch.float32)[::2]
-    assert torch_codec._flat_f32(strided).tolist() == [0.0, 2.0, 4.0]
+    assert torch_codec.flat_f32(strided).tolist() == [0.0, 2.0, 4.0]
     plain = torch.zeros(4)
-    view = torch_codec._flat_f32(plain)
+    view = torch_codec.flat_f32(plain)
     view[1] = 3.0
     assert plain[1] == 3.0
 
@@ -723,13 +723,13 @@ def test_float64_inputs_are_rounded_to_fp32_before_any_arithmetic(variance):
 
 
 def test_the_bucket_paths_flat_views_are_flat():
-    """_flat_f32 returns a 1-D array for a 2-D input: a contiguous fp32 tensor (a view), one
+    """flat_f32 returns a 1-D array for a 2-D input: a contiguous fp32 tensor (a view), one
     it converts, one it only detaches; a 2-D gradient then compresses like its flat twin."""
     t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
-    assert torch_codec._flat_f32(t).shape == (6,)
-    assert torch_codec._flat_f32(t.to(torch.bfloat16)).shape == (6,)
-    assert torch_codec._flat_f32(t.clone().requires_grad_()).shape == (6,)  # detached only
-    assert torch_codec._flat_f32(t.t()).tolist() == [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]
+    assert torch_codec.flat_f32(t).shape == (6,)
+    assert torch_codec.flat_f32(t.to(torch.bfloat16)).shape == (6,)
+    assert torch_codec.flat_f32(t.clone().requires_grad_()).shape == (6,)  # detached only
+    assert torch_codec.flat_f32(t.t()).tolist() == [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]
     comp = get_compressor("variance", alpha=0.5)
     out = []
     for shape in [(6,), (2, 3)]:

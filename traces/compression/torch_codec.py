@@ -534,7 +534,7 @@ def decode_bucket_message(
 _SIGNED_POW2_NP = quantize.SIGNED_POWERS
 
 
-def _flat_f32(t: torch.Tensor) -> np.ndarray:
+def flat_f32(t: torch.Tensor) -> np.ndarray:
     """A flat fp32 NumPy view of a CPU tensor (a copy only when it is not contiguous fp32)."""
     if t.dtype == torch.float32 and not t.requires_grad and t.is_contiguous():
         return t.numpy().reshape(-1)
@@ -579,8 +579,8 @@ def _compress_bucket_numpy(
     c = compressor.config
     s = _scratch(bucket)
     r, v, a, b_ = s["residual"], s["variance"], s["a"], s["b"]
-    g = _flat_f32(grad)
-    sq = _flat_f32(sqsum)
+    g = flat_f32(grad)
+    sq = flat_f32(sqsum)
     if g.size != r.size or sq.size != r.size:
         raise ValueError(
             f"grad/sqsum have {g.size}/{sq.size} elements but the bucket state holds {r.size}"

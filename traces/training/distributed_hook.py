@@ -557,7 +557,7 @@ def _bucket_sqsum(
             if sq is None:
                 out[start : start + n] = 0
             else:
-                np.multiply(torch_codec._flat_f32(sq), b2_f32, out=out[start : start + n])
+                np.multiply(torch_codec.flat_f32(sq), b2_f32, out=out[start : start + n])
             start += n
         return torch.from_numpy(out)
     parts = []

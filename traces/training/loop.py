@@ -91,8 +91,9 @@ SLOWEST_SECONDS = ("rank_compute_s", "optimizer_s", "comm_s")
 # -- config -----------------------------------------------------------------------------------
 
 
-def check_config(cfg: RecordConfig) -> None:
-    """Refuse unknown names and bad hyperparameters before any work starts."""
+def check_config(cfg: RecordConfig):
+    """Refuse unknown names and bad hyperparameters before any work starts; returns the
+    compressor ``cfg`` names, built (building it is what checks its parameters)."""
     from vgcsim.traces.compression.compressors import get_compressor
     from vgcsim.traces.compression.sqsum_estimators import ESTIMATORS, SQ_DTYPES
     from vgcsim.traces.training.optim import OPTIMIZERS, SCHEDULES
@@ -114,7 +115,7 @@ def check_config(cfg: RecordConfig) -> None:
             factories.load_factory(name, kind)  # a bad name fails here, before any work
         elif name not in valid:
             raise unknown_name(kind, name, valid)
-    get_compressor(cfg.compressor.name, **cfg.compressor.params)
+    return get_compressor(cfg.compressor.name, **cfg.compressor.params)
 
 
 def resolve_device(name: str) -> str:
@@ -488,7 +489,7 @@ def train(
     if cfg.device != workers.device.type:
         # "auto" resolved, or a torch.distributed backend's device: the header says what ran.
         cfg = dataclasses.replace(cfg, device=workers.device.type)
-    check_config(cfg)
+    compressor = check_config(cfg)
     cfg = resolve_config(cfg)
     keep_freed_memory()
     saved_threads = torch.get_num_threads()
@@ -501,11 +502,7 @@ def train(
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(cfg.seed)
                 data = workers.load_data(cfg)
-                from vgcsim.traces.compression.compressors import get_compressor
-
-                check_memory(
-                    cfg, data, get_compressor(cfg.compressor.name, **cfg.compressor.params)
-                )
+                check_memory(cfg, data, compressor)
                 model = build_net(
                     cfg.model.name, data.input_shape, data.num_classes, cfg.model.width
                 )
@@ -513,7 +510,17 @@ def train(
             # residual): inf is the right value there, and the divergence verdict in the
             # header says what happened, so numpy's per-call warnings stay off the terminal.
             with seeded_global_rngs(cfg.seed), np.errstate(over="ignore"):
-                return _loop(cfg, workers, data, model, Path(out_dir), progress, overwrite, resume)
+                return _loop(
+                    cfg,
+                    workers,
+                    data,
+                    model,
+                    compressor,
+                    Path(out_dir),
+                    progress,
+                    overwrite,
+                    resume,
+                )
     finally:
         torch.set_num_threads(saved_threads)
 
@@ -523,14 +530,12 @@ def _loop(
     workers: Workers,
     data: Dataset,
     model: torch.nn.Module,
+    compressor,
     out_dir: Path,
     progress: bool,
     overwrite: bool,
     resume: ResumePoint | None,
 ) -> Path | None:
-    from vgcsim.traces.compression.compressors import get_compressor
-
-    compressor = get_compressor(cfg.compressor.name, **cfg.compressor.params)
     params = list(model.parameters())
     optimizer, scheduler = build_optimizer(params, cfg.optimizer, cfg.steps)
     header = build_header(cfg, model, data, compressor)

@@ -38,31 +38,25 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vgcsim.core.cluster import (
-        CLUSTER_PRESETS,
-        DEVICE_PRESETS,
-        FRAMINGS,
-        LINK_PRESETS,
-        cluster_to_dict,
-        load_cluster,
-    )
+    from vgcsim import api
     from vgcsim.core.units import format_bandwidth, format_time
 
+    presets = api.presets()
+    shown = api.cluster_dict(args.cluster) if args.cluster else None
     if args.out is not None:
         from vgcsim.core.outdir import write_json_output
 
-        if args.cluster:
-            data = cluster_to_dict(load_cluster(args.cluster))
+        if shown is not None:
+            data = shown
         else:
-            data = {"clusters": {n: cluster_to_dict(c) for n, c in CLUSTER_PRESETS.items()}}
+            data = {"clusters": {n: api.cluster_dict(c) for n, c in presets.clusters.items()}}
         write_json_output(args.out, "vgcsim clusters", data, overwrite=args.overwrite)
-    if args.cluster:
-        spec = load_cluster(args.cluster)
-        print(json.dumps(cluster_to_dict(spec), indent=2))
+    if shown is not None:
+        print(json.dumps(shown, indent=2))
         return 0
 
     rows = []
-    for name, c in CLUSTER_PRESETS.items():
+    for name, c in presets.clusters.items():
         intra = (
             f"{c.intra_link.name} ({format_bandwidth(c.intra_link.bandwidth_Bps)})"
             if c.intra_link
@@ -112,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             format_time(s.latency_s),
         ]
         + ([s.source] if args.sources else [])
-        for n, s in LINK_PRESETS.items()
+        for n, s in presets.links.items()
     ]
     print(
         _table(
@@ -125,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     print("Framings (set `framing = NAME` or `efficiency = X` in a cluster file's [link]):")
     fr_rows = [
         [f.name, f"{f.efficiency:.4f}"] + ([f.source] if args.sources else [])
-        for f in FRAMINGS.values()
+        for f in presets.framings.values()
     ]
     print(_table(["name", "efficiency"] + (["source"] if args.sources else []), fr_rows))
     print()
@@ -143,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             format_time(s.launch_overhead_s) if s.launch_overhead_s is not None else "-",
         ]
         + ([s.source] if args.sources else [])
-        for n, s in DEVICE_PRESETS.items()
+        for n, s in presets.devices.items()
     ]
     print(
         _table(
