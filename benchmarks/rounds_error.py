@@ -36,8 +36,8 @@ from vgcsim.simulator.collectives import get_schedule, unit_sizes  # noqa: E402
 from vgcsim.simulator.engine import Phase, RunCache, run_message  # noqa: E402
 from vgcsim.simulator.rounds import RoundCache, run_rounds  # noqa: E402
 from vgcsim.simulator.topology import build_topology  # noqa: E402
+from vgcsim.traces.inputs import step_inputs  # noqa: E402
 from vgcsim.traces.io import read_trace  # noqa: E402
-from vgcsim.traces.replay import step_inputs  # noqa: E402
 from vgcsim.traces.synth import SynthConfig, synth_trace  # noqa: E402
 
 KEYS = ("allgatherv/ring", "allgatherv/bruck", "allgatherv/recursive_doubling", "allreduce/ring")

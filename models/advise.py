@@ -52,8 +52,8 @@ from vgcsim.models.predict import (
     predict_trace,
 )
 from vgcsim.traces.buckets import DDP_BUCKET_BYTES, bucket_backward_share, layer_groups
+from vgcsim.traces.inputs import step_inputs
 from vgcsim.traces.labels import method_label
-from vgcsim.traces.replay import step_inputs
 from vgcsim.traces.sparseunion import has_unions
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Predicting step times of a recorded trace on a cluster with the closed-form models.
 
-For each world size P the trace is extrapolated to P ranks (:func:`vgcsim.traces.replay.step_inputs`,
+For each world size P the trace is extrapolated to P ranks (:func:`vgcsim.traces.inputs.step_inputs`,
 shared with the simulator), then every requested allreduce algorithm prices the dense
 baselines (fp32, and bf16 / fp16 with their casts: ``dense_encodings``) and every requested
 allgatherv algorithm prices the compressed payloads, step by step, each allgatherv preceded
@@ -45,7 +45,7 @@ from vgcsim.models.iteration import (
     with_burst,
 )
 from vgcsim.traces.buckets import bucket_backward_share, layer_groups
-from vgcsim.traces.replay import (
+from vgcsim.traces.inputs import (
     BucketMessages,
     StepInputs,
     bucket_messages,

@@ -1,7 +1,7 @@
 """Trace replay: every step of a trace on a simulated cluster, dense allreduce vs allgatherv.
 
 For each world size P and each recorded step, the per-rank inputs come from
-:func:`vgcsim.traces.replay.step_inputs` (the same numbers the closed-form models see: compute,
+:func:`vgcsim.traces.inputs.step_inputs` (the same numbers the closed-form models see: compute,
 variance, codec, decode and optimizer seconds from the cluster's device or from the trace,
 per ``cluster.compute``). A rank computes (forward, then backward producing gradients in
 reverse layer order), runs the squared-gradient estimator and the codec (for the bf16 / fp16
@@ -97,7 +97,7 @@ from vgcsim.simulator.reference import run_reference
 from vgcsim.simulator.rounds import RoundCache, run_rounds
 from vgcsim.simulator.topology import Topology, build_topology
 from vgcsim.traces.buckets import bucket_backward_share, layer_groups
-from vgcsim.traces.replay import (
+from vgcsim.traces.inputs import (
     StepInputs,
     bucket_messages,
     is_lowrank,
@@ -889,7 +889,7 @@ def simulate_trace(
 ) -> tuple[pd.DataFrame, list[StepTimeline], dict[str, Any]]:
     """Replay ``trace`` on ``cluster`` for each world size (None: ``cfg.world_sizes``), with
     the trace's own compressed exchange unless ``cfg`` names one
-    (:func:`vgcsim.traces.replay.resolve_collectives`).
+    (:func:`vgcsim.traces.inputs.resolve_collectives`).
 
     Returns ``(rows, timelines, info)``: result rows with ``RESULT_COLUMNS`` (not yet
     finalized: relative columns are NaN), a :class:`StepTimeline` per method for each trace
@@ -1013,7 +1013,7 @@ def _dense_key(cfg: SimulateConfig) -> str:
 
 def _compressed_key(cfg: SimulateConfig) -> str:
     """The compressed exchange's allgatherv, as a registry key (``cfg`` resolved by
-    :func:`vgcsim.traces.replay.resolve_collectives`)."""
+    :func:`vgcsim.traces.inputs.resolve_collectives`)."""
     return f"allgatherv/{cfg.allgatherv[0]}"
 
 

@@ -1102,7 +1102,7 @@ def test_the_measured_allgatherv_is_what_the_run_used():
 
 def test_a_hook_trace_was_exchanged_as_the_hook_does(tmp_path):
     from tests.conftest import write_hook_trace
-    from vgcsim.traces.replay import default_allgatherv
+    from vgcsim.traces.inputs import default_allgatherv
 
     hooked = api.load_trace(write_hook_trace(tmp_path))
     hooked.header["distributed"] = {"padded_allgather": False}  # not what decides it

@@ -18,8 +18,8 @@ from vgcsim.core.config import apply_overrides
 from vgcsim.core.errors import ConfigError
 from vgcsim.core.options import PredictOptions, ReplayOptions, SimulateConfig
 from vgcsim.simulator.sweep import load_sweep
+from vgcsim.traces.inputs import resolve_collectives
 from vgcsim.traces.io import read_trace
-from vgcsim.traces.replay import resolve_collectives
 
 SAMPLE = Path(__file__).resolve().parent / "data" / "sample_trace"
 SHARED = [f.name for f in dataclasses.fields(ReplayOptions)]

@@ -28,8 +28,8 @@ from the area's entry in ``tools/mutation.toml``. mutmut itself runs at low CPU 
 
 The copy is laid out by import name: a stage folder installed as ``vgcsim.X`` (pyproject's
 ``[tool.setuptools.package-dir]``, e.g. ``traces/`` -> ``vgcsim.traces``) is copied to
-``vgcsim/X/``. mutmut names each mutant after its file's path, so ``vgcsim/traces/replay.py``
-gives mutants of module ``vgcsim.traces.replay``, the name the tests import; and mutmut puts
+``vgcsim/X/``. mutmut names each mutant after its file's path, so ``vgcsim/traces/inputs.py``
+gives mutants of module ``vgcsim.traces.inputs``, the name the tests import; and mutmut puts
 ``mutants/`` first on ``sys.path``, where the path finder resolves ``vgcsim`` and every
 subpackage to the mutated copy before the editable install's finder (appended to
 ``sys.meta_path``) could map them to the working tree. ``PYTHONPATH`` names the same folder so
@@ -122,8 +122,8 @@ def package_dirs(pyproject: Path = PYPROJECT) -> dict[str, str]:
 
 
 def copy_path(rel: str, dirs: dict[str, str]) -> str:
-    """Where repository path ``rel`` lies in the copy (``traces/replay.py`` ->
-    ``vgcsim/traces/replay.py``); paths outside a remapped folder keep their place."""
+    """Where repository path ``rel`` lies in the copy (``traces/inputs.py`` ->
+    ``vgcsim/traces/inputs.py``); paths outside a remapped folder keep their place."""
     for folder in sorted(dirs, key=len, reverse=True):
         if rel == folder or rel.startswith(folder + "/"):
             return dirs[folder] + rel[len(folder) :]

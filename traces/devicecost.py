@@ -12,7 +12,7 @@ any GPU's FLOP/byte ridge point, so memory traffic, not arithmetic, sets their t
 bytes each stage touches are counted per element from what the stage must read and write
 (fp32 = 4 bytes; each compressor module declares its counts, ``Compressor.codec_profile``,
 listed by :func:`codec_profiles`). Shared by the closed-form models and the simulator (both
-build their inputs with :func:`vgcsim.traces.replay.step_inputs`).
+build their inputs with :func:`vgcsim.traces.inputs.step_inputs`).
 
 Assumptions: every pass streams from device memory (no cache reuse between kernels, no kernel
 fusion beyond what the profile lists); launches do not overlap each other's work; a decode

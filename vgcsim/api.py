@@ -534,11 +534,11 @@ def predict(
     ``dense_encodings``, ``size_exchange``, ``sparse_allreduce``; and ``extra``), applied on
     top of ``config`` (a whole ``PredictOptions``) when one is given. An empty ``allgatherv``
     (the default) prices the trace's own exchange
-    (:func:`vgcsim.traces.replay.resolve_collectives`).
+    (:func:`vgcsim.traces.inputs.resolve_collectives`).
     """
     from vgcsim.core.options import PredictOptions
     from vgcsim.models.predict import predict_trace
-    from vgcsim.traces.replay import resolve_collectives
+    from vgcsim.traces.inputs import resolve_collectives
 
     t = load_trace(trace)
     opts = _config("predict", PredictOptions, config, world_sizes, options)
@@ -583,7 +583,7 @@ def simulate_run(
     from vgcsim.core.options import SimulateConfig
     from vgcsim.core.results import finalize_results
     from vgcsim.simulator.replay import simulate_trace
-    from vgcsim.traces.replay import resolve_collectives
+    from vgcsim.traces.inputs import resolve_collectives
 
     t = load_trace(trace)
     cfg = _config("simulate", SimulateConfig, config, world_sizes, options)
@@ -652,7 +652,7 @@ def anchored(
     hook writes). ``replay(options)`` prices the trace at its own world size, one row per
     step, on ``anchor``, the cluster of the setup it was recorded on, with the exchange the
     trace ran whatever algorithms ``options`` ask for the rows: the ring allreduce, and the
-    allgatherv that ``vgcsim.traces.replay.resolve_collectives`` names for it
+    allgatherv that ``vgcsim.traces.inputs.resolve_collectives`` names for it
     (``allgatherv/bounded`` for a hook's trace). The trace's own method is its row there: a
     dense trace's dense row in its primary encoding (fp32 where that is no dense row's), else
     the compressed row. The offset is
@@ -670,7 +670,7 @@ def anchored(
 
     from vgcsim.core.errors import ConfigError
     from vgcsim.core.results import finalize_results
-    from vgcsim.traces.replay import resolve_collectives
+    from vgcsim.traces.inputs import resolve_collectives
 
     ranks = trace.ranks
     if ranks is None or "step_wall_s" not in ranks or not ranks["step_wall_s"].notna().any():
@@ -1566,9 +1566,9 @@ def _measured_method(trace: Trace) -> str:
 
 def _measured_allgatherv(trace: Trace) -> str:
     """The algorithm the measured allgatherv is: the trace's own exchange for traces the DDP
-    hook wrote (:func:`vgcsim.traces.replay.default_allgatherv`, bounded); else what the
+    hook wrote (:func:`vgcsim.traces.inputs.default_allgatherv`, bounded); else what the
     recorder ran, padded on gloo and uneven (ring) on NCCL."""
-    from vgcsim.traces.replay import default_allgatherv, is_hook_trace
+    from vgcsim.traces.inputs import default_allgatherv, is_hook_trace
 
     if is_hook_trace(trace):
         return default_allgatherv(trace)
@@ -1699,7 +1699,7 @@ def measured_terms(trace: Trace) -> pd.DataFrame:
     import pandas as pd
 
     from vgcsim.core.errors import TraceError
-    from vgcsim.traces.replay import host_overhead_s
+    from vgcsim.traces.inputs import host_overhead_s
 
     ranks = trace.ranks
     if ranks is None:

@@ -18,8 +18,8 @@ from vgcsim.cli import main
 from vgcsim.core.bounded import align_bytes, bounded_rounds
 from vgcsim.core.cluster import get_cluster
 from vgcsim.models.predict import PredictOptions, bounded_wire_bytes, predict_trace
+from vgcsim.traces.inputs import bucket_messages, step_inputs
 from vgcsim.traces.io import read_trace
-from vgcsim.traces.replay import bucket_messages, step_inputs
 from vgcsim.traces.training.distributed_launch import DistributedRunError, launch_local
 
 HERE = Path(__file__).parent

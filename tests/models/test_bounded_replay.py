@@ -21,8 +21,8 @@ from vgcsim.models.predict import (
 )
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 from vgcsim.traces.buckets import bucket_layers
+from vgcsim.traces.inputs import bucket_messages, default_allgatherv, step_inputs
 from vgcsim.traces.io import read_trace
-from vgcsim.traces.replay import bucket_messages, default_allgatherv, step_inputs
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample_trace"
 BUCKET = 64 * 1024.0  # several buckets of the sample trace's layers

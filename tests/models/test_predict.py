@@ -25,8 +25,8 @@ from vgcsim.models.predict import (
     predict_trace,
     rows_for,
 )
+from vgcsim.traces.inputs import StepInputs, step_inputs
 from vgcsim.traces.io import read_trace
-from vgcsim.traces.replay import StepInputs, step_inputs
 
 ALPHA = 10e-6  # 10GbE preset latency
 BETA = 1 / (1.25e9 * 1448 / 1538)  # 10 Gb/s line rate x TCP/MTU-1500 efficiency

@@ -44,8 +44,8 @@ from vgcsim.simulator.replay import (  # noqa: E402
 )
 from vgcsim.simulator.timeline import chrome_trace
 from vgcsim.simulator.topology import build_topology  # noqa: E402
+from vgcsim.traces.inputs import resolve_collectives
 from vgcsim.traces.io import read_trace
-from vgcsim.traces.replay import resolve_collectives
 from vgcsim.traces.synth import SynthConfig, synth_trace
 
 LABELS = {"dense", "dense/bf16", "dense/fp16", "compressed"}

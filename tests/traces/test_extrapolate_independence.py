@@ -17,8 +17,8 @@ from scipy.stats import chi2
 
 from vgcsim.core.cluster import get_cluster
 from vgcsim.traces.extrapolate import rank_bits, rank_workers
+from vgcsim.traces.inputs import step_inputs
 from vgcsim.traces.io import read_trace
-from vgcsim.traces.replay import step_inputs
 
 W = 4
 T = 4000

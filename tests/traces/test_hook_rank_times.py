@@ -1,4 +1,4 @@
-"""Per-rank local times of a hook-written trace (``vgcsim.traces.replay.hook_rank_times``):
+"""Per-rank local times of a hook-written trace (``vgcsim.traces.inputs.hook_rank_times``):
 each recorded rank keeps its own row, ranks beyond the recording draw measured rows with a
 seeded generator, the step's host overhead is the whole step minus forward+backward and the
 optimizer, and the step waits for the slowest rank."""
@@ -15,8 +15,8 @@ from tests.conftest import write_hook_trace
 from vgcsim.cli import main
 from vgcsim.core.cluster import get_cluster
 from vgcsim.models.predict import PredictOptions, predict_trace
+from vgcsim.traces.inputs import hook_rank_times, step_inputs
 from vgcsim.traces.io import read_trace
-from vgcsim.traces.replay import hook_rank_times, step_inputs
 
 
 def test_recorded_ranks_keep_their_own_rows_and_the_overhead_is_added(tmp_path):
@@ -134,7 +134,7 @@ def test_ranks_that_share_a_core_take_turns_on_it(tmp_path):
 )
 def test_core_shared_by_hand(hosts, times, expected):
     from vgcsim.core.cluster import host_share
-    from vgcsim.traces.replay import core_shared
+    from vgcsim.traces.inputs import core_shared
 
     c = dataclasses.replace(get_cluster("1GbE"), ranks_per_host=hosts[0], host_cores=hosts[1])
     p = len(times)
@@ -153,7 +153,7 @@ def test_core_shared_by_hand(hosts, times, expected):
 
 
 def test_core_cohorts_number_every_core_once_across_hosts():
-    from vgcsim.traces.replay import core_cohorts
+    from vgcsim.traces.inputs import core_cohorts
 
     c = dataclasses.replace(get_cluster("1GbE"), ranks_per_host=4, host_cores=2)
     # host 0 holds ranks 0-3 on its cores 0 and 1; host 1 ranks 4-7 on its cores 2 and 3

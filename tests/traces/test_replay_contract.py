@@ -1,4 +1,4 @@
-"""vgcsim.traces.replay beyond the numbers of one trace: defaults, refusals and their messages,
+"""vgcsim.traces.inputs beyond the numbers of one trace: defaults, refusals and their messages,
 what each time source says, the optimizer a trace names, degenerate steps (zero compute, one
 step, one rank), payload rows outside the steps table, and the StepInputs accessors.
 
@@ -22,9 +22,9 @@ from vgcsim.core.cluster import get_cluster
 from vgcsim.core.errors import TraceError, UnknownNameError
 from vgcsim.traces import devicecost
 from vgcsim.traces.extrapolate import rank_workers
+from vgcsim.traces.inputs import StepInputs, compute_scale_factor, recording_device, step_inputs
 from vgcsim.traces.io import read_trace
 from vgcsim.traces.reading import Trace
-from vgcsim.traces.replay import StepInputs, compute_scale_factor, recording_device, step_inputs
 
 CLUSTER = get_cluster("10GbE")
 TRACE_MODE = dataclasses.replace(CLUSTER, compute="trace")

@@ -1,4 +1,4 @@
-"""vgcsim.traces.replay: the [T, P] inputs both models and simulator replay, on a hand-made trace."""
+"""vgcsim.traces.inputs: the [T, P] inputs both models and simulator replay, on a hand-made trace."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from tests.conftest import write_tiny_trace
 from vgcsim.core.cluster import get_cluster
 from vgcsim.core.errors import TraceError
 from vgcsim.traces import devicecost
+from vgcsim.traces.inputs import step_inputs
 from vgcsim.traces.io import read_trace
-from vgcsim.traces.replay import step_inputs
 
 V100 = get_cluster("10GbE").device
 MEM = 900e9 * 0.83  # V100 datasheet bandwidth x sustained fraction
@@ -158,7 +158,7 @@ def test_bad_layer_group(tiny_trace):
 def test_recording_device_names_the_machine(tmp_path, device, expected):
     import json
 
-    from vgcsim.traces.replay import recording_device
+    from vgcsim.traces.inputs import recording_device
 
     run = write_tiny_trace(tmp_path / "t")
     head = json.loads((run / "header.json").read_text())

@@ -12,8 +12,8 @@ import pytest
 
 from vgcsim.core.cluster import get_cluster
 from vgcsim.core.errors import TraceError
+from vgcsim.traces.inputs import step_inputs
 from vgcsim.traces.io import read_trace
-from vgcsim.traces.replay import step_inputs
 
 P = 6
 
