@@ -162,7 +162,7 @@ def test_a_notebook_sweep_returns_its_table_jobs_and_what_made_them(tmp_path):
     assert df.attrs["source"] == "simulated" and df.attrs["cluster"]["name"] == "10GbE"
     assert df.attrs["traces"] == [{"path": SAMPLE.as_posix(), "name": "sample_trace"}]
     options = df.attrs["options"]
-    assert list(options) == ["sweep", "simulate", "summary"]
+    assert list(options) == ["sweep", "simulate", "summary", "time_sources"]
     assert options["sweep"]["world_sizes"] == [4] and options["simulate"]["seed"] == 3
     assert options["summary"]["jobs"] == 2
     # a loaded sweep file runs the same, and the jobs are listed without running them
@@ -201,8 +201,18 @@ def test_a_sweep_from_python_writes_the_header_the_command_writes(tmp_path, monk
     assert cli["traces"] == [{"path": SAMPLE.as_posix(), "name": "sample_trace"}]
     assert cli["cluster"]["name"] == "10GbE"
     assert cli["extrapolation"] == {"rule": "resample", "seed": 3}
-    assert sorted(cli["options"]) == ["simulate", "summary", "sweep"]
+    assert sorted(cli["options"]) == ["simulate", "summary", "sweep", "time_sources"]
     assert cli["options"]["summary"]["jobs"] == 4
+    # every header says where the local times came from: a sweep per trace, as predict does
+    # for that trace on the base cluster (10GbE models compute on its device, a V100)
+    sources = cli["options"]["time_sources"]
+    assert list(sources) == ["sample_trace"]
+    assert sources["sample_trace"]["compute_mode"] == "model"
+    assert sources["sample_trace"]["device"] == "V100"
+    assert sources["sample_trace"]["compute_s"].startswith("modelled on V100")
+    pred_dir = tmp_path / "pred"
+    api.save(api.predict(SAMPLE, "10GbE", world_sizes=[2]), pred_dir, SAMPLE, "10GbE")
+    assert read_results(pred_dir)[1]["options"]["time_sources"] == sources["sample_trace"]
 
 
 def test_save_tells_a_sweep_frame_from_a_replay_frame(tmp_path):
@@ -250,6 +260,13 @@ def test_a_scenario_from_python_writes_the_header_the_command_writes(tmp_path, m
     assert [t["name"] for t in cli["traces"]] == ["sample_trace"]
     assert set(cli["cluster"]) == {"scenario_links", "device"}
     assert cli["options"]["scenario"] == "paper" and cli["options"]["world_sizes"] == [2, 16]
+    # its local times: compute modelled on the scenario's device, codec_s as set, no other
+    sources = cli["options"]["time_sources"]
+    assert sources["compute_mode"] == "model" and sources["device"] == cfg.device
+    assert sources["compute_s"].startswith(f"modelled on {cfg.device}")
+    assert sources["codec_s"].startswith(f"set: codec_s = {cfg.codec_s:g} s")
+    for column in ("variance_s", "decode_s", "optimizer_s"):
+        assert sources[column].startswith("none")
     assert sorted(run.frame["world_size"].unique()) == [2, 16]
     # the trace adds its measured compression as one more method beside the scenario's own
     assert "variance α=2 (sample_trace)" in set(run.frame["compressor"])

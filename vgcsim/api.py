@@ -773,24 +773,32 @@ def sweep(
     ``bandwidth_Bps``, ``latency_s``, ``topology_spec``); ``frame.attrs`` holds ``source``
     ("simulated"), ``cluster`` (the base cluster as a dict), ``traces`` (each trace's path as
     the sweep file names it, and its name) and ``options``: ``sweep`` (the factors),
-    ``simulate`` (the replay options) and ``summary`` (the factor values covered), which
-    :func:`save` writes into the result header.
+    ``simulate`` (the replay options), ``summary`` (the factor values covered) and
+    ``time_sources`` (per trace name, where each local time column comes from on the base
+    cluster: the caller reads each trace once for it), which :func:`save` writes into the
+    result header.
     """
     cfg = load_sweep(config, overrides=overrides)
     from vgcsim.core.cluster import cluster_to_dict
     from vgcsim.core.config import to_dict
+    from vgcsim.models.predict import time_sources
     from vgcsim.simulator.sweep import sweep_summary
     from vgcsim.sweep_runners import run_sweep
 
     table, jobs = run_sweep(cfg, progress=progress)
+    traces = [{"path": t, "name": t.rstrip("/").split("/")[-1]} for t in cfg.sweep.traces]
+    # every job's local times come from its trace on the base cluster's device and compute
+    # mode (the factors move links and topologies only): one entry per trace
+    base = load_cluster(cfg.sweep.cluster, compute=cfg.sweep.compute or None)
     table.attrs.update(
         source="simulated",
         cluster=cluster_to_dict(load_cluster(cfg.sweep.cluster)),
-        traces=[{"path": t, "name": t.rstrip("/").split("/")[-1]} for t in cfg.sweep.traces],
+        traces=traces,
         options={
             "sweep": to_dict(cfg.sweep),
             "simulate": to_dict(cfg.simulate),
             "summary": sweep_summary(jobs),
+            "time_sources": {t["name"]: time_sources(load_trace(t["path"]), base) for t in traces},
         },
     )
     return SweepRun(table, jobs, cfg)
@@ -838,10 +846,10 @@ def scenario(
     replaces ``name``'s defaults and ``overrides``; ``command`` is the line the summary
     quotes. ``frame.attrs`` holds what :func:`save` writes into the header: ``traces``,
     ``cluster`` (the scenario's links and device), ``extrapolation`` (none) and ``options``
-    (the scenario, its configuration, nets and methods)."""
+    (the scenario, its configuration, nets, methods and ``time_sources``)."""
     from vgcsim.core.config import to_dict
     from vgcsim.core.results import trace_entry
-    from vgcsim.models.scenario import best_rows, crossover_table, method_from_trace
+    from vgcsim.models.scenario import best_rows, crossover_table, method_from_trace, time_sources
     from vgcsim.models.scenario import paper_scenario as _paper
     from vgcsim.reports.scenario import scenario_markdown
 
@@ -867,6 +875,7 @@ def scenario(
             **to_dict(cfg),
             "nets": info["nets"],
             "methods": info["methods"],
+            "time_sources": time_sources(cfg),
         },
     )
     return ScenarioRun(df, cross, text)
