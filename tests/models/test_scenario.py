@@ -19,6 +19,7 @@ from vgcsim.models.scenario import (
     method_from_trace,
     paper_methods,
     paper_scenario,
+    time_sources,
 )
 
 
@@ -184,3 +185,28 @@ def test_best_rows_keeps_the_first_listed_of_tied_algorithms():
 
 
 # ------------------------------------------------------------------------------------------
+
+
+def test_time_sources_name_the_scenarios_own_local_times():
+    """The scenario's step is compute modelled on its device plus, on compressed methods,
+    the codec_s it is given (paper_scenario's StepBreakdown: no variance, decode or
+    optimizer term); the header says exactly that."""
+    cfg = PaperScenarioConfig(device="P100", codec_s=0.002)
+    assert time_sources(cfg) == {
+        "compute_mode": "model",
+        "device": "P100",
+        "compute_s": "modelled on P100: flops_per_sample x B / effective FLOP/s",
+        "variance_s": "none: not in the scenario's step",
+        "codec_s": "set: codec_s = 0.002 s per step on compressed methods, 0 on dense",
+        "decode_s": "none: not in the scenario's step",
+        "optimizer_s": "none: not in the scenario's step",
+    }
+    # the rows agree: compressed rows pay codec_s, dense rows none, nothing decodes
+    df, _ = paper_scenario(
+        PaperScenarioConfig(
+            nets=("resnet50",), links=("10GbE",), world_sizes=(8,), device="P100", codec_s=0.002
+        )
+    )
+    assert set(df.loc[df["method"] == "compressed", "codec_s"]) == {0.002}
+    assert set(df.loc[df["method"] == "dense", "codec_s"]) == {0.0}
+    assert set(df["decode_s"]) == {0.0} and set(df["device"]) == {"P100"}
