@@ -1146,3 +1146,22 @@ def test_clusters_lists_the_apis_presets_and_shows_the_apis_dict(capsys):
     spec = api.load_cluster("10GbE")
     assert api.cluster_dict(spec) == api.cluster_dict("10GbE")
     assert api.cluster_dict("10GbE")["link"]["bandwidth_Bps"] == spec.link.bandwidth_Bps
+
+
+def test_a_sweeps_time_sources_follow_its_compute_and_name_each_trace_by_its_folder(tmp_path):
+    """``sweep.compute`` changes where the jobs' local times come from, and the header says
+    so; a trace given with a trailing slash is named by its folder."""
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text(
+        f'[sweep]\ntraces = ["{SAMPLE.as_posix()}/"]\nworld_sizes = [2]\ncompute = "trace"\n'
+        'scheduler = "processes"\nprocesses = 1\n\n[simulate]\nmax_steps = 1\n',
+        encoding="utf-8",
+    )
+    run = api.sweep(cfg)
+    assert run.frame.attrs["traces"] == [{"path": f"{SAMPLE.as_posix()}/", "name": "sample_trace"}]
+    sources = run.frame.attrs["options"]["time_sources"]
+    assert list(sources) == ["sample_trace"]
+    assert sources["sample_trace"]["compute_mode"] == "trace"
+    assert sources["sample_trace"]["compute_s"].startswith("measured")
+    assert set(run.frame["compute_mode"]) == {"trace"}
+    assert run.config.sweep.compute == "trace"
