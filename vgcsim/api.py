@@ -787,12 +787,13 @@ def sweep(
 
     table, jobs = run_sweep(cfg, progress=progress)
     traces = [{"path": t, "name": t.rstrip("/").split("/")[-1]} for t in cfg.sweep.traces]
+    spec = load_cluster(cfg.sweep.cluster)
     # every job's local times come from its trace on the base cluster's device and compute
     # mode (the factors move links and topologies only): one entry per trace
-    base = load_cluster(cfg.sweep.cluster, compute=cfg.sweep.compute or None)
+    base = load_cluster(spec, compute=cfg.sweep.compute or None)
     table.attrs.update(
         source="simulated",
-        cluster=cluster_to_dict(load_cluster(cfg.sweep.cluster)),
+        cluster=cluster_to_dict(spec),
         traces=traces,
         options={
             "sweep": to_dict(cfg.sweep),
