@@ -90,9 +90,15 @@ class SweepConfig:
     compute: str = ""
     processes: int = 0
     scheduler: str = "local"
+    #: seconds a scheduler address is given to answer before the sweep is refused
+    connect_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
         check_scheduler(self.scheduler)
+        if not self.connect_timeout_s > 0:
+            raise ConfigError(
+                f"sweep.connect_timeout_s must be > 0 seconds, got {self.connect_timeout_s!r}"
+            )
         if self.compute not in ("", *COMPUTE_MODES):
             raise unknown_name("sweep.compute", self.compute, ("", *COMPUTE_MODES))
         if not self.traces:

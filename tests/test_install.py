@@ -199,7 +199,9 @@ def test_a_core_install_runs_every_stage_without_torch(core_venv, tmp_path):
         f'[sweep]\ntraces = ["{SAMPLE.as_posix()}"]\ncluster = "10GbE"\nworld_sizes = [2, 4]\n'
         'bandwidths = ["1Gbps", "10Gbps"]\n\n[simulate]\nmax_steps = 2\n'
     )
-    ok("sweep", "sweep.toml", "-o", "sw", "--processes", "1", "--scheduler", "processes")
+    # a local Dask cluster, whose workers import the sweep's job module from the installed
+    # package (the process pool runs the same module: tests/test_sweep_runners.py; every
+    # package is in the wheel: test_the_wheel_holds_every_package_and_the_demo_traces)
     ok("sweep", "sweep.toml", "-o", "sw-local", "--processes", "1", "--scheduler", "local")
     assert "time_s = " in ok("collective", "10GbE", "allreduce/ring", "--sizes-bytes", "4e6",
                       "--world-size", "8")  # fmt: skip

@@ -163,9 +163,13 @@ def test_unreachable_scheduler_is_one_line_and_exit_2(traces, tmp_path, capsys):
             "--scheduler",
             f"tcp://127.0.0.1:{port}",
         ]
-        assert main([*args, "--set", "sweep.processes=1"]) == 2
+        # the file's timeout, set on the command line, reaches the client
+        settings = ["--set", "sweep.processes=1", "--set", "sweep.connect_timeout_s=0.5"]
+        assert main([*args, *settings]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "cannot reach the Dask scheduler" in err[0]
+    assert (
+        len(err) == 1 and "cannot reach the Dask scheduler" in err[0] and "within 0.5 s" in err[0]
+    )
     assert not (tmp_path / "o").exists()
 
 

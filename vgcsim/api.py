@@ -1151,16 +1151,16 @@ def demo(
 
     from vgcsim.core.options import PredictOptions, SimulateConfig
     from vgcsim.core.outdir import prepare_output
-    from vgcsim.reports.demo_notes import demo_headline, demo_labels, paper_note
-    from vgcsim.reports.render import render_report
 
     cfg = demo_config(overrides, config=config, world_sizes=world_sizes)
     _demo_check(cfg)
     if cfg.traces == "record":
         # a core install stops here, in one line naming the extra, before any folder is made
-        # (the committed traces need no torch)
+        # (the committed traces need no torch) and before the report's plotting stack loads
         with _TrainingExtra("recording demo traces "):
             from vgcsim.traces.training.record import record as _record
+    from vgcsim.reports.demo_notes import demo_headline, demo_labels, paper_note
+    from vgcsim.reports.render import render_report
 
     folder = prepare_output(
         out_dir, "vgcsim demo", overwrite=overwrite, files=DEMO_FOLDERS, legacy=_legacy_demo

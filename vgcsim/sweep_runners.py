@@ -63,7 +63,6 @@ from vgcsim.simulator.sweep import (
 )
 
 __all__ = [
-    "CONNECT_TIMEOUT_S",
     "LOCAL_DASK_CONFIG",
     "check_workers",
     "local_cluster",
@@ -72,8 +71,6 @@ __all__ = [
     "run_sweep",
 ]
 
-# Seconds to wait for a remote Dask scheduler before calling it unreachable.
-CONNECT_TIMEOUT_S = 5.0
 # Dask settings of the local cluster (see the module docstring for why).
 LOCAL_DASK_CONFIG = {
     "distributed.worker.profile.enabled": False,
@@ -102,14 +99,15 @@ def run_sweep(
     processes: int | None = None,
     progress: Callable[[int], None] | None = None,
     scheduler: str | None = None,
-    connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    connect_timeout_s: float | None = None,
 ) -> tuple[pd.DataFrame, list[SweepJob]]:
     """Run every job of ``sweep`` → (table, jobs); rows are in job order for every scheduler.
 
     ``scheduler`` (default: ``sweep.sweep.scheduler``) is ``"local"`` (a Dask LocalCluster of
     ``processes`` single-threaded processes), ``"processes"`` (a process pool; one process
     runs in this process) or the address of a running Dask scheduler, which is given
-    ``connect_timeout_s`` to answer before a ConfigError says it is unreachable. ``processes``
+    ``connect_timeout_s`` (default: ``sweep.sweep.connect_timeout_s``) to answer before a
+    ConfigError says it is unreachable. ``processes``
     (default: ``sweep.sweep.processes``, 0 = one per CPU) does not apply to a remote cluster.
     ``progress(1)`` is called once for each job as its rows arrive. Every trace's header is
     read here first, so a missing run directory or a corrupt header fails before anything
@@ -124,6 +122,8 @@ def run_sweep(
     if scheduler == "processes":
         frames = _run_processes(jobs, sweep.simulate, n, progress)
         return pd.concat(frames, ignore_index=True), jobs
+    if connect_timeout_s is None:
+        connect_timeout_s = sweep.sweep.connect_timeout_s
     table = _run_dask(jobs, sweep.simulate, scheduler, n, progress, connect_timeout_s)
     return table, jobs
 

@@ -1,11 +1,11 @@
 """One rank of a DDP run with torch's own ``powerSGD_hook`` (gloo on loopback).
 
-Usage: _powersgd_torch_worker.py RANK_R STEPS SEED OUT
-Every step each rank computes its local gradient (plain autograd on its own batch, what
+Usage: _powersgd_torch_worker.py RANK_R[,RANK_R...] STEPS SEED OUT
+For each approximation rank given, one run from the same weights. Every step each rank computes its local gradient (plain autograd on its own batch, what
 DDP's bucket holds before the hook) and then runs the same batch through DDP with the hook,
 whose reduced gradient lands in ``.grad``; SGD steps on it. One DDP bucket holds every
-gradient. Rank 0 saves {"local": [step][rank][layer], "reduced": [step][layer],
-"shapes": [...]} to OUT.
+gradient. Rank 0 saves {RANK_R: {"local": [step][rank][layer], "reduced": [step][layer],
+"shapes": [...]}} to OUT.
 """
 
 from __future__ import annotations
@@ -57,8 +57,7 @@ def batch(seed: int, step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def main(rank_r: int, steps: int, seed: int, path: str) -> int:
-    env = init_process_group("gloo", timeout_s=300)
+def one_run(rank_r: int, steps: int, seed: int, env) -> dict:
     model = build_model(seed)
     ddp = DDP(model, bucket_cap_mb=1000)
     state = psgd.PowerSGDState(
@@ -92,6 +91,12 @@ def main(rank_r: int, steps: int, seed: int, path: str) -> int:
         )
         out["reduced"].append([p.grad.detach().clone() for p in params])
         opt.step()
+    return out
+
+
+def main(ranks: list[int], steps: int, seed: int, path: str) -> int:
+    env = init_process_group("gloo", timeout_s=300)
+    out = {r: one_run(r, steps, seed, env) for r in ranks}
     if env.rank == 0:
         torch.save(out, path)
     leave_process_group(completed=True)
@@ -100,4 +105,4 @@ def main(rank_r: int, steps: int, seed: int, path: str) -> int:
 
 if __name__ == "__main__":
     r, steps, seed, path = sys.argv[1:5]
-    exit_rank(main(int(r), int(steps), int(seed), path))
+    exit_rank(main([int(x) for x in r.split(",")], int(steps), int(seed), path))

@@ -27,22 +27,22 @@ STEPS, SEED, WORLD = 6, 5, 2
 U = 2.0**-24  # unit roundoff of float32
 
 
-@pytest.fixture(scope="module", params=[1, 4], ids=["rank1-gram-schmidt", "rank4-qr"])
-def torch_run(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp(f"powersgd_{request.param}") / "run.pt"
+@pytest.fixture(scope="module")
+def torch_runs(tmp_path_factory) -> dict:
+    """Torch's hook at approximation rank 1 (Gram-Schmidt) and 4 (QR), one launch."""
+    out = tmp_path_factory.mktemp("powersgd") / "run.pt"
     launch_local(
-        [
-            str(HERE / "_powersgd_torch_worker.py"),
-            str(request.param),
-            str(STEPS),
-            str(SEED),
-            str(out),
-        ],
+        [str(HERE / "_powersgd_torch_worker.py"), "1,4", str(STEPS), str(SEED), str(out)],
         WORLD,
         timeout_s=300,
         threads_per_proc=1,
     )
-    return request.param, torch.load(out, weights_only=False)
+    return torch.load(out, weights_only=False)
+
+
+@pytest.fixture(params=[1, 4], ids=["rank1-gram-schmidt", "rank4-qr"])
+def torch_run(request, torch_runs):
+    return request.param, torch_runs[request.param]
 
 
 @pytest.mark.distributed

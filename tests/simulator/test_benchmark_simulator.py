@@ -65,8 +65,9 @@ def test_simgrid_agrees_on_the_direct_case_when_installed(bench):
 
 @pytest.mark.slow
 def test_json_report_has_every_key_and_a_reason_for_each_null():
+    # a 0.2 s cap stops most cases: what is checked is that each one is a figure or a reason
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--json", "--quick", "--steps", "3", "--limit-s", "1"],
+        [sys.executable, str(SCRIPT), "--json", "--quick", "--steps", "3", "--limit-s", "0.2"],
         capture_output=True,
         text=True,
         timeout=600,

@@ -39,6 +39,9 @@ def test_bad_factors_fail_before_running(traces):
         expand_factors(SweepConfig(traces=tuple(traces), bandwidths=("fast",)))
     with pytest.raises(ConfigError, match="traces"):
         SweepConfig()
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(ConfigError, match="sweep.connect_timeout_s must be > 0 seconds"):
+            SweepConfig(traces=tuple(traces), connect_timeout_s=bad)
 
 
 def test_sweep_compute_overrides_the_cluster(traces):

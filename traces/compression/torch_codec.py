@@ -28,7 +28,8 @@ Each rule is written once per side: the device (torch) forms are :func:`accumula
 the recorder's compressors run (:func:`~vgcsim.traces.compression.compressors.variance_based.
 add_to_state`, :func:`~vgcsim.traces.compression.compressors.variance_based.passes_test`,
 :func:`vgcsim.traces.wire.quantize.log4_codes`, :func:`vgcsim.traces.wire.encoders.
-packed32_words`).
+packed32_words`). A bucket's message layout (each layer's header, then its elements) is
+written by one class for both bucket passes, :class:`_Layout`.
 """
 
 from __future__ import annotations
@@ -445,42 +446,71 @@ def compress_bucket(
         r.index_copy_(0, idx, picked - q)
     v.mul_(_f32(c.zeta))
     v.index_fill_(0, idx, 0.0)
-    sent = torch.bincount(lid, minlength=n_layers).tolist()
-    head_words = CODED_HEADER_WORDS if coded else UNCODED_HEADER_WORDS
-    per = 1 if coded else 2
-    lengths = [4 * (head_words + per * k) for k in sent]
-    k = idx.numel()
-    words = torch.empty(head_words * n_layers + per * k, dtype=torch.int32, device=r.device)
-    # Headers on the host (layer, count[, M's bit pattern]) and their word positions: layer
-    # l's header follows the l earlier headers and the elements of the layers before it.
-    head, head_pos, start = [], [], 0
-    m_bits = m.view(torch.int32).tolist() if coded else None
-    for j, (layer, count) in enumerate(zip(bucket.layers, sent, strict=True)):
-        head += [layer, count, m_bits[j]] if coded else [layer, count]
-        head_pos += range(start, start + head_words)
-        start += head_words + per * count
-    words.index_copy_(
-        0,
-        torch.tensor(head_pos, dtype=torch.int64, device=r.device),
-        torch.tensor(head, dtype=torch.int32, device=r.device),
-    )
-    # Element j (in bucket order) of layer l sits after l + 1 headers and j earlier elements.
+    counts = torch.bincount(lid, minlength=n_layers)
+    sent = counts.tolist()
+    layout = _Layout(np.asarray(sent, dtype=np.int64), coded)
+    device = r.device
+    words = torch.empty(layout.words, dtype=torch.int32, device=device)
     local = bucket.local_index.index_select(0, idx)
-    pos = torch.arange(head_words, head_words + per * k, per, device=r.device)
-    pos += lid * head_words
-    if coded:
-        words.index_copy_(0, pos, packed32_words(local, codes))
-    else:
-        words.index_copy_(0, pos, local)
-        words.index_copy_(0, pos + 1, picked.view(torch.int32))
-    return words, lengths, sent
+    layers = torch.tensor(bucket.layers, dtype=torch.int32, device=device)
+    layout.write(
+        words,
+        torch.from_numpy(layout.starts).to(device),
+        [layers, counts.to(torch.int32), *([m.view(torch.int32)] if coded else [])],
+        layout.element_positions(lid),
+        [packed32_words(local, codes)] if coded else [local, picked.view(torch.int32)],
+    )
+    return words, layout.lengths, sent
+
+
+def _word_shape(coded: bool) -> tuple[int, int]:
+    """(header words, words per element) of one layer's ``packed32`` / ``coo64`` buffer."""
+    return (CODED_HEADER_WORDS, 1) if coded else (UNCODED_HEADER_WORDS, 2)
+
+
+class _Layout:
+    """Where each word of a bucket message goes: the layers' buffers back to back, each its
+    header (layer, count[, M's bit pattern]) then its elements, one word each (``packed32``)
+    or two (``coo64``: index, fp32 value). The one writer of that layout for both bucket
+    passes (torch, NumPy), and the split :func:`_split_messages` reads back."""
+
+    def __init__(self, counts: np.ndarray, coded: bool) -> None:
+        self.head_words, self.per = _word_shape(coded)
+        counts = np.asarray(counts, dtype=np.int64)
+        #: word offset of each layer's header: after the earlier headers and their elements
+        self.starts = np.zeros(len(counts), dtype=np.int64)
+        np.cumsum(self.head_words + self.per * counts[:-1], out=self.starts[1:])
+        self.words = self.head_words * len(counts) + self.per * int(counts.sum())
+        #: each layer's buffer in bytes
+        self.lengths = (4 * (self.head_words + self.per * counts)).tolist()
+
+    def element_positions(self, lid):
+        """Word offsets of the elements (bucket order; ``lid`` each one's layer position, a
+        torch tensor or NumPy array): element j of layer l sits after l + 1 headers and j
+        earlier elements."""
+        k, h, per = len(lid), self.head_words, self.per
+        if isinstance(lid, torch.Tensor):
+            return torch.arange(h, h + per * k, per, device=lid.device).add_(lid * h)
+        pos = lid * h
+        pos += np.arange(h, h + per * k, per)
+        return pos
+
+    @staticmethod
+    def write(words, starts, headers: Sequence, pos, elements: Sequence) -> None:
+        """Header word j of every layer at ``starts + j``, element word j of every element at
+        ``pos + j`` (``words``, positions and columns all torch, int32 columns, or all NumPy)."""
+        for at, columns in ((starts, headers), (pos, elements)):
+            for j, column in enumerate(columns):
+                if isinstance(words, torch.Tensor):
+                    words.index_copy_(0, at + j if j else at, column)  # CPU: faster than [at]=
+                else:
+                    words[at + j if j else at] = column
 
 
 def _split_messages(words, lengths: Sequence[int], coded: bool) -> tuple[list, list, list]:
     """Each gathered message's element count, first word and body (``words`` a torch tensor or
     a NumPy array of int32 words; ``lengths`` in bytes): the split both decoders share."""
-    head_words = CODED_HEADER_WORDS if coded else UNCODED_HEADER_WORDS
-    per = 1 if coded else 2
+    head_words, per = _word_shape(coded)
     counts, starts, bodies, start = [], [], [], 0
     for n in lengths:
         counts.append((n // 4 - head_words) // per)
@@ -635,26 +665,19 @@ def _compress_bucket_numpy(
         r[idx] = picked - q
     v *= np.float32(c.zeta)
     v[idx] = 0
-    head_words = CODED_HEADER_WORDS if coded else UNCODED_HEADER_WORDS
-    per = 1 if coded else 2
-    k = idx.size
-    words = np.empty(head_words * n_layers + per * k, dtype=np.int32)
-    starts = np.zeros(n_layers, dtype=np.int64)
-    np.cumsum(head_words + per * counts[:-1], out=starts[1:])
-    words[starts] = s["layers"]
-    words[starts + 1] = counts
-    if coded:
-        words[starts + 2] = m.view(np.int32)
-    pos = lid * head_words
-    pos += np.arange(head_words, head_words + per * k, per)
+    layout = _Layout(counts, coded)
+    words = np.empty(layout.words, dtype=np.int32)
     local = s["local_index"][idx]
-    if coded:
-        words[pos] = packed32_words_np(local, codes).view(np.int32)
-    else:
-        words[pos] = local
-        words[pos + 1] = picked.view(np.int32)
-    sent = counts.tolist()
-    return torch.from_numpy(words), [4 * (head_words + per * k) for k in sent], sent
+    layout.write(
+        words,
+        layout.starts,
+        [s["layers"], counts, *([m.view(np.int32)] if coded else [])],
+        layout.element_positions(lid),
+        [packed32_words_np(local, codes).view(np.int32)]
+        if coded
+        else [local, picked.view(np.int32)],
+    )
+    return torch.from_numpy(words), layout.lengths, counts.tolist()
 
 
 def _decode_bucket_message_numpy(
