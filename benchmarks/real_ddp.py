@@ -154,16 +154,24 @@ def predict_step_s(
 ) -> float:
     """``vgcsim predict``'s (or ``simulate``'s: ``engine``) step time of ``method`` at
     ``world_size`` (median over steps); ``anchor``: the trace setup's cluster file
-    (``--anchor``)."""
+    (``--anchor``). The command runs in this process (its printed table discarded): the
+    same parse and API call as typed, without an interpreter's start per setup."""
+    import io
+
     import pandas as pd
+
+    from vgcsim.cli import main as vgcsim
 
     tag = "-anchored" if anchor is not None else ""
     out = tmp / f"{engine}-{trace.name}-{cluster.stem}-{method}{tag}"
-    cmd = [sys.executable, "-m", "vgcsim", engine, str(trace), "--cluster", str(cluster)]
-    cmd += ["--world-sizes", str(world_size), "--compute", "trace", "--per-step"]
-    cmd += ["--anchor", str(anchor)] if anchor is not None else []
-    cmd += ["--dense-encodings", "fp32,fp16", "-o", str(out), "--overwrite"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    argv = [engine, str(trace), "--cluster", str(cluster)]
+    argv += ["--world-sizes", str(world_size), "--compute", "trace", "--per-step"]
+    argv += ["--anchor", str(anchor)] if anchor is not None else []
+    argv += ["--dense-encodings", "fp32,fp16", "-o", str(out), "--overwrite"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = vgcsim(argv)
+    if code != 0:
+        raise RuntimeError(f"vgcsim {' '.join(argv)} exited with status {code}")
     df = pd.read_parquet(out / "results.parquet")
     kind, encoding = PREDICTED_ROW[method]
     rows = df[(df["method"] == kind) & (df["step"] >= 0)]

@@ -6,7 +6,8 @@ run from the same weights: a small CNN + MLP, several DDP buckets; the script ti
 forward+backward and the optimizer step with ``state.timed`` and closes each step with
 ``state.step_done(loss=...)``; ``gather_every = 3`` so that the run gathers several times.
 Rank 0 writes TRACE_ROOT/<compressor> and saves every rank's ``state.stats.wire_bytes`` per
-step to OUT ({compressor: {"wire_bytes": [step][rank]}}).
+step to OUT ({compressor: {"wire_bytes": [step][rank]}}), and, under "refused", each rank's
+error from asking for a trace in the first compressor's folder once more (written by then).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from vgcsim.core.errors import ConfigError
 from vgcsim.ddp import get_compressor, register_vgc_hook
 from vgcsim.traces.training.distributed_launch import (
     exit_rank,
@@ -72,9 +74,25 @@ def one_run(compressor: str, steps: int, seed: int, trace_dir: str, rank: int, w
     return {"wire_bytes": wire}
 
 
+def refusal(seed: int, trace_dir: str, world: int) -> list[str]:
+    """Each rank's error from asking for a trace in ``trace_dir`` again (a folder a run has
+    filled), or "" where a rank was not refused."""
+    try:
+        register_vgc_hook(
+            DDP(build_model(seed)), get_compressor("dense"), batch_size=BATCH, trace_dir=trace_dir
+        )
+        mine = ""
+    except ConfigError as exc:
+        mine = str(exc)
+    everyone: list[str] = [""] * world
+    dist.all_gather_object(everyone, mine)
+    return everyone
+
+
 def main(steps: int, seed: int, root: str, path: str, compressors: list[str]) -> int:
     env = init_process_group("gloo", timeout_s=300)
     out = {c: one_run(c, steps, seed, f"{root}/{c}", env.rank, env.world_size) for c in compressors}
+    out["refused"] = refusal(seed, f"{root}/{compressors[0]}", env.world_size)
     if env.rank == 0:
         torch.save(out, path)
     leave_process_group(completed=True)
