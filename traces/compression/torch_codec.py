@@ -448,7 +448,7 @@ def compress_bucket(
     v.index_fill_(0, idx, 0.0)
     counts = torch.bincount(lid, minlength=n_layers)
     sent = counts.tolist()
-    layout = _Layout(np.asarray(sent, dtype=np.int64), coded)
+    layout = _Layout(np.asarray(sent), coded)
     device = r.device
     words = torch.empty(layout.words, dtype=torch.int32, device=device)
     local = bucket.local_index.index_select(0, idx)
@@ -476,7 +476,7 @@ class _Layout:
 
     def __init__(self, counts: np.ndarray, coded: bool) -> None:
         self.head_words, self.per = _word_shape(coded)
-        counts = np.asarray(counts, dtype=np.int64)
+        counts = np.asarray(counts)  # integers: each layer's elements
         #: word offset of each layer's header: after the earlier headers and their elements
         self.starts = np.zeros(len(counts), dtype=np.int64)
         np.cumsum(self.head_words + self.per * counts[:-1], out=self.starts[1:])
@@ -502,9 +502,9 @@ class _Layout:
         for at, columns in ((starts, headers), (pos, elements)):
             for j, column in enumerate(columns):
                 if isinstance(words, torch.Tensor):
-                    words.index_copy_(0, at + j if j else at, column)  # CPU: faster than [at]=
+                    words.index_copy_(0, at + j, column)  # on CPU faster than words[at] =
                 else:
-                    words[at + j if j else at] = column
+                    words[at + j] = column
 
 
 def _split_messages(words, lengths: Sequence[int], coded: bool) -> tuple[list, list, list]:
