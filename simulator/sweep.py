@@ -54,7 +54,7 @@ import pandas as pd
 
 from vgcsim.core.cluster import COMPUTE_MODES, ClusterSpec, load_cluster
 from vgcsim.core.config import config_from_dict, load_toml
-from vgcsim.core.errors import ConfigError, unknown_name
+from vgcsim.core.errors import ConfigError, UnknownNameError
 from vgcsim.core.units import format_bandwidth, format_time, parse_bandwidth_Bps, parse_time_s
 from vgcsim.core.worldsizes import DEFAULT_WORLD_SIZES, parse_world_sizes
 from vgcsim.simulator.replay import SimulateConfig
@@ -100,7 +100,10 @@ class SweepConfig:
                 f"sweep.connect_timeout_s must be > 0 seconds, got {self.connect_timeout_s!r}"
             )
         if self.compute not in ("", *COMPUTE_MODES):
-            raise unknown_name("sweep.compute", self.compute, ("", *COMPUTE_MODES))
+            raise UnknownNameError(
+                f"unknown sweep.compute {self.compute!r}; valid: {', '.join(COMPUTE_MODES)} "
+                "(or leave it out: the cluster's own)"
+            )
         if not self.traces:
             raise ConfigError("sweep.traces: give at least one trace run directory")
         parse_world_sizes(",".join(str(p) for p in self.world_sizes))  # 1..MAX_WORLD_SIZE

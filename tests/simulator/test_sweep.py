@@ -39,9 +39,36 @@ def test_bad_factors_fail_before_running(traces):
         expand_factors(SweepConfig(traces=tuple(traces), bandwidths=("fast",)))
     with pytest.raises(ConfigError, match="traces"):
         SweepConfig()
-    for bad in (0, -1.0, float("nan")):
-        with pytest.raises(ConfigError, match="sweep.connect_timeout_s must be > 0 seconds"):
-            SweepConfig(traces=tuple(traces), connect_timeout_s=bad)
+
+
+def test_a_sweep_table_is_refused_field_by_field_in_one_line(traces):
+    """Each field's refusal names the field and what it takes; a timeout below a second is
+    a timeout (0.5 s), zero is not."""
+    given = tuple(traces)
+    cases = [
+        ({}, "sweep.traces: give at least one trace run directory"),
+        (
+            {"traces": given, "compute": "measured"},
+            "unknown sweep.compute 'measured'; valid: model, trace (or leave it out: the "
+            "cluster's own)",
+        ),
+        ({"traces": given, "processes": -1}, "sweep.processes must be >= 0 (0 = one per CPU)"),
+    ]
+    cases += [
+        (
+            {"traces": given, "connect_timeout_s": bad},
+            f"sweep.connect_timeout_s must be > 0 seconds, got {bad!r}",
+        )
+        for bad in (0, -1.0, float("nan"))
+    ]
+    for fields, message in cases:
+        with pytest.raises(ConfigError) as info:
+            SweepConfig(**fields)
+        assert str(info.value) == message
+    with pytest.raises(UnknownNameError):
+        SweepConfig(traces=given, compute="measured")
+    assert SweepConfig(traces=given, connect_timeout_s=0.5).connect_timeout_s == 0.5
+    assert SweepConfig(traces=given).connect_timeout_s == 5.0
 
 
 def test_sweep_compute_overrides_the_cluster(traces):
