@@ -1390,9 +1390,10 @@ def replay_text(frame: pd.DataFrame, trace: Trace, *, crossover: bool = False) -
     :func:`vgcsim.reports.tables.headline`) and, with ``crossover``, the line saying where
     the sparse allreduce stops paying (:func:`vgcsim.models.predict.sparse_crossover`),
     where the frame has one."""
-    from vgcsim.core.results import finalize_results
+    from vgcsim.core.results import finalize_results, without_attrs
     from vgcsim.models.predict import sparse_crossover, summarize
 
+    frame = without_attrs(frame)  # the text needs the rows only
     extra = sparse_crossover(frame) if crossover else None
     df = finalize_results(frame)
     return [summarize(df), _verdict(df, trace), *([extra] if extra else [])]
