@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="WHERE",
         help="local (a Dask LocalCluster, default: sweep.scheduler), processes (a process pool "
-        "without Dask) or a running Dask scheduler's address, e.g. tcp://HOST:8786",
+        "without Dask) or a running Dask scheduler's address, e.g. tcp://HOST:8786, given "
+        "sweep.connect_timeout_s (5 s) to answer",
     )
     add_set_option(
         parser,
