@@ -16,6 +16,7 @@ from vgcsim.core.results import (
     finalize_results,
     read_results,
     results_header,
+    without_attrs,
     write_results,
 )
 
@@ -79,6 +80,21 @@ def test_finalize_speedup_and_efficiency():
     assert out.loc[0, "scaling_efficiency"] == pytest.approx(0.5)
     assert np.isnan(out.loc[3, "speedup_vs_dense"])
     assert out.loc[0, "throughput_samples_per_s"] == pytest.approx(4 * 32 / 2.0)
+
+
+def test_finalize_leaves_the_frames_attrs_behind_and_its_rows_untouched():
+    """The input's attrs (a cluster, its options) stay with the input: the result has none,
+    and the input keeps its rows and attrs; without_attrs shares the columns it hands on."""
+    df = pd.DataFrame([_row(step_s=2.0), _row(method="dense", compressor="dense", step_s=4.0)])
+    df.attrs = {"cluster": {"name": "10GbE", "link": {"bandwidth_Bps": 1.25e9}}}
+    before = df.copy()
+    out = finalize_results(df)
+    assert out.attrs == {} and list(out["speedup_vs_dense"]) == pytest.approx([2.0, 1.0])
+    pd.testing.assert_frame_equal(df, before)
+    assert df.attrs == {"cluster": {"name": "10GbE", "link": {"bandwidth_Bps": 1.25e9}}}
+    plain = without_attrs(df)
+    assert plain.attrs == {} and list(plain.columns) == list(df.columns)
+    assert np.shares_memory(plain["step_s"].to_numpy(), df["step_s"].to_numpy())
 
 
 def test_finalize_baseline_is_dense_fp32_and_counts_the_optimizer():

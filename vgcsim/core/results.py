@@ -27,7 +27,6 @@ header's cluster, ``optimizer_s`` and ``decode_s`` are 0 (version 1 did not char
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import logging
@@ -495,21 +494,19 @@ def without_attrs(df: pd.DataFrame) -> pd.DataFrame:
     """``df``'s columns (shared, not copied) without its ``attrs``: pandas deep-copies a
     frame's ``attrs`` into the result of every operation on it, which costs more than the
     operations themselves on a result frame whose ``attrs`` hold a cluster and its options."""
-    return pd.DataFrame(df, copy=False)
+    return pd.DataFrame(df)  # copy-on-write: the columns are shared until written
 
 
 def finalize_results(df: pd.DataFrame, *, batch_size_per_worker: int | None = None) -> pd.DataFrame:
     """Fill ``speedup_vs_dense``, ``scaling_efficiency`` and (given the per-worker batch)
     ``throughput_samples_per_s`` from the dense fp32 rows of the same group (see module doc).
 
-    Rows whose group has no dense row get NaN in the relative columns. The result carries a
-    copy of ``df.attrs``.
+    Rows whose group has no dense row get NaN in the relative columns. The result has no
+    ``attrs``: what made the frame is its caller's to say (:func:`without_attrs`).
     """
     out = _coerce(without_attrs(df))
     if not out.empty:
         _fill_relative(out, batch_size_per_worker)
-    if df.attrs:
-        out.attrs = copy.deepcopy(df.attrs)
     return out
 
 
