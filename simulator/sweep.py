@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,9 +96,10 @@ class SweepConfig:
 
     def __post_init__(self) -> None:
         check_scheduler(self.scheduler)
-        if not self.connect_timeout_s > 0:
+        if not 0 < self.connect_timeout_s < math.inf:
             raise ConfigError(
-                f"sweep.connect_timeout_s must be > 0 seconds, got {self.connect_timeout_s!r}"
+                "sweep.connect_timeout_s must be a finite number of seconds > 0, got "
+                f"{self.connect_timeout_s!r}"
             )
         if self.compute not in ("", *COMPUTE_MODES):
             raise UnknownNameError(

@@ -57,9 +57,9 @@ def test_a_sweep_table_is_refused_field_by_field_in_one_line(traces):
     cases += [
         (
             {"traces": given, "connect_timeout_s": bad},
-            f"sweep.connect_timeout_s must be > 0 seconds, got {bad!r}",
+            f"sweep.connect_timeout_s must be a finite number of seconds > 0, got {bad!r}",
         )
-        for bad in (0, -1.0, float("nan"))
+        for bad in (0, -1.0, float("nan"), float("inf"))
     ]
     for fields, message in cases:
         with pytest.raises(ConfigError) as info:
