@@ -448,7 +448,7 @@ def compress_bucket(
     v.index_fill_(0, idx, 0.0)
     counts = torch.bincount(lid, minlength=n_layers)
     sent = counts.tolist()
-    layout = _Layout(np.asarray(sent), coded)
+    layout = _Layout(sent, coded)
     device = r.device
     words = torch.empty(layout.words, dtype=torch.int32, device=device)
     local = bucket.local_index.index_select(0, idx)
@@ -474,7 +474,7 @@ class _Layout:
     or two (``coo64``: index, fp32 value). The one writer of that layout for both bucket
     passes (torch, NumPy), and the split :func:`_split_messages` reads back."""
 
-    def __init__(self, counts: np.ndarray, coded: bool) -> None:
+    def __init__(self, counts: Sequence[int] | np.ndarray, coded: bool) -> None:
         self.head_words, self.per = _word_shape(coded)
         counts = np.asarray(counts)  # integers: each layer's elements
         #: word offset of each layer's header: after the earlier headers and their elements

@@ -505,13 +505,8 @@ def finalize_results(df: pd.DataFrame, *, batch_size_per_worker: int | None = No
     ``attrs``: what made the frame is its caller's to say (:func:`without_attrs`).
     """
     out = _coerce(without_attrs(df))
-    if not out.empty:
-        _fill_relative(out, batch_size_per_worker)
-    return out
-
-
-def _fill_relative(out: pd.DataFrame, batch_size_per_worker: int | None) -> None:
-    """:func:`finalize_results`'s columns, filled in ``out`` (rows, no ``attrs``)."""
+    if out.empty:
+        return out
     key = list(GROUP_COLUMNS)
     dense = out[(out["method"] == "dense") & (out["encoding"] == "fp32")]
     if dense.empty:
@@ -531,3 +526,4 @@ def _fill_relative(out: pd.DataFrame, batch_size_per_worker: int | None) -> None
             out["throughput_samples_per_s"] = (
                 out["world_size"].to_numpy() * float(batch_size_per_worker) / out["step_s"]
             )
+    return out
