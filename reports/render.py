@@ -254,11 +254,20 @@ def _png_bytes(fig: Any) -> bytes:
 
 def _svg_as_laid_out(fig: Any, path: str) -> None:
     """``fig`` as SVG in the layout its last draw (the PNG's) made, without running its layout
-    engine again; the engine is put back afterwards, so the caller's figure is unchanged."""
+    engine again; the engine is put back afterwards, so the caller's figure is unchanged.
+
+    With no engine at all (not the "none" placeholder) ``savefig`` skips the layout pass it
+    otherwise draws first, one draw instead of two. The file's bytes depend on the figure
+    alone: no date, and element ids from a fixed salt (``svg.hashsalt``), not a random one.
+    """
+    import matplotlib as mpl
+
     engine = fig.get_layout_engine()
-    fig.set_layout_engine("none")
+    named = mpl.rcParams["figure.autolayout"] or mpl.rcParams["figure.constrained_layout.use"]
+    fig.set_layout_engine("none" if named else None)  # None would pick the rcParam's engine
     try:
-        fig.savefig(path, format="svg")
+        with mpl.rc_context({"svg.hashsalt": "vgcsim"}):
+            fig.savefig(path, format="svg", metadata={"Date": None})
     finally:
         fig.set_layout_engine(engine)
 

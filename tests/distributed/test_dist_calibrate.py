@@ -59,39 +59,35 @@ def test_calibrate_on_loopback_writes_a_cluster_predict_accepts(tmp_path, capsys
 @pytest.mark.slow
 def test_the_sweep_entry_runs_under_torchrun(tmp_path):
     """What a cluster user does: torchrun ``vgcsim calibrate``, whose rank 0 fits and writes
-    the cluster file; and the rank entry ``vgcsim calibrate`` starts (CONFIG_JSON OUTPUT) runs
-    under torchrun too, its file fitted later with --from."""
+    the cluster file and the measurements, which ``--from`` fits again later. (The rank entry
+    ``vgcsim calibrate`` starts, ``python -m vgcsim.traces.training.distributed_calibrate``,
+    runs in the torchrun environment in test_calibrate_on_loopback_writes_a_cluster_predict_accepts.)"""
     import subprocess
     import sys
 
     from vgcsim.core.cluster import load_cluster
     from vgcsim.traces.training.distributed_launch import free_port
 
-    def torchrun(*argv: str) -> subprocess.CompletedProcess:
-        cmd = [
-            sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", *argv,
-        ]  # fmt: skip
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
-
-    # A warm-up round keeps connection set-up out of the first (smallest) size, and 4 MiB
-    # keeps the bandwidth term well above loopback noise: with no warm-up and 1 MiB the fit
-    # once found the small size slower than the large one (beta = 0) in a full test run.
-    config = {"ops": ["p2p", "allreduce"], "sizes_bytes": [64, 4 << 20], "repeats": 3, "warmup": 1}
-    meas = tmp_path / "m.json"
-    done = torchrun("vgcsim.traces.training.distributed_calibrate", json.dumps(config), str(meas))
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert read_measurements(meas)["world_size"] == 2
-    assert main(["calibrate", "--from", str(meas), "-o", str(tmp_path / "c.toml")]) == 0
-
     # p2p alone fits beta from its largest size: 16 MiB keeps it far above the small one's
-    # time on a loaded machine (at 4 MiB a run under load once found beta = 0)
-    sweep = ["--sizes", "64,16MiB", "--repeats", "3", "--warmup", "1"]
-    done = torchrun("vgcsim", "calibrate", "--ops", "p2p", *sweep, "--force", "-o", "t.toml")
+    # time on a loaded machine (at 4 MiB a run under load once found beta = 0); a warm-up
+    # round keeps connection set-up out of the first (smallest) size
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+        "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "vgcsim",
+        "calibrate", "--ops", "p2p", "--sizes", "64,16MiB", "--repeats", "3", "--warmup", "1",
+        "--force", "-o", "t.toml",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("wrote t.toml") == 1  # rank 0 only
-    assert read_measurements(tmp_path / "t.measurements.json")["nodes"] == [0, 0]
+    meas = tmp_path / "t.measurements.json"
+    assert read_measurements(meas)["nodes"] == [0, 0]
+    assert read_measurements(meas)["world_size"] == 2
     assert load_cluster(str(tmp_path / "t.toml")).link.bandwidth_Bps > 0
+    assert main(["calibrate", "--from", str(meas), "-o", str(tmp_path / "c.toml")]) == 0
+    assert (
+        load_cluster(str(tmp_path / "c.toml")).link == load_cluster(str(tmp_path / "t.toml")).link
+    )
 
 
 @pytest.mark.parametrize(

@@ -54,6 +54,18 @@ def test_files_written(written):
 
 
 @pytest.mark.slow
+def test_svg_bytes_depend_on_the_figure_alone(written, tmp_path):
+    """Written again, a plot's SVG is the same file: no date, no random element ids."""
+    report, html_path = written
+    plot = report.plots[0]
+    again = tmp_path / "again.svg"
+    render._svg_as_laid_out(plot.figure, str(again))
+    first = (html_path.parent / "plots" / f"{plot.name}.svg").read_bytes()
+    assert again.read_bytes() == first
+    assert b"<dc:date>" not in first
+
+
+@pytest.mark.slow
 def test_html_is_self_contained_with_summary_first(written):
     report, html_path = written
     page = html_path.read_text()

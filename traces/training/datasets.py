@@ -95,13 +95,28 @@ def _finish(name: str, xtr, ytr, xte, yte, num_classes: int) -> Dataset:
     )
 
 
+def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as ``sklearn.datasets.load_digits()`` returns them: pixels
+    (1,797 × 64, float64, 0–16) and labels (int64), read from the file scikit-learn ships
+    (``datasets/data/digits.csv.gz``) with the parser it uses (``numpy.loadtxt``), without
+    importing scikit-learn, whose import takes a second (the values are equal,
+    tests/traces/test_record.py)."""
+    import gzip
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")  # finds the package without running it
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("data.name=digits needs scikit-learn (pip install 'vgcsim[train]')")
+    path = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+    with gzip.open(path, "rt") as f:
+        table = np.loadtxt(f, delimiter=",")
+    return table[:, :-1], table[:, -1].astype(np.int64)
+
+
 def load_digits(root: str | None, seed: int, test_fraction: float) -> Dataset:
     """scikit-learn digits: 1,797 grey 8×8 images, 10 classes; seeded stratified split."""
-    from sklearn.datasets import load_digits as _load
-
-    d = _load()
-    x = d.data.reshape(-1, 1, 8, 8)
-    return _finish("digits", *_stratified_split(x, d.target, test_fraction, seed), 10)
+    x, y = digits_arrays()
+    return _finish("digits", *_stratified_split(x.reshape(-1, 1, 8, 8), y, test_fraction, seed), 10)
 
 
 def mnist_arrays() -> tuple[np.ndarray, np.ndarray]:
