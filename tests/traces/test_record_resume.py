@@ -155,11 +155,25 @@ def test_resume_twice_and_from_a_run_with_no_checkpoint(tmp_path, uninterrupted)
     assert read_trace(run).header["resumes"][0]["from_step"] == 0
 
 
+#: QSGD's stochastic rounding draws from the compression generator at every step; a test
+#: fraction of 0.9 leaves 120 of the synthetic set's 1200 samples for training, a shard of 60
+#: for each of the 2 workers, 7 batches of 8: the sampler draws a new order from its
+#: generators at steps 7, 14, 21, 28 and 35
+RESHUFFLING = [
+    *(o for o in BASE if not o.startswith("steps=")),
+    "steps=36",
+    "data.test_fraction=0.9",
+    *SETUPS["qsgd-sgd-step"],
+]
+
+
 @pytest.fixture(scope="module")
 def stopped_run(tmp_path_factory) -> Path:
-    """A run stopped by SIGTERM in a child process (status stopped, a checkpoint kept)."""
+    """A run stopped by SIGTERM in a child process (status stopped, a checkpoint kept), after
+    the sampler's first reshuffle and before its next (``RESHUFFLING``: chunk 3 holds steps
+    9-11, its checkpoint comes after the reshuffle at step 7)."""
     run = tmp_path_factory.mktemp("stopped") / "run"
-    _record_until_sigterm(run, BASE + SETUPS["variance-adam"], chunk=1)
+    _record_until_sigterm(run, RESHUFFLING, chunk=3)
     assert read_trace(run).status == "stopped"
     return run
 
@@ -190,7 +204,7 @@ def _stopped_copy(stopped_run: Path, tmp_path: Path) -> Path:
     ("extra", "message"),
     [
         (["--steps", "61"], "change the config"),
-        (["--set", "compressor.alpha=2"], "change the config"),
+        (["--set", "optimizer.lr=0.1"], "change the config"),
         (["--overwrite"], "drop --overwrite"),
     ],
 )
@@ -236,41 +250,19 @@ def test_resume_refuses_a_pickled_checkpoint(tmp_path, stopped_run, capsys):
     assert read_trace(run).status == "stopped"
 
 
-def test_resume_after_sigterm_equals_uninterrupted(tmp_path, stopped_run, uninterrupted):
-    """The open chunk a signal kept is recomputed from the last checkpoint."""
+def test_resume_after_sigterm_equals_uninterrupted(tmp_path, stopped_run):
+    """The open chunk a signal kept is recomputed from the last checkpoint. The run stopped
+    after the sampler's first reshuffle and resumes before its next: the resumed run draws
+    the next order and the rounding noise as the uninterrupted run did, which holds only if
+    the sampler's and the compressor's generators were restored."""
+    uninterrupted = record(apply_overrides(RecordConfig(), RESHUFFLING), tmp_path / "whole")
     run = _stopped_copy(stopped_run, tmp_path)
     kept = read_trace(run).steps_count
     assert main(["record", "--resume", str(run), "-q"]) == 0
-    assert_same_trace(uninterrupted["variance-adam"], run)
+    assert_same_trace(uninterrupted, run)
     (entry,) = read_trace(run).header["resumes"]
     assert entry["from_step"] == 3 * (entry["from_step"] // 3) <= kept
-
-
-#: QSGD's stochastic rounding draws from the compression generator at every step; a test
-#: fraction of 0.9 leaves 120 of the synthetic set's 1200 samples for training, a shard of 60
-#: for each of the 2 workers, 7 batches of 8: the sampler draws a new order from its
-#: generators at steps 7, 14, 21, 28 and 35
-RESHUFFLING = [
-    *(o for o in BASE if not o.startswith("steps=")),
-    "steps=36",
-    "data.test_fraction=0.9",
-    *SETUPS["qsgd-sgd-step"],
-]
-
-
-@pytest.mark.slow
-def test_resume_between_two_reshuffles_equals_uninterrupted(tmp_path):
-    """A run stopped after the sampler's first reshuffle and resumed before its next: the
-    resumed run draws the next order and the rounding noise as the uninterrupted run did,
-    which holds only if the sampler's and the compressor's generators were restored."""
-    uninterrupted = record(apply_overrides(RecordConfig(), RESHUFFLING), tmp_path / "whole")
-    run = tmp_path / "stopped"
-    # chunk 3 holds steps 9-11: its checkpoint comes after the reshuffle at step 7
-    _record_until_sigterm(run, RESHUFFLING, chunk=3)
-    assert main(["record", "--resume", str(run), "-q"]) == 0
-    (entry,) = read_trace(run).header["resumes"]
     assert 12 <= entry["from_step"] <= 35, "stopped after the last reshuffle; retry"
-    assert_same_trace(uninterrupted, run)
 
 
 def test_resume_refuses_a_distributed_recording(tmp_path, stopped_run, capsys):
