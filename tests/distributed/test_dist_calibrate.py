@@ -81,8 +81,8 @@ def test_the_sweep_entry_runs_under_torchrun(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("wrote t.toml") == 1  # rank 0 only
     meas = tmp_path / "t.measurements.json"
-    assert read_measurements(meas)["nodes"] == [0, 0]
-    assert read_measurements(meas)["world_size"] == 2
+    written = read_measurements(meas)
+    assert written["nodes"] == [0, 0] and written["world_size"] == 2
     assert load_cluster(str(tmp_path / "t.toml")).link.bandwidth_Bps > 0
     assert main(["calibrate", "--from", str(meas), "-o", str(tmp_path / "c.toml")]) == 0
     assert (

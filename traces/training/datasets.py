@@ -99,14 +99,15 @@ def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's digits as ``sklearn.datasets.load_digits()`` returns them: pixels
     (1,797 × 64, float64, 0–16) and labels (int64), read from the file scikit-learn ships
     (``datasets/data/digits.csv.gz``) with the parser it uses (``numpy.loadtxt``), without
-    importing scikit-learn, whose import takes a second (the values are equal,
-    tests/traces/test_record.py)."""
+    running scikit-learn's package import (the values are equal, tests/traces/test_record.py).
+    Without scikit-learn: the ``ModuleNotFoundError`` its import would raise, which the front
+    door names as the missing training extra."""
     import gzip
     import importlib.util
 
     spec = importlib.util.find_spec("sklearn")  # finds the package without running it
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("data.name=digits needs scikit-learn (pip install 'vgcsim[train]')")
+        raise ModuleNotFoundError("No module named 'sklearn'", name="sklearn")
     path = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
     with gzip.open(path, "rt") as f:
         table = np.loadtxt(f, delimiter=",")
