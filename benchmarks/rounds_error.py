@@ -1,6 +1,6 @@
 """Error of the round-level evaluation where ranks run ahead, against the message level.
 
-The round-level path (``vgcsim.simulator.rounds``) is exact wherever its run-time check
+The round-level path (``vgcsim.simulator.paths.round``) is exact wherever its run-time check
 passes (no channel carries flows of two rounds at once); the replay uses it only there. This
 script measures what the check protects against: with ``check=False`` each round is
 evaluated as if isolated even where uneven sizes let ranks run ahead into channels still
@@ -33,8 +33,9 @@ import numpy as np  # noqa: E402
 
 from vgcsim.core.cluster import load_cluster  # noqa: E402
 from vgcsim.simulator.collectives import get_schedule, unit_sizes  # noqa: E402
-from vgcsim.simulator.engine import Phase, RunCache, run_message  # noqa: E402
-from vgcsim.simulator.rounds import RoundCache, run_rounds  # noqa: E402
+from vgcsim.simulator.paths.message import run_message  # noqa: E402
+from vgcsim.simulator.paths.plan import Phase, RunCache  # noqa: E402
+from vgcsim.simulator.paths.round import RoundCache, run_rounds  # noqa: E402
 from vgcsim.simulator.topology import build_topology  # noqa: E402
 from vgcsim.traces.inputs import step_inputs  # noqa: E402
 from vgcsim.traces.io import read_trace  # noqa: E402

@@ -79,7 +79,8 @@ import simpy  # noqa: E402
 
 from vgcsim.core.cluster import load_cluster  # noqa: E402
 from vgcsim.simulator.collectives import get_schedule, unit_sizes  # noqa: E402
-from vgcsim.simulator.engine import Phase, RunCache, run_message  # noqa: E402
+from vgcsim.simulator.paths.message import run_message  # noqa: E402
+from vgcsim.simulator.paths.plan import Phase, RunCache  # noqa: E402
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace  # noqa: E402
 from vgcsim.simulator.sweep import (  # noqa: E402
     SweepConfig,

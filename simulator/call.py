@@ -4,11 +4,11 @@
 (any topology, a ``graph`` included), the schedule of the collective (a key of
 ``vgcsim.core.collectives.COLLECTIVE_KEYS``), starts every rank at t = 0 and runs it on the
 fastest exact path: the collective-level recurrence
-(:func:`vgcsim.simulator.engine.run_collective_steps` /
-:func:`~vgcsim.simulator.engine.run_collective`) where no two flows ever share a channel
-(:func:`~vgcsim.simulator.engine.contention_free`), else the message-level engine
-(:func:`vgcsim.simulator.engine.run_message`) with a link monitor, after one warning saying
-why. Both are optimizations of the reference engine (:mod:`vgcsim.simulator.reference`),
+(:func:`vgcsim.simulator.paths.collective.run_collective_steps` /
+:func:`~vgcsim.simulator.paths.collective.run_collective`) where no two flows ever share a channel
+(:func:`~vgcsim.simulator.paths.collective.contention_free`), else the message-level engine
+(:func:`vgcsim.simulator.paths.message.run_message`) with a link monitor, after one warning saying
+why. Both are optimizations of the reference engine (:mod:`vgcsim.simulator.paths.reference`),
 held to it by ``tests/simulator/test_engine_reference.py``; the collective-level path's
 link table is held to the message level's monitor by ``tests/simulator/test_call_paths.py``.
 The result is the time until the last rank has finished, each rank's finish time, the path
@@ -47,15 +47,10 @@ from vgcsim.simulator.collectives import (
     span_bytes,
     unit_sizes,
 )
-from vgcsim.simulator.engine import (
-    Phase,
-    RunCache,
-    contention_free,
-    run_collective,
-    run_collective_steps,
-    run_message,
-)
 from vgcsim.simulator.network import MODES, SEMANTICS, LinkMonitor
+from vgcsim.simulator.paths.collective import contention_free, run_collective, run_collective_steps
+from vgcsim.simulator.paths.message import run_message
+from vgcsim.simulator.paths.plan import Phase, RunCache
 from vgcsim.simulator.topology import Topology, build_topology
 
 __all__ = ["LINK_COLUMNS", "CollectiveRun", "memory_estimate_bytes", "simulate_collective"]

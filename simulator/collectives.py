@@ -3,7 +3,7 @@
 Every key of :data:`COLLECTIVES` (exactly ``vgcsim.core.collectives.COLLECTIVE_KEYS``) builds a
 :class:`Schedule` for ``P`` ranks. A schedule is a list of :class:`Round`\\ s; in a round each
 listed flow sends a contiguous (circular) range of *units* from ``src`` to ``dst``. Every rank
-runs the rounds in order as its own SimPy process (``vgcsim.simulator.engine``): it posts the round's
+runs the rounds in order as its own SimPy process (:mod:`vgcsim.simulator.paths.reference`): it posts the round's
 sends and receives, waits for all of them, and, in a reducing round, spends ``γ × bytes`` on
 the bytes it received. A rank with nothing to do in a round goes straight to the next one;
 ordering between ranks comes only from the messages themselves, so ranks that start late
@@ -94,8 +94,8 @@ class Round:
 class Schedule:
     """A collective for ``world_size`` ranks as rounds of flows over ``n_units`` units.
 
-    A frozen spec: the engine keeps what it derives from a schedule in its own run cache
-    (``vgcsim.simulator.engine.RunCache``), so one schedule may serve any number of runs."""
+    A frozen spec: the paths keep what they derive from a schedule in its own run cache
+    (``vgcsim.simulator.paths.plan.RunCache``), so one schedule may serve any number of runs."""
 
     key: str
     world_size: int
@@ -224,7 +224,7 @@ def host_time_s(
     s = ``padded_share`` (its ``allgatherv_host_padded_share``), h = ``fixed_s`` (its
     ``allgatherv_host_s``), all fitted by ``vgcsim calibrate``. ``allgatherv/bounded``: two
     plain all_gathers of equal blocks, ``½·δ·P·b + ½·δ·P·e`` (``vgcsim.core.collectives.plain_allgather_host_time_s``; e only
-    where the fallback round runs). The engine does not run it: callers add it to the
+    where the fallback round runs). The paths do not run it: callers add it to the
     phase's finish time (so it does not delay a later phase of the same step).
     """
     u = np.asarray(units, dtype=float)

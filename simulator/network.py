@@ -32,9 +32,9 @@ flow) per channel, and optionally records every flow interval for a timeline.
 
 Entry points: :class:`Comm` (``post_send``/``post_recv`` into a :class:`Waiter` whose event
 fires when a rank's operations are done) is what the reference engine
-(:mod:`vgcsim.simulator.reference`) posts through; ``start`` (callbacks) and
+(:mod:`vgcsim.simulator.paths.reference`) posts through; ``start`` (callbacks) and
 ``start_message`` (one ``done(flow)``, no callback per flow to build) are what the message
-level (:func:`vgcsim.simulator.engine.run_message`) calls. Both reach the same flows. The
+level (:func:`vgcsim.simulator.paths.message.run_message`) calls. Both reach the same flows. The
 fair network's lazy flows and batched reshares (:class:`FairNetwork`) are optimizations of
 progressive filling recomputed at every start and end:
 ``tests/simulator/test_maxmin_reference.py`` holds every flow's end to a certified max-min

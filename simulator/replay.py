@@ -26,14 +26,15 @@ shares come from :mod:`vgcsim.traces.buckets`, the rule the closed-form models u
 Optional seeded straggler jitter multiplies each (step, rank) compute time by a mean-one
 lognormal factor with coefficient of variation ``jitter``.
 
-Each step runs on the message level, on the collective-level fast path
-(:mod:`vgcsim.simulator.engine`) or on the round-level path (:mod:`vgcsim.simulator.rounds`):
+Each step runs on the message level (:mod:`vgcsim.simulator.paths.message`), on the
+collective-level fast path (:mod:`vgcsim.simulator.paths.collective`) or on the round-level
+path (:mod:`vgcsim.simulator.paths.round`):
 ``path = "auto"`` takes the collective-level path when it is exact (no two flows ever share a
 channel), else the round-level path when it is exact (``fair`` sharing, and no channel ever
 carries flows of two rounds at once: checked while it runs), else the message level;
 ``"message"``/``"collective"``/``"round"`` force one (a forced path that is not exact is an
 error); ``"reference"`` runs every step on the reference engine
-(:mod:`vgcsim.simulator.reference`, the definition the other paths are tested against).
+(:mod:`vgcsim.simulator.paths.reference`, the definition the other paths are tested against).
 Steps whose sizes and relative start times repeat reuse the earlier result. The ``path``
 column says which ran (the slowest any part of that world size's step group needed:
 ``"reference"``, ``"message"``, ``"round"``, then ``"collective"``); ``info`` counts the
@@ -83,18 +84,12 @@ from vgcsim.simulator.collectives import (
     padded_data_schedule,
     unit_sizes,
 )
-from vgcsim.simulator.engine import (
-    Phase,
-    RankSpan,
-    RunCache,
-    contention_free,
-    run_collective,
-    run_collective_steps,
-    run_message,
-)
 from vgcsim.simulator.network import LinkMonitor
-from vgcsim.simulator.reference import run_reference
-from vgcsim.simulator.rounds import RoundCache, run_rounds
+from vgcsim.simulator.paths.collective import contention_free, run_collective, run_collective_steps
+from vgcsim.simulator.paths.message import run_message
+from vgcsim.simulator.paths.plan import Phase, RankSpan, RunCache
+from vgcsim.simulator.paths.reference import run_reference
+from vgcsim.simulator.paths.round import RoundCache, run_rounds
 from vgcsim.simulator.topology import Topology, build_topology
 from vgcsim.traces.buckets import bucket_backward_share, layer_groups
 from vgcsim.traces.inputs import (
@@ -193,7 +188,7 @@ class _Runner:
     label: str = ""
     notice: _Notice = field(default_factory=_Notice)
     progress: Callable[[int], None] | None = None
-    call_overhead_s: float = 0.0  # the link's per-call software cost (engine.call_s)
+    call_overhead_s: float = 0.0  # the link's per-call software cost (paths.plan.call_s)
     wire: Callable[[np.ndarray], np.ndarray] | None = None  # size segments' wire bytes
     memo: dict[Any, _Outcome] = field(default_factory=dict)
     verdicts: dict[tuple[str, ...], str | None] = field(default_factory=dict)

@@ -307,8 +307,8 @@ def test_a_mutants_change_is_classified_by_its_tokens(minus, plus, kind, argumen
 
 
 def test_mutmut_names_give_the_function_or_method():
-    assert tool.function_of("vgcsim.simulator.rounds.x_run_rounds__mutmut_3") == (
-        "vgcsim.simulator.rounds.run_rounds"
+    assert tool.function_of("vgcsim.simulator.paths.round.x_run_rounds__mutmut_3") == (
+        "vgcsim.simulator.paths.round.run_rounds"
     )
     assert tool.function_of("vgcsim.simulator.network.x\u01c1_Flow\u01c1__init____mutmut_12") == (
         "vgcsim.simulator.network._Flow.__init__"

@@ -312,14 +312,14 @@ def test_process_pool_workers_come_from_a_server_that_imported_the_sweep_module_
         "from vgcsim.sweep_runners import process_pool\n"
         "if __name__ == '__main__':\n"
         "    probe = \"sorted(k for k in __import__('sys').modules if k in "
-        "('vgcsim.simulator.sweep', 'vgcsim.simulator.engine', 'distributed'))\"\n"
+        "('vgcsim.simulator.sweep', 'vgcsim.simulator.paths.message', 'distributed'))\"\n"
         "    with process_pool(2) as pool:\n"
         "        print(pool.submit(eval, probe).result(), pool.submit(os.getppid).result() != os.getpid())\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
     )
-    assert out.stdout.split("\n")[0] == "['vgcsim.simulator.engine', 'vgcsim.simulator.sweep'] True"
+    assert out.stdout.split("\n")[0] == "['vgcsim.simulator.paths.message', 'vgcsim.simulator.sweep'] True"
 
 
 def test_dask_setup_installs_the_filter_and_reads_the_named_traces(traces, tmp_path, caplog):

@@ -717,7 +717,7 @@ def change_of(minus: str, plus: str) -> Change:
 
 
 def function_of(mutant: str) -> str:
-    """``vgcsim.simulator.rounds.x_run_rounds__mutmut_3`` -> ``vgcsim.simulator.rounds.run_rounds``
+    """``vgcsim.simulator.paths.round.x_run_rounds__mutmut_3`` -> ``vgcsim.simulator.paths.round.run_rounds``
     and, for a method, ``...network.xǁFairNetworkǁ_reshare__mutmut_1`` ->
     ``...network.FairNetwork._reshare`` (mutmut's mangled names)."""
     head = mutant.split("__mutmut_")[0]

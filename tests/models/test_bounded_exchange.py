@@ -10,7 +10,8 @@ from vgcsim.core.bounded import bounded_rounds
 from vgcsim.core.cluster import ClusterSpec, LinkSpec, get_cluster
 from vgcsim.models.collectives import allgatherv_bounded, allgatherv_bounded_history
 from vgcsim.simulator.collectives import bounded_schedule, bounded_units, host_time_s
-from vgcsim.simulator.engine import Phase, run_message
+from vgcsim.simulator.paths.message import run_message
+from vgcsim.simulator.paths.plan import Phase
 from vgcsim.simulator.topology import build_topology
 
 # α = 1 s, β = 1 s/B: hand arithmetic stays exact

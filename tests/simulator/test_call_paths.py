@@ -20,8 +20,9 @@ from vgcsim.cli import main
 from vgcsim.core.errors import ConfigError
 from vgcsim.simulator.call import simulate_collective
 from vgcsim.simulator.collectives import get_schedule, unit_sizes
-from vgcsim.simulator.engine import Phase, run_message
 from vgcsim.simulator.network import LinkMonitor
+from vgcsim.simulator.paths.message import run_message
+from vgcsim.simulator.paths.plan import Phase
 from vgcsim.simulator.topology import build_topology
 
 

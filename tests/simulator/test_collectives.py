@@ -27,7 +27,9 @@ from vgcsim.core.cluster import LinkSpec
 from vgcsim.core.collectives import COLLECTIVE_KEYS
 from vgcsim.core.errors import ConfigError, UnknownNameError
 from vgcsim.simulator.collectives import COLLECTIVES, get_schedule, unit_sizes
-from vgcsim.simulator.engine import Phase, contention_free, run_collective, run_message
+from vgcsim.simulator.paths.collective import contention_free, run_collective
+from vgcsim.simulator.paths.message import run_message
+from vgcsim.simulator.paths.plan import Phase
 from vgcsim.simulator.topology import build_topology
 
 ALPHA = LAT  # host -> switch -> host: α end to end

@@ -18,7 +18,8 @@ from vgcsim.core.cluster import load_cluster
 from vgcsim.models import collectives as models_collectives
 from vgcsim.models import predict
 from vgcsim.simulator.collectives import COLLECTIVES, get_schedule, unit_sizes
-from vgcsim.simulator.engine import Phase, run_message
+from vgcsim.simulator.paths.message import run_message
+from vgcsim.simulator.paths.plan import Phase
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 from vgcsim.simulator.topology import build_topology
 from vgcsim.traces.io import read_trace

@@ -1,5 +1,5 @@
 """The message level (``path = "message"``, ``engine.run_message``) against the reference
-engine (``path = "reference"``, ``vgcsim.simulator.reference.run_reference``: one SimPy
+engine (``path = "reference"``, ``vgcsim.simulator.paths.reference.run_reference``: one SimPy
 process per rank, the definition of what the simulator computes).
 
 The engine resumes ranks without SimPy events of their own where the order of an instant's
@@ -26,9 +26,10 @@ from simhelpers import cluster, leaf_spine
 
 from vgcsim.core.collectives import COLLECTIVE_KEYS
 from vgcsim.simulator.collectives import Round, Schedule, get_schedule, unit_sizes
-from vgcsim.simulator.engine import Phase, run_message
 from vgcsim.simulator.network import LinkMonitor
-from vgcsim.simulator.reference import run_reference
+from vgcsim.simulator.paths.message import run_message
+from vgcsim.simulator.paths.plan import Phase
+from vgcsim.simulator.paths.reference import run_reference
 from vgcsim.simulator.topology import build_topology
 
 B = 2.0**20  # bytes/s
@@ -311,8 +312,12 @@ def test_every_optimized_path_equals_the_reference_where_it_claims_to_be_exact(k
     ``PATH_RTOL``. Each phase pair runs with equal ready times and sizes (where the paths
     must hold) and with seeded staggered ones and uneven blocks, with γ > 0 and a per-call
     software cost."""
-    from vgcsim.simulator.engine import contention_free, run_collective, run_collective_steps
-    from vgcsim.simulator.rounds import run_rounds
+    from vgcsim.simulator.paths.collective import (
+        contention_free,
+        run_collective,
+        run_collective_steps,
+    )
+    from vgcsim.simulator.paths.round import run_rounds
 
     p, gamma, call = 8, 2e-10, 4e-5
     rng = np.random.default_rng(7)

@@ -19,7 +19,9 @@ import pytest
 from simhelpers import BW, cluster
 
 from vgcsim.simulator.collectives import COLLECTIVES, get_schedule, unit_sizes
-from vgcsim.simulator.engine import Phase, contention_free, run_collective, run_message
+from vgcsim.simulator.paths.collective import contention_free, run_collective
+from vgcsim.simulator.paths.message import run_message
+from vgcsim.simulator.paths.plan import Phase
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace
 from vgcsim.simulator.topology import build_topology
 from vgcsim.traces.io import read_trace

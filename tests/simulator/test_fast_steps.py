@@ -8,7 +8,8 @@ import pytest
 from simhelpers import cluster
 
 from vgcsim.simulator.collectives import get_schedule, unit_sizes
-from vgcsim.simulator.engine import Phase, RunCache, _period, run_collective, run_collective_steps
+from vgcsim.simulator.paths.collective import _period, run_collective, run_collective_steps
+from vgcsim.simulator.paths.plan import Phase, RunCache
 from vgcsim.simulator.topology import build_topology
 
 GAMMA = 1e-11

@@ -11,8 +11,9 @@ import simpy
 from simhelpers import BW, LAT, cluster
 
 from vgcsim.simulator.collectives import get_schedule, unit_sizes
-from vgcsim.simulator.engine import Phase, run_message
 from vgcsim.simulator.network import LinkMonitor, make_network
+from vgcsim.simulator.paths.message import run_message
+from vgcsim.simulator.paths.plan import Phase
 from vgcsim.simulator.topology import build_topology
 
 N = 1e6  # bytes

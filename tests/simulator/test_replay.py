@@ -24,13 +24,9 @@ from vgcsim.simulator.collectives import (
     get_schedule,  # noqa: E402
     unit_sizes,  # noqa: E402
 )
-from vgcsim.simulator.engine import (  # noqa: E402  # noqa: E402
-    Phase,
-    RunCache,
-    contention_free,
-    run_fast,
-    run_message,
-)
+from vgcsim.simulator.paths.collective import contention_free, run_collective
+from vgcsim.simulator.paths.message import run_message
+from vgcsim.simulator.paths.plan import Phase, RunCache
 from vgcsim.simulator.replay import (  # noqa: E402
     SimulateConfig,
     _Block,  # noqa: E402
@@ -651,7 +647,7 @@ def test_eager_overlap_auto_gives_the_message_level_times_not_the_unchecked_recu
     topo, ph = _bruck_overlap()
     assert contention_free([ph.schedule], topo) == "dst"
     ref = run_message([ph], topo, semantics="eager")
-    unchecked = run_fast([ph], topo, semantics="eager", check_overlap=False)
+    unchecked = run_collective([ph], topo, semantics="eager", check_overlap=False)
     assert not np.allclose(unchecked, ref, rtol=1e-9, atol=0)  # the case has teeth
     runner = _runner(topo, semantics="eager")
     out = run_phases(runner, [ph])
@@ -753,7 +749,7 @@ def test_eager_src_verdict_stays_on_the_collective_path_without_the_overlap_chec
     rng = np.random.default_rng(0)
     ph = Phase(rng.integers(0, 8, p) / 2**12, s, unit_sizes(s, np.full(p, 2.0**18)), "ar")
     assert contention_free([s], topo) == "src"
-    assert run_fast([ph], topo, semantics="eager", check_overlap=True) is None
+    assert run_collective([ph], topo, semantics="eager", check_overlap=True) is None
     runner = _runner(topo, semantics="eager")
     out = run_phases(runner, [ph])
     assert out.path == "collective"

@@ -1,4 +1,4 @@
-"""The round-level path (vgcsim.simulator.rounds) against hand-worked fluid rounds and the
+"""The round-level path (vgcsim.simulator.paths.round) against hand-worked fluid rounds and the
 message level.
 
 Fabrics: a leaf-spine with 4 hosts per leaf, one spine and 4:1 uplinks (each leaf's uplink
@@ -27,9 +27,10 @@ from vgcsim.simulator.collectives import (
     span_bytes,
     unit_sizes,
 )
-from vgcsim.simulator.engine import Phase, run_message
+from vgcsim.simulator.paths.message import run_message
+from vgcsim.simulator.paths.plan import Phase
+from vgcsim.simulator.paths.round import RoundCache, run_rounds
 from vgcsim.simulator.replay import SimulateConfig, simulate_trace
-from vgcsim.simulator.rounds import RoundCache, run_rounds
 from vgcsim.simulator.topology import build_topology
 from vgcsim.traces.io import read_trace
 
@@ -401,7 +402,7 @@ def test_round_bytes_are_the_same_bits_stacked_or_per_round(key):
             assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (key, p)
 
 
-# The round path (vgcsim.simulator.rounds.run_rounds) on small hand-built rounds: where it
+# The round path (vgcsim.simulator.paths.round.run_rounds) on small hand-built rounds: where it
 # answers, the message level's numbers; where a flow starts on a channel still in use, None.
 #
 # Reference: the message level (``run_message``), equal to 1e-12 wherever run_rounds returns a
@@ -534,9 +535,9 @@ def test_a_rank_that_runs_ahead_onto_a_channel_of_two_senders_is_refused(prefix)
 def test_the_refusal_names_the_phase_and_round(caplog):
     """Reference: the documented debug line of a refusal (phase label, round index)."""
     s, sizes = _ahead(False)
-    with caplog.at_level(logging.DEBUG, logger="vgcsim.simulator.rounds"):
+    with caplog.at_level(logging.DEBUG, logger="vgcsim.simulator.paths.round"):
         assert run_rounds([Phase(np.zeros(4), s, sizes, "bucket7")], _dumbbell_topology(4)) is None
-    msgs = [r.getMessage() for r in caplog.records if r.name == "vgcsim.simulator.rounds"]
+    msgs = [r.getMessage() for r in caplog.records if r.name == "vgcsim.simulator.paths.round"]
     assert msgs == ["bucket7 round 1: a flow starts on a channel still in use"]
 
 

@@ -10,7 +10,9 @@ from simhelpers import cluster
 
 from vgcsim.core.errors import ConfigError
 from vgcsim.simulator.collectives import Schedule, get_schedule, unit_sizes
-from vgcsim.simulator.engine import Phase, RunCache, contention_free, run_collective, run_message
+from vgcsim.simulator.paths.collective import contention_free, run_collective
+from vgcsim.simulator.paths.message import run_message
+from vgcsim.simulator.paths.plan import Phase, RunCache
 from vgcsim.simulator.topology import build_topology
 
 
@@ -76,7 +78,7 @@ def test_event_count_is_the_same_for_the_same_run_and_adds_up():
 
 
 def test_shift_invariance_by_hand():
-    """_Tables.shift_invariant(d), from its definition: moving every rank by d (mod P) maps
+    """ScheduleTables.shift_invariant(d), from its definition: moving every rank by d (mod P) maps
     each round onto itself, over routes of the same bandwidth and latency, and only for an
     all-permutation schedule of one unit per rank with d dividing P.
 
@@ -88,7 +90,7 @@ def test_shift_invariance_by_hand():
     from simhelpers import cluster, leaf_spine
 
     from vgcsim.simulator.collectives import get_schedule
-    from vgcsim.simulator.engine import RunCache
+    from vgcsim.simulator.paths.plan import RunCache
     from vgcsim.simulator.topology import build_topology
 
     ring = get_schedule("allgatherv/ring", 8)

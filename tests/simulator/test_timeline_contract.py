@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from vgcsim.simulator.engine import RankSpan
+from vgcsim.simulator.paths.plan import RankSpan
 from vgcsim.simulator.replay import StepTimeline
 from vgcsim.simulator.timeline import chrome_trace, write_chrome_trace
 

@@ -1,7 +1,7 @@
 """The round-level path: each round of a collective as a fluid max-min problem, solved with numpy.
 
-The reference engine (:mod:`vgcsim.simulator.reference`) and its fast twin, the message level
-(:func:`vgcsim.simulator.engine.run_message`), recompute max-min fair rates
+The reference engine (:mod:`vgcsim.simulator.paths.reference`) and its fast twin, the message level
+(:func:`vgcsim.simulator.paths.message.run_message`), recompute max-min fair rates
 (:class:`vgcsim.simulator.network.FairNetwork`) whenever a flow starts or ends anywhere:
 about ``P`` flows and ``2P`` rate changes per round. This path (``path = "round"``)
 evaluates the same model one round at a time:
@@ -62,8 +62,8 @@ import numpy as np
 
 from vgcsim.core.errors import ConfigError, unknown_name
 from vgcsim.simulator.collectives import Schedule, doubled_units, span_bytes
-from vgcsim.simulator.engine import Phase, call_s
 from vgcsim.simulator.network import SEMANTICS
+from vgcsim.simulator.paths.plan import Phase, call_s
 from vgcsim.simulator.topology import Topology
 
 __all__ = ["RoundCache", "RoundShape", "run_rounds"]
@@ -468,7 +468,7 @@ def run_rounds(
     flow of an earlier round or phase is still sending on: the rounds are then not
     isolated and only the message level is exact. ``cache``: see :class:`RoundCache`.
 
-    An optimization of :func:`vgcsim.simulator.reference.run_reference` wherever it returns a
+    An optimization of :func:`vgcsim.simulator.paths.reference.run_reference` wherever it returns a
     result: held to it by
     ``tests/simulator/test_engine_reference.py::test_every_optimized_path_equals_the_reference_where_it_claims_to_be_exact``
     (every collective on a spread 4:1 leaf-spine, both semantics, to 1e-12) and to the

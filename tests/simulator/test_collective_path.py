@@ -1,4 +1,5 @@
-"""The simulator's engine: the fast paths' checks, the run cache and the contention classes."""
+"""The collective-level path (`vgcsim.simulator.paths.collective`): its checks, the run cache and
+the contention classes."""
 
 from __future__ import annotations
 
@@ -8,18 +9,17 @@ from simhelpers import cluster
 
 from vgcsim.core.errors import ConfigError
 from vgcsim.simulator.collectives import Round, Schedule, get_schedule
-from vgcsim.simulator.engine import (
-    Phase,
-    RunCache,
+from vgcsim.simulator.paths.collective import (
     _exact_sums,
     _period,
     contention_free,
-    run_fast,
-    run_fast_steps,
+    run_collective,
+    run_collective_steps,
 )
+from vgcsim.simulator.paths.plan import Phase, RunCache
 from vgcsim.simulator.topology import build_topology
 
-# Fast-path engine numbers worked by hand on tiny schedules (1 B/s links, zero latency, whole
+# Collective-level path numbers worked by hand on tiny schedules (1 B/s links, zero latency, whole
 # bytes, so every time is an exact small float): eager overlap detection at its boundary, the
 # γ term of reducing rounds on both fast paths, unit order on the stacked path, the defaults,
 # the contention verdicts and the rank-shift period of the many-steps path.
@@ -53,7 +53,7 @@ def test_eager_touching_messages_are_not_an_overlap():
     (touching, not overlapping), so the fast path holds and every rank ends at 2 (hand)."""
     topo = _topo(3)
     ph = Phase(np.zeros(3), _there_and_back(), np.ones(3))
-    got = run_fast([ph], topo, semantics="eager", check_overlap=True)
+    got = run_collective([ph], topo, semantics="eager", check_overlap=True)
     assert got is not None
     np.testing.assert_array_equal(got[0], [2.0, 2.0, 2.0])
 
@@ -61,10 +61,10 @@ def test_eager_touching_messages_are_not_an_overlap():
 def test_eager_overlapping_messages_refuse_the_fast_path_by_default():
     """Eager, ready (0, 0, 10): rank 2's round-1 message into rank 0 is sent over [10, 11],
     and rank 1 (at 1 after round 1) sends its round-2 message into rank 0 at 1 < 11: two
-    messages into rank 0 overlap, so run_fast (overlap check on by default) returns None."""
+    messages into rank 0 overlap, so run_collective (overlap check on by default) returns None."""
     topo = _topo(3)
     ph = Phase(np.array([0.0, 0.0, 10.0]), _there_and_back(), np.ones(3))
-    assert run_fast([ph], topo, semantics="eager") is None
+    assert run_collective([ph], topo, semantics="eager") is None
 
 
 def test_eager_touching_messages_on_a_partial_round_are_not_an_overlap():
@@ -73,10 +73,10 @@ def test_eager_touching_messages_on_a_partial_round_are_not_an_overlap():
     ranks end at (1, 2, 2) by hand. With ready (0, 0, 0) the second starts at 0 < 1: None."""
     topo = _topo(3)
     s = _sched(3, [_rnd([0], [1], [0], [1]), _rnd([2], [1], [2], [1])], 3)
-    got = run_fast([Phase(np.array([0.0, 0.0, 1.0]), s, np.ones(3))], topo, semantics="eager")
+    got = run_collective([Phase(np.array([0.0, 0.0, 1.0]), s, np.ones(3))], topo, semantics="eager")
     assert got is not None
     np.testing.assert_array_equal(got[0], [1.0, 2.0, 2.0])
-    assert run_fast([Phase(np.zeros(3), s, np.ones(3))], topo, semantics="eager") is None
+    assert run_collective([Phase(np.zeros(3), s, np.ones(3))], topo, semantics="eager") is None
 
 
 # One reducing exchange on P = 2: rank 0 sends unit 0 (1 byte), rank 1 unit 1 (2 bytes).
@@ -91,27 +91,27 @@ def test_reducing_round_adds_gamma_times_received_bytes(check_overlap):
     (+0.5 s): (3, 2.5) by hand, on the per-round path and on the stacked path alike."""
     topo = _topo(2)
     ph = Phase(np.zeros(2), _exchange(), np.array([1.0, 2.0]))
-    got = run_fast([ph], topo, gamma_s_per_byte=0.5, check_overlap=check_overlap)
+    got = run_collective([ph], topo, gamma_s_per_byte=0.5, check_overlap=check_overlap)
     np.testing.assert_array_equal(got[0], [3.0, 2.5])
 
 
 def test_many_steps_reducing_round_adds_gamma_and_defaults_to_rendezvous():
-    """run_fast_steps on the same exchange, γ = 1/2 s/B, semantics left to its default
+    """run_collective_steps on the same exchange, γ = 1/2 s/B, semantics left to its default
     (rendezvous): (3, 2.5) by hand; with γ left to its default (0): (2, 2)."""
     topo = _topo(2)
     s = _exchange()
     ready, units = np.zeros((1, 2)), np.array([[1.0, 2.0]])
-    got = run_fast_steps([s], [ready], [units], topo, gamma_s_per_byte=0.5)
+    got = run_collective_steps([s], [ready], [units], topo, gamma_s_per_byte=0.5)
     np.testing.assert_array_equal(got[0, 0], [3.0, 2.5])
-    got0 = run_fast_steps([s], [ready], [units], topo)
+    got0 = run_collective_steps([s], [ready], [units], topo)
     np.testing.assert_array_equal(got0[0, 0], [2.0, 2.0])
 
 
 @pytest.mark.parametrize("check_overlap", [True, False])
 def test_gamma_defaults_to_zero(check_overlap):
-    """run_fast without γ: no reduction time, both ranks end when the 2-byte transfer does (2)."""
+    """run_collective without γ: no reduction time, both ranks end when the 2-byte transfer does (2)."""
     topo = _topo(2)
-    got = run_fast(
+    got = run_collective(
         [Phase(np.zeros(2), _exchange(), np.array([1.0, 2.0]))], topo, check_overlap=check_overlap
     )
     np.testing.assert_array_equal(got[0], [2.0, 2.0])
@@ -127,22 +127,22 @@ def test_unit_order_is_applied_on_every_fast_path():
     s = _sched(3, [_rnd([0, 1, 2], [1, 2, 0], [0, 1, 2], [1, 1, 1])], 3, unit_order=[2, 0, 1])
     units = np.array([1.0, 2.0, 4.0])
     for check in (True, False):
-        got = run_fast([Phase(np.zeros(3), s, units)], topo, check_overlap=check)
+        got = run_collective([Phase(np.zeros(3), s, units)], topo, check_overlap=check)
         np.testing.assert_array_equal(got[0], [4.0, 4.0, 2.0])
-    steps = run_fast_steps([s], [np.zeros((1, 3))], [units[None, :]], topo)
+    steps = run_collective_steps([s], [np.zeros((1, 3))], [units[None, :]], topo)
     np.testing.assert_array_equal(steps[0, 0], [4.0, 4.0, 2.0])
 
 
 def test_a_run_cache_of_another_topology_is_refused():
     """A RunCache serves one topology: handing it to a run on another topology is a ConfigError
-    for run_fast, run_fast_steps and contention_free alike."""
+    for run_collective, run_collective_steps and contention_free alike."""
     topo, other = _topo(2), _topo(2)
     cache = RunCache(other)
     s = _exchange()
     with pytest.raises(ConfigError):
-        run_fast([Phase(np.zeros(2), s, np.ones(2))], topo, cache=cache)
+        run_collective([Phase(np.zeros(2), s, np.ones(2))], topo, cache=cache)
     with pytest.raises(ConfigError):
-        run_fast_steps([s], [np.zeros((1, 2))], [np.ones((1, 2))], topo, cache=cache)
+        run_collective_steps([s], [np.zeros((1, 2))], [np.ones((1, 2))], topo, cache=cache)
     with pytest.raises(ConfigError):
         contention_free([s], topo, cache=cache)
 
@@ -154,11 +154,11 @@ def test_many_steps_refuse_inputs_of_another_length_than_the_schedules():
     s = _exchange(reduce=False)
     ready, units = np.zeros((1, 2)), np.ones((1, 2))
     with pytest.raises(ValueError):
-        run_fast_steps([s, s], [ready, ready], [units], topo)
+        run_collective_steps([s, s], [ready, ready], [units], topo)
     with pytest.raises(ValueError):
-        run_fast_steps([s, s], [ready], [units, units], topo)
+        run_collective_steps([s, s], [ready], [units, units], topo)
     with pytest.raises(ValueError):  # one units entry too many is refused as well
-        run_fast_steps([s], [ready], [units, units], topo)
+        run_collective_steps([s], [ready], [units, units], topo)
 
 
 def test_ring_on_a_star_is_contention_free_by_sender():

@@ -1,16 +1,16 @@
 """The reference engine (``path = "reference"``): what the simulator computes, as plain SimPy.
 
 This module *defines* the simulator's semantics. The other paths (``message``,
-``collective``, ``round``; :mod:`vgcsim.simulator.engine`, :mod:`vgcsim.simulator.rounds`)
+``collective``, ``round``: the modules of those names beside this one, :mod:`vgcsim.simulator.paths`)
 compute the same numbers faster, and each names the test that holds it to this one.
 
 The program is one SimPy process per rank. A step is a list of *phases* (one collective
-call each: :class:`~vgcsim.simulator.engine.Phase`, with every rank's ready time, the
+call each: :class:`~vgcsim.simulator.paths.plan.Phase`, with every rank's ready time, the
 schedule and its unit sizes). For each phase in turn, rank ``i``:
 
 1. waits until its ready time (a timeout; phases queue on one communication stream per
    rank, so it starts phase b at max(its ready time, the end of its phase b − 1));
-2. waits the call's software cost, :func:`~vgcsim.simulator.engine.call_s` (a timeout, once
+2. waits the call's software cost, :func:`~vgcsim.simulator.paths.plan.call_s` (a timeout, once
    per call);
 3. walks the schedule's rounds. In a round it takes part in, it posts its sends, then its
    receives, through :class:`~vgcsim.simulator.network.Comm` (eager or rendezvous matching,
@@ -42,8 +42,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import simpy
 
-from vgcsim.simulator.engine import Phase, call_s
 from vgcsim.simulator.network import Comm, LinkMonitor, Waiter, make_network
+from vgcsim.simulator.paths.plan import Phase, call_s
 from vgcsim.simulator.topology import Topology
 
 __all__ = ["run_reference"]
