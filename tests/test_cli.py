@@ -84,3 +84,20 @@ def test_negative_seed_and_bad_demo_record_options_exit_2(argv, tmp_path, capsys
     assert ("must be >=" in err or "must be in [0," in err) and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_sweep_help_states_the_connect_timeout_sweep_config_defaults_to(capsys):
+    """The parser writes the default as text (reading it from SweepConfig would import the
+    simulator whenever the parser is built); this holds the two together."""
+    import dataclasses
+    import re
+
+    from vgcsim.simulator.sweep import SweepConfig
+
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    stated = re.search(r"sweep\.connect_timeout_s \(([0-9.]+) s\)", text)
+    assert stated, text
+    field = {f.name: f for f in dataclasses.fields(SweepConfig)}["connect_timeout_s"]
+    assert float(stated.group(1)) == field.default
