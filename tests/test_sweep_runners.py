@@ -319,7 +319,10 @@ def test_process_pool_workers_come_from_a_server_that_imported_the_sweep_module_
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
     )
-    assert out.stdout.split("\n")[0] == "['vgcsim.simulator.paths.message', 'vgcsim.simulator.sweep'] True"
+    assert (
+        out.stdout.split("\n")[0]
+        == "['vgcsim.simulator.paths.message', 'vgcsim.simulator.sweep'] True"
+    )
 
 
 def test_dask_setup_installs_the_filter_and_reads_the_named_traces(traces, tmp_path, caplog):

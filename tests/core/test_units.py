@@ -11,6 +11,7 @@ from vgcsim.core.units import (
     format_bytes,
     format_time,
     parse_bandwidth_Bps,
+    parse_burst_bytes,
     parse_flops,
     parse_size_bytes,
     parse_time_s,
@@ -234,3 +235,39 @@ def test_sizes_and_times_may_be_zero_rates_may_not():
     for parse, zero in ((parse_bandwidth_Bps, "0Gbps"), (parse_flops, "0TFLOPS")):
         with pytest.raises(UnitError, match="must be a finite positive quantity"):
             parse(zero)
+
+
+@pytest.mark.parametrize(
+    ("text", "tc_bytes", "written"),
+    [
+        ("16kb", 16384, "'16384B' or '16KiB'"),
+        ("256Kb", 262144, "'262144B' or '256KiB'"),
+        (" 2mb", 2097152, "'2097152B' or '2MiB'"),
+        ("1gb", 1073741824, "'1073741824B' or '1GiB'"),
+        ("1500b", 1500, "'1500B' for"),
+    ],
+)
+def test_a_burst_in_tcs_spelling_is_refused_with_tcs_reading(text, tc_bytes, written):
+    """tc reads ``16kb`` as 16 KiB; a size here reads a lower-case b as bits: an 8x gap."""
+    with pytest.raises(UnitError) as exc:
+        parse_burst_bytes(text)
+    message = str(exc.value)
+    assert message.startswith(
+        f"burst: {text.strip()!r} is ambiguous: tc reads it as {tc_bytes} bytes"
+    )
+    assert written in message
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("16KiB", 16384.0),
+        ("16384B", 16384.0),
+        ("16kbit", 2000.0),
+        ("64kB", 64000.0),
+        (4096, 4096.0),
+        ("0", 0.0),
+    ],
+)
+def test_a_burst_spelled_without_ambiguity_is_a_size(text, expected):
+    assert parse_burst_bytes(text) == expected == parse_size_bytes(text)

@@ -64,6 +64,8 @@ def test_the_cluster_file_spells_it_with_units_or_in_bytes(tmp_path, line, expec
     [
         ('burst = "-3kB"', "link.burst"),
         ('burst = "lots"', "link.burst: cannot parse"),
+        # tc's spelling: 256 KiB to tc, 32 000 bytes (256 kilobits) to a size of this project
+        ('burst = "256kb"', "link.burst: '256kb' is ambiguous: tc reads it as 262144 bytes"),
         ("burst_bytes = 1e20", "link.burst_bytes must be a finite number in [0, 1e+15]"),
         ('burst = "1kB"\nburst_bytes = 1000', "give either 'burst' or 'burst_bytes'"),
         ('allgather_latency = "-1ms"', "link.allgather_latency"),

@@ -110,13 +110,20 @@ def test_calibrate_writes_the_given_token_bucket(tmp_path):
 
 @pytest.mark.parametrize(
     "flag",
-    [["--host-cores", "-1"], ["--ranks-per-host", "0"], ["--burst", "lots"], ["--burst=-1kB"]],
+    [
+        ["--host-cores", "-1"],
+        ["--ranks-per-host", "0"],
+        ["--burst", "lots"],
+        ["--burst=-1kB"],
+        ["--burst", "16kb"],  # tc's 16 KiB, or 16 kilobits: refused, not guessed
+    ],
 )
 def test_bad_host_flags_exit_2(tmp_path, capsys, flag):
     meas = _write(tmp_path, synthetic(0.0, 2))
     assert main(["calibrate", "--from", str(meas), "-o", str(tmp_path / "c.toml"), *flag]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "c.toml").exists()
 
 
 # ---------------------------------------------------------------- size segments

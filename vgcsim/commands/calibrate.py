@@ -177,7 +177,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="SIZE",
         help="token-bucket depth of every host link where a shaper or the provider sets one "
-        "(tc tbf's burst, an instance's burst allowance), e.g. 256KiB: the fit prices the "
+        "(tc tbf's burst, an instance's burst allowance), e.g. 256KiB (tc's 256kb; a bare b is "
+        "refused as ambiguous): the fit prices the "
         "collectives' messages with it, and the file's [link] gets it (not measured)",
     )
     parser.add_argument("--name", default=None, help="cluster name (default calibrated-BACKEND-N)")
@@ -223,10 +224,10 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ConfigError(f"--ranks-per-host must be an integer >= 1, got {args.ranks_per_host}")
     args.burst_bytes = 0.0
     if args.burst is not None:
-        from vgcsim.core.units import parse_size_bytes
+        from vgcsim.core.units import parse_burst_bytes
 
         try:
-            args.burst_bytes = parse_size_bytes(args.burst)
+            args.burst_bytes = parse_burst_bytes(args.burst)
         except ConfigError as exc:
             raise ConfigError(f"--burst: {str(exc).split(': ', 1)[-1]}") from None
         if args.burst_bytes > 1e15:

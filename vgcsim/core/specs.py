@@ -23,7 +23,12 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from vgcsim.core.errors import ConfigError, unknown_name
-from vgcsim.core.units import parse_bandwidth_Bps, parse_flops, parse_size_bytes, parse_time_s
+from vgcsim.core.units import (
+    parse_bandwidth_Bps,
+    parse_burst_bytes,
+    parse_flops,
+    parse_time_s,
+)
 
 __all__ = [
     "DEFAULT_HOST_PADDED_SHARE",
@@ -347,7 +352,7 @@ class LinkSpec:
     comm_cpu_s_per_byte: float = spelled(0.0, range=(0.0, 1.0))
     segments: tuple[tuple[float, float, float], ...] = spelled((), rows=True)
     # token-bucket depth of a host link (tc tbf's burst)
-    burst_bytes: float = spelled(0.0, unit="burst", parse=parse_size_bytes, range=(0.0, 1e15))
+    burst_bytes: float = spelled(0.0, unit="burst", parse=parse_burst_bytes, range=(0.0, 1e15))
     # A new field is one line here, e.g. ``x_s: float = spelled(0.0, unit="x",
     # parse=parse_time_s, range=(0.0, 1.0))``: the loader reads ``x``/``x_s`` from a [link]
     # table (inherited from its preset or base), checks it, and lists its range in RANGES.

@@ -21,6 +21,7 @@ __all__ = [
     "format_bytes",
     "format_time",
     "parse_bandwidth_Bps",
+    "parse_burst_bytes",
     "parse_flops",
     "parse_size_bytes",
     "parse_time_s",
@@ -155,6 +156,36 @@ def parse_size_bytes(value: str | float | int) -> float:
     """
     hint = "'64MiB', '1.5GB', '800Mb' (bits) or bytes"
     return _parse(value, "size", _SIZE_RE, _prefixed, hint, allow_zero=True)
+
+
+#: A size as ``tc`` writes one with a bare ``b`` unit (``16kb``, ``2mb``, ``2000b``): tc's
+#: prefixes are binary and read in either case.
+_TC_BYTES_RE = re.compile(rf"^{_NUMBER}\s*(?P<prefix>[kKmMgG]?)b$")
+_TC_PREFIXES = {"": 1.0, "k": 2.0**10, "m": 2.0**20, "g": 2.0**30}
+
+
+def parse_burst_bytes(value: str | float | int) -> float:
+    """Parse a token bucket's depth into bytes, as :func:`parse_size_bytes` does, refusing a
+    size whose unit is a bare ``b`` (``"16kb"``, ``"256Kb"``, ``"2mb"``, ``"2000b"``).
+
+    ``tc`` reads its sizes case-insensitively with ``b`` for bytes and ``k``, ``m``, ``g`` as
+    1024, 1024² and 1024³, so the ``burst 16kb`` of a ``tc qdisc ... tbf`` line is 16384
+    bytes, while a size of this project with a lower-case ``b`` is in bits (``"16kb"``: 2000
+    bytes, eight times less). A bucket's depth copied from a shaper's configuration must not
+    change meaning silently, so those spellings are refused with tc's reading; ``"16KiB"``,
+    ``"16384B"``, ``"16kbit"`` and a bare number of bytes are not ambiguous.
+    """
+    text = value.strip() if isinstance(value, str) else ""
+    m = _TC_BYTES_RE.match(text)
+    if m:
+        prefix = m["prefix"].lower()
+        tc_bytes = float(m["num"]) * _TC_PREFIXES[prefix]
+        binary = f" or '{m['num']}{prefix.upper()}iB'" if prefix else ""
+        raise UnitError(
+            f"burst: {text!r} is ambiguous: tc reads it as {tc_bytes:.10g} bytes, while a "
+            f"lower-case b is a bit here; write '{tc_bytes:.10g}B'{binary} for tc's meaning"
+        )
+    return parse_size_bytes(value)
 
 
 def parse_flops(value: str | float | int) -> float:
