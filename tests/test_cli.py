@@ -101,3 +101,22 @@ def test_sweep_help_states_the_connect_timeout_sweep_config_defaults_to(capsys):
     assert stated, text
     field = {f.name: f for f in dataclasses.fields(SweepConfig)}["connect_timeout_s"]
     assert float(stated.group(1)) == field.default
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["predict", SAMPLE, "--cluster", "10GbE", "--compute", "foo", "-o", "x"], "invalid choice"),
+        (["collective", "10GbE", "allreduce/ring", "--sizes-bytes", "-4e6"], "--OPTION=VALUE"),
+        (["calibrate", "--max-error", "25%"], "invalid float value"),
+        (["no-such-command"], "invalid choice"),
+    ],
+    ids=["choice", "negative", "type", "command"],
+)
+def test_an_argument_the_parser_refuses_is_one_line_and_exit_2(argv, says, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "usage:" not in err, err
+    assert says in err and err.startswith("vgcsim") and err.rstrip().endswith("--help)")

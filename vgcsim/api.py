@@ -26,6 +26,7 @@ here, a sweep's too, with the one header writer of every command.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -2380,6 +2381,9 @@ def fit_calibration(
     )
 
     check_statistic(statistic)
+    from vgcsim.core.presets import get_device
+
+    get_device(device)  # an unknown preset is refused before any fitting or writing
     chosen = set(fit_ops)
     for op in sorted(chosen):
         if op not in OPS:
@@ -2533,8 +2537,15 @@ def _write_calibration(
             "--force)",
             run,
         )
-    atomic_write_text(out, run.toml)
-    _load(str(out))  # what predict/simulate will do: fail here, not later
+    # read back what predict/simulate will read, before it replaces anything: a file that
+    # does not load fails here, and ``out`` keeps what it held
+    check = out.with_name(f".{out.name}.check.toml")
+    try:
+        atomic_write_text(check, run.toml)
+        _load(str(check))
+        os.replace(check, out)
+    finally:
+        check.unlink(missing_ok=True)
     return dataclasses.replace(run, out=out)
 
 

@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from vgcsim.api import TRAIN_EXTRA_HINT, TRAIN_MODULES
 from vgcsim.core.errors import VgcsimError
@@ -51,6 +52,14 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        """One line on stderr and exit 2 (argparse would print the usage block first). A
+        value that starts with ``-`` reads as an option to argparse, which then says the
+        option got no value: the line says how to give one."""
+        if message.endswith("expected one argument"):
+            message += " (a value that starts with '-' is given as --OPTION=VALUE)"
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _load(module: str):

@@ -75,7 +75,8 @@ def test_one_collective_cannot_tell_per_call_from_per_step():
 
 def _write(tmp_path, doc):
     path = tmp_path / "m.json"
-    write_measurements(path, CalibrateConfig(), doc["world_size"], doc["rows"], [0] * 4)
+    world = doc["world_size"]
+    write_measurements(path, CalibrateConfig(), world, doc["rows"], [0] * world)
     return path
 
 
@@ -123,7 +124,39 @@ def test_bad_host_flags_exit_2(tmp_path, capsys, flag):
     assert main(["calibrate", "--from", str(meas), "-o", str(tmp_path / "c.toml"), *flag]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert flag[0].split("=")[0] in err  # the flag is what is refused, not the file
     assert not (tmp_path / "c.toml").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "named"),
+    [
+        (["--ops", "p2p"], "--ops is"),
+        (["--repeats", "5", "--budget", "3"], "--repeats, --budget are"),
+        (["--codec"], "--codec is"),
+        (["--set", "repeats=3"], "--set is"),
+        (["--nprocs", "4", "--iface", "eth0"], "--nprocs, --iface are"),
+    ],
+)
+def test_from_refuses_the_flags_of_a_measurement_it_does_not_make(tmp_path, capsys, flag, named):
+    meas = _write(tmp_path, synthetic(0.0, 2))
+    out = tmp_path / "c.toml"
+    assert main(["calibrate", "--from", str(meas), "-o", str(out), "--force", *flag]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and named in err and "--from measures nothing" in err
+    assert not out.exists() and not (tmp_path / "c.fit.png").exists()
+
+
+def test_an_unknown_device_preset_leaves_the_earlier_file_as_it_was(tmp_path, capsys):
+    meas = _write(tmp_path, synthetic(0.0, 2))
+    out = tmp_path / "c.toml"
+    assert main(["calibrate", "--from", str(meas), "-o", str(out), "--force"]) == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    argv = ["calibrate", "--from", str(meas), "-o", str(out), "--force", "--overwrite"]
+    assert main([*argv, "--device-preset", "nosuch"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("unknown device preset 'nosuch'; valid: A100, H100, P100, V100, cpu")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
 # ---------------------------------------------------------------- size segments

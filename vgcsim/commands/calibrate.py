@@ -222,6 +222,9 @@ def _check_options(args: argparse.Namespace) -> None:
         )
     if not 1 <= args.ranks_per_host <= 2**20:
         raise ConfigError(f"--ranks-per-host must be an integer >= 1, got {args.ranks_per_host}")
+    from vgcsim.core.presets import get_device
+
+    get_device(args.device)  # before anything is measured or written
     args.burst_bytes = 0.0
     if args.burst is not None:
         from vgcsim.core.units import parse_burst_bytes
@@ -254,10 +257,51 @@ def _run_codec(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
+#: Flags that only a measurement reads (``dest``: the flag): ``--from`` measures nothing.
+_MEASURING = {
+    "codec": "--codec",
+    "backend": "--backend",
+    "nprocs": "--nprocs",
+    "nnodes": "--nnodes",
+    "node_rank": "--node-rank",
+    "master_addr": "--master-addr",
+    "master_port": "--master-port",
+    "iface": "--iface",
+    "ops": "--ops",
+    "repeats": "--repeats",
+    "warmup": "--warmup",
+    "passes": "--passes",
+    "busy_before": "--busy-before",
+    "budget": "--budget",
+    "timeout": "--timeout",
+    "set": "--set",
+}
+
+
+def _refuse_measuring_flags(args: argparse.Namespace) -> None:
+    """``--from`` fits measurements already taken: a flag of the measurement would change
+    nothing, so one given (away from its default) is refused rather than ignored."""
+    defaults = argparse.ArgumentParser()
+    add_arguments(defaults)
+    given = [
+        flag
+        for dest, flag in _MEASURING.items()
+        if getattr(args, dest, None) not in (None, [], defaults.get_default(dest))
+    ]
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)} {'is an option' if len(given) == 1 else 'are options'} of a "
+            f"measurement, and --from measures nothing (it fits {args.from_file}'s "
+            f"measurements); leave {'it' if len(given) == 1 else 'them'} out"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from vgcsim import api
 
     out: Path = args.out
+    if args.from_file is not None:
+        _refuse_measuring_flags(args)
     if args.codec:
         return _run_codec(args, out)
     fit_ops = _fit_ops(args.fit_ops)
