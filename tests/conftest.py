@@ -198,3 +198,38 @@ def write_hook_trace(tmp_path: Path, wall: bool = True) -> Path:
     }
     (run / "header.json").write_text(json.dumps(header))
     return run
+
+
+class _ClosedPipe:
+    """A stdout whose reader went away: every write raises BrokenPipeError, as ``vgcsim
+    ... | head`` gives once head has exited; its descriptor (for the command's devnull
+    redirect) is a scratch file's."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        return self._fd
+
+
+@contextlib.contextmanager
+def closed_stdout(scratch: Path):
+    """sys.stdout as a closed pipe inside the block (see :class:`_ClosedPipe`; set in the
+    test's body, since pytest's capture sets sys.stdout again at each phase)."""
+    import os
+    import sys
+
+    fd = os.open(scratch / "stdout.scratch", os.O_WRONLY | os.O_CREAT)
+    was = sys.stdout
+    sys.stdout = _ClosedPipe(fd)
+    try:
+        yield
+    finally:
+        sys.stdout = was
+        os.close(fd)

@@ -106,7 +106,10 @@ def test_sweep_help_states_the_connect_timeout_sweep_config_defaults_to(capsys):
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["predict", SAMPLE, "--cluster", "10GbE", "--compute", "foo", "-o", "x"], "invalid choice"),
+        (
+            ["predict", SAMPLE, "--cluster", "10GbE", "--compute", "foo", "-o", "x"],
+            "invalid choice",
+        ),
         (["collective", "10GbE", "allreduce/ring", "--sizes-bytes", "-4e6"], "--OPTION=VALUE"),
         (["calibrate", "--max-error", "25%"], "invalid float value"),
         (["no-such-command"], "invalid choice"),

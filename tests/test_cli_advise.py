@@ -27,6 +27,7 @@ def test_advise_user_mistakes_are_one_line_exit_2(capsys):
         [*TRACES, "--cluster", "10GbE", "--target-accuracy", "2"],
         [TRACES[0], str(DEMO.parent / "powersgd_trace"), "--cluster", "10GbE"],
         [*TRACES, "--cluster", "10Gbs"],
+        [*TRACES, "--cluster", " , "],  # names no cluster
     ]
     for args in bad:
         assert main(["advise", *args, "--world-sizes", "8"]) == 2

@@ -353,6 +353,35 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     assert len(read_results(tmp_path / "q")[0]) > 0
 
 
+@pytest.mark.parametrize(
+    ("argv", "written"),
+    [
+        (
+            ["advise", SAMPLE, "--cluster", "10GbE", "-o", "adv"],
+            ["adv/advice.csv", "adv/advice.md"],
+        ),
+        (["trace", "validate", SAMPLE, "-o", "tv.json"], ["tv.json"]),
+        (
+            ["collective", "10GbE", "allreduce/ring", "--sizes-bytes", "4e6", "--world-size", "4"]
+            + ["--engine", "simulate", "-o", "col.csv"],
+            ["col.csv"],
+        ),
+    ],
+    ids=["advise", "trace-validate", "collective"],
+)
+def test_a_closed_pipe_loses_no_output_file(argv, written, tmp_path, monkeypatch):
+    """The files of -o are written before the command prints: a reader that went away
+    (``| head -1``) ends the command with 141, not with its results unwritten (validate's:
+    tests/distributed/test_dist_validate.py)."""
+    from tests.conftest import closed_stdout
+
+    monkeypatch.chdir(tmp_path)
+    with closed_stdout(tmp_path):
+        assert main(argv) == 141
+    for name in written:
+        assert (tmp_path / name).is_file(), name
+
+
 # -- a folder that cannot be written ----------------------------------------------------------
 
 

@@ -2217,6 +2217,8 @@ def advise(
         raise ConfigError(f"target accuracy must be in (0, 1], got {target_accuracy}")
     if isinstance(clusters, (str, Path, ClusterSpec)):
         clusters = [clusters]
+    if not clusters:
+        raise ConfigError("advise needs at least one cluster")
     pm = predict_methods(
         [load_trace(t) for t in traces],
         [load_cluster(c) for c in clusters],

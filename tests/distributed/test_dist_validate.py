@@ -75,6 +75,21 @@ def test_cli_writes_table_and_plot(tmp_path, capsys):
     }
 
 
+def test_a_closed_pipe_loses_none_of_the_files(tmp_path):
+    """-o is written before anything is printed: with the reader gone (``| head -1``) the
+    command ends with 141 and its files are there."""
+    from tests.conftest import closed_stdout
+
+    run = with_comm(tmp_path, lambda steps: np.full(len(steps), 2e-3))
+    out = tmp_path / "v"
+    with closed_stdout(tmp_path):
+        rc = main(["validate", str(run), "--cluster", "1GbE", "--no-simulate", "-o", str(out)])
+    assert rc == 141
+    assert {"validation.csv", "validation_summary.csv", "validation.png"} <= {
+        p.name for p in out.iterdir()
+    }
+
+
 def test_trace_without_measurements_is_a_clear_error(capsys):
     assert main(["validate", str(SAMPLE), "--cluster", "10GbE"]) == 2
     assert "no measured comm_s" in capsys.readouterr().err

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from vgcsim.core.errors import ConfigError
+
 HELP = "rank dense, compressed and per-bucket mixed methods per cluster and P, and recommend one"
 
 
@@ -46,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_out(args, "advise")
     clusters = [c.strip() for c in args.cluster.split(",") if c.strip()]
+    if not clusters:
+        raise ConfigError(
+            f"--cluster {args.cluster!r} names no cluster; give a preset or TOML file"
+        )
     advice = api.advise(
         args.traces,
         clusters,
@@ -54,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
         overlap=args.overlap,
     )
     text = api.advice_text(advice)
-    print(text)
-    if args.out is not None:
+    if args.out is not None:  # written before anything is printed: a closed pipe loses nothing
         from vgcsim.core.outdir import prepare_output
 
         out = prepare_output(
@@ -68,5 +73,7 @@ def run(args: argparse.Namespace) -> int:
         out.write("mixes.csv", lambda tmp: advice.mixes.to_csv(tmp, index=False))
         out.write_text("advice.md", text + "\n")
         out.commit()
+    print(text)
+    if args.out is not None:
         print(f"wrote {out.file('advice.csv').parent}")
     return 0

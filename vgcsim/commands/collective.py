@@ -86,11 +86,11 @@ def run(args: argparse.Namespace) -> int:
         semantics=args.semantics,
     )
     time_s = float(result)
-    print(
+    lines = [
         f"{args.key} on {args.cluster}, P = {len(sizes)}, {format_bytes(sum(sizes))} in all: "
         f"{format_time(time_s)} ({args.engine}"
         f"{f', {result.path} level' if simulate else ''}; time_s = {time_s:.9g})"
-    )
+    ]
     summary = {
         "collective": args.key,
         "cluster": args.cluster,
@@ -100,17 +100,17 @@ def run(args: argparse.Namespace) -> int:
     }
     if simulate:
         links = result.links.sort_values(["busy_s", "link"], ascending=[False, True])
-        for row in links.head(5).itertuples():
-            print(
-                f"  {row.link}: {format_bytes(row.bytes)}, busy {format_time(row.busy_s)} "
-                f"({row.utilization:.0%})"
-            )
+        lines += [
+            f"  {row.link}: {format_bytes(row.bytes)}, busy {format_time(row.busy_s)} "
+            f"({row.utilization:.0%})"
+            for row in links.head(5).itertuples()
+        ]
         if len(links) > 5:
-            print(f"  ... {len(links) - 5} more links (-o FILE writes all)")
+            lines.append(f"  ... {len(links) - 5} more links (-o FILE writes all)")
         table = links.assign(**summary)[[*summary, *links.columns]]
     else:
         table = pd.DataFrame([summary])
-    if out is not None:
+    if out is not None:  # written before anything is printed: a closed pipe loses nothing
         from vgcsim.core.outdir import atomic_write, write_error
 
         try:
@@ -121,5 +121,6 @@ def run(args: argparse.Namespace) -> int:
             atomic_write(out, lambda p: table.to_parquet(p, index=False))
         else:
             atomic_write(out, lambda p: table.to_csv(p, index=False))
-        print(f"wrote {out}")
+        lines.append(f"wrote {out}")
+    print("\n".join(lines))
     return 0

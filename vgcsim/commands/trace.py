@@ -201,24 +201,30 @@ def _validate(args: argparse.Namespace) -> int:
 
         check_output_file(args.out, "vgcsim trace validate", overwrite=args.overwrite)
     checks = []  # every run is checked and reported; exit 2 when any is invalid
+    said: list[tuple[bool, str]] = []  # (to stderr, line), printed after -o is written
     for run_dir in args.run:
         check = api.validate_trace(run_dir)
         checks.append(check)
         if not check.valid:
-            print(f"vgcsim trace validate: error: {check.error}", file=sys.stderr)
+            said.append((True, f"vgcsim trace validate: error: {check.error}"))
             continue
         t = check.trace
         note = "" if check.state == "complete" else f" (status {check.state_line}: a valid prefix)"
         diverged = f"; DIVERGED: {check.divergence['reason']}" if check.divergence else ""
-        print(
-            f"{check.run}: valid — {t.steps_count} steps, {t.workers} workers, "
-            f"{len(t.layers)} layers{note}{diverged}"
+        said.append(
+            (
+                False,
+                f"{check.run}: valid — {t.steps_count} steps, {t.workers} workers, "
+                f"{len(t.layers)} layers{note}{diverged}",
+            )
         )
-    if args.out is not None:
+    if args.out is not None:  # written before anything is printed: a closed pipe loses nothing
         from vgcsim.core.outdir import write_json_output
 
         data = {"runs": [check.to_dict() for check in checks]}
         write_json_output(args.out, "vgcsim trace validate", data, overwrite=args.overwrite)
+    for to_stderr, line in said:
+        print(line, file=sys.stderr if to_stderr else sys.stdout)
     return 2 if any(not check.valid for check in checks) else 0
 
 

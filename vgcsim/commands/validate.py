@@ -113,9 +113,10 @@ def run(args: argparse.Namespace) -> int:
         ops=ops,
         sizes=args.sizes,
     )
+    if args.out is not None:  # written before anything is printed: a closed pipe loses nothing
+        api.save_validation(result, args.out, overwrite=args.overwrite, command="validate")
     print(result.text)
     if args.out is not None:
-        api.save_validation(result, args.out, overwrite=args.overwrite, command="validate")
         if result.kind == "measurements":
             print(f"wrote {args.out / 'validation_collectives.csv'}")
         else:
