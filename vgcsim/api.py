@@ -1936,6 +1936,30 @@ class ValidationRun:
         return names if self.terms is None else (*names, "validation_terms.csv")
 
 
+def _check_same_job(trace: Trace, second: Trace) -> None:
+    """Two hook traces whose winner is called: one job (layers, dataset, ranks) under two
+    methods, else ConfigError naming what differs."""
+    from vgcsim.core.errors import ConfigError
+
+    def job(t: Trace) -> tuple:
+        dataset = (t.header.get("dataset") or {}).get("name")
+        return [layer["shape"] for layer in t.layers], dataset, t.workers
+
+    names = f"({trace.name}, {second.name})"
+    if job(trace) != job(second):
+        raise ConfigError(
+            "the winner is called between two methods of one job: these traces' layers, "
+            f"datasets or ranks differ {names}"
+        )
+    if trace.compressor == second.compressor and (trace.header["compressor"].get("params")) == (
+        second.header["compressor"].get("params")
+    ):
+        raise ConfigError(
+            "the winner is called between two methods of one job: these traces ran the same "
+            f"method {names}"
+        )
+
+
 def _validate_measurements(
     run: str | Path,
     cluster: str | Path | ClusterSpec,
@@ -2051,6 +2075,8 @@ def validate(
             "comparing two runs needs two traces written by the DDP hook "
             "(register_vgc_hook(..., trace_dir=...))"
         )
+    if second is not None:
+        _check_same_job(trace, second)
     spec = load_cluster(cluster, compute=compute)
     opts = ValidateOptions(allreduce=allreduce, allgatherv=allgatherv, simulate=simulate)
     _check_measured_comm(trace)

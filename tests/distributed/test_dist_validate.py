@@ -375,7 +375,7 @@ def test_two_hook_runs_of_one_job_name_the_faster_measured_and_predicted(tmp_pat
     from vgcsim.commands.demo import DEMO_TRACES
     from vgcsim.reports.validation import winner_line
 
-    sparse = _hook_run(tmp_path, SAMPLE, "sparse")
+    sparse = _hook_run(tmp_path, DEMO_TRACES / "variance", "sparse")
     dense = _hook_run(tmp_path, DEMO_TRACES / "dense", "dense")
     result = api.validate(sparse, "1GbE", dense, simulate=False, allgatherv="ring")
     cluster = load_cluster("1GbE")
@@ -384,7 +384,8 @@ def test_two_hook_runs_of_one_job_name_the_faster_measured_and_predicted(tmp_pat
     assert result.winner == winner_line([result.terms, other])
     assert result.winner.startswith("winner: measured ")
     lines = result.text.splitlines()
-    assert lines[0] == "sparse: allgatherv/ring on 4 ranks, cluster 1GbE, 100 steps"
+    steps = len(read_trace(sparse).steps)
+    assert lines[0] == f"sparse: allgatherv/ring on 4 ranks, cluster 1GbE, {steps} steps"
     assert lines[-1] == result.winner and "" in lines
     assert result.frame.attrs["collective"] == "allgatherv/ring"
     assert set(result.cases) == {"allgatherv/ring mean over steps predicted"}  # not simulated
@@ -395,6 +396,21 @@ def test_two_hook_runs_of_one_job_name_the_faster_measured_and_predicted(tmp_pat
     assert alone.frame["simulated_s"].isna().all()
     with pytest.raises(ConfigError):
         api.validate(sparse, "1GbE", compute="measured")
+
+
+def test_a_winner_is_called_only_between_two_methods_of_one_job(tmp_path):
+    """Another model or dataset (the sample trace learns digits, the demo's MNIST), or the
+    same method twice, is refused in one line naming both runs."""
+    from vgcsim import api
+    from vgcsim.commands.demo import DEMO_TRACES
+
+    dense = _hook_run(tmp_path, DEMO_TRACES / "dense", "dense")
+    digits = _hook_run(tmp_path, SAMPLE, "digits")
+    again = _hook_run(tmp_path, DEMO_TRACES / "dense", "again")
+    with pytest.raises(ConfigError, match=r"layers, datasets or ranks differ \(digits, dense\)"):
+        api.validate(digits, "1GbE", dense, simulate=False)
+    with pytest.raises(ConfigError, match=r"ran the same method \(dense, again\)"):
+        api.validate(dense, "1GbE", again, simulate=False)
 
 
 def test_a_second_run_needs_two_hook_traces_and_no_measurement_file(tmp_path):

@@ -56,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allgatherv",
         default=None,
-        help="allgatherv algorithm (default: what the run used: padded on gloo, ring on nccl)",
+        help="allgatherv algorithm (default: what the run used: bounded for a trace the DDP hook "
+        "wrote, else padded on gloo and ring on nccl)",
     )
     parser.add_argument("--no-simulate", action="store_true", help="closed-form models only")
     parser.add_argument(
