@@ -123,3 +123,36 @@ def test_an_argument_the_parser_refuses_is_one_line_and_exit_2(argv, says, capsy
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "usage:" not in err, err
     assert says in err and err.startswith("vgcsim") and err.rstrip().endswith("--help)")
+
+
+COLLECTIVE = ["collective", "10GbE", "allreduce/ring", "--world-size", "8"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        ([*COLLECTIVE, "--sizes-bytes", ""], "give at least one size"),
+        ([*COLLECTIVE, "--sizes-bytes", "0.3"], "0.3 is not a whole number of bytes"),
+        ([*COLLECTIVE, "--sizes-bytes", "1e30"], "not a whole number of bytes up to 1e+15"),
+        ([*COLLECTIVE, "--sizes-bytes", "4e6", "--mode", "fifo"], "--engine simulate"),
+        (["predict", SAMPLE, "--cluster", "10GbE", "--bucket-size", "3b"], "got 0.375"),
+        (["predict", SAMPLE, "--cluster", "10GbE", "--encoding", ""], "--encoding '' names"),
+        (["predict", SAMPLE, "--cluster", "10GbE", "--allgatherv", ","], "names nothing"),
+        (["predict", SAMPLE, "--cluster", "tests/data"], "is a folder; give a TOML file"),
+        (["predict", SAMPLE, "--cluster", "10GbE", "--world-sizes", "2:64:x0"], "ratio >= 2"),
+        (["simulate", SAMPLE, "--cluster", "10GbE", "--timeline-max-ranks", "0"], ">= 1, got 0"),
+        (["validate", SAMPLE, "--cluster", "10GbE", "--show-steps", "-1"], ">= 0, got -1"),
+        (["validate", SAMPLE, "--cluster", "10GbE", "--statistic", "min"], "applies to the rows"),
+        (["validate", SAMPLE, "--cluster", "10GbE", "--allgatherv", " "], "names no algorithm"),
+    ],
+)
+def test_a_value_that_means_nothing_is_refused_in_one_line(argv, says, tmp_path, capsys):
+    out = ["-o", str(tmp_path / "out")] if argv[0] in ("predict", "simulate") else []
+    try:
+        code = main([*argv, *out])
+    except SystemExit as exc:  # what the argument parser refuses
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and says in err, err
+    assert not (tmp_path / "out").exists()

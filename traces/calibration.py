@@ -253,7 +253,17 @@ def check_measurements(doc: Any) -> str | None:
     """The first rule a parsed measurement document breaks (``field: rule``), or None."""
     if not isinstance(doc, dict):
         return f"must be a JSON object, got {type(doc).__name__}"
-    if doc.get("kind") != MEASUREMENTS_KIND or doc.get("version") not in READABLE_VERSIONS:
+    version = doc.get("version")
+    if (
+        doc.get("kind") == MEASUREMENTS_KIND
+        and _is_int(version)
+        and version > max(READABLE_VERSIONS)
+    ):
+        return (
+            f"is a version-{version} calibration file, newer than this vgcsim reads "
+            f"(version {MEASUREMENTS_VERSION}); upgrade vgcsim to read it"
+        )
+    if doc.get("kind") != MEASUREMENTS_KIND or version not in READABLE_VERSIONS:
         return (
             f"is not a version-{MEASUREMENTS_VERSION} calibration file; "
             "re-run the calibration with this version of vgcsim"
@@ -349,6 +359,13 @@ def select_rows(
     ``bounds`` (inclusive); a selection that keeps nothing is a :class:`ConfigError`."""
     rows = measurements["rows"]
     if ops:
+        measured = {r["op"] for r in rows}
+        missing = sorted(set(ops) - measured)
+        if missing:
+            raise ConfigError(
+                f"no {', '.join(missing)} among the measurements; measured ops: "
+                + ", ".join(sorted(measured))
+            )
         rows = [r for r in rows if r["op"] in ops]
     if bounds is not None:
         rows = [r for r in rows if bounds[0] <= r["size_bytes"] <= bounds[1]]

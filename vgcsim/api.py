@@ -1570,6 +1570,14 @@ class ValidateOptions:
     allgatherv: str | None = None
     simulate: bool = True
 
+    def __post_init__(self) -> None:
+        from vgcsim.core.errors import ConfigError
+
+        for name in ("allreduce", "allgatherv"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and value.strip()):
+                raise ConfigError(f"{name} {value!r} names no algorithm")
+
 
 def _measured_method(trace: Trace) -> str:
     """``"dense"`` (all_reduce was measured) or ``"compressed"`` (allgatherv was measured)."""

@@ -139,15 +139,15 @@ def test_replay_options_accept_the_edges_of_every_range():
     made = ReplayOptions(
         world_sizes=(1,),
         seed=0,
-        bucket_bytes=1e-300,
+        bucket_bytes=1,
         dense_encodings=("fp32",),
         size_exchange=False,
     )
     assert made.world_sizes == (1,)
     assert made.seed == 0
-    assert made.bucket_bytes == 1e-300
+    assert made.bucket_bytes == 1
     assert made.size_exchange is False
-    assert ReplayOptions(bucket_bytes=1.7e308).bucket_bytes == 1.7e308
+    assert ReplayOptions(bucket_bytes=1e15).bucket_bytes == 1e15
     assert ReplayOptions(seed=2**62).seed == 2**62
 
 
@@ -230,11 +230,19 @@ def test_unknown_names_are_refused_with_the_sorted_valid_names(kw, message):
 
 @pytest.mark.parametrize(
     ("value", "shown"),
-    [(0, "0"), (0.0, "0.0"), (-1, "-1"), (math.inf, "inf"), (math.nan, "nan")],
+    [
+        (0, "0"),
+        (0.0, "0.0"),
+        (-1, "-1"),
+        (0.999, "0.999"),  # below one byte: a size given in bits, e.g. 3b
+        (1.01e15, "1010000000000000.0"),
+        (math.inf, "inf"),
+        (math.nan, "nan"),
+    ],
 )
-def test_bucket_bytes_not_finite_and_positive_are_refused(value, shown):
+def test_bucket_bytes_outside_one_byte_to_a_petabyte_are_refused(value, shown):
     err = _refusal(ReplayOptions, bucket_bytes=value)
-    assert str(err) == f"bucket_bytes must be a finite number > 0, got {shown}"
+    assert str(err) == f"bucket_bytes must be a number of bytes in [1, 1e15], got {shown}"
 
 
 @pytest.mark.parametrize("seed", [-1, -7])

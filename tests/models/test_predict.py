@@ -238,7 +238,7 @@ def _message(exc_info) -> str:
     ("over", "message"),
     [
         ({"world_sizes": ()}, "world sizes must be integers >= 1"),
-        ({"bucket_bytes": 0}, "bucket_bytes must be a finite number > 0, got 0"),
+        ({"bucket_bytes": 0}, "bucket_bytes must be a number of bytes in [1, 1e15], got 0"),
         (
             {"dense_encodings": ("bf16",)},
             "dense_encodings must include fp32 (the speedup baseline)",

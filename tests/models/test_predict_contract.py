@@ -46,8 +46,11 @@ def _unit_cluster():
         ({"allgatherv": ("mesh",)}, "unknown allgatherv algorithm 'mesh'"),
         ({"rule": "nearest"}, "unknown extrapolation rule 'nearest'"),
         ({"overlap": "some"}, "unknown overlap mode 'some'"),
-        ({"bucket_bytes": 0}, "bucket_bytes must be a finite number > 0, got 0"),
-        ({"bucket_bytes": float("nan")}, "bucket_bytes must be a finite number > 0, got nan"),
+        ({"bucket_bytes": 0}, r"bucket_bytes must be a number of bytes in \[1, 1e15\], got 0"),
+        (
+            {"bucket_bytes": float("nan")},
+            r"bucket_bytes must be a number of bytes in \[1, 1e15\], got nan",
+        ),
         ({"seed": -1}, "seed must be >= 0, got -1"),
         (
             {"dense_encodings": ("bf16",)},
@@ -63,8 +66,8 @@ def test_predict_options_refuse_each_bad_value_with_its_message(over, message):
 
 
 def test_predict_options_accept_the_edges():
-    # P = 1, seed 0 and a tiny positive bucket are valid
-    PredictOptions(world_sizes=(1,), seed=0, bucket_bytes=1e-9, dense_encodings=("fp32",))
+    # P = 1, seed 0 and a one-byte bucket are valid
+    PredictOptions(world_sizes=(1,), seed=0, bucket_bytes=1, dense_encodings=("fp32",))
 
 
 def test_options_dict_is_what_the_result_header_records():

@@ -13,9 +13,21 @@ def _sizes(text: str) -> list[float]:
     from vgcsim.core.units import parse_size_bytes
 
     try:
-        return [parse_size_bytes(v) for v in text.replace(",", " ").split()]
+        sizes = [parse_size_bytes(v) for v in text.replace(",", " ").split()]
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if not sizes:
+        raise argparse.ArgumentTypeError("give at least one size")
+    for size in sizes:
+        if size != int(size) or size > MAX_SIZE_BYTES:
+            raise argparse.ArgumentTypeError(
+                f"{size:g} is not a whole number of bytes up to {MAX_SIZE_BYTES:g}"
+            )
+    return sizes
+
+
+#: The largest size a rank may send (a petabyte): beyond it a figure is a typo, not a job.
+MAX_SIZE_BYTES = 1e15
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
     if out is not None and out.exists() and not args.overwrite:
         raise ConfigError(f"--out {out} exists; pass --overwrite to replace it")
     simulate = args.engine == "simulate"
+    if not simulate and (args.mode != "fair" or args.semantics != "rendezvous"):
+        raise ConfigError("--mode and --semantics choose how --engine simulate runs; add it")
     result = api.collective(
         args.cluster,
         args.key,

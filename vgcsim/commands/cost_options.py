@@ -21,6 +21,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from vgcsim.commands import add_set_option, add_world_sizes_option, settings
+from vgcsim.core.errors import ConfigError
 
 if TYPE_CHECKING:  # annotations only: the commands import the stages when they run
     from vgcsim.traces.reading import Trace
@@ -103,6 +104,11 @@ def replay_overrides(args: argparse.Namespace) -> list[str]:
     from vgcsim.core.units import parse_size_bytes
 
     out = settings(args.set)
+    for dest in ("allreduce", "allgatherv", "encoding", "extrapolation", "overlap"):
+        value = getattr(args, dest)
+        if value is not None and not str(value).strip(" ,"):
+            flag = "--" + dest.replace("_", "-")
+            raise ConfigError(f"{flag} {value!r} names nothing; give a name or leave {flag} out")
     for op in ("allreduce", "allgatherv"):
         value = getattr(args, op)
         if value is not None:

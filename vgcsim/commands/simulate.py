@@ -11,6 +11,7 @@ from vgcsim.commands.cost_options import (
     print_replay,
     replay_overrides,
 )
+from vgcsim.core.errors import ConfigError
 
 HELP = "replay a trace on a discrete-event cluster model; write the result table (source=simulated)"
 
@@ -82,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = apply_overrides(SimulateConfig(world_sizes=world_sizes(args.world_sizes)), overrides)
     cluster = api.load_cluster(args.cluster)
     check_out(args, "simulate")
+    if args.timeline_max_ranks < 1:
+        raise ConfigError(f"--timeline-max-ranks must be >= 1, got {args.timeline_max_ranks}")
     trace = api.load_trace(args.run)
     total = api.simulate_units(cfg, trace)
     with Progress(total, "simulate", "steps", quiet=args.quiet) as bar:

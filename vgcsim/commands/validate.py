@@ -97,6 +97,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.tolerance > 0:
         raise ConfigError(f"--tolerance must be positive, got {args.tolerance}")
+    if args.show_steps < 0:
+        raise ConfigError(f"--show-steps must be >= 0, got {args.show_steps}")
+    if not Path(args.run).is_file():  # a trace: the measurement file's selections do not apply
+        given = [
+            flag
+            for flag, value in (("--ops", args.ops), ("--sizes", args.sizes))
+            if value is not None
+        ] + (["--statistic"] if args.statistic != "median" else [])
+        if given:
+            raise ConfigError(
+                f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to the rows "
+                f"of a measurement file; {args.run} is a trace run"
+            )
     if args.out is not None:
         check_output(args.out, "vgcsim validate", overwrite=args.overwrite)
     ops = [o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else None

@@ -363,6 +363,8 @@ def load_cluster(name_or_path: str | Path) -> ClusterSpec:
         return CLUSTER_PRESETS[text]
     path = Path(text)
     if not path.is_file():
+        if path.is_dir():
+            raise ConfigError(f"cluster {path} is a folder; give a TOML file or a preset name")
         if path.suffix.lower() == ".toml" or "/" in text:
             raise ConfigError(f"cluster file not found: {path}")
         raise unknown_name("cluster (preset name or TOML file)", text, CLUSTER_PRESETS)

@@ -23,7 +23,6 @@ The vocabularies live here, below both stages: :data:`OVERLAPS`, :data:`RULES`,
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,8 +118,12 @@ class ReplayOptions:
             raise unknown_name("extrapolation rule", str(self.rule), RULES)
         if self.overlap not in OVERLAPS:
             raise unknown_name("overlap mode", str(self.overlap), OVERLAPS)
-        if not (0 < self.bucket_bytes < math.inf):
-            raise ConfigError(f"bucket_bytes must be a finite number > 0, got {self.bucket_bytes}")
+        if not (1 <= self.bucket_bytes <= 1e15):
+            raise ConfigError(
+                f"bucket_bytes must be a number of bytes in [1, 1e15], got {self.bucket_bytes}"
+            )
+        if self.encoding is not None and not (isinstance(self.encoding, str) and self.encoding):
+            raise ConfigError(f"encoding must name a bits column, got {self.encoding!r}")
         if self.seed < 0:
             raise ConfigError(f"seed must be >= 0, got {self.seed}")
         encs = tuple(self.dense_encodings)

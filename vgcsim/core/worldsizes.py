@@ -87,7 +87,10 @@ def _range_item(item: str, whole: str) -> list[int]:
             f"world sizes {whole!r}: {item!r} is not A:B:xR (geometric) or A:B:+D (arithmetic)"
         )
     a, b = _int(parts[0], whole), _int(parts[1], whole)
-    kind, by = parts[2].strip()[0], _int(parts[2].strip()[1:], whole)
+    kind, step = parts[2].strip()[0], parts[2].strip()[1:]
+    if kind == "x" and step.strip().lstrip("+-").isdigit() and int(step) < 2:
+        raise ConfigError(f"world sizes {whole!r}: {item!r} needs a ratio >= 2")
+    by = _int(step, whole)
     if b < a:
         raise ConfigError(f"world sizes {whole!r}: {item!r} ends below its start")
     if kind == "x":
