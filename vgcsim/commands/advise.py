@@ -26,8 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target-accuracy",
         type=float,
-        metavar="A",
-        help="rank by time to this test accuracy (a fraction) where the traces have evaluations",
+        metavar="PERCENT",
+        help="rank by time to this test accuracy (in %%, e.g. 96.5, as vgcsim report takes it) "
+        "where the traces have evaluations",
     )
     parser.add_argument(
         "--overlap",
@@ -44,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from vgcsim import api
     from vgcsim.commands import check_out, world_sizes
+    from vgcsim.commands.report import target_fraction
 
     if args.out is not None:
         check_out(args, "advise")
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         args.traces,
         clusters,
         world_sizes(args.world_sizes),
-        target_accuracy=args.target_accuracy,
+        target_accuracy=target_fraction(args.target_accuracy),
         overlap=args.overlap,
     )
     text = api.advice_text(advice)
