@@ -172,3 +172,29 @@ def test_atomic_write_text_writes_utf8_whatever_the_locale(tmp_path):
     with ascii_locale():
         atomic_write_text(target, "Zürich — 10 µs")
     assert target.read_bytes() == "Zürich — 10 µs".encode()
+
+
+@pytest.mark.parametrize(
+    ("earlier", "now", "replaced"),
+    [
+        ("vgcsim predict", "vgcsim simulate", True),  # a result table replaces a result table
+        ("vgcsim.api.save", "vgcsim sweep", True),
+        ("vgcsim api.report", "vgcsim report", True),
+        ("vgcsim api.save_validation", "vgcsim validate", True),
+        ("vgcsim advise", "vgcsim predict", False),
+        ("vgcsim predict", "vgcsim report", False),
+        ("vgcsim report", "vgcsim demo", False),
+    ],
+)
+def test_overwrite_replaces_only_an_output_of_the_same_kind(tmp_path, earlier, now, replaced):
+    """Another command's files would stay beside the new ones under the new marker."""
+    from vgcsim.core.outdir import OutputError, check_output, prepare_output
+
+    first = prepare_output(tmp_path / "o", earlier, files=("a.csv",))
+    first.write_text("a.csv", "x\n")
+    first.commit()
+    if replaced:
+        assert check_output(tmp_path / "o", now, overwrite=True) == ("a.csv",)
+    else:
+        with pytest.raises(OutputError, match=f"holds {earlier} output, which {now} does not"):
+            check_output(tmp_path / "o", now, overwrite=True)

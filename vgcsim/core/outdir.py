@@ -11,7 +11,10 @@ The rules (:func:`prepare_output`):
   write it, so nothing in it is vgcsim's to replace;
 * a folder holding an earlier vgcsim output is refused unless ``overwrite``; with it, only
   files the marker lists (or new names) are written, nothing is deleted, and a file about to
-  be written that the marker does not list is refused.
+  be written that the marker does not list is refused;
+* ``overwrite`` replaces only an output of the same kind (:func:`output_kind`: any result
+  table, or the same command's output): another command's files would stay beside the new
+  ones.
 
 :func:`atomic_write` is the one way files are written: a temporary file in the same folder,
 fsync, the permissions the umask gives a new file (0644 under the usual umask 022, not the
@@ -242,6 +245,20 @@ class OutputDir:
         return atomic_write_text(self.path / MARKER, json.dumps(marker, indent=2) + "\n")
 
 
+#: Commands whose output is one result table (and its extras): any of them may replace another's.
+_RESULT_WRITERS = frozenset({"predict", "simulate", "sweep", "scenario", "save"})
+
+
+def output_kind(command: str) -> str:
+    """What an output folder holds, from the command a marker names (``"vgcsim predict"``,
+    ``"vgcsim.api.save"``, ``"vgcsim api.report"``): ``"results"`` for a result table, else
+    the command's name. ``--overwrite`` replaces only an output of the same kind."""
+    words = command.replace("vgcsim.api.", "vgcsim ").replace("api.", "").split()
+    name = words[-1] if words else ""
+    name = {"save_validation": "validate"}.get(name, name)  # the API's name of validate -o
+    return "results" if name in _RESULT_WRITERS else name
+
+
 def check_output(
     folder: str | Path,
     command: str,
@@ -277,6 +294,12 @@ def check_output(
             raise OutputError(
                 f"{out} already holds {marker.get('command', 'vgcsim')} output; pass "
                 "--overwrite to replace its files, or choose another folder"
+            )
+        earlier = str(marker.get("command", ""))
+        if known is None and earlier and output_kind(earlier) != output_kind(command):
+            raise OutputError(
+                f"{out} holds {earlier} output, which {command} does not replace (its files "
+                "would stay beside the new ones); choose another folder"
             )
         previous = tuple(marker["files"])
     for parent in out.parents:
