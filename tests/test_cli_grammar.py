@@ -202,6 +202,30 @@ def test_sweep_refuses_bad_world_sizes_in_flag_set_and_file(bad, tmp_path, capsy
     assert len(err) == 3 and all("world sizes" in line for line in err)
 
 
+def test_a_sweep_dry_run_refuses_what_the_run_would_refuse(tmp_path, capsys):
+    """A missing trace, -o naming a file, -o holding another command's output: one line,
+    exit 2, as the sweep itself; nothing is created."""
+    cfg = tmp_path / "sweep.toml"
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    other = tmp_path / "adv"
+    assert (
+        main(["advise", SAMPLE, "--cluster", "10GbE", "--world-sizes", "4", "-o", str(other)]) == 0
+    )
+    capsys.readouterr()
+    cases = [
+        ('"/no/such/trace"', tmp_path / "o", "trace not found: /no/such/trace"),
+        (f'"{SAMPLE}"', afile, "it is not a folder"),
+        (f'"{SAMPLE}"', other, "already holds vgcsim advise output"),
+    ]
+    for trace, out, says in cases:
+        cfg.write_text(f"[sweep]\ntraces = [{trace}]\nworld_sizes = [4]\n")
+        assert main(["sweep", str(cfg), "--dry-run", "-o", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+    assert not (tmp_path / "o").exists() and afile.read_text() == "mine"
+
+
 def test_one_default_world_sizes(tmp_path, capsys):
     """predict, simulate (flag default), scenario, sweep and the API share 2:1024:x2."""
     import inspect

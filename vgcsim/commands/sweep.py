@@ -72,12 +72,16 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"sweep.scheduler={args.scheduler}")
     sweep = api.load_sweep(args.config, overrides=overrides)  # the simulator's imports too
     jobs = api.sweep_jobs(sweep)
+    check_out(args, "sweep")  # a dry run refuses what the run would refuse
     if args.dry_run:
+        from vgcsim.traces.reading import read_header
+
+        for trace in dict.fromkeys(job.trace for job in jobs):
+            read_header(trace)  # a trace the jobs could not read
         for job in jobs:
             print(f"{job.trace}  {job.cluster.name}  P={job.world_size}")
         print(f"{len(jobs)} jobs")
         return 0
-    check_out(args, "sweep")
     with Progress(len(jobs), "sweep", "jobs", quiet=args.quiet) as bar:
         run = api.sweep(sweep, progress=bar.update)
     out = api.save(
