@@ -144,6 +144,8 @@ COLLECTIVE = ["collective", "10GbE", "allreduce/ring", "--world-size", "8"]
         (["validate", SAMPLE, "--cluster", "10GbE", "--show-steps", "-1"], ">= 0, got -1"),
         (["validate", SAMPLE, "--cluster", "10GbE", "--statistic", "min"], "applies to the rows"),
         (["validate", SAMPLE, "--cluster", "10GbE", "--allgatherv", " "], "names no algorithm"),
+        (["clusters", ""], "give a cluster preset name or TOML file"),
+        (["clusters", "10GbE", "--sources"], "--sources annotates the preset tables"),
     ],
 )
 def test_a_value_that_means_nothing_is_refused_in_one_line(argv, says, tmp_path, capsys):

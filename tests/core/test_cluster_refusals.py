@@ -78,6 +78,8 @@ REFUSALS = [
         "link.burst_bytes: cannot parse 'x'; use e.g. '64MiB', '1.5GB', '800Mb' (bits) or bytes",
     ),
     ({"link": "10GbE", "gpus_per_node": 1.5}, "gpus_per_node: expected an integer, got 1.5"),
+    ({"link": "10GbE", "name": ""}, "name: expected a non-empty string, got ''"),
+    ({"link": "10GbE", "name": 5}, "name: expected a non-empty string, got 5"),
     ({"link": "10GbE", "gpus_per_node": True}, "gpus_per_node: expected an integer, got True"),
     ({"link": "10GbE", "compute_scale": "2"}, "compute_scale: expected a number, got '2'"),
     ({"link": "10GbE", "compute": 1}, "compute: expected 'model' or 'trace', got 1"),

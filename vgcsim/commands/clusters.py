@@ -6,6 +6,7 @@ import argparse
 import json
 
 from vgcsim.commands import add_out_option
+from vgcsim.core.errors import ConfigError
 
 HELP = "list cluster/link/device presets with their sources, or show one cluster (preset or TOML)"
 
@@ -41,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
     from vgcsim import api
     from vgcsim.core.units import format_bandwidth, format_time
 
+    if args.cluster is not None and not args.cluster.strip():
+        raise ConfigError("give a cluster preset name or TOML file, or no NAME to list them all")
+    if args.cluster is not None and args.sources:
+        raise ConfigError("--sources annotates the preset tables; NAME shows one cluster in full")
     presets = api.presets()
     shown = api.cluster_dict(args.cluster) if args.cluster else None
     if args.out is not None:

@@ -328,8 +328,11 @@ def cluster_from_dict(d: Mapping[str, Any], *, default_name: str = "custom") -> 
         raise ConfigError(f"compute: expected 'model' or 'trace', got {compute!r}")
     # the host fields (each as ClusterSpec declares it; ClusterSpec checks their ranges)
     hosts = _read_fields("", d, ClusterSpec, base, "cluster", ranges=False)
+    name = d.get("name", base.name if base else default_name)
+    if not (isinstance(name, str) and name.strip()):
+        raise ConfigError(f"name: expected a non-empty string, got {name!r}")
     return ClusterSpec(
-        name=str(d.get("name", base.name if base else default_name)),
+        name=name,
         topology=topology if isinstance(topology, TopologySpec) else dict(topology),
         link=link,
         intra_link=intra_link,
