@@ -40,6 +40,26 @@ def with_batchnorm():
 
 def broken():
     raise RuntimeError("no GPU here")
+
+
+def two_classes():
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 2))
+
+
+def wrong_inputs():
+    return nn.Sequential(nn.Flatten(), nn.Linear(100, 3))
+
+
+def a_tuple():
+    class Pair(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 3)
+
+        def forward(self, x):
+            return self.fc(x.flatten(1)), None
+
+    return Pair()
 """
 
 
@@ -118,6 +138,10 @@ def test_the_notebook_api_records_a_factory(factory, tmp_path):
         ("--model", "{m}:with_batchnorm", "BatchNorm"),
         ("--model", "{m}:broken", "raised RuntimeError: no GPU here"),
         ("--dataset", "{m}:make_model", "expected a Dataset"),
+        # models that do not fit the data: refused before the first step, nothing written
+        ("--model", "{m}:two_classes", "returns 2 logits per sample, fewer than the dataset's 3"),
+        ("--model", "{m}:wrong_inputs", "does not take inputs of shape [1, 8, 8] (RuntimeError"),
+        ("--model", "{m}:a_tuple", "must return class logits [batch, classes]; it returned tuple"),
     ],
 )
 def test_bad_factories_are_one_line_and_exit_2(factory, tmp_path, capsys, flag, value, message):
@@ -128,6 +152,7 @@ def test_bad_factories_are_one_line_and_exit_2(factory, tmp_path, capsys, flag, 
     err = capsys.readouterr().err
     assert rc == 2
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "bad").exists()
 
 
 def test_fractional_labels_and_mismatched_lengths_are_refused(tmp_path, monkeypatch):

@@ -18,8 +18,9 @@ called without arguments.
   given**: no normalisation, so that the trace sends what the user's job sends (the
   registered datasets standardise each channel with training-set statistics instead).
 
-A name that cannot be imported or called, or a result of the wrong kind, is a
-:class:`ConfigError` naming it (one line, exit 2 on the command line).
+A name that cannot be imported or called, a result of the wrong kind, or a model that does
+not fit the data (:func:`check_fits`, before anything is written) is a :class:`ConfigError`
+naming it (one line, exit 2 on the command line).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from torch import nn
 
 from vgcsim.core.errors import ConfigError
 
-__all__ = ["build_model", "is_factory", "load_data", "load_factory"]
+__all__ = ["build_model", "check_fits", "is_factory", "load_data", "load_factory"]
 
 
 def is_factory(name: str) -> bool:
@@ -97,6 +98,32 @@ def build_model(spec: str) -> nn.Module:
             "squared sums need samples that do not mix; use GroupNorm)"
         )
     return net
+
+
+def check_fits(model: nn.Module, x: torch.Tensor, num_classes: int, what: str) -> None:
+    """Refuse (ConfigError, one line) a model that does not map two of the dataset's inputs
+    ``x`` to logits ``[2, C]`` with C ≥ ``num_classes``, before anything is written: the
+    loss would fail inside the first step otherwise. ``what`` names the model and data."""
+    try:
+        with torch.no_grad():
+            out = model(x[:2])
+    except Exception as exc:  # a user's model: torch says why in its first line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"{what}: the model does not take inputs of shape {list(x.shape[1:])} "
+            f"({type(exc).__name__}: {first})"
+        ) from None
+    shape = list(getattr(out, "shape", []))
+    if not torch.is_tensor(out) or len(shape) != 2 or shape[0] != min(2, len(x)):
+        raise ConfigError(
+            f"{what}: the model must return class logits [batch, classes]; it returned "
+            f"{type(out).__name__} of shape {shape}"
+        )
+    if shape[1] < num_classes:
+        raise ConfigError(
+            f"{what}: the model returns {shape[1]} logits per sample, fewer than the "
+            f"dataset's {num_classes} classes"
+        )
 
 
 def _tensor(value: Any, spec: str, what: str, dtype: torch.dtype) -> torch.Tensor:

@@ -506,6 +506,15 @@ def train(
                 model = build_net(
                     cfg.model.name, data.input_shape, data.num_classes, cfg.model.width
                 )
+                from vgcsim.traces.training import factories
+
+                if factories.is_factory(cfg.model.name) or factories.is_factory(cfg.data.name):
+                    factories.check_fits(
+                        model,
+                        torch.as_tensor(data.x_train[:2]),
+                        data.num_classes,
+                        f"model {cfg.model.name} on dataset {cfg.data.name}",
+                    )
             # A diverging run overflows float32 in the compressors' numpy code (r² of a huge
             # residual): inf is the right value there, and the divergence verdict in the
             # header says what happened, so numpy's per-call warnings stay off the terminal.
