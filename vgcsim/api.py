@@ -1163,13 +1163,13 @@ def demo(
     from vgcsim.reports.demo_notes import demo_headline, demo_labels, paper_note
     from vgcsim.reports.render import render_report
 
+    clusters = [load_cluster(c, compute=cfg.compute) for c in cfg.clusters]  # before -o is made
     folder = prepare_output(
         out_dir, "vgcsim demo", overwrite=overwrite, files=DEMO_FOLDERS, legacy=_legacy_demo
     )
     out = folder.path
     line = list(command) if command is not None else ["vgcsim.api.demo"]
     sizes = tuple(sorted({int(p) for p in cfg.world_sizes}))
-    clusters = [load_cluster(c, compute=cfg.compute) for c in cfg.clusters]
     compressed = [m for m in cfg.methods if DEMO_METHODS[m][0] != "dense"]
     total = len(cfg.methods) + 2 * len(compressed) * len(clusters) + 1
     if cfg.traces == "committed":

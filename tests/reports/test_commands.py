@@ -237,6 +237,7 @@ def test_api_demo_writes_what_the_command_writes_and_the_command_leads_with_wins
         ("target_accuracy=0.97", "target_accuracy is a percentage in (1, 100] or 0, got 0.97"),
         ('methods=["dense","nope"]', "unknown demo method 'nope'"),
         ("steps=3", "steps applies only to traces the demo records"),
+        ('clusters=["10GbE","nope"]', "unknown cluster (preset name or TOML file) 'nope'"),
     ],
 )
 def test_api_demo_refuses_a_config_it_cannot_run_before_writing(tmp_path, override, message):

@@ -205,7 +205,8 @@ def _stopped_copy(stopped_run: Path, tmp_path: Path) -> Path:
     [
         (["--steps", "61"], "change the config"),
         (["--set", "optimizer.lr=0.1"], "change the config"),
-        (["--overwrite"], "drop --overwrite"),
+        (["--overwrite"], "drop -o, --overwrite"),
+        (["-o", "elsewhere"], "continues a run in place; drop -o"),  # not ignored
     ],
 )
 def test_resume_refuses_another_config(tmp_path, stopped_run, capsys, extra, message):

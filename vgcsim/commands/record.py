@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from vgcsim.commands import add_out_option, add_set_option
@@ -26,12 +27,16 @@ its header (options given with it must agree with that config).
 """
 
 
+#: Where a recording goes without -o.
+DEFAULT_OUT = "runs/record"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from vgcsim import api
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = _EPILOG.format(keys="\n  ".join(api.record_config_keys()))
-    add_out_option(parser, "output run directory", default="runs/record")
+    add_out_option(parser, "output run directory", default=DEFAULT_OUT)
     parser.add_argument("--config", help="TOML file with RecordConfig keys")
     add_set_option(parser)
     parser.add_argument(
@@ -102,8 +107,9 @@ def _resume(args: argparse.Namespace) -> int:
     from vgcsim.core.config import to_dict
     from vgcsim.core.errors import ConfigError
 
-    if args.overwrite or args.backend != "emulated":
-        raise ConfigError("--resume continues a run in place; drop --overwrite and --backend")
+    moved = args.out is not None and Path(args.out) != Path(DEFAULT_OUT)
+    if args.overwrite or args.backend != "emulated" or moved:
+        raise ConfigError("--resume continues a run in place; drop -o, --overwrite and --backend")
     point = api.resume_point(args.resume)
     saved = point.header.get("config")
     cfg = build_config(args, saved if isinstance(saved, dict) else {})
