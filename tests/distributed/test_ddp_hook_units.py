@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -86,6 +87,29 @@ def test_register_refuses_unsupported_layers_before_training(world_of_one):
         register_vgc_hook(ddp, get_compressor("variance"), batch_size=4)
     with pytest.raises(ConfigError, match="needs batch_size"):
         register_vgc_hook(ddp, get_compressor("variance"))
+
+
+def test_register_refuses_arguments_of_the_wrong_kind_naming_them(world_of_one):
+    """A module that is not wrapped in DDP, a compressor's name, a fractional batch size, a
+    seed for a generator, a number for a folder: one line each, before anything is built."""
+    model = small_model()
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    variance = get_compressor("variance")
+    cases = [
+        ((model, variance), {"batch_size": 4}, "ddp_model must be the DistributedDataParallel"),
+        ((ddp, "variance"), {"batch_size": 4}, "compressor must be a compressor"),
+        ((ddp, variance), {"batch_size": 2.5}, "batch_size must be a positive integer"),
+        ((ddp, variance), {"batch_size": 0}, "batch_size must be a positive integer"),
+        ((ddp, variance), {"batch_size": 4, "generator": 5}, "generator must be a torch.Generator"),
+        ((ddp, variance), {"batch_size": 4, "trace_dir": 5}, "trace_dir must be a folder path"),
+        ((ddp, variance), {"batch_size": 4, "process_group": "pg"}, "process_group must be"),
+    ]
+    for args, kwargs, message in cases:
+        with pytest.raises(ConfigError, match=message) as err:
+            register_vgc_hook(*args, **kwargs)
+        assert str(err.value).startswith("register_vgc_hook: ") and "\n" not in str(err.value)
+    state = register_vgc_hook(ddp, variance, batch_size=np.int64(4))  # numpy's ints are ints
+    assert state.batch_size == 4
 
 
 def test_one_rank_hook_at_alpha_zero_leaves_the_gradient_unchanged(world_of_one):

@@ -951,6 +951,46 @@ vgc_hook.__annotations__ = {
 }
 
 
+def _check_hook_arguments(
+    ddp_model: object,
+    compressor: object,
+    batch_size: object,
+    process_group: object,
+    generator: object,
+    trace_dir: object,
+) -> None:
+    """ConfigError (one line) for an argument of :func:`register_vgc_hook` of the wrong kind,
+    before anything is built: the message names what was given and what is taken."""
+    import numbers
+    import os
+
+    from vgcsim.traces.compression.base import Compressor
+
+    def wrong(what: str, value: object, taken: str) -> ConfigError:
+        return ConfigError(f"register_vgc_hook: {what} must be {taken}, got {value!r}")
+
+    if not isinstance(ddp_model, torch.nn.parallel.DistributedDataParallel):
+        raise wrong("ddp_model", type(ddp_model).__name__, "the DistributedDataParallel model")
+    if not isinstance(compressor, Compressor):
+        raise wrong(
+            "compressor",
+            compressor,
+            "a compressor (vgcsim.traces.compression.compressors.get_compressor(name, ...))",
+        )
+    if batch_size is not None and (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, numbers.Integral)
+        or batch_size < 1
+    ):
+        raise wrong("batch_size", batch_size, "a positive integer (samples per rank)")
+    if process_group is not None and not isinstance(process_group, dist.ProcessGroup):
+        raise wrong("process_group", process_group, "a torch.distributed process group or None")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise wrong("generator", generator, "a torch.Generator or None")
+    if trace_dir is not None and not isinstance(trace_dir, (str, os.PathLike)):
+        raise wrong("trace_dir", trace_dir, "a folder path or None")
+
+
 def register_vgc_hook(
     ddp_model: torch.nn.parallel.DistributedDataParallel,
     compressor: object,
@@ -979,8 +1019,10 @@ def register_vgc_hook(
     ``batch_size`` (samples per rank that the loss averages over) is required for ``variance``
     and ``hybrid``; ``estimator`` ("fast" or "exact") and ``sq_dtype`` choose how the sums
     are computed (:mod:`vgcsim.traces.compression.sqsum_hooks`). Unsupported layers or a missing
-    ``batch_size`` raise ConfigError before any training step.
+    ``batch_size`` raise ConfigError before any training step, as do arguments of the wrong
+    kind (:func:`_check_hook_arguments`).
     """
+    _check_hook_arguments(ddp_model, compressor, batch_size, process_group, generator, trace_dir)
     nccl = str(dist.get_backend(process_group)).lower() == "nccl"
     device = f"cuda:{torch.cuda.current_device()}" if nccl else "cpu"
     state = VGCState.for_model(
