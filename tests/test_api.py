@@ -1165,3 +1165,36 @@ def test_a_sweeps_time_sources_follow_its_compute_and_name_each_trace_by_its_fol
     assert sources["sample_trace"]["compute_s"].startswith("measured")
     assert set(run.frame["compute_mode"]) == {"trace"}
     assert run.config.sweep.compute == "trace"
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (lambda: api.predict(None, "10GbE", [2]), "a trace is a run folder's path or a Trace"),
+        (lambda: api.predict([SAMPLE], "10GbE", [2]), "a trace is a run folder's path"),
+        (lambda: api.predict(SAMPLE, None, [2]), "a cluster is a preset name"),
+        (lambda: api.predict(SAMPLE, "10GbE", [2.5]), "world sizes must be integers, got 2.5"),
+        (lambda: api.predict(SAMPLE, "10GbE", [True]), "world sizes must be integers, got True"),
+        (lambda: api.predict(SAMPLE, "10GbE", 2.5), "expected a list of integers"),
+        (lambda: api.advise(None, "10GbE", [2]), "traces: expected a path or a list"),
+        (lambda: api.advise([SAMPLE], "10GbE", [2], target_accuracy="x"), "a number in (0, 1]"),
+        (lambda: api.advise([SAMPLE], "10GbE", [2], bucket_bytes="x"), "bucket_bytes must be"),
+        (lambda: api.report_run(5), "results: expected a path or a list"),
+        (lambda: api.report_run([SAMPLE], title=None), "title must be a string"),
+        (lambda: api.report_run([SAMPLE], out_dir=None), "out_dir must be a folder path"),
+    ],
+)
+def test_an_argument_of_the_wrong_kind_is_a_config_error_naming_it(call, says):
+    """From a notebook a wrong type is the project's error with its message, not a TypeError
+    from deep inside (nor a string read as a list of one-letter paths)."""
+    from vgcsim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        call()
+    assert says in str(err.value)
+
+
+def test_one_world_size_and_one_trace_path_need_no_list():
+    assert api.predict(SAMPLE, "10GbE", 4).equals(api.predict(SAMPLE, "10GbE", [4]))
+    one = api.advise(str(api.DEMO_TRACES / "dense"), "10GbE", [4])
+    assert one.ranked.equals(api.advise([str(api.DEMO_TRACES / "dense")], "10GbE", [4]).ranked)

@@ -156,11 +156,44 @@ def _attrs(
     return df
 
 
+def _listed(value: Any, what: str) -> list[Any]:
+    """One path (or Trace) or a sequence of them as a list; anything else a ConfigError naming
+    ``what`` (a string is one path, not its characters)."""
+    from vgcsim.core.errors import ConfigError
+    from vgcsim.traces.io import Trace
+
+    if isinstance(value, (str, os.PathLike, Trace)):
+        return [value]
+    try:
+        return list(value)
+    except TypeError:
+        raise ConfigError(f"{what}: expected a path or a list of paths, got {value!r}") from None
+
+
+def _accuracy(target_accuracy: Any) -> None:
+    """ConfigError unless ``target_accuracy`` is None or a fraction in (0, 1]."""
+    import numbers
+
+    from vgcsim.core.errors import ConfigError
+
+    if target_accuracy is None:
+        return
+    if isinstance(target_accuracy, bool) or not isinstance(target_accuracy, numbers.Real):
+        raise ConfigError(f"target accuracy must be a number in (0, 1], got {target_accuracy!r}")
+    if not 0 < target_accuracy <= 1:
+        raise ConfigError(f"target accuracy must be in (0, 1], got {target_accuracy}")
+
+
 def load_trace(trace: str | Path | Trace) -> Trace:
     """Read a trace run directory (a :class:`vgcsim.traces.io.Trace` passes through)."""
+    from vgcsim.core.errors import ConfigError
     from vgcsim.traces.io import Trace, read_trace
 
-    return trace if isinstance(trace, Trace) else read_trace(trace)
+    if isinstance(trace, Trace):
+        return trace
+    if not isinstance(trace, (str, os.PathLike)):
+        raise ConfigError(f"a trace is a run folder's path or a Trace, got {trace!r}")
+    return read_trace(trace)
 
 
 def load_cluster(cluster: str | Path | ClusterSpec, *, compute: str | None = None) -> ClusterSpec:
@@ -171,7 +204,12 @@ def load_cluster(cluster: str | Path | ClusterSpec, *, compute: str | None = Non
 
     from vgcsim.core.cluster import ClusterSpec
     from vgcsim.core.cluster import load_cluster as _load
+    from vgcsim.core.errors import ConfigError
 
+    if not isinstance(cluster, (ClusterSpec, str, os.PathLike)):
+        raise ConfigError(
+            f"a cluster is a preset name, a TOML file's path or a ClusterSpec, got {cluster!r}"
+        )
     spec = cluster if isinstance(cluster, ClusterSpec) else _load(str(cluster))
     if compute is not None and compute != spec.compute:
         spec = dataclasses.replace(spec, compute=compute)
@@ -461,12 +499,27 @@ def synth_trace(
 def _world_sizes(world_sizes: Sequence[int] | str | None) -> tuple[int, ...]:
     """World sizes as the commands read them: a list, or a string in the ``--world-sizes``
     syntax (vgcsim.core.worldsizes); None is the commands' default, 2:1024:x2."""
+    import numbers
+
+    from vgcsim.core.errors import ConfigError
     from vgcsim.core.worldsizes import DEFAULT_WORLD_SIZES, parse_world_sizes
 
     if world_sizes is None:
         world_sizes = DEFAULT_WORLD_SIZES
+    if isinstance(world_sizes, numbers.Integral) and not isinstance(world_sizes, bool):
+        world_sizes = [world_sizes]  # one P
     if not isinstance(world_sizes, str):
-        world_sizes = ",".join(str(int(p)) for p in world_sizes)
+        try:
+            given = list(world_sizes)
+        except TypeError:
+            raise ConfigError(
+                f"world sizes: expected a list of integers or a string such as '2:64:x2', got "
+                f"{world_sizes!r}"
+            ) from None
+        bad = [p for p in given if isinstance(p, bool) or not isinstance(p, numbers.Integral)]
+        if bad:
+            raise ConfigError(f"world sizes must be integers, got {bad[0]!r}")
+        world_sizes = ",".join(str(int(p)) for p in given)
     return parse_world_sizes(world_sizes)
 
 
@@ -1480,8 +1533,16 @@ def report_run(
     (:func:`vgcsim.reports.render.load_inputs`; ``target_accuracy`` a fraction in (0, 1]
     for the time-to-accuracy tables), every section built and the folder written
     (``out_dir`` checked and marked as ``vgcsim command``'s)."""
+    from vgcsim.core.errors import ConfigError
     from vgcsim.reports.render import build_report, load_inputs, write_report
 
+    if not isinstance(title, str):
+        raise ConfigError(f"title must be a string, got {title!r}")
+    if not isinstance(out_dir, (str, os.PathLike)):
+        raise ConfigError(f"out_dir must be a folder path, got {out_dir!r}")
+    _accuracy(target_accuracy)
+    results = _listed(results, "results")
+    traces = _listed(traces, "traces")
     inputs = load_inputs(results, traces, target_accuracy=target_accuracy)
     built = build_report(inputs)
     path = report_folder(
@@ -2247,8 +2308,15 @@ def advise(
     from vgcsim.reports.advice import Advice, rank_methods, recommendation
     from vgcsim.traces.buckets import DDP_BUCKET_BYTES
 
-    if target_accuracy is not None and not 0 < target_accuracy <= 1:
-        raise ConfigError(f"target accuracy must be in (0, 1], got {target_accuracy}")
+    _accuracy(target_accuracy)
+    traces = _listed(traces, "traces")
+    if bucket_bytes is not None:
+        import numbers
+
+        if not isinstance(bucket_bytes, numbers.Real) or not 1 <= bucket_bytes <= 1e15:
+            raise ConfigError(
+                f"bucket_bytes must be a number of bytes in [1, 1e15], got {bucket_bytes!r}"
+            )
     if isinstance(clusters, (str, Path, ClusterSpec)):
         clusters = [clusters]
     if not clusters:
