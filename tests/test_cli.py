@@ -145,11 +145,13 @@ COLLECTIVE = ["collective", "10GbE", "allreduce/ring", "--world-size", "8"]
         (["validate", SAMPLE, "--cluster", "10GbE", "--statistic", "min"], "applies to the rows"),
         (["validate", SAMPLE, "--cluster", "10GbE", "--allgatherv", " "], "names no algorithm"),
         (["clusters", ""], "give a cluster preset name or TOML file"),
+        (["trace", "synth", "--layers", "vgg_like", "--compressor", "nope"], "unknown compressor"),
+        (["trace", "synth", "--density", "0.1", "--ratio", "1000"], "--ratio and --density both"),
         (["clusters", "10GbE", "--sources"], "--sources annotates the preset tables"),
     ],
 )
 def test_a_value_that_means_nothing_is_refused_in_one_line(argv, says, tmp_path, capsys):
-    out = ["-o", str(tmp_path / "out")] if argv[0] in ("predict", "simulate") else []
+    out = ["-o", str(tmp_path / "out")] if argv[0] in ("predict", "simulate", "trace") else []
     try:
         code = main([*argv, *out])
     except SystemExit as exc:  # what the argument parser refuses

@@ -310,6 +310,11 @@ class SynthConfig:
     flops_per_sample: float | None = None
 
     def __post_init__(self) -> None:
+        from vgcsim.core.errors import unknown_name
+        from vgcsim.traces.compression.compressors import COMPRESSORS
+
+        if self.compressor not in COMPRESSORS:  # a label predict could not price
+            raise unknown_name("compressor", str(self.compressor), COMPRESSORS)
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
         if self.steps < 1:

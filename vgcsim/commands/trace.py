@@ -230,6 +230,10 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _synth(args: argparse.Namespace) -> int:
     from vgcsim import api
+    from vgcsim.core.errors import ConfigError
+
+    if args.ratio is not None and args.density is not None:
+        raise ConfigError("--ratio and --density both set how much is sent; give one")
 
     flags = {
         "layers": args.layers,
