@@ -1589,7 +1589,7 @@ def report_folder(
     )
     before = out.snapshot()
     path = write(out.path)
-    out.commit_changed(before)
+    out.commit_changed(before, replace=True)  # no plot or table of an earlier report stays
     return path
 
 

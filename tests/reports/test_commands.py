@@ -260,3 +260,20 @@ def test_api_demo_recording_without_torch_names_the_extra_before_any_folder(tmp_
     )
     assert "vgcsim[train]" in done.stdout
     assert not out.exists()
+
+
+def test_a_report_over_an_earlier_one_leaves_none_of_its_files_but_a_users(tmp_path):
+    """--overwrite replaces the whole report: the earlier run's tables of the trace it was
+    given are gone when the new one has no trace, and a file of the user's stays."""
+    from vgcsim.core.outdir import read_marker
+
+    out = tmp_path / "report"
+    results = [str(p.parent) for p in RESULTS]
+    assert main(["report", *results, "--trace", str(TRACE), "-o", str(out)]) == 0
+    with_trace = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    (out / "notes.txt").write_text("mine")
+    assert main(["report", *results, "-o", str(out), "--overwrite"]) == 0
+    now = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert now < with_trace | {"notes.txt"} and "notes.txt" in now
+    listed = set(read_marker(out)["files"])
+    assert now - {"notes.txt", ".vgcsim.json"} == listed

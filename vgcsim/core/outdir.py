@@ -11,7 +11,9 @@ The rules (:func:`prepare_output`):
   write it, so nothing in it is vgcsim's to replace;
 * a folder holding an earlier vgcsim output is refused unless ``overwrite``; with it, only
   files the marker lists (or new names) are written, nothing is deleted, and a file about to
-  be written that the marker does not list is refused;
+  be written that the marker does not list is refused (a report is the exception: it
+  replaces the whole of an earlier report, removing the files of it that it does not write
+  again, :meth:`OutputDir.commit_changed`);
 * ``overwrite`` replaces only an output of the same kind (:func:`output_kind`: any result
   table, or the same command's output): another command's files would stay beside the new
   ones.
@@ -221,10 +223,19 @@ class OutputDir:
                 out[f.relative_to(self.path).as_posix()] = (st.st_mtime_ns, st.st_size)
         return out
 
-    def commit_changed(self, before: dict[str, tuple[int, int]]) -> Path:
-        """:meth:`commit` listing the files new or changed since ``before``."""
+    def commit_changed(self, before: dict[str, tuple[int, int]], *, replace: bool = False) -> Path:
+        """:meth:`commit` listing the files new or changed since ``before``. With ``replace``
+        (an output derived whole from its inputs, such as a report) the files an earlier
+        run listed that this one did not write again are removed first: they describe other
+        inputs. Only files a marker listed are removed, never a user's."""
         after = self.snapshot()
-        return self.commit(name for name, stat in after.items() if before.get(name) != stat)
+        changed = [name for name, stat in after.items() if before.get(name) != stat]
+        if replace:
+            stale = [f for f in self.previous if f not in changed and (self.path / f).is_file()]
+            for name in stale:
+                (self.path / name).unlink()
+            self.previous = tuple(f for f in self.previous if f not in stale)
+        return self.commit(changed)
 
     def commit(self, extra: Iterable[str] = ()) -> Path:
         """Write the marker listing every file written (now or by an earlier vgcsim run) and
