@@ -112,6 +112,15 @@ def test_register_refuses_arguments_of_the_wrong_kind_naming_them(world_of_one):
     assert state.batch_size == 4
 
 
+def test_a_trace_dir_that_is_a_file_is_refused_as_a_file(world_of_one, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    ddp = torch.nn.parallel.DistributedDataParallel(small_model())
+    with pytest.raises(ConfigError, match="trace_dir .*afile is a file; give a folder"):
+        register_vgc_hook(ddp, get_compressor("variance"), batch_size=4, trace_dir=str(afile))
+    assert afile.read_text() == "mine"
+
+
 def test_one_rank_hook_at_alpha_zero_leaves_the_gradient_unchanged(world_of_one):
     model, reference = small_model(), small_model()
     ddp = torch.nn.parallel.DistributedDataParallel(model)

@@ -49,7 +49,8 @@ TINY = [
         (["model.width=0"], "model.width must be a finite number"),
         (["compressor.alpha=nan"], "alpha"),
         (["threads=100000"], "threads must be <= 1024"),
-        (["eval_every=-1"], "eval_every and threads must be >= 0"),
+        (["eval_every=-1"], "eval_every must be >= 0, got -1"),
+        (["threads=-2"], "threads must be >= 0, got -2"),
         (["chunk_steps=0"], "chunk_steps must be >= 1"),
         # reproduction 9: a seed past 64 bits overflowed inside torch
         (["seed=1180591620717411303424"], "seed must be in [0, 2**63)"),

@@ -94,7 +94,9 @@ class HookTracer:
         # alone looks at the folder and tells the others, so each raises the same error
         # instead of the peers failing later on a closed connection
         refusal: list[str | None] = [None]
-        if self.rank == 0 and not overwrite and _non_empty(self.trace_dir):
+        if self.rank == 0 and Path(self.trace_dir).exists() and not Path(self.trace_dir).is_dir():
+            refusal[0] = f"trace_dir {self.trace_dir} is a file; give a folder"
+        elif self.rank == 0 and not overwrite and _non_empty(self.trace_dir):
             refusal[0] = (
                 f"trace folder {self.trace_dir} is not empty; choose another trace_dir or pass "
                 "overwrite=True"

@@ -157,8 +157,9 @@ class RecordConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.eval_every < 0 or self.threads < 0:
-            raise ValueError("eval_every and threads must be >= 0")
+        for name in ("eval_every", "threads"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.threads > MAX_THREADS:
             raise ValueError(f"threads must be <= {MAX_THREADS}, got {self.threads}")
         if not 0 <= self.seed < SEED_LIMIT:
