@@ -74,10 +74,8 @@ def run(args: argparse.Namespace) -> int:
     jobs = api.sweep_jobs(sweep)
     check_out(args, "sweep")  # a dry run refuses what the run would refuse
     if args.dry_run:
-        from vgcsim.traces.reading import read_header
-
         for trace in dict.fromkeys(job.trace for job in jobs):
-            read_header(trace)  # a trace the jobs could not read
+            api.trace_header(trace)  # a trace the jobs could not read
         for job in jobs:
             print(f"{job.trace}  {job.cluster.name}  P={job.world_size}")
         print(f"{len(jobs)} jobs")
