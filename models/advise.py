@@ -219,6 +219,14 @@ class MethodPredictions:
     dense_trace: str | None
 
 
+def model_and_data(trace) -> tuple[list, str | None]:
+    """What makes two traces one job's: the layers' shapes and the dataset's name (advise
+    ranks methods of one job; validate calls a winner between two of them)."""
+    return [layer["shape"] for layer in trace.layers], (trace.header.get("dataset") or {}).get(
+        "name"
+    )
+
+
 def predict_methods(
     traces: Sequence,
     clusters: Sequence[ClusterSpec],
@@ -232,10 +240,7 @@ def predict_methods(
     the recommendation are :mod:`vgcsim.reports.advice`'s."""
     if not traces:
         raise ConfigError("advise needs at least one trace")
-    shapes = [
-        ([layer["shape"] for layer in t.layers], (t.header.get("dataset") or {}).get("name"))
-        for t in traces
-    ]
+    shapes = [model_and_data(t) for t in traces]
     if any(s != shapes[0] for s in shapes[1:]):
         raise ConfigError(
             "advise compares methods on one model and dataset: these traces' layers or datasets "

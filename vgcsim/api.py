@@ -2009,13 +2009,10 @@ def _check_same_job(trace: Trace, second: Trace) -> None:
     """Two hook traces whose winner is called: one job (layers, dataset, ranks) under two
     methods, else ConfigError naming what differs."""
     from vgcsim.core.errors import ConfigError
-
-    def job(t: Trace) -> tuple:
-        dataset = (t.header.get("dataset") or {}).get("name")
-        return [layer["shape"] for layer in t.layers], dataset, t.workers
+    from vgcsim.models.advise import model_and_data
 
     names = f"({trace.name}, {second.name})"
-    if job(trace) != job(second):
+    if (model_and_data(trace), trace.workers) != (model_and_data(second), second.workers):
         raise ConfigError(
             "the winner is called between two methods of one job: these traces' layers, "
             f"datasets or ranks differ {names}"
@@ -2310,13 +2307,6 @@ def advise(
 
     _accuracy(target_accuracy)
     traces = _listed(traces, "traces")
-    if bucket_bytes is not None:
-        import numbers
-
-        if not isinstance(bucket_bytes, numbers.Real) or not 1 <= bucket_bytes <= 1e15:
-            raise ConfigError(
-                f"bucket_bytes must be a number of bytes in [1, 1e15], got {bucket_bytes!r}"
-            )
     if isinstance(clusters, (str, Path, ClusterSpec)):
         clusters = [clusters]
     if not clusters:

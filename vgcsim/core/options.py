@@ -23,6 +23,7 @@ The vocabularies live here, below both stages: :data:`OVERLAPS`, :data:`RULES`,
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,7 +119,7 @@ class ReplayOptions:
             raise unknown_name("extrapolation rule", str(self.rule), RULES)
         if self.overlap not in OVERLAPS:
             raise unknown_name("overlap mode", str(self.overlap), OVERLAPS)
-        if not (1 <= self.bucket_bytes <= 1e15):
+        if not (isinstance(self.bucket_bytes, numbers.Real) and 1 <= self.bucket_bytes <= 1e15):
             raise ConfigError(
                 f"bucket_bytes must be a number of bytes in [1, 1e15], got {self.bucket_bytes}"
             )
