@@ -223,7 +223,7 @@ def step_breakdown(
                 ax.text(
                     xi,
                     101,
-                    f"{step_s * 1e3:.3g}",
+                    _ms_label(step_s),
                     ha="center",
                     va="bottom",
                     fontsize="x-small",
@@ -432,18 +432,30 @@ def density_heatmap(
     return ax
 
 
-def compression_ratio_over_steps(ratios: pd.DataFrame, ax: Axes | None = None) -> Axes:
-    """Compression ratio per step, one line per trace (log scale).
+def _ms_label(step_s: float) -> str:
+    """A step time in ms for a bar's label: three significant digits, whole ms from 100 ms
+    (1430, not 1.43e+03)."""
+    ms = step_s * 1e3
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.3g}"
+
+
+def compression_ratio_over_steps(
+    ratios: pd.DataFrame, ax: Axes | None = None, *, dense: str = "dense", legend: bool = True
+) -> Axes:
+    """Compression ratio per step, one line per trace (log scale); the trace labelled
+    ``dense`` drawn black.
 
     ``ratios`` is a long frame with columns label, step, compression_ratio (the
-    concatenation of :func:`vgcsim.reports.tables.compression_over_steps` frames).
+    concatenation of :func:`vgcsim.reports.tables.compression_over_steps` frames). Without
+    ``legend`` the lines are named only by their colours (a panel beside this one, such as
+    :func:`accuracy_over_steps` given the same labels, holds the legend).
     """
     ax = _axes(ax)
     labels = list(dict.fromkeys(ratios["label"]))
-    styles = _style([x for x in labels if x != "dense"])
+    styles = _style([x for x in labels if x != dense])
     for label in labels:
         g = ratios[ratios["label"] == label].sort_values("step")
-        color = "black" if label == "dense" else styles[label][0]
+        color = "black" if label == dense else styles[label][0]
         ax.plot(g["step"], g["compression_ratio"], color=color, label=label)
     scale = _ratio_axis(ax, ratios["compression_ratio"])
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -451,21 +463,24 @@ def compression_ratio_over_steps(ratios: pd.DataFrame, ax: Axes | None = None) -
     ax.set_ylabel(f"compression ratio (fp32 bits / bits sent{scale})")
     ax.set_title("Compression ratio over training")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if legend:
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax
 
 
-def accuracy_over_steps(curves: pd.DataFrame, ax: Axes | None = None) -> Axes:
-    """Test accuracy over steps per trace; the dense run drawn thick and black.
+def accuracy_over_steps(
+    curves: pd.DataFrame, ax: Axes | None = None, *, dense: str = "dense"
+) -> Axes:
+    """Test accuracy over steps per trace; the trace labelled ``dense`` drawn thick and black.
 
     ``curves`` is a :func:`vgcsim.reports.tables.accuracy_curves` frame.
     """
     ax = _axes(ax)
     labels = list(dict.fromkeys(curves["label"]))
-    styles = _style([x for x in labels if x != "dense"])
+    styles = _style([x for x in labels if x != dense])
     for label in labels:
         g = curves[curves["label"] == label].sort_values("step")
-        if label == "dense":
+        if label == dense:
             ax.plot(g["step"], g["test_acc"] * 100, color="black", linewidth=2.5, label=label)
         else:
             color, marker = styles[label]

@@ -727,17 +727,25 @@ def _trace_validation(ctx: SectionContext) -> SectionOutput:
         r.insert(0, "label", ctx.label(t.name))
         ratios.append(r)
     curves = tables.accuracy_curves({ctx.label(t.name): t.evals for t in ctx.traces})
+    # the reference dense run is the black line in both panels; with both panels drawn, the
+    # accuracy panel's legend names the lines of both (same labels, same colours)
+    dense = ctx.label(ctx.dense.name) if ctx.dense is not None else "dense"
     fig, axes = _subplots(2, 6.2, 4.3, ncols=2)
-    plots.compression_ratio_over_steps(pd.concat(ratios, ignore_index=True), axes[0])
+    plots.compression_ratio_over_steps(
+        pd.concat(ratios, ignore_index=True), axes[0], dense=dense, legend=not len(curves)
+    )
     if len(curves):
-        plots.accuracy_over_steps(curves, axes[1])
+        plots.accuracy_over_steps(curves, axes[1], dense=dense)
     else:
         axes[1].set_visible(False)
     plot = Plot(
         "trace_validation",
         "Compression ratio and accuracy over training",
-        "Left: compression ratio per step. Right: test accuracy at each evaluation; the "
-        "dense run is the thick black line.",
+        "Left: compression ratio per step. Right: test accuracy at each evaluation, with "
+        "the legend of both panels. The dense fp32 run is drawn black."
+        if len(curves)
+        else "Compression ratio per step (no trace recorded an evaluation). The dense fp32 "
+        "run is drawn black.",
         fig,
     )
     return SectionOutput(plots=[plot])

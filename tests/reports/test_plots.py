@@ -55,8 +55,19 @@ def test_breakdown_shares_sum_to_100_with_step_times_written(results):
     assert len(tops) == 18
     assert all(abs(v - 100) < 1e-9 for v in tops.values())
     written = sorted(float(t.get_text()) for t in ax.texts)
-    expected = sorted(float(f"{v * 1e3:.3g}") for v in one.step_s)
+    expected = sorted(float(f"{v * 1e3:.3g}") if v < 0.1 else round(v * 1e3) for v in one.step_s)
     assert written == expected
+
+
+def test_breakdown_labels_step_times_from_100_ms_in_whole_ms():
+    rows = [
+        {"trace": "t", "cluster": "c", "source": "predicted", "world_size": p, "method": m,
+         "method_label": "v" if m == "compressed" else "dense", "step_s": s, "compute_s": s}
+        for p, m, s in ((2, "dense", 1.4321), (2, "compressed", 0.09876), (4, "dense", 0.1004),
+                        (4, "compressed", 0.0123456))
+    ]  # fmt: skip
+    ax = plots.step_breakdown(pd.DataFrame(rows))
+    assert sorted(t.get_text() for t in ax.texts) == ["100", "12.3", "1432", "98.8"]
 
 
 def test_crossover_map_marks_links_without_solution(results):
@@ -138,6 +149,23 @@ def test_trace_validation_plots():
     _check(ax, "step")
     assert "%" in ax.get_ylabel()
     assert ax.get_lines()[0].get_ydata()[-1] == pytest.approx(90.0)
+
+
+def test_the_dense_run_is_black_in_both_trace_panels_under_its_own_label():
+    dense, var = "dense on recorded small_cnn", "variance α=2 on recorded small_cnn"
+    p = build_payloads(steps=5)
+    r = tables.compression_over_steps(p, "packed32")
+    ratios = pd.concat([r.assign(label=dense), r.assign(label=var)], ignore_index=True)
+    ax = plots.compression_ratio_over_steps(ratios, dense=dense, legend=False)
+    colors = {line.get_label(): line.get_color() for line in ax.get_lines()}
+    assert colors[dense] == "black" and colors[var] != "black"
+    assert ax.get_legend() is None
+    assert plots.compression_ratio_over_steps(ratios, dense=dense).get_legend() is not None
+    ev = pd.DataFrame({"step": [0, 4], "test_acc": [0.5, 0.9], "train_acc": [0.5, 0.95]})
+    ax = plots.accuracy_over_steps(tables.accuracy_curves({var: ev, dense: ev}), dense=dense)
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert lines[dense].get_color() == "black" and lines[dense].get_linewidth() == 2.5
+    assert lines[var].get_color() == colors[var]  # the same colour as in the left panel
 
 
 def test_simulated_vs_predicted_log_log(results):
